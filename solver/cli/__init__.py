@@ -1,0 +1,91 @@
+"""`solveplan` command line. Each command lives in its own module and is imported lazily
+(ortools and numpy are only loaded by the commands that need them).
+
+Exit codes: 0 success, 2 bad input, 3 infeasible, 4 no plan within the time limit.
+Bad input never shows a traceback: `InputError` becomes one line on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from ..errors import InputError
+
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
+EXIT_NO_PLAN_IN_TIME = 4
+
+# command name -> "module:function" inside solveplan.cli
+COMMANDS = {
+    "models": "catalog_cmds:models",
+    "gpus": "catalog_cmds:gpus",
+    "clusters": "catalog_cmds:clusters",
+    "show": "catalog_cmds:show",
+    "schema": "catalog_cmds:schema",
+    "evaluate": "evaluate:evaluate",
+    "validate": "validate:validate",
+    "optimize": "optimize:optimize",
+    "links": "links:links",
+    "calibrate": "calibrate:calibrate",
+    "admit": "admit:admit",
+    "serve": "serve:serve",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        try:
+            mod = importlib.import_module(f"{__name__}.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith(__name__):
+                return None  # command not built in this checkout
+            raise
+        return getattr(mod, attr)
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            import difflib
+
+            close = difflib.get_close_matches(args[0], list(COMMANDS), n=2) if args else []
+            hint = f"; did you mean {', '.join(close)}?" if close else "; see `solveplan --help`"
+            raise click.UsageError(f"{exc.format_message()}{hint}") from None
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> "NoReturn":  # noqa: F821
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="solveplan")
+def cli():
+    """solveplan: the fastest parallel training plan that fits, with the solver's proof."""
+
+
+def main(argv=None):
+    """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="solveplan", standalone_mode=False)
+    except InputError as exc:
+        fail(str(exc))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        fail("aborted", 130)
+    except click.ClickException as exc:
+        fail(exc.format_message().replace("\n", " "))
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    sys.exit(0)

@@ -1,0 +1,9 @@
+"""Frozen pydantic specs at the edge: model, GPU, cluster, job. Units live in field names;
+values are converted to SI once, in the `*_bytes`, `*_s`, `*_flop_per_s` properties."""
+
+from .model import ModelSpec
+from .gpu import GPUSpec
+from .cluster import ClusterSpec, LinkOverride
+from .job import JobSpec, Constraints, RECOMPUTE_MODES
+
+__all__ = ["ModelSpec", "GPUSpec", "ClusterSpec", "LinkOverride", "JobSpec", "Constraints", "RECOMPUTE_MODES"]

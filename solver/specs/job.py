@@ -1,0 +1,62 @@
+"""Training job: model, cluster, batch, sequence, and constraints on every planning knob."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, PositiveInt, model_validator
+
+from .base import Spec
+from .cluster import ClusterSpec
+from .model import ModelSpec
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+Recompute = Literal["none", "selective", "full"]
+
+
+class Constraints(Spec):
+    """Fix or bound any planning knob. A list fixes the allowed values; *_max bounds."""
+
+    tp: Optional[tuple[PositiveInt, ...]] = None
+    pp: Optional[tuple[PositiveInt, ...]] = None
+    dp: Optional[tuple[PositiveInt, ...]] = None
+    cp: Optional[tuple[PositiveInt, ...]] = None
+    vp: Optional[tuple[PositiveInt, ...]] = None
+    micro_batch_size: Optional[tuple[PositiveInt, ...]] = None
+    tp_max: Optional[PositiveInt] = None
+    pp_max: Optional[PositiveInt] = None
+    dp_max: Optional[PositiveInt] = None
+    cp_max: Optional[PositiveInt] = None
+    vp_max: Optional[PositiveInt] = None
+    micro_batch_size_max: Optional[PositiveInt] = None
+    recompute: Optional[tuple[Recompute, ...]] = None
+    sequence_parallel: Optional[tuple[bool, ...]] = None
+    zero: Optional[tuple[Literal[0, 1, 2, 3], ...]] = None
+    uneven_split: bool = Field(True, description="allow uneven layer splits over pipeline stages")
+
+    def allows(self, knob: str, value) -> bool:
+        fixed = getattr(self, knob, None)
+        if fixed is not None and value not in fixed:
+            return False
+        bound = getattr(self, f"{knob}_max", None)
+        return bound is None or value <= bound
+
+
+class JobSpec(Spec):
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch_size: PositiveInt = Field(description="sequences per optimizer step")
+    seq_length: PositiveInt
+    precision: Literal["bf16", "fp8"] = "bf16"
+    flash_attention: bool = True
+    constraints: Constraints = Constraints()
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.precision == "fp8" and self.cluster.gpu.peak_fp8_tflops is None:
+            raise ValueError(f"precision fp8 needs a GPU with FP8 tensor cores; {self.cluster.gpu.name} has none (use bf16)")
+        return self
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_length
