@@ -1,0 +1,90 @@
+"""Shared first phase of every search method: enumerate legal shapes, compute their
+coefficients with the formulation, prune by the memory and time lower bounds
+(solveplan.pruning) against an incumbent, and keep the counts to report.
+
+The incumbent is the best *fitting* shape under the balanced (textbook) split: any method
+must return a plan at least that good, and it refutes an INFEASIBLE verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .formulation.coefficients import StageCoefficients
+from .formulation.evaluate import balanced_split, step_time_batch
+from .formulation.job import job_coefficients
+from .formulation.shapes import Shapes
+from .pruning import memory_lower_bound_bytes, time_lower_bound_s
+from .space import enumerate_shapes
+from .specs import JobSpec
+
+
+def balanced_layers_matrix(num_layers: int, pp: np.ndarray) -> np.ndarray:
+    P = int(pp.max()) if len(pp) else 1
+    out = np.zeros((len(pp), P), dtype=np.int64)
+    cache = {}
+    for i, p in enumerate(pp.tolist()):
+        if p not in cache:
+            cache[p] = balanced_split(num_layers, p)
+        out[i, :p] = cache[p]
+    return out
+
+
+@dataclass
+class Candidates:
+    """Shapes that survive pruning, with their coefficients and bounds."""
+
+    job: JobSpec
+    shapes: Shapes  # survivors
+    coeffs: StageCoefficients  # of the survivors
+    time_lb_s: np.ndarray  # per survivor
+    incumbent_index: Optional[int]  # into survivors: best fitting balanced split
+    incumbent_step_s: float  # inf when no balanced split fits
+    num_legal: int
+    num_dominated: int
+    num_pruned_memory: int
+    num_pruned_time: int
+    # the tightest memory lower bound over all legal shapes (for INFEASIBLE explanations)
+    min_memory_lb_bytes: float
+    min_memory_lb_shape: Optional[dict]
+
+    @property
+    def num_survivors(self) -> int:
+        return len(self.shapes)
+
+
+def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True) -> Candidates:
+    space = enumerate_shapes(job, apply_dominance=apply_dominance)
+    shapes = space.shapes
+    L = job.model.num_layers
+    empty = Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"),
+                       space.num_legal, space.num_dominated, 0, 0, float("inf"), None)
+    if len(shapes) == 0:
+        return empty
+    co = job_coefficients(job, shapes)
+    mem_lb = memory_lower_bound_bytes(co, L)
+    fit = mem_lb <= co.capacity_bytes
+    k = int(np.argmin(mem_lb))
+    min_lb, min_shape = float(mem_lb[k]), shapes.row(k)
+    n_mem = int((~fit).sum())
+    idx = np.flatnonzero(fit)
+    shapes, co = shapes.take(idx), co.take(idx)
+    t_lb = time_lower_bound_s(co, L)
+
+    # incumbent: balanced split of every surviving shape
+    step, _, fits = step_time_batch(co, balanced_layers_matrix(L, shapes.pp))
+    step = np.where(fits, step, np.inf)
+    inc = int(np.argmin(step)) if len(step) and np.isfinite(step).any() else None
+    inc_step = float(step[inc]) if inc is not None else float("inf")
+    n_time = 0
+    if prune_time and inc is not None:
+        keep = t_lb <= inc_step * (1 + 1e-9)
+        n_time = int((~keep).sum())
+        kidx = np.flatnonzero(keep)
+        inc = int(np.searchsorted(kidx, inc))
+        shapes, co, t_lb = shapes.take(kidx), co.take(kidx), t_lb[kidx]
+    return Candidates(job, shapes, co, t_lb, inc, inc_step, space.num_legal, space.num_dominated,
+                      n_mem, n_time, min_lb, min_shape)

@@ -1,0 +1,166 @@
+"""Step time and per-stage memory of configurations with explicit layer splits.
+
+Pipeline (1F1B; interleaved with v chunks per rank), per DESIGN.md section 3:
+    slot_i = tau_i + v*pi_i
+    T_pipe = (m - 1/v) * max_i slot_i + sum_i slot_i / v
+For v=1 this is Alpa's stage objective `(m-1)*max + sum` plus the p2p critical path
+(Pipette); for an even split it is `(m + (p-1)/v) * tau`, Narayanan et al. Eq. (1) with the
+interleaved bubble `(p-1)/(v*m)`.
+Step:  T = T_pipe + max_i [ max(0, D_i - W_i) + O_i ]
+with D_i the stage's data-parallel reduction (+ all-gather), W_i the part of it that overlaps
+the last micro-batch's backward (and the first forward, for the sharded optimizer's
+all-gather), O_i the optimizer step.
+Memory of stage i: model state of its layers (+ embedding / LM head) + activations of its
+in-flight micro-batches (`inflight_microbatches`) + working sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .coefficients import StageCoefficients
+
+
+def inflight_microbatches(pp, vp, m, stage):
+    """Micro-batches' worth of a stage's layers whose activations are alive at once.
+
+    1F1B: stage i holds min(p - i, m) micro-batches (Narayanan et al. 2021 Sec. 2.2).
+    Interleaved (v > 1): Megatron-LM warms up 2(p-i-1) + (v-1)p chunks, +1 in flight, each
+    holding l_i/v layers; on stage 0 that is L(1 + (p-1)/(p v)) layers (Korthikanti Sec. 4.2.3).
+    """
+    pp, vp, m, stage = (np.asarray(x, dtype=np.float64) for x in (pp, vp, m, stage))
+    plain = np.minimum(pp - stage, m)
+    chunks = np.minimum(2 * (pp - stage - 1) + (vp - 1) * pp + 1, m * vp)
+    return np.where(vp > 1, chunks / vp, plain)
+
+
+def _stage_arrays(co: StageCoefficients, layers: np.ndarray):
+    """Per-stage times and memory for rows of `layers` (R x P, zeros beyond pp); `co` holds
+    the coefficients of each row's shape (length R)."""
+    R, P = layers.shape
+    L = layers.astype(np.float64)
+    col = np.arange(P)[None, :]
+    pp = co.pp[:, None]
+    on = col < pp
+    first = (col == 0).astype(np.float64)
+    last = (col == pp - 1).astype(np.float64)
+    v = co.vp[:, None].astype(np.float64)
+    m = co.num_microbatches[:, None].astype(np.float64)
+    c = lambda a: np.asarray(a, dtype=np.float64)[:, None]  # noqa: E731
+
+    tau = L * c(co.layer_s) + first * c(co.first_s) + last * c(co.last_s)
+    slot = np.where(on, tau + v * c(co.boundary_s), 0.0)
+    dp = L * c(co.layer_dp_step_s) + first * c(co.first_dp_step_s) + last * c(co.last_dp_step_s)
+    if co.overlap_grad_reduce:
+        window = (L * c(co.layer_bwd_s) + last * c(co.last_bwd_s)) / v
+        window = window + np.where(c(co.gather_overlaps_forward) > 0, (L * c(co.layer_fwd_s) + first * c(co.first_fwd_s)) / v, 0.0)
+    else:
+        window = 0.0
+    exposed_dp = np.where(on, np.maximum(0.0, dp - window), 0.0)
+    opt = np.where(on, L * c(co.layer_optimizer_step_s) + first * c(co.first_optimizer_step_s) + last * c(co.last_optimizer_step_s), 0.0)
+
+    mu = inflight_microbatches(pp, v, m, col)
+    params = L * c(co.layer_params_bytes)
+    grads = L * c(co.layer_grads_bytes)
+    optim = L * c(co.layer_optimizer_bytes)
+    emb_state = first * c(co.first_static_bytes) + last * c(co.last_static_bytes)
+    # split the embedding / head state in the same proportions as a layer's
+    static_l = c(co.layer_static_bytes)
+    frac = lambda x: np.divide(c(x), static_l, out=np.zeros_like(static_l), where=static_l > 0)  # noqa: E731
+    params = params + emb_state * frac(co.layer_params_bytes)
+    grads = grads + emb_state * frac(co.layer_grads_bytes)
+    optim = optim + emb_state * frac(co.layer_optimizer_bytes)
+    act = L * c(co.layer_act_bytes) * mu + first * c(co.first_act_bytes) * mu + last * c(co.last_act_bytes)
+    other = np.broadcast_to(c(co.const_bytes), L.shape)
+    mask = lambda x: np.where(on, x, 0.0)  # noqa: E731
+    return dict(tau=mask(tau), slot=slot, exposed_dp=exposed_dp, opt=opt, params=mask(params), grads=mask(grads),
+                optimizer=mask(optim), activations=mask(act), other=mask(other), on=on)
+
+
+def step_time_batch(co: StageCoefficients, layers: np.ndarray):
+    """Vectorised: (step_time_s, peak_memory_bytes, fits) for each row of `layers`."""
+    st = _stage_arrays(co, layers)
+    v = co.vp.astype(np.float64)
+    m = co.num_microbatches.astype(np.float64)
+    t_pipe = (m - 1.0 / v) * st["slot"].max(axis=1) + st["slot"].sum(axis=1) / v
+    step = t_pipe + (st["exposed_dp"] + st["opt"]).max(axis=1)
+    mem = st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
+    peak = mem.max(axis=1)
+    return step, peak, peak <= co.capacity_bytes
+
+
+@dataclass
+class Evaluation:
+    """One configuration's predicted step and memory (float formulation)."""
+
+    step_time_s: float
+    breakdown: dict[str, float]
+    stages: list[dict] = field(default_factory=list)
+    peak_memory_bytes: float = 0.0
+    capacity_bytes: float = 0.0
+
+    @property
+    def fits(self) -> bool:
+        return all(s["fits"] for s in self.stages)
+
+
+def evaluate_split(co: StageCoefficients, index: int, layers) -> Evaluation:
+    """Evaluate shape `index` of `co` with the layer split `layers` (one count per stage)."""
+    layers = np.asarray(layers, dtype=np.int64)
+    one = co.take(index)
+    p = int(one.pp[0])
+    if len(layers) != p:
+        raise ValueError(f"layers_per_stage has {len(layers)} entries for pp={p}")
+    st = _stage_arrays(one, layers[None, :])
+    v = float(one.vp[0])
+    m = float(one.num_microbatches[0])
+    slot = st["slot"][0, :p]
+    tau = st["tau"][0, :p]
+    t_pipe = (m - 1 / v) * slot.max() + slot.sum() / v
+    tail = st["exposed_dp"][0, :p] + st["opt"][0, :p]
+    k = int(np.argmax(tail))
+    step = t_pipe + tail[k]
+    b = int(np.argmax(slot))  # bottleneck stage
+    lb = float(layers[b])
+    per_mb = {
+        "compute_s": lb * one.layer_compute_s[0] + (b == 0) * one.first_s[0] + (b == p - 1) * one.last_s[0],
+        "tp_comm_s": lb * one.layer_tp_s[0],
+        "cp_comm_s": lb * one.layer_cp_s[0],
+        "zero3_comm_s": lb * one.layer_zero3_s[0],
+        "pp_comm_s": v * one.boundary_s[0],
+    }
+    breakdown = {key: float(m * val) for key, val in per_mb.items()}
+    breakdown["bubble_s"] = float(t_pipe - m * slot[b])
+    breakdown["exposed_dp_s"] = float(st["exposed_dp"][0, k])
+    breakdown["optimizer_s"] = float(st["opt"][0, k])
+    stages = []
+    for i in range(p):
+        mem = {key: float(st[key][0, i]) for key in ("params", "grads", "optimizer", "activations", "other")}
+        mem["total"] = sum(mem.values())
+        stages.append({
+            "stage": i,
+            "layers": int(layers[i]),
+            "time_per_microbatch_s": float(tau[i]),
+            "memory_bytes": mem,
+            "fits": bool(mem["total"] <= one.capacity_bytes),
+        })
+    return Evaluation(
+        step_time_s=float(step),
+        breakdown=breakdown,
+        stages=stages,
+        peak_memory_bytes=max(s["memory_bytes"]["total"] for s in stages),
+        capacity_bytes=float(one.capacity_bytes),
+    )
+
+
+def balanced_split(num_layers: int, pp: int) -> list[int]:
+    """The textbook split: as even as possible, extra layers on the middle stages (the first
+    and last stages also hold the embedding and the LM head)."""
+    base, extra = divmod(num_layers, pp)
+    counts = [base] * pp
+    order = sorted(range(pp), key=lambda i: (i in (0, pp - 1), abs(i - (pp - 1) / 2)))
+    for i in order[:extra]:
+        counts[i] += 1
+    return counts

@@ -1,0 +1,60 @@
+"""A batch of parallel configurations as a struct of numpy arrays (one entry per shape)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Parallel degrees and knobs; `dp` is derived by the space (tp*cp*pp*dp = GPUs)."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    vp: np.ndarray
+    micro_batch_size: np.ndarray
+    recompute: np.ndarray  # RECOMPUTE_CODES
+    sequence_parallel: np.ndarray  # bool
+    zero: np.ndarray  # 0 plain DP, 1 distributed optimizer / ZeRO-1, 2, 3
+
+    def __post_init__(self):
+        n = len(self.tp)
+        for f in fields(self):
+            arr = np.asarray(getattr(self, f.name))
+            if arr.shape != (n,):
+                raise ValueError(f"Shapes.{f.name} has shape {arr.shape}, expected ({n},)")
+            object.__setattr__(self, f.name, arr.astype(bool if f.name == "sequence_parallel" else np.int64))
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @classmethod
+    def single(cls, *, tp=1, pp=1, dp=1, cp=1, vp=1, micro_batch_size=1, recompute="none",
+               sequence_parallel=False, zero=0) -> "Shapes":
+        code = RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else int(recompute)
+        return cls(*(np.array([v]) for v in (tp, pp, dp, cp, vp, micro_batch_size, code, sequence_parallel, zero)))
+
+    @classmethod
+    def concat(cls, parts: list["Shapes"]) -> "Shapes":
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
+
+    def take(self, idx) -> "Shapes":
+        idx = np.atleast_1d(idx)
+        return Shapes(*(getattr(self, f.name)[idx] for f in fields(self)))
+
+    def row(self, i: int) -> dict:
+        """One shape as plain Python values (Megatron-LM knob names)."""
+        d = {f.name: getattr(self, f.name)[i].item() for f in fields(self)}
+        d["recompute"] = RECOMPUTE_NAMES[d["recompute"]]
+        d["sequence_parallel"] = bool(d["sequence_parallel"])
+        return d
+
+    def num_microbatches(self, global_batch_size: int) -> np.ndarray:
+        return global_batch_size // (self.dp * self.micro_batch_size)

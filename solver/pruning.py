@@ -1,0 +1,40 @@
+"""Bounds that let the search drop shapes before building a model (DESIGN.md section 4).
+
+Both bounds hold for every layer split (layers >= 1 per stage, summing to L):
+- memory: some stage holds at least ceil(L/p) layers, and every stage keeps at least one
+  micro-batch in flight, so max_i mem_i >= ceil(L/p)*(static + act) + const; the first stage
+  holds >= 1 layer plus the embedding with mu_0 micro-batches in flight; the last stage
+  >= 1 layer plus the LM head and logits.
+- time: with S = sum_i slot_i (fixed by the shape: sum of layers is L), max_i slot_i >= S/p,
+  so T >= (m - 1/v)*S/p + S/v (the DP tail is >= 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formulation.coefficients import StageCoefficients
+from .formulation.evaluate import inflight_microbatches
+
+
+def memory_lower_bound_bytes(co: StageCoefficients, num_layers: int) -> np.ndarray:
+    p = co.pp.astype(np.float64)
+    m = co.num_microbatches
+    heavy = np.ceil(num_layers / p)
+    mu_last = inflight_microbatches(co.pp, co.vp, m, co.pp - 1)
+    mu_first = inflight_microbatches(co.pp, co.vp, m, 0)
+    static = co.layer_static_bytes
+    bound_avg = heavy * (static + co.layer_act_bytes * mu_last) + co.const_bytes
+    bound_first = static + co.layer_act_bytes * mu_first + co.first_static_bytes + co.first_act_bytes * mu_first + co.const_bytes
+    bound_last = static + co.layer_act_bytes * mu_last + co.last_static_bytes + co.last_act_bytes + co.const_bytes
+    single = co.pp == 1
+    bound_first = np.where(single, bound_first + co.last_static_bytes + co.last_act_bytes + (num_layers - 1) * (static + co.layer_act_bytes * mu_first), bound_first)
+    return np.maximum(bound_avg, np.maximum(bound_first, bound_last))
+
+
+def time_lower_bound_s(co: StageCoefficients, num_layers: int) -> np.ndarray:
+    p = co.pp.astype(np.float64)
+    v = co.vp.astype(np.float64)
+    m = co.num_microbatches.astype(np.float64)
+    total = num_layers * co.layer_s + co.first_s + co.last_s + p * v * co.boundary_s
+    return (m - 1.0 / v) * total / p + total / v

@@ -1,0 +1,104 @@
+"""Legal parallel shapes of a job, enumerated in numpy (DESIGN.md section 4).
+
+A shape fixes tp, cp, pp, dp (tp*cp*pp*dp = GPUs), vp, micro-batch size, recompute, sequence
+parallelism and the ZeRO stage; the layer split is chosen later. Legality follows
+Megatron-LM's checks:
+- tp divides the attention heads, the KV heads (query groups) and the FFN width;
+- cp needs flash attention and a sequence length divisible by 2*cp (load-balanced causal CP);
+- pp <= layers; the global batch divides into dp * micro_batch_size;
+- interleaving (vp > 1) needs pp >= 2, pp*vp <= layers and micro-batches divisible by pp;
+- sequence parallelism only with tp > 1; optimizer sharding only with dp*cp > 1;
+  ZeRO-3 only without pipelining.
+User constraints (`Constraints`) filter every knob.
+
+Dominance (exact under the formulation, applied only to knobs the user left free):
+sequence parallelism on beats off when tp > 1 (same communication volume, elementwise work
+and activations divided by tp); the distributed optimizer (zero=1) beats plain DP (zero=0)
+(reduce-scatter + all-gather move less than an all-reduce, the optimizer step is sharded,
+memory is smaller). Shapes removed this way are counted in `num_dominated`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .formulation.shapes import RECOMPUTE_CODES, Shapes
+from .specs import JobSpec
+
+MAX_VP = 8
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@dataclass(frozen=True)
+class Space:
+    shapes: Shapes
+    num_legal: int  # legal shapes before dominance
+    num_dominated: int
+
+
+def _allowed(cons, knob, values):
+    return [v for v in values if cons.allows(knob, v)]
+
+
+def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
+    model, cluster, cons = job.model, job.cluster, job.constraints
+    N = cluster.num_gpus
+    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
+    sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
+    z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
+    if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
+        return Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0, 0)
+    # knob grid (rc x sp x z) broadcast once
+    R, S, Z = np.meshgrid(rc_vals, sp_vals, z_vals, indexing="ij")
+    R, S, Z = R.ravel(), S.ravel(), Z.ravel()
+    sp_free, z_free = cons.sequence_parallel is None, cons.zero is None
+    blocks, legal, dominated = [], 0, 0
+    for tp in _allowed(cons, "tp", divisors(N)):
+        if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
+            continue
+        for cp in _allowed(cons, "cp", divisors(N // tp)):
+            if cp > 1 and (not job.flash_attention or s % (2 * cp)):
+                continue
+            for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
+                if pp > L:
+                    continue
+                dp = N // (tp * cp * pp)
+                if B % dp or not cons.allows("dp", dp):
+                    continue
+                ok = np.ones(len(R), dtype=bool)
+                ok &= ~(S & (tp == 1))
+                ok &= ~((Z > 0) & (dp * cp == 1))
+                ok &= ~((Z == 3) & (pp > 1))
+                dom = np.zeros(len(R), dtype=bool)
+                if apply_dominance:
+                    if sp_free and tp > 1:
+                        dom |= ~S
+                    if z_free and dp * cp > 1:
+                        dom |= Z == 0
+                mbs_list = _allowed(cons, "micro_batch_size", divisors(B // dp))
+                for mbs in mbs_list:
+                    m = B // (dp * mbs)
+                    vps = [1] + ([v for v in range(2, MAX_VP + 1) if pp * v <= L and m % pp == 0] if pp >= 2 else [])
+                    vps = _allowed(cons, "vp", vps)
+                    n_ok = int(ok.sum())
+                    keep = ok & ~dom
+                    legal += n_ok * len(vps)
+                    dominated += int((ok & dom).sum()) * len(vps)
+                    k = int(keep.sum())
+                    if k == 0 or not vps:
+                        continue
+                    for vp in vps:
+                        blocks.append(np.column_stack([
+                            np.full(k, tp), np.full(k, pp), np.full(k, dp), np.full(k, cp), np.full(k, vp),
+                            np.full(k, mbs), R[keep], S[keep].astype(np.int64), Z[keep],
+                        ]))
+    if not blocks:
+        return Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), legal, dominated)
+    arr = np.concatenate(blocks).astype(np.int64)
+    return Space(Shapes(*(arr[:, i] for i in range(9))), legal, dominated)
