@@ -88,3 +88,33 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
         shapes, co, t_lb = shapes.take(kidx), co.take(kidx), t_lb[kidx]
     return Candidates(job, shapes, co, t_lb, inc, inc_step, space.num_legal, space.num_dominated,
                       n_mem, n_time, min_lb, min_shape)
+
+
+@dataclass
+class Choice:
+    """One answer of a search method: a surviving shape (index into Candidates.shapes) and
+    its layer split, with the method's own value of the objective."""
+
+    index: int
+    layers: list[int]
+    objective_s: float
+
+
+@dataclass
+class MethodResult:
+    """What every search method (cpsat, exhaustive, alpa-dp) returns to solveplan.optimize.
+
+    status: "OPTIMAL" | "FEASIBLE" (stopped early with a plan) | "INFEASIBLE" | "UNKNOWN".
+    best: the chosen plan (None when there is none); top: the K best distinct plans found
+    (best first) when asked for; bound_s: a proven lower bound on the optimal step time (None
+    when the method proves nothing); evaluations: configurations evaluated (baselines);
+    finished: False when a budget stopped the method; stats: solver statistics to report.
+    """
+
+    status: str
+    best: Optional[Choice]
+    bound_s: Optional[float] = None
+    top: list[Choice] = None
+    evaluations: Optional[int] = None
+    finished: bool = True
+    stats: dict = None
