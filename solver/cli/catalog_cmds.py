@@ -192,6 +192,10 @@ def _resolve_file(path: Path) -> tuple[str, Any]:
     from ..specs import GPUSpec
     from ..specs.hf import is_hf_config
 
+    if path.is_dir():
+        if (path / "config.json").is_file():  # a Hugging Face checkpoint directory
+            return _resolve_file(path / "config.json")
+        raise InputError("NAME", f"{str(path)!r} is a directory without a config.json; give a spec file")
     if path.is_file() and not path.read_text().strip():
         raise InputError("NAME", f"{path.name} is empty; it must hold a model, GPU or cluster spec")
     data = read_mapping(path, "NAME")

@@ -1,0 +1,195 @@
+"""The shipped catalogs: every entry loads and validates, parameter counts match what the
+sources state, `<family>x<N>` names resolve, and the catalog commands print what they list."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from solveplan.catalog import (_catalog_dir, catalog_clusters, catalog_families, catalog_gpus, catalog_models,
+                               family_cluster, load_cluster, load_model)
+from solveplan.errors import InputError
+from solveplan.specs import ClusterSpec, GPUSpec, ModelSpec
+
+# Models with learned absolute position embeddings (seq_length x hidden weights the spec does
+# not count): GPT-3 and GPT-2 (Radford et al. 2019), Megatron-LM GPT (Narayanan et al. Eq. 2
+# counts s*h), OPT. Their notes say so; the check adds those weights back before comparing.
+LEARNED_POSITIONS = ("gpt3-", "megatron-", "gpt2", "opt-")
+
+
+def _models():
+    return catalog_models()
+
+
+def test_at_least_30_models_and_required_families():
+    names = set(_models())
+    assert len(names) >= 30
+    required = {f"gpt3-{s}" for s in ("125m", "350m", "760m", "1.3b", "2.7b", "6.7b", "13b", "175b")}
+    required |= {f"megatron-{s}" for s in ("1.7b", "3.6b", "7.5b", "18b", "39b", "76b", "145b", "310b", "530b", "1t")}
+    required |= {"llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b"}
+    assert required <= names, required - names
+    assert len(names - required) >= 6
+
+
+@pytest.mark.parametrize("name", sorted(catalog_models()))
+def test_model_entry(name):
+    m = _models()[name]
+    assert isinstance(m, ModelSpec) and m.name == name == name.lower()
+    # keys are exactly the ModelSpec fields (name comes from the file stem)
+    raw = yaml.safe_load((_catalog_dir("models") / f"{name}.yaml").read_text())
+    assert set(raw) == set(ModelSpec.model_fields) - {"name"}, set(raw) ^ (set(ModelSpec.model_fields) - {"name"})
+    assert m.hidden_size % m.num_attention_heads == 0 and m.num_attention_heads % m.num_kv_heads == 0
+    assert m.source and m.source != "user supplied" and m.notes
+    assert m.nominal_params_b is not None
+    params = m.num_params
+    if name.startswith(LEARNED_POSITIONS):
+        assert "position embeddings" in m.notes
+        params += m.seq_length * m.hidden_size
+    assert abs(params / 1e9 - m.nominal_params_b) <= 0.01 * m.nominal_params_b, (params / 1e9, m.nominal_params_b)
+    assert load_model(name) is m and load_model(name.upper()) is m
+
+
+def test_paper_shapes():
+    """Spot checks against the source tables."""
+    m = _models()
+    # Narayanan et al. 2021 Table 1
+    table1 = {"1.7b": (24, 2304, 24, 512), "3.6b": (30, 3072, 32, 512), "7.5b": (36, 4096, 32, 512),
+              "18b": (40, 6144, 48, 1024), "39b": (48, 8192, 64, 1536), "76b": (60, 10240, 80, 1792),
+              "145b": (80, 12288, 96, 2304), "310b": (96, 16384, 128, 2160), "530b": (105, 20480, 128, 2520),
+              "1t": (128, 25600, 160, 3072)}
+    for size, (L, h, a, b) in table1.items():
+        s = m[f"megatron-{size}"]
+        assert (s.num_layers, s.hidden_size, s.num_attention_heads, s.global_batch_size) == (L, h, a, b)
+        assert (s.vocab_size, s.seq_length, s.ffn_hidden_size) == (51200, 2048, 4 * h)
+    # GPT-3 Table 2.1 (13B: 5120, not the paper's 5140, and the notes say why)
+    g = m["gpt3-13b"]
+    assert (g.num_layers, g.hidden_size, g.num_attention_heads, g.vocab_size) == (40, 5120, 40, 50257)
+    assert "5140" in g.notes
+    assert m["gpt3-175b"].global_batch_size * 2048 == 3_145_728 and m["gpt3-125m"].global_batch_size == 256
+    assert all(m[f"gpt3-{s}"].tied_embeddings for s in ("125m", "13b", "175b"))
+    # Llama 3.1 405B (Llama 3 paper Table 3)
+    s = m["llama3.1-405b"]
+    assert (s.num_layers, s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.ffn_hidden_size) == \
+        (126, 16384, 128, 8, 53248)
+
+
+def test_gpus():
+    gpus = catalog_gpus()
+    assert {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "v100-32gb", "mi300x"} <= set(gpus)
+    for name, g in gpus.items():
+        assert isinstance(g, GPUSpec) and g.source != "user supplied"
+        raw = yaml.safe_load((_catalog_dir("gpus") / f"{name}.yaml").read_text())
+        # datasheet values only: the fitted efficiency fields are left to the formulation owner
+        assert set(raw) <= {"peak_bf16_tflops", "peak_fp8_tflops", "hbm_gib", "hbm_gbyte_per_s", "source"}, raw
+    assert gpus["v100-32gb"].peak_fp8_tflops is None and gpus["a100-80gb"].peak_fp8_tflops is None
+    assert gpus["h100-sxm"].peak_bf16_tflops == 989 and gpus["h100-sxm"].peak_fp8_tflops == 1979
+
+
+def test_families_and_named_clusters():
+    fams = catalog_families()
+    assert {"a100", "a100-40gb", "h100", "h200", "b200", "v100", "mi300x"} <= set(fams)
+    allowed = (set(ClusterSpec.model_fields) - {"name", "num_nodes"}) | {"description"}
+    for name, tmpl in fams.items():
+        assert set(tmpl) <= allowed, set(tmpl) - allowed
+        assert tmpl["gpu"] in catalog_gpus() and tmpl.get("source")
+    named = catalog_clusters()
+    assert 3 <= len(named)
+    for c in named.values():
+        assert c.nodes_per_leaf and c.spine_oversubscription >= 1 and c.source != "user supplied"
+    c = named["a100-2rack-4to1"]
+    assert (c.num_nodes, c.nodes_per_leaf, c.spine_oversubscription, c.num_gpus) == (16, 8, 4.0, 128)
+
+
+@pytest.mark.parametrize("ref,gpu,nodes,per_node", [
+    ("a100x64", "a100-80gb", 8, 8), ("A100X8", "a100-80gb", 1, 8), ("a100-40gbx16", "a100-40gb", 2, 8),
+    ("h100x1024", "h100-sxm", 128, 8), ("h200x8", "h200", 1, 8), ("b200x72", "b200", 9, 8),
+    ("v100x32", "v100-32gb", 2, 16), ("mi300xx16", "mi300x", 2, 8),
+])
+def test_family_resolution(ref, gpu, nodes, per_node):
+    c = load_cluster(ref)
+    assert (c.gpu.name, c.num_nodes, c.gpus_per_node, c.num_gpus) == (gpu, nodes, per_node, nodes * per_node)
+    assert c.name == ref.lower()
+
+
+@pytest.mark.parametrize("ref,per_node", [("a100x12", 8), ("h100x4", 8), ("a100x0", 8), ("v100x24", 16)])
+def test_family_gpu_count_must_fill_nodes(ref, per_node):
+    with pytest.raises(InputError, match=f"not a multiple of {per_node} GPUs per node"):
+        load_cluster(ref)
+
+
+def test_family_cluster_direct():
+    assert family_cluster("h100", 16).num_nodes == 2
+    with pytest.raises(InputError, match="did you mean h100"):
+        family_cluster("h10", 16)
+
+
+# ----------------------------------------------------------------- CLI
+def test_models_json(cli):
+    r = cli("models", "--json")
+    assert r.code == 0 and r.err == ""
+    rows = json.loads(r.out)
+    assert len(rows) == len(catalog_models())
+    row = {x["name"]: x for x in rows}["llama2-7b"]
+    assert row["num_params"] == catalog_models()["llama2-7b"].num_params and row["num_layers"] == 32
+
+
+def test_tables(cli):
+    for cmd, names in (("models", ["gpt3-175b", "llama3.1-405b"]), ("gpus", ["h100-sxm", "mi300x"]),
+                       ("clusters", ["selene-like", "a100x<N>"])):
+        r = cli(cmd)
+        assert r.code == 0 and r.err == ""
+        for n in names:
+            assert n in r.out
+
+
+def test_gpus_and_clusters_json(cli):
+    gpus = json.loads(cli("gpus", "--json").out)
+    assert {g["name"] for g in gpus} == set(catalog_gpus())
+    rows = json.loads(cli("clusters", "--json").out)
+    kinds = {r["name"]: r["kind"] for r in rows}
+    assert kinds["a100-2rack-4to1"] == "cluster" and kinds["h100x<N>"] == "family"
+
+
+def test_show_model_json(cli):
+    r = cli("show", "gpt3-175b", "--json")
+    assert r.code == 0
+    d = json.loads(r.out)
+    m = catalog_models()["gpt3-175b"]
+    assert d["kind"] == "model" and d["derived"]["num_params"] == m.num_params
+    assert d["derived"]["flops_per_token"] == 6 * m.num_params + 12 * 96 * 12288 * 2048
+    assert d["derived"]["params_per_layer"] == m.params_per_layer
+    assert "FLOPs/token" in cli("show", "gpt3-175b").out
+
+
+def test_show_cluster_gpu_family(cli):
+    d = json.loads(cli("show", "a100x64", "--json").out)
+    assert d["kind"] == "cluster" and d["derived"]["num_gpus"] == 64 and d["derived"]["gpu"] == "a100-80gb"
+    out = cli("show", "a100-2rack-4to1").out
+    assert "128 = 16 nodes x 8" in out and "2 of 8 nodes, spine 4:1" in out
+    assert json.loads(cli("show", "h100-sxm", "--json").out)["spec"]["peak_bf16_tflops"] == 989
+    assert json.loads(cli("show", "v100", "--json").out)["template"]["gpus_per_node"] == 16
+
+
+def test_show_files(cli, tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nffn_hidden_size: 256\nvocab_size: 100\n")
+    d = json.loads(cli("show", str(p), "--json").out)
+    assert d["name"] == "tiny" and d["spec"]["num_kv_heads"] == 4
+    c = tmp_path / "two.yaml"
+    c.write_text("gpu: h100-sxm\nnum_nodes: 2\nnvlink_gbyte_per_s: 450\nnic_gbit_per_s: 400\n")
+    assert json.loads(cli("show", str(c), "--json").out)["derived"]["num_gpus"] == 16
+    g = tmp_path / "mygpu.yaml"
+    g.write_text("peak_bf16_tflops: 100\nhbm_gib: 24\nhbm_gbyte_per_s: 1000\n")
+    assert json.loads(cli("show", str(g), "--json").out)["spec"]["name"] == "mygpu"
+
+
+@pytest.mark.parametrize("kind", ["model", "gpu", "cluster", "job"])
+def test_schema(cli, kind):
+    r = cli("schema", kind)
+    assert r.code == 0
+    s = json.loads(r.out)
+    assert s["type"] == "object" and s["properties"]
+    if kind == "model":
+        assert "num_layers" in s["properties"] and "num_layers" in s["required"]
