@@ -44,8 +44,9 @@ CROSS_ENTROPY_BYTES_BWD = 8
 LOGIT_BYTES = 6
 # Flash-attention backward recomputes the scores: 5 matmuls against 2 forward.
 FLASH_BWD_FACTOR = 2.5
-# ZeRO-3 keeps the gathered parameters of this many layers alive (current + prefetch).
-ZERO3_LIVE_LAYERS = 2
+# ZeRO-3 keeps the gathered bf16 parameters and bf16 gradients of about one layer alive
+# (prefetch works in sub-layer buckets).
+ZERO3_LIVE_LAYERS = 1
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ def stage_coefficients(
     precision: str = "bf16",
     flash_attention: bool = True,
     overlap_grad_reduce: bool = True,
+    tp_comm_overlap: bool = False,
 ) -> StageCoefficients:
     gpu = cluster.gpu
     t = shapes.tp.astype(np.float64)
@@ -184,8 +186,13 @@ def stage_coefficients(
     act_msg = b * (s / c) * h * BF16_BYTES
     # 2 all-reduces (or all-gather + reduce-scatter pairs of equal volume with SP) per pass
     tp_pass = 2 * comm.allreduce_s(act_msg, t, tp_bw, tp_lat)
-    tp_passes = 2 + (rc == 2)  # forward, backward, and the recomputed forward
-    layer_tp = tp_pass * tp_passes
+    if tp_comm_overlap:  # Transformer Engine userbuffers: TP collectives pipelined with the GEMMs
+        tp_exposed_fwd = np.maximum(0.0, tp_pass - gemm_fwd)
+        tp_exposed_bwd = np.maximum(0.0, tp_pass - 2 * gemm_fwd)
+    else:
+        tp_exposed_fwd = tp_exposed_bwd = tp_pass
+    # forward, backward, and the recomputed forward
+    layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
 
     # ---------------- context-parallel ring exchange (overlapped with the core) ----------------
     cp_bw, cp_lat, _ = comm.group_links(cluster, c, t)
@@ -204,8 +211,12 @@ def stage_coefficients(
 
     # ZeRO-3: gather each layer's parameters for every pass, reduce-scatter its gradients, per
     # micro-batch, overlapped with that layer's compute (prefetch); ZeRO paper's 3x volume.
-    ag = comm.allgather_s(layer_params_gpu * BF16_BYTES, shard, dp_bw, dp_lat)
-    rs3 = comm.reducescatter_s(layer_params_gpu * BF16_BYTES, shard, dp_bw, dp_lat)
+    # Its per-parameter collectives are not striped over a node's NICs: each rank's traffic
+    # crosses its own NIC (the six ZeRO-3 rows of Narayanan et al. Table 2 run at ~16 GB/s
+    # per GPU whatever the GPU count, which striping over 8 NICs cannot explain).
+    z3_bw = np.where(shard * t <= cluster.gpus_per_node, dp_bw, np.minimum(dp_bw, cluster.nic_bytes_per_s))
+    ag = comm.allgather_s(layer_params_gpu * BF16_BYTES, shard, z3_bw, dp_lat)
+    rs3 = comm.reducescatter_s(layer_params_gpu * BF16_BYTES, shard, z3_bw, dp_lat)
     z3_exposed = (np.maximum(0.0, ag - fwd) * (1 + (rc == 2)) + np.maximum(0.0, ag + rs3 - bwd))
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered every micro-batch
     # (overlapped with that layer's backward), not once per step.
@@ -258,7 +269,7 @@ def stage_coefficients(
     layer_act = np.where(rc == 2, 2.0 * sbh / rep, np.where(rc == 1, sbh * (replicated + sharded) + core_mem_sel, full_layer_act))
     # transient working sets: one layer's recomputed activations in backward
     work = np.where(rc == 2, full_layer_act, np.where(rc == 1, core_mem - core_mem_sel, 0.0))
-    work = work + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * (BF16_BYTES + FP32_BYTES), 0.0)
+    work = work + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * t * 2 * BF16_BYTES, 0.0)
     first_act = sbh * 1.0 / rep + sbh * BF16_BYTES / rep  # embedding output and its dropout mask
     last_act = 4.0 * sbh / rep + LOGIT_BYTES * b * (s / c) * V / t  # final norm, head input, logits
 
@@ -271,8 +282,8 @@ def stage_coefficients(
         layer_tp_s=layer_tp,
         layer_cp_s=layer_cp,
         layer_zero3_s=layer_zero3,
-        layer_fwd_s=fwd + tp_pass,
-        layer_bwd_s=bwd + tp_pass,
+        layer_fwd_s=fwd + tp_exposed_fwd,
+        layer_bwd_s=bwd + tp_exposed_bwd,
         first_s=emb_fwd + emb_bwd,
         last_s=head_fwd + head_bwd,
         first_fwd_s=emb_fwd,

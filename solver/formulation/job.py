@@ -14,11 +14,12 @@ from .flops import hardware_flop_per_step, model_flop_per_step
 from .shapes import Shapes
 
 
-def job_coefficients(job: JobSpec, shapes: Shapes, overlap_grad_reduce: bool = True) -> StageCoefficients:
+def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
     return stage_coefficients(
         job.model, job.cluster, shapes,
         global_batch_size=job.global_batch_size, seq_length=job.seq_length,
-        precision=job.precision, flash_attention=job.flash_attention, overlap_grad_reduce=overlap_grad_reduce,
+        precision=job.precision, flash_attention=job.flash_attention,
+        overlap_grad_reduce=job.overlap_grad_reduce, tp_comm_overlap=job.tp_comm_overlap,
     )
 
 

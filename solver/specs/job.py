@@ -49,6 +49,8 @@ class JobSpec(Spec):
     seq_length: PositiveInt
     precision: Literal["bf16", "fp8"] = "bf16"
     flash_attention: bool = True
+    overlap_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the last backward (Megatron --overlap-grad-reduce)")
+    tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap, Transformer Engine)")
     constraints: Constraints = Constraints()
 
     @model_validator(mode="after")
