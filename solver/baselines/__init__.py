@@ -1,0 +1,12 @@
+"""Yardsticks over the same space and formulation as the CP-SAT encoding (DESIGN.md section 5):
+`exhaustive` (every shape x every layer split) and `alpa_dp` (Alpa's inter-operator DP).
+
+Both take a `Candidates` and return a `MethodResult`. They are meant to search the legal
+space without our dominance and time pruning: build their candidates with
+`candidates.prepare(job, **PREPARE_KWARGS)`. The memory lower bound stays on (it is valid for
+every split, so it only drops shapes that cannot fit under any split).
+"""
+
+PREPARE_KWARGS = {"prune_time": False, "apply_dominance": False}
+
+__all__ = ["PREPARE_KWARGS"]

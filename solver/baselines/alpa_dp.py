@@ -1,0 +1,319 @@
+"""Alpa's inter-operator dynamic program (Zheng et al., OSDI'22, Sec. 5.2) on our formulation.
+
+Alpa slices the layers into contiguous stages: for each candidate bottleneck `t_max` it runs
+a DP over (stage, layers assigned so far) that minimises the sum of the stage latencies with
+every stage <= t_max, and scores `(B - 1) * t_max + sum`; it enumerates t_max in ascending
+order and stops once `(B - 1) * t_max` alone cannot beat the best total. Here the shape
+(tp, cp, dp, vp, micro-batch, recompute, SP, ZeRO, hence Alpa's sub-mesh and its logical mesh
+shape) is enumerated outside the DP, as Alpa enumerates sub-mesh choices, and stage i's
+per-micro-batch slot, DP tail and memory come from the single formulation
+(`evaluate._stage_arrays`, called once per shape on a table of "every stage holds l layers"
+rows, so stage-dependent memory -- in-flight micro-batches, embedding, LM head -- is exact).
+
+Our objective for a split (l_0..l_{p-1}) of a shape is (evaluate.step_time_batch):
+
+    T = (m - 1/v) * max_i slot_i(l_i) + sum_i slot_i(l_i) / v + max_i tail_i(l_i)
+
+with tail_i the stage's exposed data-parallel reduction plus its optimizer step. The tail is
+a second max over stages, which Alpa's scalar DP cannot carry exactly. Two exact modes:
+
+- "minmax" (default). In this formulation every stage pays the same time per layer (the
+  first/last extras and the p2p boundaries are paid once whatever the split), so
+  sum_i slot_i = L*layer_s + first_s + last_s + p*v*boundary_s is the same for every split:
+  Alpa's inner objective is a constant. The DP for a given t_max then minimises what still
+  varies, max_i tail_i(l_i), subject to slot_i <= t_max and stage i fitting in memory: a
+  min-max DP (max is monotone and associative, so this DP is exact).
+- "sum" (general, Alpa's own DP). For each t_max and each candidate tail cap c (the distinct
+  tail values, ascending), a DP minimises sum_i slot_i subject to slot_i <= t_max,
+  tail_i <= c and memory; the score is (m - 1/v)*t_max + sum/v + c. The DP itself is exact for
+  any per-stage slot and tail, at a cost of |tail caps| more DPs; the tests use it to
+  cross-check "minmax".
+
+Both modes (and the pruning below) rely on the sum being split-invariant; it is checked on
+every shape from the formulation's own table, and a violation raises instead of answering
+wrongly.
+
+In both modes the optimum split of a shape is scored at the t_max that equals its own
+bottleneck (and the cap that equals its own tail), so the minimum over the enumeration is the
+exact optimum over all contiguous splits -- here, all splits. Every reported objective is the
+split re-evaluated by `step_time_batch`, so it is bit-identical to the exhaustive search's
+value for the same split.
+
+Pruning is Alpa's, nothing of ours: shapes are visited in ascending order of
+(m - 1/v) * t_low + S/v, with t_low = S/p the smallest bottleneck any split can have (max >=
+mean), and the search stops -- for the shape and for all later shapes -- once
+(m - 1/v) * t_max + S/v + (the shape's least possible tail) >= the k-th best objective found.
+
+Top-k: the best split of each of the k best shapes (a k-best DP is not attempted).
+Evaluations: DP cell updates, i.e. (layers assigned after stage i, layers of stage i) pairs
+examined, over every t_max (and tail cap) tried, counting only reachable cells.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..candidates import Candidates, Choice, MethodResult
+from ..formulation.evaluate import _stage_arrays, step_time_batch
+
+T_BATCH = 16  # t_max values solved at once (numpy batch)
+REL_TOL = 1e-12
+
+
+def _tables(co_one, L: int, p: int):
+    """slot, tail, fits as (Lmax x p) arrays: row l-1 = stage i holding l layers."""
+    lmax = L - p + 1
+    ls = np.arange(1, lmax + 1, dtype=np.int64)
+    layers = np.repeat(ls[:, None], p, axis=1)
+    st = _stage_arrays(co_one.take(np.zeros(lmax, dtype=np.int64)), layers)
+    slot = st["slot"][:, :p]
+    tail = (st["exposed_dp"] + st["opt"])[:, :p]
+    mem = (st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"])[:, :p]
+    fits = mem <= co_one.capacity_bytes
+    return slot, tail, fits
+
+
+def _constant_sum(slot: np.ndarray) -> bool:
+    """True when slot_i(l) = a_i + l*d with one d for every stage (sum over a split is fixed)."""
+    if slot.shape[0] < 2:
+        return True
+    d = np.diff(slot, axis=0)
+    ref = d[:, :1]
+    return bool(np.all(np.abs(d - ref) <= REL_TOL * np.maximum(1e-30, np.abs(slot[1:]).max())))
+
+
+def _cells(L: int, p: int) -> int:
+    """Reachable DP cells of one DP run: stage 0 sets k in 1..L-p+1 directly; stage i (middle)
+    reaches k in i+1..L-p+1+i from k-l >= i; the last stage only k = L."""
+    lmax = L - p + 1
+    n = lmax
+    for i in range(1, p):
+        ks = [L] if i == p - 1 else range(i + 1, lmax + i + 1)
+        n += sum(k - i for k in ks)
+    return n
+
+
+def _minmax_dp(cost: np.ndarray, L: int):
+    """cost: (T, Lmax, p) per-stage costs (inf where not allowed). Min over splits of
+    max_i cost[l_i - 1, i] for each of T problems; returns (value (T,), splits (T, p))."""
+    T, lmax, p = cost.shape
+    F = np.full((T, L + 1), np.inf)
+    F[:, 1:lmax + 1] = cost[:, :, 0]
+    arg = np.zeros((p, T, L + 1), dtype=np.int64)
+    k = np.arange(L + 1)[:, None]
+    lcol = np.arange(1, lmax + 1)[None, :]
+    prev_idx = k - lcol  # (L+1, Lmax)
+    valid = prev_idx >= 0
+    prev_idx = np.where(valid, prev_idx, 0)
+    for i in range(1, p):
+        prev = np.where(valid[None], F[:, prev_idx], np.inf)  # (T, L+1, Lmax)
+        cand = np.maximum(prev, cost[:, None, :, i])
+        j = np.argmin(cand, axis=2)
+        F = np.take_along_axis(cand, j[:, :, None], axis=2)[:, :, 0]
+        arg[i] = j + 1
+    val = F[:, L]
+    splits = np.zeros((T, p), dtype=np.int64)
+    kk = np.full(T, L)
+    for i in range(p - 1, 0, -1):
+        li = arg[i, np.arange(T), kk]
+        splits[:, i] = li
+        kk = kk - li
+    splits[:, 0] = kk
+    return val, splits
+
+
+def _minsum_dp(slot_allowed: np.ndarray, L: int):
+    """slot_allowed: (T, Lmax, p) slot times (inf where not allowed). Min over splits of
+    sum_i slot[l_i - 1, i]; returns (value (T,), splits (T, p))."""
+    T, lmax, p = slot_allowed.shape
+    F = np.full((T, L + 1), np.inf)
+    F[:, 1:lmax + 1] = slot_allowed[:, :, 0]
+    arg = np.zeros((p, T, L + 1), dtype=np.int64)
+    k = np.arange(L + 1)[:, None]
+    lcol = np.arange(1, lmax + 1)[None, :]
+    prev_idx = k - lcol
+    valid = prev_idx >= 0
+    prev_idx = np.where(valid, prev_idx, 0)
+    for i in range(1, p):
+        prev = np.where(valid[None], F[:, prev_idx], np.inf)
+        cand = prev + slot_allowed[:, None, :, i]
+        j = np.argmin(cand, axis=2)
+        F = np.take_along_axis(cand, j[:, :, None], axis=2)[:, :, 0]
+        arg[i] = j + 1
+    val = F[:, L]
+    splits = np.zeros((T, p), dtype=np.int64)
+    kk = np.full(T, L)
+    for i in range(p - 1, 0, -1):
+        li = arg[i, np.arange(T), kk]
+        splits[:, i] = li
+        kk = kk - li
+    splits[:, 0] = np.where(np.isfinite(val), kk, 0)
+    return val, splits
+
+
+class _Best:
+    """Best (objective, split) per shape."""
+
+    def __init__(self):
+        self.per_shape: dict[int, tuple[float, np.ndarray]] = {}
+
+    def offer(self, j: int, obj: float, split: np.ndarray):
+        cur = self.per_shape.get(j)
+        if cur is None or obj < cur[0]:
+            self.per_shape[j] = (obj, split.copy())
+
+
+def search(
+    cands: Candidates,
+    time_limit_s: float,
+    top_k: int = 1,
+    progress: Optional[Callable[[dict], None]] = None,
+    mode: str = "minmax",
+) -> MethodResult:
+    """Exact optimum of the formulation over contiguous layer splits of every shape in
+    `cands`, by Alpa's t_max-enumerating DP. See the module docstring for the modes.
+
+    progress(info) is called after each shape that ran a DP (at most every 0.5 s) and at the
+    end, with info = {"method", "shapes_done", "shapes", "evaluations", "best_s", "elapsed_s"}.
+    """
+    if mode not in ("minmax", "sum"):
+        raise ValueError(f"mode must be 'minmax' or 'sum', not {mode!r}")
+    t0 = time.perf_counter()
+    co = cands.coeffs
+    L = cands.job.model.num_layers
+    n = len(cands.shapes)
+    k = max(1, int(top_k))
+    p_all = co.pp.astype(np.int64)
+    v_all = co.vp.astype(np.float64)
+    A_all = co.num_microbatches.astype(np.float64) - 1.0 / v_all
+    S_all = L * co.layer_s + co.first_s + co.last_s + p_all * v_all * co.boundary_s
+    lb_all = A_all * S_all / p_all + S_all / v_all  # Alpa's stopping rule at t_max = S/p, tail >= 0
+    order = np.lexsort((np.arange(n), lb_all))
+    best = _Best()
+    evaluations = 0
+    dps = 0
+    shapes_dp = 0
+    stopped = None
+    visited = 0
+    last_report = t0
+
+    def kth_all():
+        vals = sorted(v[0] for v in best.per_shape.values())
+        return vals[k - 1] if len(vals) >= k else math.inf
+
+    def threshold(j):
+        """Shape j must reach an objective below this to change the top-k."""
+        vals = sorted(v[0] for s, v in best.per_shape.items() if s != j)
+        other = vals[k - 1] if len(vals) >= k else math.inf
+        own = best.per_shape[j][0] if j in best.per_shape else math.inf
+        return min(other, own) if own < math.inf else other
+
+    def score(j, splits):
+        """Re-evaluate splits (R x p) of shape j with the formulation: (objective, fits)."""
+        step, _, fits = step_time_batch(co.take(np.full(len(splits), j)), splits)
+        return step, fits
+
+    for pos, j in enumerate(order.tolist()):
+        if time.perf_counter() - t0 >= time_limit_s:
+            stopped = "time_limit"
+            break
+        if lb_all[j] * (1 - 1e-12) >= kth_all():
+            break  # Alpa's rule prunes this shape and every later one
+        visited += 1
+        p = int(p_all[j])
+        A, v, S = float(A_all[j]), float(v_all[j]), float(S_all[j])
+        one = co.take(np.array([j]))
+        slot, tail, fits = _tables(one, L, p)
+        cells = _cells(L, p)
+        if not _constant_sum(slot):
+            raise RuntimeError(
+                "alpa_dp: the formulation's slot sum now depends on the split; the minmax DP and the "
+                "pruning bound (m - 1/v)*S/p + S/v assume it does not (see the module docstring)")
+        if not fits.any():
+            continue
+        # least possible tail of the shape (no bottleneck cap): one DP, also a first plan
+        cost0 = np.where(fits, tail, np.inf)[None]
+        tail_inf, split0 = _minmax_dp(cost0, L)
+        evaluations += cells
+        dps += 1
+        shapes_dp += 1
+        if not np.isfinite(tail_inf[0]):
+            continue  # no split of this shape fits in memory
+        obj0, ok0 = score(j, split0)
+        if ok0[0]:
+            best.offer(j, float(obj0[0]), split0[0])
+        tail_lb = float(tail_inf[0])
+        cand_t = np.unique(slot[fits])
+        cand_t = cand_t[cand_t >= S / p * (1 - 1e-12)]  # the bottleneck is at least the mean slot
+        tail_caps = np.unique(tail[fits]) if mode == "sum" else None
+        done = False
+        for b0 in range(0, len(cand_t), T_BATCH):
+            if done:
+                break
+            ts = cand_t[b0:b0 + T_BATCH]
+            # Alpa's stop: the bottleneck term alone (+ the constant sum and least tail) loses
+            keep = A * ts + S / v + tail_lb < threshold(j) * (1 - 1e-12)
+            if not keep.all():
+                ts = ts[keep]
+                done = True
+            if len(ts) == 0:
+                break
+            allowed = fits[None] & (slot[None] <= ts[:, None, None])
+            if mode == "minmax":
+                val, splits = _minmax_dp(np.where(allowed, tail[None], np.inf), L)
+                evaluations += cells * len(ts)
+                dps += len(ts)
+                good = np.isfinite(val)
+                if good.any():
+                    obj, ok = score(j, splits[good])
+                    for o, f, s in zip(obj.tolist(), ok.tolist(), splits[good]):
+                        if f:
+                            best.offer(j, o, s)
+            else:
+                for t in ts.tolist():
+                    caps = tail_caps[A * t + S / v + tail_caps < threshold(j) * (1 - 1e-12)]
+                    if len(caps) == 0:
+                        continue
+                    al = fits[None] & (slot[None] <= t) & (tail[None] <= caps[:, None, None])
+                    val, splits = _minsum_dp(np.where(al, slot[None], np.inf), L)
+                    evaluations += cells * len(caps)
+                    dps += len(caps)
+                    good = np.isfinite(val)
+                    if good.any():
+                        obj, ok = score(j, splits[good])
+                        for o, f, s in zip(obj.tolist(), ok.tolist(), splits[good]):
+                            if f:
+                                best.offer(j, o, s)
+            if time.perf_counter() - t0 >= time_limit_s:
+                stopped = "time_limit"
+                break
+        if stopped:
+            break
+        now = time.perf_counter()
+        if progress is not None and now - last_report >= 0.5:
+            last_report = now
+            progress({"method": "alpa-dp", "shapes_done": pos + 1, "shapes": n, "evaluations": evaluations,
+                      "best_s": kth_all() if k == 1 else None, "elapsed_s": now - t0, "final": False})
+    finished = stopped is None
+    ranked = sorted(best.per_shape.items(), key=lambda kv: (kv[1][0], kv[0]))[:k]
+    choices = [Choice(index=int(j), layers=[int(x) for x in s], objective_s=float(o)) for j, (o, s) in ranked]
+    top = choices[0] if choices else None
+    if finished:
+        status = "OPTIMAL" if top else "INFEASIBLE"
+        bound = top.objective_s if top else None
+    else:
+        status = "FEASIBLE" if top else "UNKNOWN"
+        bound = None
+    elapsed = time.perf_counter() - t0
+    if progress is not None:
+        progress({"method": "alpa-dp", "shapes_done": visited, "shapes": n, "evaluations": evaluations,
+                  "best_s": top.objective_s if top else None, "elapsed_s": elapsed, "final": True})
+    return MethodResult(
+        status=status, best=top, bound_s=bound, top=choices, evaluations=evaluations, finished=finished,
+        stats={"shapes": n, "shapes_visited": visited, "shapes_with_dp": shapes_dp, "dp_runs": dps,
+               "mode": mode, "stopped_by": stopped, "wall_time_s": elapsed},
+    )

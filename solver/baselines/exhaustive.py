@@ -1,0 +1,247 @@
+"""Exhaustive search: every candidate shape x every layer split, evaluated with the float
+formulation (`step_time_batch`), in vectorised blocks. The ground truth where it finishes
+(DESIGN.md section 5).
+
+Space. For a shape with `pp` stages the splits are the compositions of L layers into pp
+positive parts: C(L-1, pp-1) of them (`count_space`). They are generated in lexicographic
+order of their pp-1 cut points (`itertools.combinations` read into numpy with `fromiter`),
+rows of several shapes are packed into one block of about `block_rows` rows, and each block
+is evaluated at once by `step_time_batch`. Nothing is pruned here: the method searches what
+it is given. The harness hands it `candidates.prepare(job, prune_time=False,
+apply_dominance=False)` (`PREPARE_KWARGS` in `solveplan.baselines`): every legal shape
+except those that the valid memory lower bound proves cannot fit under any split.
+
+Budget. `time_limit_s` (checked between blocks; a block takes ~0.1 s) and
+`max_evaluations` (rows evaluated; the last block is cut to fit). When a budget stops the
+search the result says so: finished=False, status "FEASIBLE" with the best plan found so far
+(or "UNKNOWN" with none), the evaluations done, and no bound (an unfinished enumeration
+proves nothing about the rest of the space).
+
+Top-k: the k best distinct (shape, split) pairs; ties are broken by the order of the
+enumeration (shape order of `cands.shapes`, then lexicographic cut points), so the answer is
+deterministic. `distinct="shape"` instead returns the best split of each of the k best
+shapes (what `alpa_dp` returns).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..candidates import Candidates, Choice, MethodResult
+from ..formulation.evaluate import step_time_batch
+
+BLOCK_ROWS = 1 << 17
+PROGRESS_EVERY_S = 0.5
+
+
+def count_splits(num_layers: int, pp: int) -> int:
+    """Compositions of `num_layers` into `pp` positive parts: C(L-1, pp-1)."""
+    if pp < 1 or pp > num_layers:
+        return 0
+    return math.comb(num_layers - 1, pp - 1)
+
+
+def count_space_pp(num_layers: int, pp) -> int:
+    """Shape x split combinations for shapes with these pipeline degrees (exact big int)."""
+    values, counts = np.unique(np.asarray(pp, dtype=np.int64), return_counts=True)
+    return sum(int(c) * count_splits(num_layers, int(p)) for p, c in zip(values.tolist(), counts.tolist()))
+
+
+def count_space(cands: Candidates) -> int:
+    """Number of (shape, layer split) combinations in `cands` (exact big int)."""
+    return count_space_pp(cands.job.model.num_layers, cands.shapes.pp)
+
+
+def _splits(num_layers: int, pp: int):
+    """A stream of all compositions of L into pp positive parts, lexicographic in their cut
+    points; `take(n)` returns the next (up to) n of them as an n x pp int64 array."""
+    return _SplitStream(num_layers, pp)
+
+
+class _SplitStream:
+    def __init__(self, num_layers: int, pp: int):
+        self.L, self.p = num_layers, pp
+        self.left = count_splits(num_layers, pp)
+        self._it = itertools.chain.from_iterable(itertools.combinations(range(1, num_layers), pp - 1)) if pp > 1 else None
+
+    def take(self, n: int) -> np.ndarray:
+        n = min(n, self.left)
+        self.left -= n
+        if self.p == 1:
+            return np.full((n, 1), self.L, dtype=np.int64)
+        cuts = np.fromiter(self._it, dtype=np.int64, count=n * (self.p - 1)).reshape(n, self.p - 1)
+        edges = np.empty((n, self.p + 1), dtype=np.int64)
+        edges[:, 0] = 0
+        edges[:, -1] = self.L
+        edges[:, 1:-1] = cuts
+        return np.diff(edges, axis=1)
+
+
+class _TopK:
+    """The k best rows seen so far: (objective, order key) ascending; order = enumeration order."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.obj = np.zeros(0)
+        self.order = np.zeros(0, dtype=np.int64)
+        self.idx = np.zeros(0, dtype=np.int64)
+        self.layers: list[np.ndarray] = []
+
+    @property
+    def worst(self) -> float:
+        return float(self.obj[-1]) if len(self.obj) >= self.k else math.inf
+
+    def offer(self, obj, order, idx, layers):
+        if len(obj) == 0:
+            return
+        if len(obj) > self.k:
+            part = np.argpartition(obj, self.k - 1)[: self.k]
+            # keep every row tied with the k-th value so that enumeration order decides ties
+            kth = obj[part].max()
+            part = np.flatnonzero(obj <= kth)
+            obj, order, idx, layers = obj[part], order[part], idx[part], layers[part]
+        all_obj = np.concatenate([self.obj, obj])
+        all_order = np.concatenate([self.order, order])
+        keep = np.lexsort((all_order, all_obj))[: self.k]
+        new_layers = self.layers + [row for row in layers]
+        all_idx = np.concatenate([self.idx, idx])
+        self.obj, self.order, self.idx = all_obj[keep], all_order[keep], all_idx[keep]
+        self.layers = [new_layers[i] for i in keep.tolist()]
+
+    def choices(self) -> list[Choice]:
+        return [Choice(index=int(i), layers=[int(x) for x in lay[lay > 0]], objective_s=float(o))
+                for o, i, lay in zip(self.obj.tolist(), self.idx.tolist(), self.layers)]
+
+
+def search(
+    cands: Candidates,
+    time_limit_s: float,
+    top_k: int = 1,
+    progress: Optional[Callable[[dict], None]] = None,
+    max_evaluations: Optional[int] = None,
+    block_rows: int = BLOCK_ROWS,
+    distinct: str = "plan",
+) -> MethodResult:
+    """Enumerate every (shape, split) of `cands`; return the best fitting plan(s).
+
+    progress(info) is called about every 0.5 s and at the end with info = {"method",
+    "evaluations", "space", "fraction", "best_s", "elapsed_s"}.
+    """
+    if distinct not in ("plan", "shape"):
+        raise ValueError(f"distinct must be 'plan' or 'shape', not {distinct!r}")
+    t0 = time.perf_counter()
+    L = cands.job.model.num_layers
+    n_shapes = len(cands.shapes)
+    space = count_space(cands)
+    k = max(1, int(top_k))
+    top = _TopK(k)
+    shape_best = np.full(n_shapes, np.inf) if distinct == "shape" else None
+    shape_layers: dict[int, np.ndarray] = {}
+    evaluations = 0
+    order_base = 0
+    stopped = None
+    last_report = t0
+    # shapes by pipeline degree so that a block's rows share a width (stable: ties keep order)
+    shape_order = np.argsort(cands.shapes.pp, kind="stable")
+
+    def report(final=False):
+        if progress is None:
+            return
+        best = float(top.obj[0]) if len(top.obj) else None
+        if distinct == "shape" and np.isfinite(shape_best).any():
+            best = float(shape_best.min())
+        progress({"method": "exhaustive", "evaluations": evaluations, "space": space,
+                  "fraction": evaluations / space if space else 1.0, "best_s": best,
+                  "elapsed_s": time.perf_counter() - t0, "final": final})
+
+    def evaluate(idx_parts, lay_parts, order_parts):
+        nonlocal evaluations
+        width = max(a.shape[1] for a in lay_parts)
+        rows = sum(len(a) for a in lay_parts)
+        layers = np.zeros((rows, width), dtype=np.int64)
+        r = 0
+        for a in lay_parts:
+            layers[r:r + len(a), : a.shape[1]] = a
+            r += len(a)
+        idx = np.concatenate(idx_parts)
+        order = np.concatenate(order_parts)
+        step, _, fits = step_time_batch(cands.coeffs.take(idx), layers)
+        evaluations += rows
+        ok = np.flatnonzero(fits)
+        if distinct == "plan":
+            top.offer(step[ok], order[ok], idx[ok], layers[ok])
+        else:
+            if len(ok) == 0:
+                return
+            # best row per shape in this block (first in enumeration order among ties)
+            o = ok[np.lexsort((order[ok], step[ok], idx[ok]))]
+            first = np.ones(len(o), dtype=bool)
+            first[1:] = idx[o][1:] != idx[o][:-1]
+            for row in o[first].tolist():
+                j = int(idx[row])
+                if step[row] < shape_best[j]:
+                    shape_best[j] = step[row]
+                    shape_layers[j] = layers[row].copy()
+
+    budget_rows = math.inf if max_evaluations is None else int(max_evaluations)
+    idx_parts, lay_parts, order_parts, pending = [], [], [], 0
+    for j in shape_order.tolist():
+        if stopped:
+            break
+        stream = _splits(L, int(cands.shapes.pp[j]))
+        while stream.left > 0:
+            room = budget_rows - evaluations - pending
+            if room <= 0:
+                stopped = "max_evaluations"
+                break
+            lay = stream.take(int(min(block_rows - pending, room)))
+            n = len(lay)
+            idx_parts.append(np.full(n, j, dtype=np.int64))
+            lay_parts.append(lay)
+            order_parts.append(np.arange(order_base, order_base + n, dtype=np.int64))
+            order_base += n
+            pending += n
+            if pending >= block_rows:
+                evaluate(idx_parts, lay_parts, order_parts)
+                idx_parts, lay_parts, order_parts, pending = [], [], [], 0
+                now = time.perf_counter()
+                if now - t0 >= time_limit_s:
+                    stopped = "time_limit"
+                    break
+                if now - last_report >= PROGRESS_EVERY_S:
+                    last_report = now
+                    report()
+    if pending:
+        evaluate(idx_parts, lay_parts, order_parts)
+        if not stopped and time.perf_counter() - t0 >= time_limit_s and evaluations < space:
+            stopped = "time_limit"
+    finished = stopped is None and evaluations == space
+    if not finished and stopped is None:
+        stopped = "time_limit"
+
+    if distinct == "plan":
+        choices = top.choices()
+    else:
+        order = np.lexsort((np.arange(n_shapes), shape_best))
+        choices = [Choice(index=int(j), layers=[int(x) for x in shape_layers[j][shape_layers[j] > 0]],
+                          objective_s=float(shape_best[j]))
+                   for j in order[:k].tolist() if np.isfinite(shape_best[j])]
+    best = choices[0] if choices else None
+    if finished:
+        status = "OPTIMAL" if best else "INFEASIBLE"
+        bound = best.objective_s if best else None
+    else:
+        status = "FEASIBLE" if best else "UNKNOWN"
+        bound = None
+    report(final=True)
+    return MethodResult(
+        status=status, best=best, bound_s=bound, top=choices, evaluations=evaluations, finished=finished,
+        stats={"space": space, "shapes": n_shapes, "stopped_by": stopped,
+               "wall_time_s": time.perf_counter() - t0,
+               "evaluations_per_s": evaluations / max(1e-9, time.perf_counter() - t0)},
+    )
