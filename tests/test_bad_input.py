@@ -41,6 +41,7 @@ CASES = [
     ("unknown-cluster-name", None, None, ["show", "a100-3rack"], ["NAME", "did you mean a100-2rack-4to1"]),
     ("unknown-cluster-family", None, None, ["show", "tpux64"], ["cluster family 'tpu'"]),
     ("family-not-multiple-of-8", None, None, ["show", "a100x12"], ["a100x12", "not a multiple of 8", "a100x8 or a100x16"]),
+    ("family-name-ending-in-x", None, None, ["show", "mi300x64"], ["cluster family 'mi300'", "did you mean mi300xx64"]),
     ("family-zero-gpus", None, None, ["show", "a100x0"], ["a100x0", "not a multiple of 8"]),
     ("family-not-multiple-of-16", None, None, ["show", "v100x8"], ["v100x8", "not a multiple of 16"]),
     ("nonexistent-file", None, None, ["show", "no/such/model.yaml"], ["NAME", "does not exist"]),
