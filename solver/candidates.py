@@ -74,11 +74,20 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
     shapes, co = shapes.take(idx), co.take(idx)
     t_lb = time_lower_bound_s(co, L)
 
-    # incumbent: balanced split of every surviving shape
-    step, _, fits = step_time_batch(co, balanced_layers_matrix(L, shapes.pp))
-    step = np.where(fits, step, np.inf)
-    inc = int(np.argmin(step)) if len(step) and np.isfinite(step).any() else None
-    inc_step = float(step[inc]) if inc is not None else float("inf")
+    # incumbent: the best fitting balanced split, searched in order of the time lower bound
+    # and stopped once the bound of the next shape exceeds it (branch-and-bound order)
+    order = np.argsort(t_lb, kind="stable")
+    inc, inc_step = None, float("inf")
+    chunk = 256
+    for start in range(0, len(order), chunk):
+        if t_lb[order[start]] > inc_step:
+            break
+        sel = order[start:start + chunk]
+        step, _, fits = step_time_batch(co.take(sel), balanced_layers_matrix(L, shapes.pp[sel]))
+        step = np.where(fits, step, np.inf)
+        k = int(np.argmin(step))
+        if step[k] < inc_step:
+            inc, inc_step = int(sel[k]), float(step[k])
     n_time = 0
     if prune_time and inc is not None:
         keep = t_lb <= inc_step * (1 + 1e-9)

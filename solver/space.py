@@ -49,16 +49,14 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
     model, cluster, cons = job.model, job.cluster, job.constraints
     N = cluster.num_gpus
     B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0, 0)
     rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
     z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
     if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
-        return Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0, 0)
-    # knob grid (rc x sp x z) broadcast once
-    R, S, Z = np.meshgrid(rc_vals, sp_vals, z_vals, indexing="ij")
-    R, S, Z = R.ravel(), S.ravel(), Z.ravel()
-    sp_free, z_free = cons.sequence_parallel is None, cons.zero is None
-    blocks, legal, dominated = [], 0, 0
+        return empty
+    # degrees and micro-batching (tp, pp, dp, cp, vp, mbs): a short Python loop
+    base = []
     for tp in _allowed(cons, "tp", divisors(N)):
         if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
             continue
@@ -66,42 +64,31 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
             if cp > 1 and (not job.flash_attention or s % (2 * cp)):
                 continue
             for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
-                if pp > L:
-                    continue
                 dp = N // (tp * cp * pp)
-                if B % dp or not cons.allows("dp", dp):
+                if pp > L or B % dp or not cons.allows("dp", dp):
                     continue
-                ok = np.ones(len(R), dtype=bool)
-                ok &= ~(S & (tp == 1))
-                ok &= ~((Z > 0) & (dp * cp == 1))
-                ok &= ~((Z == 3) & (pp > 1))
-                dom = np.zeros(len(R), dtype=bool)
-                if apply_dominance:
-                    if sp_free and tp > 1:
-                        dom |= ~S
-                    if z_free and dp * cp > 1:
-                        dom |= Z == 0
-                mbs_list = _allowed(cons, "micro_batch_size", divisors(B // dp))
-                for mbs in mbs_list:
+                for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
                     m = B // (dp * mbs)
                     vps = [1] + ([v for v in range(2, MAX_VP + 1) if pp * v <= L and m % pp == 0] if pp >= 2 else [])
-                    vps = _allowed(cons, "vp", vps)
-                    n_ok = int(ok.sum())
-                    keep = ok & ~dom
-                    legal += n_ok * len(vps)
-                    dominated += int((ok & dom).sum()) * len(vps)
-                    k = int(keep.sum())
-                    if k == 0 or not vps:
-                        continue
-                    for vp in vps:
-                        blocks.append(np.column_stack([
-                            np.full(k, tp), np.full(k, pp), np.full(k, dp), np.full(k, cp), np.full(k, vp),
-                            np.full(k, mbs), R[keep], S[keep].astype(np.int64), Z[keep],
-                        ]))
-    if not blocks:
-        return Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), legal, dominated)
-    arr = np.concatenate(blocks).astype(np.int64)
-    return Space(Shapes(*(arr[:, i] for i in range(9))), legal, dominated)
+                    base.extend((tp, pp, dp, cp, vp, mbs) for vp in _allowed(cons, "vp", vps))
+    if not base:
+        return empty
+    # cross product with the knob grid (recompute x SP x ZeRO), vectorised
+    R, S, Z = (x.ravel() for x in np.meshgrid(rc_vals, sp_vals, z_vals, indexing="ij"))
+    nb, nk = len(base), len(R)
+    deg = np.repeat(np.array(base, dtype=np.int64), nk, axis=0)
+    R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
+    tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
+    ok = ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
+    dom = np.zeros(len(ok), dtype=bool)
+    if apply_dominance:
+        if cons.sequence_parallel is None:
+            dom |= ~S & (tp > 1)
+        if cons.zero is None:
+            dom |= (Z == 0) & (dp * cp > 1)
+    keep = ok & ~dom
+    arr = np.column_stack([deg[keep], R[keep], S[keep].astype(np.int64), Z[keep]])
+    return Space(Shapes(*(arr[:, i] for i in range(9))), int(ok.sum()), int((ok & dom).sum()))
 
 
 def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro_batch_size: int,
