@@ -166,7 +166,7 @@ def load_cluster(ref: str) -> ClusterSpec:
         data = read_mapping(ref, "--cluster")
         data.setdefault("name", Path(ref).stem)
         return _cluster_from_mapping(data, "cluster")
-    known = list(clusters) + [f"{f}x64" for f in catalog_families()]
-    if m:
+    known = list(clusters) + [f"{f}x{m.group('n') if m else 64}" for f in catalog_families()]
+    if m and not any(key.startswith(f) for f in catalog_families()):
         raise _unknown("--cluster", "cluster family", m.group("family"), list(catalog_families()))
     raise _unknown("--cluster", "cluster", ref, known)

@@ -21,7 +21,7 @@ def pydantic_error_line(exc, prefix: str = "") -> str:
     for err in exc.errors():
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "__root__")
         loc = f"{prefix}{loc}" if loc else prefix.rstrip(".")
-        msg = err.get("msg", "invalid")
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
         if err.get("type") == "extra_forbidden":
             msg = "unknown key; remove it or check its spelling"
         inp = err.get("input")

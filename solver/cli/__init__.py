@@ -60,7 +60,7 @@ class LazyGroup(click.Group):
 
             close = difflib.get_close_matches(args[0], list(COMMANDS), n=2) if args else []
             hint = f"; did you mean {', '.join(close)}?" if close else "; see `solveplan --help`"
-            raise click.UsageError(f"{exc.format_message()}{hint}") from None
+            raise click.UsageError(f"{exc.format_message().rstrip('.')}{hint}") from None
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> "NoReturn":  # noqa: F821
