@@ -1,0 +1,163 @@
+"""Property test: on random small instances, CP-SAT agrees with the exhaustive search.
+
+- the objective of CP-SAT's plan equals the exhaustive optimum within CP-SAT's time quantum;
+- the feasibility verdicts agree (INFEASIBLE exactly when no plan fits);
+- CP-SAT's plan, re-evaluated by the float formulation, fits and equals what CP-SAT reports;
+- the Alpa DP equals the exhaustive optimum exactly (same float evaluation).
+
+Examples per test: SOLVEPLAN_PROPERTY_EXAMPLES (default 25; 200 for a thorough run).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from solveplan.baselines import PREPARE_KWARGS, alpa_dp, exhaustive  # noqa: E402
+from solveplan.candidates import prepare  # noqa: E402
+from solveplan.formulation.evaluate import evaluate_split  # noqa: E402
+from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec  # noqa: E402
+
+EXAMPLES = int(os.environ.get("SOLVEPLAN_PROPERTY_EXAMPLES", "25"))
+MAX_SPACE = 150_000  # shape x split combinations the exhaustive search enumerates per example
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+try:
+    from solveplan.encoding import cpsat as _cpsat
+except ImportError as exc:  # the encoding lands separately (issue: CP-SAT encoding)
+    _cpsat, _CPSAT_WHY = None, f"solveplan.encoding.cpsat not importable yet: {exc}"
+else:
+    _CPSAT_WHY = ""
+try:
+    from solveplan.optimize import optimize as _optimize
+except ImportError as exc:
+    _optimize, _OPT_WHY = None, f"solveplan.optimize not importable yet: {exc}"
+else:
+    _OPT_WHY = ""
+
+
+@st.composite
+def jobs(draw) -> JobSpec:
+    heads = draw(st.sampled_from([8, 16, 32]))
+    hidden = heads * draw(st.sampled_from([64, 128]))
+    kv = draw(st.sampled_from([g for g in (heads, heads // 4, 2) if g >= 1 and heads % g == 0]))
+    gated = draw(st.booleans())
+    ffn = (8 * hidden // 3 + 127) // 128 * 128 if gated else 4 * hidden
+    model = ModelSpec(name="prop", num_layers=draw(st.integers(2, 12)), hidden_size=hidden,
+                      num_attention_heads=heads, num_kv_heads=kv, ffn_hidden_size=ffn,
+                      vocab_size=draw(st.sampled_from([32000, 50257, 128256])), gated_mlp=gated,
+                      tied_embeddings=draw(st.booleans()))
+    gpu = GPUSpec(name="prop-gpu", peak_bf16_tflops=draw(st.sampled_from([125.0, 312.0, 989.0])),
+                  hbm_gib=draw(st.sampled_from([6.0, 10.0, 16.0, 24.0, 40.0, 80.0])),
+                  hbm_gbyte_per_s=draw(st.sampled_from([900.0, 2039.0, 3350.0])))
+    gpus = draw(st.sampled_from([8, 16, 24, 32]))
+    cluster = ClusterSpec(name="prop-cluster", gpu=gpu, gpus_per_node=8, num_nodes=gpus // 8,
+                          nvlink_gbyte_per_s=draw(st.sampled_from([150.0, 300.0, 450.0])),
+                          nic_gbit_per_s=draw(st.sampled_from([100.0, 200.0, 400.0])))
+    cons = {}
+    if draw(st.booleans()):
+        cons["recompute"] = tuple(draw(st.sets(st.sampled_from(["none", "selective", "full"]), min_size=1)))
+    if draw(st.booleans()):
+        cons["zero"] = tuple(draw(st.sets(st.sampled_from([0, 1, 2, 3]), min_size=1)))
+    if draw(st.booleans()):
+        cons["vp_max"] = draw(st.integers(1, 3))
+    if draw(st.booleans()):
+        cons["micro_batch_size_max"] = draw(st.sampled_from([1, 2, 4]))
+    if draw(st.booleans()):
+        cons["pp"] = tuple(draw(st.sets(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=1)))
+    return JobSpec(model=model, cluster=cluster, global_batch_size=draw(st.sampled_from([8, 16, 24, 32, 48, 64, 128, 256])),
+                   seq_length=draw(st.sampled_from([512, 1024, 2048, 4096])), constraints=Constraints(**cons))
+
+
+def _exhaustive(job):
+    cands = prepare(job, **PREPARE_KWARGS)
+    assume(exhaustive.count_space(cands) <= MAX_SPACE)
+    res = exhaustive.search(cands, time_limit_s=300)
+    assert res.finished, "the exhaustive reference must finish on the test instances"
+    return cands, res
+
+
+def _quantum(*sources) -> float:
+    """CP-SAT's time quantum as the method states it (SolveResult.tolerance_s or stats)."""
+    for src in sources:
+        if src is None:
+            continue
+        tol = getattr(src, "tolerance_s", None)
+        if isinstance(tol, (int, float)) and tol > 0:
+            return float(tol)
+        stats = getattr(src, "stats", None) or {}
+        for key in ("tolerance_s", "time_quantum_s", "quantum_s"):
+            if isinstance(stats.get(key), (int, float)) and stats[key] > 0:
+                return float(stats[key])
+    return 0.0
+
+
+def _close(a: float, b: float, quantum: float) -> bool:
+    return abs(a - b) <= max(quantum, 1e-9 * max(abs(a), abs(b)))
+
+
+@SETTINGS
+@given(jobs())
+def test_alpa_equals_exhaustive(job):
+    cands, ex = _exhaustive(job)
+    al = alpa_dp.search(cands, time_limit_s=300)
+    assert al.finished and al.status == ex.status
+    if ex.status == "OPTIMAL":
+        assert al.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+
+
+@pytest.mark.skipif(_cpsat is None, reason=_CPSAT_WHY)
+@SETTINGS
+@given(jobs())
+def test_cpsat_search_equals_exhaustive(job):
+    _, ex = _exhaustive(job)
+    cands = prepare(job)
+    res = _cpsat.search(cands, time_limit_s=60)
+    assert res.status != "UNKNOWN" and res.finished, f"CP-SAT did not finish a small instance: {res.status}"
+    if ex.status == "INFEASIBLE":
+        assert res.status == "INFEASIBLE" and res.best is None
+        return
+    assert res.status == "OPTIMAL", f"exhaustive found {ex.best.objective_s} s; CP-SAT says {res.status}"
+    q = _quantum(res)
+    ev = evaluate_split(cands.coeffs, res.best.index, res.best.layers)
+    assert ev.fits, "CP-SAT's plan does not fit under the float formulation"
+    assert sum(res.best.layers) == job.model.num_layers and min(res.best.layers) >= 1
+    # what CP-SAT reports is what the float formulation computes for its plan
+    assert _close(res.best.objective_s, ev.step_time_s, q), (res.best.objective_s, ev.step_time_s, q)
+    # and it is the optimum: never better than the exhaustive (that would be a plan outside the
+    # space), never worse by more than the quantum
+    assert ev.step_time_s >= ex.best.objective_s * (1 - 1e-12)
+    assert _close(ev.step_time_s, ex.best.objective_s, q), (ev.step_time_s, ex.best.objective_s, q)
+    if res.bound_s is not None:
+        assert res.bound_s <= ex.best.objective_s + max(q, 1e-9 * ex.best.objective_s)
+
+
+@pytest.mark.skipif(_optimize is None, reason=_OPT_WHY)
+@SETTINGS
+@given(jobs())
+def test_optimize_cpsat_equals_exhaustive(job):
+    _, ex = _exhaustive(job)
+    sol = _optimize(job, method="cpsat", time_limit_s=60)
+    if ex.status == "INFEASIBLE":
+        assert sol.status == "INFEASIBLE" and sol.plan is None
+        return
+    assert sol.status == "OPTIMAL", f"exhaustive found {ex.best.objective_s} s; optimize says {sol.status}"
+    q = _quantum(sol)
+    assert sol.plan.fits
+    assert sol.plan.step_time_s >= ex.best.objective_s * (1 - 1e-12)
+    assert _close(sol.plan.step_time_s, ex.best.objective_s, q), (sol.plan.step_time_s, ex.best.objective_s, q)
+    # the plan's numbers are the float formulation's, recomputed from its own shape and split
+    from solveplan.plan import make_plan
+
+    again = make_plan(job, sol.plan.parallel, sol.plan.layers_per_stage)
+    assert again.step_time_s == pytest.approx(sol.plan.step_time_s, rel=1e-12)
+    if sol.bound_step_time_s is not None:
+        assert sol.bound_step_time_s <= ex.best.objective_s + max(q, 1e-9 * ex.best.objective_s)
+    assert math.isfinite(sol.plan.step_time_s)
