@@ -5,7 +5,7 @@ formulation (`step_time_batch`), in vectorised blocks. The ground truth where it
 Space. For a shape with `pp` stages the splits are the compositions of L layers into pp
 positive parts: C(L-1, pp-1) of them (`count_space`). They are generated in lexicographic
 order of their pp-1 cut points (`itertools.combinations` read into numpy with `fromiter`),
-rows of several shapes are packed into one block of about `block_rows` rows, and each block
+rows of several shapes are packed into one block of about `block_rows` rows (fewer for deep pipelines: at most ~0.5M row x stage cells), and each block
 is evaluated at once by `step_time_batch`. Nothing is pruned here: the method searches what
 it is given. The harness hands it `candidates.prepare(job, prune_time=False,
 apply_dominance=False)` (`PREPARE_KWARGS` in `solveplan.baselines`): every legal shape
@@ -36,6 +36,7 @@ from ..candidates import Candidates, Choice, MethodResult
 from ..formulation.evaluate import step_time_batch
 
 BLOCK_ROWS = 1 << 17
+BLOCK_ELEMENTS = 1 << 19  # rows x stages per block: bounds the formulation's temporaries (~20 arrays)
 PROGRESS_EVERY_S = 0.5
 
 
@@ -144,7 +145,7 @@ def search(
     shape_layers: dict[int, np.ndarray] = {}
     evaluations = 0
     order_base = 0
-    stopped = None
+    stopped: Optional[str] = None
     last_report = t0
     # shapes by pipeline degree so that a block's rows share a width (stable: ties keep order)
     shape_order = np.argsort(cands.shapes.pp, kind="stable")
@@ -189,39 +190,47 @@ def search(
                     shape_layers[j] = layers[row].copy()
 
     budget_rows = math.inf if max_evaluations is None else int(max_evaluations)
-    idx_parts, lay_parts, order_parts, pending = [], [], [], 0
+    buf = {"idx": [], "lay": [], "order": [], "rows": 0}
+
+    def flush() -> Optional[str]:
+        """Evaluate the pending rows; return why to stop, if the time is up."""
+        nonlocal last_report
+        if buf["rows"]:
+            evaluate(buf["idx"], buf["lay"], buf["order"])
+            buf.update(idx=[], lay=[], order=[], rows=0)
+        now = time.perf_counter()
+        if now - last_report >= PROGRESS_EVERY_S:
+            last_report = now
+            report()
+        return "time_limit" if now - t0 >= time_limit_s else None
+
     for j in shape_order.tolist():
-        if stopped:
-            break
-        stream = _splits(L, int(cands.shapes.pp[j]))
-        while stream.left > 0:
-            room = budget_rows - evaluations - pending
+        p = int(cands.shapes.pp[j])
+        target = min(block_rows, max(256, BLOCK_ELEMENTS // p))  # shapes come in ascending pp
+        stream = _splits(L, p)
+        while stream.left > 0 and not stopped:
+            if buf["rows"] >= target:
+                stopped = flush()
+                continue
+            room = budget_rows - evaluations - buf["rows"]
             if room <= 0:
                 stopped = "max_evaluations"
                 break
-            lay = stream.take(int(min(block_rows - pending, room)))
+            lay = stream.take(int(min(target - buf["rows"], room)))
             n = len(lay)
-            idx_parts.append(np.full(n, j, dtype=np.int64))
-            lay_parts.append(lay)
-            order_parts.append(np.arange(order_base, order_base + n, dtype=np.int64))
+            buf["idx"].append(np.full(n, j, dtype=np.int64))
+            buf["lay"].append(lay)
+            buf["order"].append(np.arange(order_base, order_base + n, dtype=np.int64))
             order_base += n
-            pending += n
-            if pending >= block_rows:
-                evaluate(idx_parts, lay_parts, order_parts)
-                idx_parts, lay_parts, order_parts, pending = [], [], [], 0
-                now = time.perf_counter()
-                if now - t0 >= time_limit_s:
-                    stopped = "time_limit"
-                    break
-                if now - last_report >= PROGRESS_EVERY_S:
-                    last_report = now
-                    report()
-    if pending:
-        evaluate(idx_parts, lay_parts, order_parts)
-        if not stopped and time.perf_counter() - t0 >= time_limit_s and evaluations < space:
-            stopped = "time_limit"
-    finished = stopped is None and evaluations == space
-    if not finished and stopped is None:
+            buf["rows"] += n
+        if stopped:
+            break
+    if buf["rows"]:
+        flush()
+    finished = evaluations == space
+    if finished:
+        stopped = None
+    elif stopped is None:
         stopped = "time_limit"
 
     if distinct == "plan":
