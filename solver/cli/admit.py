@@ -1,0 +1,105 @@
+"""`solveplan admit jobs.jsonl --cluster C`: admission decisions for a batch of jobs.
+
+One JSON object per input line on stdout, in input order, each as soon as it is decided:
+a decision `{line, id, admitted, status, num_gpus, cluster, plan, reason, field}` (see
+`solveplan.api.Decision`), or `{line, error, field}` (with the job's `id` when it has one) for
+a line that cannot be read as a job: bad JSON, unknown keys, an unknown model, no allocation.
+The other lines go on. Each line is a job as in `--job` files plus the allocation it asks for:
+`num_gpus`, a `cluster` of the free cluster's GPU type, or a throughput `target`
+({"tokens_per_s": ...} or {"deadline_s": ..., "token_budget": ...}: the fewest GPUs that meet
+it). Blank lines are skipped.
+
+Jobs are admitted first come, first served on the free cluster `--cluster`; `--time-limit`
+bounds the whole batch. Exit code 0, also when jobs are rejected or lines are malformed; 2 when
+the file cannot be read or --cluster is bad.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import click
+
+from ..errors import InputError
+
+
+def _emit(record: dict) -> None:
+    click.echo(json.dumps(record, separators=(",", ":")))
+    sys.stdout.flush()
+
+
+def read_lines(jobs_file: str) -> list[str]:
+    try:
+        if jobs_file == "-":
+            return sys.stdin.read().splitlines()
+        with open(jobs_file, encoding="utf-8") as fh:
+            return fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise InputError("JOBS.jsonl", f"cannot read {jobs_file!r}: {why}") from None
+
+
+def parse_lines(lines: list[str]):
+    """[(line number, job mapping or error record, is_error)] for the non-blank lines."""
+    out = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = f"not valid JSON: {exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else "not valid JSON: nested too deeply"
+            out.append((number, {"line": number, "error": msg, "field": None}, True))
+            continue
+        if not isinstance(data, dict):
+            out.append((number, {"line": number, "error": f"a job must be a JSON object, not {type(data).__name__}",
+                                 "field": None}, True))
+            continue
+        out.append((number, data, False))
+    return out
+
+
+def record(number: int, decision) -> dict:
+    d = decision.model_dump(mode="json")
+    if decision.status == "INVALID":
+        field = re.sub(r"^jobs\[\d+\]\.?", "", d["field"] or "") or None
+        rec = {"line": number, "error": d["reason"], "field": field}
+        if d["id"] is not None:
+            rec["id"] = d["id"]
+        return rec
+    return {"line": number, **d}
+
+
+@click.command()
+@click.argument("jobs_file", metavar="JOBS.jsonl", type=str)
+@click.option("--cluster", "cluster", required=True,
+              help="The free cluster: catalog name, <gpu>x<N> (e.g. a100x256) or a YAML/JSON file.")
+@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds for the whole batch (default 30).")
+def admit(jobs_file, cluster, time_limit):
+    """Admission decisions for JOBS.jsonl (one job per line; '-' reads stdin)."""
+    from .. import api
+
+    entries = parse_lines(read_lines(jobs_file))
+    jobs = [(n, e) for n, e, bad in entries if not bad]
+    pending = [(n, e) for n, e, bad in entries if bad]
+
+    def flush_errors(before: int) -> None:
+        while pending and pending[0][0] < before:
+            _emit(pending.pop(0)[1])
+
+    def on_decision(i: int, decision) -> None:
+        number = jobs[i][0]
+        flush_errors(number)
+        _emit(record(number, decision))
+
+    try:
+        api.admit([e for _, e in jobs], api.as_cluster_ref(cluster, "--cluster"), time_limit_s=time_limit,
+                  on_decision=on_decision)
+    except InputError as exc:
+        if exc.field == "cluster":
+            raise InputError("--cluster", exc.message) from None
+        raise
+    flush_errors(float("inf"))
