@@ -62,6 +62,7 @@ MAX_SEQ_LENGTH = 1 << 20
 MAX_LAYERS = 4096
 MAX_WIDTH = 1 << 20  # hidden_size, ffn_hidden_size
 MAX_VOCAB = 1 << 22
+MAX_SPEC_NUMBER = 1e9  # any float of a GPU or cluster spec (bandwidths, latencies, peaks)
 # Screen: balanced splits are evaluated in blocks of this many shapes, best time bound first.
 SCREEN_BLOCK = 256
 # Largest allocation fewest_gpus considers for a family without a size (e.g. "h100").
@@ -213,9 +214,25 @@ def _wait(fut: Future, clock: _Clock, reserve: bool = True):
 
 
 # ===================================================================== jobs
+def _check_numbers(obj, path: str) -> None:
+    """Every float of a spec (recursively) finite and at most MAX_SPEC_NUMBER in size."""
+    for name, value in obj:
+        here = f"{path}.{name}"
+        if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= MAX_SPEC_NUMBER):
+            raise InputError(here, f"{value!r} is out of range (finite, at most {MAX_SPEC_NUMBER:g})")
+        if isinstance(value, BaseModel):
+            _check_numbers(value, here)
+        elif isinstance(value, tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    _check_numbers(item, f"{here}[{i}]")
+
+
 def _check_limits(job: JobSpec, prefix: str = "job.") -> JobSpec:
     """Reject jobs beyond the guard rails (see MAX_*), naming the field."""
     m, c = job.model, job.cluster
+    _check_numbers(c, f"{prefix}cluster")
+    _check_numbers(m, f"{prefix}model")
     checks = [
         (f"{prefix}cluster", c.num_gpus, MAX_GPUS, f"{c.num_gpus} GPUs"),
         (f"{prefix}global_batch_size", job.global_batch_size, MAX_GLOBAL_BATCH_SIZE, str(job.global_batch_size)),
@@ -371,9 +388,9 @@ class Target(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokens_per_s: Optional[PositiveFloat] = None
-    deadline_s: Optional[PositiveFloat] = Field(None, description="wall-clock seconds to train `token_budget` tokens")
-    token_budget: Optional[PositiveFloat] = Field(None, description="tokens to train by the deadline")
+    tokens_per_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+    deadline_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="wall-clock seconds to train `token_budget` tokens")
+    token_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="tokens to train by the deadline")
 
     @model_validator(mode="after")
     def _exactly_one(self):
@@ -386,6 +403,8 @@ class Target(BaseModel):
         if has_deadline and (self.deadline_s is None or self.token_budget is None):
             missing = "deadline_s" if self.deadline_s is None else "token_budget"
             raise ValueError(f"{missing} is missing: a deadline needs both deadline_s and token_budget")
+        if not math.isfinite(self.required_tokens_per_s):
+            raise ValueError("token_budget / deadline_s is not a finite rate")
         return self
 
     @property

@@ -104,10 +104,6 @@ def input_error_detail(exc: InputError) -> list[dict]:
     return [{"loc": field_loc(field), "msg": exc.message, "type": "input_error"}]
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """ASGI middleware: 413 for a request body over `max_bytes` (by Content-Length, or counted
     while it streams in)."""
@@ -128,28 +124,36 @@ class BodyLimit:
                 if too_big:
                     return await self._reject(send)
         seen = 0
-        started = False
+        started = rejected = False
 
         async def limited_receive():
-            nonlocal seen
+            nonlocal seen, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge()
+                    # answer 413 now; the app sees a disconnected client and its answer is dropped
+                    rejected = True
+                    if not started:
+                        await self._reject(send)
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message):
+        async def guarded_send(message):
             nonlocal started
+            if rejected:
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
-                await self._reject(send)
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not rejected:
+                raise
 
     async def _reject(self, send):
         import json
@@ -210,7 +214,13 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
             return fn(*args, time_limit_s=left, cache=cache)
 
         result = await anyio.to_thread.run_sync(run, limiter=limiter)
-        return JSONResponse(content=result.model_dump(mode="json"), headers={"X-Time-Limit-S": f"{limit:g}"})
+        headers = {"X-Time-Limit-S": f"{limit:g}"}
+        try:
+            return JSONResponse(content=result.model_dump(mode="json"), headers=headers)
+        except ValueError:  # NaN or infinity: only absurd hardware numbers get here
+            return JSONResponse(status_code=422, headers=headers, content={"detail": [{
+                "loc": ["body"], "type": "input_error",
+                "msg": "the job's numbers give non-finite times or sizes; check the GPU and cluster values"}]})
 
     q_limit = Query(None, gt=0, allow_inf_nan=False, description="seconds; overrides the body's; capped by the server")
 
