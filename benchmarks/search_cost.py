@@ -72,7 +72,7 @@ SMOKE = [
     inst("llama2-7b/a100x64 fixed pp<=4", "llama2-7b", "a100x64", "fixed", {"pp_max": 4}),
     inst("llama2-70b/h100x1024 free", "llama2-70b", "h100x1024"),
 ]
-LIMITS = {"full": {"cpsat": 60.0, "exhaustive": 30.0, "alpa-dp": 60.0},
+LIMITS = {"full": {"cpsat": 60.0, "exhaustive": 45.0, "alpa-dp": 60.0},
           "smoke": {"cpsat": 10.0, "exhaustive": 4.0, "alpa-dp": 10.0}}
 
 
@@ -321,6 +321,8 @@ def write_results(results: list[dict], out_dir: Path, mode: str, limits: dict, s
 
 
 def plot_results(results, path: Path):
+    """Left: wall time vs GPUs per method (hollow: stopped by its limit, a lower bound).
+    Right: the legal space (shape x split) and each method's evaluations vs GPUs."""
     try:
         import matplotlib
 
@@ -328,34 +330,36 @@ def plot_results(results, path: Path):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5))
     colors = {"cpsat": "tab:blue", "exhaustive": "tab:red", "alpa-dp": "tab:green"}
     for m in METHODS:
-        pts = sorted((r.get("num_gpus"), r["runs"][m], r["name"]) for r in results
-                     if r.get("num_gpus") and m in r["runs"] and r["runs"][m].get("wall_s")
-                     and r["runs"][m].get("status") not in ("N/A", "ERROR"))
+        pts = sorted(((r["num_gpus"], r["runs"][m]) for r in results
+                      if r.get("num_gpus") and m in r["runs"] and r["runs"][m].get("wall_s")
+                      and r["runs"][m].get("status") not in ("N/A", "ERROR")), key=lambda p: (p[0], p[1]["wall_s"]))
         if not pts:
             continue
         xs = [p[0] for p in pts]
-        ys = [p[1]["wall_s"] for p in pts]
-        ax.plot(xs, ys, "-", color=colors[m], alpha=0.5, label=m)
-        for x, (_, r, _) in zip(xs, pts):
-            done = r.get("finished")
-            ax.plot([x], [r["wall_s"]], "o", color=colors[m], mfc=colors[m] if done else "white", ms=6)
-        if m == "exhaustive":
-            proj = [(p[0], projected(p[1])) for p in pts if not p[1].get("finished") and projected(p[1])]
-            if proj:
-                ax.plot([p[0] for p in proj], [p[1] for p in proj], "x", color=colors[m],
-                        label="exhaustive, projected to finish")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("GPUs")
+        ax.plot(xs, [p[1]["wall_s"] for p in pts], "-", color=colors[m], alpha=0.5, label=m)
+        for x, r in pts:
+            ax.plot([x], [r["wall_s"]], "o", color=colors[m], mfc=colors[m] if r.get("finished") else "white", ms=6)
+        ev = [(x, r["evaluations"]) for x, r in pts if r.get("evaluations")]
+        if ev:
+            bx.plot([e[0] for e in ev], [e[1] for e in ev], "o-", color=colors[m], alpha=0.7, label=f"{m} evaluations")
+    sp = sorted((r["num_gpus"], int(r["space_legal"])) for r in results if r.get("num_gpus") and r.get("space_legal"))
+    if sp:
+        bx.plot([p[0] for p in sp], [float(p[1]) for p in sp], "k^--", alpha=0.6, label="legal space (shape x split)")
+    for a_ in (ax, bx):
+        a_.set_xscale("log", base=2)
+        a_.set_yscale("log")
+        a_.set_xlabel("GPUs")
+        a_.grid(True, which="both", alpha=0.3)
+        a_.legend(fontsize=8)
     ax.set_ylabel("wall time incl. model building (s)")
-    ax.set_title("Search time vs cluster size (hollow: stopped by time limit)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.set_title("Search time (hollow: stopped by its time limit)")
+    bx.set_ylabel("count")
+    bx.set_title("Space size and evaluations")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
