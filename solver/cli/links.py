@@ -1,0 +1,156 @@
+"""`solveplan links`: link matrices (import from nccl-tests, generate from a topology, show)
+and placement of a plan's stages and replicas on unequal links (`links place`)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..errors import InputError
+from .jobopts import job_base_options
+
+
+@click.group()
+def links():
+    """Per-link bandwidth input and GPU-group placement on unequal links."""
+
+
+@links.command("import")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Write the matrix (JSON) here.")
+@click.option("--hosts", default=None, help="Comma-separated host order (node i = i-th host); default: order of appearance.")
+@click.option("--one-way", is_flag=True, help="Do not mirror pairs measured in one direction only.")
+def import_(logs, output, hosts, one_way):
+    """Build a measured matrix from nccl-tests sendrecv_perf logs, one per node pair.
+
+    The pair of each log: a line '# solveplan-pair: SRC DST' in it, else the file name
+    SRC__DST.log, else the two hosts of its device lines. Bandwidth is the bus bandwidth at
+    the largest size; latency the time of the smallest."""
+    from ..links import describe, import_nccl_logs
+
+    order = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None
+    lm = import_nccl_logs(list(logs), hosts=order, symmetric=not one_way)
+    lm.write(output)
+    d = describe(lm)
+    click.echo(f"wrote {output}: {d['hosts']} hosts, {len(d['levels_gbit_per_s'])} bandwidth levels")
+
+
+@links.command("generate")
+@click.option("--nodes", type=int, required=True)
+@click.option("--nodes-per-leaf", type=int, default=None, help="Nodes behind one leaf switch (rack).")
+@click.option("--oversubscription", type=float, default=1.0, show_default=True, help="Leaf-to-spine, e.g. 4 for 4:1.")
+@click.option("--nic-gbit-per-s", type=float, default=200.0, show_default=True, help="NIC per GPU per direction.")
+@click.option("--latency-us", type=float, default=8.0, show_default=True)
+@click.option("--rack-order", type=click.Choice(["contiguous", "round-robin"]), default="contiguous", show_default=True,
+              help="Node i in rack i // per-leaf (contiguous) or i % racks (round-robin: hosts interleave racks).")
+@click.option("--degraded-node", "degraded_nodes", multiple=True, help="NODE:FACTOR, e.g. 3:0.25 (a NIC at a quarter).")
+@click.option("--degraded-link", "degraded_links", multiple=True, help="A-B:FACTOR, e.g. 2-5:0.5.")
+@click.option("--host-prefix", default="node", show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def generate(nodes, nodes_per_leaf, oversubscription, nic_gbit_per_s, latency_us, rack_order, degraded_nodes,
+             degraded_links, host_prefix, output):
+    """Generate the matrix of a leaf/spine topology with degraded nodes and links."""
+    from ..links import generate_links, parse_degraded_link, parse_degraded_node
+
+    lm = generate_links(nodes, nodes_per_leaf=nodes_per_leaf, oversubscription=oversubscription,
+                        nic_gbit_per_s=nic_gbit_per_s, latency_us=latency_us, rack_order=rack_order,
+                        degraded_nodes=[parse_degraded_node(x) for x in degraded_nodes],
+                        degraded_links=[parse_degraded_link(x) for x in degraded_links], host_prefix=host_prefix)
+    lm.write(output)
+    click.echo(f"wrote {output}: {lm.source}" + (f"; {', '.join(lm.notes)}" if lm.notes else ""))
+
+
+@links.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def show(file, as_json):
+    """Summarise a link matrix (JSON or CSV): levels, slowest pairs, interchangeable nodes."""
+    from ..links import describe, load_links
+
+    d = describe(load_links(file))
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    click.echo(f"{file}: {d['hosts']} hosts ({'measured' if d['measured'] else 'nominal'}; {d['source']})")
+    for lv in d["levels_gbit_per_s"]:
+        click.echo(f"  {lv['gbit_per_s']:>10g} Gbit/s  {lv['directed_pairs']} directed pairs")
+    click.echo(f"  asymmetric pairs: {d['asymmetric_pairs']}; interchangeable node classes: "
+               f"{d['interchangeable_classes']} (largest {d['largest_class']})")
+    for s in d["slowest_pairs"]:
+        click.echo(f"  slow: {s['a']} <-> {s['b']} {s['gbit_per_s']:g} Gbit/s")
+    for n in d["notes"]:
+        click.echo(f"  note: {n}")
+
+
+@links.command("place")
+@job_base_options
+@click.option("--links", "links_file", required=True, type=click.Path(dir_okay=False), help="Link matrix (JSON/CSV).")
+@click.option("--tp", type=click.IntRange(min=1), required=True)
+@click.option("--pp", type=click.IntRange(min=1), required=True)
+@click.option("--dp", type=click.IntRange(min=1), default=None, help="Checked against GPUs / (tp*cp*pp).")
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
+@click.option("--zero", type=click.Choice(["0", "1", "2", "3"]), default=None)
+@click.option("--layers-per-stage", default=None)
+@click.option("--method", type=click.Choice(["auto", "cpsat", "exhaustive"]), default="auto", show_default=True)
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds for CP-SAT.")
+@click.option("--hostfile", "hostfile_out", default=None, type=click.Path(dir_okay=False), help="Write the hostfile here.")
+@click.option("--ranks", is_flag=True, help="Print the RANK -> (stage, replica, cp, tp) table.")
+@click.option("--json", "as_json", is_flag=True)
+def place_cmd(links_file, tp, pp, dp, cp, vp, micro_batch_size, recompute, zero, layers_per_stage, method, time_limit,
+              hostfile_out, ranks, as_json, **base):
+    """Place a plan's (stage, replica) groups on nodes with unequal links."""
+    from ..links import load_links
+    from ..placement import place
+    from ..render.hostfile import render_rank_table, result_hostfile, result_rank_table
+    from .evaluate import evaluate_config, parse_layers
+    from .jobopts import build_job
+
+    job = build_job(**base)
+    N = job.cluster.num_gpus
+    if N % (tp * cp * pp):
+        raise InputError("--tp/--cp/--pp", f"tp*cp*pp = {tp * cp * pp} does not divide the {N} GPUs")
+    if dp is not None and dp != N // (tp * cp * pp):
+        raise InputError("--dp", f"{dp} but {N} GPUs / (tp*cp*pp = {tp * cp * pp}) = {N // (tp * cp * pp)}")
+    if zero is None:
+        zero = 1 if N // (tp * pp * cp) * cp > 1 else 0
+    layers = parse_layers(layers_per_stage, pp, job.model.num_layers) if layers_per_stage else None
+    plan = evaluate_config(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
+                           zero=int(zero), layers=layers)
+    lm = load_links(links_file)
+    res = place(job, plan.parallel, lm, layers=plan.layers_per_stage, method=method, time_limit_s=time_limit)
+    if hostfile_out:
+        with open(hostfile_out, "w") as fh:
+            fh.write(result_hostfile(res))
+    if as_json:
+        d = res.model_dump()
+        d["hostfile"] = result_hostfile(res)
+        if ranks:
+            d["ranks"] = result_rank_table(res)
+        click.echo(json.dumps(d, indent=2))
+        return
+    click.echo(f"placement of tp={tp} cp={cp} pp={pp} dp={res.dp} on {lm.n} nodes: {res.status} "
+               f"({res.method}, {res.wall_time_s:.2f} s, {res.node_classes} node classes, "
+               f"{res.bandwidth_levels} bandwidth levels, gap {0 if res.gap is None else res.gap:.2%})")
+    click.echo(f"{'placement':<26}{'step s':>10}{'pp comm s':>11}{'dp comm s':>11}{'exposed dp s':>14}"
+               f"{'min boundary':>14}{'min ring':>10}")
+    for ev in (res.optimized, res.default, res.whole_server):
+        rings = [x for x in ev.dp_ring_gbit_per_s if x is not None]
+        click.echo(f"{ev.name:<26}{ev.step_time_s:>10.4f}{ev.pp_comm_s:>11.4f}{ev.dp_comm_s:>11.4f}"
+                   f"{ev.exposed_dp_s:>14.4f}{min(ev.boundary_gbit_per_s, default=float('nan')):>14g}"
+                   f"{min(rings, default=float('nan')):>10g}")
+    click.echo(f"speed-up: {res.speedup_vs_default:.3f}x vs default rank order, "
+               f"{res.speedup_vs_whole_server:.3f}x vs whole-server pipelines")
+    for line in res.explanation:
+        click.echo(f"- {line}")
+    click.echo("hostfile (line i = node i of the launch; Megatron rank order tp-cp-dp-pp):")
+    click.echo(result_hostfile(res), nl=False)
+    if ranks:
+        click.echo(render_rank_table(result_rank_table(res)), nl=False)
+
+
+place_cmd.name = "place"
+links.add_command(place_cmd, "place")
