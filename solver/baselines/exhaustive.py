@@ -5,9 +5,10 @@ formulation (`step_time_batch`), in vectorised blocks. The ground truth where it
 Space. For a shape with `pp` stages the splits are the compositions of L layers into pp
 positive parts: C(L-1, pp-1) of them (`count_space`). They are generated in lexicographic
 order of their pp-1 cut points (`itertools.combinations` read into numpy with `fromiter`),
-rows of several shapes are packed into one block of about `block_rows` rows (fewer for deep pipelines: at most ~0.5M row x stage cells), and each block
-is evaluated at once by `step_time_batch`. Nothing is pruned here: the method searches what
-it is given. The harness hands it `candidates.prepare(job, prune_time=False,
+rows of several shapes are packed into one block of about `block_rows` rows (fewer for deep
+pipelines: at most ~0.5M row x stage cells), and each block is evaluated at once by
+`step_time_batch` (~0.5-0.8M splits/s on one core). Nothing is pruned here: the method
+searches what it is given. The harness hands it `candidates.prepare(job, prune_time=False,
 apply_dominance=False)` (`PREPARE_KWARGS` in `solveplan.baselines`): every legal shape
 except those that the valid memory lower bound proves cannot fit under any split.
 
@@ -18,8 +19,8 @@ search the result says so: finished=False, status "FEASIBLE" with the best plan 
 proves nothing about the rest of the space).
 
 Top-k: the k best distinct (shape, split) pairs; ties are broken by the order of the
-enumeration (shape order of `cands.shapes`, then lexicographic cut points), so the answer is
-deterministic. `distinct="shape"` instead returns the best split of each of the k best
+enumeration (shapes by ascending pp, then in `cands.shapes` order; splits by lexicographic
+cut points), so the answer is deterministic. `distinct="shape"` instead returns the best split of each of the k best
 shapes (what `alpa_dp` returns).
 """
 
