@@ -16,15 +16,14 @@ job (its enumerated shapes, coefficients and bounds, keyed by the full JobSpec: 
 cluster, batch, sequence, precision, constraints) and the solver's result per job. Concurrent
 requests for the same job share one computation (single flight).
 
-Check (fast path). A job is feasible iff some legal shape fits under some layer split:
+Check (fast path). A job is feasible iff some legal shape fits under some layer split.
+`candidates.prepare` (cached per job) decides most jobs without a solver:
 - no legal shape at all (divisibility, constraints) -> INFEASIBLE, resource "legal shapes";
 - every legal shape's memory lower bound (`pruning.memory_lower_bound_bytes`, valid for every
   split) exceeds the GPU -> INFEASIBLE, resource "memory", with the shortfall of the least
   demanding shape;
-- a shape whose balanced split fits is a witness -> FEASIBLE. The screen evaluates balanced
-  splits in order of the shapes' time lower bounds (best first, blocks of 256) and stops at
-  the first block holding a fitting one, so it reports a good incumbent without evaluating
-  every shape (`candidates.prepare` evaluates them all);
+- the incumbent (the best shape whose balanced split fits) is a witness -> FEASIBLE, with its
+  step time as the best known;
 - otherwise (lower bounds admit some shape but no balanced split fits) a short CP-SAT solve
   decides: it finds an uneven split that fits, or proves none does.
 """
@@ -33,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import re
 import threading
 import time
@@ -63,8 +63,6 @@ MAX_LAYERS = 4096
 MAX_WIDTH = 1 << 20  # hidden_size, ffn_hidden_size
 MAX_VOCAB = 1 << 22
 MAX_SPEC_NUMBER = 1e9  # any float of a GPU or cluster spec (bandwidths, latencies, peaks)
-# Screen: balanced splits are evaluated in blocks of this many shapes, best time bound first.
-SCREEN_BLOCK = 256
 # Largest allocation fewest_gpus considers for a family without a size (e.g. "h100").
 FEWEST_MAX_GPUS = 16384
 
@@ -80,20 +78,22 @@ class Busy(RuntimeError):
 
 class ResultCache:
     """Lock-protected LRU of finished results plus the computations in flight (single flight:
-    concurrent callers of one key share one worker thread).
+    concurrent callers of one key share one computation).
 
-    `maxsize` bounds the finished entries; `max_inflight` the distinct keys being computed
-    (beyond it `run` raises `Busy`); `max_running` how many computations use the CPU at once
-    (the rest wait for a slot, which counts against their callers' deadlines).
+    `maxsize` bounds the finished entries; `max_inflight` the distinct keys queued or being
+    computed (beyond it `run` raises `Busy`); `workers` how many computations use the CPU at
+    once. The workers are daemon threads started on first use and fed by a queue, so
+    submitting work costs no thread start and a process can exit with work still queued.
     """
 
-    def __init__(self, maxsize: int = 1024, max_inflight: int = 256, max_running: Optional[int] = None):
+    def __init__(self, maxsize: int = 1024, max_inflight: int = 256, workers: Optional[int] = None):
         self.maxsize = maxsize
         self.max_inflight = max_inflight
+        self.workers = workers or max(2, os.cpu_count() or 2)
         self._lock = threading.Lock()
         self._data: OrderedDict = OrderedDict()
         self._inflight: dict = {}
-        self._slots = threading.BoundedSemaphore(max_running or max(2, os.cpu_count() or 2))
+        self._queues: dict[str, queue.SimpleQueue] = {}
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -126,9 +126,10 @@ class ResultCache:
             self._data.popitem(last=False)
             self.evictions += 1
 
-    def run(self, key, fn: Callable[[], Any], store: Callable[[Any], bool] = lambda v: True) -> Future:
+    def run(self, key, fn: Callable[[], Any], store: Callable[[Any], bool] = lambda v: True,
+            lane: str = "prepare") -> Future:
         """The future of `fn()` for `key`: the cached value, the computation in flight, or a new
-        one started in a daemon worker thread (stored in the cache when `store(value)`)."""
+        one queued for the workers (stored in the cache when `store(value)`)."""
         with self._lock:
             if key in self._data:
                 self._data.move_to_end(key)
@@ -144,25 +145,30 @@ class ResultCache:
             self.misses += 1
             fut = Future()
             self._inflight[key] = fut
-        threading.Thread(target=self._work, args=(key, fn, fut, store), daemon=True,
-                         name=f"solveplan-{key[0] if isinstance(key, tuple) else 'work'}").start()
+            q = self._queues.get(lane)
+            if q is None:
+                q = self._queues[lane] = queue.SimpleQueue()
+                for i in range(self.workers):
+                    threading.Thread(target=self._worker, args=(q,), daemon=True, name=f"solveplan-{lane}-{i}").start()
+        q.put((key, fn, fut, store))
         return fut
 
-    def _work(self, key, fn, fut: Future, store) -> None:
-        try:
-            with self._slots:
+    def _worker(self, q: queue.SimpleQueue) -> None:
+        while True:
+            key, fn, fut, store = q.get()
+            try:
                 value = fn()
-        except BaseException as exc:  # handed to every waiter
+            except BaseException as exc:  # handed to every waiter
+                with self._lock:
+                    self._inflight.pop(key, None)
+                fut.set_exception(exc)
+                continue
             with self._lock:
                 self._inflight.pop(key, None)
-            fut.set_exception(exc)
-            return
-        with self._lock:
-            self._inflight.pop(key, None)
-            self.computed += 1
-            if store(value):
-                self._put(key, value)
-        fut.set_result(value)
+                self.computed += 1
+                if store(value):
+                    self._put(key, value)
+            fut.set_result(value)
 
     def clear(self) -> None:
         with self._lock:
@@ -310,65 +316,41 @@ def as_cluster_ref(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str =
 # ===================================================================== screen
 @dataclass(frozen=True)
 class Screen:
-    """What the feasibility screen learned about one job (cached per job)."""
+    """What `candidates.prepare` proved about one job, in the terms `check` needs."""
 
     num_legal: int
     num_shapes: int  # after dominance
     num_memory_ok: int  # shapes whose memory lower bound fits
-    witness: Optional[dict]  # shape row whose balanced split fits, best step time found
+    witness: Optional[dict]  # shape row of the incumbent: the best balanced split that fits
     witness_step_s: float  # inf without a witness
-    bound_step_s: float  # min time lower bound over shapes that may fit (valid for every split)
-    exhausted: bool  # every memory-ok shape's balanced split was evaluated
+    bound_step_s: float  # least time lower bound over the shapes that may fit (valid for every split)
     min_memory_lb_bytes: float
     min_memory_lb_shape: Optional[dict]
     capacity_bytes: float
-
-
-def _screen(job: JobSpec) -> Screen:
-    import numpy as np
-
-    from .candidates import balanced_layers_matrix
-    from .formulation.evaluate import step_time_batch
-    from .formulation.job import job_coefficients
-    from .pruning import memory_lower_bound_bytes, time_lower_bound_s
-    from .space import enumerate_shapes
-
-    L = job.model.num_layers
-    cap = float(job.cluster.gpu.usable_memory_bytes)
-    space = enumerate_shapes(job)
-    shapes = space.shapes
-    if len(shapes) == 0:
-        return Screen(space.num_legal, 0, 0, None, math.inf, math.inf, True, math.inf, None, cap)
-    co = job_coefficients(job, shapes)
-    mem_lb = memory_lower_bound_bytes(co, L)
-    k = int(np.argmin(mem_lb))
-    min_lb, min_shape = float(mem_lb[k]), shapes.row(k)
-    idx = np.flatnonzero(mem_lb <= co.capacity_bytes)
-    if len(idx) == 0:
-        return Screen(space.num_legal, len(shapes), 0, None, math.inf, math.inf, True, min_lb, min_shape, cap)
-    co_ok = co.take(idx)
-    t_lb = time_lower_bound_s(co_ok, L)
-    order = np.argsort(t_lb, kind="stable")
-    pp = shapes.pp[idx]
-    witness, best = None, math.inf
-    exhausted = True
-    for start in range(0, len(order), SCREEN_BLOCK):
-        block = order[start:start + SCREEN_BLOCK]
-        step, _, fits = step_time_batch(co_ok.take(block), balanced_layers_matrix(L, pp[block]))
-        step = np.where(fits, step, np.inf)
-        j = int(np.argmin(step))
-        if np.isfinite(step[j]):
-            witness, best = shapes.row(int(idx[block[j]])), float(step[j])
-            exhausted = start + SCREEN_BLOCK >= len(order)
-            break
-    return Screen(space.num_legal, len(shapes), len(idx), witness, best, float(t_lb.min()), exhausted,
-                  min_lb, min_shape, cap)
 
 
 def _prepare(job: JobSpec):
     from .candidates import prepare
 
     return prepare(job)
+
+
+def _screen(cands) -> Screen:
+    """Candidates -> Screen. The bound: pruned shapes have time lower bounds above the
+    incumbent, so the least bound over the survivors (and the incumbent) bounds the optimum."""
+    job = cands.job
+    n_shapes = cands.num_legal - cands.num_dominated
+    ok = cands.num_survivors + cands.num_pruned_time
+    witness = cands.shapes.row(cands.incumbent_index) if cands.incumbent_index is not None else None
+    bound = float(cands.time_lb_s.min()) if cands.num_survivors else math.inf
+    return Screen(cands.num_legal, n_shapes, ok, witness, float(cands.incumbent_step_s),
+                  min(bound, float(cands.incumbent_step_s)), float(cands.min_memory_lb_bytes),
+                  cands.min_memory_lb_shape, float(job.cluster.gpu.usable_memory_bytes))
+
+
+def _cands(job: JobSpec, clock: "_Clock", cache: "ResultCache"):
+    """The job's candidates (cached, computed once), or None at the deadline."""
+    return _wait(cache.run(("cands", job), lambda: _prepare(job)), clock)
 
 
 # ===================================================================== results
@@ -586,13 +568,13 @@ def _check(job: JobSpec, clock: _Clock, cache: ResultCache) -> CheckResult:
         if verdict is not None:
             return verdict
     try:
-        fut = cache.run(("screen", job), lambda: _screen(job))
+        cands = _cands(job, clock, cache)
     except Busy as exc:
         return _unknown_check(f"busy ({exc}); retry")
-    sc = _wait(fut, clock)
-    if sc is None:
+    if cands is None:
         return _unknown_check(f"time limit {clock.limit:g} s reached while enumerating shapes; the work "
                               f"continues in the background and a retry will be fast")
+    sc = _screen(cands)
     verdict = _check_from_screen(job, sc)
     if verdict is not None:
         return verdict
@@ -645,7 +627,7 @@ def _plan(job: JobSpec, clock: _Clock, cache: ResultCache) -> SolveResult:
         return res
 
     try:  # single flight per (job, budget to 0.1 s)
-        fut = cache.run(("solve", job, round(solver_budget, 1)), compute, store=lambda v: False)
+        fut = cache.run(("solve", job, round(solver_budget, 1)), compute, store=lambda v: False, lane="solve")
     except Busy as exc:
         return _fallback(job, clock, cache, f"busy ({exc})")
     res = _wait(fut, clock)
@@ -671,21 +653,15 @@ def _fallback(job: JobSpec, clock: _Clock, cache: ResultCache, why: str) -> Solv
         return res.model_copy(update={"notes": [*res.notes, f"{why}; this is an earlier answer computed with a "
                                                               f"{prev[1]:.3g} s limit"]})
     cands = cache.get(("cands", job))
-    sc = cache.get(("screen", job))
-    row, step, bound, counts = None, math.inf, None, dict(shapes_legal=0, shapes_dominated=0, shapes_pruned_memory=0,
-                                                         shapes_pruned_time=0, shapes_searched=0)
+    sc = _screen(cands) if cands is not None else None
+    row, step, bound = None, math.inf, None
+    counts = dict(shapes_legal=0, shapes_dominated=0, shapes_pruned_memory=0, shapes_pruned_time=0, shapes_searched=0)
     if cands is not None:
         counts = dict(shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
                       shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
                       shapes_searched=0)
-        if cands.incumbent_index is not None:
-            row, step = cands.shapes.row(cands.incumbent_index), cands.incumbent_step_s
-            bound = float(min(cands.time_lb_s.min(), step))
-    elif sc is not None:
-        counts = dict(shapes_legal=sc.num_legal, shapes_dominated=sc.num_legal - sc.num_shapes,
-                      shapes_pruned_memory=sc.num_shapes - sc.num_memory_ok, shapes_pruned_time=0, shapes_searched=0)
         if sc.witness is not None:
-            row, step, bound = sc.witness, sc.witness_step_s, float(min(sc.bound_step_s, sc.witness_step_s))
+            row, step, bound = sc.witness, sc.witness_step_s, sc.bound_step_s
     stats = SearchStats(method="cpsat", wall_time_s=clock.elapsed(), finished=False, **counts)
     if sc is not None and sc.num_shapes > 0 and sc.num_memory_ok == 0:
         check_ = _check_from_screen(job, sc)
@@ -880,10 +856,9 @@ def _probe(job: JobSpec, need: float, clock: _Clock, cache: ResultCache) -> tupl
         return Probe(num_gpus=n, meets=rate >= need, tokens_per_s=rate, max_tokens_per_s=rate,
                      how="optimal plan (cached)"), done[0]
     try:
-        fut = cache.run(("cands", job), lambda: _prepare(job))
+        cands = _cands(job, clock, cache)
     except Busy:
         return Probe(num_gpus=n, meets=None, how="busy"), None
-    cands = _wait(fut, clock)
     if cands is None:
         return Probe(num_gpus=n, meets=None, how="time limit reached while preparing candidates"), None
     if cands.num_survivors == 0:
