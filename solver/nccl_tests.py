@@ -1,0 +1,349 @@
+"""Read the standard output of NVIDIA nccl-tests (`all_reduce_perf`, `all_gather_perf`,
+`reduce_scatter_perf`, `sendrecv_perf`, ...) into plain rows.
+
+The layout (nccl-tests src/common.cu; doc/PERFORMANCE.md for the bandwidths):
+
+    # nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 ...
+    #
+    # Using devices
+    #  Rank  0 Group  0 Pid   6899 on node-a device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+    #  ...
+    #
+    #                                                              out-of-place                       in-place
+    #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+               8             2     float     sum      -1    30.51    0.00    0.00      0    30.09    0.00    0.00      0
+    ...
+    # Out of bounds values : 0 OK
+    # Avg bus bandwidth    : 220.921
+    #
+    # Collective test concluded: all_reduce_perf
+
+Older releases have no `root` column, print `error` instead of `#wrong` (`0e+00`) and
+`#   Rank  0 Pid ...` device lines; with `-c 0` the error column reads `N/A`. The column
+header line decides which columns a row has. `NCCL INFO`/`NCCL WARN` debug lines may be
+interleaved anywhere; a launcher prefix in front of every line (`[1,0]<stdout>:`, `0: `) is
+taken from the column header line and stripped.
+
+`parse_nccl_log(path_or_text)` returns an `NcclRun`; a malformed result row is an
+`InputError` naming the file and the line number. `format_nccl_log(run)` writes a run back
+in the same layout (test fixtures, synthetic logs).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple, Optional, Union
+
+from .errors import InputError
+
+# nccl-tests binary -> operation name used here
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv", "alltoall", "broadcast", "reduce",
+       "gather", "scatter", "hypercube")
+_OP_ALIASES = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce", "ar": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "ag": "all_gather",
+    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter", "rs": "reduce_scatter",
+    "sendrecv": "sendrecv", "send_recv": "sendrecv", "p2p": "sendrecv",
+    "alltoall": "alltoall", "all_to_all": "alltoall", "broadcast": "broadcast", "reduce": "reduce",
+    "gather": "gather", "scatter": "scatter", "hypercube": "hypercube",
+}
+_PERF_RE = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|sendrecv|alltoall|broadcast|reduce|gather|scatter|hypercube)_perf\b")
+_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
+_NRANKS_RE = re.compile(r"\bnranks\s+(\d+)\b")
+_AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
+_NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def canonical_op(name: str) -> Optional[str]:
+    """`all_reduce_perf`, `allreduce`, `AllReduce`, `ar` -> `all_reduce` (None if unknown)."""
+    key = name.strip().lower().replace("-", "_")
+    key = key[:-5] if key.endswith("_perf") else key
+    return _OP_ALIASES.get(key) or _OP_ALIASES.get(key.replace("_", ""))
+
+
+def busbw_factor(op: str, nranks: int) -> float:
+    """busbw / algbw of an operation over `nranks` ranks (nccl-tests doc/PERFORMANCE.md)."""
+    n = float(nranks)
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+class NcclRow(NamedTuple):
+    """One result of one message size (out-of-place or in-place). `size_bytes` is the
+    column nccl-tests prints: the whole buffer for all-gather/reduce-scatter (count is per
+    rank there), the per-rank buffer for all-reduce and send/receive."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+
+
+@dataclass
+class NcclRun:
+    source: str  # file name, or "<text>"
+    op: Optional[str]  # canonical name (OPS) or None when the log does not say
+    nranks: Optional[int]  # stated rank count (device lines or NCCL INFO `nranks`), else None
+    out_of_place: list[NcclRow] = field(default_factory=list)
+    in_place: list[NcclRow] = field(default_factory=list)
+    line_numbers: list[int] = field(default_factory=list)  # 1-based line of each row (both lists share it)
+    hosts: tuple[str, ...] = ()  # distinct host names of the device lines, in rank order
+    redop: Optional[str] = None
+    avg_busbw_gbs: Optional[float] = None
+    wrong: int = 0  # elements reported wrong (both placements)
+    op_from: str = ""  # where `op` came from: "log", "file name", "busbw/algbw ratio", "given"
+
+    @property
+    def sizes(self) -> list[int]:
+        return sorted({r.size_bytes for r in self.out_of_place})
+
+    def ratio_nranks(self, op: Optional[str] = None) -> Optional[int]:
+        """Rank count implied by busbw/algbw of the largest message for `op` (default: the
+        run's); None when the ratio does not determine it (send/receive, broadcast, or
+        bandwidths printed as 0.00)."""
+        op = op or self.op
+        if op not in ("all_reduce", "all_gather", "reduce_scatter", "alltoall"):
+            return None
+        rows = [r for r in self.out_of_place + self.in_place if r.algbw_gbs >= 1.0]
+        if not rows:
+            return None
+        r = max(rows, key=lambda x: x.algbw_gbs)
+        ratio = r.busbw_gbs / r.algbw_gbs
+        denom = 2.0 - ratio if op == "all_reduce" else 1.0 - ratio
+        if denom <= 1e-3:
+            return None
+        n = (2.0 if op == "all_reduce" else 1.0) / denom
+        k = round(n)
+        return k if k >= 2 and abs(n - k) <= 0.05 * k else None
+
+
+def _fail(source: str, lineno: int, msg: str) -> InputError:
+    return InputError(source, f"line {lineno}: {msg}")
+
+
+def _op_from_name(name: str) -> Optional[str]:
+    """`nccl_allreduce_16gpu.log`, `all_gather_perf.out` -> the operation (longest alias first)."""
+    stem = Path(name).name.lower().replace("-", "_")
+    for key in sorted((k for k in _OP_ALIASES if len(k) >= 6), key=len, reverse=True):
+        if key in stem:
+            return _OP_ALIASES[key]
+    return None
+
+
+def _parse_number(tok: str) -> Optional[float]:
+    return float(tok) if _NUM_RE.match(tok) else None
+
+
+def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun:
+    """Parse one nccl-tests log: a path, or the text itself (a string with a newline, or any
+    string that is not a file when `name` is given; `name` labels the source in messages).
+
+    Raises `InputError` whose field is the file name and whose message starts with the
+    1-based `line N:` on a malformed result row; naming the file when it holds no result
+    table at all."""
+    is_path = isinstance(src, Path) or ("\n" not in str(src) and (name is None or Path(str(src)).is_file()))
+    if is_path:
+        path = Path(src)
+        if not path.is_file():
+            raise InputError(str(path), "file does not exist")
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as exc:
+            raise InputError(str(path), f"cannot read it: {exc.strerror}") from None
+        source = name or path.name
+    else:
+        text = str(src)
+        source = name or "<text>"
+    lines = text.splitlines()
+
+    # the column header: '# ... size ... count ... type ... time ... algbw ... busbw ...'
+    header_at, columns, prefix = None, None, ""
+    for i, raw in enumerate(lines):
+        k = raw.find("#")
+        if k < 0:
+            continue
+        toks = raw[k + 1:].split()
+        if toks[:3] == ["size", "count", "type"] and "algbw" in toks and "busbw" in toks:
+            if header_at is not None:
+                raise _fail(source, i + 1, f"a second result table (the first starts at line {header_at + 1}); "
+                                           "give one nccl-tests run per file")
+            header_at, columns, prefix = i, toks, raw[:k]
+    if header_at is None:
+        raise InputError(source, f"no nccl-tests result table (no '#  size  count  type ... algbw  busbw' header "
+                                 f"line in {len(lines)} lines); is this the output of an nccl-tests binary such as "
+                                 "all_reduce_perf?")
+    times = [j for j, c in enumerate(columns) if c in ("time", "cputime")]
+    if len(times) != 2:
+        raise _fail(source, header_at + 1, "expected out-of-place and in-place 'time algbw busbw' columns")
+    lead = times[0]  # size count type redop [root]
+    width = len(columns)
+    time_scale = 1.0
+    if header_at + 1 < len(lines) and "(ms)" in lines[header_at + 1]:
+        time_scale = 1000.0
+
+    def strip(raw: str) -> str:
+        return raw[len(prefix):] if prefix.strip() and raw.startswith(prefix) else raw
+
+    op = None
+    op_from = ""
+    ranks: dict[int, str] = {}
+    nranks_info = []
+    run = NcclRun(source=source, op=None, nranks=None)
+    in_table = False
+    for i, raw in enumerate(lines):
+        line = strip(raw).strip()
+        if not line:
+            continue
+        m = _PERF_RE.search(line)
+        if m and op is None and "NCCL INFO" not in line:
+            op, op_from = m.group(1), "log"
+        if "NCCL INFO" in line or "NCCL WARN" in line:
+            mr = _NRANKS_RE.search(line)
+            if mr:
+                nranks_info.append(int(mr.group(1)))
+            continue
+        if line.startswith("#"):
+            mr = _RANK_RE.match(line)
+            if mr:
+                ranks[int(mr.group(1))] = mr.group(2)
+            ma = _AVG_RE.match(line)
+            if ma:
+                run.avg_busbw_gbs = _parse_number(ma.group(1))
+                in_table = False
+            if _OOB_RE.match(line):
+                in_table = False
+            if i == header_at:
+                in_table = True
+            continue
+        if not in_table or i < header_at:
+            continue  # launcher output, prompts, environment dumps before the table
+        toks = line.split()
+        if len(toks) != width:
+            raise _fail(source, i + 1, f"expected {width} columns ({' '.join(columns)}), got {len(toks)}: {line[:80]!r}")
+        size, count = _parse_number(toks[0]), _parse_number(toks[1])
+        if size is None or count is None or size != int(size) or count != int(count) or size < 0:
+            raise _fail(source, i + 1, f"size and count must be non-negative integers (got {toks[0]!r}, {toks[1]!r})")
+        dtype = toks[2]
+        if lead >= 4:
+            run.redop = run.redop or toks[3]
+        halves = []
+        for start in times:
+            t, alg, bus = (_parse_number(x) for x in toks[start:start + 3])
+            wrong_tok = toks[start + 3].rstrip("*")
+            if t is None or alg is None or bus is None:
+                raise _fail(source, i + 1, f"time/algbw/busbw must be numbers (got {' '.join(toks[start:start + 3])})")
+            if not (t > 0 and math.isfinite(t)) or alg < 0 or bus < 0:
+                raise _fail(source, i + 1, f"time must be positive and bandwidths non-negative (got {' '.join(toks[start:start + 3])})")
+            if wrong_tok != "N/A":
+                w = _parse_number(wrong_tok)
+                if w is None:
+                    raise _fail(source, i + 1, f"the #wrong column must be a number or N/A (got {toks[start + 3]!r})")
+                run.wrong += int(w)
+            halves.append(NcclRow(int(size), int(count), dtype, t * time_scale, alg, bus))
+        run.out_of_place.append(halves[0])
+        run.in_place.append(halves[1])
+        run.line_numbers.append(i + 1)
+    if not run.out_of_place:
+        raise _fail(source, header_at + 1, "the result table has no rows (the run stopped before the first size?)")
+
+    if ranks:
+        run.nranks = max(ranks) + 1
+        hosts = []
+        for r in sorted(ranks):
+            if ranks[r] not in hosts:
+                hosts.append(ranks[r])
+        run.hosts = tuple(hosts)
+    elif nranks_info:
+        run.nranks = max(nranks_info)
+    if op is None:
+        op = _op_from_name(source)
+        op_from = "file name" if op else ""
+    if op is None:
+        op = _op_from_ratio(run)
+        op_from = "busbw/algbw ratio" if op else ""
+    run.op, run.op_from = op, op_from
+    return run
+
+
+def _op_from_ratio(run: NcclRun) -> Optional[str]:
+    """Last resort when neither the log nor the file name names the test: the reduction
+    column and busbw/algbw tell all-reduce (sum, 1 <= ratio < 2), reduce-scatter (sum, < 1),
+    all-gather (none, < 1) and send/receive (none, 1) apart."""
+    rows = [r for r in run.out_of_place if r.algbw_gbs >= 1.0]
+    if not rows or run.redop is None:
+        return None
+    r = max(rows, key=lambda x: x.algbw_gbs)
+    ratio = r.busbw_gbs / r.algbw_gbs
+    reduces = run.redop not in ("none", "-")
+    if reduces:
+        return "all_reduce" if ratio >= 0.99 else "reduce_scatter"
+    return "sendrecv" if ratio >= 0.99 else "all_gather"
+
+
+def _time_str(us: float) -> str:
+    if us >= 10000.0:
+        return f"{us:7.0f}"
+    if us >= 100.0:
+        return f"{us:7.1f}"
+    return f"{us:7.2f}"
+
+
+def format_nccl_log(run: NcclRun, *, gpu_name: str = "NVIDIA H100 80GB HBM3", iters: int = 20) -> str:
+    """The run in nccl-tests' stdout layout (current releases: Group/root/#wrong columns)."""
+    op = run.op or "all_reduce"
+    sizes = [r.size_bytes for r in run.out_of_place]
+    n = run.nranks or 1
+    hosts = run.hosts or ("node-0",)
+    per_host = max(1, math.ceil(n / len(hosts)))
+    out = [f"# nThread 1 nGpus 1 minBytes {min(sizes)} maxBytes {max(sizes)} step: 2(factor) warmup iters: 5 "
+           f"iters: {iters} agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    for r in range(n):
+        host = hosts[min(r // per_host, len(hosts) - 1)]
+        dev = r % per_host
+        out.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {host:>10s} device {dev:2d} "
+                   f"[0000:{0x10 + dev:02x}:00] {gpu_name}")
+    out.append("#")
+    out.append("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+               % ("", "", "", "", ""))
+    out.append("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s"
+               % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"))
+    out.append("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s"
+               % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""))
+    redop = run.redop or ("sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none")
+    root = 0 if op in ("broadcast", "reduce") else -1
+    bus = []
+    for a, b in zip(run.out_of_place, run.in_place):
+        line = "%12li  %12li  %8s  %6s  %6i" % (a.size_bytes, a.count, a.dtype, redop, root)
+        for r in (a, b):
+            line += "  %7s  %6.2f  %6.2f  %5g" % (_time_str(r.time_us), r.algbw_gbs, r.busbw_gbs, 0)
+            bus.append(r.busbw_gbs)
+        out.append(line)
+    avg = run.avg_busbw_gbs if run.avg_busbw_gbs is not None else (sum(bus) / len(bus) if bus else 0.0)
+    out += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {avg:g} ", "#",
+            f"# Collective test concluded: {op}_perf", "#", ""]
+    return "\n".join(out)
+
+
+def synthetic_run(op: str, nranks: int, sizes, time_us, *, dtype: str = "float", hosts=(), source="<synthetic>",
+                  in_place_factor: float = 1.0) -> NcclRun:
+    """An `NcclRun` whose rows carry the given times (one per size), with count, algbw and
+    busbw computed as nccl-tests does; `in_place_factor` scales the in-place times."""
+    word = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1, "int32": 4}.get(dtype, 4)
+    oop, inp = [], []
+    for s, t in zip(sizes, time_us):
+        count = s // word // (nranks if op in ("all_gather", "reduce_scatter", "alltoall") else 1)
+        for lst, tt in ((oop, t), (inp, t * in_place_factor)):
+            alg = s / (tt * 1e-6) / 1e9
+            lst.append(NcclRow(int(s), int(count), dtype, float(tt), alg, alg * busbw_factor(op, nranks)))
+    return NcclRun(source=source, op=op, nranks=nranks, out_of_place=oop, in_place=inp,
+                   line_numbers=list(range(1, len(oop) + 1)), hosts=tuple(hosts), op_from="given")
