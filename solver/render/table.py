@@ -1,0 +1,187 @@
+"""Rich tables of an optimize result (pure: returns renderables; the front end prints them).
+
+`render_result(result)` -> a rich Group: status with bound and gap, the parallel degrees,
+per-stage layers and memory, the time breakdown, throughput and MFU, the speedups over the
+textbook and a user configuration, the other top-k plans, search statistics and notes; for
+INFEASIBLE the shortfall and suggestions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+GIB = 1024**3
+
+
+def _fmt_s(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{x:,.1f}"
+    if abs(x) >= 1:
+        return f"{x:.3f}"
+    if abs(x) >= 1e-3:
+        return f"{x * 1e3:.2f} ms"
+    return f"{x * 1e6:.1f} µs"
+
+
+def _par_text(par) -> str:
+    return (f"tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} vp={par.vp} mbs={par.micro_batch_size} "
+            f"recompute={par.recompute} sp={'on' if par.sequence_parallel else 'off'} zero={par.zero}")
+
+
+def status_line(result) -> Text:
+    st = result.status
+    style = {"OPTIMAL": "bold green", "FEASIBLE": "bold yellow", "INFEASIBLE": "bold red"}.get(st, "bold magenta")
+    t = Text()
+    t.append(st, style=style)
+    if result.plan is not None:
+        t.append(f"  step {_fmt_s(result.plan.step_time_s)} s")
+        if result.bound_step_time_s is not None:
+            t.append(f"  bound {_fmt_s(result.bound_step_time_s)} s")
+        if result.gap is not None:
+            t.append(f"  gap {result.gap:.2e}")
+        if result.tolerance_s is not None:
+            t.append(f"  (tolerance {_fmt_s(result.tolerance_s)})")
+    return t
+
+
+def degrees_table(plan) -> Table:
+    par = plan.parallel
+    t = Table(title="parallel plan", title_justify="left")
+    cols = ("tp", "pp", "dp", "cp", "vp", "micro-batch", "micro-batches", "recompute", "seq. parallel", "zero")
+    for c in cols:
+        t.add_column(c, justify="right")
+    t.add_row(str(par.tp), str(par.pp), str(par.dp), str(par.cp), str(par.vp), str(par.micro_batch_size),
+              str(par.num_microbatches), par.recompute, "on" if par.sequence_parallel else "off", str(par.zero))
+    return t
+
+
+def stages_table(plan) -> Table:
+    t = Table(title=f"stages (memory in GiB; {plan.capacity_bytes / GIB:.1f} GiB usable per GPU)", title_justify="left")
+    for c in ("stage", "layers", "time/micro-batch", "params", "grads", "optimizer", "activations", "other", "total", "fits"):
+        t.add_column(c, justify="right")
+    for s in plan.stages:
+        mb = s.memory_bytes
+        t.add_row(str(s.stage), str(s.layers), _fmt_s(s.time_per_microbatch_s),
+                  *(f"{getattr(mb, k) / GIB:.2f}" for k in ("params", "grads", "optimizer", "activations", "other", "total")),
+                  "yes" if s.fits else Text("NO", style="bold red"))
+    return t
+
+
+def breakdown_table(plan) -> Table:
+    t = Table(title="step time breakdown (s)", title_justify="left")
+    for k in plan.breakdown:
+        t.add_column(k.removesuffix("_s").replace("_", " "), justify="right")
+    t.add_column("step", justify="right")
+    t.add_row(*(_fmt_s(v) for v in plan.breakdown.values()), _fmt_s(plan.step_time_s))
+    return t
+
+
+def throughput_table(plan) -> Table:
+    t = Table(title="throughput", title_justify="left")
+    for c in ("tokens/s", "MFU", "model TFLOP/s/GPU", "hardware TFLOP/s/GPU", "peak memory GiB"):
+        t.add_column(c, justify="right")
+    t.add_row(f"{plan.tokens_per_s:,.0f}", f"{plan.mfu:.1%}", f"{plan.model_tflops_per_gpu:.1f}",
+              f"{plan.hardware_tflops_per_gpu:.1f}", f"{plan.peak_memory_bytes / GIB:.1f}")
+    return t
+
+
+def comparisons_table(result) -> Optional[Table]:
+    rows = [c for c in (getattr(result, "textbook", None), getattr(result, "compare", None)) if c is not None]
+    if not rows:
+        return None
+    t = Table(title="compared with", title_justify="left")
+    for c in ("", "configuration", "layers", "step (s)", "tokens/s", "MFU", "fits", "plan's speedup"):
+        t.add_column(c, justify="right" if c not in ("", "configuration") else "left")
+    for c in rows:
+        t.add_row(c.label, _par_text(c.parallel), ",".join(map(str, c.layers_per_stage)), _fmt_s(c.step_time_s),
+                  f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", "yes" if c.fits else Text("NO", style="red"),
+                  f"{c.speedup:.3f}x" if c.speedup is not None else "-")
+    return t
+
+
+def alternatives_table(result) -> Optional[Table]:
+    if not result.alternatives:
+        return None
+    t = Table(title="next best plans (distinct configurations)", title_justify="left")
+    for c in ("rank", "configuration", "layers", "step (s)", "vs best"):
+        t.add_column(c, justify="right" if c != "configuration" else "left")
+    best = result.plan.step_time_s
+    for i, p in enumerate(result.alternatives, start=2):
+        t.add_row(str(i), _par_text(p.parallel), ",".join(map(str, p.layers_per_stage)), _fmt_s(p.step_time_s),
+                  f"+{(p.step_time_s / best - 1):.2%}")
+    return t
+
+
+def search_table(result) -> Table:
+    s = result.search
+    sol: dict[str, Any] = s.solver or {}
+    t = Table(title="search", title_justify="left")
+    cols = ["method", "wall time", "shapes legal", "dominated", "pruned (memory)", "pruned (time)", "searched"]
+    vals = [s.method, f"{s.wall_time_s:.2f} s", f"{s.shapes_legal:,}", f"{s.shapes_dominated:,}",
+            f"{s.shapes_pruned_memory:,}", f"{s.shapes_pruned_time:,}", f"{s.shapes_searched:,}"]
+    if s.evaluations is not None:
+        cols.append("evaluations")
+        vals.append(f"{s.evaluations:,}")
+    phases = sol.get("phases") or []
+    if phases:
+        ph = phases[0]
+        cols += ["solver status", "branches", "conflicts", "booleans", "constraints", "quantum"]
+        vals += [str(ph.get("status")), f"{sum(p.get('branches') or 0 for p in phases):,}",
+                 f"{sum(p.get('conflicts') or 0 for p in phases):,}", str(ph.get("num_booleans")),
+                 str(ph.get("num_constraints")), _fmt_s(sol.get("time_quantum_s"))]
+    for c in cols:
+        t.add_column(c, justify="right")
+    t.add_row(*vals)
+    return t
+
+
+def shortfall_text(result) -> Optional[Text]:
+    sf = result.shortfall
+    if sf is None:
+        return None
+    t = Text()
+    t.append(f"{sf.resource}: ", style="bold red")
+    t.append(sf.message + "\n")
+    for s in sf.suggestions:
+        t.append(f"  - {s}\n")
+    return t
+
+
+def render_result(result) -> Group:
+    """Everything about an optimize result, as rich renderables."""
+    parts: list = []
+    plan = result.plan
+    if plan is not None:
+        parts.append(Text(f"{plan.model} on {plan.cluster} ({plan.num_gpus} GPUs), global batch "
+                          f"{plan.global_batch_size} x {plan.seq_length} tokens", style="bold"))
+    parts.append(status_line(result))
+    if plan is not None:
+        parts += [degrees_table(plan), stages_table(plan), breakdown_table(plan), throughput_table(plan)]
+        for extra in (comparisons_table(result), alternatives_table(result)):
+            if extra is not None:
+                parts.append(extra)
+    sf = shortfall_text(result)
+    if sf is not None:
+        parts.append(sf)
+    parts.append(search_table(result))
+    if result.notes:
+        parts.append(Text("notes:\n" + "\n".join(f"  - {n}" for n in result.notes), style="dim"))
+    return Group(*parts)
+
+
+def to_text(renderable, width: int = 160) -> str:
+    """Render to plain text (tests, logs)."""
+    import io
+
+    buf = io.StringIO()
+    con = Console(width=width, file=buf, color_system=None, force_terminal=False)
+    con.print(renderable)
+    return buf.getvalue()
