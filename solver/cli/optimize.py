@@ -1,0 +1,203 @@
+"""`solveplan optimize`: the fastest plan that fits, with the solver's proof.
+
+    solveplan optimize --model gpt3-13b --cluster a100x64
+    solveplan optimize --model gpt3-175b --cluster a100x1024 --format megatron
+    solveplan optimize --model llama3.1-70b --cluster h100x256 --top-k 3 --json
+    solveplan optimize --model gpt3-13b --cluster a100x64 --compare "tp=8,pp=2,mbs=1"
+
+Exit codes: 0 a plan (OPTIMAL, or FEASIBLE when the time limit stopped the proof), 2 bad input,
+3 infeasible (the shortfall is printed on stderr), 4 no plan within the time limit.
+The JSON (`--json` or `--format json`) is identical across runs, seeds and worker counts except
+the `search` block, which holds measurements (wall times, branch counts).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from ..errors import InputError
+from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
+from .jobopts import build_job, job_options
+
+_ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
+            "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
+            "tp": "tp", "pp": "pp", "cp": "cp", "vp": "vp", "dp": "dp", "zero": "zero", "recompute": "recompute",
+            "layers": "layers"}
+_TRUE = {"on", "true", "yes", "1"}
+_FALSE = {"off", "false", "no", "0"}
+
+
+def parse_compare(text: str) -> dict:
+    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping."""
+    cfg: dict = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        key, sep, val = item.partition("=")
+        key = key.strip().lower()
+        val = val.strip()
+        if not sep or key not in _ALIASES:
+            raise InputError("--compare", f"{item!r}: give key=value pairs with keys tp, pp, cp, vp, mbs, recompute, sp, "
+                                          f"zero, layers (e.g. \"tp=8,pp=2,mbs=1\")")
+        name = _ALIASES[key]
+        try:
+            if name == "sequence_parallel":
+                if val.lower() not in _TRUE | _FALSE:
+                    raise ValueError
+                cfg[name] = val.lower() in _TRUE
+            elif name == "recompute":
+                if val not in ("none", "selective", "full"):
+                    raise ValueError
+                cfg[name] = val
+            elif name == "layers":
+                cfg[name] = [int(x) for x in val.replace("/", ":").split(":")]
+            else:
+                cfg[name] = int(val)
+                if cfg[name] < (0 if name == "zero" else 1):
+                    raise ValueError
+        except ValueError:
+            raise InputError("--compare", f"{item!r}: bad value for {key}") from None
+    if not cfg:
+        raise InputError("--compare", "empty configuration; e.g. \"tp=8,pp=2,mbs=1\"")
+    return cfg
+
+
+def result_json(result, job) -> dict:
+    """The JSON of an optimize result: the plan's evaluation keys at the top level, then the
+    verdict, the search statistics, the comparisons and the other top-k plans."""
+    from ..render.megatron import megatron_args
+
+    d: dict = result.plan.model_dump() if result.plan is not None else {}
+    d.update(status=result.status, bound_step_time_s=result.bound_step_time_s, gap=result.gap,
+             tolerance_s=result.tolerance_s)
+    if result.plan is not None:
+        ma = megatron_args(job, result.plan)
+        d["megatron_args"] = ma.args
+        d["megatron_notes"] = ma.notes
+    d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
+    d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
+    d["alternatives"] = [p.model_dump() for p in result.alternatives]
+    d["shortfall"] = result.shortfall.model_dump() if result.shortfall is not None else None
+    d["notes"] = list(result.notes)
+    d["search"] = result.search.model_dump()
+    return d
+
+
+class _StderrProgress:
+    """Solver progress on stderr, at most every 0.5 s (and the final line)."""
+
+    def __init__(self):
+        self.last = 0.0
+
+    def __call__(self, info):
+        now = time.perf_counter()
+        final = isinstance(info, dict) and info.get("final")
+        if not final and now - self.last < 0.5:
+            return
+        self.last = now
+        if isinstance(info, dict):
+            parts = [f"[{info.get('method', 'search')} {info.get('elapsed_s', 0.0):.1f}s]"]
+            if info.get("status"):
+                parts.append(str(info["status"]))
+            for key, label in (("best_s", "best"), ("bound_s", "bound")):
+                if info.get(key) is not None:
+                    parts.append(f"{label} {info[key]:.6g} s")
+            if info.get("fraction") is not None:
+                parts.append(f"{info['fraction']:.1%} of the space")
+            if info.get("shapes_done") is not None:
+                parts.append(f"{info['shapes_done']}/{info.get('shapes')} shapes")
+            msg = " ".join(parts)
+        else:
+            msg = str(info)
+        click.echo(msg, err=True)
+
+
+@click.command()
+@job_options
+@click.option("--method", type=click.Choice(["cpsat", "exhaustive", "alpa-dp"]), default="cpsat", show_default=True,
+              help="Search method: the CP-SAT model, or a baseline over the same formulation.")
+@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="Seconds for the whole search (enumeration and model building included).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="CP-SAT worker threads.")
+@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (the answer does not depend on it).")
+@click.option("--top-k", "top_k", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Return the K best distinct parallel configurations.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron"]), default=None,
+              help="table (default), json, or megatron (the launch arguments only).")
+@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG of the plan's pipeline schedule (needs matplotlib: the plot extra).")
+@click.option("--compare", "compare", default=None,
+              help='A configuration to compare with, e.g. "tp=8,pp=2,mbs=1,recompute=full,layers=20:20".')
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="Solver progress on stderr (default: when stderr is a terminal).")
+def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, show_progress, **jobkw):
+    """The fastest parallel plan that fits, with the solver's bound."""
+    from pathlib import Path
+
+    fmt = fmt or ("json" if as_json else "table")
+    if as_json and fmt != "json":
+        raise InputError("--json", f"conflicts with --format {fmt}; give one of them")
+    if timeline is not None:
+        parent = Path(timeline).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise InputError("--timeline", f"directory {str(parent)!r} does not exist")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
+    cmp_cfg = parse_compare(compare) if compare else None
+    job = build_job(**jobkw)
+
+    from ..optimize import optimize as run_optimize
+
+    if show_progress is None:
+        show_progress = sys.stderr.isatty()
+    result = run_optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
+                          compare=cmp_cfg, progress=_StderrProgress() if show_progress else None)
+
+    drawn = None
+    if timeline is not None and result.plan is not None:
+        from ..render.timeline import render_timeline
+
+        drawn = render_timeline(job, result.plan, timeline)
+
+    if fmt == "json":
+        d = result_json(result, job)
+        if drawn is not None:
+            d["timeline"] = drawn
+        click.echo(json.dumps(d, indent=2))
+    elif fmt == "megatron":
+        if result.plan is not None:
+            from ..render.megatron import megatron_args
+
+            click.echo(megatron_args(job, result.plan).command(), nl=False)
+    else:
+        from rich.console import Console
+
+        from ..render.megatron import megatron_args
+        from ..render.table import render_result
+
+        con = Console(width=None if sys.stdout.isatty() else 160)
+        con.print(render_result(result))
+        if result.plan is not None:
+            con.print("[bold]Megatron-LM launch arguments[/]")
+            con.print(megatron_args(job, result.plan).command(), markup=False, highlight=False, end="")
+        if drawn is not None:
+            con.print(f"timeline written to {drawn['path']}")
+
+    if result.status == "INFEASIBLE":
+        sf = result.shortfall
+        msg = sf.message if sf is not None else "no plan fits"
+        click.echo(f"infeasible: {msg}", err=True)
+        if sf is not None and sf.suggestions:
+            click.echo("try: " + "; ".join(sf.suggestions), err=True)
+        sys.exit(EXIT_INFEASIBLE)
+    if result.plan is None:
+        click.echo(f"no plan within the time limit of {time_limit:g} s (status {result.status}); "
+                   f"raise --time-limit", err=True)
+        sys.exit(EXIT_NO_PLAN_IN_TIME)
