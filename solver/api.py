@@ -9,6 +9,9 @@ returns status FEASIBLE with the best plan known so far and its gap to a proven 
 UNKNOWN with no plan), `check` returns status UNKNOWN, `fewest_gpus` the smallest allocation
 verified so far.
 
+Answers depend on the question, not on the history: a cached result is the same value a cold
+call computes (given the time to finish), so a repeated query gets the identical answer.
+
 State: there is none except an explicit, lock-protected LRU cache (`ResultCache`; the module
 default is `DEFAULT_CACHE`, every function takes `cache=`). It holds what depends on a job
 alone, never on the admission batch: the feasibility screen and the pruned candidates of a
@@ -548,9 +551,11 @@ def _check_from_result(job: JobSpec, res: SolveResult) -> Optional[CheckResult]:
 
 
 def check(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None) -> CheckResult:
-    """Does some plan of `job` fit? Fast path: the cached solver result, the cached candidates
-    or the feasibility screen (see the module docstring); a short CP-SAT solve when the screen
-    cannot decide. Returns status UNKNOWN (feasible=None) when the time limit comes first."""
+    """Does some plan of `job` fit? Fast path: the (cached) candidates (see the module
+    docstring); a short CP-SAT solve when they cannot decide. Returns status UNKNOWN
+    (feasible=None) when the time limit comes first. The answer depends on the job alone, not
+    on what was asked before: `best_known_step_time_s` is the incumbent's (the best balanced
+    split), even when `plan` has found the optimum since."""
     clock = _Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["check"])
     cache = DEFAULT_CACHE if cache is None else cache
     job = as_job(job)
@@ -562,11 +567,6 @@ def _unknown_check(reason: str) -> CheckResult:
 
 
 def _check(job: JobSpec, clock: _Clock, cache: ResultCache) -> CheckResult:
-    cached = cache.get(("plan", job))
-    if cached is not None:
-        verdict = _check_from_result(job, cached[0])
-        if verdict is not None:
-            return verdict
     try:
         cands = _cands(job, clock, cache)
     except Busy as exc:
@@ -592,10 +592,22 @@ def _check(job: JobSpec, clock: _Clock, cache: ResultCache) -> CheckResult:
 
 
 # ===================================================================== plan
-def _solve(job: JobSpec, time_limit_s: float) -> SolveResult:
-    from .optimize import optimize
+def _solve(job: JobSpec, time_limit_s: float, cands) -> SolveResult:
+    """optimize() on the cached candidates. When the memory bounds already exclude every shape
+    the answer is INFEASIBLE without a search, and the shortfall (with its fewest-GPUs
+    suggestion) gets the budget instead of optimize's fixed 20 s."""
+    from .optimize import OptimizeResult, optimize, shortfall_for
 
-    return optimize(job, method="cpsat", time_limit_s=max(0.01, time_limit_s), workers=1, top_k=1, seed=0)
+    if cands.num_survivors == 0:
+        t0 = time.monotonic()
+        sf = shortfall_for(job, cands, budget_s=max(0.0, time_limit_s * 0.8))
+        stats = SearchStats(method="cpsat", wall_time_s=time.monotonic() - t0, shapes_legal=cands.num_legal,
+                            shapes_dominated=cands.num_dominated, shapes_pruned_memory=cands.num_pruned_memory,
+                            shapes_pruned_time=cands.num_pruned_time, shapes_searched=0)
+        return OptimizeResult(status="INFEASIBLE", shortfall=sf, search=stats,
+                              notes=["no legal shape survives the memory lower bound: nothing to search"])
+    return optimize(job, method="cpsat", time_limit_s=max(0.01, time_limit_s), workers=1, top_k=1, seed=0,
+                    cands=cands)
 
 
 def _final(res: SolveResult) -> bool:
@@ -603,31 +615,41 @@ def _final(res: SolveResult) -> bool:
 
 
 def plan(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None) -> SolveResult:
-    """The fastest plan that fits (CP-SAT), within `time_limit_s`. When time runs out: status
-    FEASIBLE with the best plan known (the balanced-split incumbent) and its gap to a proven
-    lower bound, or UNKNOWN with no plan."""
+    """The fastest plan that fits (`optimize`, CP-SAT, with its textbook comparison), within
+    `time_limit_s`. When time runs out: status FEASIBLE with the best plan known (the
+    balanced-split incumbent) and its gap to a proven lower bound, or UNKNOWN with no plan."""
     clock = _Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["plan"])
     cache = DEFAULT_CACHE if cache is None else cache
     return _plan(as_job(job), clock, cache)
 
 
+# Share of the time limit given to the solver; the rest covers candidates already in flight,
+# the textbook comparison and assembling the answer.
+SOLVER_SHARE = 0.85
+
+
 def _plan(job: JobSpec, clock: _Clock, cache: ResultCache) -> SolveResult:
     key = ("plan", job)
     cached = cache.get(key)
-    solver_budget = max(0.0, clock.left() * 0.85 - clock.reserve())
+    solver_deadline = clock.start + clock.limit * SOLVER_SHARE - clock.reserve()
+    budget = solver_deadline - time.monotonic()
     # A final answer is reused whatever the limit; a time-limited one for budgets up to its own.
-    if cached is not None and (_final(cached[0]) or solver_budget <= cached[1] * 1.05 + 0.01):
+    if cached is not None and (_final(cached[0]) or budget <= cached[1] * 1.05 + 0.01):
         return cached[0]
-    if solver_budget <= 0.02:
+    if budget <= 0.02:
         return _fallback(job, clock, cache, f"time limit {clock.limit:g} s too short to start the solver")
 
     def compute():
-        res = _solve(job, solver_budget)
-        _store_plan(cache, key, res, solver_budget)
+        cands = cache.run(("cands", job), lambda: _prepare(job)).result()  # the prepare lane never waits on this one
+        left = solver_deadline - time.monotonic()
+        if left <= 0.02:
+            return None
+        res = _solve(job, left, cands)
+        _store_plan(cache, key, res, budget)
         return res
 
     try:  # single flight per (job, budget to 0.1 s)
-        fut = cache.run(("solve", job, round(solver_budget, 1)), compute, store=lambda v: False, lane="solve")
+        fut = cache.run(("solve", job, round(budget, 1)), compute, store=lambda v: False, lane="solve")
     except Busy as exc:
         return _fallback(job, clock, cache, f"busy ({exc})")
     res = _wait(fut, clock)
@@ -645,6 +667,7 @@ def _fallback(job: JobSpec, clock: _Clock, cache: ResultCache, why: str) -> Solv
     """Best plan known without the solver: the balanced-split incumbent of the cached
     candidates or screen, with a bound valid for every split; UNKNOWN when neither exists."""
     from .formulation.evaluate import balanced_split
+    from .optimize import OptimizeResult as Result
     from .plan import make_plan, parallel_from_row
 
     prev = cache.get(("plan", job))
@@ -665,16 +688,16 @@ def _fallback(job: JobSpec, clock: _Clock, cache: ResultCache, why: str) -> Solv
     stats = SearchStats(method="cpsat", wall_time_s=clock.elapsed(), finished=False, **counts)
     if sc is not None and sc.num_shapes > 0 and sc.num_memory_ok == 0:
         check_ = _check_from_screen(job, sc)
-        return SolveResult(status="INFEASIBLE", shortfall=check_.shortfall, search=stats,
+        return Result(status="INFEASIBLE", shortfall=check_.shortfall, search=stats,
                            notes=[f"{why}; the memory lower bounds exclude every shape"])
     if sc is not None and sc.num_shapes == 0:
-        return SolveResult(status="INFEASIBLE", shortfall=_shape_shortfall(job), search=stats, notes=[why])
+        return Result(status="INFEASIBLE", shortfall=_shape_shortfall(job), search=stats, notes=[why])
     if row is None:
-        return SolveResult(status="UNKNOWN", search=stats,
+        return Result(status="UNKNOWN", search=stats,
                            notes=[f"{why}; no plan known yet (the work continues in the background: retry)"])
     plan_ = make_plan(job, parallel_from_row(job, row), balanced_split(job.model.num_layers, row["pp"]))
     gap = (plan_.step_time_s - bound) / plan_.step_time_s if plan_.step_time_s > 0 else None
-    return SolveResult(status="FEASIBLE", plan=plan_, bound_step_time_s=bound, gap=gap, search=stats,
+    return Result(status="FEASIBLE", plan=plan_, bound_step_time_s=bound, gap=gap, search=stats,
                        notes=[f"{why}; the plan is the balanced-split incumbent, the bound the least time lower "
                               f"bound over the shapes that may fit"])
 
@@ -772,7 +795,9 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
         except ValidationError as exc:
             from .errors import pydantic_error_line
 
-            raise InputError("", pydantic_error_line(exc, prefix="target.")) from None
+            raise InputError("target", pydantic_error_line(exc, prefix="target.")) from None
+        except TypeError as exc:
+            raise InputError("target", str(exc)) from None
     sizer = _sizer(family_or_cluster)
     need = target.required_tokens_per_s
     base = _with_cluster(job, sizer.cluster(sizer.max_nodes))
@@ -797,7 +822,7 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
         return p.meets
 
     notes = ["throughput is not monotone in the GPU count (batch and head divisibility, communication): "
-             "bisection assumes it between probes; the allocation one node smaller than the answer was probed"]
+             "bisection assumes it is between probes, and allocations below the doubling bracket are not all probed"]
     lo, hi = 0, None  # nodes: lo misses (0 = nothing), hi meets
     k = 1
     while k <= sizer.max_nodes and clock.left() > clock.reserve():
@@ -834,7 +859,9 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
             res = better
     proven = hi - lo == 1 and not undecided
     status = "OPTIMAL" if proven else "FEASIBLE"
-    rate = probes[hi].tokens_per_s
+    if proven and lo:
+        notes.append(f"{lo * per_node} GPUs (one node fewer) was probed and misses the target")
+    rate = res.plan.tokens_per_s if res is not None and res.plan is not None else probes[hi].tokens_per_s
     reason = (f"{hi * per_node} GPUs ({j.cluster.name}) reach {_fmt_rate(rate)} >= {need:.4g} tokens/s; "
               + (f"{lo * per_node} GPUs miss it" if lo and lo in probes else "the smallest allocation on the grid"
                  if lo == 0 else "")
@@ -850,11 +877,6 @@ def _fmt_rate(x: Optional[float]) -> str:
 def _probe(job: JobSpec, need: float, clock: _Clock, cache: ResultCache) -> tuple[Probe, Optional[SolveResult]]:
     n = job.cluster.num_gpus
     tokens = job.tokens_per_step
-    done = cache.get(("plan", job))
-    if done is not None and done[0].plan is not None and _final(done[0]):
-        rate = done[0].plan.tokens_per_s
-        return Probe(num_gpus=n, meets=rate >= need, tokens_per_s=rate, max_tokens_per_s=rate,
-                     how="optimal plan (cached)"), done[0]
     try:
         cands = _cands(job, clock, cache)
     except Busy:
@@ -1003,26 +1025,22 @@ def _admit_one(item, i: int, sizer: _Sizer, free_nodes: int, share: float, cache
         if isinstance(item, JobSpec):
             if item.cluster.gpu.name != (sizer.base.gpu.name if sizer.base is not None else sizer.cluster(1).gpu.name):
                 raise InputError(f"{prefix}cluster", f"asks for {item.cluster.gpu.name} GPUs; the free cluster has another type")
-            nodes, aj, job = item.cluster.num_nodes, None, item
-            ident = None
+            nodes, fields = item.cluster.num_nodes, item
         else:
             aj = parse_admit_job(item, prefix)
             ident = aj.id if aj.id is not None else aj.name
             nodes = _decide_size(aj, sizer, free_nodes, prefix)
-            job = None
-        clock = _Clock(share, share)
+            fields = aj.job_fields()
+        # the job on its allocation (or, for a target, on what is free): validated before capacity
+        job = _with_cluster(fields, sizer.cluster(nodes if nodes is not None else max(1, free_nodes)), prefix)
         if nodes is not None:
             if nodes > free_nodes:
                 return Decision(id=ident, admitted=False, status="NO_CAPACITY", num_gpus=nodes * per_node,
                                 reason=f"asks for {nodes * per_node} GPUs; {free_nodes * per_node} are free")
-            if job is None:
-                job = _with_cluster({**aj.job_fields(), "cluster": None}, sizer.cluster(nodes), prefix)
-            else:
-                job = _check_limits(job.model_copy(update={"cluster": sizer.cluster(nodes)}), prefix)
-            return _decide_job(ident, job, clock, cache)
+            return _decide_job(ident, job, _Clock(share, share), cache)
         if free_nodes == 0:
             return Decision(id=ident, admitted=False, status="NO_CAPACITY", reason="no GPUs are free")
-        fg = fewest_gpus(aj.job_fields(), sizer.cluster(free_nodes), aj.target, time_limit_s=share, cache=cache)
+        fg = fewest_gpus(job, sizer.cluster(free_nodes), aj.target, time_limit_s=share, cache=cache)
         if fg.num_gpus is None:
             status = "NO_CAPACITY" if fg.status == "INFEASIBLE" else "UNKNOWN"
             return Decision(id=ident, admitted=False, status=status, reason=fg.reason)

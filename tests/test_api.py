@@ -287,3 +287,12 @@ def test_concurrent_checks_are_consistent(cache):
         t.join(60)
     assert not errors and len(results) == 8 and all(r == results[0] for r in results)
     assert cache.stats()["computed"] == 1
+
+
+def test_serve_without_the_extra_says_so_in_one_line(cli, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn -> ImportError
+    monkeypatch.setitem(sys.modules, "fastapi", None)
+    r = cli("serve", "--port", "0")
+    assert r.code == 2 and "solveplan[serve]" in r.err and len(r.err.strip().splitlines()) == 1

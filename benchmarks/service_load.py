@@ -1,0 +1,217 @@
+"""Load test of the HTTP service: N concurrent clients for T seconds against a server this
+script starts on 127.0.0.1 (loopback only), asserting no 5xx and answers identical to the
+library's.
+
+1. Start `python -m solveplan.cli serve --host 127.0.0.1 --port P` (a free port) and wait for
+   /healthz (bounded: 60 s).
+2. Compute the library's answers in this process for a mix of requests (check, plan,
+   fewest-gpus, admit over catalog jobs, with generous time limits), and warm the server with
+   the same requests once, so both sides hold final answers.
+3. N client threads (httpx, one connection each) send random requests from the mix -- and
+   malformed ones (unknown model, bad field, oversized body), which must get 422/413 -- until
+   T seconds have passed. Every 200 answer is compared with the library's (timing fields
+   dropped: the wall time of a search differs between processes).
+4. Stop the server; print latency percentiles per endpoint and status counts; exit 1 on any
+   5xx, any mismatch, or any transport error.
+
+Usage:
+    python benchmarks/service_load.py                 # 50 clients, 60 s
+    python benchmarks/service_load.py --seconds 10 --clients 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+JOBS = [
+    {"model": "gpt3-1.3b", "cluster": "a100x8"},
+    {"model": "llama2-7b", "cluster": "a100x64"},
+    {"model": "gpt3-13b", "cluster": "a100x64"},
+    {"model": "llama3.1-8b", "cluster": "h100x64"},
+    {"model": "llama2-70b", "cluster": "h100x256"},
+    {"model": "llama3.1-405b", "cluster": "a100x8"},  # does not fit
+]
+TIMING_KEYS = {"wall_time_s", "elapsed_s"}
+
+
+def canonical(obj):
+    """Drop what legitimately differs between processes: search wall times and solver timings."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k in TIMING_KEYS or (k == "solver" and isinstance(v, dict)):
+                continue
+            out[k] = canonical(v)
+        return out
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
+
+
+def requests_mix():
+    """[(name, path, body, library call)]"""
+    from solveplan import api
+
+    out = []
+    for j in JOBS:
+        tag = f"{j['model']}@{j['cluster']}"
+        out.append((f"check {tag}", "/v1/check", {"job": j, "time_limit_s": 30},
+                    lambda j=j: api.check(j, time_limit_s=30)))
+        out.append((f"plan {tag}", "/v1/plan", {"job": j, "time_limit_s": 30},
+                    lambda j=j: api.plan(j, time_limit_s=30)))
+    fg = {"job": {"model": "gpt3-1.3b"}, "cluster": "a100x64", "target": {"tokens_per_s": 2.0e5}, "time_limit_s": 60}
+    out.append(("fewest gpt3-1.3b", "/v1/fewest-gpus", fg,
+                lambda: api.fewest_gpus({"model": "gpt3-1.3b"}, "a100x64", {"tokens_per_s": 2.0e5}, time_limit_s=60)))
+    jobs = [{"id": 1, "model": "gpt3-1.3b", "num_gpus": 8}, {"id": 2, "model": "llama2-7b", "num_gpus": 64},
+            {"id": 3, "model": "llama3.1-405b", "num_gpus": 8}, {"id": 4, "model": "gpt3-13b", "num_gpus": 64}]
+    out.append(("admit batch", "/v1/admit", {"jobs": jobs, "cluster": "a100x128", "time_limit_s": 60},
+                lambda: api.admit(jobs, "a100x128", time_limit_s=60)))
+    return out
+
+
+BAD = [
+    ("bad model", "/v1/check", {"job": {"model": "llama-9000", "cluster": "a100x8"}}, 422),
+    ("bad cluster", "/v1/plan", {"job": {"model": "llama2-7b", "cluster": "a100x12"}}, 422),
+    ("bad field", "/v1/check", {"job": {"model": "llama2-7b", "cluster": "a100x8", "global_batch_size": -4}}, 422),
+    ("bad target", "/v1/fewest-gpus", {"job": {"model": "llama2-7b"}, "cluster": "a100", "target": {}}, 422),
+    ("oversized", "/v1/check", {"job": {"model": "llama2-7b", "cluster": "a100x8"}, "pad": "x" * (2 << 20)}, 413),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--bad-fraction", type=float, default=0.1, help="share of malformed requests")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.clients < 1 or args.clients > 500 or args.seconds <= 0 or args.seconds > 3600:
+        ap.error("--clients in 1..500, --seconds in (0, 3600]")
+    import httpx
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    server = subprocess.Popen([sys.executable, "-m", "solveplan.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                               "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    failures: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if server.poll() is not None:
+                print(server.stderr.read().decode(errors="replace"), file=sys.stderr)
+                print("server exited before answering /healthz", file=sys.stderr)
+                return 1
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                print("server did not answer /healthz within 60 s", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+
+        mix = requests_mix()
+        t0 = time.monotonic()
+        expected = {}
+        with httpx.Client(base_url=base, timeout=120) as c:
+            for name, path, body, lib in mix:
+                expected[name] = canonical(lib().model_dump(mode="json"))
+                r = c.post(path, json=body)  # warm the server
+                if r.status_code != 200:
+                    failures.append(f"warm-up {name}: HTTP {r.status_code} {r.text[:200]}")
+                elif canonical(r.json()) != expected[name]:
+                    failures.append(f"warm-up {name}: answer differs from the library's")
+        print(f"library answers and server warm-up: {time.monotonic() - t0:.1f} s", flush=True)
+
+        lat: dict[str, list[float]] = {}
+        codes: dict[int, int] = {}
+        lock = threading.Lock()
+        stop_at = time.monotonic() + args.seconds
+
+        def client(k: int):
+            rng = random.Random(args.seed * 1000 + k)
+            with httpx.Client(base_url=base, timeout=60) as c:
+                while time.monotonic() < stop_at:
+                    if rng.random() < args.bad_fraction:
+                        name, path, body, want = rng.choice(BAD)
+                    else:
+                        name, path, body, _ = rng.choice(mix)
+                        want = 200
+                    t = time.perf_counter()
+                    try:
+                        r = c.post(path, json=body)
+                    except httpx.HTTPError as exc:
+                        with lock:
+                            failures.append(f"{name}: transport error {exc!r}")
+                        continue
+                    dt = time.perf_counter() - t
+                    problem = None
+                    if r.status_code >= 500:
+                        problem = f"{name}: HTTP {r.status_code} {r.text[:200]}"
+                    elif r.status_code != want:
+                        problem = f"{name}: HTTP {r.status_code}, expected {want}: {r.text[:200]}"
+                    elif want == 200 and canonical(r.json()) != expected[name]:
+                        problem = f"{name}: answer differs from the library's"
+                    with lock:
+                        codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                        lat.setdefault(path if want == 200 else f"{path} (bad)", []).append(dt)
+                        if problem and len(failures) < 50:
+                            failures.append(problem)
+
+        threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(args.clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(args.seconds + 120)
+        total = sum(codes.values())
+        print(f"\n{args.clients} clients, {args.seconds:g} s: {total} requests ({total / args.seconds:.0f}/s), "
+              f"status codes {dict(sorted(codes.items()))}")
+        print("| endpoint | n | p50 ms | p95 ms | p99 ms | max ms |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for path, xs in sorted(lat.items()):
+            print(f"| {path} | {len(xs)} | {1e3 * pct(xs, 50):.1f} | {1e3 * pct(xs, 95):.1f} | "
+                  f"{1e3 * pct(xs, 99):.1f} | {1e3 * max(xs):.1f} |")
+        n5 = sum(v for k, v in codes.items() if k >= 500)
+        print(f"\n5xx: {n5}; mismatches/other failures: {len(failures)}")
+        for f in failures[:20]:
+            print("  " + f)
+        return 1 if failures or n5 else 0
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
