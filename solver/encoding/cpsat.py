@@ -302,7 +302,7 @@ def canonical_split(form: IntegerForm, k: int, target: int, num_layers: int, une
             if slope > 0:
                 hi = np.minimum(hi, (tm - const) // slope)
             elif slope < 0:
-                lo = np.maximum(lo, -((tm - const) // slope))  # ceil((const - tm) / -slope)
+                lo = np.maximum(lo, -((tm - const) // (-slope)))  # ceil((const - tm) / -slope)
             elif (const > tm).any():
                 ok = False
         if not ok or (lo > hi).any() or lo.sum() > L or hi.sum() < L:

@@ -1,0 +1,243 @@
+"""The CP-SAT encoding against an independent brute force, and its invariants.
+
+Brute force (here, not the baselines): every surviving shape x every composition of the
+layers into its stages, evaluated with `formulation.evaluate.step_time_batch`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from solveplan.candidates import prepare
+from solveplan.encoding import cpsat
+from solveplan.formulation.evaluate import _stage_arrays, balanced_split, step_time_batch
+from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
+
+
+def _compositions(L: int, p: int):
+    for cuts in itertools.combinations(range(1, L), p - 1):
+        e = (0,) + cuts + (L,)
+        yield [e[i + 1] - e[i] for i in range(p)]
+
+
+def brute_force(cands, even_only: bool = False):
+    """(best step, shape index, split) over every survivor and split; (inf, None, None) if none fits."""
+    L = cands.job.model.num_layers
+    best = (np.inf, None, None)
+    if cands.num_survivors == 0:
+        return best
+    P = int(cands.shapes.pp.max())
+    for k in range(cands.num_survivors):
+        p = int(cands.shapes.pp[k])
+        comps = [balanced_split(L, p)] if even_only else list(_compositions(L, p))
+        lay = np.zeros((len(comps), P), dtype=np.int64)
+        lay[:, :p] = np.array(comps)
+        step, _, fits = step_time_batch(cands.coeffs.take(np.full(len(comps), k)), lay)
+        step = np.where(fits, step, np.inf)
+        j = int(np.argmin(step))
+        if step[j] < best[0]:
+            best = (float(step[j]), k, [int(x) for x in comps[j]])
+    return best
+
+
+def make_job(L=8, gpus=16, hbm=24.0, batch=32, seq=1024, heads=16, head_dim=64, kv=None, gated=False, tied=False,
+             vocab=50257, **cons) -> JobSpec:
+    h = heads * head_dim
+    model = ModelSpec(name="t", num_layers=L, hidden_size=h, num_attention_heads=heads, num_kv_heads=kv or heads,
+                      ffn_hidden_size=(8 * h // 3 + 127) // 128 * 128 if gated else 4 * h, vocab_size=vocab,
+                      gated_mlp=gated, tied_embeddings=tied)
+    gpu = GPUSpec(name="g", peak_bf16_tflops=312.0, hbm_gib=hbm, hbm_gbyte_per_s=2039.0)
+    cl = ClusterSpec(name="c", gpu=gpu, num_nodes=gpus // 8, nvlink_gbyte_per_s=300.0, nic_gbit_per_s=200.0)
+    return JobSpec(model=model, cluster=cl, global_batch_size=batch, seq_length=seq, constraints=Constraints(**cons))
+
+
+def random_jobs(n: int, seed: int):
+    rng = random.Random(seed)
+    for _ in range(n):
+        heads = rng.choice([8, 16, 32])
+        yield make_job(L=rng.randint(2, 12), gpus=rng.choice([8, 16, 24, 32]), hbm=rng.choice([6.0, 10.0, 16.0, 40.0, 80.0]),
+                       batch=rng.choice([8, 16, 32, 64, 128]), seq=rng.choice([512, 1024, 2048, 4096]), heads=heads,
+                       head_dim=rng.choice([64, 128]), kv=rng.choice([heads, max(1, heads // 4)]), gated=rng.random() < 0.5,
+                       tied=rng.random() < 0.5, vocab=rng.choice([32000, 50257, 128256]),
+                       **({"pp": tuple(sorted(rng.sample([1, 2, 3, 4, 6, 8], 2)))} if rng.random() < 0.3 else {}))
+
+
+def check_against_brute(cands, res):
+    bt, bk, _ = brute_force(cands, even_only=not cands.job.constraints.uneven_split)
+    if bk is None:
+        assert res.status == "INFEASIBLE" and res.best is None
+        return
+    assert res.status == "OPTIMAL", res.stats.get("notes")
+    assert not res.stats["notes"], res.stats["notes"]  # no fallback (canonical split, tie-break) taken
+    tol = res.stats["tolerance_s"]
+    assert res.best.objective_s >= bt * (1 - 1e-12), "better than brute force: a plan outside the space"
+    assert res.best.objective_s - bt <= tol, (res.best.objective_s, bt, tol)
+    assert res.bound_s is not None and res.bound_s <= bt * (1 + 1e-12)
+    assert res.bound_s <= res.best.objective_s
+    # what it reports is the float formulation's value of its own plan, and the plan fits
+    k, lay = res.best.index, res.best.layers
+    P = int(cands.shapes.pp.max())
+    row = np.zeros((1, P), dtype=np.int64)
+    row[0, :len(lay)] = lay
+    step, _, fits = step_time_batch(cands.coeffs.take([k]), row)
+    assert bool(fits[0]) and step[0] == pytest.approx(res.best.objective_s, rel=1e-12)
+    assert sum(lay) == cands.job.model.num_layers and min(lay) >= 1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_equals_brute_force_random(seed):
+    for job in random_jobs(12, seed):
+        for prune in (True, False):
+            cands = prepare(job, prune_time=prune)
+            if cands.num_survivors > 300:
+                continue
+            check_against_brute(cands, cpsat.search(cands, time_limit_s=20))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(L=12, gpus=32, hbm=16.0, batch=64, pp=(4, 6)),  # deep pipelines, tight memory: uneven splits
+    dict(L=10, gpus=16, hbm=10.0, batch=32, seq=2048, pp=(2, 4), recompute=("none",)),
+    dict(L=9, gpus=24, hbm=40.0, batch=48, pp=(3,), vp_max=3),
+    dict(L=8, gpus=16, hbm=24.0, batch=32, pp=(4,), uneven_split=False),
+])
+def test_equals_brute_force_pipelines(kw):
+    cands = prepare(make_job(**kw))
+    res = cpsat.search(cands, time_limit_s=20)
+    check_against_brute(cands, res)
+
+
+def test_infeasible_verdict():
+    cands = prepare(make_job(L=8, gpus=8, hbm=2.5, heads=32, head_dim=128, seq=4096))
+    res = cpsat.search(cands, time_limit_s=10)
+    assert res.status == "INFEASIBLE" and res.best is None and res.top == []
+    assert brute_force(cands)[1] is None
+
+
+def test_linear_form_reproduces_float_step_time():
+    rng = np.random.default_rng(0)
+    for job in random_jobs(6, 7):
+        cands = prepare(job, prune_time=False)
+        if cands.num_survivors == 0:
+            continue
+        co, L = cands.coeffs, job.model.num_layers
+        form = cpsat.linear_form(co, L)
+        P = form.active.shape[1]
+        lay = np.zeros((cands.num_survivors, P), dtype=np.int64)
+        for k in range(cands.num_survivors):
+            p = int(form.pp[k])
+            cuts = np.sort(rng.choice(np.arange(1, L), size=p - 1, replace=False)) if p > 1 else np.array([], int)
+            lay[k, :p] = np.diff(np.concatenate([[0], cuts, [L]]))
+        step, _, _ = step_time_batch(co, lay)
+        act = form.active
+        y = np.where(act, form.y_slope_s[:, None] * lay + form.y_const_s, -np.inf).max(axis=1)
+        t1 = form.opt_slope_s[:, None] * lay + form.opt_const_s
+        t2 = form.red_slope_s[:, None] * lay + form.red_const_s
+        tail = np.where(act, np.maximum(t1, t2), -np.inf).max(axis=1)
+        assert np.allclose(form.base_s + y + tail, step, rtol=1e-12, atol=0)
+
+
+def test_layer_limits_agree_with_formulation():
+    for job in random_jobs(6, 11):
+        cands = prepare(job, prune_time=False)
+        if cands.num_survivors == 0:
+            continue
+        co, L = cands.coeffs, job.model.num_layers
+        form = cpsat.linear_form(co, L)
+        U, act = form.max_layers, form.active
+
+        def mem(lay):
+            st = _stage_arrays(co, lay)
+            return st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
+
+        cap = co.capacity_bytes
+        at = mem(np.clip(U, 0, L))
+        assert np.all(~act | (U < 0) | (at <= cap))
+        above = mem(np.clip(U + 1, 0, L))
+        assert np.all(~act | (U >= L) | (above > cap))
+
+
+def test_integer_objective_never_exceeds_float():
+    cands = prepare(make_job(L=12, gpus=32, hbm=16.0, batch=64, pp=(4, 6)))
+    form = cpsat.linear_form(cands.coeffs, 12)
+    q = 1e-4
+    iform = cpsat.IntegerForm.make(form, cands.time_lb_s, q)
+    rng = np.random.default_rng(1)
+    for k in range(cands.num_survivors):
+        p = int(form.pp[k])
+        for _ in range(5):
+            cuts = np.sort(rng.choice(np.arange(1, 12), size=p - 1, replace=False))
+            lay = np.diff(np.concatenate([[0], cuts, [12]]))
+            row = np.zeros((1, form.active.shape[1]), dtype=np.int64)
+            row[0, :p] = lay
+            step = float(step_time_batch(cands.coeffs.take([k]), row)[0][0])
+            val = iform.objective(k, lay)
+            assert val * q <= step * (1 + 1e-12)
+            assert step - val * q <= (2 * 12 + 3) * q
+
+
+def _answer(res):
+    return (res.status, [(c.index, c.layers, c.objective_s) for c in res.top], res.bound_s)
+
+
+def test_deterministic_across_runs_seeds_and_workers():
+    job = make_job(L=24, gpus=64, hbm=24.0, batch=128, seq=2048, heads=32, head_dim=128)
+    cands = prepare(job, prune_time=False)
+    assert cands.num_survivors > 50
+    ref = _answer(cpsat.search(cands, time_limit_s=30, top_k=2))
+    for workers, seed in ((1, 0), (1, 7), (2, 0), (2, 3)):
+        assert _answer(cpsat.search(cands, time_limit_s=30, workers=workers, seed=seed, top_k=2)) == ref
+
+
+def test_top_k_distinct_and_ordered():
+    cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64), prune_time=False)
+    one = cpsat.search(cands, time_limit_s=20)
+    res = cpsat.search(cands, time_limit_s=20, top_k=4)
+    assert len(res.top) == 4
+    assert len({c.index for c in res.top}) == 4
+    objs = [c.objective_s for c in res.top]
+    tol = res.stats["tolerance_s"]
+    assert all(b >= a - tol for a, b in zip(objs, objs[1:]))
+    assert res.top[0].index == one.best.index and res.top[0].layers == one.best.layers
+    # the second is the best shape once the first is excluded: brute force over the rest
+    L = cands.job.model.num_layers
+    best_rest = np.inf
+    for k in range(cands.num_survivors):
+        if k == res.top[0].index:
+            continue
+        p = int(cands.shapes.pp[k])
+        comps = list(_compositions(L, p))
+        lay = np.zeros((len(comps), int(cands.shapes.pp.max())), dtype=np.int64)
+        lay[:, :p] = comps
+        step, _, fits = step_time_batch(cands.coeffs.take(np.full(len(comps), k)), lay)
+        best_rest = min(best_rest, float(np.where(fits, step, np.inf).min()))
+    assert res.top[1].objective_s == pytest.approx(best_rest, abs=tol)
+
+
+def test_canonical_split_reaches_target_and_is_balanced():
+    cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64, pp=(4,)))
+    res = cpsat.search(cands, time_limit_s=20)
+    k = res.best.index
+    form = cpsat.linear_form(cands.coeffs, 12)
+    q = res.stats["time_quantum_s"]
+    iform = cpsat.IntegerForm.make(form, cands.time_lb_s, q)
+    target = iform.objective(k, res.best.layers)
+    again = cpsat.canonical_split(iform, k, target, 12)
+    assert again == res.best.layers
+    assert max(again) - min(again[1:-1] or again) <= 2
+
+
+def test_progress_reports_and_stats():
+    events = []
+    cands = prepare(make_job(L=12, gpus=32, hbm=16.0, batch=64, pp=(4, 6)))
+    res = cpsat.search(cands, time_limit_s=20, progress=events.append)
+    assert events and events[-1]["final"] and events[-1]["status"] == res.status
+    st = res.stats
+    for key in ("wall_time_s", "time_quantum_s", "tolerance_s", "max_coefficient", "shapes_in_model", "phases"):
+        assert key in st
+    ph = st["phases"][0]
+    for key in ("status", "wall_time_s", "branches", "conflicts", "num_booleans", "num_constraints"):
+        assert key in ph
