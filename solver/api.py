@@ -766,22 +766,41 @@ def _with_cluster(job: JobLike, cluster: ClusterSpec, prefix: str = "job.") -> J
     return as_job({**job, "cluster": cluster.model_dump()}, prefix)
 
 
+def _min_nodes_by_peak(job: JobSpec, need: float, gpus_per_node: int) -> int:
+    """Nodes below which no plan can reach `need` tokens/s even at the GPUs' peak: every plan
+    does at least the GEMM FLOPs of a step (3 x (layers x GEMMs + LM head) per token; the
+    attention core is left out so causal savings cannot break the bound) at no more than the
+    peak rate (the formulation's efficiencies are <= 1)."""
+    from .formulation.flops import layer_gemm_fwd_flop, lm_head_fwd_flop
+
+    m, gpu = job.model, job.cluster.gpu
+    per_token = 3.0 * (m.num_layers * float(layer_gemm_fwd_flop(m, 1)) + float(lm_head_fwd_flop(m, 1)))
+    peak = max(gpu.peak_flop_per_s, (gpu.peak_fp8_tflops or 0.0) * 1e12)
+    return max(1, math.ceil(need * per_token / (peak * gpus_per_node) * (1 - 1e-9)))
+
+
 def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target: Union[Target, Mapping[str, Any]],
-                time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None) -> FewestGpusResult:
+                time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
+                exhaustive: bool = True) -> FewestGpusResult:
     """The smallest allocation (a multiple of the GPUs per node, up to the cluster's size or
     FEWEST_MAX_GPUS for a bare family) whose best plan meets `target`, with that plan.
 
-    Search: 1, 2, 4, ... nodes until an allocation meets the target, then bisection between
-    the last miss and the first hit. Throughput is not monotone in the GPU count (the global
-    batch must divide by dp, heads by tp; communication grows), so bisection is exact only where
-    it is monotone: the answer always meets the target and the allocation one node smaller was
-    probed and misses (`probes` lists every size looked at); sizes below the bracket of the
-    doubling phase are not all probed -- the notes say so.
+    Throughput is not monotone in the GPU count: the global batch must divide by dp and the
+    heads by tp, so e.g. 127 nodes may fit no plan at all where 126 and 128 do, and
+    communication grows with the count. The search therefore does not trust bisection alone:
+    1. sizes below `_min_nodes_by_peak` cannot meet the target even at peak FLOP/s: skipped;
+    2. doubling from there until a size meets the target, then bisection between the last
+       miss and the first hit: a verified allocation quickly;
+    3. with `exhaustive` (default), every size not yet probed between the peak bound and that
+       allocation, in ascending order: the first that meets is the smallest. When the time
+       limit stops this scan, the answer is the smallest found so far, status FEASIBLE, and
+       the notes say which sizes were not probed.
+    Status OPTIMAL: every smaller size on the grid is ruled out (by the peak bound or a probe).
 
-    Each probe is decided as cheaply as it can be: the balanced-split incumbent meeting the
+    A probe is decided as cheaply as it can be: the balanced-split incumbent meeting the
     target proves a hit; the least time lower bound over the shapes that may fit missing it
-    proves a miss; otherwise a CP-SAT solve decides (undecided probes count as misses, and the
-    status is then FEASIBLE rather than OPTIMAL).
+    proves a miss; otherwise a CP-SAT solve decides (an undecided probe counts as a miss and
+    the status is then FEASIBLE).
     """
     clock = _Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["fewest_gpus"])
     cache = DEFAULT_CACHE if cache is None else cache
@@ -801,31 +820,34 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
     sizer = _sizer(family_or_cluster)
     need = target.required_tokens_per_s
     base = _with_cluster(job, sizer.cluster(sizer.max_nodes))
+    per_node = sizer.gpus_per_node
 
     def on(nodes: int) -> JobSpec:
         return _check_limits(base.model_copy(update={"cluster": sizer.cluster(nodes)}))
 
     probes: dict[int, Probe] = {}
     results: dict[int, SolveResult] = {}
-    undecided = False
 
     def probe(nodes: int) -> Optional[bool]:
-        nonlocal undecided
-        if nodes in probes:
-            return probes[nodes].meets
-        p, res = _probe(on(nodes), need, clock, cache)
-        probes[nodes] = p
-        if res is not None:
-            results[nodes] = res
-        if p.meets is None:
-            undecided = True
-        return p.meets
+        if nodes not in probes:
+            p, res = _probe(on(nodes), need, clock, cache)
+            probes[nodes] = p
+            if res is not None:
+                results[nodes] = res
+        return probes[nodes].meets
 
-    notes = ["throughput is not monotone in the GPU count (batch and head divisibility, communication): "
-             "bisection assumes it is between probes, and allocations below the doubling bracket are not all probed"]
-    lo, hi = 0, None  # nodes: lo misses (0 = nothing), hi meets
-    k = 1
-    while k <= sizer.max_nodes and clock.left() > clock.reserve():
+    def has_time() -> bool:
+        return clock.left() > clock.reserve()
+
+    floor = _min_nodes_by_peak(base, need, per_node)
+    notes = [f"below {floor * per_node} GPUs no plan can reach {need:.4g} tokens/s even at peak FLOP/s"]
+    if floor > sizer.max_nodes:
+        return FewestGpusResult(status="INFEASIBLE", required_tokens_per_s=need, reason=(
+            f"even at peak FLOP/s, {sizer.max_nodes * per_node} {sizer.label} GPUs cannot reach {need:.4g} tokens/s "
+            f"(at least {floor * per_node} would be needed)"), notes=notes)
+    lo, hi = floor - 1, None  # nodes: lo misses (or is below the peak bound), hi meets
+    k = floor
+    while has_time():
         if probe(k):
             hi = k
             break
@@ -833,41 +855,70 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
         if k == sizer.max_nodes:
             break
         k = min(2 * k, sizer.max_nodes)
-    while hi is not None and hi - lo > 1 and clock.left() > clock.reserve():
+    while hi is not None and hi - lo > 1 and has_time():
         mid = (lo + hi) // 2
         if probe(mid):
             hi = mid
         else:
             lo = mid
+    unprobed = []
+    if hi is not None and exhaustive:
+        for n in range(floor, hi):
+            if n in probes:
+                continue
+            if not has_time():
+                unprobed = [m for m in range(n, hi) if m not in probes]
+                break
+            if probe(n):
+                hi = n
+                break
+    elif hi is not None:
+        unprobed = [m for m in range(floor, hi) if m not in probes]
+    undecided = any(probes[n].meets is None for n in probes if hi is None or n < hi)
     ordered = [probes[n] for n in sorted(probes)]
-    per_node = sizer.gpus_per_node
     if hi is None:
-        timed_out = clock.left() <= clock.reserve() and lo < sizer.max_nodes
-        status = "UNKNOWN" if (timed_out or undecided) else "INFEASIBLE"
-        biggest = max(probes) if probes else 0
-        reason = (f"time limit {clock.limit:g} s reached before an allocation meeting {need:.4g} tokens/s was found "
-                  f"(largest probed: {biggest * per_node} GPUs)" if status == "UNKNOWN" else
-                  f"no allocation of {sizer.label} up to {sizer.max_nodes * per_node} GPUs reaches {need:.4g} tokens/s "
-                  f"(best at {sizer.max_nodes * per_node} GPUs: "
-                  f"{_fmt_rate(probes[sizer.max_nodes].tokens_per_s) if sizer.max_nodes in probes else 'n/a'})")
+        done = sizer.max_nodes in probes
+        status = "INFEASIBLE" if done and not undecided else "UNKNOWN"
+        reason = (f"no allocation of {sizer.label} up to {sizer.max_nodes * per_node} GPUs reaches {need:.4g} tokens/s "
+                  f"(at {sizer.max_nodes * per_node} GPUs: {_fmt_rate(probes[sizer.max_nodes].tokens_per_s)})"
+                  if status == "INFEASIBLE" else
+                  f"time limit {clock.limit:g} s reached before an allocation meeting {need:.4g} tokens/s was found "
+                  f"(largest probed: {max(probes, default=0) * per_node} GPUs)" if not done else
+                  f"no allocation up to {sizer.max_nodes * per_node} GPUs was shown to reach {need:.4g} tokens/s, "
+                  f"but some probes were not decided in time")
         return FewestGpusResult(status=status, required_tokens_per_s=need, probes=ordered, reason=reason, notes=notes)
     j = on(hi)
     res = results.get(hi)
-    if res is None or (res.status != "OPTIMAL" and clock.left() > clock.reserve()):
+    if res is None or (res.status != "OPTIMAL" and has_time()):
         better = _plan(j, clock, cache)
         if better.plan is not None and (res is None or res.plan is None or better.plan.step_time_s <= res.plan.step_time_s):
             res = better
-    proven = hi - lo == 1 and not undecided
+    proven = not unprobed and not undecided
     status = "OPTIMAL" if proven else "FEASIBLE"
-    if proven and lo:
-        notes.append(f"{lo * per_node} GPUs (one node fewer) was probed and misses the target")
+    if unprobed:
+        notes.append(f"not probed in time: {_ranges([n * per_node for n in unprobed])} GPUs")
+    if undecided:
+        notes.append("some smaller sizes were not decided within the time limit (counted as misses)")
     rate = res.plan.tokens_per_s if res is not None and res.plan is not None else probes[hi].tokens_per_s
     reason = (f"{hi * per_node} GPUs ({j.cluster.name}) reach {_fmt_rate(rate)} >= {need:.4g} tokens/s; "
-              + (f"{lo * per_node} GPUs miss it" if lo and lo in probes else "the smallest allocation on the grid"
-                 if lo == 0 else "")
-              + ("" if proven else "; not proven smallest: the time limit stopped the search or a probe was undecided"))
+              + ("every smaller allocation misses it" if proven else "smaller allocations are not all ruled out"))
     return FewestGpusResult(status=status, num_gpus=hi * per_node, cluster=j.cluster.name, required_tokens_per_s=need,
-                            result=res, probes=ordered, reason=reason.rstrip("; "), notes=notes)
+                            result=res, probes=ordered, reason=reason, notes=notes)
+
+
+def _ranges(xs: list[int]) -> str:
+    """[8, 16, 24, 40] -> '8-24, 40' (consecutive multiples of the first step)."""
+    if not xs:
+        return ""
+    step = xs[1] - xs[0] if len(xs) > 1 else 1
+    out, start, prev = [], xs[0], xs[0]
+    for x in xs[1:]:
+        if x - prev != step:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = x
+        prev = x
+    out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ", ".join(out)
 
 
 def _fmt_rate(x: Optional[float]) -> str:
