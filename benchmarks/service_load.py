@@ -111,6 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--bad-fraction", type=float, default=0.1, help="share of malformed requests")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--md", type=Path, default=None, help="also write the summary as markdown to this file")
     args = ap.parse_args(argv)
     if args.clients < 1 or args.clients > 500 or args.seconds <= 0 or args.seconds > 3600:
         ap.error("--clients in 1..500, --seconds in (0, 3600]")
@@ -193,17 +194,21 @@ def main(argv=None) -> int:
         for t in threads:
             t.join(args.seconds + 120)
         total = sum(codes.values())
-        print(f"\n{args.clients} clients, {args.seconds:g} s: {total} requests ({total / args.seconds:.0f}/s), "
-              f"status codes {dict(sorted(codes.items()))}")
-        print("| endpoint | n | p50 ms | p95 ms | p99 ms | max ms |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for path, xs in sorted(lat.items()):
-            print(f"| {path} | {len(xs)} | {1e3 * pct(xs, 50):.1f} | {1e3 * pct(xs, 95):.1f} | "
-                  f"{1e3 * pct(xs, 99):.1f} | {1e3 * max(xs):.1f} |")
         n5 = sum(v for k, v in codes.items() if k >= 500)
-        print(f"\n5xx: {n5}; mismatches/other failures: {len(failures)}")
+        out = [f"{args.clients} clients, {args.seconds:g} s (`python benchmarks/service_load.py --clients {args.clients} "
+               f"--seconds {args.seconds:g}`; {os.cpu_count()} CPUs shared by server and clients, load average "
+               f"{os.getloadavg()[0]:.1f}): {total} requests ({total / args.seconds:.0f}/s), status codes "
+               f"{dict(sorted(codes.items()))}; 5xx: {n5}; answers differing from the library's or other failures: "
+               f"{len(failures)}.", "",
+               "| endpoint | n | p50 ms | p95 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
+        for path, xs in sorted(lat.items()):
+            out.append(f"| {path} | {len(xs)} | {1e3 * pct(xs, 50):.1f} | {1e3 * pct(xs, 95):.1f} | "
+                       f"{1e3 * pct(xs, 99):.1f} | {1e3 * max(xs):.1f} |")
+        print("\n" + "\n".join(out))
         for f in failures[:20]:
             print("  " + f)
+        if args.md is not None:
+            args.md.write_text("\n".join(out) + "\n")
         return 1 if failures or n5 else 0
     finally:
         server.terminate()
