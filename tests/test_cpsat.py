@@ -133,9 +133,9 @@ def test_linear_form_reproduces_float_step_time():
             lay[k, :p] = np.diff(np.concatenate([[0], cuts, [L]]))
         step, _, _ = step_time_batch(co, lay)
         act = form.active
-        y = np.where(act, form.y_slope_s[:, None] * lay + form.y_const_s, -np.inf).max(axis=1)
-        t1 = form.opt_slope_s[:, None] * lay + form.opt_const_s
-        t2 = form.red_slope_s[:, None] * lay + form.red_const_s
+        y = np.where(act, form.y_slope_s[:, None] * lay + cpsat.expand(form.y_const_s, form.pp), -np.inf).max(axis=1)
+        t1 = form.opt_slope_s[:, None] * lay + cpsat.expand(form.opt_const_s, form.pp)
+        t2 = form.red_slope_s[:, None] * lay + cpsat.expand(form.red_const_s, form.pp)
         tail = np.where(act, np.maximum(t1, t2), -np.inf).max(axis=1)
         assert np.allclose(form.base_s + y + tail, step, rtol=1e-12, atol=0)
 
@@ -228,6 +228,15 @@ def test_canonical_split_reaches_target_and_is_balanced():
     again = cpsat.canonical_split(iform, k, target, 12)
     assert again == res.best.layers
     assert max(again) - min(again[1:-1] or again) <= 2
+
+
+def test_shape_ranks_follow_parallel_config_key():
+    from solveplan.plan import parallel_from_row
+
+    cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64), prune_time=False)
+    rank = cpsat.shape_ranks(cands)
+    keys = [parallel_from_row(cands.job, cands.shapes.row(k)).key() for k in range(cands.num_survivors)]
+    assert sorted(range(len(keys)), key=lambda k: keys[k]) == list(np.argsort(rank))
 
 
 def test_progress_reports_and_stats():

@@ -69,41 +69,62 @@ class ScalingError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- float forms
+FIRST, MID, LAST = 0, 1, 2  # stage classes: constants differ only for the first and last stage
+
+
+def stage_class(i: int, p: int) -> int:
+    """Class of stage i of a p-stage pipeline (a single stage is FIRST and holds both extras)."""
+    return FIRST if i == 0 else LAST if i == p - 1 else MID
+
+
+def expand(classes: np.ndarray, pp: np.ndarray, P: Optional[int] = None) -> np.ndarray:
+    """(S, 3) per-class constants -> (S, P) per-stage constants (0 beyond each pp)."""
+    P = int(pp.max()) if P is None else P
+    col = np.arange(P)[None, :]
+    p = pp[:, None]
+    out = np.where(col == 0, classes[:, FIRST:FIRST + 1],
+                   np.where(col == p - 1, classes[:, LAST:LAST + 1], classes[:, MID:MID + 1]))
+    return np.where(col < p, out, 0)
+
+
 @dataclass
 class LinearForm:
-    """Per shape (rows) and stage (columns): the linear pieces of the step time, seconds."""
+    """Per shape: the linear pieces of the step time, seconds. Slopes are per layer (S,);
+    constants are per stage class (S, 3): FIRST, MID, LAST (`expand` gives them per stage)."""
 
     pp: np.ndarray  # (S,)
-    active: np.ndarray  # (S, P) bool: stage < pp
     slot_slope_s: np.ndarray  # (S,) layer_s
-    slot_const_s: np.ndarray  # (S, P) first/last extras + v*boundary
+    slot_const_s: np.ndarray  # (S, 3) first/last extras + v*boundary
     y_slope_s: np.ndarray  # (S,) (m - 1/v) * layer_s
-    y_const_s: np.ndarray  # (S, P)
+    y_const_s: np.ndarray  # (S, 3)
     base_s: np.ndarray  # (S,) sum_i slot_i / v
     opt_slope_s: np.ndarray  # (S,) optimizer step per layer
-    opt_const_s: np.ndarray  # (S, P)
+    opt_const_s: np.ndarray  # (S, 3)
     red_slope_s: np.ndarray  # (S,) reduction - overlap window + optimizer, per layer (may be < 0)
-    red_const_s: np.ndarray  # (S, P)
+    red_const_s: np.ndarray  # (S, 3)
     max_layers: np.ndarray  # (S, P) int: most layers that fit on the stage (memory); 0 beyond pp
+
+    @property
+    def active(self) -> np.ndarray:
+        """(S, P) bool: stage < pp."""
+        return np.arange(self.max_layers.shape[1])[None, :] < self.pp[:, None]
 
 
 def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
     """Decompose the float step time of every shape in `co` into the linear pieces above."""
     L = num_layers
     S = len(co.pp)
-    P = int(co.pp.max()) if S else 1
     p = co.pp.astype(np.int64)
-    col = np.arange(P)[None, :]
-    active = col < p[:, None]
-    first = (col == 0).astype(np.float64)
-    last = (col == (p - 1)[:, None]).astype(np.float64)
+    single = (p == 1).astype(np.float64)
     v = co.vp.astype(np.float64)
     m = co.num_microbatches.astype(np.float64)
     w = m - 1.0 / v
-    c = lambda a: np.asarray(a, dtype=np.float64)[:, None]  # noqa: E731
+    vb = v * co.boundary_s
 
-    slot_const = first * c(co.first_s) + last * c(co.last_s) + c(v * co.boundary_s)
-    slot_const = np.where(active, slot_const, 0.0)
+    def classes(first, mid, last):
+        return np.column_stack([np.broadcast_to(np.asarray(x, dtype=np.float64), (S,)) for x in (first, mid, last)])
+
+    slot_const = classes(co.first_s + single * co.last_s + vb, vb, co.last_s + vb)
     base = (L * co.layer_s + co.first_s + co.last_s + p * v * co.boundary_s) / v
     if co.overlap_grad_reduce:
         gof = np.asarray(co.gather_overlaps_forward) > 0
@@ -111,21 +132,21 @@ def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
         win_first = np.where(gof, co.first_fwd_s, 0.0) / v
         win_last = co.last_bwd_s / v
     else:
-        win_slope = np.zeros(S)
-        win_first = np.zeros(S)
-        win_last = np.zeros(S)
-    opt_const = first * c(co.first_optimizer_step_s) + last * c(co.last_optimizer_step_s)
-    red_const = (first * c(co.first_dp_step_s - win_first) + last * c(co.last_dp_step_s - win_last)) + opt_const
+        win_slope = win_first = win_last = np.zeros(S)
+    opt_first, opt_last = co.first_optimizer_step_s, co.last_optimizer_step_s
+    opt_const = classes(opt_first + single * opt_last, 0.0, opt_last)
+    red_first, red_last = co.first_dp_step_s - win_first, co.last_dp_step_s - win_last
+    red_const = classes(red_first + single * red_last, 0.0, red_last) + opt_const
     return LinearForm(
-        pp=p, active=active,
+        pp=p,
         slot_slope_s=np.asarray(co.layer_s, dtype=np.float64), slot_const_s=slot_const,
-        y_slope_s=w * co.layer_s, y_const_s=np.where(active, c(w) * slot_const, 0.0),
+        y_slope_s=w * co.layer_s, y_const_s=w[:, None] * slot_const,
         base_s=base,
         opt_slope_s=np.asarray(co.layer_optimizer_step_s, dtype=np.float64),
-        opt_const_s=np.where(active, opt_const, 0.0),
+        opt_const_s=opt_const,
         red_slope_s=co.layer_dp_step_s - win_slope + co.layer_optimizer_step_s,
-        red_const_s=np.where(active, red_const, 0.0),
-        max_layers=stage_layer_limits(co, L, active),
+        red_const_s=red_const,
+        max_layers=stage_layer_limits(co, L),
     )
 
 
@@ -135,36 +156,48 @@ def _stage_memory(co: StageCoefficients, layers: np.ndarray) -> np.ndarray:
     return st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
 
 
-def stage_layer_limits(co: StageCoefficients, num_layers: int, active: np.ndarray) -> np.ndarray:
+def _pp_blocks(pp: np.ndarray):
+    """(p, row indices) for every pipeline degree: work on (rows x p) blocks, not (S x max pp)."""
+    for p in np.unique(pp).tolist():
+        yield int(p), np.flatnonzero(pp == p)
+
+
+def stage_layer_limits(co: StageCoefficients, num_layers: int) -> np.ndarray:
     """U[k, i]: the most layers stage i of shape k can hold within GPU memory (0..L; -1 when
     not even the stage's fixed part fits; 0 beyond pp). Memory is linear in the stage's layer
     count; the division's answer is then checked (and corrected) against the float
     formulation itself at U and U+1, so the limit agrees exactly with `step_time_batch`."""
     L = num_layers
-    S, P = active.shape
-    zero = np.zeros((S, P), dtype=np.int64)
-    mem0 = _stage_memory(co, zero)
-    mem1 = _stage_memory(co, active.astype(np.int64))
-    per = mem1 - mem0
+    S = len(co.pp)
+    P = int(co.pp.max()) if S else 1
+    out = np.zeros((S, P), dtype=np.int64)
     cap = float(co.capacity_bytes)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raw = np.where(per > 0, np.floor((cap - mem0) / np.where(per > 0, per, 1.0)), np.where(mem0 <= cap, L, -1))
-    U = np.clip(raw, -1, L).astype(np.int64)
-    for _ in range(8):
-        over = active & (U >= 0) & (_stage_memory(co, np.clip(U, 0, L)) > cap)
-        U = np.where(over, U - 1, U)
-        under = active & (U < L) & (_stage_memory(co, np.clip(U + 1, 0, L)) <= cap)
-        U = np.where(under, U + 1, U)
-        if not over.any() and not under.any():
-            break
-    return np.where(active, U, 0)
+    for p, rows in _pp_blocks(co.pp):
+        cb = co.take(rows)
+        R = len(rows)
+        mem0 = _stage_memory(cb, np.zeros((R, p), dtype=np.int64))
+        per = _stage_memory(cb, np.ones((R, p), dtype=np.int64)) - mem0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            raw = np.where(per > 0, np.floor((cap - mem0) / np.where(per > 0, per, 1.0)), np.where(mem0 <= cap, L, -1))
+        U = np.clip(raw, -1, L).astype(np.int64)
+        for _ in range(8):
+            over = (U >= 0) & (_stage_memory(cb, np.clip(U, 0, L)) > cap)
+            U = np.where(over, U - 1, U)
+            under = (U < L) & (_stage_memory(cb, np.clip(U + 1, 0, L)) <= cap)
+            U = np.where(under, U + 1, U)
+            if not over.any() and not under.any():
+                break
+        out[rows, :p] = U
+    return out
 
 
 def memory_feasible(form: LinearForm, num_layers: int) -> np.ndarray:
     """Shapes with at least one layer split that fits: every stage holds >= 1 layer and the
     stages together hold >= L."""
-    U = np.where(form.active, form.max_layers, num_layers)
-    return (U.min(axis=1) >= 1) & (np.where(form.active, form.max_layers, 0).sum(axis=1) >= num_layers) & (form.pp <= num_layers)
+    act = form.active
+    U = form.max_layers
+    return (np.where(act, U >= 1, True).all(axis=1) & (np.where(act, U, 0).sum(axis=1) >= num_layers)
+            & (form.pp <= num_layers))
 
 
 def heuristic_splits(form: LinearForm, num_layers: int) -> np.ndarray:
@@ -172,45 +205,48 @@ def heuristic_splits(form: LinearForm, num_layers: int) -> np.ndarray:
     largest stage slot within the memory limits (water-filling on time), then middle stages
     sorted ascending (same time; memory limits grow with the stage index)."""
     L = num_layers
-    S, P = form.active.shape
-    act = form.active
-    a = np.maximum(form.slot_slope_s, 1e-300)[:, None]
-    e = form.slot_const_s
-    U = np.where(act, form.max_layers, 0)
+    S, P = form.max_layers.shape
     ok_shape = memory_feasible(form, L)
-    lo = np.zeros(S)
-    hi = form.slot_slope_s * L + e.max(axis=1) + 1.0
-    for _ in range(64):
-        mid = 0.5 * (lo + hi)
-        cnt = np.where(act, np.clip(np.floor((mid[:, None] - e) / a), 0, U), 0)
-        ok = np.where(act, cnt >= 1, True).all(axis=1) & (cnt.sum(axis=1) >= L)
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid)
-    layers = np.where(act, np.clip(np.floor((hi[:, None] - e) / a), 1, np.maximum(U, 1)), 0).astype(np.int64)
-    layers[~ok_shape] = 0
-    excess = np.where(ok_shape, layers.sum(axis=1) - L, 0)
-    rows_all = np.arange(S)
-    while (excess > 0).any():
-        slot = np.where(act & (layers > 1), a * layers + e, -np.inf)
-        j = np.argmax(slot, axis=1)
-        rows = rows_all[excess > 0]
-        layers[rows, j[rows]] -= 1
-        excess[rows] -= 1
-    for k in np.flatnonzero(ok_shape & (form.pp >= 4)):
-        p = int(form.pp[k])
-        layers[k, 1:p - 1] = np.sort(layers[k, 1:p - 1])
-    return layers
+    out = np.zeros((S, P), dtype=np.int64)
+    for p, rows in _pp_blocks(form.pp):
+        rows = rows[ok_shape[rows]]
+        if not len(rows):
+            continue
+        R = len(rows)
+        a = np.maximum(form.slot_slope_s[rows], 1e-300)[:, None]
+        e = expand(form.slot_const_s[rows], form.pp[rows], p)
+        U = form.max_layers[rows, :p]
+        lo = np.zeros(R)
+        hi = form.slot_slope_s[rows] * L + e.max(axis=1) + 1.0
+        for _ in range(64):
+            mid = 0.5 * (lo + hi)
+            cnt = np.clip(np.floor((mid[:, None] - e) / a), 0, U)
+            ok = (cnt >= 1).all(axis=1) & (cnt.sum(axis=1) >= L)
+            hi = np.where(ok, mid, hi)
+            lo = np.where(ok, lo, mid)
+            if np.all(hi - lo <= 1e-12 * hi):
+                break
+        lay = np.clip(np.floor((hi[:, None] - e) / a), 1, np.maximum(U, 1)).astype(np.int64)
+        excess = lay.sum(axis=1) - L
+        idx = np.arange(R)
+        while (excess > 0).any():
+            slot = np.where(lay > 1, a * lay + e, -np.inf)
+            j = np.argmax(slot, axis=1)
+            r = idx[excess > 0]
+            lay[r, j[r]] -= 1
+            excess[r] -= 1
+        if p >= 4:
+            lay[:, 1:p - 1] = np.sort(lay[:, 1:p - 1], axis=1)
+        out[rows, :p] = lay
+    return out
 
 
 def middle_limits_sorted(form: LinearForm) -> bool:
     """True when every shape's memory limits are non-decreasing over its middle stages (what
     the symmetry breaking l_1 <= ... <= l_{p-2} relies on)."""
     U = form.max_layers
-    for p in np.unique(form.pp).tolist():
-        if p < 4:
-            continue
-        rows = form.pp == p
-        if (np.diff(U[rows, 1:p - 1], axis=1) < 0).any():
+    for p, rows in _pp_blocks(form.pp):
+        if p >= 4 and (np.diff(U[rows, 1:p - 1], axis=1) < 0).any():
             return False
     return True
 
@@ -229,7 +265,7 @@ class IntegerForm:
     q: float
     pp: np.ndarray
     A: np.ndarray  # Y slope
-    E: np.ndarray  # Y constants (S, P)
+    E: np.ndarray  # Y constants (S, 3) per stage class
     B: np.ndarray  # base
     T1: np.ndarray  # optimizer rows
     C1: np.ndarray
@@ -249,9 +285,15 @@ class IntegerForm:
         """(base, Y, tail) of shape k with this split, in quanta."""
         p = int(self.pp[k])
         lay = np.asarray(layers, dtype=np.int64)[:p]
-        Y = max(0, int((self.A[k] * lay + self.E[k, :p]).max()))
-        tail = max(0, int((self.T1[k] * lay + self.C1[k, :p]).max()), int((self.T2[k] * lay + self.C2[k, :p]).max()))
+        E, C1, C2 = self.stage_consts(k)
+        Y = max(0, int((self.A[k] * lay + E).max()))
+        tail = max(0, int((self.T1[k] * lay + C1).max()), int((self.T2[k] * lay + C2).max()))
         return int(self.B[k]), Y, tail
+
+    def stage_consts(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(E, C1, C2) per stage of shape k."""
+        p = self.pp[k:k + 1]
+        return tuple(expand(a[k:k + 1], p, int(p[0]))[0] for a in (self.E, self.C1, self.C2))
 
     def objective(self, k: int, layers) -> int:
         """The model's objective of shape k with this split (ignoring memory), in quanta."""
@@ -277,7 +319,7 @@ def canonical_split(form: IntegerForm, k: int, target: int, num_layers: int, une
         return None
     budget = int(target - form.B[k])
     A, T1, T2 = int(form.A[k]), int(form.T1[k]), int(form.T2[k])
-    E, C1, C2 = (np.asarray(a[k, :p], dtype=np.int64) for a in (form.E, form.C1, form.C2))
+    E, C1, C2 = form.stage_consts(k)
     U = np.minimum(np.asarray(form.U[k, :p], dtype=np.int64), L)
     if (U < 1).any() or U.sum() < L:
         return None
@@ -409,10 +451,11 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
         else:
             top = red = list(range(p))
         for i in top:
-            _row(model, Y, A, layers[i], int(form.E[k, i]), lit)
-            _row(model, tail, T1, layers[i], int(form.C1[k, i]), lit)
+            c = stage_class(i, p)
+            _row(model, Y, A, layers[i], int(form.E[k, c]), lit)
+            _row(model, tail, T1, layers[i], int(form.C1[k, c]), lit)
         for i in red:
-            _row(model, tail, T2, layers[i], int(form.C2[k, i]), lit)
+            _row(model, tail, T2, layers[i], int(form.C2[k, stage_class(i, p)]), lit)
     model.add(obj == Y + tail + sum(int(form.B[k]) * x[j] for j, k in enumerate(shapes)))
     model.add(obj >= sum(int(form.LB[k]) * x[j] for j, k in enumerate(shapes)))
     model.minimize(obj)
@@ -529,13 +572,15 @@ def _phase_stats(phase: str, solver, status, m: _Model, build_s: float) -> dict:
 
 
 def shape_ranks(cands: Candidates) -> np.ndarray:
-    """rank[k]: position of shape k in `ParallelConfig.key()` order (the canonical tie-break)."""
-    from ..plan import parallel_from_row
-
-    keys = [parallel_from_row(cands.job, cands.shapes.row(k)).key() for k in range(len(cands.shapes))]
-    order = sorted(range(len(keys)), key=lambda k: keys[k])
-    rank = np.empty(len(keys), dtype=np.int64)
-    rank[order] = np.arange(len(keys))
+    """rank[k]: position of shape k in `ParallelConfig.key()` order (the canonical tie-break):
+    (tp, cp, pp, vp, micro_batch_size, recompute code, sequence_parallel, zero); shapes are
+    distinct in these, dp and the micro-batch count being derived. A test checks the order
+    against ParallelConfig.key()."""
+    sh = cands.shapes
+    keys = (sh.tp, sh.cp, sh.pp, sh.vp, sh.micro_batch_size, sh.recompute, sh.sequence_parallel.astype(np.int64), sh.zero)
+    order = np.lexsort(tuple(reversed(keys)))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
     return rank
 
 
@@ -586,13 +631,22 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         from ..candidates import balanced_layers_matrix
 
         heur = balanced_layers_matrix(L, form.pp)
-    h_step, _, h_fits = step_time_batch(co, heur)
-    h_step = np.where(mem_ok & h_fits, h_step, np.inf)
+    h_step = np.full(S, np.inf)
+    for p, rows in _pp_blocks(form.pp):
+        st, _, fits = step_time_batch(co.take(rows), heur[rows, :p])
+        h_step[rows] = np.where(mem_ok[rows] & fits, st, np.inf)
+    symmetry = middle_limits_sorted(form)
+    if not symmetry:
+        notes.append("memory limits are not monotone over middle stages: symmetry breaking off")
     if cands.incumbent_index is not None and cands.incumbent_step_s < h_step[cands.incumbent_index]:
         k0 = cands.incumbent_index
+        p0 = int(form.pp[k0])
+        bal = balanced_split(L, p0)
+        if uneven and symmetry and p0 >= 4:
+            bal = [bal[0]] + sorted(bal[1:-1]) + [bal[-1]]  # same time and fit (limits grow with the stage)
         h_step[k0] = cands.incumbent_step_s
         heur[k0] = 0
-        heur[k0, :int(form.pp[k0])] = balanced_split(L, int(form.pp[k0]))
+        heur[k0, :p0] = bal
     finite = np.isfinite(h_step)
     rank = shape_ranks(cands)
 
@@ -606,9 +660,6 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     tolerance = (2 * L + 3) * q + 1e-9 * ref
     stats.update(time_quantum_s=q, tolerance_s=tolerance, objective_units=OBJECTIVE_UNITS,
                  incumbent_s=float(h_step[finite].min()) if finite.any() else None)
-    symmetry = middle_limits_sorted(form)
-    if not symmetry:
-        notes.append("memory limits are not monotone over middle stages: symmetry breaking off")
 
     choices: list[Choice] = []
     status0, bound0 = None, None
