@@ -205,8 +205,10 @@ class _Clock:
         return time.monotonic() - self.start
 
     def reserve(self) -> float:
-        """Time kept back at the end to assemble an answer after a wait times out."""
-        return min(0.25, 0.01 + 0.03 * self.limit)
+        """Time kept back at the end to assemble an answer after a wait times out. The waiting
+        thread has to win the GIL back from a worker (5 ms switch interval, longer inside
+        numpy calls) and the CPU from other processes: 15 ms + 4% of the limit, at most 0.25 s."""
+        return min(0.25, 0.015 + 0.04 * self.limit)
 
 
 def _wait(fut: Future, clock: _Clock, reserve: bool = True):
@@ -365,7 +367,8 @@ class CheckResult(Out):
     reason: str
     shortfall: Optional[Shortfall] = None
     best_known_step_time_s: Optional[float] = Field(None, description="step time of the best plan known to fit")
-    witness: Optional[ParallelConfig] = Field(None, description="a configuration that fits (balanced layer split unless a solve found better)")
+    witness: Optional[ParallelConfig] = Field(None, description="a configuration that fits")
+    witness_layers_per_stage: Optional[list[int]] = Field(None, description="its layer split (balanced unless a solve was needed)")
 
 
 class Target(BaseModel):
@@ -526,9 +529,12 @@ def _check_from_screen(job: JobSpec, sc: Screen) -> Optional[CheckResult]:
         sf = _memory_shortfall(job, sc.min_memory_lb_bytes, sc.capacity_bytes, sc.min_memory_lb_shape)
         return CheckResult(feasible=False, status="INFEASIBLE", reason=sf.message, shortfall=sf)
     if sc.witness is not None:
+        from .formulation.evaluate import balanced_split
+
         par = parallel_from_row(job, sc.witness)
         return CheckResult(
             feasible=True, status="FEASIBLE", best_known_step_time_s=sc.witness_step_s, witness=par,
+            witness_layers_per_stage=balanced_split(job.model.num_layers, par.pp),
             reason=(f"fits: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} mbs={par.micro_batch_size} "
                     f"recompute={par.recompute} zero={par.zero} with a balanced layer split "
                     f"({sc.witness_step_s:.3f} s per step)"))
@@ -540,6 +546,7 @@ def _check_from_result(job: JobSpec, res: SolveResult) -> Optional[CheckResult]:
         p = res.plan.parallel
         return CheckResult(
             feasible=True, status="FEASIBLE", best_known_step_time_s=res.plan.step_time_s, witness=p,
+            witness_layers_per_stage=res.plan.layers_per_stage,
             reason=(f"fits: tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} mbs={p.micro_batch_size} recompute={p.recompute} "
                     f"zero={p.zero}, layers {res.plan.layers_per_stage} ({res.plan.step_time_s:.3f} s per step, "
                     f"solver status {res.status})"))
@@ -1121,7 +1128,7 @@ def _decide_job(ident, job: JobSpec, clock: _Clock, cache: ResultCache) -> Decis
     from .plan import make_plan
 
     w = verdict.witness
-    p = make_plan(job, w, balanced_split(job.model.num_layers, w.pp))
+    p = make_plan(job, w, verdict.witness_layers_per_stage or balanced_split(job.model.num_layers, w.pp))
     summ = PlanSummary(status="FEASIBLE", gap=None, num_gpus=n, cluster=name, parallel=w, layers_per_stage=p.layers_per_stage,
                        step_time_s=p.step_time_s, tokens_per_s=p.tokens_per_s, mfu=p.mfu,
                        peak_memory_bytes=p.peak_memory_bytes, capacity_bytes=p.capacity_bytes)

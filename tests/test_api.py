@@ -39,7 +39,8 @@ def test_check_feasible_gives_a_witness_that_fits(cache):
     assert res.status == "FEASIBLE" and res.feasible is True
     assert res.witness is not None and res.best_known_step_time_s > 0
     job = api.as_job(MID)
-    plan = make_plan(job, res.witness, balanced_split(job.model.num_layers, res.witness.pp))
+    assert res.witness_layers_per_stage == balanced_split(job.model.num_layers, res.witness.pp)
+    plan = make_plan(job, res.witness, res.witness_layers_per_stage)
     assert plan.fits and plan.step_time_s == pytest.approx(res.best_known_step_time_s)
 
 
@@ -58,6 +59,36 @@ def test_check_infeasible_when_constraints_leave_no_shape(cache):
     res = api.check({**MID, "constraints": {"tp": [3]}}, time_limit_s=20, cache=cache)
     assert res.status == "INFEASIBLE" and res.shortfall.resource == "legal shapes"
     assert "tp" in res.shortfall.suggestions[0]
+
+
+@needs_optimize
+def test_check_decides_by_a_solve_when_no_balanced_split_fits():
+    """Small GPUs where the memory bounds admit some shape but no balanced split fits: a short
+    CP-SAT solve decides, and its verdict agrees with the exhaustive search."""
+    from solveplan.candidates import prepare
+    from solveplan.optimize import optimize
+    from solveplan.plan import make_plan
+    from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
+
+    model = ModelSpec(name="t7", num_layers=7, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384,
+                      vocab_size=32000)
+    seen = set()
+    for hbm in [6.0 + 0.25 * i for i in range(16)]:
+        gpu = GPUSpec(name=f"g{hbm}", peak_bf16_tflops=312, hbm_gib=hbm, hbm_gbyte_per_s=2039)
+        cluster = ClusterSpec(name="c8", gpu=gpu, num_nodes=1, nvlink_gbyte_per_s=300, nic_gbit_per_s=200)
+        job = JobSpec(model=model, cluster=cluster, global_batch_size=64, seq_length=2048,
+                      constraints=Constraints(pp=(2,), tp=(1, 2), recompute=("none",)))
+        cands = prepare(job)
+        if not (cands.num_survivors > 0 and cands.incumbent_index is None):
+            continue
+        res = api.check(job, time_limit_s=10, cache=api.ResultCache())
+        truth = optimize(job, method="exhaustive", time_limit_s=30)
+        assert res.status == ("INFEASIBLE" if truth.status == "INFEASIBLE" else "FEASIBLE"), (hbm, res.reason)
+        if res.feasible:
+            assert "solver" in res.reason and len(set(res.witness_layers_per_stage)) > 1  # an uneven split
+            assert make_plan(job, res.witness, res.witness_layers_per_stage).fits
+        seen.add(res.status)
+    assert seen == {"FEASIBLE", "INFEASIBLE"}
 
 
 def test_check_cold_time_limit_is_honoured_and_the_retry_is_fast(cache):
