@@ -150,9 +150,8 @@ def test_alpa_equals_exhaustive(job):
         assert al.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason="known defect in space.py's SP dominance (module docstring); "
-                                      "when this passes, drop the marker")
 def test_sp_dominance_counterexample():
+    """The shrunk counterexample that showed SP on does not dominate SP off (fixed in space.py)."""
     legal, dom = _dominance_keeps_optimum(sp_dominance_counterexample())
     assert dom == pytest.approx(legal, rel=1e-9), f"dominance loses {100 * (dom / legal - 1):.2f}%"
 
