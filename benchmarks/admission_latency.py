@@ -256,6 +256,32 @@ def main(argv=None):
     say("")
     if statuses:
         say(f"Cold plan statuses: {', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}.\n")
+
+    def verdict(name, xs):
+        if not xs:
+            return
+        s_ = summary(xs)
+        ok = s_["p50"] <= 0.050 and s_["p99"] <= 0.250
+        say(f"- {name}: p50 {ms(s_['p50'])} ms, p99 {ms(s_['p99'])} ms: target {'met' if ok else 'NOT met'}.")
+
+    say("Against the targets (p50 <= 50 ms, p99 <= 250 ms):\n")
+    verdict("warm check", warm_check)
+    verdict("warm plan", warm_plan)
+    verdict(f"mixed stream with {args.novel:.0%} novel jobs (check)", mixed_check)
+    verdict("cold check (every query a job never seen)", cold_check)
+    verdict("cold plan after its check", cold_plan)
+    verdict("cold plan with nothing cached", cold_plan_bare)
+    worst = max((r[3] for r in limit_rows), default=float("nan"))
+    say(f"- time limits: the worst wall time / limit over {sum(r[2] for r in limit_rows)} cold calls is "
+        f"{worst:.3f} ({'within' if worst <= 1.1 else 'NOT within'} 10%).\n")
+    say("A cold query pays `candidates.prepare` (enumeration, coefficients, memory bounds, incumbent; the table at "
+        "the end) and, for `plan`, the CP-SAT solve. prepare grows with the number of legal shapes (up to ~90k "
+        "for 100B+ models on 512-1024 GPUs: 100-200 ms here), the solve with the shapes that survive pruning "
+        "(849 for nemotron4-340b on 1024 H100s: ~0.9 s). An INFEASIBLE plan also pays optimize's shortfall "
+        "search for the fewest GPUs that fit (`optimize.shortfall_for`). These are the limits of the modules "
+        "below the API, measured, not changed here; the API caches them per job, so only the first query of a "
+        "job pays, and the time limit bounds even that (status UNKNOWN, or FEASIBLE with the incumbent and its "
+        "gap). Timings vary by up to 2x between runs on this shared machine.\n")
     say("## Time limits on cold jobs (wall time / limit)\n")
     say("| call | limit (s) | jobs | max | median | within 10% | statuses |")
     say("|---|---:|---:|---:|---:|---:|---|")
@@ -291,7 +317,14 @@ def main(argv=None):
     print(text)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "admission_latency.md").write_text(text)
+        out = RESULTS / "admission_latency.md"
+        # keep the section benchmarks/service_load.py --report writes
+        old = out.read_text() if out.exists() else ""
+        keep = old.find("## HTTP service under load\n")
+        if keep >= 0:
+            end = old.find("\n## ", keep + 10)
+            text = text.rstrip() + "\n\n" + (old[keep:end + 1] if end >= 0 else old[keep:]).rstrip() + "\n"
+        out.write_text(text)
         print(f"wrote {RESULTS / 'admission_latency.md'}", file=sys.stderr)
 
 

@@ -90,6 +90,22 @@ BAD = [
 ]
 
 
+SECTION = "## HTTP service under load"
+
+
+def put_section(path: Path, title: str, body: str) -> None:
+    """Replace (or append) the markdown section `title` of `path` (up to the next '## ')."""
+    text = path.read_text() if path.exists() else ""
+    block = f"{title}\n\n{body.rstrip()}\n"
+    start = text.find(title + "\n")
+    if start < 0:
+        text = text.rstrip() + ("\n\n" if text else "") + block
+    else:
+        end = text.find("\n## ", start + len(title))
+        text = text[:start] + block + (text[end:] if end >= 0 else "")
+    path.write_text(text)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,7 +127,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--bad-fraction", type=float, default=0.1, help="share of malformed requests")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--md", type=Path, default=None, help="also write the summary as markdown to this file")
+    ap.add_argument("--report", type=Path, default=None,
+                    help=f"put the summary in this markdown file as the section '{SECTION}' (replacing it), e.g. "
+                         f"benchmarks/results/admission_latency.md")
     args = ap.parse_args(argv)
     if args.clients < 1 or args.clients > 500 or args.seconds <= 0 or args.seconds > 3600:
         ap.error("--clients in 1..500, --seconds in (0, 3600]")
@@ -207,8 +225,8 @@ def main(argv=None) -> int:
         print("\n" + "\n".join(out))
         for f in failures[:20]:
             print("  " + f)
-        if args.md is not None:
-            args.md.write_text("\n".join(out) + "\n")
+        if args.report is not None:
+            put_section(args.report, SECTION, "\n".join(out))
         return 1 if failures or n5 else 0
     finally:
         server.terminate()
