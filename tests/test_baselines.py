@@ -71,7 +71,7 @@ def test_space_count_matches_brute_force(solved):
 
 def test_exhaustive_matches_brute_force(solved):
     name, cands, bf, n = solved
-    res = exhaustive.search(cands, time_limit_s=120, top_k=5)
+    res = exhaustive.search(cands, time_limit_s=120, top_k=5, distinct="plan")
     assert res.finished and res.evaluations == n
     assert res.status == "OPTIMAL"
     assert res.best.objective_s == pytest.approx(bf[0][0], rel=REL)

@@ -18,10 +18,11 @@ search the result says so: finished=False, status "FEASIBLE" with the best plan 
 (or "UNKNOWN" with none), the evaluations done, and no bound (an unfinished enumeration
 proves nothing about the rest of the space).
 
-Top-k: the k best distinct (shape, split) pairs; ties are broken by the order of the
-enumeration (shapes by ascending pp, then in `cands.shapes` order; splits by lexicographic
-cut points), so the answer is deterministic. `distinct="shape"` instead returns the best split of each of the k best
-shapes (what `alpa_dp` returns).
+Top-k (`distinct="shape"`, the default): the best split of each of the k best shapes, the
+meaning CP-SAT and `alpa_dp` give top-k (alternatives differ in their parallel
+configuration). `distinct="plan"`: the k best distinct (shape, split) pairs. Ties are broken
+by the order of the enumeration (shapes by ascending pp, then in `cands.shapes` order; splits
+by lexicographic cut points), so the answer is deterministic.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def search(
     progress: Optional[Callable[[dict], None]] = None,
     max_evaluations: Optional[int] = None,
     block_rows: int = BLOCK_ROWS,
-    distinct: str = "plan",
+    distinct: str = "shape",
 ) -> MethodResult:
     """Enumerate every (shape, split) of `cands`; return the best fitting plan(s).
 
