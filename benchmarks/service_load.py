@@ -217,7 +217,9 @@ def main(argv=None) -> int:
                f"--seconds {args.seconds:g}`; {os.cpu_count()} CPUs shared by server and clients, load average "
                f"{os.getloadavg()[0]:.1f}): {total} requests ({total / args.seconds:.0f}/s), status codes "
                f"{dict(sorted(codes.items()))}; 5xx: {n5}; answers differing from the library's or other failures: "
-               f"{len(failures)}.", "",
+               f"{len(failures)}. The clients run in a closed loop, so latency is about clients / throughput = "
+               f"{1e3 * args.clients / max(total / args.seconds, 1e-9):.0f} ms: queueing in one server process that "
+               f"shares the CPUs with its {args.clients} clients (every answer is a cache hit after the warm-up).", "",
                "| endpoint | n | p50 ms | p95 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
         for path, xs in sorted(lat.items()):
             out.append(f"| {path} | {len(xs)} | {1e3 * pct(xs, 50):.1f} | {1e3 * pct(xs, 95):.1f} | "
