@@ -60,10 +60,9 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
     space = enumerate_shapes(job, apply_dominance=apply_dominance)
     shapes = space.shapes
     L = job.model.num_layers
-    empty = Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"),
-                       space.num_legal, space.num_dominated, 0, 0, float("inf"), None)
     if len(shapes) == 0:
-        return empty
+        return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"),
+                          space.num_legal, space.num_dominated, 0, 0, float("inf"), None)
     co = job_coefficients(job, shapes)
     mem_lb = memory_lower_bound_bytes(co, L)
     fit = mem_lb <= co.capacity_bytes

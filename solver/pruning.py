@@ -6,7 +6,9 @@ Both bounds hold for every layer split (layers >= 1 per stage, summing to L):
   holds >= 1 layer plus the embedding with mu_0 micro-batches in flight; the last stage
   >= 1 layer plus the LM head and logits.
 - time: with S = sum_i slot_i (fixed by the shape: sum of layers is L), max_i slot_i >= S/p,
-  so T >= (m - 1/v)*S/p + S/v (the DP tail is >= 0).
+  so T_pipe >= (m - 1/v)*S/p + S/v; the step tail max_i e_i is at least its mean, and
+  sum_i max(0, D_i - W_i) >= max(0, sum_i D_i - sum_i W_i), so
+  max_i e_i >= (max(0, sum D - sum W) + sum O) / p.
 """
 
 from __future__ import annotations
@@ -37,4 +39,13 @@ def time_lower_bound_s(co: StageCoefficients, num_layers: int) -> np.ndarray:
     v = co.vp.astype(np.float64)
     m = co.num_microbatches.astype(np.float64)
     total = num_layers * co.layer_s + co.first_s + co.last_s + p * v * co.boundary_s
-    return (m - 1.0 / v) * total / p + total / v
+    pipe = (m - 1.0 / v) * total / p + total / v
+    # step tail: max_i e_i >= mean_i e_i, and sum_i max(0, D_i - W_i) >= max(0, sum D - sum W)
+    dp_sum = num_layers * co.layer_dp_step_s + co.first_dp_step_s + co.last_dp_step_s
+    if co.overlap_grad_reduce:
+        window = (num_layers * co.layer_bwd_s + co.last_bwd_s) / v
+        window = window + np.where(co.gather_overlaps_forward, (num_layers * co.layer_fwd_s + co.first_fwd_s) / v, 0.0)
+    else:
+        window = 0.0
+    opt_sum = num_layers * co.layer_optimizer_step_s + co.first_optimizer_step_s + co.last_optimizer_step_s
+    return pipe + (np.maximum(0.0, dp_sum - window) + opt_sum) / p
