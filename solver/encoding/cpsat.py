@@ -300,8 +300,25 @@ class IntegerForm:
         b, y, t = self.parts(k, layers)
         return max(b + y + t, int(self.LB[k]))
 
+    def reduction_rows_bind(self, k: int) -> bool:
+        """False when the reduction rows can never bind (decreasing and <= 0 at one layer)."""
+        return not (self.T2[k] < 0 and self.T2[k] + int(self.C2[k].max()) <= 0)
+
     def coefficient_max(self, k: int) -> int:
-        return int(max(abs(self.A[k]), abs(self.T1[k]), abs(self.T2[k]), abs(self.B[k]), abs(self.LB[k])))
+        """Largest coefficient shape k brings into the model."""
+        t2 = abs(int(self.T2[k])) if self.reduction_rows_bind(k) else 0
+        return int(max(abs(self.A[k]), abs(self.T1[k]), t2, abs(self.B[k]), abs(self.LB[k])))
+
+    def objective_floor(self, num_layers: int) -> np.ndarray:
+        """Per shape, a lower bound of its objective over every split (every stage holds
+        1..L layers): the base, Y and tail rows of the first and last stage at their least."""
+        two = np.where(self.pp >= 2, LAST, FIRST)
+        rows = np.arange(len(self.pp))
+        pick = lambda a: np.maximum(a[:, FIRST], a[rows, two])  # noqa: E731
+        ylow = np.maximum(0, self.A + pick(self.E))
+        l2 = np.where(self.T2 >= 0, 1, num_layers)
+        tlow = np.maximum(0, np.maximum(self.T1 + pick(self.C1), self.T2 * l2 + pick(self.C2)))
+        return np.maximum(self.B + ylow + tlow, self.LB)
 
 
 def canonical_split(form: IntegerForm, k: int, target: int, num_layers: int, uneven: bool = True) -> Optional[list[int]]:
@@ -388,8 +405,9 @@ class _Model:
 
 
 def _row(model, var, slope: int, lvar, const: int, lit) -> None:
-    """var >= slope*l + const under lit (skipped when it can never bind: var >= 0)."""
-    if slope <= 0 and const <= 0:
+    """var >= slope*l + const under lit, for an active stage (l >= 1); skipped when it can
+    never bind (var >= 0)."""
+    if slope <= 0 and slope + const <= 0:
         return
     if slope == 0:
         model.add(var >= const).only_enforce_if(lit)
@@ -661,6 +679,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     stats.update(time_quantum_s=q, tolerance_s=tolerance, objective_units=OBJECTIVE_UNITS,
                  incumbent_s=float(h_step[finite].min()) if finite.any() else None)
 
+    floor_q = iform.objective_floor(L)  # shapes above the round's cap cannot be chosen
     choices: list[Choice] = []
     status0, bound0 = None, None
     excluded: set[int] = set()
@@ -673,8 +692,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
             k_inc = int(np.flatnonzero(fin)[np.argmin(h_step[fin])])
             inc_split = [int(v) for v in heur[k_inc, :int(form.pp[k_inc])]]
             cap = iform.objective(k_inc, inc_split)
-            in_model = [k for k in np.flatnonzero(allowed).tolist()
-                        if iform.LB[k] <= cap and iform.B[k] <= cap and iform.A[k] <= cap and iform.T1[k] <= cap]
+            in_model = np.flatnonzero(allowed & (floor_q <= cap)).tolist()
         elif round_no == 1:
             k_inc, inc_split, cap = None, None, None
             in_model = np.flatnonzero(allowed).tolist()  # prove that none fits
@@ -683,7 +701,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         dropped = [k for k in in_model if iform.coefficient_max(k) > SAFE_COEFFICIENT]
         if dropped:
             notes.append(f"scaling guard: {len(dropped)} shape(s) whose coefficients exceed {SAFE_COEFFICIENT} "
-                         f"left out of the model (none of them fits)")
+                         f"left out of the model: the answer is not proven optimal")
             in_model = [k for k in in_model if k not in dropped]
         if round_no == 1:
             stats.update(shapes_in_model=len(in_model), shapes_pruned_incumbent=int(allowed.sum()) - len(in_model),
@@ -738,11 +756,16 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
             k, split, value, proven = k_inc, inc_split, cap, False
             bound_q = int(math.floor(solver.best_objective_bound + 1e-9)) if solver.best_objective_bound > 0 else None
 
+        if dropped:  # the model did not hold every shape: nothing is proven about the rest
+            proven, bound_q = False, None
         # phase 2: fix the optimum, smallest shape rank; then the canonical split
         if proven and len(m.shapes) > 1:
             left = deadline - time.perf_counter()
             if left >= PHASE2_MIN_S:
                 m.model.add(m.obj <= value)
+                for j, kk in enumerate(m.shapes):  # only shapes ranked before the found one can replace it
+                    if rank[kk] > rank[k]:
+                        m.model.add(m.x[j] == 0)
                 m.model.minimize(m.rank_expr)
                 _add_hint(m, iform, k, split)
                 s2, st2 = _solve(m, left, workers, seed, presolve=presolve)
