@@ -176,7 +176,9 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
                          alternatives=alternatives, shortfall=shortfall, search=stats, notes=notes)
     if plan is not None:
-        if textbook:
+        if textbook and time.perf_counter() - t0 > float(time_limit_s):
+            notes.append("textbook comparison skipped: the time limit is spent")
+        elif textbook:
             tb = textbook_plan(job)
             if tb is not None:
                 out.textbook = _comparison("textbook Megatron-LM", tb, plan)

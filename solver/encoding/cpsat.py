@@ -706,60 +706,72 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         if round_no == 1:
             stats.update(shapes_in_model=len(in_model), shapes_pruned_incumbent=int(allowed.sum()) - len(in_model),
                          shapes_dropped_scaling=len(dropped), cap_quanta=cap)
-        tb = time.perf_counter()
-        m = build_model(iform, in_model, L, cap, rank=rank, uneven=uneven, symmetry=symmetry,
-                        hint=(k_inc, inc_split) if k_inc is not None else None)
-        sc = check_scaling(m.model)
-        build_s = time.perf_counter() - tb
-        if round_no == 1:
-            stats.update(sc)
-        left = deadline - time.perf_counter()
-        cb = _Progress(progress, q, t0, "optimize") if progress is not None else None
-        solver, st = _solve(m, left, workers, seed, callback=cb)
-        stats["phases"].append(_phase_stats(f"round{round_no}:optimize", solver, st, m, build_s))
-        presolve = True
-        if st == cp_model.INFEASIBLE and k_inc is not None:
-            notes.append(f"CP-SAT answered INFEASIBLE although a fitting plan is known (shape {k_inc}, "
-                         f"{h_step[k_inc]:.6g} s): verdict refuted; re-solved without presolve")
-            presolve = False
-            solver, st = _solve(m, max(0.01, deadline - time.perf_counter()), workers, seed, presolve=False)
-            stats["phases"].append(_phase_stats(f"round{round_no}:optimize-no-presolve", solver, st, m, 0.0))
-        if st == cp_model.MODEL_INVALID:
-            raise RuntimeError(f"CP-SAT rejected the model: {m.model.validate()}")
+        # a bound valid for every split of every shape (pruned shapes lie above the incumbent)
+        floor_bound = int(floor_q[allowed].min()) if round_no == 1 and allowed.any() else None
+        if deadline - time.perf_counter() <= 0 and k_inc is not None:
+            notes.append("time limit reached before the CP-SAT model was solved; returning the best known plan "
+                         "with the shapes' lower bound")
+            k, split, value, proven, bound_q = k_inc, inc_split, cap, False, floor_bound
+            m = None
+            presolve = True
+        else:
+            tb = time.perf_counter()
+            m = build_model(iform, in_model, L, cap, rank=rank, uneven=uneven, symmetry=symmetry,
+                            hint=(k_inc, inc_split) if k_inc is not None else None)
+            sc = check_scaling(m.model)
+            build_s = time.perf_counter() - tb
+            if round_no == 1:
+                stats.update(sc)
+            left = deadline - time.perf_counter()
+            cb = _Progress(progress, q, t0, "optimize") if progress is not None else None
+            solver, st = _solve(m, left, workers, seed, callback=cb)
+            stats["phases"].append(_phase_stats(f"round{round_no}:optimize", solver, st, m, build_s))
+            presolve = True
+            if st == cp_model.INFEASIBLE and k_inc is not None:
+                notes.append(f"CP-SAT answered INFEASIBLE although a fitting plan is known (shape {k_inc}, "
+                             f"{h_step[k_inc]:.6g} s): verdict refuted; re-solved without presolve")
+                presolve = False
+                solver, st = _solve(m, max(0.01, deadline - time.perf_counter()), workers, seed, presolve=False)
+                stats["phases"].append(_phase_stats(f"round{round_no}:optimize-no-presolve", solver, st, m, 0.0))
+            if st == cp_model.MODEL_INVALID:
+                raise RuntimeError(f"CP-SAT rejected the model: {m.model.validate()}")
 
-        if st == cp_model.INFEASIBLE:
-            if k_inc is not None:  # still refuted: report the known plan, prove nothing
-                notes.append("CP-SAT still answers INFEASIBLE without presolve; returning the known plan unproven")
-                k, split, value, proven, bound_q = k_inc, inc_split, cap, False, None
-            else:
-                if round_no == 1:
-                    status0 = "INFEASIBLE"
-                    if mem_ok.any():  # cannot happen: a memory-feasible shape has a heuristic plan
-                        notes.append("inconsistent: a shape fits by memory but no plan was found")
-                break
-        elif st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            k, split = _read(m, solver)
-            value = int(round(solver.objective_value))
-            proven = st == cp_model.OPTIMAL
-            bound_q = int(math.floor(solver.best_objective_bound + 1e-9))
-            again = iform.objective(k, split)
-            if again > value:
-                notes.append(f"encoding check failed: the split's integer objective {again} exceeds the solver's "
-                             f"{value}; bound not trusted")
-                proven, bound_q = False, None
-        else:  # UNKNOWN: time ran out before any solution
-            if k_inc is None:
-                if round_no == 1:
-                    status0 = "UNKNOWN"
-                break
-            notes.append("CP-SAT found no solution within the time limit; returning the best known plan")
-            k, split, value, proven = k_inc, inc_split, cap, False
-            bound_q = int(math.floor(solver.best_objective_bound + 1e-9)) if solver.best_objective_bound > 0 else None
+            if st == cp_model.INFEASIBLE:
+                if k_inc is not None:  # still refuted: report the known plan, prove nothing
+                    notes.append("CP-SAT still answers INFEASIBLE without presolve; returning the known plan unproven")
+                    k, split, value, proven, bound_q = k_inc, inc_split, cap, False, None
+                else:
+                    if round_no == 1:
+                        status0 = "INFEASIBLE"
+                        if mem_ok.any():  # cannot happen: a memory-feasible shape has a heuristic plan
+                            notes.append("inconsistent: a shape fits by memory but no plan was found")
+                    break
+            elif st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                k, split = _read(m, solver)
+                value = int(round(solver.objective_value))
+                proven = st == cp_model.OPTIMAL
+                bound_q = int(math.floor(solver.best_objective_bound + 1e-9))
+                if floor_bound is not None:
+                    bound_q = max(bound_q, floor_bound)
+                again = iform.objective(k, split)
+                if again > value:
+                    notes.append(f"encoding check failed: the split's integer objective {again} exceeds the solver's "
+                                 f"{value}; bound not trusted")
+                    proven, bound_q = False, None
+            else:  # UNKNOWN: time ran out before any solution
+                if k_inc is None:
+                    if round_no == 1:
+                        status0 = "UNKNOWN"
+                    break
+                notes.append("CP-SAT found no solution within the time limit; returning the best known plan "
+                             "with the shapes' lower bound")
+                k, split, value, proven = k_inc, inc_split, cap, False
+                bound_q = floor_bound
 
         if dropped:  # the model did not hold every shape: nothing is proven about the rest
             proven, bound_q = False, None
         # phase 2: fix the optimum, smallest shape rank; then the canonical split
-        if proven and len(m.shapes) > 1:
+        if proven and m is not None and len(m.shapes) > 1:
             left = deadline - time.perf_counter()
             if left >= PHASE2_MIN_S:
                 m.model.add(m.obj <= value)
