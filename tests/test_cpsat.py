@@ -250,3 +250,15 @@ def test_progress_reports_and_stats():
     ph = st["phases"][0]
     for key in ("status", "wall_time_s", "branches", "conflicts", "num_booleans", "num_constraints"):
         assert key in ph
+
+
+def test_time_limit_returns_known_plan_with_valid_bound():
+    job = make_job(L=24, gpus=64, hbm=24.0, batch=128, seq=2048, heads=32, head_dim=128)
+    cands = prepare(job, prune_time=False)
+    full = cpsat.search(cands, time_limit_s=30)
+    res = cpsat.search(cands, time_limit_s=1e-6)
+    assert res.status in ("FEASIBLE", "OPTIMAL") and res.best is not None
+    if res.status == "FEASIBLE":
+        assert not res.finished and res.stats["notes"]
+    assert res.best.objective_s >= full.best.objective_s - full.stats["tolerance_s"]
+    assert res.bound_s is None or res.bound_s <= full.best.objective_s + full.stats["tolerance_s"]
