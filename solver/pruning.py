@@ -6,7 +6,7 @@ Both bounds hold for every layer split (layers >= 1 per stage, summing to L):
   holds >= 1 layer plus the embedding with mu_0 micro-batches in flight; the last stage
   >= 1 layer plus the LM head and logits.
 - time: with S = sum_i slot_i (fixed by the shape: sum of layers is L), max_i slot_i >= S/p,
-  so T_pipe >= (m - 1/v)*S/p + S/v; the step tail max_i e_i is at least its mean, and
+  so T_pipe >= (m - 1/v)*max(S/p, ceil(L/p)*layer + v*boundary) + S/v; the step tail max_i e_i is at least its mean, and
   sum_i max(0, D_i - W_i) >= max(0, sum_i D_i - sum_i W_i), so
   max_i e_i >= (max(0, sum D - sum W) + sum O) / p.
 """
@@ -39,7 +39,9 @@ def time_lower_bound_s(co: StageCoefficients, num_layers: int) -> np.ndarray:
     v = co.vp.astype(np.float64)
     m = co.num_microbatches.astype(np.float64)
     total = num_layers * co.layer_s + co.first_s + co.last_s + p * v * co.boundary_s
-    pipe = (m - 1.0 / v) * total / p + total / v
+    # the slowest slot is at least the mean, and at least a stage holding ceil(L/p) layers
+    heaviest = np.maximum(total / p, np.ceil(num_layers / p) * co.layer_s + v * co.boundary_s)
+    pipe = (m - 1.0 / v) * heaviest + total / v
     # step tail: max_i e_i >= mean_i e_i, and sum_i max(0, D_i - W_i) >= max(0, sum D - sum W)
     dp_sum = num_layers * co.layer_dp_step_s + co.first_dp_step_s + co.last_dp_step_s
     if co.overlap_grad_reduce:

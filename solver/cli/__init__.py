@@ -77,7 +77,9 @@ def cli():
 def main(argv=None):
     """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
     try:
-        cli.main(args=argv, prog_name="solveplan", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="solveplan", standalone_mode=False)
+        if isinstance(rv, int) and rv:  # ctx.exit(n) returns n when standalone_mode is off
+            sys.exit(rv)
     except InputError as exc:
         fail(str(exc))
     except click.exceptions.Exit as exc:
