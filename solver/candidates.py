@@ -16,6 +16,7 @@ import numpy as np
 from .formulation.coefficients import StageCoefficients
 from .formulation.evaluate import balanced_split, step_time_batch
 from .formulation.job import job_coefficients
+from .formulation.linear import heuristic_splits, linear_form, memory_feasible, min_max_slot_s
 from .formulation.shapes import Shapes
 from .pruning import memory_lower_bound_bytes, time_lower_bound_s
 from .space import enumerate_shapes
@@ -31,6 +32,13 @@ def balanced_layers_matrix(num_layers: int, pp: np.ndarray) -> np.ndarray:
             cache[p] = balanced_split(num_layers, p)
         out[i, :p] = cache[p]
     return out
+
+
+def _prune_by_time(shapes, co, t_lb, inc, inc_step):
+    """Keep the shapes whose time lower bound does not exceed the incumbent."""
+    keep = t_lb <= inc_step * (1 + 1e-9)
+    kidx = np.flatnonzero(keep)
+    return shapes.take(kidx), co.take(kidx), t_lb[kidx], int(np.searchsorted(kidx, inc)), int((~keep).sum())
 
 
 @dataclass
@@ -89,11 +97,23 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
             inc, inc_step = int(sel[k]), float(step[k])
     n_time = 0
     if prune_time and inc is not None:
-        keep = t_lb <= inc_step * (1 + 1e-9)
-        n_time = int((~keep).sum())
-        kidx = np.flatnonzero(keep)
-        inc = int(np.searchsorted(kidx, inc))
-        shapes, co, t_lb = shapes.take(kidx), co.take(kidx), t_lb[kidx]
+        shapes, co, t_lb, inc, n_time = _prune_by_time(shapes, co, t_lb, inc, inc_step)
+        # second round on the survivors, with the per-stage memory limits: shapes with no
+        # fitting split go (exact), the largest-slot bound becomes memory-aware, and the
+        # water-filling split of each shape may improve the incumbent
+        form = linear_form(co, L)
+        feasible = memory_feasible(form, L)
+        n_mem += int((~feasible).sum())
+        splits = heuristic_splits(form, L)
+        step, _, fits = step_time_batch(co, splits)
+        step = np.where(feasible & fits, step, np.inf)
+        k = int(np.argmin(step))
+        if step[k] < inc_step:
+            inc, inc_step = k, float(step[k])
+        t_lb = np.where(feasible, time_lower_bound_s(co, L, min_max_slot_s(form, L)), np.inf)
+        t_lb[inc] = min(t_lb[inc], inc_step)
+        shapes, co, t_lb, inc, more = _prune_by_time(shapes, co, t_lb, inc, inc_step)
+        n_time += more - int((~feasible).sum())
     return Candidates(job, shapes, co, t_lb, inc, inc_step, space.num_legal, space.num_dominated,
                       n_mem, n_time, min_lb, min_shape)
 

@@ -34,13 +34,17 @@ def memory_lower_bound_bytes(co: StageCoefficients, num_layers: int) -> np.ndarr
     return np.maximum(bound_avg, np.maximum(bound_first, bound_last))
 
 
-def time_lower_bound_s(co: StageCoefficients, num_layers: int) -> np.ndarray:
+def time_lower_bound_s(co: StageCoefficients, num_layers: int, max_slot_lb_s=None) -> np.ndarray:
+    """Valid for every split; `max_slot_lb_s` (per shape) may tighten the largest-slot term,
+    e.g. with the memory-aware water-filling bound of `formulation.linear.min_max_slot_s`."""
     p = co.pp.astype(np.float64)
     v = co.vp.astype(np.float64)
     m = co.num_microbatches.astype(np.float64)
     total = num_layers * co.layer_s + co.first_s + co.last_s + p * v * co.boundary_s
     # the slowest slot is at least the mean, and at least a stage holding ceil(L/p) layers
     heaviest = np.maximum(total / p, np.ceil(num_layers / p) * co.layer_s + v * co.boundary_s)
+    if max_slot_lb_s is not None:
+        heaviest = np.maximum(heaviest, max_slot_lb_s)
     pipe = (m - 1.0 / v) * heaviest + total / v
     # step tail: max_i e_i >= mean_i e_i, and sum_i max(0, D_i - W_i) >= max(0, sum D - sum W)
     dp_sum = num_layers * co.layer_dp_step_s + co.first_dp_step_s + co.last_dp_step_s

@@ -55,8 +55,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ..candidates import Candidates, Choice, MethodResult
-from ..formulation.coefficients import StageCoefficients
-from ..formulation.evaluate import _stage_arrays, balanced_split, step_time_batch
+from ..formulation.evaluate import balanced_split, step_time_batch
 
 SAFE_COEFFICIENT = 10_000_000  # DESIGN.md: keep every coefficient below ~1e7
 SAFE_ACTIVITY = 1 << 33  # |coef|*|bound| summed over a row: 6x below the smallest known failure (4.8e10)
@@ -68,188 +67,10 @@ class ScalingError(RuntimeError):
     """A model would carry a coefficient or row activity beyond the safe limits."""
 
 
-# ----------------------------------------------------------------------------- float forms
-FIRST, MID, LAST = 0, 1, 2  # stage classes: constants differ only for the first and last stage
-
-
-def stage_class(i: int, p: int) -> int:
-    """Class of stage i of a p-stage pipeline (a single stage is FIRST and holds both extras)."""
-    return FIRST if i == 0 else LAST if i == p - 1 else MID
-
-
-def expand(classes: np.ndarray, pp: np.ndarray, P: Optional[int] = None) -> np.ndarray:
-    """(S, 3) per-class constants -> (S, P) per-stage constants (0 beyond each pp)."""
-    P = int(pp.max()) if P is None else P
-    col = np.arange(P)[None, :]
-    p = pp[:, None]
-    out = np.where(col == 0, classes[:, FIRST:FIRST + 1],
-                   np.where(col == p - 1, classes[:, LAST:LAST + 1], classes[:, MID:MID + 1]))
-    return np.where(col < p, out, 0)
-
-
-@dataclass
-class LinearForm:
-    """Per shape: the linear pieces of the step time, seconds. Slopes are per layer (S,);
-    constants are per stage class (S, 3): FIRST, MID, LAST (`expand` gives them per stage)."""
-
-    pp: np.ndarray  # (S,)
-    slot_slope_s: np.ndarray  # (S,) layer_s
-    slot_const_s: np.ndarray  # (S, 3) first/last extras + v*boundary
-    y_slope_s: np.ndarray  # (S,) (m - 1/v) * layer_s
-    y_const_s: np.ndarray  # (S, 3)
-    base_s: np.ndarray  # (S,) sum_i slot_i / v
-    opt_slope_s: np.ndarray  # (S,) optimizer step per layer
-    opt_const_s: np.ndarray  # (S, 3)
-    red_slope_s: np.ndarray  # (S,) reduction - overlap window + optimizer, per layer (may be < 0)
-    red_const_s: np.ndarray  # (S, 3)
-    max_layers: np.ndarray  # (S, P) int: most layers that fit on the stage (memory); 0 beyond pp
-
-    @property
-    def active(self) -> np.ndarray:
-        """(S, P) bool: stage < pp."""
-        return np.arange(self.max_layers.shape[1])[None, :] < self.pp[:, None]
-
-
-def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
-    """Decompose the float step time of every shape in `co` into the linear pieces above."""
-    L = num_layers
-    S = len(co.pp)
-    p = co.pp.astype(np.int64)
-    single = (p == 1).astype(np.float64)
-    v = co.vp.astype(np.float64)
-    m = co.num_microbatches.astype(np.float64)
-    w = m - 1.0 / v
-    vb = v * co.boundary_s
-
-    def classes(first, mid, last):
-        return np.column_stack([np.broadcast_to(np.asarray(x, dtype=np.float64), (S,)) for x in (first, mid, last)])
-
-    slot_const = classes(co.first_s + single * co.last_s + vb, vb, co.last_s + vb)
-    base = (L * co.layer_s + co.first_s + co.last_s + p * v * co.boundary_s) / v
-    if co.overlap_grad_reduce:
-        gof = np.asarray(co.gather_overlaps_forward) > 0
-        win_slope = (co.layer_bwd_s + np.where(gof, co.layer_fwd_s, 0.0)) / v
-        win_first = np.where(gof, co.first_fwd_s, 0.0) / v
-        win_last = co.last_bwd_s / v
-    else:
-        win_slope = win_first = win_last = np.zeros(S)
-    opt_first, opt_last = co.first_optimizer_step_s, co.last_optimizer_step_s
-    opt_const = classes(opt_first + single * opt_last, 0.0, opt_last)
-    red_first, red_last = co.first_dp_step_s - win_first, co.last_dp_step_s - win_last
-    red_const = classes(red_first + single * red_last, 0.0, red_last) + opt_const
-    return LinearForm(
-        pp=p,
-        slot_slope_s=np.asarray(co.layer_s, dtype=np.float64), slot_const_s=slot_const,
-        y_slope_s=w * co.layer_s, y_const_s=w[:, None] * slot_const,
-        base_s=base,
-        opt_slope_s=np.asarray(co.layer_optimizer_step_s, dtype=np.float64),
-        opt_const_s=opt_const,
-        red_slope_s=co.layer_dp_step_s - win_slope + co.layer_optimizer_step_s,
-        red_const_s=red_const,
-        max_layers=stage_layer_limits(co, L),
-    )
-
-
-def _stage_memory(co: StageCoefficients, layers: np.ndarray) -> np.ndarray:
-    st = _stage_arrays(co, layers)
-    # same order of additions as step_time_batch / evaluate_split
-    return st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
-
-
-def _pp_blocks(pp: np.ndarray):
-    """(p, row indices) for every pipeline degree: work on (rows x p) blocks, not (S x max pp)."""
-    for p in np.unique(pp).tolist():
-        yield int(p), np.flatnonzero(pp == p)
-
-
-def stage_layer_limits(co: StageCoefficients, num_layers: int) -> np.ndarray:
-    """U[k, i]: the most layers stage i of shape k can hold within GPU memory (0..L; -1 when
-    not even the stage's fixed part fits; 0 beyond pp). Memory is linear in the stage's layer
-    count; the division's answer is then checked (and corrected) against the float
-    formulation itself at U and U+1, so the limit agrees exactly with `step_time_batch`."""
-    L = num_layers
-    S = len(co.pp)
-    P = int(co.pp.max()) if S else 1
-    out = np.zeros((S, P), dtype=np.int64)
-    cap = float(co.capacity_bytes)
-    for p, rows in _pp_blocks(co.pp):
-        cb = co.take(rows)
-        R = len(rows)
-        mem0 = _stage_memory(cb, np.zeros((R, p), dtype=np.int64))
-        per = _stage_memory(cb, np.ones((R, p), dtype=np.int64)) - mem0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            raw = np.where(per > 0, np.floor((cap - mem0) / np.where(per > 0, per, 1.0)), np.where(mem0 <= cap, L, -1))
-        U = np.clip(raw, -1, L).astype(np.int64)
-        for _ in range(8):
-            over = (U >= 0) & (_stage_memory(cb, np.clip(U, 0, L)) > cap)
-            U = np.where(over, U - 1, U)
-            under = (U < L) & (_stage_memory(cb, np.clip(U + 1, 0, L)) <= cap)
-            U = np.where(under, U + 1, U)
-            if not over.any() and not under.any():
-                break
-        out[rows, :p] = U
-    return out
-
-
-def memory_feasible(form: LinearForm, num_layers: int) -> np.ndarray:
-    """Shapes with at least one layer split that fits: every stage holds >= 1 layer and the
-    stages together hold >= L."""
-    act = form.active
-    U = form.max_layers
-    return (np.where(act, U >= 1, True).all(axis=1) & (np.where(act, U, 0).sum(axis=1) >= num_layers)
-            & (form.pp <= num_layers))
-
-
-def heuristic_splits(form: LinearForm, num_layers: int) -> np.ndarray:
-    """A fitting split per memory-feasible shape (zeros elsewhere): the split that minimises the
-    largest stage slot within the memory limits (water-filling on time), then middle stages
-    sorted ascending (same time; memory limits grow with the stage index)."""
-    L = num_layers
-    S, P = form.max_layers.shape
-    ok_shape = memory_feasible(form, L)
-    out = np.zeros((S, P), dtype=np.int64)
-    for p, rows in _pp_blocks(form.pp):
-        rows = rows[ok_shape[rows]]
-        if not len(rows):
-            continue
-        R = len(rows)
-        a = np.maximum(form.slot_slope_s[rows], 1e-300)[:, None]
-        e = expand(form.slot_const_s[rows], form.pp[rows], p)
-        U = form.max_layers[rows, :p]
-        lo = np.zeros(R)
-        hi = form.slot_slope_s[rows] * L + e.max(axis=1) + 1.0
-        for _ in range(64):
-            mid = 0.5 * (lo + hi)
-            cnt = np.clip(np.floor((mid[:, None] - e) / a), 0, U)
-            ok = (cnt >= 1).all(axis=1) & (cnt.sum(axis=1) >= L)
-            hi = np.where(ok, mid, hi)
-            lo = np.where(ok, lo, mid)
-            if np.all(hi - lo <= 1e-12 * hi):
-                break
-        lay = np.clip(np.floor((hi[:, None] - e) / a), 1, np.maximum(U, 1)).astype(np.int64)
-        excess = lay.sum(axis=1) - L
-        idx = np.arange(R)
-        while (excess > 0).any():
-            slot = np.where(lay > 1, a * lay + e, -np.inf)
-            j = np.argmax(slot, axis=1)
-            r = idx[excess > 0]
-            lay[r, j[r]] -= 1
-            excess[r] -= 1
-        if p >= 4:
-            lay[:, 1:p - 1] = np.sort(lay[:, 1:p - 1], axis=1)
-        out[rows, :p] = lay
-    return out
-
-
-def middle_limits_sorted(form: LinearForm) -> bool:
-    """True when every shape's memory limits are non-decreasing over its middle stages (what
-    the symmetry breaking l_1 <= ... <= l_{p-2} relies on)."""
-    U = form.max_layers
-    for p, rows in _pp_blocks(form.pp):
-        if p >= 4 and (np.diff(U[rows, 1:p - 1], axis=1) < 0).any():
-            return False
-    return True
-
+from ..formulation.linear import (
+    FIRST, LAST, LinearForm, _pp_blocks, expand, heuristic_splits, linear_form, memory_feasible,
+    middle_limits_sorted, stage_class,
+)
 
 # ----------------------------------------------------------------------------- integer form
 def _floor_q(x, q: float) -> np.ndarray:
@@ -807,7 +628,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
                 notes.append(f"bound {bound0:.9g} s exceeds the plan's {step_s:.9g} s: bound discarded")
                 bound0, proven = None, False
             if step_s > q * target + tolerance:
-                notes.append(f"the plan's float time exceeds its integer objective by more than the tolerance")
+                notes.append("the plan's float time exceeds its integer objective by more than the tolerance")
             status0 = "OPTIMAL" if proven else "FEASIBLE"
         choices.append(Choice(index=int(k), layers=canon, objective_s=step_s))
         excluded.add(k)
