@@ -5,18 +5,16 @@
 - CP-SAT's plan, re-evaluated by the float formulation, fits and equals what CP-SAT reports;
 - the Alpa DP equals the exhaustive optimum exactly (same float evaluation).
 
-The exhaustive reference always searches the legal space (`PREPARE_KWARGS`: no dominance, no
-time pruning). CP-SAT is checked twice: on those same candidates (the encoding alone), and on
-the product's candidates (`prepare(job)`: dominance and the time bound too), which also tests
-that pruning never removes the optimum.
+The exhaustive reference searches the legal space (`PREPARE_KWARGS`: no dominance, no time
+pruning) or, for the product path, the shapes that survive dominance. CP-SAT is checked on the
+exhaustive search's own candidates (the encoding alone) and on the product's candidates
+(`prepare(job)`, and `optimize(job)` end to end). Separately, dominance must keep the legal
+optimum and the time pruning must keep the optimum of what dominance leaves.
 
-Known defect (found by this test): the space's "sequence parallelism on dominates off" rule is
-not exact under the formulation. With ZeRO-2, SP shortens each layer's backward, and that
-backward is the overlap window of both the per-micro-batch gradient reduce-scatter and the
-step's parameter all-gather, so the exposed communication grows by more than the compute
-shrinks (`test_sp_dominance_counterexample`: SP off is 2.6% faster). While that example still
-loses its optimum, the product-path checks are expected failures (non-strict); they turn
-strict by themselves once the dominance rule is fixed.
+Found by this test: the space's former rule "sequence parallelism on dominates off" was not
+exact (with ZeRO-2, SP shortens the backward that hides the gradient reduce-scatter and the
+step's all-gather, so SP off could be 2.6% faster); space.py dropped it (e8e07a9) and
+`test_sp_dominance_counterexample` keeps the shrunk example as a regression test.
 
 Examples per test: SOLVEPLAN_PROPERTY_EXAMPLES (default 25; 200 for a thorough run).
 """
@@ -89,8 +87,13 @@ def jobs(draw) -> JobSpec:
                    seq_length=draw(st.sampled_from([512, 1024, 2048, 4096])), constraints=Constraints(**cons))
 
 
-def _exhaustive(job):
-    cands = prepare(job, **PREPARE_KWARGS)
+DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time
+
+
+def _exhaustive(job, prepare_kwargs=PREPARE_KWARGS):
+    if prepare_kwargs is not PREPARE_KWARGS:
+        assume(exhaustive.count_space(prepare(job, **PREPARE_KWARGS)) <= MAX_SPACE)
+    cands = prepare(job, **prepare_kwargs)
     assume(exhaustive.count_space(cands) <= MAX_SPACE)
     res = exhaustive.search(cands, time_limit_s=300)
     assert res.finished, "the exhaustive reference must finish on the test instances"
@@ -133,13 +136,6 @@ def _dominance_keeps_optimum(job) -> tuple[float, float]:
     return (legal.best.objective_s if legal.best else math.inf, dom.best.objective_s if dom.best else math.inf)
 
 
-_legal_opt, _dom_opt = _dominance_keeps_optimum(sp_dominance_counterexample())
-DOMINANCE_DEFECT = _dom_opt > _legal_opt * (1 + 1e-9)
-product_path = pytest.mark.xfail(
-    DOMINANCE_DEFECT, strict=False,
-    reason="space.py's SP dominance drops the optimum with ZeRO-2 (see test_sp_dominance_counterexample)")
-
-
 @SETTINGS
 @given(jobs())
 def test_alpa_equals_exhaustive(job):
@@ -158,10 +154,22 @@ def test_sp_dominance_counterexample():
 
 @SETTINGS
 @given(jobs())
-@product_path
-def test_pruning_keeps_the_optimum(job):
-    """Dominance and the time bound (the product's candidates) keep the legal optimum."""
+def test_dominance_keeps_the_optimum(job):
+    """The shapes that survive dominance hold the legal optimum."""
     _, ex = _exhaustive(job)
+    dom = alpa_dp.search(prepare(job, **DOMINATED_SPACE), time_limit_s=300)
+    assert dom.status == ex.status
+    if ex.status == "OPTIMAL":
+        assert dom.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+
+
+@SETTINGS
+@given(jobs())
+def test_time_pruning_keeps_the_optimum(job):
+    """The time bound and memory limits of `prepare(job)` keep the optimum of the shapes they
+    are applied to (with the dominance test above: the product's candidates hold the legal
+    optimum)."""
+    _, ex = _exhaustive(job, DOMINATED_SPACE)
     pruned = alpa_dp.search(prepare(job), time_limit_s=300)
     assert pruned.status == ex.status
     if ex.status == "OPTIMAL":
@@ -201,19 +209,19 @@ def test_cpsat_search_equals_exhaustive(job):
 @pytest.mark.skipif(_cpsat is None, reason=_CPSAT_WHY)
 @SETTINGS
 @given(jobs())
-@product_path
 def test_pruned_cpsat_search_equals_exhaustive(job):
-    """The product path: CP-SAT over `prepare(job)` against the exhaustive legal optimum."""
-    _, ex = _exhaustive(job)
+    """The product path: CP-SAT over `prepare(job)` against the exhaustive optimum of the
+    shapes that survive dominance (dominance itself: test_dominance_keeps_the_optimum)."""
+    _, ex = _exhaustive(job, DOMINATED_SPACE)
     _check_cpsat(job, prepare(job), ex)
 
 
 @pytest.mark.skipif(_optimize is None, reason=_OPT_WHY)
 @SETTINGS
 @given(jobs())
-@product_path
 def test_optimize_cpsat_equals_exhaustive(job):
-    _, ex = _exhaustive(job)
+    """`optimize(job)` end to end, against the same reference as the product path above."""
+    _, ex = _exhaustive(job, DOMINATED_SPACE)
     sol = _optimize(job, method="cpsat", time_limit_s=60)
     if ex.status == "INFEASIBLE":
         assert sol.status == "INFEASIBLE" and sol.plan is None
