@@ -250,7 +250,20 @@ def gap_of(r: dict):
     return max(0.0, (r["optimum_s"] - r["bound_s"]) / r["optimum_s"])
 
 
-def write_results(results: list[dict], out_dir: Path, mode: str, limits: dict, started: float, plot: bool = True):
+def code_version() -> str:
+    """The commit the code under test came from, and whether solver/ had local changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "solver"], cwd=HERE.parent,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return f"{head}{' + local changes in solver/' if dirty else ''}" if head else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def write_results(results: list[dict], out_dir: Path, mode: str, limits: dict, started: float, plot: bool = True,
+                  version: str = "unknown"):
     out_dir.mkdir(parents=True, exist_ok=True)
     fields = ["instance", "knobs", "num_gpus", "params_b", "method", "status", "finished", "optimum_s", "bound_s",
               "gap", "wall_s", "prepare_s", "search_s", "evaluations", "space_searched", "space_legal",
@@ -273,7 +286,7 @@ def write_results(results: list[dict], out_dir: Path, mode: str, limits: dict, s
         f"Mode `{mode}`; per-method time limits (s): " + ", ".join(f"{m} {limits[m]:g}" for m in METHODS)
         + f". Machine: {os.cpu_count()} CPUs; one method at a time, each in a fresh subprocess; runs "
         f"under {REPEAT_BELOW_S:g} s are repeated and the median is shown. "
-        f"Total harness time {time.time() - started:.0f} s. Rerun: `python benchmarks/search_cost.py"
+        f"Code at {version}. Total harness time {time.time() - started:.0f} s. Rerun: `python benchmarks/search_cost.py"
         + (" --smoke" if mode == "smoke" else "") + "`.",
         "",
         "Wall time includes job building, shape enumeration, coefficients, pruning and (CP-SAT) model "
@@ -406,6 +419,7 @@ def main(argv=None):
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     grid = [i for i in (SMOKE if args.smoke else FULL) if not args.only or args.only in i["name"]]
     started = time.time()
+    version = code_version()
     results = []
     for spec in grid:
         runs = {}
@@ -428,7 +442,10 @@ def main(argv=None):
         print(f"{'':34s} agree: {res['agree']}", flush=True)
         results.append(res)
     if not args.no_write:
-        write_results(results, Path(args.out), mode, limits, started, plot=not args.no_plot)
+        if code_version() != version:
+            print(f"warning: the code changed during the run ({version} -> {code_version()})", file=sys.stderr)
+            version += f" (changed during the run, now {code_version()})"
+        write_results(results, Path(args.out), mode, limits, started, plot=not args.no_plot, version=version)
     bad = [r["name"] for r in results if r["agree"].startswith("NO")]
     if bad:
         print("DISAGREEMENT:", ", ".join(bad), file=sys.stderr)
