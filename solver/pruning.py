@@ -48,10 +48,6 @@ def time_lower_bound_s(co: StageCoefficients, num_layers: int, max_slot_lb_s=Non
     pipe = (m - 1.0 / v) * heaviest + total / v
     # step tail: max_i e_i >= mean_i e_i, and sum_i max(0, D_i - W_i) >= max(0, sum D - sum W)
     dp_sum = num_layers * co.layer_dp_step_s + co.first_dp_step_s + co.last_dp_step_s
-    if co.overlap_grad_reduce:
-        window = (num_layers * co.layer_bwd_s + co.last_bwd_s) / v
-        window = window + np.where(co.gather_overlaps_forward, (num_layers * co.layer_fwd_s + co.first_fwd_s) / v, 0.0)
-    else:
-        window = 0.0
+    window = num_layers * co.layer_window_s + co.first_window_s + co.last_window_s
     opt_sum = num_layers * co.layer_optimizer_step_s + co.first_optimizer_step_s + co.last_optimizer_step_s
     return pipe + (np.maximum(0.0, dp_sum - window) + opt_sum) / p

@@ -77,8 +77,13 @@ class StageCoefficients:
     layer_optimizer_step_s: np.ndarray
     first_optimizer_step_s: np.ndarray
     last_optimizer_step_s: np.ndarray
-    gather_overlaps_forward: np.ndarray  # bool: the parameter all-gather hides behind the next forward
-    overlap_grad_reduce: bool
+    # the part of a stage's step-level DP traffic that hides behind computation (per layer,
+    # first/last extras): the last micro-batch's backward (all-reduce or reduce-scatter) and
+    # the next step's first forward (the sharded optimizer's parameter all-gather), each 1/v
+    # of a stage's work with interleaving; zero without --overlap-grad-reduce
+    layer_window_s: np.ndarray
+    first_window_s: np.ndarray
+    last_window_s: np.ndarray
     # memory per GPU, bytes
     layer_params_bytes: np.ndarray
     layer_grads_bytes: np.ndarray
@@ -253,6 +258,19 @@ def stage_coefficients(
     pp_bw, pp_lat = comm.p2p_link(cluster, t * c * d)
     boundary = np.where(p > 1, 2 * comm.p2p_s(act_msg / t, pp_bw, pp_lat), 0.0)
 
+    # ---------------- overlap windows of the step-level DP traffic ----------------
+    # ZeRO-2 spends the backward on its per-micro-batch reduce-scatter, so only its parameter
+    # all-gather (behind the next forward) hides; ZeRO-3 has no step-level traffic.
+    vf = v.astype(np.float64)
+    if overlap_grad_reduce:
+        bwd_hides = z <= 1
+        fwd_hides = (z == 1) | (z == 2)
+        layer_window = (np.where(bwd_hides, bwd + tp_exposed_bwd, 0.0) + np.where(fwd_hides, fwd + tp_exposed_fwd, 0.0)) / vf
+        first_window = np.where(fwd_hides, emb_fwd, 0.0) / vf
+        last_window = np.where(bwd_hides, head_bwd, 0.0) / vf
+    else:
+        layer_window = first_window = last_window = np.zeros(len(z))
+
     # ---------------- memory ----------------
     pb, gb, ob = model_state_bytes_per_param(z, shard)
     sbh = b * (s / c) * h
@@ -290,13 +308,14 @@ def stage_coefficients(
         last_bwd_s=head_bwd,
         boundary_s=boundary,
         layer_dp_step_s=layer_rs + layer_ag,
-        gather_overlaps_forward=(z == 1) | (z == 2),
         first_dp_step_s=emb_rs + emb_ag + tied,
         last_dp_step_s=head_rs + head_ag + tied,
         layer_optimizer_step_s=layer_params_gpu * opt_per_param,
         first_optimizer_step_s=emb_params_gpu * opt_per_param,
         last_optimizer_step_s=head_params_gpu * opt_per_param,
-        overlap_grad_reduce=overlap_grad_reduce,
+        layer_window_s=layer_window,
+        first_window_s=first_window,
+        last_window_s=last_window,
         layer_params_bytes=layer_params_gpu * pb,
         layer_grads_bytes=layer_params_gpu * gb,
         layer_optimizer_bytes=layer_params_gpu * ob,

@@ -7,9 +7,9 @@ For v=1 this is Alpa's stage objective `(m-1)*max + sum` plus the p2p critical p
 (Pipette); for an even split it is `(m + (p-1)/v) * tau`, Narayanan et al. Eq. (1) with the
 interleaved bubble `(p-1)/(v*m)`.
 Step:  T = T_pipe + max_i [ max(0, D_i - W_i) + O_i ]
-with D_i the stage's data-parallel reduction (+ all-gather), W_i the part of it that overlaps
-the last micro-batch's backward (and the first forward, for the sharded optimizer's
-all-gather), O_i the optimizer step.
+with D_i the stage's data-parallel reduction (+ all-gather), W_i the computation it hides
+behind (`StageCoefficients.*_window_s`: the last micro-batch's backward, and the next first
+forward for the sharded optimizer's all-gather), O_i the optimizer step.
 Memory of stage i: model state of its layers (+ embedding / LM head) + activations of its
 in-flight micro-batches (`inflight_microbatches`) + working sets.
 """
@@ -53,11 +53,7 @@ def _stage_arrays(co: StageCoefficients, layers: np.ndarray):
     tau = L * c(co.layer_s) + first * c(co.first_s) + last * c(co.last_s)
     slot = np.where(on, tau + v * c(co.boundary_s), 0.0)
     dp = L * c(co.layer_dp_step_s) + first * c(co.first_dp_step_s) + last * c(co.last_dp_step_s)
-    if co.overlap_grad_reduce:
-        window = (L * c(co.layer_bwd_s) + last * c(co.last_bwd_s)) / v
-        window = window + np.where(c(co.gather_overlaps_forward) > 0, (L * c(co.layer_fwd_s) + first * c(co.first_fwd_s)) / v, 0.0)
-    else:
-        window = 0.0
+    window = L * c(co.layer_window_s) + first * c(co.first_window_s) + last * c(co.last_window_s)
     exposed_dp = np.where(on, np.maximum(0.0, dp - window), 0.0)
     opt = np.where(on, L * c(co.layer_optimizer_step_s) + first * c(co.first_optimizer_step_s) + last * c(co.last_optimizer_step_s), 0.0)
 

@@ -79,13 +79,7 @@ def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
 
     slot_const = classes(co.first_s + single * co.last_s + vb, vb, co.last_s + vb)
     base = (L * co.layer_s + co.first_s + co.last_s + p * v * co.boundary_s) / v
-    if co.overlap_grad_reduce:
-        gof = np.asarray(co.gather_overlaps_forward) > 0
-        win_slope = (co.layer_bwd_s + np.where(gof, co.layer_fwd_s, 0.0)) / v
-        win_first = np.where(gof, co.first_fwd_s, 0.0) / v
-        win_last = co.last_bwd_s / v
-    else:
-        win_slope = win_first = win_last = np.zeros(S)
+    win_slope, win_first, win_last = co.layer_window_s, co.first_window_s, co.last_window_s
     opt_first, opt_last = co.first_optimizer_step_s, co.last_optimizer_step_s
     opt_const = classes(opt_first + single * opt_last, 0.0, opt_last)
     red_first, red_last = co.first_dp_step_s - win_first, co.last_dp_step_s - win_last
