@@ -336,10 +336,32 @@ def min_peak_memory(co, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
     return peak, lay
 
 
+def memory_frugal(job: JobSpec) -> JobSpec:
+    """The job restricted to the least-memory value of every knob the constraints allow.
+
+    Some plan of `job` fits iff some plan of the result fits: per-GPU memory never grows
+    with full (over selective, over no) recomputation, with a smaller micro-batch (in-flight
+    activations are min(mbs*(p-i), B/dp) micro-batch-sequences; logits scale with mbs), with
+    vp = 1 (interleaving keeps more chunks in flight) or with sequence parallelism on; the
+    degrees and the ZeRO stage stay free."""
+    cons = job.constraints
+    order = [r for r in ("full", "selective", "none") if cons.allows("recompute", r)]
+    mbs = min((b for b in range(1, job.global_batch_size + 1) if cons.allows("micro_batch_size", b)), default=None)
+    update = {"vp": (1,) if cons.allows("vp", 1) else cons.vp}
+    if order:
+        update["recompute"] = (order[0],)
+    if mbs is not None:
+        update["micro_batch_size"] = (mbs,)
+    if cons.sequence_parallel is None:
+        update["sequence_parallel"] = (True, False)  # True where tp > 1; tp = 1 needs False
+    return job.model_copy(update={"constraints": cons.model_copy(update=update)})
+
+
 def _job_fits(job: JobSpec) -> Optional[bool]:
     """Does any plan of `job` fit in memory (exactly: some shape has a fitting split)?"""
     from .encoding.cpsat import linear_form, memory_feasible
 
+    job = memory_frugal(job)
     cands = prepare(job, prune_time=False)
     if cands.incumbent_index is not None:
         return True

@@ -1,0 +1,43 @@
+"""The fewest-GPUs probe checks fit on the least-memory knobs only (optimize.memory_frugal):
+it must give the same verdict as the full space."""
+
+import pytest
+
+from solveplan.candidates import prepare
+from solveplan.catalog import load_cluster, load_model
+from solveplan.formulation.linear import linear_form, memory_feasible
+from solveplan.optimize import _job_fits
+from solveplan.specs import Constraints, JobSpec
+
+
+def full_space_fits(job):
+    c = prepare(job, prune_time=False, apply_dominance=False)
+    if c.incumbent_index is not None:
+        return True
+    L = job.model.num_layers
+    return c.num_survivors > 0 and bool(memory_feasible(linear_form(c.coeffs, L), L).any())
+
+
+@pytest.mark.parametrize("model,family,sizes", [
+    ("gpt3-175b", "v100", (16, 64, 96, 112, 128)),
+    ("llama2-70b", "a100", (8, 16, 24)),
+    ("llama3.1-405b", "a100", (64, 96, 104, 128)),
+    ("gpt3-13b", "a100-40gb", (8,)),
+])
+def test_frugal_check_agrees_with_the_full_space(model, family, sizes):
+    m = load_model(model)
+    verdicts = set()
+    for n in sizes:
+        job = JobSpec(model=m, cluster=load_cluster(f"{family}x{n}"), global_batch_size=m.global_batch_size,
+                      seq_length=m.seq_length)
+        fits = _job_fits(job)
+        assert fits == full_space_fits(job), (model, n)
+        verdicts.add(fits)
+
+
+def test_frugal_check_respects_constraints():
+    m = load_model("llama2-70b")
+    free = JobSpec(model=m, cluster=load_cluster("a100x16"), global_batch_size=m.global_batch_size, seq_length=m.seq_length)
+    tight = free.model_copy(update={"constraints": Constraints(recompute=("none",), micro_batch_size=(8,))})
+    assert _job_fits(tight) == full_space_fits(tight)
+    assert _job_fits(free) == full_space_fits(free)
