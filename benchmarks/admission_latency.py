@@ -274,14 +274,14 @@ def main(argv=None):
     worst = max((r[3] for r in limit_rows), default=float("nan"))
     say(f"- time limits: the worst wall time / limit over {sum(r[2] for r in limit_rows)} cold calls is "
         f"{worst:.3f} ({'within' if worst <= 1.1 else 'NOT within'} 10%).\n")
-    say("A cold query pays `candidates.prepare` (enumeration, coefficients, memory bounds, incumbent; the table at "
-        "the end) and, for `plan`, the CP-SAT solve. prepare grows with the number of legal shapes (up to ~90k "
-        "for 100B+ models on 512-1024 GPUs: 100-200 ms here), the solve with the shapes that survive pruning "
-        "(849 for nemotron4-340b on 1024 H100s: ~0.9 s). An INFEASIBLE plan also pays optimize's shortfall "
-        "search for the fewest GPUs that fit (`optimize.shortfall_for`). These are the limits of the modules "
-        "below the API, measured, not changed here; the API caches them per job, so only the first query of a "
-        "job pays, and the time limit bounds even that (status UNKNOWN, or FEASIBLE with the incumbent and its "
-        "gap). Timings vary by up to 2x between runs on this shared machine.\n")
+    say("A cold query pays `candidates.prepare` (enumeration, coefficients, memory bounds, incumbent, pruning "
+        "with the per-stage memory limits; the table at the end) and, for `plan`, the CP-SAT solve over the "
+        "shapes that survive (a handful for every job here). prepare grows with the number of legal shapes (up "
+        "to ~150k for 100B+ models on 512-1024 GPUs). An INFEASIBLE plan also pays optimize's shortfall search "
+        "for the fewest GPUs that fit (`optimize.shortfall_for`, on the least-memory knobs). The API caches per "
+        "job, so only the first query of a job pays, and the time limit bounds even that (status UNKNOWN, or "
+        "FEASIBLE with the incumbent and its gap). Timings vary by up to 2x between runs on this shared "
+        "machine.\n")
     say("## Time limits on cold jobs (wall time / limit)\n")
     say("| call | limit (s) | jobs | max | median | within 10% | statuses |")
     say("|---|---:|---:|---:|---:|---:|---|")
