@@ -105,7 +105,7 @@ def place_cmd(links_file, tp, pp, dp, cp, vp, micro_batch_size, recompute, zero,
     """Place a plan's (stage, replica) groups on nodes with unequal links."""
     from ..links import load_links
     from ..placement import place
-    from ..render.hostfile import render_rank_table, result_hostfile, result_rank_table
+    from ..render.hostfile import render_placement, render_rank_table, result_hostfile, result_rank_table
     from .evaluate import evaluate_config, parse_layers
     from .jobopts import build_job
 
@@ -132,22 +132,7 @@ def place_cmd(links_file, tp, pp, dp, cp, vp, micro_batch_size, recompute, zero,
             d["ranks"] = result_rank_table(res)
         click.echo(json.dumps(d, indent=2))
         return
-    click.echo(f"placement of tp={tp} cp={cp} pp={pp} dp={res.dp} on {lm.n} nodes: {res.status} "
-               f"({res.method}, {res.wall_time_s:.2f} s, {res.node_classes} node classes, "
-               f"{res.bandwidth_levels} bandwidth levels, gap {0 if res.gap is None else res.gap:.2%})")
-    click.echo(f"{'placement':<26}{'step s':>10}{'pp comm s':>11}{'dp comm s':>11}{'exposed dp s':>14}"
-               f"{'min boundary':>14}{'min ring':>10}")
-    for ev in (res.optimized, res.default, res.whole_server):
-        rings = [x for x in ev.dp_ring_gbit_per_s if x is not None]
-        click.echo(f"{ev.name:<26}{ev.step_time_s:>10.4f}{ev.pp_comm_s:>11.4f}{ev.dp_comm_s:>11.4f}"
-                   f"{ev.exposed_dp_s:>14.4f}{min(ev.boundary_gbit_per_s, default=float('nan')):>14g}"
-                   f"{min(rings, default=float('nan')):>10g}")
-    click.echo(f"speed-up: {res.speedup_vs_default:.3f}x vs default rank order, "
-               f"{res.speedup_vs_whole_server:.3f}x vs whole-server pipelines")
-    for line in res.explanation:
-        click.echo(f"- {line}")
-    click.echo("hostfile (line i = node i of the launch; Megatron rank order tp-cp-dp-pp):")
-    click.echo(result_hostfile(res), nl=False)
+    click.echo(render_placement(res, lm.n), nl=False)
     if ranks:
         click.echo(render_rank_table(result_rank_table(res)), nl=False)
 

@@ -133,9 +133,14 @@ class _StderrProgress:
               help="Write a PNG of the plan's pipeline schedule (needs matplotlib: the plot extra).")
 @click.option("--compare", "compare", default=None,
               help='A configuration to compare with, e.g. "tp=8,pp=2,mbs=1,recompute=full,layers=20:20".')
+@click.option("--links", "links_file", type=click.Path(dir_okay=False), default=None,
+              help="Measured node x node link matrix (JSON/CSV, see `solveplan links`): place the plan's groups on nodes.")
+@click.option("--hostfile", "hostfile_out", type=click.Path(dir_okay=False), default=None,
+              help="With --links: write the hostfile that realises the placement.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Solver progress on stderr (default: when stderr is a terminal).")
-def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, show_progress, **jobkw):
+def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, links_file, hostfile_out,
+             show_progress, **jobkw):
     """The fastest parallel plan that fits, with the solver's bound."""
     from pathlib import Path
 
@@ -150,8 +155,18 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
             import matplotlib  # noqa: F401
         except ImportError:
             raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
+    if hostfile_out and not links_file:
+        raise InputError("--hostfile", "needs --links FILE (the measured links to place on)")
     cmp_cfg = parse_compare(compare) if compare else None
     job = build_job(**jobkw)
+    links = None
+    if links_file:
+        from ..links import load_links
+
+        links = load_links(links_file)
+        if links.n != job.cluster.num_nodes:
+            raise InputError("--links", f"{links_file} has {links.n} nodes but {job.cluster.name} has "
+                                        f"{job.cluster.num_nodes}; give a matrix of the cluster's nodes")
 
     from ..optimize import optimize as run_optimize
 
@@ -166,10 +181,25 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
 
         drawn = render_timeline(job, result.plan, timeline)
 
+    placement = None
+    if links is not None and result.plan is not None:
+        from ..placement import place
+
+        placement = place(job, result.plan.parallel, links, layers=result.plan.layers_per_stage,
+                          time_limit_s=time_limit, workers=workers, seed=seed)
+        if hostfile_out:
+            from ..render.hostfile import result_hostfile
+
+            Path(hostfile_out).write_text(result_hostfile(placement))
+
     if fmt == "json":
         d = result_json(result, job)
         if drawn is not None:
             d["timeline"] = drawn
+        if placement is not None:
+            from ..render.hostfile import result_hostfile
+
+            d["placement"] = {**placement.model_dump(), "hostfile": result_hostfile(placement)}
         click.echo(json.dumps(d, indent=2))
     elif fmt == "megatron":
         if result.plan is not None:
@@ -189,6 +219,10 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
             con.print(megatron_args(job, result.plan).command(), markup=False, highlight=False, end="")
         if drawn is not None:
             con.print(f"timeline written to {drawn['path']}")
+        if placement is not None:
+            from ..render.hostfile import render_placement
+
+            con.print(render_placement(placement, links.n), markup=False, highlight=False, end="")
 
     if result.status == "INFEASIBLE":
         sf = result.shortfall

@@ -42,3 +42,23 @@ def result_hostfile(result) -> str:
 def result_rank_table(result) -> list[dict]:
     return rank_table(result.optimized.hosts_by_cell, tp=result.tp, cp=result.cp, dp=result.dp, pp=result.pp,
                       gpus_per_node=result.gpus_per_node)
+
+
+def render_placement(res, num_nodes: int) -> str:
+    """Text summary of a PlacementResult: status, the three placements priced, the
+    speed-ups, the explanation and the hostfile."""
+    out = [f"placement of tp={res.tp} cp={res.cp} pp={res.pp} dp={res.dp} on {num_nodes} nodes: {res.status} "
+           f"({res.method}, {res.wall_time_s:.2f} s, {res.node_classes} node classes, "
+           f"{res.bandwidth_levels} bandwidth levels, gap {0 if res.gap is None else res.gap:.2%})",
+           f"{'placement':<26}{'step s':>10}{'pp comm s':>11}{'dp comm s':>11}{'exposed dp s':>14}"
+           f"{'min boundary':>14}{'min ring':>10}"]
+    for ev in (res.optimized, res.default, res.whole_server):
+        rings = [x for x in ev.dp_ring_gbit_per_s if x is not None]
+        out.append(f"{ev.name:<26}{ev.step_time_s:>10.4f}{ev.pp_comm_s:>11.4f}{ev.dp_comm_s:>11.4f}"
+                   f"{ev.exposed_dp_s:>14.4f}{min(ev.boundary_gbit_per_s, default=float('nan')):>14g}"
+                   f"{min(rings, default=float('nan')):>10g}")
+    out.append(f"speed-up: {res.speedup_vs_default:.3f}x vs default rank order, "
+               f"{res.speedup_vs_whole_server:.3f}x vs whole-server pipelines")
+    out += [f"- {line}" for line in res.explanation]
+    out.append("hostfile (line i = node i of the launch; Megatron rank order tp-cp-dp-pp):")
+    return "\n".join(out) + "\n" + result_hostfile(res)
