@@ -38,8 +38,6 @@ def evaluate_config(job, *, tp=1, pp=1, cp=1, vp=1, micro_batch_size=1, recomput
         sequence_parallel = tp > 1
     dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size,
                                  recompute=recompute, sequence_parallel=sequence_parallel, zero=zero)
-    if zero and dp * cp == 1 and not errs:
-        pass
     if errs:
         field, _, msg = errs[0].partition(": ")
         more = f" (and {len(errs) - 1} more: {'; '.join(errs[1:])})" if len(errs) > 1 else ""
@@ -48,8 +46,8 @@ def evaluate_config(job, *, tp=1, pp=1, cp=1, vp=1, micro_batch_size=1, recomput
         if pp * vp > job.model.num_layers:
             raise InputError("--vp", "too many stages for the layers")
         layers = balanced_split(job.model.num_layers, pp)
-    if vp > 1 and min(layers) < vp:
-        raise InputError("--layers-per-stage", f"each stage needs at least vp={vp} layers with interleaving")
+    # with vp > 1 a rank holding fewer than vp layers has empty virtual chunks: legal in
+    # Megatron Core's --pipeline-model-parallel-layout ("E||t|L": empty stages are allowed)
     par = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=micro_batch_size,
                          num_microbatches=job.global_batch_size // (dp * micro_batch_size), recompute=recompute,
                          sequence_parallel=sequence_parallel, zero=zero)
