@@ -29,7 +29,7 @@ import numpy as np
 
 from solveplan.calibrate import Param, fit_least_squares, gpu_params, grid_seeds
 from solveplan.catalog import load_gpu
-from solveplan.validate import GPU_FAMILY, load, summary, validate_rows
+from solveplan.validate import GPU_FAMILY, load, validate_rows
 
 HERE = Path(__file__).resolve().parent
 CHIPS = {  # chip: (validate families, catalog GPU holding the shipped values, flash attention)

@@ -45,9 +45,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from .errors import InputError
+from .optimize import shape_shortfall
 from .plan import ParallelConfig, SearchStats, Shortfall, SolveResult
 from .specs import ClusterSpec, JobSpec
 
@@ -505,25 +506,13 @@ def _memory_shortfall(job: JobSpec, needed: float, capacity: float, shape: Optio
     )
 
 
-def _shape_shortfall(job: JobSpec) -> Shortfall:
-    N, B = job.cluster.num_gpus, job.global_batch_size
-    cons = job.constraints.model_dump(exclude_defaults=True)
-    suggestions = [f"a global batch size divisible by a data-parallel degree that divides {N} GPUs"]
-    if cons:
-        suggestions.insert(0, f"relax the constraints ({', '.join(sorted(cons))})")
-    return Shortfall(resource="legal shapes", suggestions=suggestions,
-                     message=(f"no legal parallel shape for {job.model.name} on {N} GPUs with global batch {B}, "
-                              f"sequence {job.seq_length}: divisibility (heads, batch, layers) and the "
-                              f"constraints exclude every (tp, cp, pp, dp, micro-batch) combination"))
-
-
 # ===================================================================== check
 def _check_from_screen(job: JobSpec, sc: Screen) -> Optional[CheckResult]:
     """A verdict from the screen, or None when it cannot decide (needs a solve)."""
     from .plan import parallel_from_row
 
     if sc.num_shapes == 0:
-        sf = _shape_shortfall(job)
+        sf = shape_shortfall(job)
         return CheckResult(feasible=False, status="INFEASIBLE", reason=sf.message, shortfall=sf)
     if sc.num_memory_ok == 0:
         sf = _memory_shortfall(job, sc.min_memory_lb_bytes, sc.capacity_bytes, sc.min_memory_lb_shape)
@@ -684,21 +673,21 @@ def _fallback(job: JobSpec, clock: _Clock, cache: ResultCache, why: str) -> Solv
                                                               f"{prev[1]:.3g} s limit"]})
     cands = cache.get(("cands", job))
     sc = _screen(cands) if cands is not None else None
-    row, step, bound = None, math.inf, None
+    row, bound = None, None
     counts = dict(shapes_legal=0, shapes_dominated=0, shapes_pruned_memory=0, shapes_pruned_time=0, shapes_searched=0)
     if cands is not None:
         counts = dict(shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
                       shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
                       shapes_searched=0)
         if sc.witness is not None:
-            row, step, bound = sc.witness, sc.witness_step_s, sc.bound_step_s
+            row, bound = sc.witness, sc.bound_step_s
     stats = SearchStats(method="cpsat", wall_time_s=clock.elapsed(), finished=False, **counts)
     if sc is not None and sc.num_shapes > 0 and sc.num_memory_ok == 0:
         check_ = _check_from_screen(job, sc)
         return Result(status="INFEASIBLE", shortfall=check_.shortfall, search=stats,
                            notes=[f"{why}; the memory lower bounds exclude every shape"])
     if sc is not None and sc.num_shapes == 0:
-        return Result(status="INFEASIBLE", shortfall=_shape_shortfall(job), search=stats, notes=[why])
+        return Result(status="INFEASIBLE", shortfall=shape_shortfall(job), search=stats, notes=[why])
     if row is None:
         return Result(status="UNKNOWN", search=stats,
                            notes=[f"{why}; no plan known yet (the work continues in the background: retry)"])

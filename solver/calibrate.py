@@ -273,8 +273,8 @@ def classify_log(run: NcclRun, hint: LogInput, cluster: ClusterSpec) -> LinkLog:
     g = cluster.gpus_per_node
     op = hint.op or run.op
     if op is None:
-        raise InputError(run.source, f"the log does not say which test produced it; name it "
-                                         f"after the test (all_reduce_perf.log) or append :all_reduce to the path")
+        raise InputError(run.source, "the log does not say which test produced it; name it "
+                                         "after the test (all_reduce_perf.log) or append :all_reduce to the path")
     if op not in FITTABLE_OPS:
         raise InputError(run.source, f"{op}_perf is not in the formulation's communication model; "
                                          "give all_reduce_perf, all_gather_perf, reduce_scatter_perf or sendrecv_perf logs")
@@ -285,7 +285,7 @@ def classify_log(run: NcclRun, hint: LogInput, cluster: ClusterSpec) -> LinkLog:
     if n is None and op == "sendrecv":
         n, how_n = 2, "assumed (send/receive)"
     if n is None:
-        raise InputError(run.source, f"the rank count is not stated (no '#  Rank' device lines) and "
+        raise InputError(run.source, "the rank count is not stated (no '#  Rank' device lines) and "
                                          "busbw/algbw do not determine it; rerun with the default device listing")
     if n < 2:
         raise InputError(run.source, f"{n} rank; a link needs at least 2 ranks (mpirun -np 2 or -g 2)")
@@ -295,7 +295,7 @@ def classify_log(run: NcclRun, hint: LogInput, cluster: ClusterSpec) -> LinkLog:
         cls = "network" if len(run.hosts) > 1 else "nvlink"
         how = f"{len(run.hosts)} host(s) in the device lines"
     elif op == "sendrecv" and how_n.startswith("assumed"):
-        raise InputError(run.source, f"cannot tell whether this send/receive crossed nodes; "
+        raise InputError(run.source, "cannot tell whether this send/receive crossed nodes; "
                                          "append :nvlink or :network to the path")
     else:
         cls = "nvlink" if n <= g else "network"

@@ -420,23 +420,28 @@ def _fewest_gpus(job: JobSpec, deadline: float) -> tuple[Optional[int], str]:
     return hi * cl.gpus_per_node, label
 
 
+def shape_shortfall(job: JobSpec) -> Shortfall:
+    """No legal shape at all: divisibility (heads, batch, layers) or the constraints."""
+    N = job.cluster.num_gpus
+    cons = job.constraints.model_dump(exclude_defaults=True)
+    suggestions = [f"a global batch size divisible by a data-parallel degree that divides {N} GPUs"]
+    if cons:
+        suggestions.insert(0, f"relax the constraints ({', '.join(sorted(cons))})")
+    return Shortfall(resource="legal shapes", suggestions=suggestions,
+                     message=(f"no legal parallel shape for {job.model.name} on {N} GPUs with global batch "
+                              f"{job.global_batch_size}, sequence {job.seq_length}: divisibility (heads, batch, "
+                              f"layers) and the constraints exclude every (tp, cp, pp, dp, micro-batch) combination"))
+
+
 def shortfall_for(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_GPUS_BUDGET_S) -> Shortfall:
     """Why no plan fits: the stage and resource that are short and by how much (the split of
     the shape that needs the least memory), and what would help: recomputation, a smaller
     micro-batch, the fewest GPUs of the same family on which a plan fits."""
     deadline = time.perf_counter() + budget_s
     gpu = job.cluster.gpu
-    N = job.cluster.num_gpus
     L = job.model.num_layers
     if cands.num_legal - cands.num_dominated <= 0:
-        cons = job.constraints.model_dump(exclude_defaults=True)
-        sug = [f"a global batch size divisible by a data-parallel degree that divides {N} GPUs"]
-        if cons:
-            sug.insert(0, f"relax the constraints ({', '.join(sorted(cons))})")
-        return Shortfall(resource="legal shapes", suggestions=sug,
-                         message=(f"no legal parallel shape for {job.model.name} on {N} GPUs with global batch "
-                                  f"{job.global_batch_size} and sequence {job.seq_length}: divisibility (heads, batch, "
-                                  f"layers) and the constraints exclude every combination"))
+        return shape_shortfall(job)
     # the shapes with the least memory lower bounds (64 of them): their least-memory splits
     from .pruning import memory_lower_bound_bytes
     from .space import enumerate_shapes

@@ -37,10 +37,9 @@ Baselines: Megatron's default rank order (node `c` hosts cell `c`) and whole-ser
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np

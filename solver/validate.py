@@ -17,7 +17,6 @@ embeddings (Megatron's default). fp16 rows use the same tensor-core peak as bf16
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional

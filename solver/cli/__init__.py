@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import NoReturn
 
 import click
 
@@ -63,7 +64,7 @@ class LazyGroup(click.Group):
             raise click.UsageError(f"{exc.format_message().rstrip('.')}{hint}") from None
 
 
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> "NoReturn":  # noqa: F821
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 

@@ -8,7 +8,7 @@ import json
 import click
 
 from ..errors import InputError
-from .jobopts import INT_LIST, build_job, job_base_options
+from .jobopts import build_job, job_base_options
 
 GIB = 1024**3
 

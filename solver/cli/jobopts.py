@@ -8,8 +8,6 @@ file paths or inline mappings), `global_batch_size`, `seq_length`, `precision`,
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Any, Optional
 
 import click

@@ -17,7 +17,6 @@ matplotlib is imported lazily (the `plot` extra); `simulate` needs only the stan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from ..plan import Plan
 from ..specs import JobSpec
