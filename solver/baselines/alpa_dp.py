@@ -97,9 +97,10 @@ def _cells(L: int, p: int) -> int:
     return n
 
 
-def _minmax_dp(cost: np.ndarray, L: int):
-    """cost: (T, Lmax, p) per-stage costs (inf where not allowed). Min over splits of
-    max_i cost[l_i - 1, i] for each of T problems; returns (value (T,), splits (T, p))."""
+def _chain_dp(cost: np.ndarray, L: int, combine):
+    """cost: (T, Lmax, p) per-stage costs (inf where not allowed). For each of T problems, the
+    minimum over splits (l_i >= 1, sum L) of cost[l_0 - 1, 0] (+) ... (+) cost[l_{p-1} - 1, p-1]
+    with (+) = `combine` (np.maximum: min-max; np.add: min-sum); returns (value (T,), splits (T, p))."""
     T, lmax, p = cost.shape
     F = np.full((T, L + 1), np.inf)
     F[:, 1:lmax + 1] = cost[:, :, 0]
@@ -111,36 +112,7 @@ def _minmax_dp(cost: np.ndarray, L: int):
     prev_idx = np.where(valid, prev_idx, 0)
     for i in range(1, p):
         prev = np.where(valid[None], F[:, prev_idx], np.inf)  # (T, L+1, Lmax)
-        cand = np.maximum(prev, cost[:, None, :, i])
-        j = np.argmin(cand, axis=2)
-        F = np.take_along_axis(cand, j[:, :, None], axis=2)[:, :, 0]
-        arg[i] = j + 1
-    val = F[:, L]
-    splits = np.zeros((T, p), dtype=np.int64)
-    kk = np.full(T, L)
-    for i in range(p - 1, 0, -1):
-        li = arg[i, np.arange(T), kk]
-        splits[:, i] = li
-        kk = kk - li
-    splits[:, 0] = kk
-    return val, splits
-
-
-def _minsum_dp(slot_allowed: np.ndarray, L: int):
-    """slot_allowed: (T, Lmax, p) slot times (inf where not allowed). Min over splits of
-    sum_i slot[l_i - 1, i]; returns (value (T,), splits (T, p))."""
-    T, lmax, p = slot_allowed.shape
-    F = np.full((T, L + 1), np.inf)
-    F[:, 1:lmax + 1] = slot_allowed[:, :, 0]
-    arg = np.zeros((p, T, L + 1), dtype=np.int64)
-    k = np.arange(L + 1)[:, None]
-    lcol = np.arange(1, lmax + 1)[None, :]
-    prev_idx = k - lcol
-    valid = prev_idx >= 0
-    prev_idx = np.where(valid, prev_idx, 0)
-    for i in range(1, p):
-        prev = np.where(valid[None], F[:, prev_idx], np.inf)
-        cand = prev + slot_allowed[:, None, :, i]
+        cand = combine(prev, cost[:, None, :, i])
         j = np.argmin(cand, axis=2)
         F = np.take_along_axis(cand, j[:, :, None], axis=2)[:, :, 0]
         arg[i] = j + 1
@@ -153,6 +125,16 @@ def _minsum_dp(slot_allowed: np.ndarray, L: int):
         kk = kk - li
     splits[:, 0] = np.where(np.isfinite(val), kk, 0)
     return val, splits
+
+
+def _minmax_dp(cost: np.ndarray, L: int):
+    """Min over splits of max_i cost[l_i - 1, i]."""
+    return _chain_dp(cost, L, np.maximum)
+
+
+def _minsum_dp(slot_allowed: np.ndarray, L: int):
+    """Min over splits of sum_i slot[l_i - 1, i]."""
+    return _chain_dp(slot_allowed, L, np.add)
 
 
 class _Best:
