@@ -10,7 +10,6 @@ import click
 from ..errors import InputError
 from .jobopts import build_job, job_base_options
 
-GIB = 1024**3
 
 
 def parse_layers(text: str, pp: int, num_layers: int) -> list[int]:
@@ -54,40 +53,6 @@ def evaluate_config(job, *, tp=1, pp=1, cp=1, vp=1, micro_batch_size=1, recomput
     return make_plan(job, par, layers)
 
 
-def plan_json(plan) -> dict:
-    d = plan.model_dump()
-    return d
-
-
-def render_evaluation(plan) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    con = Console()
-    p = plan.parallel
-    con.print(f"[bold]{plan.model}[/] on [bold]{plan.cluster}[/] ({plan.num_gpus} GPUs), global batch "
-              f"{plan.global_batch_size} x {plan.seq_length} tokens")
-    con.print(f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} vp={p.vp} micro-batch={p.micro_batch_size} "
-              f"micro-batches={p.num_microbatches} recompute={p.recompute} sp={p.sequence_parallel} zero={p.zero}")
-    con.print(f"step time [bold]{plan.step_time_s:.3f} s[/]  tokens/s {plan.tokens_per_s:,.0f}  "
-              f"model TFLOP/s/GPU {plan.model_tflops_per_gpu:.1f}  hardware TFLOP/s/GPU {plan.hardware_tflops_per_gpu:.1f}  "
-              f"MFU {plan.mfu:.1%}")
-    bt = Table(title="time breakdown (s per step)")
-    for k in plan.breakdown:
-        bt.add_column(k.removesuffix("_s"))
-    bt.add_row(*(f"{v:.3f}" for v in plan.breakdown.values()))
-    con.print(bt)
-    st = Table(title=f"per-stage memory (GiB; capacity {plan.capacity_bytes / GIB:.1f})")
-    for col in ("stage", "layers", "params", "grads", "optimizer", "activations", "other", "total", "fits"):
-        st.add_column(col)
-    for s in plan.stages:
-        mb = s.memory_bytes
-        st.add_row(str(s.stage), str(s.layers), *(f"{getattr(mb, k) / GIB:.2f}" for k in
-                   ("params", "grads", "optimizer", "activations", "other", "total")),
-                   "yes" if s.fits else "[red]NO[/]")
-    con.print(st)
-
-
 @click.command()
 @job_base_options
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
@@ -110,6 +75,12 @@ def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zer
     plan = evaluate_config(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
                            sequence_parallel=sequence_parallel, zero=int(zero), layers=layers)
     if as_json:
-        click.echo(json.dumps(plan_json(plan), indent=2))
+        click.echo(json.dumps(plan.model_dump(), indent=2))
     else:
-        render_evaluation(plan)
+        import sys
+
+        from rich.console import Console
+
+        from ..render.table import render_plan
+
+        Console(width=None if sys.stdout.isatty() else 160).print(render_plan(plan))

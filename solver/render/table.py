@@ -155,16 +155,29 @@ def shortfall_text(result) -> Optional[Text]:
     return t
 
 
+def _title(plan) -> Text:
+    return Text(f"{plan.model} on {plan.cluster} ({plan.num_gpus} GPUs), global batch "
+                f"{plan.global_batch_size} x {plan.seq_length} tokens", style="bold")
+
+
+def _plan_tables(plan) -> list:
+    return [degrees_table(plan), stages_table(plan), breakdown_table(plan), throughput_table(plan)]
+
+
+def render_plan(plan) -> Group:
+    """One evaluated configuration (`solveplan evaluate`): degrees, stages, breakdown, throughput."""
+    return Group(_title(plan), *_plan_tables(plan))
+
+
 def render_result(result) -> Group:
     """Everything about an optimize result, as rich renderables."""
     parts: list = []
     plan = result.plan
     if plan is not None:
-        parts.append(Text(f"{plan.model} on {plan.cluster} ({plan.num_gpus} GPUs), global batch "
-                          f"{plan.global_batch_size} x {plan.seq_length} tokens", style="bold"))
+        parts.append(_title(plan))
     parts.append(status_line(result))
     if plan is not None:
-        parts += [degrees_table(plan), stages_table(plan), breakdown_table(plan), throughput_table(plan)]
+        parts += _plan_tables(plan)
         for extra in (comparisons_table(result), alternatives_table(result)):
             if extra is not None:
                 parts.append(extra)
