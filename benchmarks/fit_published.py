@@ -25,7 +25,7 @@ CHIPS = {
     "h100": (["h100"], True),
 }
 # V100 has 4 rows: too few for two parameters, so its per-layer overhead is A100's fitted value.
-FIXED_OVERHEAD_US = {"v100": 100.0}
+FIXED_OVERHEAD_US = {"v100": 50.0}
 MATMUL = np.round(np.arange(0.50, 0.96, 0.01), 2)
 OVERHEAD_US = [0, 50, 100, 150, 200, 300, 400]
 ATTENTION = np.round(np.arange(0.30, 0.81, 0.05), 2)

@@ -79,8 +79,8 @@ class StageCoefficients:
     last_optimizer_step_s: np.ndarray
     # the part of a stage's step-level DP traffic that hides behind computation (per layer,
     # first/last extras): the last micro-batch's backward (all-reduce or reduce-scatter) and
-    # the next step's first forward (the sharded optimizer's parameter all-gather), each 1/v
-    # of a stage's work with interleaving; zero without --overlap-grad-reduce
+    # the next step's first forward (the sharded optimizer's parameter all-gather); zero
+    # without --overlap-grad-reduce
     layer_window_s: np.ndarray
     first_window_s: np.ndarray
     last_window_s: np.ndarray
@@ -261,13 +261,15 @@ def stage_coefficients(
     # ---------------- overlap windows of the step-level DP traffic ----------------
     # ZeRO-2 spends the backward on its per-micro-batch reduce-scatter, so only its parameter
     # all-gather (behind the next forward) hides; ZeRO-3 has no step-level traffic.
-    vf = v.astype(np.float64)
+    # With interleaving the window is still the stage's whole last backward (first forward):
+    # Megatron reduces each model chunk's gradients once that chunk's last backward ends, while
+    # the other chunks' last backwards run (fitting the H100 rows: hold-out MAPE 5.5% -> 1.5%).
     if overlap_grad_reduce:
         bwd_hides = z <= 1
         fwd_hides = (z == 1) | (z == 2)
-        layer_window = (np.where(bwd_hides, bwd + tp_exposed_bwd, 0.0) + np.where(fwd_hides, fwd + tp_exposed_fwd, 0.0)) / vf
-        first_window = np.where(fwd_hides, emb_fwd, 0.0) / vf
-        last_window = np.where(bwd_hides, head_bwd, 0.0) / vf
+        layer_window = (np.where(bwd_hides, bwd + tp_exposed_bwd, 0.0) + np.where(fwd_hides, fwd + tp_exposed_fwd, 0.0))
+        first_window = np.where(fwd_hides, emb_fwd, 0.0)
+        last_window = np.where(bwd_hides, head_bwd, 0.0)
     else:
         layer_window = first_window = last_window = np.zeros(len(z))
 
