@@ -176,7 +176,7 @@ def stage_coefficients(
         core_bwd = FLASH_BWD_FACTOR * core_fwd
     else:
         softmax = UNFUSED_SOFTMAX_BYTES * a * (s / c) * s * b / t / hbm
-        core_fwd = core_flop / mm_peak * 1.0 + softmax
+        core_fwd = core_flop / mm_peak + softmax
         core_bwd = 2 * core_flop / mm_peak + 2 * softmax
     rep = np.where(sp, t, 1.0)  # norms/dropout/residual are replicated over TP unless SP
     elem_fwd = M * (ELEMENTWISE_BYTES_PER_HIDDEN * h / rep + (2 * model.mlp_matrices) * f / t) / hbm
@@ -289,8 +289,9 @@ def stage_coefficients(
     layer_act = np.where(rc == 2, 2.0 * sbh / rep, np.where(rc == 1, sbh * (replicated + sharded) + core_mem_sel, full_layer_act))
     # transient working sets: one layer's recomputed activations in backward
     work = np.where(rc == 2, full_layer_act, np.where(rc == 1, core_mem - core_mem_sel, 0.0))
-    work = work + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * t * 2 * BF16_BYTES, 0.0)
-    first_act = sbh * 1.0 / rep + sbh * BF16_BYTES / rep  # embedding output and its dropout mask
+    # ZeRO-3: the gathered bf16 weights and bf16 gradients of the live layers (of this TP rank's shard)
+    work = work + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * 2 * BF16_BYTES, 0.0)
+    first_act = (BF16_BYTES + 1.0) * sbh / rep  # embedding output (bf16) and its dropout mask (1 byte)
     last_act = 4.0 * sbh / rep + LOGIT_BYTES * b * (s / c) * V / t  # final norm, head input, logits
 
     state = pb + gb + ob
