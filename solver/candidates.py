@@ -96,11 +96,13 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
         if step[k] < inc_step:
             inc, inc_step = int(sel[k]), float(step[k])
     n_time = 0
-    if prune_time and inc is not None:
-        shapes, co, t_lb, inc, n_time = _prune_by_time(shapes, co, t_lb, inc, inc_step)
+    if prune_time and len(shapes):
+        if inc is not None:
+            shapes, co, t_lb, inc, n_time = _prune_by_time(shapes, co, t_lb, inc, inc_step)
         # second round on the survivors, with the per-stage memory limits: shapes with no
         # fitting split go (exact), the largest-slot bound becomes memory-aware, and the
-        # water-filling split of each shape may improve the incumbent
+        # water-filling split of each shape may improve (or, when no balanced split fits,
+        # provide) the incumbent
         form = linear_form(co, L)
         feasible = memory_feasible(form, L)
         n_mem += int((~feasible).sum())
@@ -111,9 +113,13 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
         if step[k] < inc_step:
             inc, inc_step = k, float(step[k])
         t_lb = np.where(feasible, time_lower_bound_s(co, L, min_max_slot_s(form, L)), np.inf)
-        t_lb[inc] = min(t_lb[inc], inc_step)
-        shapes, co, t_lb, inc, more = _prune_by_time(shapes, co, t_lb, inc, inc_step)
-        n_time += more - int((~feasible).sum())
+        if inc is None:  # no shape has a fitting split: keep none
+            kidx = np.flatnonzero(feasible)
+            shapes, co, t_lb = shapes.take(kidx), co.take(kidx), t_lb[kidx]
+        else:
+            t_lb[inc] = min(t_lb[inc], inc_step)
+            shapes, co, t_lb, inc, more = _prune_by_time(shapes, co, t_lb, inc, inc_step)
+            n_time += more - int((~feasible).sum())
     return Candidates(job, shapes, co, t_lb, inc, inc_step, space.num_legal, space.num_dominated,
                       n_mem, n_time, min_lb, min_shape)
 

@@ -41,3 +41,21 @@ def test_frugal_check_respects_constraints():
     tight = free.model_copy(update={"constraints": Constraints(recompute=("none",), micro_batch_size=(8,))})
     assert _job_fits(tight) == full_space_fits(tight)
     assert _job_fits(free) == full_space_fits(free)
+
+
+def test_job_that_fits_only_with_an_uneven_split_gets_a_plan():
+    """No balanced split fits llama3.1-70b on 48 A100-40GB without recomputation; the exact
+    memory round of `prepare` still finds a fitting (uneven) split, and CP-SAT proves the
+    optimum among the few shapes that have one."""
+    from solveplan.optimize import optimize
+
+    m = load_model("llama3.1-70b")
+    job = JobSpec(model=m, cluster=load_cluster("a100-40gbx48"), global_batch_size=m.global_batch_size,
+                  seq_length=m.seq_length, constraints=Constraints(recompute=("none",)))
+    assert prepare(job, prune_time=False).incumbent_index is None  # no balanced split fits
+    cands = prepare(job)
+    assert cands.incumbent_index is not None and cands.num_survivors >= 1
+    res = optimize(job, time_limit_s=60)
+    assert res.status == "OPTIMAL" and res.plan.fits
+    layers = res.plan.layers_per_stage
+    assert sum(layers) == m.num_layers and max(layers) - min(layers) >= 2  # not a balanced split
