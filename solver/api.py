@@ -327,7 +327,8 @@ class Screen:
     num_legal: int
     num_shapes: int  # after dominance
     num_memory_ok: int  # shapes whose memory lower bound fits
-    witness: Optional[dict]  # shape row of the incumbent: the best balanced split that fits
+    witness: Optional[dict]  # shape row of the incumbent (candidates.prepare's best fitting plan)
+    witness_layers: Optional[list[int]]  # its layer split
     witness_step_s: float  # inf without a witness
     bound_step_s: float  # least time lower bound over the shapes that may fit (valid for every split)
     min_memory_lb_bytes: float
@@ -349,7 +350,7 @@ def _screen(cands) -> Screen:
     ok = cands.num_survivors + cands.num_pruned_time
     witness = cands.shapes.row(cands.incumbent_index) if cands.incumbent_index is not None else None
     bound = float(cands.time_lb_s.min()) if cands.num_survivors else math.inf
-    return Screen(cands.num_legal, n_shapes, ok, witness, float(cands.incumbent_step_s),
+    return Screen(cands.num_legal, n_shapes, ok, witness, cands.incumbent_layers, float(cands.incumbent_step_s),
                   min(bound, float(cands.incumbent_step_s)), float(cands.min_memory_lb_bytes),
                   cands.min_memory_lb_shape, float(job.cluster.gpu.usable_memory_bytes))
 
@@ -514,18 +515,16 @@ def _check_from_screen(job: JobSpec, sc: Screen) -> Optional[CheckResult]:
     if sc.num_shapes == 0:
         sf = shape_shortfall(job)
         return CheckResult(feasible=False, status="INFEASIBLE", reason=sf.message, shortfall=sf)
-    if sc.num_memory_ok == 0:
+    if sc.num_memory_ok == 0 and sc.min_memory_lb_bytes > sc.capacity_bytes:
         sf = _memory_shortfall(job, sc.min_memory_lb_bytes, sc.capacity_bytes, sc.min_memory_lb_shape)
         return CheckResult(feasible=False, status="INFEASIBLE", reason=sf.message, shortfall=sf)
     if sc.witness is not None:
-        from .formulation.evaluate import balanced_split
-
         par = parallel_from_row(job, sc.witness)
         return CheckResult(
             feasible=True, status="FEASIBLE", best_known_step_time_s=sc.witness_step_s, witness=par,
-            witness_layers_per_stage=balanced_split(job.model.num_layers, par.pp),
+            witness_layers_per_stage=sc.witness_layers,
             reason=(f"fits: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} mbs={par.micro_batch_size} "
-                    f"recompute={par.recompute} zero={par.zero} with a balanced layer split "
+                    f"recompute={par.recompute} zero={par.zero}, layers {sc.witness_layers} "
                     f"({sc.witness_step_s:.3f} s per step)"))
     return None
 

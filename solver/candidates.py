@@ -2,8 +2,10 @@
 coefficients with the formulation, prune by the memory and time lower bounds
 (solveplan.pruning) against an incumbent, and keep the counts to report.
 
-The incumbent is the best *fitting* shape under the balanced (textbook) split: any method
-must return a plan at least that good, and it refutes an INFEASIBLE verdict.
+The incumbent is the best fitting plan found before any search: the balanced (textbook)
+split of every shape, then (with time pruning) the water-filled split within each shape's
+per-stage memory limits. Any method must return a plan at least that good, and it refutes
+an INFEASIBLE verdict.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ class Candidates:
     shapes: Shapes  # survivors
     coeffs: StageCoefficients  # of the survivors
     time_lb_s: np.ndarray  # per survivor
-    incumbent_index: Optional[int]  # into survivors: best fitting balanced split
-    incumbent_step_s: float  # inf when no balanced split fits
+    incumbent_index: Optional[int]  # into survivors: the shape of the best fitting plan found
+    incumbent_step_s: float  # inf when none fits
+    incumbent_layers: Optional[list[int]]  # its layer split
     num_legal: int
     num_dominated: int
     num_pruned_memory: int
@@ -69,7 +72,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
     shapes = space.shapes
     L = job.model.num_layers
     if len(shapes) == 0:
-        return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"),
+        return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"), None,
                           space.num_legal, space.num_dominated, 0, 0, float("inf"), None)
     co = job_coefficients(job, shapes)
     mem_lb = memory_lower_bound_bytes(co, L)
@@ -84,7 +87,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
     # incumbent: the best fitting balanced split, searched in order of the time lower bound
     # and stopped once the bound of the next shape exceeds it (branch-and-bound order)
     order = np.argsort(t_lb, kind="stable")
-    inc, inc_step = None, float("inf")
+    inc, inc_step, inc_layers = None, float("inf"), None
     chunk = 256
     for start in range(0, len(order), chunk):
         if t_lb[order[start]] > inc_step:
@@ -95,6 +98,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
         k = int(np.argmin(step))
         if step[k] < inc_step:
             inc, inc_step = int(sel[k]), float(step[k])
+            inc_layers = balanced_split(L, int(shapes.pp[inc]))
     n_time = 0
     if prune_time and len(shapes):
         if inc is not None:
@@ -106,12 +110,14 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
         form = linear_form(co, L)
         feasible = memory_feasible(form, L)
         n_mem += int((~feasible).sum())
-        splits = heuristic_splits(form, L)
-        step, _, fits = step_time_batch(co, splits)
-        step = np.where(feasible & fits, step, np.inf)
-        k = int(np.argmin(step))
-        if step[k] < inc_step:
-            inc, inc_step = k, float(step[k])
+        if job.constraints.uneven_split:  # an even-split job keeps its balanced incumbent
+            splits = heuristic_splits(form, L)
+            step, _, fits = step_time_batch(co, splits)
+            step = np.where(feasible & fits, step, np.inf)
+            k = int(np.argmin(step))
+            if step[k] < inc_step:
+                inc, inc_step = k, float(step[k])
+                inc_layers = [int(x) for x in splits[k, :int(shapes.pp[k])]]
         t_lb = np.where(feasible, time_lower_bound_s(co, L, min_max_slot_s(form, L)), np.inf)
         if inc is None:  # no shape has a fitting split: keep none
             kidx = np.flatnonzero(feasible)
@@ -120,7 +126,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
             t_lb[inc] = min(t_lb[inc], inc_step)
             shapes, co, t_lb, inc, more = _prune_by_time(shapes, co, t_lb, inc, inc_step)
             n_time += more - int((~feasible).sum())
-    return Candidates(job, shapes, co, t_lb, inc, inc_step, space.num_legal, space.num_dominated,
+    return Candidates(job, shapes, co, t_lb, inc, inc_step, inc_layers, space.num_legal, space.num_dominated,
                       n_mem, n_time, min_lb, min_shape)
 
 

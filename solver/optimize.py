@@ -150,9 +150,9 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     # never trust a verdict unchecked: a fitting plan refutes INFEASIBLE
     if status == "INFEASIBLE" and cands.incumbent_index is not None:
         par = parallel_from_row(job, cands.shapes.row(cands.incumbent_index))
-        plan = make_plan(job, par, balanced_split(job.model.num_layers, par.pp))
-        notes.append(f"{method} answered INFEASIBLE but {_describe(par)} with a balanced split fits: verdict "
-                     f"refuted, returning that plan without a bound")
+        plan = make_plan(job, par, cands.incumbent_layers)
+        notes.append(f"{method} answered INFEASIBLE but {_describe(par)} with layers {cands.incumbent_layers} fits: "
+                     f"verdict refuted, returning that plan without a bound")
         status, bound = "FEASIBLE", None
     if plan is not None and bound is not None and bound > plan.step_time_s * (1 + 1e-9):
         notes.append(f"bound {bound:.9g} s exceeds the plan's {plan.step_time_s:.9g} s: bound discarded")

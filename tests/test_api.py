@@ -62,9 +62,10 @@ def test_check_infeasible_when_constraints_leave_no_shape(cache):
 
 
 @needs_optimize
-def test_check_decides_by_a_solve_when_no_balanced_split_fits():
-    """Small GPUs where the memory bounds admit some shape but no balanced split fits: a short
-    CP-SAT solve decides, and its verdict agrees with the exhaustive search."""
+def test_check_decides_when_no_balanced_split_fits():
+    """Small GPUs where the memory bounds admit some shape but no balanced split fits: the
+    verdict (from prepare's exact per-stage memory round, or a short CP-SAT solve) agrees
+    with the exhaustive search, and a FEASIBLE witness is an uneven split that fits."""
     from solveplan.candidates import prepare
     from solveplan.optimize import optimize
     from solveplan.plan import make_plan
@@ -78,14 +79,14 @@ def test_check_decides_by_a_solve_when_no_balanced_split_fits():
         cluster = ClusterSpec(name="c8", gpu=gpu, num_nodes=1, nvlink_gbyte_per_s=300, nic_gbit_per_s=200)
         job = JobSpec(model=model, cluster=cluster, global_batch_size=64, seq_length=2048,
                       constraints=Constraints(pp=(2,), tp=(1, 2), recompute=("none",)))
-        cands = prepare(job)
+        cands = prepare(job, prune_time=False)  # balanced splits only
         if not (cands.num_survivors > 0 and cands.incumbent_index is None):
             continue
         res = api.check(job, time_limit_s=10, cache=api.ResultCache())
         truth = optimize(job, method="exhaustive", time_limit_s=30)
         assert res.status == ("INFEASIBLE" if truth.status == "INFEASIBLE" else "FEASIBLE"), (hbm, res.reason)
         if res.feasible:
-            assert "solver" in res.reason and len(set(res.witness_layers_per_stage)) > 1  # an uneven split
+            assert len(set(res.witness_layers_per_stage)) > 1  # an uneven split
             assert make_plan(job, res.witness, res.witness_layers_per_stage).fits
         seen.add(res.status)
     assert seen == {"FEASIBLE", "INFEASIBLE"}

@@ -164,7 +164,7 @@ def test_infeasible_without_memory_pruning():
     from solveplan.space import enumerate_shapes
 
     shapes = enumerate_shapes(job, apply_dominance=False).shapes
-    raw = type(cands)(job, shapes, job_coefficients(job, shapes), np.zeros(len(shapes)), None, math.inf,
+    raw = type(cands)(job, shapes, job_coefficients(job, shapes), np.zeros(len(shapes)), None, math.inf, None,
                       len(shapes), 0, 0, 0, math.inf, None)
     assert exhaustive.search(raw, time_limit_s=30).status == "INFEASIBLE"
     assert alpa_dp.search(raw, time_limit_s=30).status == "INFEASIBLE"

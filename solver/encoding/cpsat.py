@@ -480,7 +480,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     if cands.incumbent_index is not None and cands.incumbent_step_s < h_step[cands.incumbent_index]:
         k0 = cands.incumbent_index
         p0 = int(form.pp[k0])
-        bal = balanced_split(L, p0)
+        bal = list(cands.incumbent_layers)
         if uneven and symmetry and p0 >= 4:
             bal = [bal[0]] + sorted(bal[1:-1]) + [bal[-1]]  # same time and fit (limits grow with the stage)
         h_step[k0] = cands.incumbent_step_s
