@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 DATA = Path(__file__).parent / "data"
 
 
-@dataclass
-class Result:
+class Result(NamedTuple):
+    """Exit code and captured output; unpacks as (code, out, err)."""
+
     code: int
     out: str
     err: str

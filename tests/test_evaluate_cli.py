@@ -5,22 +5,9 @@ import json
 
 import pytest
 
-from solveplan.cli import main
-
-
-def run(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_json_keys_and_derived_dp(capsys):
-    code, out, err = run(["evaluate", "--model", "gpt3-175b", "--cluster", "a100x64", "--global-batch-size", "64",
-                          "--tp", "8", "--pp", "8", "--vp", "3", "--recompute", "selective", "--json"], capsys)
+def test_json_keys_and_derived_dp(cli):
+    code, out, err = cli("evaluate", "--model", "gpt3-175b", "--cluster", "a100x64", "--global-batch-size", "64",
+                          "--tp", "8", "--pp", "8", "--vp", "3", "--recompute", "selective", "--json")
     assert code == 0, err
     d = json.loads(out)
     for key in ("step_time_s", "tokens_per_s", "mfu", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
@@ -37,9 +24,9 @@ def test_json_keys_and_derived_dp(capsys):
     assert d["peak_memory_bytes"] == pytest.approx(max(s["memory_bytes"]["total"] for s in d["stages"]))
 
 
-def test_uneven_split_is_evaluated_as_given(capsys):
-    code, out, err = run(["evaluate", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--tp", "8", "--pp", "4",
-                          "--layers-per-stage", "5,7,7,5", "--json"], capsys)
+def test_uneven_split_is_evaluated_as_given(cli):
+    code, out, err = cli("evaluate", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--tp", "8", "--pp", "4",
+                          "--layers-per-stage", "5,7,7,5", "--json")
     assert code == 0, err
     assert [s["layers"] for s in json.loads(out)["stages"]] == [5, 7, 7, 5]
 
@@ -53,13 +40,14 @@ def test_uneven_split_is_evaluated_as_given(capsys):
     (["--tp", "8", "--micro-batch-size", "3"], "--micro-batch-size"),
     (["--sequence-parallel", "--tp", "1", "--pp", "2"], "--sequence-parallel"),
 ])
-def test_illegal_configurations_name_the_flag(args, field, capsys):
-    code, out, err = run(["evaluate", "--model", "gpt3-1.3b", "--cluster", "a100x32", *args], capsys)
+def test_illegal_configurations_name_the_flag(args, field, cli):
+    code, out, err = cli("evaluate", "--model", "gpt3-1.3b", "--cluster", "a100x32", *args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and field in err, err
 
 
-def test_table_output(capsys):
-    code, out, err = run(["evaluate", "--model", "llama2-7b", "--cluster", "h100x16", "--tp", "2", "--pp", "2"], capsys)
+def test_table_output(cli):
+    code, out, err = cli("evaluate", "--model", "llama2-7b", "--cluster", "h100x16", "--tp", "2", "--pp", "2")
     assert code == 0, err
     assert "MFU" in out and "stages" in out and "step time breakdown" in out
+

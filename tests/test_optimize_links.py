@@ -3,26 +3,13 @@ written realises it."""
 
 import json
 
-from solveplan.cli import main
-
-
-def run(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_optimize_places_the_plan_on_measured_links(tmp_path, capsys):
+def test_optimize_places_the_plan_on_measured_links(tmp_path, cli):
     links = tmp_path / "links.json"
-    code, _, err = run(["links", "generate", "--nodes", "4", "--degraded-node", "1:0.25", "-o", str(links)], capsys)
+    code, _, err = cli("links", "generate", "--nodes", "4", "--degraded-node", "1:0.25", "-o", str(links))
     assert code == 0, err
     hf = tmp_path / "hostfile"
-    code, out, err = run(["optimize", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--pp", "2", "--tp", "8",
-                          "--links", str(links), "--hostfile", str(hf), "--json"], capsys)
+    code, out, err = cli("optimize", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--pp", "2", "--tp", "8",
+                          "--links", str(links), "--hostfile", str(hf), "--json")
     assert code == 0, err
     d = json.loads(out)
     pl = d["placement"]
@@ -32,10 +19,11 @@ def test_optimize_places_the_plan_on_measured_links(tmp_path, capsys):
     assert sorted(hosts) == sorted(f"node{i}" for i in range(4))
 
 
-def test_links_of_the_wrong_size_and_hostfile_without_links_are_bad_input(tmp_path, capsys):
+def test_links_of_the_wrong_size_and_hostfile_without_links_are_bad_input(tmp_path, cli):
     links = tmp_path / "links.json"
-    run(["links", "generate", "--nodes", "3", "-o", str(links)], capsys)
-    code, _, err = run(["optimize", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--links", str(links)], capsys)
+    cli("links", "generate", "--nodes", "3", "-o", str(links))
+    code, _, err = cli("optimize", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--links", str(links))
     assert code == 2 and "--links" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run(["optimize", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--hostfile", "x"], capsys)
+    code, _, err = cli("optimize", "--model", "gpt3-1.3b", "--cluster", "a100x32", "--hostfile", "x")
     assert code == 2 and "--hostfile" in err
+
