@@ -9,4 +9,13 @@ every split, so it only drops shapes that cannot fit under any split).
 
 PREPARE_KWARGS = {"prune_time": False, "apply_dominance": False}
 
-__all__ = ["PREPARE_KWARGS"]
+
+def verdict(finished: bool, best):
+    """(status, bound_s) of a baseline: a finished search proves its best (or that none fits);
+    a stopped one proves nothing."""
+    if finished:
+        return ("OPTIMAL", best.objective_s) if best else ("INFEASIBLE", None)
+    return ("FEASIBLE" if best else "UNKNOWN"), None
+
+
+__all__ = ["PREPARE_KWARGS", "verdict"]

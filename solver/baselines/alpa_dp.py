@@ -57,6 +57,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from . import verdict
 from ..candidates import Candidates, Choice, MethodResult
 from ..formulation.evaluate import _stage_arrays, step_time_batch
 
@@ -194,10 +195,14 @@ def search(
         own = best.per_shape[j][0] if j in best.per_shape else math.inf
         return min(other, own) if own < math.inf else other
 
-    def score(j, splits):
-        """Re-evaluate splits (R x p) of shape j with the formulation: (objective, fits)."""
-        step, _, fits = step_time_batch(co.take(np.full(len(splits), j)), splits)
-        return step, fits
+    def offer_finite(j, val, splits):
+        """Re-evaluate the DP's finite answers for shape j with the formulation; keep those that fit."""
+        good = np.isfinite(val)
+        if good.any():
+            step, _, fits = step_time_batch(co.take(np.full(int(good.sum()), j)), splits[good])
+            for o, f, s in zip(step.tolist(), fits.tolist(), splits[good]):
+                if f:
+                    best.offer(j, o, s)
 
     for pos, j in enumerate(order.tolist()):
         if time.perf_counter() - t0 >= time_limit_s:
@@ -225,9 +230,7 @@ def search(
         shapes_dp += 1
         if not np.isfinite(tail_inf[0]):
             continue  # no split of this shape fits in memory
-        obj0, ok0 = score(j, split0)
-        if ok0[0]:
-            best.offer(j, float(obj0[0]), split0[0])
+        offer_finite(j, tail_inf, split0)
         tail_lb = float(tail_inf[0])
         cand_t = np.unique(slot[fits])
         cand_t = cand_t[cand_t >= S / p * (1 - 1e-12)]  # the bottleneck is at least the mean slot
@@ -249,12 +252,7 @@ def search(
                 val, splits = _minmax_dp(np.where(allowed, tail[None], np.inf), L)
                 evaluations += cells * len(ts)
                 dps += len(ts)
-                good = np.isfinite(val)
-                if good.any():
-                    obj, ok = score(j, splits[good])
-                    for o, f, s in zip(obj.tolist(), ok.tolist(), splits[good]):
-                        if f:
-                            best.offer(j, o, s)
+                offer_finite(j, val, splits)
             else:
                 for t in ts.tolist():
                     caps = tail_caps[A * t + S / v + tail_caps < threshold(j) * (1 - 1e-12)]
@@ -264,12 +262,7 @@ def search(
                     val, splits = _minsum_dp(np.where(al, slot[None], np.inf), L)
                     evaluations += cells * len(caps)
                     dps += len(caps)
-                    good = np.isfinite(val)
-                    if good.any():
-                        obj, ok = score(j, splits[good])
-                        for o, f, s in zip(obj.tolist(), ok.tolist(), splits[good]):
-                            if f:
-                                best.offer(j, o, s)
+                    offer_finite(j, val, splits)
             if time.perf_counter() - t0 >= time_limit_s:
                 stopped = "time_limit"
                 break
@@ -284,12 +277,7 @@ def search(
     ranked = sorted(best.per_shape.items(), key=lambda kv: (kv[1][0], kv[0]))[:k]
     choices = [Choice(index=int(j), layers=[int(x) for x in s], objective_s=float(o)) for j, (o, s) in ranked]
     top = choices[0] if choices else None
-    if finished:
-        status = "OPTIMAL" if top else "INFEASIBLE"
-        bound = top.objective_s if top else None
-    else:
-        status = "FEASIBLE" if top else "UNKNOWN"
-        bound = None
+    status, bound = verdict(finished, top)
     elapsed = time.perf_counter() - t0
     if progress is not None:
         progress({"method": "alpa-dp", "shapes_done": visited, "shapes": n, "evaluations": evaluations,

@@ -34,6 +34,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from . import verdict
 from ..candidates import Candidates, Choice, MethodResult
 from ..formulation.evaluate import step_time_batch
 
@@ -243,12 +244,7 @@ def search(
                           objective_s=float(shape_best[j]))
                    for j in order[:k].tolist() if np.isfinite(shape_best[j])]
     best = choices[0] if choices else None
-    if finished:
-        status = "OPTIMAL" if best else "INFEASIBLE"
-        bound = best.objective_s if best else None
-    else:
-        status = "FEASIBLE" if best else "UNKNOWN"
-        bound = None
+    status, bound = verdict(finished, best)
     report(final=True)
     return MethodResult(
         status=status, best=best, bound_s=bound, top=choices, evaluations=evaluations, finished=finished,
