@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from admission_latency import pct  # the same percentile definition as the latency report
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -109,15 +111,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def main(argv=None) -> int:
