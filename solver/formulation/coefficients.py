@@ -154,6 +154,7 @@ def stage_coefficients(
     z = shapes.zero
     h, f, V, a = model.hidden_size, model.ffn_hidden_size, model.vocab_size, model.num_attention_heads
     hkv = model.kv_hidden_size
+    hq = model.q_hidden_size
     s = float(seq_length)
     m = shapes.num_microbatches(global_batch_size)
 
@@ -165,12 +166,12 @@ def stage_coefficients(
     # ---------------- compute per layer per micro-batch (one GPU) ----------------
     M = b * s / c  # tokens per GPU
     gemm_fwd = (
-        _gemm_s(M, h, (h + 2 * hkv) / t, mm_peak, hbm, mm_bytes)  # QKV
-        + _gemm_s(M, h / t, h, mm_peak, hbm, mm_bytes)  # output projection
+        _gemm_s(M, h, (hq + 2 * hkv) / t, mm_peak, hbm, mm_bytes)  # QKV
+        + _gemm_s(M, hq / t, h, mm_peak, hbm, mm_bytes)  # output projection
         + _gemm_s(M, h, f * (model.mlp_matrices - 1) / t, mm_peak, hbm, mm_bytes)  # fc1 (gate+up)
         + _gemm_s(M, f / t, h, mm_peak, hbm, mm_bytes)  # fc2
     )
-    core_flop = 4.0 * b * (s / c) * s * h / t  # full (non-causal) count, per GPU
+    core_flop = 4.0 * b * (s / c) * s * hq / t  # full (non-causal) count, per GPU
     if flash_attention:
         core_fwd = 0.5 * core_flop / attn_peak  # causal mask skips half the blocks
         core_bwd = FLASH_BWD_FACTOR * core_fwd
@@ -277,8 +278,8 @@ def stage_coefficients(
     pb, gb, ob = model_state_bytes_per_param(z, shard)
     sbh = b * (s / c) * h
     replicated = 10.0 / rep  # Korthikanti Table 2: norms' inputs, QKV/fc1 inputs, dropout masks
-    r_kv = hkv / h
-    sharded = (4 + 4 * r_kv + (2 * model.mlp_matrices) * f / h) / t  # Q, K, V, core out; fc1 out, fc2 in
+    r_kv, r_q = hkv / h, hq / h
+    sharded = (4 * r_q + 4 * r_kv + (2 * model.mlp_matrices) * f / h) / t  # Q, K, V, core out; fc1 out, fc2 in
     if flash_attention:
         core_mem = FP32_BYTES * a * (s / c) * b / t  # softmax statistics only
         core_mem_sel = core_mem

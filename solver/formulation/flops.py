@@ -1,7 +1,7 @@
 """FLOP counts (Narayanan et al. 2021 Eq. (2)-(3), generalised to GQA and gated MLPs).
 
 Per layer, forward, per micro-batch of b sequences of length s (T = b*s tokens):
-QKV `2*T*h*(h + 2*h_kv)`, projection `2*T*h^2`, attention scores and values `4*b*s^2*h`,
+QKV `2*T*h*(h_q + 2*h_kv)`, projection `2*T*h_q*h`, attention scores and values `4*b*s^2*h_q`,
 MLP `2*T*h*f*(3 if gated else 2)`; LM head `2*T*h*V`. Backward = 2x forward.
 
 *Model FLOPs* (for MFU) count forward + backward once, attention as the full `4bs^2h`
@@ -19,14 +19,14 @@ from ..specs import ModelSpec
 
 
 def layer_gemm_fwd_flop(model: ModelSpec, tokens):
-    h, f = model.hidden_size, model.ffn_hidden_size
-    per_token = 2 * h * (h + 2 * model.kv_hidden_size) + 2 * h * h + 2 * h * f * model.mlp_matrices
+    h, f, hq = model.hidden_size, model.ffn_hidden_size, model.q_hidden_size
+    per_token = 2 * h * (hq + 2 * model.kv_hidden_size) + 2 * hq * h + 2 * h * f * model.mlp_matrices
     return np.asarray(tokens, dtype=np.float64) * per_token
 
 
 def attention_core_fwd_flop(model: ModelSpec, batch, seq_len):
-    """QK^T and attention-times-V, full (non-causal) count: 4*b*s^2*h."""
-    return 4.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.hidden_size
+    """QK^T and attention-times-V, full (non-causal) count: 4*b*s^2*h_q."""
+    return 4.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.q_hidden_size
 
 
 def lm_head_fwd_flop(model: ModelSpec, tokens):

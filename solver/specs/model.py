@@ -16,6 +16,8 @@ class ModelSpec(Spec):
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
     num_kv_heads: Optional[PositiveInt] = Field(None, description="KV heads (GQA); defaults to num_attention_heads (MHA)")
+    kv_channels: Optional[PositiveInt] = Field(
+        None, description="head dimension (Megatron --kv-channels, HF head_dim); defaults to hidden_size / heads")
     ffn_hidden_size: PositiveInt
     vocab_size: PositiveInt
     gated_mlp: bool = Field(False, description="SwiGLU-style MLP with 3 weight matrices")
@@ -36,10 +38,11 @@ class ModelSpec(Spec):
     @model_validator(mode="after")
     def _check_shapes(self):
         h, a, g = self.hidden_size, self.num_attention_heads, self.num_kv_heads
-        if h % a:
+        if h % a and self.kv_channels is None:
             ok = max(a, round(h / a) * a)
             raise ValueError(
-                f"num_attention_heads ({a}) must divide hidden_size ({h}); e.g. hidden_size {ok}"
+                f"num_attention_heads ({a}) must divide hidden_size ({h}); e.g. hidden_size {ok}, "
+                f"or give kv_channels (the head dimension) explicitly"
             )
         if a % g:
             raise ValueError(f"num_kv_heads ({g}) must divide num_attention_heads ({a}); use a divisor of {a}")
@@ -48,7 +51,13 @@ class ModelSpec(Spec):
     # ---- derived quantities (pure) ----
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_hidden_size(self) -> int:
+        """Width of Q (and of the attention output before the projection): heads * head_dim.
+        Equals hidden_size unless the head dimension is set apart (Gemma, Mistral-NeMo)."""
+        return self.num_attention_heads * self.head_dim
 
     @property
     def kv_hidden_size(self) -> int:
@@ -61,10 +70,10 @@ class ModelSpec(Spec):
 
     @property
     def params_per_layer(self) -> int:
-        """Weights of one transformer layer: QKV h*(h+2*h_kv), projection h*h, MLP (2|3)*h*f,
-        two norms 2*2h (biases ignored: < 0.1%)."""
-        h, f = self.hidden_size, self.ffn_hidden_size
-        return h * (h + 2 * self.kv_hidden_size) + h * h + self.mlp_matrices * h * f + 4 * h
+        """Weights of one transformer layer: QKV h*(h_q+2*h_kv), projection h_q*h, MLP (2|3)*h*f,
+        two norms 2*2h (biases ignored: < 0.1%); h_q = heads*head_dim (= h unless kv_channels is set)."""
+        h, f, hq = self.hidden_size, self.ffn_hidden_size, self.q_hidden_size
+        return h * (hq + 2 * self.kv_hidden_size) + hq * h + self.mlp_matrices * h * f + 4 * h
 
     @property
     def embedding_params(self) -> int:
