@@ -37,10 +37,13 @@ def test_at_least_30_models_and_required_families():
 def test_model_entry(name):
     m = _models()[name]
     assert isinstance(m, ModelSpec) and m.name == name == name.lower()
-    # keys are exactly the ModelSpec fields (name comes from the file stem)
+    # keys are ModelSpec fields and include every field without a default (name comes from the file stem);
+    # the optional kv_channels is written only where the head dimension is not hidden / heads
     raw = yaml.safe_load((_catalog_dir("models") / f"{name}.yaml").read_text())
-    assert set(raw) == set(ModelSpec.model_fields) - {"name"}, set(raw) ^ (set(ModelSpec.model_fields) - {"name"})
-    assert m.hidden_size % m.num_attention_heads == 0 and m.num_attention_heads % m.num_kv_heads == 0
+    fields = set(ModelSpec.model_fields) - {"name"}
+    assert set(raw) <= fields and fields - {"kv_channels"} <= set(raw), set(raw) ^ fields
+    assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None
+    assert m.num_attention_heads % m.num_kv_heads == 0
     assert m.source and m.source != "user supplied" and m.notes
     assert m.nominal_params_b is not None
     params = m.num_params
