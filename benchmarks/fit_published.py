@@ -17,7 +17,7 @@ import itertools
 
 import numpy as np
 
-from solveplan.validate import load, summary, validate_rows
+from solveplan.calibration.published import load, summary, validate_rows
 
 CHIPS = {
     "a100": (["a100", "a100-40gb"], False),
@@ -32,7 +32,7 @@ ATTENTION = np.round(np.arange(0.30, 0.81, 0.05), 2)
 
 
 def rows_for(data, families, ids=None):
-    from solveplan.validate import GPU_FAMILY
+    from solveplan.calibration.published import GPU_FAMILY
 
     return {r["id"] for r in data["measurements"] if GPU_FAMILY.get(r["hardware"]["gpu"]) in families
             and (ids is None or r["id"] in ids)}

@@ -5,7 +5,7 @@ values: the measured figures are in the README (MAPE 4.9%, worst row 19.6%, memo
 
 import pytest
 
-from solveplan.validate import load, memory_points, summary, validate_rows
+from solveplan.calibration.published import load, memory_points, summary, validate_rows
 
 try:
     DATA = load()

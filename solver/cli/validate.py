@@ -13,7 +13,7 @@ import click
 def validate(data, as_json):
     """Predicted vs measured step time for every published run, the MAPE and the worst rows,
     and the per-GPU memory points."""
-    from ..validate import load, memory_points, summary, validate_rows
+    from ..calibration.published import load, memory_points, summary, validate_rows
 
     d = load(data)
     rows = validate_rows(d)

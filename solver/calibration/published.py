@@ -23,15 +23,15 @@ from typing import Optional
 
 import numpy as np
 
-from .catalog import catalog_families, load_gpu
-from .candidates import balanced_layers_matrix
-from .formulation.evaluate import step_time_batch
-from .formulation.flops import megatron_eq3_flop, model_flop_per_step
-from .formulation.job import job_coefficients
-from .specs import ClusterSpec, Constraints, JobSpec, ModelSpec
-from .space import enumerate_shapes
+from ..catalog import catalog_families, load_gpu
+from ..candidates import balanced_layers_matrix
+from ..formulation.evaluate import step_time_batch
+from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
+from ..formulation.job import job_coefficients
+from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
+from ..space import enumerate_shapes
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "published_runs.json"
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "published_runs.json"
 
 GPU_FAMILY = {
     "A100-SXM4-80GB": "a100",
@@ -56,7 +56,7 @@ def find_data(path: Optional[str] = None) -> Path:
                                                    Path.cwd() / "shared/data/published_runs.json"]:
         if cand.is_file():
             return cand
-    from .errors import InputError
+    from ..errors import InputError
 
     raise InputError("--data", "published_runs.json not found; pass --data PATH (it lives in ../shared/data/)")
 
@@ -211,8 +211,8 @@ def summary(results: list[RowResult]) -> dict:
 
 def memory_points(data: dict, overrides: Optional[dict] = None) -> list[dict]:
     """Korthikanti Fig. 1 per-GPU memory (first stage) vs the formulation."""
-    from .formulation.evaluate import balanced_split, evaluate_split
-    from .formulation.shapes import Shapes
+    from ..formulation.evaluate import balanced_split, evaluate_split
+    from ..formulation.shapes import Shapes
 
     by_model = {}
     for row in data["measurements"]:

@@ -1,0 +1,1 @@
+"""Calibration: fit the formulation to measurements, and check it against published runs."""
