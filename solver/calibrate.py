@@ -55,7 +55,7 @@ import numpy as np
 
 from .errors import InputError
 from .formulation import comm
-from .nccl_tests import NcclRun, canonical_op, parse_nccl_log
+from .calibration.nccl_tests import NcclRun, canonical_op, parse_nccl_log
 from .specs import ClusterSpec, JobSpec
 
 LINK_CLASSES = ("nvlink", "network")

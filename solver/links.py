@@ -432,9 +432,9 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     size (GB/s x 8 -> Gbit/s); latency = the out-of-place time of the smallest message (us).
     A pair measured one way only is used both ways unless `symmetric=False`; a pair measured
     twice keeps the slower run. Every ordered pair of the hosts must be covered. Logs are
-    read by `solveplan.nccl_tests.parse_nccl_log`.
+    read by `solveplan.calibration.nccl_tests.parse_nccl_log`.
     """
-    from .nccl_tests import parse_nccl_log
+    from .calibration.nccl_tests import parse_nccl_log
 
     if not paths:
         raise InputError("logs", "give at least one sendrecv_perf log")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from solveplan.errors import InputError
-from solveplan.nccl_tests import format_nccl_log, synthetic_run
+from solveplan.calibration.nccl_tests import format_nccl_log, synthetic_run
 
 NCCL = Path(__file__).parent / "data" / "nccl"
 CLUSTER = "h100x16"  # 2 nodes x 8 H100, NVLink 450 GB/s, NIC 400 Gbit/s per GPU
@@ -189,7 +189,7 @@ def test_refuses_too_few_sizes():
 
 
 def test_refuses_non_monotone_with_line():
-    from solveplan.nccl_tests import parse_nccl_log
+    from solveplan.calibration.nccl_tests import parse_nccl_log
 
     run = parse_nccl_log(NCCL / "non_monotone.log")
     line = run.line_numbers[20]

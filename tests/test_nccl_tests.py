@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from solveplan.errors import InputError
-from solveplan.nccl_tests import (NcclRow, busbw_factor, canonical_op, format_nccl_log, parse_nccl_log,
+from solveplan.calibration.nccl_tests import (NcclRow, busbw_factor, canonical_op, format_nccl_log, parse_nccl_log,
                                   synthetic_run)
 
 NCCL = Path(__file__).parent / "data" / "nccl"

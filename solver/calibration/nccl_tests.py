@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
-from .errors import InputError
+from ..errors import InputError
 
 # nccl-tests binary -> operation name used here
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv", "alltoall", "broadcast", "reduce",
