@@ -97,7 +97,7 @@ def stage_breakdown(job_map):
     from solveplan.candidates import prepare
     from solveplan.formulation.job import job_coefficients
     from solveplan.pruning import memory_lower_bound_bytes
-    from solveplan.space import enumerate_shapes
+    from solveplan.space.enumeration import enumerate_shapes
 
     job = api.as_job(job_map)
     out = {}

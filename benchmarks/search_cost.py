@@ -145,7 +145,7 @@ def worker(spec: dict, method: str, limit_s: float) -> dict:
         out.update(optimum_s=ev.step_time_s, reported_s=res.best.objective_s, fits=ev.fits,
                    shape=cands.shapes.row(res.best.index), layers=list(res.best.layers))
     # size of the legal space (all legal shapes, no dominance, no pruning): outside the timing
-    from solveplan.space import enumerate_shapes
+    from solveplan.space.enumeration import enumerate_shapes
 
     pp = enumerate_shapes(job, apply_dominance=False).shapes.pp
     out["space_legal"] = str(exhaustive.count_space_pp(job.model.num_layers, pp))

@@ -19,9 +19,9 @@ from .formulation.coefficients import StageCoefficients
 from .formulation.evaluate import balanced_split, step_time_batch
 from .formulation.job import job_coefficients
 from .formulation.linear import heuristic_splits, linear_form, memory_feasible, min_max_slot_s
-from .formulation.shapes import Shapes
+from .space.shapes import Shapes
 from .pruning import memory_lower_bound_bytes, time_lower_bound_s
-from .space import enumerate_shapes
+from .space.enumeration import enumerate_shapes
 from .specs import JobSpec
 
 

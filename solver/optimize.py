@@ -22,7 +22,7 @@ from .candidates import Candidates, balanced_layers_matrix, prepare
 from .errors import InputError
 from .formulation.evaluate import _stage_arrays, balanced_split, step_time_batch
 from .formulation.job import job_coefficients
-from .formulation.shapes import RECOMPUTE_CODES
+from .space.shapes import RECOMPUTE_CODES
 from .plan import Out, ParallelConfig, Plan, SearchStats, Shortfall, SolveResult, make_plan, parallel_from_row
 from .specs import Constraints, JobSpec
 
@@ -213,7 +213,7 @@ def textbook_plan(job: JobSpec) -> Optional[Plan]:
     distributed optimizer (zero=1) when there is data parallelism, the balanced layer split;
     any tp, pp and micro-batch size the job allows. Each default gives way only where the
     job's constraints exclude it. None when no such plan fits."""
-    from .space import enumerate_shapes
+    from .space.enumeration import enumerate_shapes
 
     L = job.model.num_layers
     cons = job.constraints
@@ -257,7 +257,7 @@ _COMPARE_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "seque
 def _compare_plan(job: JobSpec, compare) -> Plan:
     """Evaluate a user configuration (defaults as `solveplan evaluate`: balanced split,
     selective recompute, SP when tp > 1, zero=1 when dp*cp > 1); InputError when illegal."""
-    from .space import config_violations
+    from .space.enumeration import config_violations
 
     if isinstance(compare, ParallelConfig):
         cfg: dict[str, Any] = compare.model_dump()
@@ -444,7 +444,7 @@ def shortfall_for(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_GPUS
         return shape_shortfall(job)
     # the shapes with the least memory lower bounds (64 of them): their least-memory splits
     from .pruning import memory_lower_bound_bytes
-    from .space import enumerate_shapes
+    from .space.enumeration import enumerate_shapes
 
     space = enumerate_shapes(job).shapes
     lb = memory_lower_bound_bytes(job_coefficients(job, space), L)

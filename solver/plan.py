@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .formulation.evaluate import evaluate_split
 from .formulation.job import job_coefficients, throughput
-from .formulation.shapes import RECOMPUTE_CODES, Shapes
+from .space.shapes import RECOMPUTE_CODES, Shapes
 from .specs import JobSpec
 
 Status = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]

@@ -161,7 +161,7 @@ def test_infeasible_without_memory_pruning():
     job = make_job(8, 8192, 64, 8, 64, hbm_gib=4, pp=(1, 2))
     cands = prepare(job, **PREPARE_KWARGS)
     from solveplan.formulation.job import job_coefficients
-    from solveplan.space import enumerate_shapes
+    from solveplan.space.enumeration import enumerate_shapes
 
     shapes = enumerate_shapes(job, apply_dominance=False).shapes
     raw = type(cands)(job, shapes, job_coefficients(job, shapes), np.zeros(len(shapes)), None, math.inf, None,

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from solveplan.catalog import load_cluster, load_model
-from solveplan.formulation import Shapes, balanced_split, evaluate_split, inflight_microbatches, stage_coefficients
+from solveplan.formulation.coefficients import stage_coefficients
+from solveplan.formulation.evaluate import balanced_split, evaluate_split, inflight_microbatches
+from solveplan.space.shapes import Shapes
 from solveplan.formulation.evaluate import step_time_batch
 from solveplan.formulation.flops import hardware_flop_per_step, megatron_eq3_flop, model_flop_per_step
 from solveplan.specs import ModelSpec
@@ -120,7 +122,7 @@ def test_vectorised_batch_equals_single_evaluation():
 
 def test_config_rules_agree_with_the_enumeration():
     from solveplan.specs import JobSpec
-    from solveplan.space import config_violations, enumerate_shapes
+    from solveplan.space.enumeration import config_violations, enumerate_shapes
 
     job = JobSpec(model=gpt(8, 1024, 16), cluster=load_cluster("a100x16"), global_batch_size=32, seq_length=1024)
     shapes = enumerate_shapes(job, apply_dominance=False).shapes

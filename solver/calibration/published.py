@@ -29,7 +29,7 @@ from ..formulation.evaluate import step_time_batch
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..formulation.job import job_coefficients
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
-from ..space import enumerate_shapes
+from ..space.enumeration import enumerate_shapes
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "published_runs.json"
 
@@ -212,7 +212,7 @@ def summary(results: list[RowResult]) -> dict:
 def memory_points(data: dict, overrides: Optional[dict] = None) -> list[dict]:
     """Korthikanti Fig. 1 per-GPU memory (first stage) vs the formulation."""
     from ..formulation.evaluate import balanced_split, evaluate_split
-    from ..formulation.shapes import Shapes
+    from ..space.shapes import Shapes
 
     by_model = {}
     for row in data["measurements"]:

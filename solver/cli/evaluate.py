@@ -31,7 +31,7 @@ def evaluate_config(job, *, tp=1, pp=1, cp=1, vp=1, micro_batch_size=1, recomput
     """Plan for one explicit configuration; InputError naming the flag when it is illegal."""
     from ..formulation.evaluate import balanced_split
     from ..plan import ParallelConfig, make_plan
-    from ..space import config_violations
+    from ..space.enumeration import config_violations
 
     if sequence_parallel is None:
         sequence_parallel = tp > 1

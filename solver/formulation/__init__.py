@@ -1,5 +1,5 @@
 """The formulation: step time and memory per pipeline stage, as pure numpy functions over
-arrays of configurations (`Shapes`). The single source of truth for every cost: the CP-SAT
+arrays of configurations (`space.shapes.Shapes`). The single source of truth for every cost: the CP-SAT
 encoding, the exhaustive search and the Alpa-style DP all read `stage_coefficients`.
 
 Sources: Narayanan et al. 2021 (SC21) Eq. (1)-(4) for FLOPs and the pipeline; Korthikanti
@@ -7,12 +7,3 @@ et al. 2022 Table 2 for activation memory; Rajbhandari et al. (ZeRO) and the Meg
 distributed-optimizer docs for model-state bytes; Alpa (OSDI'22) for the stage objective;
 Pipette (DATE'24) for the p2p term on the 1F1B critical path.
 """
-
-from .shapes import Shapes, RECOMPUTE_CODES
-from .coefficients import StageCoefficients, stage_coefficients
-from .evaluate import Evaluation, evaluate_split, balanced_split, inflight_microbatches
-
-__all__ = [
-    "Shapes", "RECOMPUTE_CODES", "StageCoefficients", "stage_coefficients",
-    "Evaluation", "evaluate_split", "balanced_split", "inflight_microbatches",
-]

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
-from .shapes import Shapes
+from ..space.shapes import Shapes
 
 BF16_BYTES = 2
 FP32_BYTES = 4

@@ -11,7 +11,7 @@ from ..specs import JobSpec
 from .coefficients import StageCoefficients, stage_coefficients
 from .evaluate import Evaluation, balanced_split, evaluate_split
 from .flops import hardware_flop_per_step, model_flop_per_step
-from .shapes import Shapes
+from ..space.shapes import Shapes
 
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:

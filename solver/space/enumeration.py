@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formulation.shapes import RECOMPUTE_CODES, Shapes
-from .specs import JobSpec
+from .shapes import RECOMPUTE_CODES, Shapes
+from ..specs import JobSpec
 
 MAX_VP = 8
 
