@@ -17,7 +17,7 @@ import numpy as np
 
 from solveplan.candidates import balanced_layers_matrix
 from solveplan.catalog import load_cluster, load_model
-from solveplan.formulation.evaluate import step_time_batch
+from solveplan.formulation.pipeline import step_time_batch
 from solveplan.formulation.job import job_coefficients
 from solveplan.space.enumeration import enumerate_shapes
 from solveplan.specs import JobSpec

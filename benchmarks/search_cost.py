@@ -113,7 +113,7 @@ def worker(spec: dict, method: str, limit_s: float) -> dict:
 
     from solveplan.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
     from solveplan.candidates import prepare
-    from solveplan.formulation.evaluate import evaluate_split
+    from solveplan.formulation.pipeline import evaluate_split
 
     search_fn = {"exhaustive": exhaustive.search, "alpa-dp": alpa_dp.search}.get(method)
     if method in ("cpsat", "cpsat-legal"):

@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from .formulation.coefficients import StageCoefficients
-from .formulation.evaluate import balanced_split, step_time_batch
+from .formulation.pipeline import balanced_split, step_time_batch
 from .formulation.job import job_coefficients
 from .formulation.linear import heuristic_splits, linear_form, memory_feasible, min_max_slot_s
 from .space.shapes import Shapes

@@ -20,7 +20,7 @@ import numpy as np
 
 from .candidates import Candidates, balanced_layers_matrix, prepare
 from .errors import InputError
-from .formulation.evaluate import _stage_arrays, balanced_split, step_time_batch
+from .formulation.pipeline import _stage_arrays, balanced_split, step_time_batch
 from .formulation.job import job_coefficients
 from .space.shapes import RECOMPUTE_CODES
 from .plan import Out, ParallelConfig, Plan, SearchStats, Shortfall, SolveResult, make_plan, parallel_from_row

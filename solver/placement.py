@@ -45,7 +45,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import InputError
-from .formulation.evaluate import _stage_arrays, balanced_split
+from .formulation.pipeline import _stage_arrays, balanced_split
 from .formulation.job import job_coefficients
 from .links import GBIT_BYTES, LinkMatrix
 from .plan import Out, ParallelConfig

@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from .formulation.evaluate import evaluate_split
+from .formulation.pipeline import evaluate_split
 from .formulation.job import job_coefficients, throughput
 from .space.shapes import RECOMPUTE_CODES, Shapes
 from .specs import JobSpec

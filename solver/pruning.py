@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .formulation.coefficients import StageCoefficients
-from .formulation.evaluate import inflight_microbatches
+from .formulation.pipeline import inflight_microbatches
 
 
 def memory_lower_bound_bytes(co: StageCoefficients, num_layers: int) -> np.ndarray:

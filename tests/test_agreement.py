@@ -32,7 +32,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from solveplan.baselines import PREPARE_KWARGS, alpa_dp, exhaustive  # noqa: E402
 from solveplan.candidates import prepare  # noqa: E402
-from solveplan.formulation.evaluate import evaluate_split  # noqa: E402
+from solveplan.formulation.pipeline import evaluate_split  # noqa: E402
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec  # noqa: E402
 
 EXAMPLES = int(os.environ.get("SOLVEPLAN_PROPERTY_EXAMPLES", "25"))

@@ -12,7 +12,7 @@ import pytest
 
 from solveplan.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
 from solveplan.candidates import prepare
-from solveplan.formulation.evaluate import evaluate_split, step_time_batch
+from solveplan.formulation.pipeline import evaluate_split, step_time_batch
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
 
 REL = 1e-9

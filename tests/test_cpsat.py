@@ -1,7 +1,7 @@
 """The CP-SAT encoding against an independent brute force, and its invariants.
 
 Brute force (here, not the baselines): every surviving shape x every composition of the
-layers into its stages, evaluated with `formulation.evaluate.step_time_batch`.
+layers into its stages, evaluated with `formulation.pipeline.step_time_batch`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from solveplan.candidates import prepare
 from solveplan.encoding import cpsat
-from solveplan.formulation.evaluate import _stage_arrays, balanced_split, step_time_batch
+from solveplan.formulation.pipeline import _stage_arrays, balanced_split, step_time_batch
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
 
 

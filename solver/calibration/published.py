@@ -25,7 +25,7 @@ import numpy as np
 
 from ..catalog import catalog_families, load_gpu
 from ..candidates import balanced_layers_matrix
-from ..formulation.evaluate import step_time_batch
+from ..formulation.pipeline import step_time_batch
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..formulation.job import job_coefficients
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
@@ -211,7 +211,7 @@ def summary(results: list[RowResult]) -> dict:
 
 def memory_points(data: dict, overrides: Optional[dict] = None) -> list[dict]:
     """Korthikanti Fig. 1 per-GPU memory (first stage) vs the formulation."""
-    from ..formulation.evaluate import balanced_split, evaluate_split
+    from ..formulation.pipeline import balanced_split, evaluate_split
     from ..space.shapes import Shapes
 
     by_model = {}

@@ -1,7 +1,7 @@
 """CP-SAT encoding of the plan search: which surviving shape, and how its layers are split
 over the pipeline stages (DESIGN.md section 4).
 
-What is linear once a shape k is chosen (formulation.evaluate, `_stage_arrays`): with
+What is linear once a shape k is chosen (formulation.pipeline, `_stage_arrays`): with
 w = m - 1/v and the stage slot `slot_i = l_i*layer_s + [i=0]first_s + [i=p-1]last_s + v*boundary_s`,
 
     T = sum_i slot_i / v                                   (a constant of the shape: sum l_i = L)
@@ -55,7 +55,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ..candidates import Candidates, Choice, MethodResult
-from ..formulation.evaluate import balanced_split, step_time_batch
+from ..formulation.pipeline import balanced_split, step_time_batch
 
 SAFE_COEFFICIENT = 10_000_000  # DESIGN.md: keep every coefficient below ~1e7
 SAFE_ACTIVITY = 1 << 33  # |coef|*|bound| summed over a row: 6x below the smallest known failure (4.8e10)

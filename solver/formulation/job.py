@@ -9,7 +9,7 @@ import numpy as np
 
 from ..specs import JobSpec
 from .coefficients import StageCoefficients, stage_coefficients
-from .evaluate import Evaluation, balanced_split, evaluate_split
+from .pipeline import Evaluation, balanced_split, evaluate_split
 from .flops import hardware_flop_per_step, model_flop_per_step
 from ..space.shapes import Shapes
 

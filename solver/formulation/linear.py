@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from .coefficients import StageCoefficients
-from .evaluate import _stage_arrays
+from .pipeline import _stage_arrays
 
 FIRST, MID, LAST = 0, 1, 2  # stage classes: constants differ only for the first and last stage
 
