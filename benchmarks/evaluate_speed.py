@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from solveplan.candidates import balanced_layers_matrix
+from solveplan.formulation.splits import balanced_layers_matrix
 from solveplan.catalog import load_cluster, load_model
 from solveplan.formulation.pipeline import step_time_batch
 from solveplan.formulation.job import job_coefficients

@@ -661,7 +661,7 @@ def _store_plan(cache: ResultCache, key, res: SolveResult, budget: float) -> Non
 def _fallback(job: JobSpec, clock: _Clock, cache: ResultCache, why: str) -> SolveResult:
     """Best plan known without the solver: the balanced-split incumbent of the cached
     candidates or screen, with a bound valid for every split; UNKNOWN when neither exists."""
-    from .formulation.pipeline import balanced_split
+    from .formulation.splits import balanced_split
     from .optimize import OptimizeResult as Result
     from .plan import make_plan, parallel_from_row
 
@@ -1112,7 +1112,7 @@ def _decide_job(ident, job: JobSpec, clock: _Clock, cache: ResultCache) -> Decis
                         reason=verdict.reason if res.status != "OPTIMAL" else
                         f"fits; optimal plan {res.plan.step_time_s:.3f} s per step")
     # feasible by the witness, no solver plan in time: summarise the witness
-    from .formulation.pipeline import balanced_split
+    from .formulation.splits import balanced_split
     from .plan import make_plan
 
     w = verdict.witness

@@ -16,24 +16,14 @@ from typing import Optional
 import numpy as np
 
 from .formulation.coefficients import StageCoefficients
-from .formulation.pipeline import balanced_split, step_time_batch
+from .formulation.pipeline import step_time_batch
 from .formulation.job import job_coefficients
-from .formulation.linear import heuristic_splits, linear_form, memory_feasible, min_max_slot_s
+from .formulation.linear import linear_form, memory_feasible
+from .formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, min_max_slot_s
 from .space.shapes import Shapes
 from .pruning import memory_lower_bound_bytes, time_lower_bound_s
 from .space.enumeration import enumerate_shapes
 from .specs import JobSpec
-
-
-def balanced_layers_matrix(num_layers: int, pp: np.ndarray) -> np.ndarray:
-    P = int(pp.max()) if len(pp) else 1
-    out = np.zeros((len(pp), P), dtype=np.int64)
-    cache = {}
-    for i, p in enumerate(pp.tolist()):
-        if p not in cache:
-            cache[p] = balanced_split(num_layers, p)
-        out[i, :p] = cache[p]
-    return out
 
 
 def _prune_by_time(shapes, co, t_lb, inc, inc_step):

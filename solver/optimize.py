@@ -18,9 +18,10 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 
-from .candidates import Candidates, balanced_layers_matrix, prepare
+from .candidates import Candidates, prepare
 from .errors import InputError
-from .formulation.pipeline import _stage_arrays, balanced_split, step_time_batch
+from .formulation.pipeline import step_time_batch
+from .formulation.splits import balanced_layers_matrix, balanced_split, least_memory_splits
 from .formulation.job import job_coefficients
 from .space.shapes import RECOMPUTE_CODES
 from .plan import Out, ParallelConfig, Plan, SearchStats, Shortfall, SolveResult, make_plan, parallel_from_row
@@ -299,43 +300,6 @@ def _compare_plan(job: JobSpec, compare) -> Plan:
 
 
 # ----------------------------------------------------------------------------- infeasible
-def min_peak_memory(co, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per shape of `co`: the layer split with the smallest peak stage memory (memory is
-    linear in each stage's layer count: water-filling), as (peak_bytes, layers matrix)."""
-    L = num_layers
-    S = len(co.pp)
-    P = int(co.pp.max())
-    col = np.arange(P)[None, :]
-    act = col < co.pp[:, None]
-
-    def mem(lay):
-        st = _stage_arrays(co, lay)
-        return st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
-
-    m0 = mem(np.zeros((S, P), dtype=np.int64))
-    per = np.maximum(mem(act.astype(np.int64)) - m0, 1e-9)
-    lo = np.zeros(S)
-    hi = (m0 + per * L).max(axis=1) + 1.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        cnt = np.where(act, np.clip(np.floor((mid[:, None] - m0) / per), 0, L), 0)
-        ok = np.where(act, cnt >= 1, True).all(axis=1) & (cnt.sum(axis=1) >= L)
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid)
-    lay = np.where(act, np.clip(np.floor((hi[:, None] - m0) / per), 1, L), 0).astype(np.int64)
-    excess = lay.sum(axis=1) - L
-    rows = np.arange(S)
-    while (excess > 0).any():
-        cur = np.where(act & (lay > 1), m0 + per * lay, -np.inf)
-        j = np.argmax(cur, axis=1)
-        r = rows[excess > 0]
-        lay[r, j[r]] -= 1
-        excess[r] -= 1
-    ok_rows = co.pp <= L
-    peak = np.where(ok_rows, np.where(act, mem(lay), 0.0).max(axis=1), np.inf)
-    return peak, lay
-
-
 def memory_frugal(job: JobSpec) -> JobSpec:
     """The job restricted to the least-memory value of every knob the constraints allow.
 
@@ -452,7 +416,7 @@ def shortfall_for(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_GPUS
     rows = [shapes.row(i) for i in range(len(shapes))]
     pars = [parallel_from_row(job, r) for r in rows]
     co = job_coefficients(job, shapes)
-    peak, lay = min_peak_memory(co, L)
+    peak, lay = least_memory_splits(co, L)
     k = int(np.argmin(peak))
     par = pars[k]
     split = [int(x) for x in lay[k, :par.pp]]
@@ -472,7 +436,7 @@ def shortfall_for(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_GPUS
         tries.append(("micro_batch_size", 1, "micro-batch size 1 (--micro-batch-size 1)"))
     for knob, val, text in tries:
         alt = par.model_copy(update={knob: val, "num_microbatches": job.global_batch_size // (par.dp * (val if knob == "micro_batch_size" else par.micro_batch_size))})
-        pk, _ = min_peak_memory(job_coefficients(job, alt.shapes()), L)
+        pk, _ = least_memory_splits(job_coefficients(job, alt.shapes()), L)
         allowed = job.constraints.allows(knob, val)
         verdict = "fits" if pk[0] <= cap else f"still needs {pk[0] / GIB:.1f} GiB"
         suggestions.append(f"{text}: {verdict} with {_describe(alt)}" + ("" if allowed else " (your constraints exclude it)"))

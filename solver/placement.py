@@ -45,7 +45,8 @@ from typing import Optional
 import numpy as np
 
 from .errors import InputError
-from .formulation.pipeline import _stage_arrays, balanced_split
+from .formulation.pipeline import pipeline_s, stage_arrays
+from .formulation.splits import balanced_split
 from .formulation.job import job_coefficients
 from .links import GBIT_BYTES, LinkMatrix
 from .plan import Out, ParallelConfig
@@ -150,7 +151,7 @@ class Pricer:
             "network_latency_us": key[1] * 1e6, "nodes_per_leaf": None, "spine_oversubscription": 1.0,
             "link_overrides": ()})
         co = job_coefficients(self.job.model_copy(update={"cluster": cluster}), self.shapes)
-        st = _stage_arrays(co, self.layers[None, :])
+        st = stage_arrays(co, self.layers[None, :])
         p = self.p
         first = np.zeros(p)
         first[0] = 1
@@ -186,7 +187,7 @@ class Pricer:
                 adj = [bpi[b] for b in (s - 1, s) if 0 <= b < p - 1]
                 pi[s] = max(adj)
         slot = tau + v * pi
-        t_pipe = (m - 1.0 / v) * slot.max() + slot.sum() / v
+        t_pipe = pipeline_s(slot.max(), slot.sum(), m, v)
         tail = exposed + opt
         k = int(np.argmax(tail))
         b = int(np.argmax(slot))

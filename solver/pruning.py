@@ -36,7 +36,7 @@ def memory_lower_bound_bytes(co: StageCoefficients, num_layers: int) -> np.ndarr
 
 def time_lower_bound_s(co: StageCoefficients, num_layers: int, max_slot_lb_s=None) -> np.ndarray:
     """Valid for every split; `max_slot_lb_s` (per shape) may tighten the largest-slot term,
-    e.g. with the memory-aware water-filling bound of `formulation.linear.min_max_slot_s`."""
+    e.g. with the memory-aware water-filling bound of `formulation.splits.min_max_slot_s`."""
     p = co.pp.astype(np.float64)
     v = co.vp.astype(np.float64)
     m = co.num_microbatches.astype(np.float64)

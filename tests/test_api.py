@@ -32,7 +32,7 @@ def cache():
 
 # ------------------------------------------------------------------ check
 def test_check_feasible_gives_a_witness_that_fits(cache):
-    from solveplan.formulation.pipeline import balanced_split
+    from solveplan.formulation.splits import balanced_split
     from solveplan.plan import make_plan
 
     res = api.check(MID, time_limit_s=20, cache=cache)

@@ -14,7 +14,8 @@ import pytest
 
 from solveplan.candidates import prepare
 from solveplan.encoding import cpsat
-from solveplan.formulation.pipeline import _stage_arrays, balanced_split, step_time_batch
+from solveplan.formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
+from solveplan.formulation.splits import balanced_split
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
 
 
@@ -150,8 +151,7 @@ def test_layer_limits_agree_with_formulation():
         U, act = form.max_layers, form.active
 
         def mem(lay):
-            st = _stage_arrays(co, lay)
-            return st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
+            return stage_memory_bytes(stage_arrays(co, lay))
 
         cap = co.capacity_bytes
         at = mem(np.clip(U, 0, L))

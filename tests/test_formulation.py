@@ -5,7 +5,8 @@ import pytest
 
 from solveplan.catalog import load_cluster, load_model
 from solveplan.formulation.coefficients import stage_coefficients
-from solveplan.formulation.pipeline import balanced_split, evaluate_split, inflight_microbatches
+from solveplan.formulation.pipeline import evaluate_split, inflight_microbatches
+from solveplan.formulation.splits import balanced_split
 from solveplan.space.shapes import Shapes
 from solveplan.formulation.pipeline import step_time_batch
 from solveplan.formulation.flops import hardware_flop_per_step, megatron_eq3_flop, model_flop_per_step

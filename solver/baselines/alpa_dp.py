@@ -7,7 +7,7 @@ order and stops once `(B - 1) * t_max` alone cannot beat the best total. Here th
 (tp, cp, dp, vp, micro-batch, recompute, SP, ZeRO, hence Alpa's sub-mesh and its logical mesh
 shape) is enumerated outside the DP, as Alpa enumerates sub-mesh choices, and stage i's
 per-micro-batch slot, DP tail and memory come from the single formulation
-(`evaluate._stage_arrays`, called once per shape on a table of "every stage holds l layers"
+(`pipeline.stage_arrays`, called once per shape on a table of "every stage holds l layers"
 rows, so stage-dependent memory -- in-flight micro-batches, embedding, LM head -- is exact).
 
 Our objective for a split (l_0..l_{p-1}) of a shape is (evaluate.step_time_batch):
@@ -59,7 +59,7 @@ import numpy as np
 
 from . import verdict
 from ..candidates import Candidates, Choice, MethodResult
-from ..formulation.pipeline import _stage_arrays, step_time_batch
+from ..formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
 
 T_BATCH = 16  # t_max values solved at once (numpy batch)
 REL_TOL = 1e-12
@@ -70,10 +70,10 @@ def _tables(co_one, L: int, p: int):
     lmax = L - p + 1
     ls = np.arange(1, lmax + 1, dtype=np.int64)
     layers = np.repeat(ls[:, None], p, axis=1)
-    st = _stage_arrays(co_one.take(np.zeros(lmax, dtype=np.int64)), layers)
+    st = stage_arrays(co_one.take(np.zeros(lmax, dtype=np.int64)), layers)
     slot = st["slot"][:, :p]
     tail = (st["exposed_dp"] + st["opt"])[:, :p]
-    mem = (st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"])[:, :p]
+    mem = stage_memory_bytes(st)[:, :p]
     fits = mem <= co_one.capacity_bytes
     return slot, tail, fits
 

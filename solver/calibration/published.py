@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from ..catalog import catalog_families, load_gpu
-from ..candidates import balanced_layers_matrix
+from ..formulation.splits import balanced_layers_matrix
 from ..formulation.pipeline import step_time_batch
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..formulation.job import job_coefficients
@@ -211,7 +211,8 @@ def summary(results: list[RowResult]) -> dict:
 
 def memory_points(data: dict, overrides: Optional[dict] = None) -> list[dict]:
     """Korthikanti Fig. 1 per-GPU memory (first stage) vs the formulation."""
-    from ..formulation.pipeline import balanced_split, evaluate_split
+    from ..formulation.pipeline import evaluate_split
+    from ..formulation.splits import balanced_split
     from ..space.shapes import Shapes
 
     by_model = {}

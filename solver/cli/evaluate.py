@@ -29,7 +29,7 @@ def parse_layers(text: str, pp: int, num_layers: int) -> list[int]:
 def evaluate_config(job, *, tp=1, pp=1, cp=1, vp=1, micro_batch_size=1, recompute="selective",
                     sequence_parallel=None, zero=1, layers=None):
     """Plan for one explicit configuration; InputError naming the flag when it is illegal."""
-    from ..formulation.pipeline import balanced_split
+    from ..formulation.splits import balanced_split
     from ..plan import ParallelConfig, make_plan
     from ..space.enumeration import config_violations
 

@@ -1,7 +1,7 @@
 """CP-SAT encoding of the plan search: which surviving shape, and how its layers are split
 over the pipeline stages (DESIGN.md section 4).
 
-What is linear once a shape k is chosen (formulation.pipeline, `_stage_arrays`): with
+What is linear once a shape k is chosen (formulation.pipeline, `stage_arrays`): with
 w = m - 1/v and the stage slot `slot_i = l_i*layer_s + [i=0]first_s + [i=p-1]last_s + v*boundary_s`,
 
     T = sum_i slot_i / v                                   (a constant of the shape: sum l_i = L)
@@ -55,7 +55,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ..candidates import Candidates, Choice, MethodResult
-from ..formulation.pipeline import balanced_split, step_time_batch
+from ..formulation.pipeline import step_time_batch
+from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits
 
 SAFE_COEFFICIENT = 10_000_000  # DESIGN.md: keep every coefficient below ~1e7
 SAFE_ACTIVITY = 1 << 33  # |coef|*|bound| summed over a row: 6x below the smallest known failure (4.8e10)
@@ -68,7 +69,7 @@ class ScalingError(RuntimeError):
 
 
 from ..formulation.linear import (
-    FIRST, LAST, LinearForm, _pp_blocks, expand, heuristic_splits, linear_form, memory_feasible,
+    FIRST, LAST, LinearForm, expand, linear_form, memory_feasible, pp_blocks,
     middle_limits_sorted, stage_class,
 )
 
@@ -467,11 +468,9 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     if uneven:
         heur = heuristic_splits(form, L)
     else:
-        from ..candidates import balanced_layers_matrix
-
         heur = balanced_layers_matrix(L, form.pp)
     h_step = np.full(S, np.inf)
-    for p, rows in _pp_blocks(form.pp):
+    for p, rows in pp_blocks(form.pp):
         st, _, fits = step_time_batch(co.take(rows), heur[rows, :p])
         h_step[rows] = np.where(mem_ok[rows] & fits, st, np.inf)
     symmetry = middle_limits_sorted(form)

@@ -1,5 +1,4 @@
-"""The formulation applied to a `JobSpec`: coefficients, FLOPs and one configuration's
-evaluation with throughput and MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak))."""
+"""The formulation applied to a `JobSpec`: its coefficients, and a step time's throughput and MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak))."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import numpy as np
 
 from ..specs import JobSpec
 from .coefficients import StageCoefficients, stage_coefficients
-from .pipeline import Evaluation, balanced_split, evaluate_split
 from .flops import hardware_flop_per_step, model_flop_per_step
 from ..space.shapes import Shapes
 
@@ -43,10 +41,3 @@ def throughput(job: JobSpec, step_time_s: float, recompute_code: int) -> Through
         mfu=mf / (step_time_s * n * peak),
     )
 
-
-def evaluate_shape(job: JobSpec, shapes: Shapes, index: int = 0, layers=None) -> Evaluation:
-    """Evaluate one shape of `shapes` with `layers` (default: the balanced split)."""
-    co = job_coefficients(job, shapes.take(index))
-    if layers is None:
-        layers = balanced_split(job.model.num_layers, int(shapes.pp[index]))
-    return evaluate_split(co, 0, np.asarray(layers))

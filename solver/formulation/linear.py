@@ -1,6 +1,6 @@
 """The step time and stage memory of every shape in its linear form (DESIGN.md section 4).
 
-Once a shape is chosen, every term of `evaluate._stage_arrays` is linear in a stage's layer
+Once a shape is chosen, every term of `pipeline.stage_arrays` is linear in a stage's layer
 count l_i, with w = m - 1/v and `slot_i = l_i*layer_s + [i=0]first_s + [i=p-1]last_s + v*boundary_s`:
 
     T = sum_i slot_i / v                 (a constant of the shape: sum l_i = L)
@@ -8,8 +8,9 @@ count l_i, with w = m - 1/v and `slot_i = l_i*layer_s + [i=0]first_s + [i=p-1]la
       + max_i  max(O_i, D_i - W_i + O_i) (exposed DP reduction + optimizer)
 
 and the memory of stage i is linear in l_i, so it becomes a limit U[k, i] on the layer count,
-checked against the float formulation itself. The CP-SAT encoding and the pruning in
-`solveplan.candidates` both read these pieces (no second copy of any cost).
+checked against the float formulation itself. `search.candidates` builds the form once per
+job and carries it to the pruning, the splits (`formulation.splits`) and the CP-SAT encoding
+(no second copy of any cost).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from .coefficients import StageCoefficients
-from .pipeline import _stage_arrays
+from .pipeline import stage_arrays, stage_memory_bytes
 
 FIRST, MID, LAST = 0, 1, 2  # stage classes: constants differ only for the first and last stage
 
@@ -62,6 +63,13 @@ class LinearForm:
         """(S, P) bool: stage < pp."""
         return np.arange(self.max_layers.shape[1])[None, :] < self.pp[:, None]
 
+    def take(self, idx) -> "LinearForm":
+        """The form of the shapes `idx` (every piece is per shape; P shrinks to their largest pp)."""
+        idx = np.atleast_1d(idx)
+        P = int(self.pp[idx].max()) if len(idx) else 1
+        return LinearForm(**{name: (getattr(self, name)[idx, :P] if name == "max_layers" else getattr(self, name)[idx])
+                             for name in self.__dataclass_fields__})
+
 
 def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
     """Decompose the float step time of every shape in `co` into the linear pieces above."""
@@ -98,12 +106,10 @@ def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
 
 
 def _stage_memory(co: StageCoefficients, layers: np.ndarray) -> np.ndarray:
-    st = _stage_arrays(co, layers)
-    # same order of additions as step_time_batch / evaluate_split
-    return st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
+    return stage_memory_bytes(stage_arrays(co, layers))
 
 
-def _pp_blocks(pp: np.ndarray):
+def pp_blocks(pp: np.ndarray):
     """(p, row indices) for every pipeline degree: work on (rows x p) blocks, not (S x max pp)."""
     for p in np.unique(pp).tolist():
         yield int(p), np.flatnonzero(pp == p)
@@ -119,7 +125,7 @@ def stage_layer_limits(co: StageCoefficients, num_layers: int) -> np.ndarray:
     P = int(co.pp.max()) if S else 1
     out = np.zeros((S, P), dtype=np.int64)
     cap = float(co.capacity_bytes)
-    for p, rows in _pp_blocks(co.pp):
+    for p, rows in pp_blocks(co.pp):
         cb = co.take(rows)
         R = len(rows)
         mem0 = _stage_memory(cb, np.zeros((R, p), dtype=np.int64))
@@ -147,75 +153,11 @@ def memory_feasible(form: LinearForm, num_layers: int) -> np.ndarray:
             & (form.pp <= num_layers))
 
 
-def _waterfill(form: LinearForm, num_layers: int, p: int, rows: np.ndarray):
-    """Bisection on the largest stage slot M: a split with every slot <= M exists iff
-    sum_i min(U_i, floor((M - e_i)/a)) >= L with every stage >= 1. Returns (lo, hi): no
-    memory-feasible split has a largest slot below lo; hi is reached by one."""
-    L = num_layers
-    R = len(rows)
-    a = np.maximum(form.slot_slope_s[rows], 1e-300)[:, None]
-    e = expand(form.slot_const_s[rows], form.pp[rows], p)
-    U = form.max_layers[rows, :p]
-    lo = np.zeros(R)
-    hi = form.slot_slope_s[rows] * L + e.max(axis=1) + 1.0
-    for _ in range(64):
-        mid = 0.5 * (lo + hi)
-        cnt = np.clip(np.floor((mid[:, None] - e) / a), 0, U)
-        ok = (cnt >= 1).all(axis=1) & (cnt.sum(axis=1) >= L)
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid)
-        if np.all(hi - lo <= 1e-12 * hi):
-            break
-    return lo, hi, a, e, U
-
-
-def min_max_slot_s(form: LinearForm, num_layers: int) -> np.ndarray:
-    """Per shape, a lower bound of the largest stage slot over every split that fits in
-    memory (-inf marks shapes with no such split: see `memory_feasible`)."""
-    out = np.full(len(form.pp), -np.inf)
-    ok_shape = memory_feasible(form, num_layers)
-    for p, rows in _pp_blocks(form.pp):
-        rows = rows[ok_shape[rows]]
-        if len(rows):
-            lo, *_ = _waterfill(form, num_layers, p, rows)
-            out[rows] = lo * (1 - 1e-12)
-    return out
-
-
-def heuristic_splits(form: LinearForm, num_layers: int) -> np.ndarray:
-    """A fitting split per memory-feasible shape (zeros elsewhere): the split that minimises the
-    largest stage slot within the memory limits (water-filling on time), then middle stages
-    sorted ascending (same time; memory limits grow with the stage index)."""
-    L = num_layers
-    S, P = form.max_layers.shape
-    ok_shape = memory_feasible(form, L)
-    out = np.zeros((S, P), dtype=np.int64)
-    for p, rows in _pp_blocks(form.pp):
-        rows = rows[ok_shape[rows]]
-        if not len(rows):
-            continue
-        R = len(rows)
-        _, hi, a, e, U = _waterfill(form, L, p, rows)
-        lay = np.clip(np.floor((hi[:, None] - e) / a), 1, np.maximum(U, 1)).astype(np.int64)
-        excess = lay.sum(axis=1) - L
-        idx = np.arange(R)
-        while (excess > 0).any():
-            slot = np.where(lay > 1, a * lay + e, -np.inf)
-            j = np.argmax(slot, axis=1)
-            r = idx[excess > 0]
-            lay[r, j[r]] -= 1
-            excess[r] -= 1
-        if p >= 4:
-            lay[:, 1:p - 1] = np.sort(lay[:, 1:p - 1], axis=1)
-        out[rows, :p] = lay
-    return out
-
-
 def middle_limits_sorted(form: LinearForm) -> bool:
     """True when every shape's memory limits are non-decreasing over its middle stages (what
     the symmetry breaking l_1 <= ... <= l_{p-2} relies on)."""
     U = form.max_layers
-    for p, rows in _pp_blocks(form.pp):
+    for p, rows in pp_blocks(form.pp):
         if p >= 4 and (np.diff(U[rows, 1:p - 1], axis=1) < 0).any():
             return False
     return True

@@ -1,6 +1,10 @@
-"""Step time and per-stage memory of configurations with explicit layer splits.
+"""The one composition of stage time and stage memory from the per-shape coefficients
+(DESIGN.md section 3): `stage_arrays` for explicit layer splits, `stage_memory_bytes` (the
+stage memory sum) and `pipeline_s` (the 1F1B pipeline time). Every consumer -- the float
+evaluation below, the linear form and its memory limits, the splits, the Alpa-style DP,
+placement pricing -- composes through these three.
 
-Pipeline (1F1B; interleaved with v chunks per rank), per DESIGN.md section 3:
+Pipeline (1F1B; interleaved with v chunks per rank):
     slot_i = tau_i + v*pi_i
     T_pipe = (m - 1/v) * max_i slot_i + sum_i slot_i / v
 For v=1 this is Alpa's stage objective `(m-1)*max + sum` plus the p2p critical path
@@ -36,9 +40,10 @@ def inflight_microbatches(pp, vp, m, stage):
     return np.where(vp > 1, chunks / vp, plain)
 
 
-def _stage_arrays(co: StageCoefficients, layers: np.ndarray):
+def stage_arrays(co: StageCoefficients, layers: np.ndarray) -> dict:
     """Per-stage times and memory for rows of `layers` (R x P, zeros beyond pp); `co` holds
-    the coefficients of each row's shape (length R)."""
+    the coefficients of each row's shape (length R). Keys: tau, slot, exposed_dp, opt (s);
+    params, grads, optimizer, activations, other (bytes); on (stage < pp)."""
     R, P = layers.shape
     L = layers.astype(np.float64)
     col = np.arange(P)[None, :]
@@ -75,15 +80,24 @@ def _stage_arrays(co: StageCoefficients, layers: np.ndarray):
                 optimizer=mask(optim), activations=mask(act), other=mask(other), on=on)
 
 
+def stage_memory_bytes(st: dict) -> np.ndarray:
+    """Memory per GPU of each stage of `stage_arrays` (bytes): model state + activations + working sets."""
+    return st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
+
+
+def pipeline_s(slot_max_s, slot_sum_s, num_microbatches, vp):
+    """1F1B pipeline time `(m - 1/v) max_i slot_i + sum_i slot_i / v` (see the module docstring)."""
+    return (num_microbatches - 1.0 / vp) * slot_max_s + slot_sum_s / vp
+
+
 def step_time_batch(co: StageCoefficients, layers: np.ndarray):
     """Vectorised: (step_time_s, peak_memory_bytes, fits) for each row of `layers`."""
-    st = _stage_arrays(co, layers)
+    st = stage_arrays(co, layers)
     v = co.vp.astype(np.float64)
     m = co.num_microbatches.astype(np.float64)
-    t_pipe = (m - 1.0 / v) * st["slot"].max(axis=1) + st["slot"].sum(axis=1) / v
+    t_pipe = pipeline_s(st["slot"].max(axis=1), st["slot"].sum(axis=1), m, v)
     step = t_pipe + (st["exposed_dp"] + st["opt"]).max(axis=1)
-    mem = st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["other"]
-    peak = mem.max(axis=1)
+    peak = stage_memory_bytes(st).max(axis=1)
     return step, peak, peak <= co.capacity_bytes
 
 
@@ -109,12 +123,12 @@ def evaluate_split(co: StageCoefficients, index: int, layers) -> Evaluation:
     p = int(one.pp[0])
     if len(layers) != p:
         raise ValueError(f"layers_per_stage has {len(layers)} entries for pp={p}")
-    st = _stage_arrays(one, layers[None, :])
+    st = stage_arrays(one, layers[None, :])
     v = float(one.vp[0])
     m = float(one.num_microbatches[0])
     slot = st["slot"][0, :p]
     tau = st["tau"][0, :p]
-    t_pipe = (m - 1 / v) * slot.max() + slot.sum() / v
+    t_pipe = pipeline_s(slot.max(), slot.sum(), m, v)
     tail = st["exposed_dp"][0, :p] + st["opt"][0, :p]
     k = int(np.argmax(tail))
     step = t_pipe + tail[k]
@@ -131,10 +145,11 @@ def evaluate_split(co: StageCoefficients, index: int, layers) -> Evaluation:
     breakdown["bubble_s"] = float(t_pipe - m * slot[b])
     breakdown["exposed_dp_s"] = float(st["exposed_dp"][0, k])
     breakdown["optimizer_s"] = float(st["opt"][0, k])
+    total = stage_memory_bytes(st)[0]
     stages = []
     for i in range(p):
         mem = {key: float(st[key][0, i]) for key in ("params", "grads", "optimizer", "activations", "other")}
-        mem["total"] = sum(mem.values())
+        mem["total"] = float(total[i])
         stages.append({
             "stage": i,
             "layers": int(layers[i]),
@@ -150,13 +165,3 @@ def evaluate_split(co: StageCoefficients, index: int, layers) -> Evaluation:
         capacity_bytes=float(one.capacity_bytes),
     )
 
-
-def balanced_split(num_layers: int, pp: int) -> list[int]:
-    """The textbook split: as even as possible, extra layers on the middle stages (the first
-    and last stages also hold the embedding and the LM head)."""
-    base, extra = divmod(num_layers, pp)
-    counts = [base] * pp
-    order = sorted(range(pp), key=lambda i: (i in (0, pp - 1), abs(i - (pp - 1) / 2)))
-    for i in order[:extra]:
-        counts[i] += 1
-    return counts
