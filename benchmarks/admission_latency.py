@@ -94,9 +94,9 @@ def stage_breakdown(job_map):
     import numpy as np
 
     from solveplan import api
-    from solveplan.candidates import prepare
+    from solveplan.search.candidates import prepare
     from solveplan.formulation.job import job_coefficients
-    from solveplan.pruning import memory_lower_bound_bytes
+    from solveplan.search.pruning import memory_lower_bound_bytes
     from solveplan.space.enumeration import enumerate_shapes
 
     job = api.as_job(job_map)

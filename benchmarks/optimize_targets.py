@@ -50,7 +50,7 @@ def cli_run(model: str, cluster: str, workers: int = 1) -> tuple[float, dict, in
 
 
 def inprocess_run(model: str, cluster: str) -> dict:
-    from solveplan.candidates import prepare
+    from solveplan.search.candidates import prepare
     from solveplan.catalog import load_cluster, load_model
     from solveplan.optimize import optimize
     from solveplan.specs import JobSpec
@@ -70,9 +70,9 @@ def inprocess_run(model: str, cluster: str) -> dict:
 
 def unpruned_run(model: str, cluster: str) -> dict:
     """The same search without the time pruning (every memory-feasible shape in the model)."""
-    from solveplan.candidates import prepare
+    from solveplan.search.candidates import prepare
     from solveplan.catalog import load_cluster, load_model
-    from solveplan.encoding import cpsat
+    from solveplan.search.cpsat import solve as cpsat
     from solveplan.specs import JobSpec
 
     m = load_model(model)

@@ -102,17 +102,17 @@ def build_job(spec: dict):
 
 def _cpsat_search():
     try:
-        from solveplan.encoding import cpsat
+        from solveplan.search.cpsat import solve as cpsat
     except ImportError as exc:
-        return None, f"solveplan.encoding.cpsat not importable: {exc}"
+        return None, f"solveplan.search.cpsat not importable: {exc}"
     return cpsat.search, None
 
 
 def worker(spec: dict, method: str, limit_s: float) -> dict:
     import numpy as np  # noqa: F401  (import cost outside the timed region)
 
-    from solveplan.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
-    from solveplan.candidates import prepare
+    from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
+    from solveplan.search.candidates import prepare
     from solveplan.formulation.pipeline import evaluate_split
 
     search_fn = {"exhaustive": exhaustive.search, "alpa-dp": alpa_dp.search}.get(method)

@@ -337,7 +337,7 @@ class Screen:
 
 
 def _prepare(job: JobSpec):
-    from .candidates import prepare
+    from .search.candidates import prepare
 
     return prepare(job)
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 
-from .candidates import Candidates, prepare
+from .search.candidates import Candidates, prepare
 from .errors import InputError
 from .formulation.pipeline import step_time_batch
 from .formulation.splits import balanced_layers_matrix, balanced_split, least_memory_splits
@@ -59,22 +59,22 @@ class OptimizeResult(SolveResult):
 def _search_fn(method: str):
     """The search function of `method`, imported lazily; InputError when it is unavailable."""
     if method == "cpsat":
-        from .encoding import cpsat
+        from .search.cpsat import solve
 
-        return cpsat.search, {}
+        return solve.search, {}
     mod_name = {"exhaustive": "exhaustive", "alpa-dp": "alpa_dp", "alpa_dp": "alpa_dp"}.get(method)
     if mod_name is None:
         raise InputError("--method", f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     try:
         import importlib
 
-        mod = importlib.import_module(f"solveplan.baselines.{mod_name}")
+        mod = importlib.import_module(f"solveplan.search.baselines.{mod_name}")
         fn = getattr(mod, "search")
     except (ImportError, AttributeError) as exc:
         raise InputError("--method", f"method {method} is not available in this installation ({exc}); "
                                      f"use --method cpsat") from None
     try:
-        from .baselines import PREPARE_KWARGS
+        from .search.baselines import PREPARE_KWARGS
     except ImportError:
         PREPARE_KWARGS = {"prune_time": False, "apply_dominance": False}
     return fn, dict(PREPARE_KWARGS)
@@ -323,7 +323,7 @@ def memory_frugal(job: JobSpec) -> JobSpec:
 
 def _job_fits(job: JobSpec) -> Optional[bool]:
     """Does any plan of `job` fit in memory (exactly: some shape has a fitting split)?"""
-    from .encoding.cpsat import linear_form, memory_feasible
+    from .formulation.linear import linear_form, memory_feasible
 
     job = memory_frugal(job)
     cands = prepare(job, prune_time=False)
@@ -407,7 +407,7 @@ def shortfall_for(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_GPUS
     if cands.num_legal - cands.num_dominated <= 0:
         return shape_shortfall(job)
     # the shapes with the least memory lower bounds (64 of them): their least-memory splits
-    from .pruning import memory_lower_bound_bytes
+    from .search.pruning import memory_lower_bound_bytes
     from .space.enumeration import enumerate_shapes
 
     space = enumerate_shapes(job).shapes

@@ -30,8 +30,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from solveplan.baselines import PREPARE_KWARGS, alpa_dp, exhaustive  # noqa: E402
-from solveplan.candidates import prepare  # noqa: E402
+from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive  # noqa: E402
+from solveplan.search.candidates import prepare  # noqa: E402
 from solveplan.formulation.pipeline import evaluate_split  # noqa: E402
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec  # noqa: E402
 
@@ -41,9 +41,9 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 try:
-    from solveplan.encoding import cpsat as _cpsat
+    from solveplan.search.cpsat import solve as _cpsat
 except ImportError as exc:  # the encoding lands separately (issue: CP-SAT encoding)
-    _cpsat, _CPSAT_WHY = None, f"solveplan.encoding.cpsat not importable yet: {exc}"
+    _cpsat, _CPSAT_WHY = None, f"solveplan.search.cpsat not importable yet: {exc}"
 else:
     _CPSAT_WHY = ""
 try:

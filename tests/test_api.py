@@ -66,7 +66,7 @@ def test_check_decides_when_no_balanced_split_fits():
     """Small GPUs where the memory bounds admit some shape but no balanced split fits: the
     verdict (from prepare's exact per-stage memory round, or a short CP-SAT solve) agrees
     with the exhaustive search, and a FEASIBLE witness is an uneven split that fits."""
-    from solveplan.candidates import prepare
+    from solveplan.search.candidates import prepare
     from solveplan.optimize import optimize
     from solveplan.plan import make_plan
     from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec

@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from solveplan.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
-from solveplan.candidates import prepare
+from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
+from solveplan.search.candidates import prepare
 from solveplan.formulation.pipeline import evaluate_split, step_time_batch
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
 

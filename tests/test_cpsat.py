@@ -12,8 +12,8 @@ import random
 import numpy as np
 import pytest
 
-from solveplan.candidates import prepare
-from solveplan.encoding import cpsat
+from solveplan.search.candidates import prepare
+from solveplan.search.cpsat import solve as cpsat
 from solveplan.formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
 from solveplan.formulation.splits import balanced_split
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec

@@ -3,7 +3,7 @@ it must give the same verdict as the full space."""
 
 import pytest
 
-from solveplan.candidates import prepare
+from solveplan.search.candidates import prepare
 from solveplan.catalog import load_cluster, load_model
 from solveplan.formulation.linear import linear_form, memory_feasible
 from solveplan.optimize import _job_fits

@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 from ortools.sat.python import cp_model
 
-from solveplan.candidates import prepare
+from solveplan.search.candidates import prepare
 from solveplan.catalog import load_cluster, load_model
-from solveplan.encoding import cpsat
+from solveplan.search.cpsat import solve as cpsat
 from solveplan.specs import JobSpec
 
 

@@ -55,8 +55,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ..candidates import Candidates, Choice, MethodResult
-from ..formulation.pipeline import step_time_batch
-from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits
+from ...formulation.pipeline import step_time_batch
+from ...formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits
 
 SAFE_COEFFICIENT = 10_000_000  # DESIGN.md: keep every coefficient below ~1e7
 SAFE_ACTIVITY = 1 << 33  # |coef|*|bound| summed over a row: 6x below the smallest known failure (4.8e10)
@@ -68,7 +68,7 @@ class ScalingError(RuntimeError):
     """A model would carry a coefficient or row activity beyond the safe limits."""
 
 
-from ..formulation.linear import (
+from ...formulation.linear import (
     FIRST, LAST, LinearForm, expand, linear_form, memory_feasible, pp_blocks,
     middle_limits_sorted, stage_class,
 )

@@ -36,7 +36,7 @@ import numpy as np
 
 from . import verdict
 from ..candidates import Candidates, Choice, MethodResult
-from ..formulation.pipeline import step_time_batch
+from ...formulation.pipeline import step_time_batch
 
 BLOCK_ROWS = 1 << 17
 BLOCK_ELEMENTS = 1 << 19  # rows x stages per block: bounds the formulation's temporaries (~20 arrays)

@@ -59,7 +59,7 @@ import numpy as np
 
 from . import verdict
 from ..candidates import Candidates, Choice, MethodResult
-from ..formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
+from ...formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
 
 T_BATCH = 16  # t_max values solved at once (numpy batch)
 REL_TOL = 1e-12

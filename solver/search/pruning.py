@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .formulation.coefficients import StageCoefficients
-from .formulation.pipeline import inflight_microbatches
+from ..formulation.coefficients import StageCoefficients
+from ..formulation.pipeline import inflight_microbatches
 
 
 def memory_lower_bound_bytes(co: StageCoefficients, num_layers: int) -> np.ndarray:

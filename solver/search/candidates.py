@@ -15,15 +15,15 @@ from typing import Optional
 
 import numpy as np
 
-from .formulation.coefficients import StageCoefficients
-from .formulation.pipeline import step_time_batch
-from .formulation.job import job_coefficients
-from .formulation.linear import linear_form, memory_feasible
-from .formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, min_max_slot_s
-from .space.shapes import Shapes
+from ..formulation.coefficients import StageCoefficients
+from ..formulation.pipeline import step_time_batch
+from ..formulation.job import job_coefficients
+from ..formulation.linear import linear_form, memory_feasible
+from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, min_max_slot_s
+from ..space.shapes import Shapes
 from .pruning import memory_lower_bound_bytes, time_lower_bound_s
-from .space.enumeration import enumerate_shapes
-from .specs import JobSpec
+from ..space.enumeration import enumerate_shapes
+from ..specs import JobSpec
 
 
 def _prune_by_time(shapes, co, t_lb, inc, inc_step):

@@ -1,0 +1,1 @@
+"""The CP-SAT encoding of the plan search."""
