@@ -72,7 +72,7 @@ def unpruned_run(model: str, cluster: str) -> dict:
     """The same search without the time pruning (every memory-feasible shape in the model)."""
     from solveplan.search.candidates import prepare
     from solveplan.catalog import load_cluster, load_model
-    from solveplan.search.cpsat import solve as cpsat
+    from solveplan.search import cpsat
     from solveplan.specs import JobSpec
 
     m = load_model(model)

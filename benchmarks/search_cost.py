@@ -102,7 +102,7 @@ def build_job(spec: dict):
 
 def _cpsat_search():
     try:
-        from solveplan.search.cpsat import solve as cpsat
+        from solveplan.search import cpsat
     except ImportError as exc:
         return None, f"solveplan.search.cpsat not importable: {exc}"
     return cpsat.search, None

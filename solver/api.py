@@ -352,7 +352,8 @@ def _screen(cands) -> Screen:
     bound = float(cands.time_lb_s.min()) if cands.num_survivors else math.inf
     return Screen(cands.num_legal, n_shapes, ok, witness, cands.incumbent_layers, float(cands.incumbent_step_s),
                   min(bound, float(cands.incumbent_step_s)), float(cands.min_memory_lb_bytes),
-                  cands.min_memory_lb_shape, float(job.cluster.gpu.usable_memory_bytes))
+                  cands.least_memory_shapes.row(0) if len(cands.least_memory_shapes) else None,
+                  float(job.cluster.gpu.usable_memory_bytes))
 
 
 def _cands(job: JobSpec, clock: "_Clock", cache: "ResultCache"):

@@ -323,15 +323,13 @@ def memory_frugal(job: JobSpec) -> JobSpec:
 
 def _job_fits(job: JobSpec) -> Optional[bool]:
     """Does any plan of `job` fit in memory (exactly: some shape has a fitting split)?"""
-    from .formulation.linear import linear_form, memory_feasible
-
     job = memory_frugal(job)
     cands = prepare(job, prune_time=False)
     if cands.incumbent_index is not None:
         return True
     if cands.num_survivors == 0:
         return False
-    return bool(memory_feasible(linear_form(cands.coeffs, job.model.num_layers), job.model.num_layers).any())
+    return bool(cands.feasible.any())
 
 
 def _fewest_gpus(job: JobSpec, deadline: float) -> tuple[Optional[int], str]:
@@ -406,13 +404,8 @@ def shortfall_for(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_GPUS
     L = job.model.num_layers
     if cands.num_legal - cands.num_dominated <= 0:
         return shape_shortfall(job)
-    # the shapes with the least memory lower bounds (64 of them): their least-memory splits
-    from .search.pruning import memory_lower_bound_bytes
-    from .space.enumeration import enumerate_shapes
-
-    space = enumerate_shapes(job).shapes
-    lb = memory_lower_bound_bytes(job_coefficients(job, space), L)
-    shapes = space.take(np.argsort(lb, kind="stable")[:64])
+    # the shapes with the least memory lower bounds (kept by prepare): their least-memory splits
+    shapes = cands.least_memory_shapes
     rows = [shapes.row(i) for i in range(len(shapes))]
     pars = [parallel_from_row(job, r) for r in rows]
     co = job_coefficients(job, shapes)

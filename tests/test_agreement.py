@@ -41,7 +41,7 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 try:
-    from solveplan.search.cpsat import solve as _cpsat
+    from solveplan.search import cpsat as _cpsat
 except ImportError as exc:  # the encoding lands separately (issue: CP-SAT encoding)
     _cpsat, _CPSAT_WHY = None, f"solveplan.search.cpsat not importable yet: {exc}"
 else:

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from solveplan.search.candidates import prepare
-from solveplan.search.cpsat import solve as cpsat
+from solveplan.formulation.linear import expand, linear_form
+from solveplan.search import cpsat
 from solveplan.formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
 from solveplan.formulation.splits import balanced_split
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
@@ -125,7 +126,7 @@ def test_linear_form_reproduces_float_step_time():
         if cands.num_survivors == 0:
             continue
         co, L = cands.coeffs, job.model.num_layers
-        form = cpsat.linear_form(co, L)
+        form = linear_form(co, L)
         P = form.active.shape[1]
         lay = np.zeros((cands.num_survivors, P), dtype=np.int64)
         for k in range(cands.num_survivors):
@@ -134,9 +135,9 @@ def test_linear_form_reproduces_float_step_time():
             lay[k, :p] = np.diff(np.concatenate([[0], cuts, [L]]))
         step, _, _ = step_time_batch(co, lay)
         act = form.active
-        y = np.where(act, form.y_slope_s[:, None] * lay + cpsat.expand(form.y_const_s, form.pp), -np.inf).max(axis=1)
-        t1 = form.opt_slope_s[:, None] * lay + cpsat.expand(form.opt_const_s, form.pp)
-        t2 = form.red_slope_s[:, None] * lay + cpsat.expand(form.red_const_s, form.pp)
+        y = np.where(act, form.y_slope_s[:, None] * lay + expand(form.y_const_s, form.pp), -np.inf).max(axis=1)
+        t1 = form.opt_slope_s[:, None] * lay + expand(form.opt_const_s, form.pp)
+        t2 = form.red_slope_s[:, None] * lay + expand(form.red_const_s, form.pp)
         tail = np.where(act, np.maximum(t1, t2), -np.inf).max(axis=1)
         assert np.allclose(form.base_s + y + tail, step, rtol=1e-12, atol=0)
 
@@ -147,7 +148,7 @@ def test_layer_limits_agree_with_formulation():
         if cands.num_survivors == 0:
             continue
         co, L = cands.coeffs, job.model.num_layers
-        form = cpsat.linear_form(co, L)
+        form = linear_form(co, L)
         U, act = form.max_layers, form.active
 
         def mem(lay):
@@ -162,7 +163,7 @@ def test_layer_limits_agree_with_formulation():
 
 def test_integer_objective_never_exceeds_float():
     cands = prepare(make_job(L=12, gpus=32, hbm=16.0, batch=64, pp=(4, 6)))
-    form = cpsat.linear_form(cands.coeffs, 12)
+    form = linear_form(cands.coeffs, 12)
     q = 1e-4
     iform = cpsat.IntegerForm.make(form, cands.time_lb_s, q)
     rng = np.random.default_rng(1)
@@ -221,7 +222,7 @@ def test_canonical_split_reaches_target_and_is_balanced():
     cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64, pp=(4,)))
     res = cpsat.search(cands, time_limit_s=20)
     k = res.best.index
-    form = cpsat.linear_form(cands.coeffs, 12)
+    form = linear_form(cands.coeffs, 12)
     q = res.stats["time_quantum_s"]
     iform = cpsat.IntegerForm.make(form, cands.time_lb_s, q)
     target = iform.objective(k, res.best.layers)

@@ -18,7 +18,8 @@ from ortools.sat.python import cp_model
 
 from solveplan.search.candidates import prepare
 from solveplan.catalog import load_cluster, load_model
-from solveplan.search.cpsat import solve as cpsat
+from solveplan.formulation.linear import linear_form, memory_feasible
+from solveplan.search import cpsat
 from solveplan.specs import JobSpec
 
 
@@ -86,7 +87,7 @@ def test_models_of_real_instances_stay_under_the_limits(model, cluster):
     assert res.status == "OPTIMAL"
     # and directly, on a model rebuilt from the same integer form
     L = cands.job.model.num_layers
-    form = cpsat.linear_form(cands.coeffs, L)
+    form = linear_form(cands.coeffs, L)
     iform = cpsat.IntegerForm.make(form, cands.time_lb_s, st["time_quantum_s"])
     built = cpsat.build_model(iform, list(range(cands.num_survivors)), L, st["cap_quanta"],
                               rank=cpsat.shape_ranks(cands))
@@ -102,12 +103,12 @@ def test_uncapped_model_without_incumbent_is_guarded():
 
     cands = prepare(_job("llama2-70b", "a100x1024"))
     L = cands.job.model.num_layers
-    form = cpsat.linear_form(cands.coeffs, L)
+    form = linear_form(cands.coeffs, L)
     tight = form.max_layers.copy()
     # the least capacity at which some stage still holds a single layer, minus a bit
     small = dataclasses.replace(cands.coeffs, capacity_bytes=cands.coeffs.capacity_bytes * 0.3)
     starved = dataclasses.replace(cands, coeffs=small, incumbent_index=None, incumbent_step_s=float("inf"))
-    assert not cpsat.memory_feasible(cpsat.linear_form(small, L), L).any()
+    assert not memory_feasible(linear_form(small, L), L).any()
     assert tight.max() > 0
     res = cpsat.search(starved, time_limit_s=10)
     assert res.status == "INFEASIBLE" and res.best is None

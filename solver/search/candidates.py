@@ -1,41 +1,42 @@
-"""Shared first phase of every search method: enumerate legal shapes, compute their
-coefficients with the formulation, prune by the memory and time lower bounds
-(solveplan.pruning) against an incumbent, and keep the counts to report.
+"""Shared first phase of every search method: enumerate legal shapes (`space`), price them
+with the formulation, prune by the memory and time lower bounds (`search.pruning`) against
+an incumbent, and keep what was derived on the way -- the coefficients, the linear form and
+its memory limits, each shape's heuristic split, the counts -- so that no method derives them
+again.
 
 The incumbent is the best fitting plan found before any search: the balanced (textbook)
 split of every shape, then (with time pruning) the water-filled split within each shape's
-per-stage memory limits. Any method must return a plan at least that good, and it refutes
-an INFEASIBLE verdict.
+per-stage memory limits (`formulation.splits.heuristic_splits`). Any method must return a
+plan at least that good, and it refutes an INFEASIBLE verdict.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
 from ..formulation.coefficients import StageCoefficients
-from ..formulation.pipeline import step_time_batch
 from ..formulation.job import job_coefficients
-from ..formulation.linear import linear_form, memory_feasible
+from ..formulation.linear import LinearForm, linear_form, memory_feasible
+from ..formulation.pipeline import step_time_batch
 from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, min_max_slot_s
-from ..space.shapes import Shapes
-from .pruning import memory_lower_bound_bytes, time_lower_bound_s
 from ..space.enumeration import enumerate_shapes
+from ..space.shapes import Shapes
 from ..specs import JobSpec
+from .pruning import memory_lower_bound_bytes, time_lower_bound_s
 
-
-def _prune_by_time(shapes, co, t_lb, inc, inc_step):
-    """Keep the shapes whose time lower bound does not exceed the incumbent."""
-    keep = t_lb <= inc_step * (1 + 1e-9)
-    kidx = np.flatnonzero(keep)
-    return shapes.take(kidx), co.take(kidx), t_lb[kidx], int(np.searchsorted(kidx, inc)), int((~keep).sum())
+LEAST_MEMORY_SHAPES = 64  # shapes kept for an INFEASIBLE verdict's explanation (`diagnose`)
 
 
 @dataclass
 class Candidates:
-    """Shapes that survive pruning, with their coefficients and bounds."""
+    """Shapes that survive pruning, with their coefficients and bounds, and the state derived
+    from them: `form` (linear form with per-stage memory limits), `feasible` (some split fits)
+    and `splits` (a fitting split per shape: water-filled, or balanced for an even-split job).
+    Those three are computed once -- by `prepare`, or on first use -- and belong to `coeffs`:
+    a copy with other coefficients (`dataclasses.replace`) derives its own."""
 
     job: JobSpec
     shapes: Shapes  # survivors
@@ -48,13 +49,55 @@ class Candidates:
     num_dominated: int
     num_pruned_memory: int
     num_pruned_time: int
-    # the tightest memory lower bound over all legal shapes (for INFEASIBLE explanations)
+    # over all legal shapes (for INFEASIBLE explanations): the tightest memory lower bound, and
+    # the LEAST_MEMORY_SHAPES shapes with the least bounds, least first
     min_memory_lb_bytes: float
-    min_memory_lb_shape: Optional[dict]
+    least_memory_shapes: Shapes
+    _form: Optional[LinearForm] = field(default=None, init=False, repr=False)
+    _splits: Optional[np.ndarray] = field(default=None, init=False, repr=False)
 
     @property
     def num_survivors(self) -> int:
         return len(self.shapes)
+
+    @property
+    def num_layers(self) -> int:
+        return self.job.model.num_layers
+
+    @property
+    def form(self) -> LinearForm:
+        if self._form is None:
+            self._form = linear_form(self.coeffs, self.num_layers)
+        return self._form
+
+    @property
+    def feasible(self) -> np.ndarray:
+        """Per survivor: some layer split fits in memory."""
+        return memory_feasible(self.form, self.num_layers)
+
+    @property
+    def splits(self) -> np.ndarray:
+        """(S, P) a fitting split per memory-feasible survivor (zeros elsewhere); the balanced
+        split of every survivor for an even-split job."""
+        if self._splits is None:
+            if self.job.constraints.uneven_split:
+                self._splits = heuristic_splits(self.form, self.num_layers)
+            else:
+                self._splits = balanced_layers_matrix(self.num_layers, self.shapes.pp)
+        return self._splits
+
+    def _keep_derived(self, form: LinearForm, splits: Optional[np.ndarray], idx: np.ndarray) -> None:
+        """Carry the form (and splits) `prepare` derived for a superset of the survivors."""
+        self._form = form.take(idx)
+        if splits is not None:
+            self._splits = splits[idx, :self._form.max_layers.shape[1]]
+
+
+def _prune_by_time(shapes, co, t_lb, inc, inc_step):
+    """Keep the shapes whose time lower bound does not exceed the incumbent."""
+    keep = t_lb <= inc_step * (1 + 1e-9)
+    kidx = np.flatnonzero(keep)
+    return kidx, shapes.take(kidx), co.take(kidx), t_lb[kidx], int(np.searchsorted(kidx, inc)), int((~keep).sum())
 
 
 def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True) -> Candidates:
@@ -63,12 +106,12 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
     L = job.model.num_layers
     if len(shapes) == 0:
         return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"), None,
-                          space.num_legal, space.num_dominated, 0, 0, float("inf"), None)
+                          space.num_legal, space.num_dominated, 0, 0, float("inf"), shapes)
     co = job_coefficients(job, shapes)
     mem_lb = memory_lower_bound_bytes(co, L)
     fit = mem_lb <= co.capacity_bytes
-    k = int(np.argmin(mem_lb))
-    min_lb, min_shape = float(mem_lb[k]), shapes.row(k)
+    least = np.argsort(mem_lb, kind="stable")[:LEAST_MEMORY_SHAPES]
+    min_lb, least_shapes = float(mem_lb[least[0]]), shapes.take(least)
     n_mem = int((~fit).sum())
     idx = np.flatnonzero(fit)
     shapes, co = shapes.take(idx), co.take(idx)
@@ -90,9 +133,10 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
             inc, inc_step = int(sel[k]), float(step[k])
             inc_layers = balanced_split(L, int(shapes.pp[inc]))
     n_time = 0
+    derived = None
     if prune_time and len(shapes):
         if inc is not None:
-            shapes, co, t_lb, inc, n_time = _prune_by_time(shapes, co, t_lb, inc, inc_step)
+            _, shapes, co, t_lb, inc, n_time = _prune_by_time(shapes, co, t_lb, inc, inc_step)
         # second round on the survivors, with the per-stage memory limits: shapes with no
         # fitting split go (exact), the largest-slot bound becomes memory-aware, and the
         # water-filling split of each shape may improve (or, when no balanced split fits,
@@ -100,6 +144,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
         form = linear_form(co, L)
         feasible = memory_feasible(form, L)
         n_mem += int((~feasible).sum())
+        splits = None
         if job.constraints.uneven_split:  # an even-split job keeps its balanced incumbent
             splits = heuristic_splits(form, L)
             step, _, fits = step_time_batch(co, splits)
@@ -114,37 +159,11 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
             shapes, co, t_lb = shapes.take(kidx), co.take(kidx), t_lb[kidx]
         else:
             t_lb[inc] = min(t_lb[inc], inc_step)
-            shapes, co, t_lb, inc, more = _prune_by_time(shapes, co, t_lb, inc, inc_step)
+            kidx, shapes, co, t_lb, inc, more = _prune_by_time(shapes, co, t_lb, inc, inc_step)
             n_time += more - int((~feasible).sum())
-    return Candidates(job, shapes, co, t_lb, inc, inc_step, inc_layers, space.num_legal, space.num_dominated,
-                      n_mem, n_time, min_lb, min_shape)
-
-
-@dataclass
-class Choice:
-    """One answer of a search method: a surviving shape (index into Candidates.shapes) and
-    its layer split, with the method's own value of the objective."""
-
-    index: int
-    layers: list[int]
-    objective_s: float
-
-
-@dataclass
-class MethodResult:
-    """What every search method (cpsat, exhaustive, alpa-dp) returns to solveplan.optimize.
-
-    status: "OPTIMAL" | "FEASIBLE" (stopped early with a plan) | "INFEASIBLE" | "UNKNOWN".
-    best: the chosen plan (None when there is none); top: the K best distinct plans found
-    (best first) when asked for; bound_s: a proven lower bound on the optimal step time (None
-    when the method proves nothing); evaluations: configurations evaluated (baselines);
-    finished: False when a budget stopped the method; stats: solver statistics to report.
-    """
-
-    status: str
-    best: Optional[Choice]
-    bound_s: Optional[float] = None
-    top: list[Choice] = None
-    evaluations: Optional[int] = None
-    finished: bool = True
-    stats: dict = None
+        derived = (form, splits, kidx)
+    cands = Candidates(job, shapes, co, t_lb, inc, inc_step, inc_layers, space.num_legal, space.num_dominated,
+                       n_mem, n_time, min_lb, least_shapes)
+    if derived is not None:
+        cands._keep_derived(*derived)
+    return cands

@@ -58,7 +58,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import verdict
-from ..candidates import Candidates, Choice, MethodResult
+from ..candidates import Candidates
+from ..result import Choice, MethodResult
 from ...formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
 
 T_BATCH = 16  # t_max values solved at once (numpy batch)

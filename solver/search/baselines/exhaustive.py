@@ -35,7 +35,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import verdict
-from ..candidates import Candidates, Choice, MethodResult
+from ..candidates import Candidates
+from ..result import Choice, MethodResult
 from ...formulation.pipeline import step_time_batch
 
 BLOCK_ROWS = 1 << 17

@@ -1,0 +1,131 @@
+"""The CP-SAT model of one search round (the package docstring lists its variables and
+rows): `build_model` over the shapes of an `IntegerForm`, `add_hint` for a known plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ...formulation.linear import stage_class
+from ...formulation.splits import balanced_split
+from .integer import IntegerForm
+from .scaling import OBJECTIVE_UNITS
+
+
+@dataclass
+class Model:
+    """A built CP-SAT model and the handles the solve reads back."""
+
+    model: cp_model.CpModel
+    shapes: list[int]  # indices into the candidates, one per x
+    x: list
+    layers: list
+    y: object  # the steady-state part
+    tail: object
+    obj: object
+    rank_expr: object
+    aux: dict = field(default_factory=dict)
+
+
+def _row(model, var, slope: int, lvar, const: int, lit) -> None:
+    """var >= slope*l + const under lit, for an active stage (l >= 1); skipped when it can
+    never bind (var >= 0)."""
+    if slope <= 0 and slope + const <= 0:
+        return
+    if slope == 0:
+        model.add(var >= const).only_enforce_if(lit)
+    else:
+        model.add(var >= slope * lvar + const).only_enforce_if(lit)
+
+
+def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Optional[int], *, rank: np.ndarray,
+                uneven: bool = True, symmetry: bool = True, hint: Optional[tuple[int, list[int]]] = None) -> Model:
+    """The CP-SAT model over `shapes` (indices into the integer form) with the objective capped
+    at `cap` quanta (None: uncapped, domain 64x the scaling units)."""
+    L = num_layers
+    model = cp_model.CpModel()
+    ub = int(cap) if cap is not None else OBJECTIVE_UNITS * 64
+    x = [model.new_bool_var(f"x{k}") for k in shapes]
+    model.add_exactly_one(x)
+    pps = form.pp[shapes] if shapes else np.zeros(0, dtype=np.int64)
+    P = int(pps.max()) if len(shapes) else 1
+    sym = symmetry and uneven
+    z = {}
+    for p in sorted(set(pps.tolist())):
+        z[p] = model.new_bool_var(f"pp{p}")
+        model.add(z[p] == sum(xv for xv, pk in zip(x, pps.tolist()) if pk == p))
+    act = [None]
+    for i in range(1, P):
+        a = model.new_bool_var(f"active{i}")
+        model.add(a == sum(zv for p, zv in z.items() if p > i))
+        act.append(a)
+    U = np.clip(form.max_layers[shapes, :P] if shapes else np.zeros((0, P), dtype=np.int64), 0, L)
+    lmax = [int(U[:, i].max()) if len(shapes) else 0 for i in range(P)]
+    layers = []
+    for i in range(P):
+        lv = model.new_int_var(min(1, lmax[i]) if i == 0 else 0, lmax[i], f"l{i}")
+        layers.append(lv)
+    model.add(sum(layers) == L)
+    for i in range(1, P):
+        model.add(layers[i] >= act[i])
+        model.add(layers[i] <= lmax[i] * act[i])
+    for i in range(P):  # memory: the chosen shape's limit on stage i
+        terms = [int(U[j, i]) * x[j] for j in range(len(shapes)) if U[j, i] > 0]
+        model.add(layers[i] <= (sum(terms) if terms else 0))
+    if sym:
+        for i in range(1, P - 2):
+            model.add(layers[i] <= layers[i + 1]).only_enforce_if(act[i + 2])
+    if not uneven:
+        for p, zv in z.items():
+            for i, n in enumerate(balanced_split(L, p)):
+                model.add(layers[i] == n).only_enforce_if(zv)
+    y = model.new_int_var(0, ub, "Y")
+    tail = model.new_int_var(0, ub, "tail")
+    obj = model.new_int_var(0, ub, "objective")
+    for j, k in enumerate(shapes):
+        p = int(form.pp[k])
+        lit = x[j]
+        y_slope, opt_slope, red_slope = int(form.y_slope[k]), int(form.opt_slope[k]), int(form.red_slope[k])
+        if sym:
+            top = sorted({0, p - 1} | ({p - 2} if p >= 3 else set()))
+            red = sorted({0, p - 1} | ({(p - 2) if red_slope >= 0 else 1} if p >= 3 else set()))
+        else:
+            top = red = list(range(p))
+        for i in top:
+            c = stage_class(i, p)
+            _row(model, y, y_slope, layers[i], int(form.y_const[k, c]), lit)
+            _row(model, tail, opt_slope, layers[i], int(form.opt_const[k, c]), lit)
+        for i in red:
+            _row(model, tail, red_slope, layers[i], int(form.red_const[k, stage_class(i, p)]), lit)
+    model.add(obj == y + tail + sum(int(form.base[k]) * x[j] for j, k in enumerate(shapes)))
+    model.add(obj >= sum(int(form.lower_bound[k]) * x[j] for j, k in enumerate(shapes)))
+    model.minimize(obj)
+    rank_expr = sum(int(rank[k]) * x[j] for j, k in enumerate(shapes))
+    m = Model(model, list(shapes), x, layers, y, tail, obj, rank_expr, aux={"z": z, "act": act})
+    if hint is not None:
+        add_hint(m, form, hint[0], hint[1])
+    return m
+
+
+def add_hint(m: Model, form: IntegerForm, k: int, split: list[int]) -> None:
+    """Hint shape k with `split` (its values of every variable)."""
+    if k not in m.shapes:
+        return
+    m.model.clear_hints()
+    p = int(form.pp[k])
+    for j, kk in enumerate(m.shapes):
+        m.model.add_hint(m.x[j], kk == k)
+    for pv, zv in m.aux["z"].items():
+        m.model.add_hint(zv, pv == p)
+    for i, a in enumerate(m.aux["act"]):
+        if a is not None:
+            m.model.add_hint(a, i < p)
+    for i, lv in enumerate(m.layers):
+        m.model.add_hint(lv, int(split[i]) if i < p else 0)
+    b, y, t = form.parts(k, split)
+    m.model.add_hint(m.y, y)
+    m.model.add_hint(m.tail, t)
+    m.model.add_hint(m.obj, max(b + y + t, int(form.lower_bound[k])))
