@@ -278,7 +278,7 @@ def main(argv=None):
         "with the per-stage memory limits; the table at the end) and, for `plan`, the CP-SAT solve over the "
         "shapes that survive (a handful for every job here). prepare grows with the number of legal shapes (up "
         "to ~150k for 100B+ models on 512-1024 GPUs). An INFEASIBLE plan also pays optimize's shortfall search "
-        "for the fewest GPUs that fit (`optimize.shortfall_for`, on the least-memory knobs). The API caches per "
+        "for the fewest GPUs that fit (`diagnose.memory_shortfall`, on the least-memory knobs). The API caches per "
         "job, so only the first query of a job pays, and the time limit bounds even that (status UNKNOWN, or "
         "FEASIBLE with the incumbent and its gap). Timings vary by up to 2x between runs on this shared "
         "machine.\n")

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from solveplan.calibrate import Param, fit_least_squares, gpu_params, grid_seeds
+from solveplan.calibration.fit import Param, fit_least_squares
+from solveplan.calibration.step_fit import gpu_params, grid_seeds
 from solveplan.catalog import load_gpu
 from solveplan.calibration.published import GPU_FAMILY, load, validate_rows
 
@@ -133,7 +134,7 @@ def main():
              "`solveplan.calibration.published` can time (skipped rows excluded), sorted by id and split even/odd per GPU chip; each "
              "half fits the GPU efficiencies and predicts the other (2-fold). Errors are |predicted/measured - 1| of the "
              "step time, through `validate_rows` (free knobs at their best legal setting, as there).", "",
-             "- **calibrate**: `solveplan.calibrate.fit_least_squares` (bounded least squares on log ratios, started "
+             "- **calibrate**: `solveplan.calibration.fit.fit_least_squares` (bounded least squares on log ratios, started "
              "from the best point of calibrate's coarse grid) on the fit half.",
              "- **shipped defaults**: clusters/gpus/*.yaml, grid-fitted by benchmarks/fit_published.py on *all* rows "
              "(the held-out half included), so this baseline has seen the test rows.",

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from solveplan.cli.evaluate import evaluate_config
-from solveplan.cli.jobopts import build_job
-from solveplan.links import generate_links
-from solveplan.placement import default_workers, place
+from solveplan.catalog import load_job
+from solveplan.placement.cpsat import default_workers
+from solveplan.placement.place import place
+from solveplan.placement.topology import generate_links
+from solveplan.plan import plan_config
 
 OUT = Path(__file__).parent / "results" / "placement.md"
 
@@ -45,13 +46,13 @@ def main(argv=None):
     ap.add_argument("--pp", default="8,16,32")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
-    job = build_job(model="gpt3-175b", cluster="a100x1024")
+    job = load_job({"model": "gpt3-175b", "cluster": "a100x1024"})
     workers = a.workers or default_workers()
     rows = []
     for seed in [int(x) for x in a.seeds.split(",")]:
         lm, links, node = matrix(seed)
         for pp in [int(x) for x in a.pp.split(",")]:
-            par = evaluate_config(job, tp=8, pp=pp).parallel
+            par = plan_config(job, dict(tp=8, pp=pp)).parallel
             t0 = time.perf_counter()
             r = place(job, par, lm, time_limit_s=a.time_limit, workers=workers)
             wall = time.perf_counter() - t0

@@ -1,7 +1,10 @@
-"""The shipped catalogs: models/*.yaml, clusters/gpus/*.yaml, clusters/families/*.yaml
-(templates behind `<gpu>x<N>` names) and clusters/*.yaml (named clusters).
+"""Catalogs and references -> specs: models/*.yaml, clusters/gpus/*.yaml, clusters/families/*.yaml
+(templates behind `<gpu>x<N>` names) and clusters/*.yaml (named clusters), spec files and
+Hugging Face config.json files, and `load_job`: the one reader of a job mapping
+(`specs.request.JobRequest`) into a `JobSpec`.
 
-Every lookup failure is an `InputError` naming the field and offering close matches.
+Every lookup failure is an `InputError` naming the field (a spec path under the `field` the
+caller gives) and offering close matches.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Optional, Union
 
 import yaml
-from pydantic import ValidationError
 
-from .errors import InputError, pydantic_error_line
-from .specs import ClusterSpec, GPUSpec, ModelSpec
+from .errors import InputError, path
+from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
+from .specs.base import build
+from .specs.request import JobRequest
 
 _PACKAGES = {
     "models": "solveplan.catalog_models",
@@ -66,13 +70,9 @@ def _unknown(field: str, what: str, name: str, known: list[str]) -> InputError:
     return InputError(field, f"unknown {what} {name!r}{hint}")
 
 
-def build(spec_cls, data: dict, field: str):
-    try:
-        return spec_cls(**data)
-    except ValidationError as exc:
-        raise InputError("", pydantic_error_line(exc, prefix=f"{field}.")) from None
-    except TypeError as exc:
-        raise InputError(field, str(exc)) from None
+def is_file_ref(ref: str) -> bool:
+    """Does `ref` name a spec file (by its suffix, or because it exists)?"""
+    return Path(ref).suffix.lower() in (".yaml", ".yml", ".json") or Path(ref).exists()
 
 
 # ---------------------------------------------------------------- models
@@ -82,22 +82,27 @@ def catalog_models() -> dict[str, ModelSpec]:
             for name, p in _entries("models").items()}
 
 
-def load_model(ref: str) -> ModelSpec:
-    """A catalog name, a YAML/JSON ModelSpec file, or a Hugging Face config.json."""
+def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
+    """A catalog name, a YAML/JSON ModelSpec file, a Hugging Face config.json, or a mapping."""
+    if isinstance(ref, dict):
+        return build(ModelSpec, {"name": "custom", **ref}, field)
     models = catalog_models()
     if ref in models:
         return models[ref]
     if ref.lower() in models:
         return models[ref.lower()]
-    if Path(ref).suffix.lower() in (".yaml", ".yml", ".json") or Path(ref).exists():
-        data = read_mapping(ref, "--model")
-        from .specs.hf import is_hf_config, model_from_hf_config
+    if is_file_ref(ref):
+        data = read_mapping(ref, field)
+        from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
 
         if is_hf_config(data):
-            return model_from_hf_config(data, name=Path(ref).parent.name or Path(ref).stem)
+            try:
+                return model_from_hf_config(data, name=Path(ref).parent.name or Path(ref).stem)
+            except InputError as exc:  # the converter names paths under its own root, "model"
+                raise InputError(field + exc.field.removeprefix(HF_FIELD), exc.message) from None
         data.setdefault("name", Path(ref).stem)
-        return build(ModelSpec, data, "model")
-    raise _unknown("--model", "model", ref, list(models))
+        return build(ModelSpec, data, field)
+    raise _unknown(field, "model", ref, list(models))
 
 
 # ---------------------------------------------------------------- GPUs
@@ -122,24 +127,31 @@ def catalog_families() -> dict[str, dict]:
     return {name: read_mapping(p, "cluster family") for name, p in _entries("families").items()}
 
 
-def _cluster_from_mapping(data: dict, field: str) -> ClusterSpec:
+def cluster_from_mapping(data: dict, field: str = "cluster") -> ClusterSpec:
+    """A ClusterSpec from a mapping whose `gpu` is a catalog name or a GPU mapping."""
     data = dict(data)
     if "gpu" not in data:
-        raise InputError(f"{field}.gpu", "missing; name a GPU from `solveplan gpus` or give its spec")
-    data["gpu"] = load_gpu(data["gpu"], f"{field}.gpu")
+        raise InputError(path(field, "gpu"), "missing; name a GPU from `solveplan gpus` or give its spec")
+    data["gpu"] = load_gpu(data["gpu"], path(field, "gpu"))
     return build(ClusterSpec, data, field)
 
 
 @lru_cache(maxsize=None)
 def catalog_clusters() -> dict[str, ClusterSpec]:
-    return {name: _cluster_from_mapping({"name": name, **read_mapping(p, "cluster")}, f"clusters/{name}.yaml")
+    return {name: cluster_from_mapping({"name": name, **read_mapping(p, "cluster")}, f"clusters/{name}.yaml")
             for name, p in _entries("clusters").items()}
 
 
 _FAMILY_RE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9.\-]*?)x(?P<n>\d+)$")
 
 
-def family_cluster(family: str, num_gpus: int, field: str = "--cluster") -> ClusterSpec:
+def family_name(name: str) -> Optional[tuple[str, int]]:
+    """('a100', 64) for 'a100x64' (any family-shaped name; the family may not exist); None otherwise."""
+    m = _FAMILY_RE.match(name.strip().lower())
+    return (m.group("family"), int(m.group("n"))) if m else None
+
+
+def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> ClusterSpec:
     fams = catalog_families()
     if family not in fams:
         raise _unknown(field, "cluster family", family, list(fams))
@@ -150,23 +162,69 @@ def family_cluster(family: str, num_gpus: int, field: str = "--cluster") -> Clus
         raise InputError(field, f"{family}x{num_gpus}: {num_gpus} GPUs is not a multiple of {per_node} GPUs per node; "
                                 f"use {family}x{lo} or {family}x{lo + per_node}")
     tmpl.pop("description", None)
-    return _cluster_from_mapping({**tmpl, "name": f"{family}x{num_gpus}", "num_nodes": num_gpus // per_node}, field)
+    return cluster_from_mapping({**tmpl, "name": f"{family}x{num_gpus}", "num_nodes": num_gpus // per_node}, field)
 
 
-def load_cluster(ref: str) -> ClusterSpec:
-    """A named cluster, a `<gpu>x<N>` family name, or a YAML/JSON ClusterSpec file."""
+def cluster_family(cluster: ClusterSpec) -> Optional[str]:
+    """The catalog family a cluster was made from (`a100` for `a100x64`), else None."""
+    fam = family_name(cluster.name)
+    return fam[0] if fam and fam[0] in catalog_families() else None
+
+
+def resize_cluster(cluster: ClusterSpec, num_nodes: int) -> ClusterSpec:
+    """The same cluster with `num_nodes` nodes: every parameter kept (racks, and the link
+    overrides among its first `num_nodes` nodes), named `<family>x<N>` when it is a family's."""
+    if num_nodes == cluster.num_nodes:
+        return cluster
+    fam = cluster_family(cluster)
+    name = f"{fam}x{num_nodes * cluster.gpus_per_node}" if fam else f"{cluster.name}[{num_nodes} nodes]"
+    links = tuple(x for x in cluster.link_overrides if x.src < num_nodes and x.dst < num_nodes)
+    return cluster.model_copy(update={"num_nodes": num_nodes, "name": name, "link_overrides": links})
+
+
+def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
+    """A named cluster, a `<gpu>x<N>` family name, a YAML/JSON ClusterSpec file, or a mapping."""
+    if isinstance(ref, dict):
+        return cluster_from_mapping({"name": "custom", **ref}, field)
     clusters = catalog_clusters()
     key = ref.lower()
     if key in clusters:
         return clusters[key]
-    m = _FAMILY_RE.match(key)
-    if m and m.group("family") in catalog_families():
-        return family_cluster(m.group("family"), int(m.group("n")))
-    if Path(ref).suffix.lower() in (".yaml", ".yml", ".json") or Path(ref).exists():
-        data = read_mapping(ref, "--cluster")
+    fam = family_name(key)
+    if fam and fam[0] in catalog_families():
+        return family_cluster(fam[0], fam[1], field)
+    if is_file_ref(ref):
+        data = read_mapping(ref, field)
         data.setdefault("name", Path(ref).stem)
-        return _cluster_from_mapping(data, "cluster")
-    known = list(clusters) + [f"{f}x{m.group('n') if m else 64}" for f in catalog_families()]
-    if m and not any(key.startswith(f) for f in catalog_families()):
-        raise _unknown("--cluster", "cluster family", m.group("family"), list(catalog_families()))
-    raise _unknown("--cluster", "cluster", ref, known)
+        return cluster_from_mapping(data, field)
+    known = list(clusters) + [f"{f}x{fam[1] if fam else 64}" for f in catalog_families()]
+    if fam and not any(key.startswith(f) for f in catalog_families()):
+        raise _unknown(field, "cluster family", fam[0], list(catalog_families()))
+    raise _unknown(field, "cluster", ref, known)
+
+
+# ---------------------------------------------------------------- jobs
+def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
+    """The JobSpec of a job mapping (`specs.request.JobRequest`): model and cluster resolved
+    (catalog names, files, inline mappings), global batch and sequence from the model's recipe
+    unless given. Bad input is an InputError naming its path under `field`."""
+    if not isinstance(data, JobRequest):
+        if not isinstance(data, Mapping):
+            raise InputError(field, f"give a mapping of job fields, not {type(data).__name__}")
+        data = build(JobRequest, dict(data), field, list_keys=True)
+    for key in ("model", "cluster"):
+        if getattr(data, key) is None:
+            raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
+    model = load_model(data.model, path(field, "model"))
+    cluster = load_cluster(data.cluster, path(field, "cluster"))
+    job: dict[str, Any] = {
+        "model": model,
+        "cluster": cluster,
+        "global_batch_size": data.global_batch_size or model.global_batch_size,
+        "seq_length": data.seq_length or model.seq_length,
+        "constraints": build(Constraints, data.constraints or {}, path(field, "constraints")),
+    }
+    for key in ("precision", "flash_attention"):
+        if getattr(data, key) is not None:
+            job[key] = getattr(data, key)
+    return build(JobSpec, job, field)

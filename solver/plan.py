@@ -1,19 +1,27 @@
-"""The plan: one value type for every method's answer. Its times and memory are always
-recomputed with the float formulation (`make_plan`), never read back from a solver's
-scaled integer objective (DESIGN.md section 2)."""
+"""The plan: one value type for every method's answer and every configuration evaluated.
+Its times and memory are always recomputed with the float formulation (`make_plan`), never
+read back from a solver's scaled integer objective (DESIGN.md section 2).
+
+Three ways to a plan, each through `make_plan`: a search method's choice (`optimize`), an
+explicit configuration (`plan_config`: `space.rules.complete_config` fills and checks it),
+and the textbook Megatron-LM configuration (`textbook_plan`). `Comparison` sets one plan
+against another.
+"""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Mapping, Optional
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .formulation.pipeline import evaluate_split
 from .formulation.job import job_coefficients, throughput
+from .formulation.pipeline import evaluate_split, step_time_batch
+from .formulation.splits import balanced_layers_matrix, balanced_split
+from .search.result import PlanStatus
+from .space.rules import complete_config, textbook_shapes
 from .space.shapes import RECOMPUTE_CODES, Shapes
 from .specs import JobSpec
-
-Status = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
 
 
 class Out(BaseModel):
@@ -41,6 +49,10 @@ class ParallelConfig(Out):
         """Canonical order used to break ties deterministically."""
         return (self.tp, self.cp, self.pp, self.vp, self.micro_batch_size,
                 RECOMPUTE_CODES[self.recompute], int(self.sequence_parallel), self.zero)
+
+    def describe(self) -> str:
+        return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} vp={self.vp} mbs={self.micro_batch_size} "
+                f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}")
 
 
 class StageMemory(Out):
@@ -102,6 +114,60 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
     )
 
 
+def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field: Optional[str] = None) -> Plan:
+    """The plan of one explicit configuration (keys `space.rules.CONFIG_KEYS`, defaults and
+    checks there; the balanced split unless `layers` is given). InputError naming the key
+    under `field` when the configuration is illegal for the job."""
+    row, layers = complete_config(job, cfg, field, job_field)
+    if layers is None:
+        layers = balanced_split(job.model.num_layers, row["pp"])
+    # with vp > 1 a rank holding fewer than vp layers has empty virtual chunks: legal in
+    # Megatron Core's --pipeline-model-parallel-layout ("E||t|L": empty stages are allowed)
+    return make_plan(job, parallel_from_row(job, row), layers)
+
+
+def textbook_plan(job: JobSpec) -> Optional[Plan]:
+    """The best fitting plan among the usual Megatron-LM defaults (`space.rules.textbook_shapes`)
+    with the balanced layer split: any tp, pp and micro-batch size the job allows. None when no
+    such plan fits."""
+    shapes = textbook_shapes(job)
+    if len(shapes) == 0:
+        return None
+    co = job_coefficients(job, shapes)
+    step, _, fits = step_time_batch(co, balanced_layers_matrix(job.model.num_layers, shapes.pp))
+    step = np.where(fits, step, np.inf)
+    if not np.isfinite(step).any():
+        return None
+    # fastest; ties by the canonical key
+    best = min(np.flatnonzero(step == step.min()).tolist(),
+               key=lambda k: parallel_from_row(job, shapes.row(k)).key())
+    par = parallel_from_row(job, shapes.row(best))
+    return make_plan(job, par, balanced_split(job.model.num_layers, par.pp))
+
+
+class Comparison(Out):
+    """Another configuration evaluated by the same float formulation, against the plan."""
+
+    label: str
+    parallel: ParallelConfig
+    layers_per_stage: list[int]
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    peak_memory_bytes: float
+    fits: bool
+    speedup: Optional[float] = None  # its step time / the plan's (> 1: the plan is faster)
+    note: Optional[str] = None
+
+    @classmethod
+    def of(cls, label: str, other: Plan, plan: Optional[Plan]) -> "Comparison":
+        return cls(label=label, parallel=other.parallel, layers_per_stage=other.layers_per_stage,
+                   step_time_s=other.step_time_s, tokens_per_s=other.tokens_per_s, mfu=other.mfu,
+                   peak_memory_bytes=other.peak_memory_bytes, fits=other.fits,
+                   speedup=(other.step_time_s / plan.step_time_s) if plan is not None else None,
+                   note=None if other.fits else "does not fit in GPU memory")
+
+
 class SearchStats(Out):
     method: str
     wall_time_s: float
@@ -129,7 +195,7 @@ class Shortfall(Out):
 
 
 class SolveResult(Out):
-    status: Status
+    status: PlanStatus
     plan: Optional[Plan] = None
     bound_step_time_s: Optional[float] = None
     gap: Optional[float] = None

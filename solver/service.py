@@ -7,8 +7,9 @@
     GET  /healthz                                                        -> status and cache counters
     GET  /openapi.json
 
-A job is what `solveplan --job` files hold (model, cluster, global_batch_size, seq_length,
-precision, flash_attention, constraints): catalog names or inline mappings. Answers are the
+A job is a `specs.request.JobRequest` -- what `solveplan --job` files hold (model, cluster,
+global_batch_size, seq_length, precision, flash_attention, constraints): catalog names or
+inline mappings. Answers are the
 library's results serialised with `model_dump(mode="json")`: the same JSON as
 `solveplan.api.<call>(...).model_dump(mode="json")` in Python.
 
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import api
 from .errors import InputError
+from .specs.request import JobRequest, Target
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TIME_LIMIT_S = 60.0
@@ -42,40 +44,23 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class JobIn(_In):
-    """A training job: catalog names or inline mappings for the model and the cluster."""
-
-    id: Optional[Union[int, str]] = None
-    name: Optional[str] = None
-    model: Union[str, dict] = Field(description="catalog name (see `solveplan models`) or a ModelSpec mapping")
-    cluster: Optional[Union[str, dict]] = Field(None, description="catalog name, <gpu>x<N>, or a ClusterSpec mapping")
-    global_batch_size: Optional[PositiveInt] = None
-    seq_length: Optional[PositiveInt] = None
-    precision: Optional[Literal["bf16", "fp8"]] = None
-    flash_attention: Optional[bool] = None
-    constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
-
-    def mapping(self) -> dict:
-        return self.model_dump(exclude_none=True)
-
-
 _LIMIT = Field(None, gt=0, allow_inf_nan=False, description="seconds; capped by the server")
 
 
-class JobRequest(_In):
-    job: JobIn
+class JobCall(_In):
+    job: JobRequest
     time_limit_s: Optional[float] = _LIMIT
 
 
-class FewestGpusRequest(_In):
-    job: JobIn
+class FewestGpusCall(_In):
+    job: JobRequest
     cluster: Optional[Union[str, dict]] = Field(
         None, description="a family (h100), <gpu>x<N> (the largest allocation) or a cluster; default: the job's cluster")
-    target: api.Target
+    target: Target
     time_limit_s: Optional[float] = _LIMIT
 
 
-class AdmitRequest(_In):
+class AdmitCall(_In):
     jobs: list[Any] = Field(description="jobs with num_gpus, cluster or target each; a malformed one is decided INVALID")
     cluster: Union[str, dict] = Field(description="the free cluster")
     time_limit_s: Optional[float] = _LIMIT
@@ -225,19 +210,19 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
     q_limit = Query(None, gt=0, allow_inf_nan=False, description="seconds; overrides the body's; capped by the server")
 
     @app.post("/v1/plan", response_model=api.SolveResult)
-    async def post_plan(req: JobRequest, time_limit_s: Optional[float] = q_limit):
+    async def post_plan(req: JobCall, time_limit_s: Optional[float] = q_limit):
         """The fastest plan that fits (CP-SAT), or the best known with its gap when time runs out."""
-        return await call("plan", api.plan, limit_for("plan", time_limit_s, req.time_limit_s), req.job.mapping())
+        return await call("plan", api.plan, limit_for("plan", time_limit_s, req.time_limit_s), req.job.job_fields())
 
     @app.post("/v1/check", response_model=api.CheckResult)
-    async def post_check(req: JobRequest, time_limit_s: Optional[float] = q_limit):
+    async def post_check(req: JobCall, time_limit_s: Optional[float] = q_limit):
         """Does some plan fit? If not, which resource is short and by how much."""
-        return await call("check", api.check, limit_for("check", time_limit_s, req.time_limit_s), req.job.mapping())
+        return await call("check", api.check, limit_for("check", time_limit_s, req.time_limit_s), req.job.job_fields())
 
     @app.post("/v1/fewest-gpus", response_model=api.FewestGpusResult)
-    async def post_fewest(req: FewestGpusRequest, time_limit_s: Optional[float] = q_limit):
+    async def post_fewest(req: FewestGpusCall, time_limit_s: Optional[float] = q_limit):
         """The smallest allocation whose best plan meets a throughput or deadline target."""
-        job = req.job.mapping()
+        job = req.job.job_fields()
         ref = req.cluster if req.cluster is not None else job.get("cluster")
         if ref is None:
             raise InputError("cluster", "give the cluster family (e.g. h100) or cluster to size, here or in job.cluster")
@@ -246,7 +231,7 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
                           job, ref, req.target)
 
     @app.post("/v1/admit", response_model=api.AdmitResult)
-    async def post_admit(req: AdmitRequest, time_limit_s: Optional[float] = q_limit):
+    async def post_admit(req: AdmitCall, time_limit_s: Optional[float] = q_limit):
         """One decision per job, first come first served, on the free cluster."""
         ref = api.as_cluster_ref(req.cluster, "cluster")
         return await call("admit", api.admit, limit_for("admit", time_limit_s, req.time_limit_s), req.jobs, ref)

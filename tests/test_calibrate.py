@@ -83,9 +83,9 @@ def true_cluster():
 
 
 def write_steps(path: Path, rows=STEP_ROWS) -> Path:
-    from solveplan.calibrate import _row_cluster
+    from solveplan.calibration.step_fit import row_cluster
     from solveplan.catalog import load_model
-    from solveplan.cli.evaluate import evaluate_config
+    from solveplan.plan import plan_config
     from solveplan.specs import JobSpec
 
     base = true_cluster()
@@ -94,9 +94,9 @@ def write_steps(path: Path, rows=STEP_ROWS) -> Path:
         w.writerow(STEP_HEADER)
         for (model, tp, pp, dp, cp, vp, mbs, rc, sp, zero, gbs, seq) in rows:
             m = load_model(model)
-            job = JobSpec(model=m, cluster=_row_cluster(base, tp * pp * cp * dp, "test"), global_batch_size=gbs, seq_length=seq)
-            t = evaluate_config(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=rc,
-                                sequence_parallel=sp, zero=zero).step_time_s
+            job = JobSpec(model=m, cluster=row_cluster(base, tp * pp * cp * dp, "test"), global_batch_size=gbs, seq_length=seq)
+            t = plan_config(job, dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=rc,
+                                      sequence_parallel=sp, zero=zero)).step_time_s
             w.writerow([model, tp, pp, dp, cp, vp, mbs, rc, str(sp).lower(), zero, gbs, seq, f"{t:.6g}"])
     return path
 
@@ -116,7 +116,7 @@ def test_committed_logs_are_the_generator_output():
 
 # ------------------------------------------------------------------------------ round trips
 def test_links_fit_back_within_2_percent():
-    from solveplan.calibrate import calibrate
+    from solveplan.calibration.calibrate import calibrate
     from solveplan.catalog import load_cluster
 
     cal = calibrate(load_cluster(CLUSTER), logs(*GOOD_LOGS))
@@ -135,7 +135,7 @@ def test_links_fit_back_within_2_percent():
 
 
 def test_steps_fit_back_within_2_percent(tmp_path):
-    from solveplan.calibrate import calibrate
+    from solveplan.calibration.calibrate import calibrate
     from solveplan.catalog import load_cluster
 
     steps = write_steps(tmp_path / "steps.csv")
@@ -149,7 +149,7 @@ def test_steps_fit_back_within_2_percent(tmp_path):
 
 def test_links_then_steps_together(tmp_path):
     """Logs fix the links, then the steps fix the GPU: both recovered in one call."""
-    from solveplan.calibrate import calibrate
+    from solveplan.calibration.calibrate import calibrate
     from solveplan.catalog import load_cluster
 
     steps = write_steps(tmp_path / "steps.csv")
@@ -162,7 +162,7 @@ def test_links_then_steps_together(tmp_path):
 def test_json_steps_and_aliases(tmp_path):
     import json
 
-    from solveplan.calibrate import read_steps
+    from solveplan.calibration.step_fit import read_steps
 
     p = tmp_path / "s.json"
     p.write_text(json.dumps({"measurements": [{"model": "gpt2", "tp": 1, "pp": 1, "mbs": 2, "gbs": 64, "seq_len": 1024,
@@ -174,7 +174,7 @@ def test_json_steps_and_aliases(tmp_path):
 
 # ------------------------------------------------------------------------------ refusals
 def _refused(match, **kw):
-    from solveplan.calibrate import calibrate
+    from solveplan.calibration.calibrate import calibrate
     from solveplan.catalog import load_cluster
 
     with pytest.raises(InputError, match=match) as exc:
@@ -237,7 +237,8 @@ def test_refuses_unfittable_op(tmp_path):
 def test_class_hints(tmp_path):
     """Without device lines a send/receive cannot be placed: refused, then a :network hint
     places it (one rank per node assumed) and it fits the same network values."""
-    from solveplan.calibrate import calibrate, parse_log_arg
+    from solveplan.calibration.calibrate import calibrate
+    from solveplan.calibration.link_fit import parse_log_arg
     from solveplan.catalog import load_cluster
 
     text = (NCCL / "sendrecv_perf_2nodes.log").read_text()
@@ -263,7 +264,7 @@ def test_bad_step_row_names_row(tmp_path):
 
 
 def test_latency_kept_when_only_large_messages(tmp_path):
-    from solveplan.calibrate import calibrate
+    from solveplan.calibration.calibrate import calibrate
     from solveplan.catalog import load_cluster
 
     sizes = [2**k for k in range(26, 31)]
@@ -278,7 +279,7 @@ def test_latency_kept_when_only_large_messages(tmp_path):
 
 
 def test_bandwidth_above_nominal_raises_nominal(tmp_path):
-    from solveplan.calibrate import calibrate
+    from solveplan.calibration.calibrate import calibrate
     from solveplan.catalog import load_cluster
 
     sizes = [8 * 4**k for k in range(14)]
@@ -309,10 +310,10 @@ def test_cli_end_to_end(cli, tmp_path):
     assert ev.code == 0, ev.err
     assert '"cluster": "my-cluster"' in ev.out
     # job files and API bodies take the file or its mapping inline
-    from solveplan.cli.jobopts import job_from_mapping
+    from solveplan.catalog import load_job
 
     for ref in (str(out), data):
-        job = job_from_mapping({"model": "llama2-7b", "cluster": ref})
+        job = load_job({"model": "llama2-7b", "cluster": ref})
         assert job.cluster.gpu.attention_efficiency == data["gpu"]["attention_efficiency"]
 
 

@@ -1,4 +1,4 @@
-"""The fewest-GPUs probe checks fit on the least-memory knobs only (optimize.memory_frugal):
+"""The fewest-GPUs probe checks fit on the least-memory knobs only (space.rules.least_memory_job):
 it must give the same verdict as the full space."""
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from solveplan.search.candidates import prepare
 from solveplan.catalog import load_cluster, load_model
 from solveplan.formulation.linear import linear_form, memory_feasible
-from solveplan.optimize import _job_fits
+from solveplan.diagnose import job_fits
 from solveplan.specs import Constraints, JobSpec
 
 
@@ -30,7 +30,7 @@ def test_frugal_check_agrees_with_the_full_space(model, family, sizes):
     for n in sizes:
         job = JobSpec(model=m, cluster=load_cluster(f"{family}x{n}"), global_batch_size=m.global_batch_size,
                       seq_length=m.seq_length)
-        fits = _job_fits(job)
+        fits = job_fits(job)
         assert fits == full_space_fits(job), (model, n)
         verdicts.add(fits)
 
@@ -39,8 +39,8 @@ def test_frugal_check_respects_constraints():
     m = load_model("llama2-70b")
     free = JobSpec(model=m, cluster=load_cluster("a100x16"), global_batch_size=m.global_batch_size, seq_length=m.seq_length)
     tight = free.model_copy(update={"constraints": Constraints(recompute=("none",), micro_batch_size=(8,))})
-    assert _job_fits(tight) == full_space_fits(tight)
-    assert _job_fits(free) == full_space_fits(free)
+    assert job_fits(tight) == full_space_fits(tight)
+    assert job_fits(free) == full_space_fits(free)
 
 
 def test_job_that_fits_only_with_an_uneven_split_gets_a_plan():

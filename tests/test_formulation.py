@@ -123,7 +123,8 @@ def test_vectorised_batch_equals_single_evaluation():
 
 def test_config_rules_agree_with_the_enumeration():
     from solveplan.specs import JobSpec
-    from solveplan.space.enumeration import config_violations, enumerate_shapes
+    from solveplan.space.enumeration import enumerate_shapes
+    from solveplan.space.rules import config_violations
 
     job = JobSpec(model=gpt(8, 1024, 16), cluster=load_cluster("a100x16"), global_batch_size=32, seq_length=1024)
     shapes = enumerate_shapes(job, apply_dominance=False).shapes

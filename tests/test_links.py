@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from solveplan.errors import InputError
-from solveplan.links import (generate_links, import_nccl_logs, links_from_mapping, load_links, parse_degraded_link,
-                             parse_degraded_node)
+from solveplan.cli.links_cmds import parse_degraded_link, parse_degraded_node
+from solveplan.placement.links import links_from_mapping, load_links
+from solveplan.placement.topology import generate_links, import_nccl_logs
 
 from conftest import DATA, run_subprocess
 

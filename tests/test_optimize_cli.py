@@ -7,7 +7,8 @@ import json
 import pytest
 
 from solveplan.catalog import load_cluster, load_model
-from solveplan.optimize import optimize, textbook_plan
+from solveplan.optimize import optimize
+from solveplan.plan import textbook_plan
 from solveplan.render.megatron import megatron_args, pipeline_layout, split_flags
 from solveplan.render.table import render_result, to_text
 from solveplan.render.timeline import simulate

@@ -10,12 +10,15 @@ import os
 import numpy as np
 import pytest
 
-from solveplan.cli.evaluate import evaluate_config
-from solveplan.cli.jobopts import build_job
+from solveplan.catalog import load_job
 from solveplan.errors import InputError
-from solveplan.links import LinkMatrix, generate_links
-from solveplan.placement import (Problem, default_order, place, solve_cpsat, solve_exhaustive, twin_classes,
-                                 whole_server_order)
+from solveplan.placement.cpsat import solve_cpsat
+from solveplan.placement.exhaustive import solve_exhaustive
+from solveplan.placement.links import LinkMatrix
+from solveplan.placement.place import place
+from solveplan.placement.pricing import Problem, default_order, whole_server_order
+from solveplan.placement.topology import generate_links, twin_classes
+from solveplan.plan import plan_config
 from solveplan.render.hostfile import rank_table, result_hostfile, result_rank_table
 
 SLOW = bool(os.environ.get("SOLVEPLAN_SLOW_TESTS"))
@@ -23,27 +26,27 @@ SLOW = bool(os.environ.get("SOLVEPLAN_SLOW_TESTS"))
 
 @pytest.fixture(scope="module")
 def job16():
-    return build_job(model="gpt3-13b", cluster="a100-2rack-4to1")
+    return load_job({"model": "gpt3-13b", "cluster": "a100-2rack-4to1"})
 
 
 @pytest.fixture(scope="module")
 def job8():
-    return build_job(model="gpt3-1.3b", cluster="a100x64")
+    return load_job({"model": "gpt3-1.3b", "cluster": "a100x64"})
 
 
 def par(job, **kw):
     N, g = job.cluster.num_gpus, kw["tp"] * kw.get("cp", 1) * kw["pp"]
     kw.setdefault("zero", 1 if N // g > 1 else 0)
-    return evaluate_config(job, **kw).parallel
+    return plan_config(job, kw).parallel
 
 
 @pytest.mark.parametrize("tp,pp", [(8, 4), (8, 2), (4, 4), (8, 16), (2, 2)])
 def test_uniform_links_price_like_the_formulation(job16, tp, pp):
-    plan = evaluate_config(job16, tp=tp, pp=pp, zero=1 if 128 // (tp * pp) > 1 else 0)
+    plan = plan_config(job16, dict(tp=tp, pp=pp, zero=1 if 128 // (tp * pp) > 1 else 0))
     lm = generate_links(16, nic_gbit_per_s=job16.cluster.nic_gbit_per_s, latency_us=job16.cluster.network_latency_us)
     prob = Problem(job16, plan.parallel, lm)
     for nodes in (default_order(prob.grid), whole_server_order(prob.grid)):
-        assert prob.evaluate("x", nodes).step_time_s == pytest.approx(plan.step_time_s, rel=1e-12)
+        assert prob.price("x", nodes).step_time_s == pytest.approx(plan.step_time_s, rel=1e-12)
 
 
 def test_contiguous_racks_default_order_is_already_optimal(job16):

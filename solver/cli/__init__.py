@@ -1,8 +1,12 @@
-"""`solveplan` command line. Each command lives in its own module and is imported lazily
-(ortools and numpy are only loaded by the commands that need them).
+"""`solveplan` command line: click only. The commands live in modules by topic and are
+imported lazily (ortools and numpy are only loaded by the commands that need them):
+`catalog_cmds` (models, gpus, clusters, show, schema), `plan_cmds` (optimize, evaluate),
+`links_cmds` (links import/generate/show/place), `calibrate_cmds` (calibrate, validate),
+`admission_cmds` (admit, serve); `options` maps flags to spec paths and back.
 
 Exit codes: 0 success, 2 bad input, 3 infeasible, 4 no plan within the time limit.
-Bad input never shows a traceback: `InputError` becomes one line on stderr.
+Bad input never shows a traceback: `InputError` becomes one line on stderr, its spec path
+turned into the flag that sets it (`options.flag_name`).
 """
 
 from __future__ import annotations
@@ -26,13 +30,13 @@ COMMANDS = {
     "clusters": "catalog_cmds:clusters",
     "show": "catalog_cmds:show",
     "schema": "catalog_cmds:schema",
-    "evaluate": "evaluate:evaluate",
-    "validate": "validate:validate",
-    "optimize": "optimize:optimize",
-    "links": "links:links",
-    "calibrate": "calibrate:calibrate",
-    "admit": "admit:admit",
-    "serve": "serve:serve",
+    "evaluate": "plan_cmds:evaluate",
+    "optimize": "plan_cmds:optimize_command",
+    "links": "links_cmds:links",
+    "calibrate": "calibrate_cmds:calibrate",
+    "validate": "calibrate_cmds:validate",
+    "admit": "admission_cmds:admit",
+    "serve": "admission_cmds:serve",
 }
 
 
@@ -82,7 +86,9 @@ def main(argv=None):
         if isinstance(rv, int) and rv:  # ctx.exit(n) returns n when standalone_mode is off
             sys.exit(rv)
     except InputError as exc:
-        fail(str(exc))
+        from .options import flag_name
+
+        fail(f"{flag_name(exc.field)}: {exc.message}" if exc.field else exc.message)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from ..units import GIB
 
 _KINDS = ("model", "gpu", "cluster", "job")
 
@@ -40,7 +41,7 @@ def model_facts(m) -> dict[str, Any]:
         "kv_hidden_size": m.kv_hidden_size,
         "flops_per_token": 6 * n + 12 * m.num_layers * m.hidden_size * m.seq_length,
         "tokens_per_step": m.global_batch_size * m.seq_length,
-        "weights_bf16_gib": 2 * n / 1024**3,
+        "weights_bf16_gib": 2 * n / GIB,
     }
 
 
@@ -153,13 +154,9 @@ def clusters(as_json: bool) -> None:
 
 
 # ----------------------------------------------------------------- show
-def _is_file_ref(name: str) -> bool:
-    return Path(name).suffix.lower() in (".yaml", ".yml", ".json") or Path(name).exists()
-
-
 def _resolve(name: str) -> tuple[str, Any]:
     """(kind, object) for a catalog name, `<family>x<N>`, family template, or a spec file."""
-    from ..catalog import (_FAMILY_RE, catalog_clusters, catalog_families, catalog_gpus, catalog_models,
+    from ..catalog import (catalog_clusters, catalog_families, catalog_gpus, catalog_models, family_name, is_file_ref,
                            load_cluster)
 
     key = name.lower()
@@ -171,25 +168,26 @@ def _resolve(name: str) -> tuple[str, Any]:
         return "cluster", catalog_clusters()[key]
     if key in catalog_families():
         return "family", (key, catalog_families()[key])
-    m = _FAMILY_RE.match(key)
-    if m and m.group("family") in catalog_families():
+    fam = family_name(key)
+    if fam and fam[0] in catalog_families():
         return "cluster", load_cluster(key)
-    if _is_file_ref(name):
+    if is_file_ref(name):
         return _resolve_file(Path(name))
     known = list(catalog_models()) + list(catalog_gpus()) + list(catalog_clusters()) + list(catalog_families())
-    if m:
-        close = difflib.get_close_matches(m.group("family"), list(catalog_families()), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(c + 'x' + m.group('n') for c in close)}?" if close else \
+    if fam:
+        close = difflib.get_close_matches(fam[0], list(catalog_families()), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(f'{c}x{fam[1]}' for c in close)}?" if close else \
             f"; families: {', '.join(catalog_families())}"
-        raise InputError("NAME", f"unknown cluster family {m.group('family')!r} in {name!r}{hint}")
+        raise InputError("NAME", f"unknown cluster family {fam[0]!r} in {name!r}{hint}")
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see `solveplan models`, `gpus`, `clusters`"
     raise InputError("NAME", f"unknown name {name!r}: not a model, GPU, cluster or existing file{hint}")
 
 
 def _resolve_file(path: Path) -> tuple[str, Any]:
-    from ..catalog import build, load_cluster, load_model, read_mapping
+    from ..catalog import load_cluster, load_model, read_mapping
     from ..specs import GPUSpec
+    from ..specs.base import build
     from ..specs.hf import is_hf_config
 
     if path.is_dir():

@@ -1,15 +1,14 @@
-"""The formulation applied to a `JobSpec`: its coefficients, and a step time's throughput and MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak))."""
+"""The formulation applied to a `JobSpec`: its coefficients, and a step time's throughput and
+MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak))."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from ..space.shapes import Shapes
 from ..specs import JobSpec
 from .coefficients import StageCoefficients, stage_coefficients
 from .flops import hardware_flop_per_step, model_flop_per_step
-from ..space.shapes import Shapes
 
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:

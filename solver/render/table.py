@@ -14,7 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-GIB = 1024**3
+from ..units import GIB
 
 
 def _fmt_s(x: Optional[float]) -> str:
@@ -29,11 +29,6 @@ def _fmt_s(x: Optional[float]) -> str:
     if abs(x) >= 1e-3:
         return f"{x * 1e3:.2f} ms"
     return f"{x * 1e6:.1f} µs"
-
-
-def _par_text(par) -> str:
-    return (f"tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} vp={par.vp} mbs={par.micro_batch_size} "
-            f"recompute={par.recompute} sp={'on' if par.sequence_parallel else 'off'} zero={par.zero}")
 
 
 def status_line(result) -> Text:
@@ -101,7 +96,7 @@ def comparisons_table(result) -> Optional[Table]:
     for c in ("", "configuration", "layers", "step (s)", "tokens/s", "MFU", "fits", "plan's speedup"):
         t.add_column(c, justify="right" if c not in ("", "configuration") else "left")
     for c in rows:
-        t.add_row(c.label, _par_text(c.parallel), ",".join(map(str, c.layers_per_stage)), _fmt_s(c.step_time_s),
+        t.add_row(c.label, c.parallel.describe(), ",".join(map(str, c.layers_per_stage)), _fmt_s(c.step_time_s),
                   f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", "yes" if c.fits else Text("NO", style="red"),
                   f"{c.speedup:.3f}x" if c.speedup is not None else "-")
     return t
@@ -115,7 +110,7 @@ def alternatives_table(result) -> Optional[Table]:
         t.add_column(c, justify="right" if c != "configuration" else "left")
     best = result.plan.step_time_s
     for i, p in enumerate(result.alternatives, start=2):
-        t.add_row(str(i), _par_text(p.parallel), ",".join(map(str, p.layers_per_stage)), _fmt_s(p.step_time_s),
+        t.add_row(str(i), p.parallel.describe(), ",".join(map(str, p.layers_per_stage)), _fmt_s(p.step_time_s),
                   f"+{(p.step_time_s / best - 1):.2%}")
     return t
 

@@ -9,7 +9,8 @@ Megatron-LM's checks:
 - interleaving (vp > 1) needs pp >= 2, pp*vp <= layers and micro-batches divisible by pp;
 - sequence parallelism only with tp > 1; optimizer sharding only with dp*cp > 1;
   ZeRO-3 only without pipelining.
-User constraints (`Constraints`) filter every knob.
+User constraints (`Constraints`) filter every knob. `space.rules.config_violations` checks
+the same rules on one explicit configuration (a test checks that both agree).
 
 Dominance (exact under the formulation, applied only when the user left the ZeRO knob
 free): the distributed optimizer (zero=1) beats plain DP (zero=0) with the same other knobs:
@@ -91,50 +92,3 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
     arr = np.column_stack([deg[keep], R[keep], S[keep].astype(np.int64), Z[keep]])
     return Space(Shapes(*(arr[:, i] for i in range(9))), int(ok.sum()), int((ok & dom).sum()))
 
-
-def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro_batch_size: int,
-                      recompute: str, sequence_parallel: bool, zero: int) -> tuple[int, list[str]]:
-    """The derived dp and every rule of `enumerate_shapes` an explicit configuration breaks,
-    each as 'field: what is wrong; the fix'. The same rules as the enumeration (a test
-    checks that both agree)."""
-    model, N = job.model, job.cluster.num_gpus
-    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
-    errs: list[str] = []
-    if N % (tp * cp * pp):
-        return 0, [f"--tp/--cp/--pp: tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide the {N} GPUs of "
-                   f"{job.cluster.name}; choose degrees whose product divides {N}"]
-    dp = N // (tp * cp * pp)
-    if model.num_attention_heads % tp:
-        errs.append(f"--tp: {tp} does not divide num_attention_heads {model.num_attention_heads}")
-    if model.num_kv_heads % tp:
-        errs.append(f"--tp: {tp} does not divide num_kv_heads {model.num_kv_heads} (Megatron needs query groups divisible by tp)")
-    if model.ffn_hidden_size % tp:
-        errs.append(f"--tp: {tp} does not divide ffn_hidden_size {model.ffn_hidden_size}")
-    if cp > 1 and not job.flash_attention:
-        errs.append("--cp: context parallelism needs flash attention; drop --no-flash-attention or use --cp 1")
-    if cp > 1 and s % (2 * cp):
-        errs.append(f"--cp: seq length {s} must be divisible by 2*cp = {2 * cp}")
-    if pp > L:
-        errs.append(f"--pp: {pp} stages for {L} layers; use pp <= {L}")
-    if B % dp:
-        errs.append(f"--global-batch-size: {B} is not divisible by the derived dp = {N}/({tp}*{cp}*{pp}) = {dp}")
-    elif (B // dp) % micro_batch_size:
-        errs.append(f"--micro-batch-size: {micro_batch_size} does not divide the {B // dp} sequences per data-parallel rank")
-    else:
-        m = B // (dp * micro_batch_size)
-        if vp > 1:
-            if pp < 2:
-                errs.append("--vp: interleaving needs pp >= 2")
-            if pp * vp > L:
-                errs.append(f"--vp: pp*vp = {pp * vp} exceeds {L} layers")
-            if m % pp:
-                errs.append(f"--vp: interleaving needs the {m} micro-batches to be divisible by pp = {pp}")
-            if vp > MAX_VP:
-                errs.append(f"--vp: at most {MAX_VP} virtual stages per rank")
-    if sequence_parallel and tp == 1:
-        errs.append("--sequence-parallel: needs tp > 1; use --no-sequence-parallel")
-    if zero and dp * cp == 1:
-        errs.append(f"--zero: optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use --zero 0")
-    if zero == 3 and pp > 1:
-        errs.append("--zero: ZeRO-3 is not combined with pipeline parallelism; use --zero 1 or --pp 1")
-    return dp, errs

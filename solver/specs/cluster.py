@@ -6,6 +6,7 @@ from typing import Optional
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from ..units import GBIT_BYTES
 from .base import Spec
 from .gpu import GPUSpec
 
@@ -52,11 +53,13 @@ class ClusterSpec(Spec):
 
     @property
     def nvlink_bytes_per_s(self) -> float:
+        """Attained NVLink bandwidth per GPU per direction: nominal x nvlink_efficiency."""
         return self.nvlink_gbyte_per_s * 1e9 * self.nvlink_efficiency
 
     @property
     def nic_bytes_per_s(self) -> float:
-        return self.nic_gbit_per_s * 1e9 / 8 * self.network_efficiency
+        """Attained network bandwidth per GPU per direction: nominal x network_efficiency."""
+        return self.nic_gbit_per_s * GBIT_BYTES * self.network_efficiency
 
     @property
     def nvlink_latency_s(self) -> float:

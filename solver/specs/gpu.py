@@ -7,9 +7,8 @@ from typing import Optional
 
 from pydantic import Field, PositiveFloat
 
+from ..units import GIB
 from .base import Spec
-
-GIB = 1024**3
 
 
 class GPUSpec(Spec):

@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InputError, pydantic_error_line
+from ..errors import InputError, validation_error
 from .model import ModelSpec
 
-FIELD = "--model"
+FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
 
 # model_type -> (gated MLP, tied embeddings when the file does not say, has num_key_value_heads)
 _FAMILIES: dict[str, tuple[bool, bool, bool]] = {
@@ -167,4 +167,4 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     try:
         return ModelSpec(**spec)
     except ValidationError as exc:
-        raise InputError("", pydantic_error_line(exc, prefix=f"{FIELD}.")) from None
+        raise validation_error(exc, FIELD) from None

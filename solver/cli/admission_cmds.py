@@ -1,6 +1,7 @@
-"""`solveplan admit jobs.jsonl --cluster C`: admission decisions for a batch of jobs.
+"""`solveplan admit jobs.jsonl --cluster C`: admission decisions for a batch of jobs;
+`solveplan serve`: the HTTP service (`solveplan.service`) under uvicorn.
 
-One JSON object per input line on stdout, in input order, each as soon as it is decided:
+admit: one JSON object per input line on stdout, in input order, each as soon as it is decided:
 a decision `{line, id, admitted, status, num_gpus, cluster, plan, reason, field}` (see
 `solveplan.api.Decision`), or `{line, error, field}` (with the job's `id` when it has one) for
 a line that cannot be read as a job: bad JSON, unknown keys, an unknown model, no allocation.
@@ -12,12 +13,14 @@ it). Blank lines are skipped.
 Jobs are admitted first come, first served on the free cluster `--cluster`; `--time-limit`
 bounds the whole batch. Exit code 0, also when jobs are rejected or lines are malformed; 2 when
 the file cannot be read or --cluster is bad.
+
+serve: needs the serve extra (fastapi, uvicorn); without it the command says so in one line.
+Binds 127.0.0.1 by default: put a proxy in front to expose it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 import click
@@ -61,10 +64,12 @@ def parse_lines(lines: list[str]):
     return out
 
 
-def record(number: int, decision) -> dict:
+def record(number: int, index: int, decision) -> dict:
+    """The output record of line `number`, the `index`-th job of the batch (an INVALID one's
+    field relative to its line)."""
     d = decision.model_dump(mode="json")
     if decision.status == "INVALID":
-        field = re.sub(r"^jobs\[\d+\]\.?", "", d["field"] or "") or None
+        field = (d["field"] or "").removeprefix(f"jobs[{index}]").removeprefix(".") or None
         rec = {"line": number, "error": d["reason"], "field": field}
         if d["id"] is not None:
             rec["id"] = d["id"]
@@ -93,13 +98,33 @@ def admit(jobs_file, cluster, time_limit):
     def on_decision(i: int, decision) -> None:
         number = jobs[i][0]
         flush_errors(number)
-        _emit(record(number, decision))
+        _emit(record(number, i, decision))
+
+    api.admit([e for _, e in jobs], api.as_cluster_ref(cluster, "cluster"), time_limit_s=time_limit,
+              on_decision=on_decision)
+    flush_errors(float("inf"))
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--max-time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Cap on any request's time_limit_s, seconds.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              help="Larger request bodies get 413.")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True)
+def serve(host, port, max_time_limit, max_body_bytes, log_level):
+    """Serve /v1/plan, /v1/check, /v1/fewest-gpus, /v1/admit and /healthz over HTTP."""
+    from . import EXIT_BAD_INPUT, fail
+    from ..service import MISSING_EXTRA
 
     try:
-        api.admit([e for _, e in jobs], api.as_cluster_ref(cluster, "--cluster"), time_limit_s=time_limit,
-                  on_decision=on_decision)
-    except InputError as exc:
-        if exc.field == "cluster":
-            raise InputError("--cluster", exc.message) from None
-        raise
-    flush_errors(float("inf"))
+        import uvicorn
+
+        from ..service import create_app
+
+        app = create_app(max_body_bytes=max_body_bytes, max_time_limit_s=max_time_limit)
+    except ImportError as exc:
+        fail(f"{MISSING_EXTRA} ({exc})", EXIT_BAD_INPUT)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,4 +1,5 @@
-"""`solveplan optimize`: the fastest plan that fits, with the solver's proof.
+"""`solveplan optimize`: the fastest plan that fits, with the solver's proof; `solveplan
+evaluate`: one explicit configuration, predicted by the float formulation.
 
     solveplan optimize --model gpt3-13b --cluster a100x64
     solveplan optimize --model gpt3-175b --cluster a100x1024 --format megatron
@@ -21,7 +22,7 @@ import click
 
 from ..errors import InputError
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
-from .jobopts import build_job, job_options
+from .options import build_job, job_base_options, job_options, parse_ints
 
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
@@ -66,27 +67,6 @@ def parse_compare(text: str) -> dict:
     return cfg
 
 
-def result_json(result, job) -> dict:
-    """The JSON of an optimize result: the plan's evaluation keys at the top level, then the
-    verdict, the search statistics, the comparisons and the other top-k plans."""
-    from ..render.megatron import megatron_args
-
-    d: dict = result.plan.model_dump() if result.plan is not None else {}
-    d.update(status=result.status, bound_step_time_s=result.bound_step_time_s, gap=result.gap,
-             tolerance_s=result.tolerance_s)
-    if result.plan is not None:
-        ma = megatron_args(job, result.plan)
-        d["megatron_args"] = ma.args
-        d["megatron_notes"] = ma.notes
-    d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
-    d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
-    d["alternatives"] = [p.model_dump() for p in result.alternatives]
-    d["shortfall"] = result.shortfall.model_dump() if result.shortfall is not None else None
-    d["notes"] = list(result.notes)
-    d["search"] = result.search.model_dump()
-    return d
-
-
 class _StderrProgress:
     """Solver progress on stderr, at most every 0.5 s (and the final line)."""
 
@@ -116,7 +96,7 @@ class _StderrProgress:
         click.echo(msg, err=True)
 
 
-@click.command()
+@click.command("optimize")
 @job_options
 @click.option("--method", type=click.Choice(["cpsat", "exhaustive", "alpa-dp"]), default="cpsat", show_default=True,
               help="Search method: the CP-SAT model, or a baseline over the same formulation.")
@@ -139,8 +119,8 @@ class _StderrProgress:
               help="With --links: write the hostfile that realises the placement.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Solver progress on stderr (default: when stderr is a terminal).")
-def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, links_file, hostfile_out,
-             show_progress, **jobkw):
+def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, links_file,
+                     hostfile_out, show_progress, **jobkw):
     """The fastest parallel plan that fits, with the solver's bound."""
     from pathlib import Path
 
@@ -161,18 +141,18 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
     job = build_job(**jobkw)
     links = None
     if links_file:
-        from ..links import load_links
+        from ..placement.links import load_links
 
         links = load_links(links_file)
         if links.n != job.cluster.num_nodes:
             raise InputError("--links", f"{links_file} has {links.n} nodes but {job.cluster.name} has "
                                         f"{job.cluster.num_nodes}; give a matrix of the cluster's nodes")
 
-    from ..optimize import optimize as run_optimize
+    from ..optimize import optimize
 
     if show_progress is None:
         show_progress = sys.stderr.isatty()
-    result = run_optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
+    result = optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
                           compare=cmp_cfg, progress=_StderrProgress() if show_progress else None)
 
     drawn = None
@@ -183,7 +163,7 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
 
     placement = None
     if links is not None and result.plan is not None:
-        from ..placement import place
+        from ..placement.place import place
 
         placement = place(job, result.plan.parallel, links, layers=result.plan.layers_per_stage,
                           time_limit_s=time_limit, workers=workers, seed=seed)
@@ -193,6 +173,8 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
             Path(hostfile_out).write_text(result_hostfile(placement))
 
     if fmt == "json":
+        from ..render.json import result_json
+
         d = result_json(result, job)
         if drawn is not None:
             d["timeline"] = drawn
@@ -235,3 +217,34 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
         click.echo(f"no plan within the time limit of {time_limit:g} s (status {result.status}); "
                    f"raise --time-limit", err=True)
         sys.exit(EXIT_NO_PLAN_IN_TIME)
+
+
+@click.command()
+@job_base_options
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True, help="Virtual pipeline stages per rank.")
+@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1.")
+@click.option("--zero", type=click.Choice(["0", "1", "2", "3"]), default=None, help="Default: 1 (distributed optimizer) when dp*cp > 1.")
+@click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero, layers_per_stage, as_json, **base):
+    """Predict step time, throughput, MFU and per-stage memory of one configuration."""
+    from ..plan import plan_config
+
+    job = build_job(**base)
+    cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
+               sequence_parallel=sequence_parallel, zero=None if zero is None else int(zero),
+               layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None)
+    plan = plan_config(job, cfg)
+    if as_json:
+        click.echo(json.dumps(plan.model_dump(), indent=2))
+    else:
+        from rich.console import Console
+
+        from ..render.table import render_plan
+
+        Console(width=None if sys.stdout.isatty() else 160).print(render_plan(plan))

@@ -1,20 +1,52 @@
-"""Options shared by the commands that take a training job (evaluate, optimize, admit):
-the model, the cluster, batch and sequence, and constraints on every planning knob.
+"""Flags <-> spec paths, the only place that knows both.
 
-A job can also come from a file (`--job job.yaml`): keys `model`, `cluster` (catalog names,
-file paths or inline mappings), `global_batch_size`, `seq_length`, `precision`,
-`flash_attention`, `constraints`. Flags given on the command line override the file.
+Flags to specs: the options shared by the commands that take a training job (evaluate,
+optimize, links place) become one job mapping (`job_request`: a `--job` file with the flags
+applied over it), which `catalog.load_job` reads like any other (`specs.request.JobRequest`).
+
+Specs to flags: the library names bad input by its spec path relative to what the CLI handed
+in (`global_batch_size`, `tp/cp/pp`, `compare.tp`, `model.num_layers`, `bandwidth[3][5]`);
+`flag_name` turns the paths that a flag sets into that flag (`--global-batch-size`,
+`--tp/--cp/--pp`, `--compare: tp`) and leaves paths inside a file as they are.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import click
 
-from ..catalog import _cluster_from_mapping, build, load_cluster, load_model, read_mapping
+from ..catalog import load_job, read_mapping
 from ..errors import InputError
-from ..specs import Constraints, JobSpec, ModelSpec
+from ..specs import JobSpec
+
+# spec path -> the flag that sets it
+FLAGS = {
+    "job": "--job", "model": "--model", "cluster": "--cluster", "global_batch_size": "--global-batch-size",
+    "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
+    "tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
+    "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
+    "layers": "--layers-per-stage", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
+    "top_k": "--top-k", "workers": "--workers", "links": "--links", "hostfile": "--hostfile",
+    "nccl_tests": "--nccl-tests", "steps": "--steps", "plot": "--plot", "data": "--data",
+    "nodes": "--nodes", "nodes_per_leaf": "--nodes-per-leaf", "oversubscription": "--oversubscription",
+    "nic_gbit_per_s": "--nic-gbit-per-s", "rack_order": "--rack-order", "degraded_nodes": "--degraded-node",
+    "degraded_links": "--degraded-link",
+}
+
+
+def flag_name(field: str) -> str:
+    """The flag a spec path names (`a/b` paths: each), `--compare: key` for a key of the
+    configuration --compare gives; any other path (inside a file) as it is."""
+    if field in FLAGS:
+        return FLAGS[field]
+    parts = field.split("/")
+    if len(parts) > 1 and all(p in FLAGS for p in parts):
+        return "/".join(FLAGS[p] for p in parts)
+    head, _, rest = field.partition(".")
+    if head == "compare" and rest:
+        return f"{FLAGS['compare']}: {rest}"
+    return field
 
 
 class IntList(click.ParamType):
@@ -83,7 +115,6 @@ _CONSTRAINTS = [
 
 CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "tp_max", "pp_max", "dp_max", "cp_max",
                    "vp_max", "micro_batch_size_max", "recompute", "sequence_parallel", "zero", "even_split")
-BASE_KEYS = ("model", "cluster", "job_file", "global_batch_size", "seq_len", "precision", "flash_attention")
 
 
 def _apply(options, f):
@@ -106,11 +137,10 @@ def job_options(f):
     return job_base_options(constraint_options(f))
 
 
-def pop_keys(kwargs: dict, keys) -> dict:
-    return {k: kwargs.pop(k) for k in keys if k in kwargs}
-
-
-def constraints_from_flags(flags: dict, base: Optional[dict] = None) -> Constraints:
+def _constraints(flags: dict, base: Any) -> Any:
+    """The job file's constraints with the constraint flags applied over them."""
+    if not isinstance(base, (dict, type(None))):
+        return base  # not a mapping: the request schema names it
     data: dict[str, Any] = dict(base or {})
     for key in CONSTRAINT_KEYS:
         val = flags.get(key)
@@ -124,69 +154,30 @@ def constraints_from_flags(flags: dict, base: Optional[dict] = None) -> Constrai
             data[key] = tuple(int(x) for x in val)
         else:
             data[key] = val
-    return build(Constraints, data, "constraints")
+    return data or None
 
 
-def _resolve_model(ref, field="model") -> ModelSpec:
-    if isinstance(ref, dict):
-        ref = dict(ref)
-        ref.setdefault("name", "custom")
-        return build(ModelSpec, ref, field)
-    if not isinstance(ref, str):
-        raise InputError(field, "give a catalog name, a file path or a mapping of model fields")
-    return load_model(ref)
+def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
+                flash_attention=None, **constraint_flags) -> dict:
+    """The job mapping the shared options describe: the `--job` file, flags applied over it."""
+    data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
+    flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
+             "precision": precision, "flash_attention": flash_attention}
+    data.update({k: v for k, v in flags.items() if v is not None})
+    constraints = _constraints(constraint_flags, data.get("constraints"))
+    if constraints is not None:
+        data["constraints"] = constraints
+    return data
 
 
-def _resolve_cluster(ref, field="cluster"):
-    if isinstance(ref, dict):
-        ref = dict(ref)
-        ref.setdefault("name", "custom")
-        return _cluster_from_mapping(ref, field)
-    if not isinstance(ref, str):
-        raise InputError(field, "give a catalog name, <gpu>x<N>, a file path or a mapping of cluster fields")
-    return load_cluster(ref)
+def build_job(**options) -> JobSpec:
+    """The JobSpec of the shared options (errors name paths relative to the job: `flag_name`)."""
+    return load_job(job_request(**options), field="")
 
 
-def job_from_mapping(data: dict, overrides: Optional[dict] = None, constraint_flags: Optional[dict] = None,
-                     field_prefix: str = "") -> JobSpec:
-    """Build a JobSpec from a job mapping (file, JSON line, HTTP body), applying overrides."""
-    data = dict(data)
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    allowed = {"model", "cluster", "global_batch_size", "seq_length", "precision", "flash_attention", "constraints", "name", "id"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InputError(f"{field_prefix}{unknown[0]}", f"unknown key; allowed keys: {', '.join(sorted(allowed - {'name', 'id'}))}")
-    data.update(overrides)
-    for key in ("model", "cluster"):
-        if data.get(key) is None:
-            flag = f"--{key}" if not field_prefix else f"{field_prefix}{key}"
-            raise InputError(flag, f"missing; give a {key} (see `solveplan {key}s`)")
-    model = _resolve_model(data["model"], f"{field_prefix}model")
-    cluster = _resolve_cluster(data["cluster"], f"{field_prefix}cluster")
-    cons_base = data.get("constraints") or {}
-    if not isinstance(cons_base, dict):
-        raise InputError(f"{field_prefix}constraints", "must be a mapping of knob -> allowed values")
-    constraints = constraints_from_flags(constraint_flags or {}, cons_base)
-    job = {
-        "model": model,
-        "cluster": cluster,
-        "global_batch_size": data.get("global_batch_size") or model.global_batch_size,
-        "seq_length": data.get("seq_length") or model.seq_length,
-        "constraints": constraints,
-    }
-    for key in ("precision", "flash_attention"):
-        if data.get(key) is not None:
-            job[key] = data[key]
-    return build(JobSpec, job, f"{field_prefix}job".rstrip(".") if field_prefix else "job")
-
-
-def build_job(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
-              flash_attention=None, **constraint_flags) -> JobSpec:
-    """JobSpec from the shared CLI options (a job file first, flags override)."""
-    data: dict[str, Any] = read_mapping(job_file, "--job") if job_file else {}
-    for name, val in (("--global-batch-size", global_batch_size), ("--seq-len", seq_len)):
-        if val is not None and val <= 0:
-            raise InputError(name, f"must be a positive integer (got {val})")
-    overrides = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size,
-                 "seq_length": seq_len, "precision": precision, "flash_attention": flash_attention}
-    return job_from_mapping(data, overrides, constraint_flags)
+def parse_ints(text: str, field: str) -> list[int]:
+    """'5,7,7,5' -> [5, 7, 7, 5]; InputError naming `field` otherwise."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(field, f"{text!r} is not a comma-separated list of integers") from None

@@ -24,9 +24,8 @@ Accepted files (`load_links`):
 `hosts=` (e.g. the cluster's hostnames from a hostfile) re-orders the matrix so node index
 `i` is `hosts[i]`; a host the matrix does not know is an `InputError`.
 
-`generate_links` builds the matrix of a leaf/spine topology with degraded nodes (a slow NIC)
-and degraded links; `import_nccl_logs` builds a measured matrix from nccl-tests
-`sendrecv_perf` runs, one per node pair (see its docstring for the file-naming convention).
+Matrices that are built rather than read (a generated topology, nccl-tests imports) and their
+summary live in `placement.topology`.
 """
 
 from __future__ import annotations
@@ -35,16 +34,14 @@ import csv
 import io
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import InputError
-
-GBIT_BYTES = 1e9 / 8
+from ..errors import InputError
+from ..units import GBIT_BYTES
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ class LinkMatrix:
 
     def to_json(self) -> dict:
         def mat(a):
-            return [[None if (i == j or not math.isfinite(float(x))) else _num(x) for j, x in enumerate(row)]
+            return [[None if (i == j or not math.isfinite(float(x))) else json_number(x) for j, x in enumerate(row)]
                     for i, row in enumerate(a.tolist())]
 
         out = {"hosts": list(self.hosts), "bandwidth_gbit_per_s": mat(self.bandwidth_gbit_per_s)}
@@ -118,7 +115,8 @@ class LinkMatrix:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
-def _num(x: float):
+def json_number(x: float):
+    """A number as JSON writes it: an int when whole, else rounded to 6 decimals."""
     x = float(x)
     return int(x) if x.is_integer() else round(x, 6)
 
@@ -295,7 +293,7 @@ def load_links(path: str | Path, hosts: Optional[Sequence[str]] = None) -> LinkM
     """A link matrix from a JSON or CSV file (see the module docstring); `hosts` re-orders it."""
     path = Path(path)
     if not path.is_file():
-        raise InputError("--links", f"file {str(path)!r} does not exist")
+        raise InputError("links", f"file {str(path)!r} does not exist")
     text = path.read_text()
     if path.suffix.lower() in (".csv", ".tsv", ".txt"):
         lm = links_from_csv(text if path.suffix.lower() != ".tsv" else text.replace("\t", ","), str(path))
@@ -303,221 +301,6 @@ def load_links(path: str | Path, hosts: Optional[Sequence[str]] = None) -> LinkM
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InputError("--links", f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+            raise InputError("links", f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
         lm = links_from_mapping(data, str(path))
     return lm.reordered(hosts) if hosts is not None else lm
-
-
-# ---------------------------------------------------------------- topology generator
-def parse_degraded_node(text: str) -> tuple[int, float]:
-    m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*", text)
-    if not m:
-        raise InputError("--degraded-node", f"{text!r}: write NODE:FACTOR, e.g. 3:0.25")
-    node, f = int(m.group(1)), float(m.group(2))
-    if not (0 < f <= 1):
-        raise InputError("--degraded-node", f"{text!r}: the factor must be in (0, 1] (got {f})")
-    return node, f
-
-
-def parse_degraded_link(text: str) -> tuple[int, int, float]:
-    m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*", text)
-    if not m:
-        raise InputError("--degraded-link", f"{text!r}: write A-B:FACTOR, e.g. 2-5:0.5")
-    a, b, f = int(m.group(1)), int(m.group(2)), float(m.group(3))
-    if a == b:
-        raise InputError("--degraded-link", f"{text!r}: a link joins two different nodes")
-    if not (0 < f <= 1):
-        raise InputError("--degraded-link", f"{text!r}: the factor must be in (0, 1] (got {f})")
-    return a, b, f
-
-
-def generate_links(nodes: int, *, nodes_per_leaf: Optional[int] = None, oversubscription: float = 1.0,
-                   nic_gbit_per_s: float = 200.0, latency_us: float = 8.0, hop_latency_us: float = 1.0,
-                   degraded_nodes: Iterable[tuple[int, float]] = (), degraded_links: Iterable[tuple[int, int, float]] = (),
-                   host_prefix: str = "node", rack_order: str = "contiguous") -> LinkMatrix:
-    """Per-GPU-pair bandwidth of a two-level leaf/spine fabric.
-
-    Nodes `i` and `j` under the same leaf (`i // nodes_per_leaf`) get the NIC rate; across
-    leaves the spine's oversubscription divides it (every GPU sending at once, as in a
-    collective) and latency grows by two switch hops. A degraded node (a slow NIC, factor f)
-    scales every link touching it; a degraded link scales that pair, both directions.
-    `rack_order="round-robin"` puts node i under leaf i % leaves (host lists that interleave
-    racks, as a scheduler's allocation or sorted hostnames often do) instead of i // per_leaf.
-    """
-    if nodes < 1:
-        raise InputError("--nodes", f"must be at least 1 (got {nodes})")
-    if nodes_per_leaf is not None and nodes_per_leaf < 1:
-        raise InputError("--nodes-per-leaf", f"must be at least 1 (got {nodes_per_leaf})")
-    if oversubscription < 1:
-        raise InputError("--oversubscription", f"must be >= 1, e.g. 4 for 4:1 (got {oversubscription})")
-    if nic_gbit_per_s <= 0:
-        raise InputError("--nic-gbit-per-s", f"must be positive (got {nic_gbit_per_s})")
-    per_leaf = nodes_per_leaf or nodes
-    if rack_order == "contiguous":
-        leaf = np.arange(nodes) // per_leaf
-    elif rack_order == "round-robin":
-        leaf = np.arange(nodes) % max(1, -(-nodes // per_leaf))
-    else:
-        raise InputError("--rack-order", f"unknown rack order {rack_order!r}; use contiguous or round-robin")
-    same = leaf[:, None] == leaf[None, :]
-    bw = np.where(same, nic_gbit_per_s, nic_gbit_per_s / oversubscription).astype(np.float64)
-    lat = np.where(same, latency_us, latency_us + 2 * hop_latency_us).astype(np.float64)
-    notes = []
-    for node, f in degraded_nodes:
-        if not 0 <= node < nodes:
-            raise InputError("--degraded-node", f"node {node} is outside 0..{nodes - 1}")
-        bw[node, :] *= f
-        bw[:, node] *= f
-        notes.append(f"node {node} NIC at {f:g}x")
-    for a, b, f in degraded_links:
-        for x in (a, b):
-            if not 0 <= x < nodes:
-                raise InputError("--degraded-link", f"node {x} is outside 0..{nodes - 1}")
-        bw[a, b] *= f
-        bw[b, a] *= f
-        notes.append(f"link {a}-{b} at {f:g}x")
-    np.fill_diagonal(bw, np.nan)
-    np.fill_diagonal(lat, np.nan)
-    hosts = tuple(f"{host_prefix}{i}" for i in range(nodes))
-    desc = f"generated: {nodes} nodes, NIC {nic_gbit_per_s:g} Gbit/s per GPU"
-    if nodes_per_leaf:
-        desc += f", {nodes_per_leaf} nodes per leaf ({rack_order}), spine {oversubscription:g}:1"
-    return LinkMatrix(hosts, bw, lat, False, desc, tuple(notes))
-
-
-def links_for_cluster(cluster, **kw) -> LinkMatrix:
-    """The matrix the cluster spec implies: its NIC, leaves and spine, and its link_overrides."""
-    lm = generate_links(cluster.num_nodes, nodes_per_leaf=cluster.nodes_per_leaf,
-                        oversubscription=cluster.spine_oversubscription, nic_gbit_per_s=cluster.nic_gbit_per_s,
-                        latency_us=cluster.network_latency_us, **kw)
-    bw = lm.bandwidth_gbit_per_s.copy()
-    lat = lm.latency_us.copy()
-    for o in cluster.link_overrides:
-        bw[o.src, o.dst] = o.gbit_per_s
-        if o.latency_us is not None:
-            lat[o.src, o.dst] = o.latency_us
-    return LinkMatrix(lm.hosts, bw, lat, False, f"cluster {cluster.name}", lm.notes)
-
-
-# ---------------------------------------------------------------- nccl-tests import
-_PAIR_HEADER = re.compile(r"#\s*solveplan-pair\s*:\s*(\S+)\s+(\S+)", re.I)
-
-
-def pair_of_log(path: Path, text: str, log_hosts: Sequence[str] = ()) -> tuple[str, str]:
-    """The node pair (sender, receiver) a sendrecv_perf log measured, in this order of precedence:
-    a comment line `# solveplan-pair: A B` anywhere in the log; the file name `A__B.log`
-    (double underscore; any extension); the two hosts of the log's device lines
-    (`#  Rank 0 ... on A ...`, `#  Rank 1 ... on B ...`)."""
-    m = _PAIR_HEADER.search(text)
-    if m:
-        return m.group(1), m.group(2)
-    stem = path.name.split(".")[0] if "." in path.name else path.name
-    if "__" in stem:
-        a, _, b = stem.partition("__")
-        if a and b and "__" not in b:
-            return a, b
-    if len(log_hosts) == 2:
-        return log_hosts[0], log_hosts[1]
-    raise InputError(str(path), "cannot tell which node pair this log measured; name it SRC__DST.log, add a line "
-                     "'# solveplan-pair: SRC DST', or run one rank on each of two hosts")
-
-
-def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]] = None,
-                     symmetric: bool = True) -> LinkMatrix:
-    """Measured matrix from nccl-tests `sendrecv_perf` logs, one run per node pair (two ranks,
-    one GPU on each node: `mpirun -np 2 -H A,B sendrecv_perf -b 8 -e 1G -f 2 -g 1`).
-
-    Which pair a log measured: see `pair_of_log` (header comment, `A__B.log`, or the log's
-    own device lines). Bandwidth = the out-of-place bus bandwidth at the largest message
-    size (GB/s x 8 -> Gbit/s); latency = the out-of-place time of the smallest message (us).
-    A pair measured one way only is used both ways unless `symmetric=False`; a pair measured
-    twice keeps the slower run. Every ordered pair of the hosts must be covered. Logs are
-    read by `solveplan.calibration.nccl_tests.parse_nccl_log`.
-    """
-    from .calibration.nccl_tests import parse_nccl_log
-
-    if not paths:
-        raise InputError("logs", "give at least one sendrecv_perf log")
-    direct: dict[tuple[str, str], tuple[float, float]] = {}
-    names: list[str] = []
-    for p in paths:
-        p = Path(p)
-        if not p.is_file():
-            raise InputError(str(p), "file does not exist")
-        text = p.read_text(errors="replace")
-        run = parse_nccl_log(text, name=p.name)
-        if run.op is not None and run.op != "sendrecv":
-            raise InputError(str(p), f"is a {run.op}_perf log; import needs sendrecv_perf runs between node pairs")
-        a, b = pair_of_log(p, text, run.hosts)
-        if a == b:
-            raise InputError(str(p), f"both ends of the pair are {a!r}; sendrecv between nodes needs two hosts")
-        rows = [r for r in run.out_of_place if r.size_bytes > 0] or [r for r in run.in_place if r.size_bytes > 0]
-        if not rows:
-            raise InputError(str(p), "no result rows found in this nccl-tests log")
-        big = max(rows, key=lambda r: (r.size_bytes, -r.busbw_gbs))
-        small = min(rows, key=lambda r: (r.size_bytes, r.time_us))
-        if not (big.busbw_gbs > 0 and math.isfinite(big.busbw_gbs)):
-            raise InputError(str(p), f"bus bandwidth at {big.size_bytes} bytes is {big.busbw_gbs}; the run moved no data")
-        val = (big.busbw_gbs * 8.0, small.time_us)
-        for h in (a, b):
-            if h not in names:
-                names.append(h)
-        prev = direct.get((a, b))
-        direct[(a, b)] = val if prev is None or val[0] < prev[0] else prev
-    found = dict(direct)
-    if symmetric:  # a pair measured one way only is used both ways
-        for (a, b), val in direct.items():
-            found.setdefault((b, a), val)
-    order = list(hosts) if hosts is not None else names
-    unknown = [h for h in names if h not in order]
-    if unknown:
-        raise InputError("hosts", f"unknown host {unknown[0]!r} in the logs; it is not among {', '.join(order[:8])}")
-    n = len(order)
-    bw = np.full((n, n), np.nan)
-    lat = np.full((n, n), np.nan)
-    missing = []
-    for i, a in enumerate(order):
-        for j, b in enumerate(order):
-            if i == j:
-                continue
-            if (a, b) not in found:
-                missing.append(f"{a}->{b}")
-                continue
-            bw[i, j], lat[i, j] = found[(a, b)]
-    if missing:
-        raise InputError("logs", f"no measurement for {len(missing)} node pair(s), e.g. {', '.join(missing[:4])}; run "
-                         "sendrecv_perf for every pair")
-    return LinkMatrix(tuple(order), bw, lat, True, f"nccl-tests sendrecv_perf, {len(paths)} logs")
-
-
-# ---------------------------------------------------------------- summary
-def describe(lm: LinkMatrix) -> dict:
-    """Levels of bandwidth with counts, the slowest pairs, asymmetry, classes of
-    interchangeable nodes (identical link profiles)."""
-    from .placement import twin_classes
-
-    b = lm.bandwidth_gbit_per_s
-    off = ~np.eye(lm.n, dtype=bool)
-    vals, counts = np.unique(np.round(b[off], 6), return_counts=True)
-    pair = lm.pair_gbit_per_s()
-    asym = int(np.sum(np.abs(b - b.T)[off] > 1e-9 * np.nanmax(b)) // 2) if lm.n > 1 else 0
-    order = np.argsort(np.where(np.triu(off, 1), pair, np.inf), axis=None)
-    slow = []
-    top = float(np.nanmax(pair)) if lm.n > 1 else 0.0
-    for flat in order[: min(10, lm.n * (lm.n - 1) // 2)]:
-        i, j = divmod(int(flat), lm.n)
-        if pair[i, j] >= top:
-            break
-        slow.append({"a": lm.hosts[i], "b": lm.hosts[j], "gbit_per_s": _num(pair[i, j])})
-    classes = twin_classes(np.nan_to_num(pair, nan=0.0)) if lm.n > 1 else [[0]]
-    return {
-        "hosts": lm.n,
-        "measured": lm.measured,
-        "source": lm.source,
-        "levels_gbit_per_s": [{"gbit_per_s": _num(v), "directed_pairs": int(c)} for v, c in zip(vals, counts)],
-        "asymmetric_pairs": asym,
-        "slowest_pairs": slow,
-        "interchangeable_classes": len(classes),
-        "largest_class": max(len(c) for c in classes),
-        "notes": list(lm.notes),
-    }

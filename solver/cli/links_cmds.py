@@ -4,11 +4,35 @@ and placement of a plan's stages and replicas on unequal links (`links place`)."
 from __future__ import annotations
 
 import json
+import re
 
 import click
 
 from ..errors import InputError
-from .jobopts import job_base_options
+from .options import build_job, job_base_options, parse_ints
+
+
+def parse_degraded_node(text: str) -> tuple[int, float]:
+    m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*", text)
+    if not m:
+        raise InputError("degraded_nodes", f"{text!r}: write NODE:FACTOR, e.g. 3:0.25")
+    node, f = int(m.group(1)), float(m.group(2))
+    if not (0 < f <= 1):
+        raise InputError("degraded_nodes", f"{text!r}: the factor must be in (0, 1] (got {f})")
+    return node, f
+
+
+def parse_degraded_link(text: str) -> tuple[int, int, float]:
+    m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*", text)
+    if not m:
+        raise InputError("degraded_links", f"{text!r}: write A-B:FACTOR, e.g. 2-5:0.5")
+    a, b, f = int(m.group(1)), int(m.group(2)), float(m.group(3))
+    if a == b:
+        raise InputError("degraded_links", f"{text!r}: a link joins two different nodes")
+    if not (0 < f <= 1):
+        raise InputError("degraded_links", f"{text!r}: the factor must be in (0, 1] (got {f})")
+    return a, b, f
+
 
 
 @click.group()
@@ -27,7 +51,7 @@ def import_(logs, output, hosts, one_way):
     The pair of each log: a line '# solveplan-pair: SRC DST' in it, else the file name
     SRC__DST.log, else the two hosts of its device lines. Bandwidth is the bus bandwidth at
     the largest size; latency the time of the smallest."""
-    from ..links import describe, import_nccl_logs
+    from ..placement.topology import describe, import_nccl_logs
 
     order = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None
     lm = import_nccl_logs(list(logs), hosts=order, symmetric=not one_way)
@@ -51,7 +75,7 @@ def import_(logs, output, hosts, one_way):
 def generate(nodes, nodes_per_leaf, oversubscription, nic_gbit_per_s, latency_us, rack_order, degraded_nodes,
              degraded_links, host_prefix, output):
     """Generate the matrix of a leaf/spine topology with degraded nodes and links."""
-    from ..links import generate_links, parse_degraded_link, parse_degraded_node
+    from ..placement.topology import generate_links
 
     lm = generate_links(nodes, nodes_per_leaf=nodes_per_leaf, oversubscription=oversubscription,
                         nic_gbit_per_s=nic_gbit_per_s, latency_us=latency_us, rack_order=rack_order,
@@ -66,7 +90,8 @@ def generate(nodes, nodes_per_leaf, oversubscription, nic_gbit_per_s, latency_us
 @click.option("--json", "as_json", is_flag=True)
 def show(file, as_json):
     """Summarise a link matrix (JSON or CSV): levels, slowest pairs, interchangeable nodes."""
-    from ..links import describe, load_links
+    from ..placement.links import load_links
+    from ..placement.topology import describe
 
     d = describe(load_links(file))
     if as_json:
@@ -103,23 +128,15 @@ def show(file, as_json):
 def place_cmd(links_file, tp, pp, dp, cp, vp, micro_batch_size, recompute, zero, layers_per_stage, method, time_limit,
               hostfile_out, ranks, as_json, **base):
     """Place a plan's (stage, replica) groups on nodes with unequal links."""
-    from ..links import load_links
-    from ..placement import place
+    from ..placement.links import load_links
+    from ..placement.place import place
+    from ..plan import plan_config
     from ..render.hostfile import render_placement, render_rank_table, result_hostfile, result_rank_table
-    from .evaluate import evaluate_config, parse_layers
-    from .jobopts import build_job
 
     job = build_job(**base)
-    N = job.cluster.num_gpus
-    if N % (tp * cp * pp):
-        raise InputError("--tp/--cp/--pp", f"tp*cp*pp = {tp * cp * pp} does not divide the {N} GPUs")
-    if dp is not None and dp != N // (tp * cp * pp):
-        raise InputError("--dp", f"{dp} but {N} GPUs / (tp*cp*pp = {tp * cp * pp}) = {N // (tp * cp * pp)}")
-    if zero is None:
-        zero = 1 if N // (tp * pp * cp) * cp > 1 else 0
-    layers = parse_layers(layers_per_stage, pp, job.model.num_layers) if layers_per_stage else None
-    plan = evaluate_config(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
-                           zero=int(zero), layers=layers)
+    plan = plan_config(job, dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=micro_batch_size,
+                                 recompute=recompute, zero=None if zero is None else int(zero),
+                                 layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None))
     lm = load_links(links_file)
     res = place(job, plan.parallel, lm, layers=plan.layers_per_stage, method=method, time_limit_s=time_limit)
     if hostfile_out:

@@ -1,0 +1,54 @@
+"""What `search.candidates.prepare` proves about a job before any solve, in the terms
+admission control needs (`Screen`), and the verdicts it gives alone: no legal shape at all, or
+every shape excluded by memory (`screen_shortfall`). The candidates are cached per job
+(`candidates`): computed once, shared by check, plan and the fewest-GPUs probes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ..diagnose import memory_shortfall, shape_shortfall
+from ..plan import Shortfall
+from ..search.candidates import Candidates, prepare
+from ..specs import JobSpec
+from .cache import Clock, ResultCache, wait
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What the candidates proved about one job."""
+
+    num_legal: int
+    num_shapes: int  # after dominance
+    num_memory_ok: int  # shapes not excluded by memory (an upper bound on the shapes that fit)
+    witness: Optional[dict]  # shape row of the incumbent (the best fitting plan prepare found)
+    witness_layers: Optional[list[int]]  # its layer split
+    witness_step_s: float  # inf without a witness
+    bound_step_s: float  # least time lower bound over the shapes that may fit (valid for every split)
+
+
+def screen(cands: Candidates) -> Screen:
+    """The bound: pruned shapes have time lower bounds above the incumbent, so the least bound
+    over the survivors (and the incumbent) bounds the optimum."""
+    witness = cands.shapes.row(cands.incumbent_index) if cands.incumbent_index is not None else None
+    bound = float(cands.time_lb_s.min()) if cands.num_survivors else math.inf
+    return Screen(cands.num_legal, cands.num_legal - cands.num_dominated, cands.num_survivors + cands.num_pruned_time,
+                  witness, cands.incumbent_layers, float(cands.incumbent_step_s),
+                  min(bound, float(cands.incumbent_step_s)))
+
+
+def candidates(job: JobSpec, clock: Clock, cache: ResultCache) -> Optional[Candidates]:
+    """The job's candidates (cached, computed once), or None at the deadline."""
+    return wait(cache.run(("cands", job), lambda: prepare(job)), clock)
+
+
+def screen_shortfall(job: JobSpec, cands: Candidates, sc: Screen) -> Optional[Shortfall]:
+    """Why no plan fits when the screen alone proves it (no legal shape; every shape excluded
+    by memory), else None. No time is spent searching for more GPUs here."""
+    if sc.num_shapes == 0:
+        return shape_shortfall(job)
+    if sc.num_memory_ok == 0:
+        return memory_shortfall(job, cands, budget_s=0.0)
+    return None

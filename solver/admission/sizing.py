@@ -1,0 +1,256 @@
+"""`fewest_gpus`: the smallest allocation of a cluster kind whose best plan meets a throughput
+(or deadline) target. The node counts are searched with `diagnose.fewest_nodes` (doubling,
+then bisection), the clusters made with `catalog.resize_cluster`, each probe decided as
+cheaply as it can be (see `probe`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Optional, Union
+
+from pydantic import Field
+
+from ..catalog import catalog_families, cluster_family, family_cluster, load_cluster, resize_cluster
+from ..diagnose import fewest_nodes
+from ..errors import InputError
+from ..formulation.flops import layer_gemm_fwd_flop, lm_head_fwd_flop
+from ..plan import Out, SolveResult
+from ..specs import ClusterSpec, JobSpec
+from ..specs.base import build
+from ..specs.request import Target
+from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, ResultCache
+from .limits import MAX_GPUS, JobLike, as_cluster_ref, check_limits, with_cluster
+from .planner import bounded_plan
+from .screen import candidates
+
+# Largest allocation fewest_gpus considers for a family without a size (e.g. "h100").
+FEWEST_MAX_GPUS = 16384
+
+
+class Probe(Out):
+    """One allocation fewest_gpus looked at."""
+
+    num_gpus: int
+    meets: Optional[bool] = Field(description="null: not decided within the time limit")
+    tokens_per_s: Optional[float] = Field(None, description="throughput of the best plan known at this size")
+    max_tokens_per_s: Optional[float] = Field(None, description="proven upper bound on throughput at this size")
+    how: str
+
+
+class FewestGpusResult(Out):
+    status: Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"] = Field(
+        description="OPTIMAL: the smallest allocation on the searched grid; FEASIBLE: meets the target, "
+                    "smaller ones not all ruled out in time; INFEASIBLE: no allocation up to the maximum meets it")
+    num_gpus: Optional[int] = None
+    cluster: Optional[str] = None
+    required_tokens_per_s: float
+    result: Optional[SolveResult] = Field(None, description="the plan at num_gpus")
+    probes: list[Probe] = []
+    reason: str
+    notes: list[str] = []
+
+
+@dataclass(frozen=True)
+class Sizer:
+    """Clusters of one kind at any node count up to `max_nodes`: `base` resized."""
+
+    base: ClusterSpec
+    max_nodes: int
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.base.gpus_per_node
+
+    def cluster(self, nodes: int) -> ClusterSpec:
+        return resize_cluster(self.base, nodes)
+
+    @property
+    def label(self) -> str:
+        return cluster_family(self.base) or self.base.name
+
+
+def sizer(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster",
+          max_gpus: Optional[int] = None) -> Sizer:
+    """A family name (up to `max_gpus`, default FEWEST_MAX_GPUS), a cluster name, `<gpu>x<N>`,
+    a ClusterSpec or a cluster mapping (up to its size)."""
+    ref = as_cluster_ref(ref, field)
+    if isinstance(ref, str) and ref.strip().lower() in catalog_families():
+        key = ref.strip().lower()
+        per_node = int(catalog_families()[key].get("gpus_per_node", 8))
+        nodes = max(1, (max_gpus or FEWEST_MAX_GPUS) // per_node)
+        return Sizer(family_cluster(key, nodes * per_node, field), nodes)
+    cl = ref if isinstance(ref, ClusterSpec) else load_cluster(ref, field)
+    if cl.num_gpus > MAX_GPUS:
+        raise InputError(field, f"{cl.num_gpus} GPUs is beyond what the planner accepts (at most {MAX_GPUS})")
+    return Sizer(cl, cl.num_nodes)
+
+
+def min_nodes_by_peak(job: JobSpec, need: float, gpus_per_node: int) -> int:
+    """Nodes below which no plan can reach `need` tokens/s even at the GPUs' peak: every plan
+    does at least the GEMM FLOPs of a step (3 x (layers x GEMMs + LM head) per token; the
+    attention core is left out so causal savings cannot break the bound) at no more than the
+    peak rate (the formulation's efficiencies are <= 1)."""
+    m, gpu = job.model, job.cluster.gpu
+    per_token = 3.0 * (m.num_layers * float(layer_gemm_fwd_flop(m, 1)) + float(lm_head_fwd_flop(m, 1)))
+    peak = max(gpu.peak_flop_per_s, (gpu.peak_fp8_tflops or 0.0) * 1e12)
+    return max(1, math.ceil(need * per_token / (peak * gpus_per_node) * (1 - 1e-9)))
+
+
+def probe(job: JobSpec, need: float, clock: Clock, cache: ResultCache) -> tuple[Probe, Optional[SolveResult]]:
+    """Does `job`'s best plan reach `need` tokens/s? The incumbent meeting it proves a hit; the
+    least time lower bound missing it proves a miss; otherwise a CP-SAT solve decides (None:
+    not decided in time)."""
+    n = job.cluster.num_gpus
+    tokens = job.tokens_per_step
+    try:
+        cands = candidates(job, clock, cache)
+    except Busy:
+        return Probe(num_gpus=n, meets=None, how="busy"), None
+    if cands is None:
+        return Probe(num_gpus=n, meets=None, how="time limit reached while preparing candidates"), None
+    if cands.num_survivors == 0:
+        return Probe(num_gpus=n, meets=False, max_tokens_per_s=0.0, how="no shape fits in memory"), None
+    ub = tokens / float(cands.time_lb_s.min())
+    inc = tokens / cands.incumbent_step_s if math.isfinite(cands.incumbent_step_s) else None
+    if inc is not None and inc >= need:
+        return Probe(num_gpus=n, meets=True, tokens_per_s=inc, max_tokens_per_s=ub,
+                     how="the incumbent meets the target"), None
+    if ub < need:
+        return Probe(num_gpus=n, meets=False, tokens_per_s=inc, max_tokens_per_s=ub,
+                     how="time lower bound: no plan reaches the target"), None
+    budget = clock.left() - clock.reserve()
+    if budget <= 0.05:
+        return Probe(num_gpus=n, meets=None, tokens_per_s=inc, max_tokens_per_s=ub, how="time limit reached"), None
+    res = bounded_plan(job, Clock(budget, budget), cache)
+    rate = res.plan.tokens_per_s if res.plan is not None else inc
+    if res.bound_step_time_s:
+        ub = min(ub, tokens / res.bound_step_time_s)
+    if rate is not None and rate >= need:
+        return Probe(num_gpus=n, meets=True, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})"), res
+    if res.status in ("OPTIMAL", "INFEASIBLE") or ub < need:
+        return Probe(num_gpus=n, meets=False, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})"), res
+    return Probe(num_gpus=n, meets=None, tokens_per_s=rate, max_tokens_per_s=ub,
+                 how=f"solver stopped at the time limit ({res.status}, bound above the target)"), res
+
+
+def _target(target: Union[Target, Mapping[str, Any]]) -> Target:
+    if isinstance(target, Target):
+        return target
+    if not isinstance(target, Mapping):
+        raise InputError("target", "give tokens_per_s, or deadline_s with token_budget")
+    return build(Target, dict(target), "target")
+
+
+def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target: Union[Target, Mapping[str, Any]],
+                time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
+                exhaustive: bool = True) -> FewestGpusResult:
+    """The smallest allocation (a multiple of the GPUs per node, up to the cluster's size or
+    FEWEST_MAX_GPUS for a bare family) whose best plan meets `target`, with that plan.
+
+    Throughput is not monotone in the GPU count: the global batch must divide by dp and the
+    heads by tp, so e.g. 127 nodes may fit no plan at all where 126 and 128 do, and
+    communication grows with the count. The search therefore does not trust bisection alone:
+    1. sizes below `min_nodes_by_peak` cannot meet the target even at peak FLOP/s: skipped;
+    2. doubling from there until a size meets the target, then bisection between the last
+       miss and the first hit (`diagnose.fewest_nodes`): a verified allocation quickly;
+    3. with `exhaustive` (default), every size not yet probed between the peak bound and that
+       allocation, in ascending order: the first that meets is the smallest. When the time
+       limit stops this scan, the answer is the smallest found so far, status FEASIBLE, and
+       the notes say which sizes were not probed.
+    Status OPTIMAL: every smaller size on the grid is ruled out (by the peak bound or a probe).
+    An undecided probe counts as a miss and the status is then FEASIBLE.
+    """
+    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["fewest_gpus"])
+    cache = DEFAULT_CACHE if cache is None else cache
+    target = _target(target)
+    sz = sizer(family_or_cluster)
+    need = target.required_tokens_per_s
+    base = with_cluster(job, sz.cluster(sz.max_nodes))
+    per_node = sz.gpus_per_node
+
+    def on(nodes: int) -> JobSpec:
+        return check_limits(base.model_copy(update={"cluster": sz.cluster(nodes)}))
+
+    probes: dict[int, Probe] = {}
+    results: dict[int, SolveResult] = {}
+
+    def meets(nodes: int) -> Optional[bool]:
+        if nodes not in probes:
+            p, res = probe(on(nodes), need, clock, cache)
+            probes[nodes] = p
+            if res is not None:
+                results[nodes] = res
+        return probes[nodes].meets
+
+    def has_time() -> bool:
+        return clock.left() > clock.reserve()
+
+    floor = min_nodes_by_peak(base, need, per_node)
+    notes = [f"below {floor * per_node} GPUs no plan can reach {need:.4g} tokens/s even at peak FLOP/s"]
+    if floor > sz.max_nodes:
+        return FewestGpusResult(status="INFEASIBLE", required_tokens_per_s=need, reason=(
+            f"even at peak FLOP/s, {sz.max_nodes * per_node} {sz.label} GPUs cannot reach {need:.4g} tokens/s "
+            f"(at least {floor * per_node} would be needed)"), notes=notes)
+    hi, _ = fewest_nodes(meets, floor, sz.max_nodes, has_time)
+    unprobed = []
+    if hi is not None and exhaustive:
+        for n in range(floor, hi):
+            if n in probes:
+                continue
+            if not has_time():
+                unprobed = [m for m in range(n, hi) if m not in probes]
+                break
+            if meets(n):
+                hi = n
+                break
+    elif hi is not None:
+        unprobed = [m for m in range(floor, hi) if m not in probes]
+    undecided = any(probes[n].meets is None for n in probes if hi is None or n < hi)
+    ordered = [probes[n] for n in sorted(probes)]
+    if hi is None:
+        done = sz.max_nodes in probes
+        status = "INFEASIBLE" if done and not undecided else "UNKNOWN"
+        reason = (f"no allocation of {sz.label} up to {sz.max_nodes * per_node} GPUs reaches {need:.4g} tokens/s "
+                  f"(at {sz.max_nodes * per_node} GPUs: {_fmt_rate(probes[sz.max_nodes].tokens_per_s)})"
+                  if status == "INFEASIBLE" else
+                  f"time limit {clock.limit:g} s reached before an allocation meeting {need:.4g} tokens/s was found "
+                  f"(largest probed: {max(probes, default=0) * per_node} GPUs)" if not done else
+                  f"no allocation up to {sz.max_nodes * per_node} GPUs was shown to reach {need:.4g} tokens/s, "
+                  f"but some probes were not decided in time")
+        return FewestGpusResult(status=status, required_tokens_per_s=need, probes=ordered, reason=reason, notes=notes)
+    j = on(hi)
+    res = results.get(hi)
+    if res is None or (res.status != "OPTIMAL" and has_time()):
+        better = bounded_plan(j, clock, cache)
+        if better.plan is not None and (res is None or res.plan is None or better.plan.step_time_s <= res.plan.step_time_s):
+            res = better
+    proven = not unprobed and not undecided
+    if unprobed:
+        notes.append(f"not probed in time: {_ranges([n * per_node for n in unprobed])} GPUs")
+    if undecided:
+        notes.append("some smaller sizes were not decided within the time limit (counted as misses)")
+    rate = res.plan.tokens_per_s if res is not None and res.plan is not None else probes[hi].tokens_per_s
+    reason = (f"{hi * per_node} GPUs ({j.cluster.name}) reach {_fmt_rate(rate)} >= {need:.4g} tokens/s; "
+              + ("every smaller allocation misses it" if proven else "smaller allocations are not all ruled out"))
+    return FewestGpusResult(status="OPTIMAL" if proven else "FEASIBLE", num_gpus=hi * per_node, cluster=j.cluster.name,
+                            required_tokens_per_s=need, result=res, probes=ordered, reason=reason, notes=notes)
+
+
+def _ranges(xs: list[int]) -> str:
+    """[8, 16, 24, 40] -> '8-24, 40' (consecutive multiples of the first step)."""
+    if not xs:
+        return ""
+    step = xs[1] - xs[0] if len(xs) > 1 else 1
+    out, start, prev = [], xs[0], xs[0]
+    for x in xs[1:]:
+        if x - prev != step:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = x
+        prev = x
+    out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ", ".join(out)
+
+
+def _fmt_rate(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.4g} tokens/s"

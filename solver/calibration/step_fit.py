@@ -1,0 +1,296 @@
+"""GPU efficiencies, from measured steps of known configurations: matmul_efficiency,
+layer_overhead_us and, when any configuration uses flash attention, attention_efficiency,
+predicted through the real formulation (`plan.make_plan` on each row's configuration,
+completed once by `plan.plan_config` like `solveplan evaluate`'s), on the cluster with the
+fitted links. The step time is piecewise smooth in these parameters (bottleneck stage,
+exposed overlap), so the fit starts from the best point of a coarse grid (as
+benchmarks/fit_published.py does) and refines with least squares (`fit.fit_least_squares`).
+
+Refusals (`InputError`, one line saying what to measure next): fewer step measurements than
+parameters; the same configuration measured twice with >25% different times; a GPU
+parameter pinned at a bound with large residuals (the points do not follow the model).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..catalog import load_model, resize_cluster
+from ..errors import InputError
+from ..plan import ParallelConfig, make_plan, plan_config
+from ..specs import ClusterSpec, JobSpec
+from ..specs.base import build
+from .fit import BAD_FIT_RMS, Param, fit_least_squares
+
+DUPLICATE_SPREAD = 1.25
+
+
+STEP_COLUMNS = ("model", "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
+                "global_batch_size", "seq_length", "step_time_s")
+_OPTIONAL = ("dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "global_batch_size",
+             "seq_length", "num_gpus", "flash_attention", "precision", "tp_comm_overlap", "label", "name", "id")
+_ALIASES = {"mbs": "micro_batch_size", "gbs": "global_batch_size", "seq_len": "seq_length", "seq": "seq_length",
+            "step_time": "step_time_s", "iteration_time_s": "step_time_s", "sp": "sequence_parallel",
+            "zero_stage": "zero", "flash": "flash_attention"}
+
+
+@dataclass
+class StepRow:
+    index: int  # 1-based row number in the file
+    label: str
+    job: JobSpec
+    parallel: ParallelConfig  # the row's configuration, completed with the defaults (`plan.plan_config`)
+    layers: list[int]
+    measured_s: float
+    before_s: float = math.nan
+    after_s: float = math.nan
+    fits_memory: Optional[bool] = None
+
+
+@dataclass
+class StepFit:
+    rows: list[StepRow]
+    params: list[Param]
+    rms_before: float
+    rms_after: float
+    dof: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _bool(v, where):
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on", "y", "t"):
+        return True
+    if s in ("0", "false", "no", "off", "n", "f"):
+        return False
+    raise InputError("steps", f"{where}: expected true/false (got {v!r})")
+
+
+def _int(v, where, lo=1):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InputError("steps", f"{where}: expected an integer (got {v!r})") from None
+    if f != int(f) or f < lo:
+        raise InputError("steps", f"{where}: expected an integer >= {lo} (got {v!r})")
+    return int(f)
+
+
+def read_steps(path: str | Path) -> list[dict]:
+    """Rows of a CSV (header line) or JSON (a list, or {'measurements'|'steps': [...]}) file,
+    keys normalised (lower case, '-' -> '_', common aliases), empty cells dropped."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("steps", f"file {str(path)!r} does not exist")
+    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError("steps", f"{path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        if isinstance(data, dict):
+            data = data.get("measurements", data.get("steps"))
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise InputError("steps", f"{path.name}: expected a list of objects (or {{\"measurements\": [...]}})")
+        rows = data
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        if not reader.fieldnames:
+            raise InputError("steps", f"{path.name}: empty file; expected a header line with {', '.join(STEP_COLUMNS)}")
+        rows = list(reader)
+    out = []
+    for r in rows:
+        norm = {}
+        for k, v in r.items():
+            if k is None:
+                raise InputError("steps", f"{path.name} row {len(out) + 1}: more cells than header columns")
+            key = _ALIASES.get(k.strip().lower().replace("-", "_"), k.strip().lower().replace("-", "_"))
+            if v is None or (isinstance(v, str) and v.strip() == ""):
+                continue
+            norm[key] = v.strip() if isinstance(v, str) else v
+        out.append(norm)
+    return out
+
+
+def row_cluster(cluster: ClusterSpec, n: int, where: str) -> ClusterSpec:
+    """The calibrated cluster with `n` GPUs (one partial node below a node's worth)."""
+    if n == cluster.num_gpus:
+        return cluster
+    g = cluster.gpus_per_node
+    if n < g:
+        return cluster.model_copy(update={"gpus_per_node": n, "num_nodes": 1})
+    if n % g:
+        raise InputError("steps", f"{where}: {n} GPUs is not a multiple of {g} GPUs per node of {cluster.name}")
+    return resize_cluster(cluster, n // g)
+
+
+def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list[StepRow]:
+    """One StepRow per measurement: its job on `cluster` (resized to the row's GPUs) and its
+    configuration, completed and checked like any explicit configuration (`plan.plan_config`)."""
+    out = []
+    for i, r in enumerate(rows, 1):
+        where = f"{source} row {i}"
+        unknown = sorted(set(r) - set(STEP_COLUMNS) - set(_OPTIONAL))
+        if unknown:
+            raise InputError("steps", f"{where}: unknown column {unknown[0]!r}; columns are {', '.join(STEP_COLUMNS)} "
+                                      "(+ num_gpus, flash_attention, precision, tp_comm_overlap, label)")
+        for req in ("model", "tp", "pp", "step_time_s"):
+            if req not in r:
+                raise InputError("steps", f"{where}: missing {req}")
+        try:
+            model = load_model(str(r["model"]))
+        except InputError as exc:
+            raise InputError("steps", f"{where}: {exc.message}") from None
+        tp, pp = _int(r["tp"], f"{where} tp"), _int(r["pp"], f"{where} pp")
+        cp = _int(r.get("cp", 1), f"{where} cp")
+        if "dp" in r:
+            n = tp * pp * cp * _int(r["dp"], f"{where} dp")
+            if "num_gpus" in r and _int(r["num_gpus"], f"{where} num_gpus") != n:
+                raise InputError("steps", f"{where}: num_gpus {r['num_gpus']} != tp*pp*cp*dp = {n}")
+        elif "num_gpus" in r:
+            n = _int(r["num_gpus"], f"{where} num_gpus")
+        else:
+            n = cluster.num_gpus
+        try:
+            t = float(r["step_time_s"])
+        except (TypeError, ValueError):
+            raise InputError("steps", f"{where}: step_time_s must be a number of seconds (got {r['step_time_s']!r})") from None
+        if not (t > 0 and math.isfinite(t)):
+            raise InputError("steps", f"{where}: step_time_s must be positive (got {r['step_time_s']!r})")
+        cfg: dict = {"tp": tp, "pp": pp, "cp": cp}
+        for key in ("vp", "micro_batch_size"):
+            if key in r:
+                cfg[key] = _int(r[key], f"{where} {key}")
+        if "recompute" in r:
+            cfg["recompute"] = str(r["recompute"]).lower()
+        if "sequence_parallel" in r:
+            cfg["sequence_parallel"] = _bool(r["sequence_parallel"], f"{where} sequence_parallel")
+        if "zero" in r:
+            cfg["zero"] = _int(r["zero"], f"{where} zero", lo=0)
+        job_kw = dict(model=model, cluster=row_cluster(cluster, n, where),
+                      global_batch_size=_int(r.get("global_batch_size", model.global_batch_size), f"{where} global_batch_size"),
+                      seq_length=_int(r.get("seq_length", model.seq_length), f"{where} seq_length"),
+                      flash_attention=_bool(r.get("flash_attention", True), f"{where} flash_attention"),
+                      tp_comm_overlap=_bool(r.get("tp_comm_overlap", False), f"{where} tp_comm_overlap"))
+        if "precision" in r:
+            job_kw["precision"] = str(r["precision"]).lower()
+        job = build(JobSpec, job_kw, where)
+        try:
+            plan = plan_config(job, cfg)
+        except InputError as exc:
+            raise InputError("steps", f"{where}: {exc}") from None
+        par = plan.parallel
+        label = str(r.get("label") or r.get("name") or r.get("id") or
+                    f"{model.name} tp{tp} pp{pp} dp{par.dp}" + (f" cp{cp}" if cp > 1 else "")
+                    + (f" vp{par.vp}" if par.vp > 1 else "") + f" mbs{par.micro_batch_size} {par.recompute}")
+        out.append(StepRow(i, label, job, par, plan.layers_per_stage, t, before_s=plan.step_time_s,
+                           fits_memory=plan.fits))
+    return out
+
+
+GPU_PARAMS = {  # name: (lower, upper, scale, unit)
+    "matmul_efficiency": (0.02, 1.0, 0.1, ""),
+    "layer_overhead_us": (0.0, 20000.0, 100.0, "us"),
+    "attention_efficiency": (0.02, 1.0, 0.1, ""),
+}
+GPU_GRID = {
+    "matmul_efficiency": (0.3, 0.5, 0.7, 0.9),
+    "layer_overhead_us": (0.0, 100.0, 400.0, 1500.0),
+    "attention_efficiency": (0.2, 0.45, 0.7),
+}
+
+
+def gpu_params(base_gpu, names: Sequence[str], bounds: Optional[dict] = None) -> list[Param]:
+    out = []
+    for name in names:
+        lo, hi, scale, unit = (bounds or {}).get(name, GPU_PARAMS[name])
+        out.append(Param(name, float(getattr(base_gpu, name)), lo, hi, scale, unit))
+    return out
+
+
+def grid_seeds(params: Sequence[Param]) -> list[dict]:
+    import itertools
+
+    free = [p for p in params if not p.fixed]
+    return [dict(zip([p.name for p in free], combo)) for combo in itertools.product(*(GPU_GRID[p.name] for p in free))]
+
+
+def predict_steps(rows: list[StepRow], gpu_update: dict) -> np.ndarray:
+    """The formulation's step time of every row with the GPU parameters `gpu_update`."""
+    out = np.empty(len(rows))
+    for k, row in enumerate(rows):
+        c = row.job.cluster
+        job = row.job.model_copy(update={"cluster": c.model_copy(update={"gpu": c.gpu.model_copy(update=gpu_update)})})
+        out[k] = make_plan(job, row.parallel, row.layers).step_time_s
+    return out
+
+
+def fit_steps(rows: list[StepRow], cluster: ClusterSpec, source: str) -> StepFit:
+    names = ["matmul_efficiency", "layer_overhead_us"]
+    if any(r.job.flash_attention for r in rows):
+        names.append("attention_efficiency")
+    if len(rows) < len(names):
+        raise InputError("steps", (
+            f"{len(rows)} measured step(s) in {source} for {len(names)} parameters ({', '.join(names)}); measure at "
+            f"least {len(names) - len(rows)} more configuration(s), e.g. the same model at another micro-batch size "
+            "and another sequence length"))
+    # the same configuration measured twice must agree
+    seen: dict[tuple, StepRow] = {}
+    for r in rows:
+        key = (r.job.model.name, r.job.cluster.num_gpus, r.job.global_batch_size, r.job.seq_length,
+               r.job.flash_attention, r.job.precision, tuple(sorted(r.parallel.model_dump().items())))
+        if key in seen:
+            a = seen[key]
+            hi, lo = max(a.measured_s, r.measured_s), min(a.measured_s, r.measured_s)
+            if hi / lo > DUPLICATE_SPREAD:
+                raise InputError("steps", (
+                    f"{source} rows {a.index} and {r.index} are the same configuration but measured {a.measured_s:.4g} s "
+                    f"and {r.measured_s:.4g} s; remeasure it (skip warm-up steps, average 20+ steps on an idle cluster)"))
+        else:
+            seen[key] = r
+    params = gpu_params(cluster.gpu, names)
+    meas = np.array([r.measured_s for r in rows])
+
+    def resid(v):
+        return np.log(predict_steps(rows, v) / meas)
+
+    fit = fit_least_squares(resid, params, seeds=grid_seeds(params), diff_step=1e-6)
+    before = np.array([r.before_s for r in rows])
+    after = predict_steps(rows, fit.values)
+    for r, a in zip(rows, after):
+        r.after_s = float(a)
+    out = StepFit(rows, params, rms_before=float(np.sqrt(np.mean(np.log(before / meas) ** 2))),
+                  rms_after=fit.rms, dof=fit.dof)
+    for p in params:
+        if p.at_bound:
+            side = "upper" if p.value >= p.upper - 1e-9 * max(1, p.upper) else "lower"
+            if fit.rms > BAD_FIT_RMS:
+                faster = side == "upper" if p.name != "layer_overhead_us" else side == "lower"
+                raise InputError("steps", (
+                    f"{p.name} is pinned at its {side} bound {p.lower if side == 'lower' else p.upper:g} with "
+                    f"{fit.rms:.0%} rms error: the measured steps in {source} are "
+                    f"{'faster' if faster else 'slower'} than the formulation can explain; check the GPU type, the "
+                    "cluster size and each row's tp/pp/micro-batch/recompute, then measure again"))
+            out.notes.append(f"{p.name} sits at its {side} bound ({p.value:g}); the fit is still within "
+                             f"{fit.rms:.1%} rms, so it is kept, but the value is a limit, not an estimate.")
+        if not p.fixed and not math.isfinite(p.sd) and fit.dof > 0:
+            out.notes.append(f"{p.name} is not determined by these measurements (its effect is confounded with the "
+                             "others); vary the sequence length and the micro-batch size to separate them.")
+    if fit.dof == 0:
+        out.notes.append("as many measurements as parameters: an exact fit with no uncertainty estimate; add "
+                         "measurements to get one.")
+    for r in rows:
+        if r.fits_memory is False:
+            out.notes.append(f"row {r.index} ({r.label}): the formulation's memory estimate says this configuration "
+                             "does not fit, yet it ran: the memory model is conservative for it.")
+    return out

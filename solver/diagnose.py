@@ -1,0 +1,171 @@
+"""Why no plan fits, and how many GPUs would do: each written once, for `optimize`'s
+INFEASIBLE verdict and for admission control.
+
+- `shape_shortfall`: no legal shape at all (divisibility, constraints);
+- `memory_shortfall`: the shape and split that need the least memory
+  (`formulation.splits.least_memory_splits` over the candidates' least-memory shapes), which
+  stage is short and by how much, and what would help -- recomputation, a smaller
+  micro-batch, more GPUs (the fewest of the cluster's kind on which a plan fits, when there is
+  time to search for them);
+- `fewest_nodes`: the search over node counts that both that suggestion and
+  `admission.sizing.fewest_gpus` use: doubling until a size meets the test, then bisection
+  between the last miss and the first hit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from .catalog import cluster_family, resize_cluster
+from .formulation.job import job_coefficients
+from .formulation.splits import least_memory_splits
+from .plan import Shortfall, make_plan, parallel_from_row
+from .search.candidates import Candidates, prepare
+from .space.rules import least_memory_job
+from .specs import JobSpec
+from .units import GIB
+
+FEWEST_GPUS_MAX = 65536  # the search for the fewest GPUs that fit stops here
+FEWEST_GPUS_BUDGET_S = 20.0
+MODEL_STATE_BYTES_PER_PARAM = 18.0  # bf16 weight, fp32 grad, fp32 master and Adam m, v: the floor of any plan's state
+
+
+def fewest_nodes(meets: Callable[[int], Optional[bool]], start: int, max_nodes: int,
+                 has_time: Callable[[], bool], miss: Optional[int] = None) -> tuple[Optional[int], int]:
+    """The smallest node count in (miss, max_nodes] that `meets` (None from `meets`: not
+    decided, counted as a miss), found by doubling from `start` and then bisection between the
+    last miss and the first hit; it assumes sizes above a hit meet too, so callers that cannot
+    assume it scan below the answer themselves. Returns (that count or None, the largest miss
+    below it). Stops when `has_time()` turns false."""
+    lo = start - 1 if miss is None else miss
+    hi, n = None, start
+    if start > max_nodes:
+        return None, lo
+    while has_time():
+        if meets(n):
+            hi = n
+            break
+        lo = n
+        if n >= max_nodes:
+            break
+        n = min(2 * n, max_nodes)
+    while hi is not None and hi - lo > 1 and has_time():
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi, lo
+
+
+def job_fits(job: JobSpec) -> bool:
+    """Does any plan of `job` fit in memory (exactly: some shape has a fitting split)? Decided
+    on the least-memory knobs only (`space.rules.least_memory_job`)."""
+    cands = prepare(least_memory_job(job), prune_time=False)
+    if cands.incumbent_index is not None:
+        return True
+    return cands.num_survivors > 0 and bool(cands.feasible.any())
+
+
+def fewest_gpus_that_fit(job: JobSpec, deadline: float) -> tuple[Optional[int], str]:
+    """The fewest GPUs of the job's cluster kind (more nodes of the same family) on which some
+    plan fits, and how to name that kind; None when none is found by the deadline or up to
+    FEWEST_GPUS_MAX."""
+    cl = job.cluster
+    fam = cluster_family(cl)
+    label = f"{fam}x<N>" if fam else f"{cl.name} with more nodes"
+    seen: dict[int, bool] = {}
+
+    def fits(nodes: int) -> Optional[bool]:
+        if time.perf_counter() > deadline:
+            return None
+        if nodes not in seen:
+            seen[nodes] = job_fits(job.model_copy(update={"cluster": resize_cluster(cl, nodes)}))
+        return seen[nodes]
+
+    hit, _ = fewest_nodes(fits, 2 * cl.num_nodes, FEWEST_GPUS_MAX // cl.gpus_per_node,
+                          lambda: time.perf_counter() <= deadline, miss=cl.num_nodes)
+    return (hit * cl.gpus_per_node if hit is not None else None), label
+
+
+def shape_shortfall(job: JobSpec) -> Shortfall:
+    """No legal shape at all: divisibility (heads, batch, layers) or the constraints."""
+    N = job.cluster.num_gpus
+    cons = job.constraints.model_dump(exclude_defaults=True)
+    suggestions = [f"a global batch size divisible by a data-parallel degree that divides {N} GPUs"]
+    if cons:
+        suggestions.insert(0, f"relax the constraints ({', '.join(sorted(cons))})")
+    return Shortfall(resource="legal shapes", suggestions=suggestions,
+                     message=(f"no legal parallel shape for {job.model.name} on {N} GPUs with global batch "
+                              f"{job.global_batch_size}, sequence {job.seq_length}: divisibility (heads, batch, "
+                              f"layers) and the constraints exclude every (tp, cp, pp, dp, micro-batch) combination"))
+
+
+def _more_gpus(job: JobSpec, budget_s: float) -> str:
+    """What to say about more GPUs: the fewest that fit when there is time to search, else
+    the floor that the model state alone sets."""
+    if budget_s > 0:
+        gpus, label = fewest_gpus_that_fit(job, time.perf_counter() + budget_s)
+        if gpus is not None:
+            return f"at least {gpus} GPUs ({label}): the fewest of this kind on which a plan fits"
+        return f"more GPUs ({label}): none up to {FEWEST_GPUS_MAX} GPUs found within {budget_s:.0f} s"
+    cl = job.cluster
+    state = MODEL_STATE_BYTES_PER_PARAM * job.model.num_params
+    per_node = cl.gpus_per_node
+    floor = max(per_node, math.ceil(math.ceil(state / max(cl.gpu.usable_memory_bytes, 1.0)) / per_node) * per_node)
+    if floor > cl.num_gpus:
+        return (f"more GPUs: model state alone ({state / GIB:.1f} GiB, 18 B/parameter) needs at least {floor} "
+                f"{cl.gpu.name} GPUs; the fewest-GPUs search finds how many a plan needs")
+    return f"more GPUs than {cl.num_gpus} (the fewest-GPUs search finds how many)"
+
+
+def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_GPUS_BUDGET_S) -> Shortfall:
+    """Why no plan fits: the stage and resource that are short and by how much (the split of
+    the shape that needs the least memory), and what would help: recomputation, a smaller
+    micro-batch, more GPUs (searched for within `budget_s`)."""
+    if cands.num_legal - cands.num_dominated <= 0:
+        return shape_shortfall(job)
+    gpu, L = job.cluster.gpu, job.model.num_layers
+    shapes = cands.least_memory_shapes
+    rows = [shapes.row(i) for i in range(len(shapes))]
+    peak, lay = least_memory_splits(job_coefficients(job, shapes), L)
+    k = int(np.argmin(peak))
+    par = parallel_from_row(job, rows[k])
+    split = [int(x) for x in lay[k, :par.pp]]
+    plan = make_plan(job, par, split)
+    stage = max(plan.stages, key=lambda s: s.memory_bytes.total)
+    need, cap = stage.memory_bytes.total, plan.capacity_bytes
+    mb = stage.memory_bytes
+    where = ("the only stage" if par.pp == 1 else "the first stage" if stage.stage == 0
+             else "the last stage" if stage.stage == par.pp - 1 else f"stage {stage.stage}")
+    parts = ", ".join(f"{name} {getattr(mb, name) / GIB:.1f}" for name in ("params", "grads", "optimizer", "activations", "other"))
+    suggestions: list[str] = []
+    # recomputation and micro-batch: the same shape with the knob changed, its best split
+    tries = []
+    if par.recompute != "full":
+        tries.append(("recompute", "full", "full activation recomputation (recompute=full)"))
+    if par.micro_batch_size > 1:
+        tries.append(("micro_batch_size", 1, "micro-batch size 1 (micro_batch_size=1)"))
+    for knob, val, text in tries:
+        mbs = val if knob == "micro_batch_size" else par.micro_batch_size
+        alt = par.model_copy(update={knob: val, "num_microbatches": job.global_batch_size // (par.dp * mbs)})
+        pk, _ = least_memory_splits(job_coefficients(job, alt.shapes()), L)
+        allowed = job.constraints.allows(knob, val)
+        verdict = "fits" if pk[0] <= cap else f"still needs {pk[0] / GIB:.1f} GiB"
+        suggestions.append(f"{text}: {verdict} with {alt.describe()}" + ("" if allowed else " (your constraints exclude it)"))
+    done = [t for c, t in ((par.recompute == "full", "full recomputation"), (par.micro_batch_size == 1, "micro-batch size 1")) if c]
+    if done:
+        suggestions.append(f"the least-memory plan already uses {' and '.join(done)}")
+    suggestions.append(_more_gpus(job, budget_s))
+    cons = job.constraints.model_dump(exclude_defaults=True)
+    if cons:
+        suggestions.append(f"relax the constraints ({', '.join(sorted(cons))}): they exclude shapes that might fit")
+    message = (f"GPU memory is short on {where} by {(need - cap) / GIB:.1f} GiB: it needs {need / GIB:.1f} GiB "
+               f"({parts}) with the least-memory plan ({par.describe()}, layers {split}) but {gpu.name} has "
+               f"{cap / GIB:.1f} GiB usable")
+    return Shortfall(resource="memory", stage=stage.stage, needed_bytes=need, available_bytes=cap,
+                     short_bytes=need - cap, best_shape=rows[k], suggestions=suggestions, message=message)

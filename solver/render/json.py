@@ -1,0 +1,25 @@
+"""The JSON of an optimize result (`solveplan optimize --json`): the plan's evaluation keys at
+the top level, then the verdict, the Megatron-LM launch arguments, the comparisons, the other
+top-k plans, the shortfall, the notes and the search statistics (the only block that holds
+measurements: wall times, branch counts)."""
+
+from __future__ import annotations
+
+from .megatron import megatron_args
+
+
+def result_json(result, job) -> dict:
+    d: dict = result.plan.model_dump() if result.plan is not None else {}
+    d.update(status=result.status, bound_step_time_s=result.bound_step_time_s, gap=result.gap,
+             tolerance_s=result.tolerance_s)
+    if result.plan is not None:
+        ma = megatron_args(job, result.plan)
+        d["megatron_args"] = ma.args
+        d["megatron_notes"] = ma.notes
+    d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
+    d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
+    d["alternatives"] = [p.model_dump() for p in result.alternatives]
+    d["shortfall"] = result.shortfall.model_dump() if result.shortfall is not None else None
+    d["notes"] = list(result.notes)
+    d["search"] = result.search.model_dump()
+    return d

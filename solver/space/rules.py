@@ -1,0 +1,164 @@
+"""Rules of the space beyond enumeration, each written once:
+
+- `config_violations`: the rules of `enumeration.enumerate_shapes` on one explicit
+  configuration, each broken rule named by its field;
+- `complete_config`: the only place that completes an explicit configuration with its
+  defaults (`solveplan evaluate`, `optimize --compare`, `links place`, calibration's measured
+  steps all come here): tp = pp = cp = vp = 1, micro-batch 1, selective recomputation,
+  sequence parallelism when tp > 1, the distributed optimizer (zero = 1) when dp*cp > 1 else
+  plain data parallelism (zero = 0);
+- `textbook_shapes`: the usual Megatron-LM configuration (TP inside a node, no CP, no
+  interleaving, selective recomputation, SP with TP, the distributed optimizer), each default
+  giving way only where the job's constraints exclude it;
+- `least_memory_job`: the job restricted to the least-memory value of every knob.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from ..errors import InputError, path
+from ..specs import JobSpec
+from .enumeration import MAX_VP, enumerate_shapes
+from .shapes import RECOMPUTE_CODES, Shapes
+
+CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "layers", "dp",
+               "num_microbatches")
+
+
+def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro_batch_size: int,
+                      recompute: str, sequence_parallel: bool, zero: int) -> tuple[int, list[tuple[str, str]]]:
+    """The derived dp and every rule of `enumerate_shapes` an explicit configuration breaks,
+    each as (field, 'what is wrong; the fix'): fields are the configuration's knobs (`tp`,
+    `tp/cp/pp` for their product), and `global_batch_size` for the job's batch. The same rules
+    as the enumeration (a test checks that both agree)."""
+    model, N = job.model, job.cluster.num_gpus
+    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    errs: list[tuple[str, str]] = []
+    if N % (tp * cp * pp):
+        return 0, [("tp/cp/pp", f"tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide the {N} GPUs of "
+                                f"{job.cluster.name}; choose degrees whose product divides {N}")]
+    dp = N // (tp * cp * pp)
+    if model.num_attention_heads % tp:
+        errs.append(("tp", f"{tp} does not divide num_attention_heads {model.num_attention_heads}"))
+    if model.num_kv_heads % tp:
+        errs.append(("tp", f"{tp} does not divide num_kv_heads {model.num_kv_heads} (Megatron needs query groups divisible by tp)"))
+    if model.ffn_hidden_size % tp:
+        errs.append(("tp", f"{tp} does not divide ffn_hidden_size {model.ffn_hidden_size}"))
+    if cp > 1 and not job.flash_attention:
+        errs.append(("cp", "context parallelism needs flash attention; turn flash attention on or use cp = 1"))
+    if cp > 1 and s % (2 * cp):
+        errs.append(("cp", f"seq length {s} must be divisible by 2*cp = {2 * cp}"))
+    if pp > L:
+        errs.append(("pp", f"{pp} stages for {L} layers; use pp <= {L}"))
+    if B % dp:
+        errs.append(("global_batch_size", f"{B} is not divisible by the derived dp = {N}/({tp}*{cp}*{pp}) = {dp}"))
+    elif (B // dp) % micro_batch_size:
+        errs.append(("micro_batch_size", f"{micro_batch_size} does not divide the {B // dp} sequences per data-parallel rank"))
+    else:
+        m = B // (dp * micro_batch_size)
+        if vp > 1:
+            if pp < 2:
+                errs.append(("vp", "interleaving needs pp >= 2"))
+            if pp * vp > L:
+                errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} layers"))
+            if m % pp:
+                errs.append(("vp", f"interleaving needs the {m} micro-batches to be divisible by pp = {pp}"))
+            if vp > MAX_VP:
+                errs.append(("vp", f"at most {MAX_VP} virtual stages per rank"))
+    if sequence_parallel and tp == 1:
+        errs.append(("sequence_parallel", "needs tp > 1; turn sequence parallelism off"))
+    if zero and dp * cp == 1:
+        errs.append(("zero", f"optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use zero = 0"))
+    if zero == 3 and pp > 1:
+        errs.append(("zero", "ZeRO-3 is not combined with pipeline parallelism; use zero = 1 or pp = 1"))
+    return dp, errs
+
+
+def _int(cfg: Mapping[str, Any], key: str, default: int, field: str, least: int = 1) -> int:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise InputError(path(field, key), f"must be an integer >= {least} (got {value!r})")
+    return int(value)
+
+
+def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
+                    job_field: Optional[str] = None) -> tuple[dict, Optional[list[int]]]:
+    """An explicit configuration (keys `CONFIG_KEYS`; any may be left out) completed with the
+    defaults of the module docstring and checked against every rule: (the shape as
+    `Shapes.row` gives it, with dp; the layer split, None for the caller's default).
+    Bad input is an InputError naming the key under `field`; the job's own fields (the global
+    batch) are named under `job_field` (default: `field`)."""
+    job_field = field if job_field is None else job_field
+    unknown = sorted(set(cfg) - set(CONFIG_KEYS))
+    if unknown:
+        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:9])}")
+    tp, pp, cp, vp = (_int(cfg, k, 1, field) for k in ("tp", "pp", "cp", "vp"))
+    mbs = _int(cfg, "micro_batch_size", 1, field)
+    recompute = cfg.get("recompute") or "selective"
+    if recompute not in RECOMPUTE_CODES:
+        raise InputError(path(field, "recompute"), f"{recompute!r}: choose none, selective or full")
+    sp = cfg.get("sequence_parallel")
+    sp = tp > 1 if sp is None else bool(sp)
+    N = job.cluster.num_gpus
+    divides = N % (tp * cp * pp) == 0
+    zero = _int(cfg, "zero", 1 if divides and N // (tp * cp * pp) * cp > 1 else 0, field, least=0)
+    dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute,
+                                 sequence_parallel=sp, zero=zero)
+    if cfg.get("dp") is not None and not errs and int(cfg["dp"]) != dp:
+        errs.append(("dp", f"{cfg['dp']} but tp*cp*pp*dp must equal the {N} GPUs (dp = {dp})"))
+    if errs:
+        (key, msg), more = errs[0], errs[1:]
+        tail = f" (and {len(more)} more: {'; '.join(f'{k}: {m}' for k, m in more)})" if more else ""
+        raise InputError(path(job_field if key == "global_batch_size" else field, key), msg + tail)
+    layers = cfg.get("layers")
+    if layers is not None:
+        layers, L = [int(x) for x in layers], job.model.num_layers
+        where = path(field, "layers")
+        if len(layers) != pp:
+            raise InputError(where, f"{len(layers)} entries for pp={pp}; give one count per stage")
+        if min(layers) < 1:
+            raise InputError(where, f"every stage needs at least one layer (got {layers})")
+        if sum(layers) != L:
+            raise InputError(where, f"counts sum to {sum(layers)} but the model has {L} layers")
+    row = dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute, sequence_parallel=sp,
+               zero=zero)
+    return row, layers
+
+
+def textbook_shapes(job: JobSpec) -> Shapes:
+    """The legal shapes of the usual Megatron-LM configuration (see the module docstring):
+    every shape the job allows, narrowed by each default in turn where some shape keeps it."""
+    shapes = enumerate_shapes(job, apply_dominance=False).shapes
+    mask = np.ones(len(shapes), dtype=bool)
+    for keep in (shapes.cp == 1, shapes.vp == 1, shapes.recompute == RECOMPUTE_CODES["selective"],
+                 shapes.tp <= job.cluster.gpus_per_node, shapes.sequence_parallel == (shapes.tp > 1),
+                 shapes.zero == np.where(shapes.dp * shapes.cp > 1, 1, 0)):
+        if (mask & keep).any():
+            mask &= keep
+    return shapes.take(np.flatnonzero(mask))
+
+
+def least_memory_job(job: JobSpec) -> JobSpec:
+    """The job restricted to the least-memory value of every knob the constraints allow.
+
+    Some plan of `job` fits iff some plan of the result fits: per-GPU memory never grows
+    with full (over selective, over no) recomputation, with a smaller micro-batch (in-flight
+    activations are min(mbs*(p-i), B/dp) micro-batch-sequences; logits scale with mbs), with
+    vp = 1 (interleaving keeps more chunks in flight) or with sequence parallelism on; the
+    degrees and the ZeRO stage stay free."""
+    cons = job.constraints
+    order = [r for r in ("full", "selective", "none") if cons.allows("recompute", r)]
+    mbs = min((b for b in range(1, job.global_batch_size + 1) if cons.allows("micro_batch_size", b)), default=None)
+    update = {"vp": (1,) if cons.allows("vp", 1) else cons.vp}
+    if order:
+        update["recompute"] = (order[0],)
+    if mbs is not None:
+        update["micro_batch_size"] = (mbs,)
+    if cons.sequence_parallel is None:
+        update["sequence_parallel"] = (True, False)  # True where tp > 1; tp = 1 needs False
+    return job.model_copy(update={"constraints": cons.model_copy(update=update)})

@@ -1,0 +1,84 @@
+"""The one schema of a job as a mapping -- a `--job` file with the CLI's flags applied, a
+line of `solveplan admit`, an API call's mapping, an HTTP body -- and of an admission
+request (a job plus the allocation it asks for). `catalog.load_job` turns a `JobRequest`
+into a `JobSpec` (names and files resolved, the model's recipe as defaults)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, model_validator
+
+
+def _ref(kind: str, forms: str):
+    def check(value: Any):
+        if value is not None and not isinstance(value, (str, dict)):
+            raise ValueError(f"give {forms} or a mapping of {kind} fields")
+        return value
+    return BeforeValidator(check)
+
+
+ModelRef = Annotated[Union[str, dict], _ref("model", "a catalog name, a file path")]
+ClusterRef = Annotated[Union[str, dict], _ref("cluster", "a catalog name, <gpu>x<N>, a file path")]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobRequest(Request):
+    """A training job: catalog names, files or inline mappings for the model and the cluster;
+    the global batch and the sequence default to the model's recipe."""
+
+    id: Optional[Union[int, str]] = None
+    name: Optional[str] = None
+    model: Optional[ModelRef] = Field(None, description="catalog name (see `solveplan models`), a file, or a ModelSpec mapping")
+    cluster: Optional[ClusterRef] = Field(None, description="catalog name, <gpu>x<N>, a file, or a ClusterSpec mapping")
+    global_batch_size: Optional[PositiveInt] = None
+    seq_length: Optional[PositiveInt] = None
+    precision: Optional[Literal["bf16", "fp8"]] = None
+    flash_attention: Optional[bool] = None
+    constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
+
+    def job_fields(self) -> dict:
+        """The fields that describe the job (what `catalog.load_job` reads)."""
+        return self.model_dump(exclude_none=True, include=set(JobRequest.model_fields) - {"id", "name"})
+
+
+class Target(BaseModel):
+    """A throughput target: exactly one of `tokens_per_s`, or `deadline_s` with `token_budget`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens_per_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+    deadline_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="wall-clock seconds to train `token_budget` tokens")
+    token_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="tokens to train by the deadline")
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        has_rate = self.tokens_per_s is not None
+        has_deadline = self.deadline_s is not None or self.token_budget is not None
+        if has_rate and has_deadline:
+            raise ValueError("give either tokens_per_s, or deadline_s with token_budget, not both")
+        if not has_rate and not has_deadline:
+            raise ValueError("give tokens_per_s, or deadline_s with token_budget")
+        if has_deadline and (self.deadline_s is None or self.token_budget is None):
+            missing = "deadline_s" if self.deadline_s is None else "token_budget"
+            raise ValueError(f"{missing} is missing: a deadline needs both deadline_s and token_budget")
+        if not math.isfinite(self.required_tokens_per_s):
+            raise ValueError("token_budget / deadline_s is not a finite rate")
+        return self
+
+    @property
+    def required_tokens_per_s(self) -> float:
+        return float(self.tokens_per_s) if self.tokens_per_s is not None else float(self.token_budget) / float(self.deadline_s)
+
+
+class AdmitJob(JobRequest):
+    """One job of an admission batch: the job, and the allocation it asks for -- `num_gpus`,
+    or a `cluster` of the free cluster's GPU type, or a throughput `target` (then the fewest
+    GPUs that meet it)."""
+
+    num_gpus: Optional[PositiveInt] = None
+    target: Optional[Target] = None
