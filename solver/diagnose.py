@@ -27,7 +27,7 @@ from .plan import Shortfall, make_plan, parallel_from_row
 from .search.candidates import Candidates, prepare
 from .space.rules import least_memory_job
 from .specs import JobSpec
-from .units import GIB
+from .specs.units import GIB
 
 FEWEST_GPUS_MAX = 65536  # the search for the fewest GPUs that fit stops here
 FEWEST_GPUS_BUDGET_S = 20.0

@@ -20,9 +20,10 @@ import numpy as np
 
 from .diagnose import memory_shortfall
 from .errors import InputError
-from .plan import (Comparison, ParallelConfig, SearchStats, SolveResult, make_plan, parallel_from_row, plan_config,
-                   textbook_plan)
+from .plan import (Comparison, ParallelConfig, Plan, SearchStats, SolveResult, make_plan, parallel_from_row,
+                   plan_config, textbook_plan)
 from .search.candidates import Candidates, prepare
+from .search.result import MethodResult, PlanStatus
 from .specs import JobSpec
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
@@ -66,17 +67,11 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     enumeration and model building). `compare`: a configuration to compare the plan with
     (ParallelConfig, or a mapping of tp, pp, cp, vp, micro_batch_size, recompute,
     sequence_parallel, zero, layers). `textbook`: also evaluate the usual Megatron-LM
-    configuration and report the speedup over it."""
+    configuration and report the speedup over it. `cands`: candidates prepared before (the
+    admission cache's)."""
     t0 = time.perf_counter()
     method = "alpa-dp" if method == "alpa_dp" else method
-    if method not in METHODS:
-        raise InputError("method", f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    if time_limit_s is None or not (time_limit_s > 0):
-        raise InputError("time_limit_s", f"must be a positive number of seconds (got {time_limit_s})")
-    if int(top_k) < 1:
-        raise InputError("top_k", f"must be at least 1 (got {top_k})")
-    if int(workers) < 1:
-        raise InputError("workers", f"must be at least 1 (got {workers})")
+    _check_arguments(method, time_limit_s, top_k, workers)
     search, prep_kwargs = _search_fn(method)
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
 
@@ -91,13 +86,56 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     if method == "cpsat":
         kwargs.update(workers=int(workers), seed=int(seed))
     res = search(cands, left, **kwargs)
-    notes: list[str] = list((res.stats or {}).get("notes", []))
-    status = res.status
-    plan, alternatives = None, []
-    bound = res.bound_s
+
+    notes: list[str] = list(res.stats.get("notes", []))
+    plans = _plans(job, cands, res, method, notes)
+    status, plan, bound = _checked_verdict(job, cands, res, plans[0] if plans else None, method, notes)
+    gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
+    tolerance = res.stats.get("tolerance_s")
+    stats = SearchStats(
+        method=method, wall_time_s=time.perf_counter() - t0,
+        shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
+        shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
+        shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
+        solver=_jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
+    )
+    out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
+                         alternatives=plans[1:], search=stats, notes=notes,
+                         shortfall=memory_shortfall(job, cands) if status == "INFEASIBLE" else None)
+    if plan is not None and textbook:
+        if time.perf_counter() - t0 > float(time_limit_s):
+            notes.append("textbook comparison skipped: the time limit is spent")
+        else:
+            tb = textbook_plan(job)
+            if tb is not None:
+                out.textbook = Comparison.of("textbook Megatron-LM", tb, plan)
+                if tb.step_time_s < plan.step_time_s - max(tolerance or 0.0, 1e-9 * tb.step_time_s) and status == "OPTIMAL":
+                    notes.append(f"the textbook plan ({tb.step_time_s:.6g} s) beats the optimum ({plan.step_time_s:.6g} s): "
+                                 f"a pruning rule is not exact for this job")
+    if cmp_plan is not None:
+        out.compare = Comparison.of("compare", cmp_plan, plan)
+    out.search.wall_time_s = time.perf_counter() - t0
+    return out
+
+
+def _check_arguments(method: str, time_limit_s, top_k, workers) -> None:
+    if method not in METHODS:
+        raise InputError("method", f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if time_limit_s is None or not (time_limit_s > 0):
+        raise InputError("time_limit_s", f"must be a positive number of seconds (got {time_limit_s})")
+    if int(top_k) < 1:
+        raise InputError("top_k", f"must be at least 1 (got {top_k})")
+    if int(workers) < 1:
+        raise InputError("workers", f"must be at least 1 (got {workers})")
+
+
+def _plans(job: JobSpec, cands: Candidates, res: MethodResult, method: str, notes: list[str]) -> list[Plan]:
+    """The method's choices (best first) as plans re-evaluated by the float formulation; a
+    choice that does not fit there is dropped."""
     choices = [c for c in (res.top or ([res.best] if res.best else [])) if c is not None]
     if res.best is not None and (not choices or choices[0] is not res.best):
         choices = [res.best] + [c for c in choices if c is not res.best]
+    plans = []
     for i, ch in enumerate(choices):
         par = parallel_from_row(job, cands.shapes.row(ch.index))
         p = make_plan(job, par, ch.layers)
@@ -107,14 +145,18 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         if not math.isclose(p.step_time_s, ch.objective_s, rel_tol=1e-9, abs_tol=1e-12):
             notes.append(f"{method} reported {ch.objective_s:.9g} s for plan {i + 1}; the float formulation gives "
                          f"{p.step_time_s:.9g} s (reported time is the formulation's)")
-        if plan is None:
-            plan = p
-        else:
-            alternatives.append(p)
+        plans.append(p)
+    return plans
+
+
+def _checked_verdict(job: JobSpec, cands: Candidates, res: MethodResult, plan: Optional[Plan], method: str,
+                     notes: list[str]) -> tuple[PlanStatus, Optional[Plan], Optional[float]]:
+    """Never trust a verdict unchecked: a plan must back OPTIMAL/FEASIBLE, any fitting plan
+    refutes INFEASIBLE, and the bound may not exceed the plan. (status, plan, bound)."""
+    status, bound = res.status, res.bound_s
     if status in ("OPTIMAL", "FEASIBLE") and plan is None:
         notes.append(f"{method} answered {status} but returned no plan that fits")
         status = "UNKNOWN"
-    # never trust a verdict unchecked: a fitting plan refutes INFEASIBLE
     if status == "INFEASIBLE" and cands.incumbent_index is not None:
         par = parallel_from_row(job, cands.shapes.row(cands.incumbent_index))
         plan = make_plan(job, par, cands.incumbent_layers)
@@ -126,38 +168,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         bound = None
         if status == "OPTIMAL":
             status = "FEASIBLE"
-    gap = None
-    if plan is not None and bound is not None:
-        gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s)
-    tolerance = (res.stats or {}).get("tolerance_s")
-    shortfall = memory_shortfall(job, cands) if status == "INFEASIBLE" else None
-
-    stats = SearchStats(
-        method=method, wall_time_s=time.perf_counter() - t0,
-        shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
-        shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-        shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
-        solver=_jsonable({**{k: v for k, v in (res.stats or {}).items() if k != "notes"},
-                          "prepare_time_s": prep_s}),
-    )
-    out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
-                         alternatives=alternatives, shortfall=shortfall, search=stats, notes=notes)
-    if plan is not None:
-        if textbook and time.perf_counter() - t0 > float(time_limit_s):
-            notes.append("textbook comparison skipped: the time limit is spent")
-        elif textbook:
-            tb = textbook_plan(job)
-            if tb is not None:
-                out.textbook = Comparison.of("textbook Megatron-LM", tb, plan)
-                if tb.step_time_s < plan.step_time_s - max(tolerance or 0.0, 1e-9 * tb.step_time_s) and status == "OPTIMAL":
-                    notes.append(f"the textbook plan ({tb.step_time_s:.6g} s) beats the optimum ({plan.step_time_s:.6g} s): "
-                                 f"a pruning rule is not exact for this job")
-        if cmp_plan is not None:
-            out.compare = Comparison.of("compare", cmp_plan, plan)
-    elif cmp_plan is not None:
-        out.compare = Comparison.of("compare", cmp_plan, None)
-    out.search.wall_time_s = time.perf_counter() - t0
-    return out
+    return status, plan, bound
 
 
 def _compare_plan(job: JobSpec, compare: Union[ParallelConfig, Mapping[str, Any]]):

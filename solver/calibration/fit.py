@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..units import GIB
+from ..specs.units import GIB
 
 BAD_FIT_RMS = 0.20  # log-residual rms beyond which a parameter at a bound means the model cannot explain the points
 

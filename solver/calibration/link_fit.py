@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import InputError
 from ..formulation import comm
 from ..specs import ClusterSpec
-from ..units import GBIT_BYTES
+from ..specs.units import GBIT_BYTES
 from .fit import BAD_FIT_RMS, Param, fit_least_squares, fmt_bytes
 from .nccl_tests import NcclRun, canonical_op
 

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..units import GIB
+from ..specs.units import GIB
 
 _KINDS = ("model", "gpu", "cluster", "job")
 

@@ -41,7 +41,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..units import GBIT_BYTES
+from ..specs.units import GBIT_BYTES
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ..formulation.pipeline import pipeline_s, stage_arrays
 from ..formulation.splits import balanced_split
 from ..plan import Out, ParallelConfig
 from ..specs import JobSpec
-from ..units import GBIT_BYTES
+from ..specs.units import GBIT_BYTES
 from .links import LinkMatrix
 from .topology import twin_classes
 

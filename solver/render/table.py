@@ -14,7 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..units import GIB
+from ..specs.units import GIB
 
 
 def _fmt_s(x: Optional[float]) -> str:

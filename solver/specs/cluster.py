@@ -6,8 +6,8 @@ from typing import Optional
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from ..units import GBIT_BYTES
 from .base import Spec
+from .units import GBIT_BYTES
 from .gpu import GPUSpec
 
 

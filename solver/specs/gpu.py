@@ -7,8 +7,8 @@ from typing import Optional
 
 from pydantic import Field, PositiveFloat
 
-from ..units import GIB
 from .base import Spec
+from .units import GIB
 
 
 class GPUSpec(Spec):

@@ -1,0 +1,135 @@
+"""The layout as a specification (issue #11): modules stay small, the flow goes one way, and
+nothing outside cli/ knows the command line. Read from the source with `ast`; nothing is
+imported."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SOLVER = Path(__file__).resolve().parent.parent / "solver"
+MAX_LINES = 500
+MAX_TOP_LEVEL_MODULES = 8  # __init__.py included
+
+# The flow, lowest first: a module may import its own layer or a lower one (README "Layout").
+LAYERS = [
+    ("errors",),
+    ("specs",),
+    ("catalog",),
+    ("space",),
+    ("formulation",),
+    ("search",),
+    ("plan",),
+    ("diagnose",),
+    ("optimize", "placement", "calibration"),
+    ("render", "admission"),
+    ("api", "service"),
+    ("cli",),
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SOLVER).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["solveplan", *parts])
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(SOLVER.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The solveplan modules `name` imports (anywhere in the file, functions included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                root = ".".join(base + ([node.module] if node.module else []))
+            else:
+                root = node.module or ""
+            # `from pkg import sub` imports the submodule when there is one
+            targets = [f"{root}.{a.name}" if f"{root}.{a.name}" in modules else root for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:  # an attribute of a module: the module
+                t = t.rpartition(".")[0]
+            if t.startswith("solveplan") and t != name:
+                out.add(t)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _layer(name: str) -> int:
+    top = name.split(".")[1] if "." in name else ""
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{name}: not in any layer of LAYERS; place it in the flow")
+
+
+def test_no_module_over_500_lines():
+    long = {str(p.relative_to(SOLVER)): n for p in SOLVER.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
+
+
+def test_at_most_8_modules_directly_under_solver():
+    top = sorted(p.name for p in SOLVER.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_only_cli_imports_cli():
+    bad = {m: sorted(d for d in deps if d.startswith("solveplan.cli")) for m, deps in _graph().items()
+           if not m.startswith("solveplan.cli")}
+    assert not {m: d for m, d in bad.items() if d}
+
+
+def test_imports_follow_the_flow():
+    bad = [(m, d) for m, deps in _graph().items() if m != "solveplan" for d in deps
+           if d != "solveplan" and _layer(m) < _layer(d)]
+    assert not bad, bad
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                cycles.append(sorted(scc))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
