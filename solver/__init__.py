@@ -1,7 +1,27 @@
 """solveplan: provably optimal parallel training plans for LLMs on GPU clusters.
 
-Flow (one direction): specs -> space -> formulation -> encoding / baselines -> plan
--> renderers and front ends. See ../shared/DESIGN.md and README.md.
+The folders are the flow, in one direction (DESIGN.md section 2; README "Layout"); a module
+imports only its own stage or an earlier one (tests/test_architecture.py checks it):
+
+    errors.py        InputError: bad input named by its spec path
+    specs/           frozen pydantic specs (model, gpu, cluster, job, hf), units, and
+                     request.py: the one schema of a job mapping (CLI, API, service)
+    catalog.py       catalog names, files and job mappings -> specs (`load_job`)
+    space/           legal shapes (shapes, enumeration) and the rules that complete an
+                     explicit configuration (rules)
+    formulation/     step time and memory: flops, comm, coefficients, pipeline (the one
+                     stage composition), splits (balanced, water-filling), linear
+    search/          candidates (enumerate, price, prune; keeps what it derives), pruning,
+                     cpsat/ (integer form, model, scaling, solve), baselines/
+    plan.py          the plan value type; explicit and textbook configurations
+    diagnose.py      why no plan fits; the fewest GPUs that would do
+    optimize.py      optimize(): candidates -> search -> plans -> checked verdict
+    placement/       nodes for a plan's groups on unequal links
+    calibration/     fits to nccl-tests logs and measured steps; published runs
+    render/          table, json, megatron, timeline, hostfile, calibration report
+    admission/       bounded-time check, plan, fewest GPUs, admit (behind api.py)
+    api.py service.py  thin facades: Python API, HTTP service
+    cli/             click only: flags <-> spec paths
 """
 
 __version__ = "0.1.0"

@@ -133,3 +133,14 @@ def test_no_import_cycle():
         if v not in index:
             visit(v)
     assert not cycles, cycles
+
+
+def test_the_wheel_lists_every_package():
+    """pyproject.toml lists packages one by one (solver/ installs as solveplan): a package
+    missing there would be missing from the wheel."""
+    import tomllib
+
+    data = tomllib.loads((SOLVER.parent / "pyproject.toml").read_text())
+    listed = {p for p in data["tool"]["setuptools"]["packages"] if not p.startswith("solveplan.catalog_")}
+    packages = {_module_name(p) for p in SOLVER.rglob("__init__.py")}
+    assert listed == packages, (sorted(packages - listed), sorted(listed - packages))

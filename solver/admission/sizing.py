@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from pydantic import Field
 
@@ -16,6 +16,7 @@ from ..diagnose import fewest_nodes
 from ..errors import InputError
 from ..formulation.flops import layer_gemm_fwd_flop, lm_head_fwd_flop
 from ..plan import Out, SolveResult
+from ..search.result import PlanStatus
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import build
 from ..specs.request import Target
@@ -39,7 +40,7 @@ class Probe(Out):
 
 
 class FewestGpusResult(Out):
-    status: Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"] = Field(
+    status: PlanStatus = Field(
         description="OPTIMAL: the smallest allocation on the searched grid; FEASIBLE: meets the target, "
                     "smaller ones not all ruled out in time; INFEASIBLE: no allocation up to the maximum meets it")
     num_gpus: Optional[int] = None

@@ -9,7 +9,7 @@ import re
 import click
 
 from ..errors import InputError
-from .options import build_job, job_base_options, parse_ints
+from .options import build_job, config_options, job_base_options, parse_ints
 
 
 def parse_degraded_node(text: str) -> tuple[int, float]:
@@ -111,22 +111,16 @@ def show(file, as_json):
 @links.command("place")
 @job_base_options
 @click.option("--links", "links_file", required=True, type=click.Path(dir_okay=False), help="Link matrix (JSON/CSV).")
-@click.option("--tp", type=click.IntRange(min=1), required=True)
-@click.option("--pp", type=click.IntRange(min=1), required=True)
+@config_options
 @click.option("--dp", type=click.IntRange(min=1), default=None, help="Checked against GPUs / (tp*cp*pp).")
-@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
-@click.option("--zero", type=click.Choice(["0", "1", "2", "3"]), default=None)
-@click.option("--layers-per-stage", default=None)
+@click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
 @click.option("--method", type=click.Choice(["auto", "cpsat", "exhaustive"]), default="auto", show_default=True)
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds for CP-SAT.")
 @click.option("--hostfile", "hostfile_out", default=None, type=click.Path(dir_okay=False), help="Write the hostfile here.")
 @click.option("--ranks", is_flag=True, help="Print the RANK -> (stage, replica, cp, tp) table.")
 @click.option("--json", "as_json", is_flag=True)
-def place_cmd(links_file, tp, pp, dp, cp, vp, micro_batch_size, recompute, zero, layers_per_stage, method, time_limit,
-              hostfile_out, ranks, as_json, **base):
+def place_cmd(links_file, tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero, dp, layers_per_stage,
+              method, time_limit, hostfile_out, ranks, as_json, **base):
     """Place a plan's (stage, replica) groups on nodes with unequal links."""
     from ..placement.links import load_links
     from ..placement.place import place
@@ -135,7 +129,7 @@ def place_cmd(links_file, tp, pp, dp, cp, vp, micro_batch_size, recompute, zero,
 
     job = build_job(**base)
     plan = plan_config(job, dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=micro_batch_size,
-                                 recompute=recompute, zero=None if zero is None else int(zero),
+                                 recompute=recompute, sequence_parallel=sequence_parallel, zero=zero,
                                  layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None))
     lm = load_links(links_file)
     res = place(job, plan.parallel, lm, layers=plan.layers_per_stage, method=method, time_limit_s=time_limit)

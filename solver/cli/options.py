@@ -117,6 +117,19 @@ CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "tp_max", "
                    "vp_max", "micro_batch_size_max", "recompute", "sequence_parallel", "zero", "even_split")
 
 
+# One explicit configuration (evaluate, links place); the defaults are space.rules.complete_config's.
+_CONFIG = [
+    click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (default 1)."),
+    click.option("--pp", type=click.IntRange(min=1), default=None, help="Pipeline-parallel size (default 1)."),
+    click.option("--cp", type=click.IntRange(min=1), default=None, help="Context-parallel size (default 1)."),
+    click.option("--vp", type=click.IntRange(min=1), default=None, help="Virtual pipeline stages per rank (default 1)."),
+    click.option("--micro-batch-size", type=click.IntRange(min=1), default=None, help="Default 1."),
+    click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None, help="Default: selective."),
+    click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1."),
+    click.option("--zero", type=click.IntRange(0, 3), default=None, help="Default: 1 (distributed optimizer) when dp*cp > 1, else 0."),
+]
+
+
 def _apply(options, f):
     for opt in reversed(options):
         f = opt(f)
@@ -135,6 +148,11 @@ def constraint_options(f):
 
 def job_options(f):
     return job_base_options(constraint_options(f))
+
+
+def config_options(f):
+    """--tp, --pp, --cp, --vp, --micro-batch-size, --recompute, --sequence-parallel, --zero: one configuration."""
+    return _apply(_CONFIG, f)
 
 
 def _constraints(flags: dict, base: Any) -> Any:

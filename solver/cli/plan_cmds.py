@@ -22,7 +22,7 @@ import click
 
 from ..errors import InputError
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
-from .options import build_job, job_base_options, job_options, parse_ints
+from .options import build_job, config_options, job_base_options, job_options, parse_ints
 
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
@@ -51,9 +51,7 @@ def parse_compare(text: str) -> dict:
                     raise ValueError
                 cfg[name] = val.lower() in _TRUE
             elif name == "recompute":
-                if val not in ("none", "selective", "full"):
-                    raise ValueError
-                cfg[name] = val
+                cfg[name] = val  # checked with the rest of the configuration (space.rules)
             elif name == "layers":
                 cfg[name] = [int(x) for x in val.replace("/", ":").split(":")]
             else:
@@ -221,14 +219,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
 
 @click.command()
 @job_base_options
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True, help="Virtual pipeline stages per rank.")
-@click.option("--micro-batch-size", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
-@click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1.")
-@click.option("--zero", type=click.Choice(["0", "1", "2", "3"]), default=None, help="Default: 1 (distributed optimizer) when dp*cp > 1.")
+@config_options
 @click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero, layers_per_stage, as_json, **base):
@@ -237,7 +228,7 @@ def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zer
 
     job = build_job(**base)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
-               sequence_parallel=sequence_parallel, zero=None if zero is None else int(zero),
+               sequence_parallel=sequence_parallel, zero=zero,
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None)
     plan = plan_config(job, cfg)
     if as_json:

@@ -1,6 +1,16 @@
 """The formulation: step time and memory per pipeline stage, as pure numpy functions over
-arrays of configurations (`space.shapes.Shapes`). The single source of truth for every cost: the CP-SAT
-encoding, the exhaustive search and the Alpa-style DP all read `stage_coefficients`.
+arrays of configurations (`space.shapes.Shapes`); it imports no solver, CLI or file I/O. The
+single source of truth for every cost, in the order it is built:
+
+- `flops`, `comm`: FLOPs and collective times; `coefficients`: per shape, every cost of a
+  stage as a linear function of its layer count; `job`: the same for a JobSpec, and MFU;
+- `pipeline`: the one composition of stage time and memory (`stage_arrays`,
+  `stage_memory_bytes`, `pipeline_s`) and the float evaluation of a split;
+- `linear`: the step time in its linear form, per-stage memory limits on the layer count;
+- `splits`: the balanced split and water-filling (heuristic and least-memory splits).
+
+The CP-SAT encoding, the exhaustive search, the Alpa-style DP and placement pricing all read
+these; none has a second copy of a cost.
 
 Sources: Narayanan et al. 2021 (SC21) Eq. (1)-(4) for FLOPs and the pipeline; Korthikanti
 et al. 2022 Table 2 for activation memory; Rajbhandari et al. (ZeRO) and the Megatron-LM

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formulation.coefficients import StageCoefficients
-from ..formulation.pipeline import inflight_microbatches
+from ..formulation.pipeline import inflight_microbatches, pipeline_s
 
 
 def memory_lower_bound_bytes(co: StageCoefficients, num_layers: int) -> np.ndarray:
@@ -45,7 +45,7 @@ def time_lower_bound_s(co: StageCoefficients, num_layers: int, max_slot_lb_s=Non
     heaviest = np.maximum(total / p, np.ceil(num_layers / p) * co.layer_s + v * co.boundary_s)
     if max_slot_lb_s is not None:
         heaviest = np.maximum(heaviest, max_slot_lb_s)
-    pipe = (m - 1.0 / v) * heaviest + total / v
+    pipe = pipeline_s(heaviest, total, m, v)
     # step tail: max_i e_i >= mean_i e_i, and sum_i max(0, D_i - W_i) >= max(0, sum D - sum W)
     dp_sum = num_layers * co.layer_dp_step_s + co.first_dp_step_s + co.last_dp_step_s
     window = num_layers * co.layer_window_s + co.first_window_s + co.last_window_s

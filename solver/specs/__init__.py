@@ -1,5 +1,7 @@
-"""Frozen pydantic specs at the edge: model, GPU, cluster, job. Units live in field names;
-values are converted to SI once, in the `*_bytes`, `*_s`, `*_flop_per_s` properties."""
+"""Frozen pydantic specs at the edge: model, GPU, cluster, job (`hf` reads Hugging Face
+configs). Units live in field names; values are converted to SI once, in the `*_bytes`,
+`*_s`, `*_flop_per_s` properties (`units` holds the constants). `request` is the schema of a
+job as a mapping; `base.build` makes a spec from a mapping, naming bad fields by their path."""
 
 from .model import ModelSpec
 from .gpu import GPUSpec
