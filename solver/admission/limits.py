@@ -10,7 +10,7 @@ from typing import Any, Mapping, Union
 
 from pydantic import BaseModel
 
-from ..catalog import cluster_from_mapping, load_job
+from ..catalog import load_cluster, load_job
 from ..errors import InputError, path
 from ..specs import ClusterSpec, JobSpec
 
@@ -83,5 +83,5 @@ def as_cluster_ref(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str =
     if isinstance(ref, (str, ClusterSpec)):
         return ref
     if isinstance(ref, Mapping):
-        return cluster_from_mapping({"name": "custom", **ref}, field)
+        return load_cluster(dict(ref), field)
     raise InputError(field, "give a cluster family (e.g. h100), a cluster name, <gpu>x<N> or a cluster mapping")

@@ -58,7 +58,7 @@ def find_data(path: Optional[str] = None) -> Path:
             return cand
     from ..errors import InputError
 
-    raise InputError("--data", "published_runs.json not found; pass --data PATH (it lives in ../shared/data/)")
+    raise InputError("data", "published_runs.json not found; give its path (it lives in ../shared/data/)")
 
 
 def row_model(m: dict) -> ModelSpec:
