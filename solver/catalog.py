@@ -99,7 +99,7 @@ def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
             try:
                 return model_from_hf_config(data, name=Path(ref).parent.name or Path(ref).stem)
             except InputError as exc:  # the converter names paths under its own root, "model"
-                raise InputError(field + exc.field.removeprefix(HF_FIELD), exc.message) from None
+                raise InputError(path(field, exc.field.removeprefix(HF_FIELD).lstrip(".")), exc.message) from None
         data.setdefault("name", Path(ref).stem)
         return build(ModelSpec, data, field)
     raise _unknown(field, "model", ref, list(models))

@@ -29,6 +29,7 @@ from ..formulation.pipeline import step_time_batch
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..formulation.job import job_coefficients
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
+from ..specs.units import GIB
 from ..space.enumeration import enumerate_shapes
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "published_runs.json"
@@ -230,9 +231,8 @@ def memory_points(data: dict, overrides: Optional[dict] = None) -> list[dict]:
         co = job_coefficients(job, shapes)
         ev = evaluate_split(co, 0, balanced_split(job.model.num_layers, cfg["pp"]))
         mem = ev.stages[0]["memory_bytes"]
-        gib = 1024**3
-        state = (mem["params"] + mem["grads"] + mem["optimizer"]) / gib
-        act = mem["activations"] / gib
+        state = (mem["params"] + mem["grads"] + mem["optimizer"]) / GIB
+        act = mem["activations"] / GIB
         out.append({
             "model": pt["model"], "mode": pt["mode"],
             "state_gib": state, "state_published_gib": pt["params_and_optimizer_gib_per_gpu"],

@@ -151,7 +151,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
     if show_progress is None:
         show_progress = sys.stderr.isatty()
     result = optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
-                          compare=cmp_cfg, progress=_StderrProgress() if show_progress else None)
+                      compare=cmp_cfg, progress=_StderrProgress() if show_progress else None)
 
     drawn = None
     if timeline is not None and result.plan is not None:

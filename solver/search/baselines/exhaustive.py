@@ -164,7 +164,7 @@ def search(
                   "fraction": evaluations / space if space else 1.0, "best_s": best,
                   "elapsed_s": time.perf_counter() - t0, "final": final})
 
-    def evaluate(idx_parts, lay_parts, order_parts):
+    def score_block(idx_parts, lay_parts, order_parts):
         nonlocal evaluations
         width = max(a.shape[1] for a in lay_parts)
         rows = sum(len(a) for a in lay_parts)
@@ -200,7 +200,7 @@ def search(
         """Evaluate the pending rows; return why to stop, if the time is up."""
         nonlocal last_report
         if buf["rows"]:
-            evaluate(buf["idx"], buf["lay"], buf["order"])
+            score_block(buf["idx"], buf["lay"], buf["order"])
             buf.update(idx=[], lay=[], order=[], rows=0)
         now = time.perf_counter()
         if now - last_report >= PROGRESS_EVERY_S:
