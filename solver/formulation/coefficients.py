@@ -33,6 +33,7 @@ from . import comm
 from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
 from .memory import (
     BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
+    runtime_bytes,
 )
 from .shapes import Shapes
 
@@ -101,7 +102,7 @@ class StageCoefficients:
     last_act_bytes: np.ndarray  # logits and loss buffers (one micro-batch in flight)
     const_bytes: np.ndarray  # working sets: full-recompute layer, ZeRO-3 gathered layers
     fragmentation: float  # the allocator's reserve over allocated memory (fraction)
-    runtime_bytes: float  # CUDA context, workspaces, NCCL buffers
+    runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
 
     @property
@@ -341,6 +342,6 @@ def stage_coefficients(
         last_act_bytes=last_act,
         const_bytes=working,
         fragmentation=float(gpu.runtime_reserve_fraction),
-        runtime_bytes=float(gpu.runtime_reserve_gib * GIB),
+        runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p),
         capacity_bytes=float(gpu.hbm_bytes),
     )

@@ -71,7 +71,7 @@ def _stage_arrays(co: StageCoefficients, layers: np.ndarray):
     act = L * c(co.layer_act_bytes) * mu + first * c(co.first_act_bytes) * mu + last * c(co.last_act_bytes)
     # working sets, then the allocator's fragmentation over everything and the runtime reserve
     allocated = params + grads + optim + act + c(co.const_bytes)
-    other = c(co.const_bytes) + co.fragmentation * allocated + co.runtime_bytes
+    other = c(co.const_bytes) + co.fragmentation * allocated + c(co.runtime_bytes)
     mask = lambda x: np.where(on, x, 0.0)  # noqa: E731
     return dict(tau=mask(tau), slot=slot, exposed_dp=exposed_dp, opt=opt, params=mask(params), grads=mask(grads),
                 optimizer=mask(optim), activations=mask(act), other=mask(other), on=on)

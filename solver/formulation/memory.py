@@ -12,14 +12,18 @@
   gated MLPs; flash attention keeps only the softmax statistics (fp32 per head and query)
   instead of the `5 a s^2 b` score terms; dropout masks are counted (1 byte per element), so
   models trained without dropout are over-estimated, never under-estimated.
-- The logits of the last stage: the LM head's bf16 output, its fp32 copy for the
-  vocab-parallel cross entropy and the fp32 gradient that replaces it (Megatron's
-  `VocabParallelCrossEntropy`): `LOGIT_BYTES` per logit of the micro-batch, alive once.
+- The logits of the last stage: Megatron's `VocabParallelCrossEntropy` turns the LM head's
+  bf16 output into an fp32 softmax kept for backward (4 bytes per logit), whose gradient is
+  computed in place and cast back to bf16 for the head's backward (2): `LOGIT_BYTES` per
+  logit of one micro-batch.
 - The reported peak is what the caching allocator holds, not what tensors use: every stage's
   sum is multiplied by 1 + `runtime_reserve_fraction` (fragmentation; PyTorch's reserved over
-  allocated) and `runtime_reserve_gib` is added (CUDA context, cuBLAS workspaces, NCCL
-  buffers of every communicator). So the estimate is an upper bound of the peak memory a run
-  shows, and it fits when it is at most the GPU's HBM.
+  allocated), and the runtime is added (`runtime_bytes`): `runtime_reserve_gib` (CUDA
+  context, cuBLAS/cuDNN workspaces) plus NCCL's buffers, NCCL_COMM_BYTES for every
+  communicator the rank is in (TP, CP, DP x CP, two pipeline neighbours): each opens up to
+  32 channels with send/receive buffers per protocol (NCCL_BUFFSIZE 4 MiB for Simple). So the
+  estimate is an upper bound of the peak memory a run shows, and it fits when it is at most
+  the GPU's HBM.
 """
 
 from __future__ import annotations
@@ -28,10 +32,18 @@ import numpy as np
 
 BF16_BYTES = 2
 FP32_BYTES = 4
-LOGIT_BYTES = 2 + 4 + 4  # bf16 logits, fp32 softmax copy, fp32 gradient
+LOGIT_BYTES = 4 + 2  # fp32 softmax (gradient in place), bf16 gradient for the head
 # Working set of ZeRO-3 / FSDP: the gathered bf16 weights of the layer being computed and of
 # the one being prefetched, and their unsharded gradients before the reduce-scatter.
 ZERO3_LIVE_LAYERS = 2
+NCCL_COMM_BYTES = 0.5 * 1024**3
+
+
+def runtime_bytes(reserve_gib: float, tp, cp, dp, pp) -> np.ndarray:
+    """CUDA context and workspaces, plus NCCL buffers per communicator (module docstring)."""
+    comms = ((np.asarray(tp) > 1).astype(np.float64) + (np.asarray(cp) > 1) + (np.asarray(dp) * np.asarray(cp) > 1)
+             + 2.0 * (np.asarray(pp) > 1))
+    return reserve_gib * 1024**3 + NCCL_COMM_BYTES * comms
 
 
 def model_state_bytes_per_param(zero, shard, precision: str):

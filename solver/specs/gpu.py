@@ -43,9 +43,10 @@ class GPUSpec(Spec):
         0.0, ge=0, description="extra per-layer, per-pass time of ZeRO-2/3 (FSDP) sharding: the unshard/reshard "
                                "hooks, allocations and stream waits around every layer, microseconds")
     runtime_reserve_gib: float = Field(
-        2.5, ge=0, description="CUDA context, cuBLAS workspaces and NCCL buffers per GPU, GiB (added to every stage)")
+        1.5, ge=0, description="CUDA context and cuBLAS/cuDNN workspaces per GPU, GiB (added to every stage, with "
+                               "NCCL's buffers per communicator: formulation/memory.py)")
     runtime_reserve_fraction: float = Field(
-        0.10, ge=0, lt=1, description="allocator fragmentation: reserved over allocated memory, fraction (added to every stage)")
+        0.08, ge=0, lt=1, description="allocator fragmentation: reserved over allocated memory, fraction (added to every stage)")
     source: str = "user supplied"
     fit_notes: Optional[str] = None
 
