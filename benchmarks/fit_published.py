@@ -1,81 +1,101 @@
-"""Fit the GPU efficiency parameters of the formulation on the published runs.
+"""Fit the GPU parameters of the formulation on every published run and (with --write) put
+them into clusters/gpus/*.yaml with the rows and uncertainty that produced them.
 
-One parameter set per GPU chip (A100 40 GB and 80 GB share one: same SMs and tensor cores;
-their HBM bandwidths stay the datasheet values), fitted on every timed row of that chip in
-../shared/data/published_runs.json by grid search minimising the mean absolute percentage
-error of the step time. Parameters: matmul_efficiency, layer_overhead_us and, where rows use
-flash attention (H100), attention_efficiency. Prints the values to put into
-clusters/gpus/*.yaml; `--half` fits on even-indexed rows and reports the odd ones (hold-out).
+    python benchmarks/fit_published.py [--data FILE ...] [--write]
 
-    python benchmarks/fit_published.py [--data PATH] [--half]
+Bounded, regularised least squares through the formulation (solveplan.calibration.runs_fit):
+one parameter set per GPU chip, robust loss, priors from datasheets and kernel papers.
+Writes benchmarks/results/fit_published.md (parameters, uncertainties, in-sample errors).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import re
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
 
-import numpy as np
+from solveplan.calibration.crossval import in_sample, summary
+from solveplan.calibration.rows import published_rows
+from solveplan.calibration.runs_fit import CHIP_OF_GPU, FIT_PARAMS, fit, gpu_updates, row_cases
+from solveplan.render.validation import fit_table, summary_table
 
-from solveplan.calibration.published import load, summary, validate_rows
-
-CHIPS = {
-    "a100": (["a100", "a100-40gb"], False),
-    "v100": (["v100"], False),
-    "h100": (["h100"], True),
-}
-# V100 has 4 rows: too few for two parameters, so its per-layer overhead is A100's fitted value.
-FIXED_OVERHEAD_US = {"v100": 50.0}
-MATMUL = np.round(np.arange(0.50, 0.96, 0.01), 2)
-OVERHEAD_US = [0, 50, 100, 150, 200, 300, 400]
-ATTENTION = np.round(np.arange(0.30, 0.81, 0.05), 2)
-
-
-def rows_for(data, families, ids=None):
-    from solveplan.calibration.published import GPU_FAMILY
-
-    return {r["id"] for r in data["measurements"] if GPU_FAMILY.get(r["hardware"]["gpu"]) in families
-            and (ids is None or r["id"] in ids)}
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+FIELDS = ("matmul_efficiency", "flash2_attention_efficiency", "fp8_matmul_efficiency", "layer_overhead_us",
+          "sharded_layer_overhead_us")
 
 
-def mape(data, ids, params):
-    res = validate_rows(data, overrides={"gpu": params}, ids=ids)
-    s = summary(res)
-    return s.get("mape", np.inf), s
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
-def fit_chip(data, chip, ids):
-    families, flash = CHIPS[chip]
-    overheads = [FIXED_OVERHEAD_US[chip]] if chip in FIXED_OVERHEAD_US else OVERHEAD_US
-    grid = itertools.product(MATMUL, overheads, ATTENTION if flash else [None])
-    best = (np.inf, None)
-    for mm, ov, at in grid:
-        params = {"matmul_efficiency": float(mm), "layer_overhead_us": float(ov)}
-        if at is not None:
-            params["attention_efficiency"] = float(at)
-        err, _ = mape(data, ids, params)
-        if err < best[0]:
-            best = (err, params)
-    return best
+def write_yaml(gpu: str, values: dict, note: str) -> None:
+    """Replace (or add) the fitted fields and fit_notes of clusters/gpus/<gpu>.yaml, keeping its comments."""
+    path = ROOT / "clusters" / "gpus" / f"{gpu}.yaml"
+    text = path.read_text()
+    for key, val in list(values.items()) + [("fit_notes", note)]:
+        line = f"{key}: {val!r}" if key == "fit_notes" else f"{key}: {val:.4g}"
+        if key == "fit_notes":
+            line = f'fit_notes: "{note}"'
+        pattern = re.compile(rf"^{key}:.*$", re.M)
+        text = pattern.sub(line, text) if pattern.search(text) else text.rstrip("\n") + "\n" + line + "\n"
+    path.write_text(text)
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=None)
-    ap.add_argument("--half", action="store_true", help="fit on even rows, report odd rows")
-    ap.add_argument("--chip", choices=list(CHIPS), default=None)
+    ap.add_argument("--data", action="append", default=None)
+    ap.add_argument("--write", action="store_true", help="write the values into clusters/gpus/*.yaml")
     args = ap.parse_args()
-    data = load(args.data)
-    for chip in [args.chip] if args.chip else CHIPS:
-        all_ids = sorted(rows_for(data, CHIPS[chip][0]))
-        fit_ids = set(all_ids[::2]) if args.half else set(all_ids)
-        err, params = fit_chip(data, chip, fit_ids)
-        line = f"{chip}: fitted on {len(fit_ids)} rows, MAPE {err:.2%}, params {params}"
-        if args.half:
-            held = set(all_ids[1::2])
-            herr, _ = mape(data, held, params)
-            line += f"; held-out {len(held)} rows MAPE {herr:.2%}"
-        print(line, flush=True)
+    t0 = time.perf_counter()
+    rows = published_rows(args.data)
+    cases = row_cases(rows)
+    out = fit(cases)
+    preds = in_sample(cases, out.values)
+    took = time.perf_counter() - t0
+    per_chip = Counter(c.chip for c in cases)
+    sources = Counter(c.row.source for c in cases)
+    md = [
+        "# GPU parameters fitted on the published runs",
+        "",
+        f"`python benchmarks/fit_published.py` at commit {commit()}: {len(cases)} rows "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(sources.items()))}), {out.nfev} function evaluations, "
+        f"{took:.0f} s; log-residual rms {out.rms:.3f}.",
+        "",
+        fit_table(out.values, out.sd, FIT_PARAMS),
+        "",
+        "Notes: " + ("; ".join(out.notes) if out.notes else "no parameter on a bound; every parameter informed by rows."),
+        "",
+        "## In sample",
+        "",
+        summary_table(summary(preds, "source"), "source"),
+        "",
+        summary_table(summary(preds, "gpu"), "gpu"),
+        "",
+    ]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "fit_published.md").write_text("\n".join(md))
+    print("\n".join(md))
+    if args.write:
+        upd = gpu_updates(out.values)
+        for gpu, chip in CHIP_OF_GPU.items():
+            vals = {k: v for k, v in upd.get(chip, {}).items() if k in FIELDS}
+            if not vals:
+                continue
+            n = per_chip.get(chip, 0)
+            own = any(c.row.gpu == gpu for c in cases)
+            note = (f"fitted by benchmarks/fit_published.py at {commit()} on {n} published {chip} rows; "
+                    f"see benchmarks/results/fit_published.md" if own or gpu.startswith(chip)
+                    else f"not fitted: no published rows for this GPU; the {chip} values are assumed")
+            write_yaml(gpu, vals, note)
+        print("wrote clusters/gpus/*.yaml")
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def test_check_decides_when_no_balanced_split_fits():
     model = ModelSpec(name="t7", num_layers=7, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384,
                       vocab_size=32000)
     seen = set()
-    for hbm in [6.0 + 0.25 * i for i in range(16)]:
+    for hbm in [8.0 + 0.125 * i for i in range(12)]:  # around the window where only uneven splits fit
         gpu = GPUSpec(name=f"g{hbm}", peak_bf16_tflops=312, hbm_gib=hbm, hbm_gbyte_per_s=2039)
         cluster = ClusterSpec(name="c8", gpu=gpu, num_nodes=1, nvlink_gbyte_per_s=300, nic_gbit_per_s=200)
         job = JobSpec(model=model, cluster=cluster, global_batch_size=64, seq_length=2048,

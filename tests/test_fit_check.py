@@ -44,13 +44,16 @@ def test_frugal_check_respects_constraints():
 
 
 def test_job_that_fits_only_with_an_uneven_split_gets_a_plan():
-    """No balanced split fits llama3.1-70b on 48 A100-40GB without recomputation; the exact
-    memory round of `prepare` still finds a fitting (uneven) split, and CP-SAT proves the
-    optimum among the few shapes that have one."""
+    """No balanced split fits llama3.1-70b on 48 A100s of 44 GiB without recomputation; the
+    exact memory round of `prepare` still finds a fitting (uneven) split, and CP-SAT proves
+    the optimum among the few shapes that have one. (44 GiB: inside the window where only
+    uneven splits fit, 42-45 GiB with the memory model's runtime reserve.)"""
     from solveplan.optimize import optimize
 
     m = load_model("llama3.1-70b")
-    job = JobSpec(model=m, cluster=load_cluster("a100-40gbx48"), global_batch_size=m.global_batch_size,
+    base = load_cluster("a100-40gbx48")
+    cluster = base.model_copy(update={"gpu": base.gpu.model_copy(update={"hbm_gib": 44.0})})
+    job = JobSpec(model=m, cluster=cluster, global_batch_size=m.global_batch_size,
                   seq_length=m.seq_length, constraints=Constraints(recompute=("none",)))
     assert prepare(job, prune_time=False).incumbent_index is None  # no balanced split fits
     cands = prepare(job)

@@ -87,10 +87,13 @@ def test_uneven_split_is_priced_per_stage():
 
 
 def test_memory_sharding_bytes_per_parameter():
-    from solveplan.formulation.coefficients import model_state_bytes_per_param
+    from solveplan.formulation.memory import model_state_bytes_per_param
 
     for z, d, total in [(0, 8, 18), (1, 8, 6 + 12 / 8), (2, 8, 2 + 16 / 8), (3, 8, 18 / 8)]:
-        assert sum(x for x in model_state_bytes_per_param(z, d)) == pytest.approx(total)
+        assert sum(x for x in model_state_bytes_per_param(z, d, "bf16")) == pytest.approx(total)
+    # fp16 training keeps fp16 gradients (ZeRO paper's 16 bytes); FP8 adds the cached FP8 weight and transpose
+    assert sum(model_state_bytes_per_param(0, 8, "fp16")) == pytest.approx(16)
+    assert sum(model_state_bytes_per_param(0, 8, "fp8")) == pytest.approx(20)
 
 
 def test_recompute_and_sp_shrink_activations_and_full_recompute_costs_time():

@@ -1,34 +1,102 @@
-"""Guards on the measured accuracy against published runs (../shared/data/published_runs.json).
+"""The formulation against the published runs (../shared/data/published_runs*.json).
 
-The thresholds are the issue's acceptance bar plus margin for regressions, not fitted
-values: the measured figures are in the README (MAPE 4.9%, worst row 19.6%, memory 7.4%)."""
+The generalisation numbers (fit on all sources but one, predict the one left out) take ~10
+minutes and live in benchmarks/cross_validate.py and its committed result; here: every row is
+read, the shipped parameters predict the rows in sample, the memory estimate is an upper
+bound of the published memory points, and the fitter recovers known parameters.
+"""
 
+import numpy as np
 import pytest
 
-from solveplan.calibration.published import load, memory_points, summary, validate_rows
+from solveplan.calibration.crossval import in_sample, memory_points, ranking, summary
+from solveplan.calibration.rows import era_of, gpu_of, load_rows, nic_gbit_per_gpu, published_rows
+from solveplan.calibration.runs_fit import FitParam, fit, predictions, row_cases
 
-try:
-    DATA = load()
-except Exception:  # pragma: no cover - shared/ is beside the checkout in CI
-    DATA = None
-
-pytestmark = pytest.mark.skipif(DATA is None, reason="../shared/data/published_runs.json not found")
+ROWS = published_rows()
 
 
-def test_step_time_mape_and_worst_row():
-    s = summary(validate_rows(DATA))
-    assert s["rows"] >= 45
-    assert s["mape"] <= 0.06, s
-    assert s["max_abs_error"] <= 0.25, s["worst"]
+@pytest.fixture(scope="module")
+def shipped():
+    return in_sample(row_cases(ROWS))
 
 
-def test_memory_points_within_ten_percent():
-    pts = memory_points(DATA)
-    assert len(pts) == 8
-    for p in pts:
-        assert abs(p["total_error"]) <= 0.10, p
+def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
+    assert len(ROWS) == 223
+    skipped = [r for r in ROWS if r.skipped]
+    assert {r.id for r in skipped} == {"korthikanti2022-abstract-530B-2240-sel+sp",
+                                       "korthikanti2022-abstract-530B-2240-full"}
+    assert all("global batch not stated" in r.skipped for r in skipped)
+    # vp 12 (one layer per virtual stage), FP8, CP with TP and GQA, FSDP: all evaluated
+    ids = {r.id for r in ROWS if not r.skipped}
+    assert "dgxc-v24.11.1-nemotron4-340b-fp8-128" in ids and "dgxc-v24.11.1-llama3.1-405b-bf16-576" in ids
 
 
-def test_every_timed_row_is_evaluated_or_skipped_with_a_reason():
-    for r in validate_rows(DATA):
-        assert r.skipped or (r.predicted_s and r.measured_s), r
+def test_in_sample_errors_with_the_shipped_parameters(shipped):
+    lines = {ln["group"]: ln for ln in summary(shipped, "source")}
+    assert lines["all"]["rows"] == 221
+    assert lines["all"]["mape"] <= 0.07, lines["all"]
+    for group, ln in lines.items():
+        assert ln["mape"] <= 0.20, (group, ln)
+    # the sources a user plans with today, within 10% on average
+    for group in ("dgxc_v24111", "mosaic_llmfoundry", "megatron_2020_readme", "korthikanti2022"):
+        assert lines[group]["mape"] <= 0.10, (group, lines[group])
+
+
+def test_ranking_inside_measured_sweeps_is_right_where_the_formulation_is(shipped):
+    rank = ranking(shipped)
+    assert len(rank["groups"]) >= 20
+    # the only wrong picks are DeepSpeed's ZeRO-3 of 2021 against PTD-P (a sharding implementation the
+    # formulation does not model: README, "Known limits")
+    wrong = [g for g in rank["groups"] if g["regret"] > 0.03]
+    assert all("zero3" in g["picked"] for g in wrong), wrong
+    assert rank["median_regret"] <= 0.03
+
+
+def test_memory_estimate_is_an_upper_bound_of_the_published_points():
+    _, mem = load_rows()
+    points = memory_points(mem, ROWS)
+    assert len(points) == 8
+    for p in points:
+        assert 0.0 <= p["total_error"] <= 0.10, p
+
+
+@pytest.mark.parametrize("text, per_node, want", [
+    ("8x 200 Gb/s HDR InfiniBand per node", 8, 200.0),
+    ("1600 Gb/s node-node RoCE", 8, 200.0),
+    ("50 Gb/s per GPU", 8, 50.0),
+    ("4x 100 Gb/s Omni-Path per node", 8, 50.0),
+    ("400 Gb/s NDR InfiniBand", 8, 400.0),
+    ("3.2 Tb/s", 8, None),
+    ("not stated (DGX Cloud)", 8, None),
+    (None, 8, None),
+])
+def test_fabric_text(text, per_node, want):
+    assert nic_gbit_per_gpu(text, per_node) == want
+
+
+def test_gpu_names_and_software_eras():
+    assert gpu_of("A100-SXM4-40GB") == ("a100-40gb", "a100-40gb")
+    assert gpu_of("NVIDIA A100 80GB") == ("a100-80gb", "a100")
+    assert gpu_of("H100 SXM5 80GB HBM3") == ("h100-sxm", "h100")
+    assert gpu_of("TPU v4") is None
+    assert era_of("x", "Megatron-DeepSpeed, 2022")["flash"] is False
+    assert era_of("x", "Megatron-DeepSpeed, 2022")["overlap_grad_reduce"] is False
+    assert era_of("x", "NeMo 2.0 performance, 2025") == {}
+
+
+def test_fit_recovers_known_parameters():
+    """Rows whose 'measured' times are the formulation's own predictions under known values:
+    the fit finds those values again (priors far off, so the data must move them)."""
+    fresh = [r for r in published_rows() if r.source == "mosaic_llmfoundry" and r.gpu == "a100-40gb"][:20]
+    cases = row_cases(fresh)
+    truth = {"m": 0.66, "fa": 0.42}
+    params = (FitParam("m", ("a100",), "matmul_efficiency", 0.8, 0.5, 0.3, 1.0, "test"),
+              FitParam("fa", ("a100",), "flash2_attention_efficiency", 0.6, 0.5, 0.1, 1.0, "test"))
+    meas = predictions(cases, truth, params)
+    for c, t in zip(cases, meas):
+        c.row.measured_s = float(t)
+    out = fit(cases, params)
+    assert out.values["m"] == pytest.approx(truth["m"], rel=0.03)
+    assert out.values["fa"] == pytest.approx(truth["fa"], rel=0.05)
+    assert np.isfinite(out.sd["m"]) and out.rms < 0.01

@@ -214,7 +214,8 @@ def gpu_params(base_gpu, names: Sequence[str], bounds: Optional[dict] = None) ->
     out = []
     for name in names:
         lo, hi, scale, unit = (bounds or {}).get(name, GPU_PARAMS[name])
-        out.append(Param(name, float(getattr(base_gpu, name)), lo, hi, scale, unit))
+        before = base_gpu.fused_attention_efficiency if name == "attention_efficiency" else getattr(base_gpu, name)
+        out.append(Param(name, float(before), lo, hi, scale, unit))
     return out
 
 

@@ -71,48 +71,30 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
 
 
 @click.command()
-@click.option("--data", default=None, help="published_runs.json (default: ../shared/data/published_runs.json).")
+@click.option("--data", multiple=True, help="Published-runs JSON file (repeatable; default: both files in ../shared/data).")
+@click.option("--cross-validate", "by", type=click.Choice(["source", "model", "gpu"]), default=None,
+              help="Fit on every group but one and predict the one left out (minutes: one fit per group).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def validate(data, as_json):
-    """Predicted vs measured step time for every published run, the MAPE and the worst rows,
-    and the per-GPU memory points."""
-    from ..calibration.published import load, memory_points, summary, validate_rows
+def validate(data, by, as_json):
+    """Predicted vs measured step time of every published run: MAPE per source, GPU and model
+    family, the worst rows, the pick inside measured sweeps, and the memory points."""
+    from ..calibration.crossval import validation
 
-    d = load(data)
-    rows = validate_rows(d)
-    summ = summary(rows)
-    mem = memory_points(d)
+    def note(group, n_train, n_test):
+        if not as_json:
+            click.echo(f"fold {group}: fitted on {n_train} rows, predicting {n_test}", err=True)
+
+    result = validation(list(data) or None, by, progress=note)
     if as_json:
-        click.echo(json.dumps({
-            "rows": [{"id": r.id, "gpu": r.gpu, "num_gpus": r.num_gpus, "measured_s": r.measured_s,
-                      "predicted_s": r.predicted_s, "error": r.error, "basis": r.measure_basis,
-                      "config": r.config, "fits": r.fits, "skipped": r.skipped} for r in rows],
-            "summary": summ, "memory": mem}, indent=2))
+        click.echo(json.dumps(result, indent=2, default=float))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from ..render.validation import memory_table, ranking_table, summary_table, worst_rows_table
 
-    con = Console()
-    t = Table(title="step time: predicted vs published")
-    for c in ("row", "GPUs", "measured s", "predicted s", "error", "basis", "config (unstated knobs: best legal)"):
-        t.add_column(c)
-    for r in rows:
-        if r.skipped:
-            t.add_row(r.id, str(r.num_gpus), "", "", "skipped", r.skipped, "")
-            continue
-        c = r.config
-        cfg = (f"tp{c['tp']} pp{c['pp']} dp{c['dp']} vp{c['vp']} mbs{c['micro_batch_size']} {c['recompute']}"
-               f"{' sp' if c['sequence_parallel'] else ''} z{c['zero']}")
-        err = f"{r.error:+.1%}"
-        t.add_row(r.id, str(r.num_gpus), f"{r.measured_s:.3f}", f"{r.predicted_s:.3f}",
-                  f"[red]{err}[/]" if abs(r.error) > 0.10 else err, r.measure_basis, cfg)
-    con.print(t)
-    con.print(f"MAPE {summ['mape']:.2%} over {summ['rows']} rows ({summ['skipped']} skipped); "
-              f"max |error| {summ['max_abs_error']:.1%}; {summ['within_10pct']} rows within 10%")
-    m = Table(title="per-GPU memory, first stage (Korthikanti et al. 2022 Fig. 1)")
-    for c in ("model", "mode", "state GiB (pub)", "activations GiB (pub)", "total error"):
-        m.add_column(c)
-    for p in mem:
-        m.add_row(p["model"], p["mode"], f"{p['state_gib']:.1f} ({p['state_published_gib']:.1f})",
-                  f"{p['act_gib']:.1f} ({p['act_published_gib']:.1f})", f"{p['total_error']:+.1%}")
-    con.print(m)
+    click.echo(f"# Step time, {result['mode']}: {len(result['rows'])} rows ({len(result['skipped'])} skipped)\n")
+    for g in result["groupings"]:
+        click.echo(summary_table(result["summary"][g], g) + "\n")
+    click.echo("## Worst rows\n\n" + worst_rows_table(result["worst"]) + "\n")
+    click.echo("## The formulation's pick inside measured sweeps\n\n" + ranking_table(result["ranking"]) + "\n")
+    click.echo("## Memory per GPU, first stage (Korthikanti et al. 2022 Fig. 1)\n\n" + memory_table(result["memory"]))
+    for r in result["skipped"]:
+        click.echo(f"skipped {r['id']}: {r['reason']}")

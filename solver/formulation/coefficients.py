@@ -6,14 +6,20 @@ pipeline stage i is linear in its layer count l_i (DESIGN.md section 3):
     tau_i = l_i*layer_s + [i=0]*first_s + [i=p-1]*last_s          (per micro-batch, fwd+bwd)
     mem_i = l_i*(layer_static + mu_i*layer_act) + [i=0]*(...) + [i=p-1]*(...) + const
 
-`stage_coefficients` computes these coefficient arrays for a batch of shapes at once; the
-float evaluation (`evaluate.py`), the CP-SAT encoding and the baselines all consume them, so
-there is exactly one formula for every cost.
-
-Compute time of a GEMM (M x K x N, per GPU) is a roofline sum: `2MKN/(peak*e_mm)` plus its
-operand traffic `2(MK+KN+MN)` bytes at attained HBM bandwidth; it falls in efficiency as
-the per-GPU matrices shrink (small b*s/cp, large tp). Memory-bound elementwise work
-(norms, activations, dropout, residuals) moves bytes at attained HBM bandwidth.
+`stage_coefficients` computes these arrays for a batch of shapes at once; the float
+evaluation (`evaluate.py`), the CP-SAT encoding and the baselines all consume them, so there
+is exactly one formula for every cost. Its parts:
+- kernels (`kernels.py`): GEMMs by their per-GPU shapes (wave and K quantisation), flash
+  attention (tensor-core matmuls plus special-function exponentials, overlapped on Hopper by
+  fused kernels), memory-bound elementwise work, FP8 casts, a per-layer launch overhead;
+- communication (`comm.py`): NCCL ring/tree on each group's links, node NICs shared by the
+  rings that cross them;
+- overlap, each term explicit: TP collectives exposed (or hidden behind the GEMMs with
+  Transformer Engine's userbuffers), the CP ring behind the attention, FSDP / ZeRO-3 per-layer
+  gathers prefetched behind the previous layer and reduce-scatters behind the backward, the
+  data-parallel reduction behind the last micro-batch's backward, pipeline sends behind the
+  other chunk's work when interleaved (Megatron's --overlap-p2p-communication);
+- memory (`memory.py`).
 """
 
 from __future__ import annotations
@@ -24,29 +30,31 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
+from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
+from .memory import (
+    BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
+    runtime_bytes,
+)
 from ..space.shapes import Shapes
 
-BF16_BYTES = 2
-FP32_BYTES = 4
-# Adam step, per (sharded) parameter: fp32 master r/w (8), m r/w (8), v r/w (8), fp32 grad read (4),
-# bf16 weight write (2): memory bound.
-ADAM_STEP_BYTES_PER_PARAM = 30
-# Elementwise traffic per token per layer, forward (bytes per hidden element): two norms
-# (read 2 + write 2 each = 8) and two bias-dropout-residual-adds (read 2+2, write 2, mask 1 = 7 each).
-ELEMENTWISE_BYTES_PER_HIDDEN = 22
-# Softmax, mask and dropout of the unfused attention core, bytes per score element, forward.
-UNFUSED_SOFTMAX_BYTES = 12
-# Cross entropy over the vocabulary, bytes per logit element (fp32 upcast, exp, normalise; backward).
+GIB = 1024**3
+# Adam step per (sharded) parameter, memory bound: fp32 master r/w (8), m r/w (8), v r/w (8),
+# fp32 gradient read (4), bf16 weight write (2), gradient zeroing (4), norm for clipping (4).
+ADAM_STEP_BYTES_PER_PARAM = 38
+# Cross entropy over the vocabulary, bytes per logit (fp32 upcast, exp, normalise; backward).
 CROSS_ENTROPY_BYTES_FWD = 16
 CROSS_ENTROPY_BYTES_BWD = 8
-# Logit buffers alive on the last stage per in-flight micro-batch: fp32 softmax kept for
-# backward (4) + the bf16 logits during the loss (2) (Megatron vocab-parallel cross entropy).
-LOGIT_BYTES = 6
-# Flash-attention backward recomputes the scores: 5 matmuls against 2 forward.
-FLASH_BWD_FACTOR = 2.5
-# ZeRO-3 keeps the gathered bf16 parameters and bf16 gradients of about one layer alive
-# (prefetch works in sub-layer buckets).
-ZERO3_LIVE_LAYERS = 1
+# Transformer Engine FP8 linear layer: the input is cast to FP8 with its transpose for the
+# weight gradient (read bf16 2 + write 1 + 1) in forward; the output gradient likewise in
+# backward. Bytes per element of the input (forward) and of the output gradient (backward).
+FP8_CAST_BYTES = 4.0
+# ZeRO-2/3 (FSDP) per micro-batch: the layer's unsharded bf16 gradient is cast into the
+# reduce-dtype buffer (read 2, write g) and pre-divided by the group size (read g, write g)
+# before the reduce-scatter (PyTorch FSDP `_reduce_grad` / `_div_if_needed`): 2 + 3g bytes per
+# parameter of the whole layer. Megatron's data-parallel paths accumulate into fp32 main
+# gradients inside the weight-gradient GEMM and pay nothing extra.
+def zero_grad_copy_bytes(grad_bytes: float) -> float:
+    return 2.0 + 3.0 * grad_bytes
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class StageCoefficients:
     vp: np.ndarray
     # time per micro-batch, forward + backward (+ recompute), by kind
     layer_compute_s: np.ndarray
-    layer_tp_s: np.ndarray
+    layer_tp_s: np.ndarray  # exposed TP collectives
     layer_cp_s: np.ndarray  # exposed part of the CP ring exchange
     layer_zero3_s: np.ndarray  # exposed per-micro-batch sharding traffic (ZeRO-2 reduce-scatter, ZeRO-3 gathers)
     layer_fwd_s: np.ndarray  # forward only (overlap window of the parameter all-gather)
@@ -68,7 +76,7 @@ class StageCoefficients:
     last_s: np.ndarray
     first_fwd_s: np.ndarray
     last_bwd_s: np.ndarray
-    boundary_s: np.ndarray  # p2p per micro-batch per stage boundary, forward + backward
+    boundary_s: np.ndarray  # exposed p2p per micro-batch per stage boundary, forward + backward
     # once per step: data-parallel gradient reduction (all-reduce, or reduce-scatter + parameter
     # all-gather with a sharded optimizer) and the optimizer step
     layer_dp_step_s: np.ndarray
@@ -77,14 +85,13 @@ class StageCoefficients:
     layer_optimizer_step_s: np.ndarray
     first_optimizer_step_s: np.ndarray
     last_optimizer_step_s: np.ndarray
-    # the part of a stage's step-level DP traffic that hides behind computation (per layer,
-    # first/last extras): the last micro-batch's backward (all-reduce or reduce-scatter) and
-    # the next step's first forward (the sharded optimizer's parameter all-gather); zero
-    # without --overlap-grad-reduce
+    # the part of a stage's step-level DP traffic that hides behind computation: the last
+    # micro-batch's backward (reduction) and the next step's first forward (the sharded
+    # optimizer's parameter all-gather); zero without --overlap-grad-reduce
     layer_window_s: np.ndarray
     first_window_s: np.ndarray
     last_window_s: np.ndarray
-    # memory per GPU, bytes
+    # memory per GPU, bytes (allocated: before fragmentation and the runtime reserve)
     layer_params_bytes: np.ndarray
     layer_grads_bytes: np.ndarray
     layer_optimizer_bytes: np.ndarray
@@ -94,6 +101,8 @@ class StageCoefficients:
     first_act_bytes: np.ndarray  # per in-flight micro-batch
     last_act_bytes: np.ndarray  # logits and loss buffers (one micro-batch in flight)
     const_bytes: np.ndarray  # working sets: full-recompute layer, ZeRO-3 gathered layers
+    fragmentation: float  # the allocator's reserve over allocated memory (fraction)
+    runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
 
     @property
@@ -113,21 +122,8 @@ class StageCoefficients:
         return StageCoefficients(**vals)
 
 
-def model_state_bytes_per_param(zero, shard):
-    """(params, grads, optimizer) bytes per parameter with bf16 weights, fp32 gradients and
-    fp32 Adam (master, m, v): 2 + 4 + 12 = 18 unsharded (Megatron dist-optimizer docs table);
-    z=1 (distributed optimizer): 2 + 4 + 12/d; z=2: 2 + 4/d + 12/d; z=3: (2 + 4 + 12)/d
-    (ZeRO paper Sec. 3.1 with fp32 gradients)."""
-    zero = np.asarray(zero)
-    shard = np.asarray(shard, dtype=np.float64)
-    params = np.where(zero >= 3, BF16_BYTES / shard, BF16_BYTES)
-    grads = np.where(zero >= 2, FP32_BYTES / shard, FP32_BYTES)
-    opt = np.where(zero >= 1, 12.0 / shard, 12.0)
-    return params, grads, opt
-
-
-def _gemm_s(M, K, N, flop_per_s, mem_bytes_per_s, elem_bytes=BF16_BYTES):
-    return 2.0 * M * K * N / flop_per_s + elem_bytes * (M * K + K * N + M * N) / mem_bytes_per_s
+def _rope(model: ModelSpec) -> bool:
+    return getattr(model, "position_embedding", "rope" if model.gated_mlp else "learned") == "rope"
 
 
 def stage_coefficients(
@@ -139,6 +135,8 @@ def stage_coefficients(
     seq_length: int,
     precision: str = "bf16",
     flash_attention: bool = True,
+    attention_kernel: str = "cudnn",
+    grad_reduce_dtype: str = "fp32",
     overlap_grad_reduce: bool = True,
     tp_comm_overlap: bool = False,
 ) -> StageCoefficients:
@@ -153,147 +151,161 @@ def stage_coefficients(
     rc = shapes.recompute
     z = shapes.zero
     h, f, V, a = model.hidden_size, model.ffn_hidden_size, model.vocab_size, model.num_attention_heads
-    hkv = model.kv_hidden_size
-    hq = model.q_hidden_size
+    hq, hkv = model.q_hidden_size, model.kv_hidden_size
     s = float(seq_length)
     m = shapes.num_microbatches(global_batch_size)
-
-    mm_peak = (gpu.peak_fp8_tflops * 1e12 if precision == "fp8" else gpu.peak_flop_per_s) * gpu.matmul_efficiency
-    mm_bytes = 1 if precision == "fp8" else BF16_BYTES
-    attn_peak = gpu.peak_flop_per_s * gpu.attention_efficiency
-    hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+    rep = np.where(sp, t, 1.0)  # norms, residuals and dropout are replicated over TP unless SP
 
     # ---------------- compute per layer per micro-batch (one GPU) ----------------
-    M = b * s / c  # tokens per GPU
-    gemm_fwd = (
-        _gemm_s(M, h, (hq + 2 * hkv) / t, mm_peak, hbm, mm_bytes)  # QKV
-        + _gemm_s(M, hq / t, h, mm_peak, hbm, mm_bytes)  # output projection
-        + _gemm_s(M, h, f * (model.mlp_matrices - 1) / t, mm_peak, hbm, mm_bytes)  # fc1 (gate+up)
-        + _gemm_s(M, f / t, h, mm_peak, hbm, mm_bytes)  # fc2
-    )
-    core_flop = 4.0 * b * (s / c) * s * hq / t  # full (non-causal) count, per GPU
-    if flash_attention:
-        core_fwd = 0.5 * core_flop / attn_peak  # causal mask skips half the blocks
-        core_bwd = FLASH_BWD_FACTOR * core_fwd
+    hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+    fp8 = precision == "fp8"
+    if fp8:
+        mm = dict(flop_per_s=gpu.peak_fp8_tflops * 1e12, efficiency=gpu.fp8_matmul_efficiency or gpu.matmul_efficiency,
+                  num_sms=gpu.num_sms, hbm_bytes_per_s=hbm, in_bytes=1)
     else:
-        softmax = UNFUSED_SOFTMAX_BYTES * a * (s / c) * s * b / t / hbm
-        core_fwd = core_flop / mm_peak + softmax
-        core_bwd = 2 * core_flop / mm_peak + 2 * softmax
-    rep = np.where(sp, t, 1.0)  # norms/dropout/residual are replicated over TP unless SP
-    elem_fwd = M * (ELEMENTWISE_BYTES_PER_HIDDEN * h / rep + (2 * model.mlp_matrices) * f / t) / hbm
-    overhead = gpu.layer_overhead_us * 1e-6
-    fwd = gemm_fwd + core_fwd + elem_fwd + overhead
-    bwd = 2 * gemm_fwd + core_bwd + 2 * elem_fwd + 2 * overhead
+        mm = dict(flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency, num_sms=gpu.num_sms,
+                  hbm_bytes_per_s=hbm)
+    M = b * s / c  # tokens of a micro-batch on this GPU
+    linears = [((hq + 2 * hkv) / t, h), (h, hq / t), (f * (model.mlp_matrices - 1) / t, h), (h, f / t)]  # (N, K)
+    gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = 0.0
+    for N, K in linears:
+        fw, bw = linear_s(M, N, K, **mm)
+        gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
+        if fp8:
+            cast_fwd = cast_fwd + FP8_CAST_BYTES * M * K / hbm
+            cast_bwd = cast_bwd + FP8_CAST_BYTES * M * N / hbm
+    heads_gpu = a / t
+    if flash_attention:
+        fused = attention_kernel == "cudnn"
+        core_fwd, core_bwd = flash_attention_s(
+            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=model.head_dim, causal=True,
+            flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,
+            efficiency=gpu.fused_attention_efficiency if fused
+            else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency),
+            overlap_exp=gpu.exp_overlaps_matmul and fused)
+    else:
+        core_fwd, core_bwd = unfused_attention_s(
+            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=model.head_dim, flop_per_s=gpu.peak_flop_per_s,
+            efficiency=gpu.matmul_efficiency, hbm_bytes_per_s=hbm)
+    el_fwd, el_bwd = elementwise_bytes_per_token(hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
+                                                 rotary=_rope(model), sp_degree=rep, tp=t)
+    # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
+    overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
+    fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
+    bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
     recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
     layer_compute = fwd + bwd + recompute_fwd
 
-    # ---------------- tensor-parallel communication ----------------
-    tp_bw, tp_lat, _ = comm.group_links(cluster, t, 1)
+    # ---------------- tensor-parallel collectives ----------------
     act_msg = b * (s / c) * h * BF16_BYTES
-    # 2 all-reduces (or all-gather + reduce-scatter pairs of equal volume with SP) per pass
-    tp_pass = 2 * comm.allreduce_s(act_msg, t, tp_bw, tp_lat)
+    # per pass: 2 all-reduces, or with SP 2 all-gathers + 2 reduce-scatters of equal volume
+    tp_pass = 2 * comm.collective_s("all_reduce", act_msg, cluster, t, 1)
+    phi = comm.interference(gpu.num_sms)  # compute lost while a collective runs beside it
+
+    def hidden(comm_s, window_s):
+        """Exposed time of `comm_s` overlapped with `window_s` of compute: the part the window
+        cannot cover, plus the compute slowed by the collective's SMs while they overlap."""
+        return np.maximum(0.0, comm_s - window_s) + phi * np.minimum(comm_s, window_s)
+
     if tp_comm_overlap:  # Transformer Engine userbuffers: TP collectives pipelined with the GEMMs
-        tp_exposed_fwd = np.maximum(0.0, tp_pass - gemm_fwd)
-        tp_exposed_bwd = np.maximum(0.0, tp_pass - 2 * gemm_fwd)
+        tp_exposed_fwd = hidden(tp_pass, gemm_fwd)
+        tp_exposed_bwd = hidden(tp_pass, gemm_bwd)
     else:
         tp_exposed_fwd = tp_exposed_bwd = tp_pass
-    # forward, backward, and the recomputed forward
     layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
 
-    # ---------------- context-parallel ring exchange (overlapped with the core) ----------------
+    # ---------------- context-parallel ring exchange (overlapped with the attention) ----------------
     cp_bw, cp_lat, _ = comm.group_links(cluster, c, t)
     kv_chunk = 2 * b * (s / c) * hkv / t * BF16_BYTES  # K and V of one chunk
     cp_fwd = (c - 1) * comm.p2p_s(kv_chunk, cp_bw, cp_lat)
     cp_bwd = 2 * cp_fwd  # K/V again plus their gradients
-    cp_exposed = np.maximum(0.0, cp_fwd - core_fwd) * (1 + (rc == 2)) + np.maximum(0.0, cp_bwd - core_bwd)
+    cp_exposed = hidden(cp_fwd, core_fwd) * (1 + (rc == 2)) + hidden(cp_bwd, core_bwd)
     layer_cp = np.where(c > 1, cp_exposed, 0.0)
 
     # ---------------- parameters and data-parallel groups ----------------
-    shard = d * c  # the distributed optimizer shards over the DP x CP group
-    dp_bw, dp_lat, _ = comm.group_links(cluster, shard, t)
+    shard = d * c  # the distributed optimizer shards over the DP x CP group (stride tp)
+    grad_bytes = 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
     layer_params_gpu = model.params_per_layer / t
     emb_params_gpu = model.embedding_params / t
     head_params_gpu = np.where((not model.tied_embeddings) | (p > 1), emb_params_gpu + 2 * h / t, 2 * h / t)
 
-    # ZeRO-3: gather each layer's parameters for every pass, reduce-scatter its gradients, per
-    # micro-batch, overlapped with that layer's compute (prefetch); ZeRO paper's 3x volume.
-    # Its per-parameter collectives are not striped over a node's NICs: each rank's traffic
-    # crosses its own NIC (the six ZeRO-3 rows of Narayanan et al. Table 2 run at ~16 GB/s
-    # per GPU whatever the GPU count, which striping over 8 NICs cannot explain).
-    z3_bw = np.where(shard * t <= cluster.gpus_per_node, dp_bw, np.minimum(dp_bw, cluster.nic_bytes_per_s))
-    ag = comm.allgather_s(layer_params_gpu * BF16_BYTES, shard, z3_bw, dp_lat)
-    rs3 = comm.reducescatter_s(layer_params_gpu * BF16_BYTES, shard, z3_bw, dp_lat)
-    z3_exposed = (np.maximum(0.0, ag - fwd) * (1 + (rc == 2)) + np.maximum(0.0, ag + rs3 - bwd))
+    def dp_collective(kind, size):
+        return comm.collective_s(kind, size, cluster, shard, t)
+
+    # ZeRO-3 / FSDP (per layer, per micro-batch): the layer's bf16 weights are all-gathered
+    # before its forward (prefetched behind the previous layer's forward) and again before
+    # its backward, whose recomputed forward reuses them; the gradients are reduce-scattered
+    # behind the backward of the next layers. Exposed: what the layer's compute cannot cover.
+    ag = dp_collective("all_gather", layer_params_gpu * BF16_BYTES)
+    rs3 = dp_collective("reduce_scatter", layer_params_gpu * grad_bytes)
+    bwd_window = bwd + recompute_fwd
+    grad_copy = zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / hbm
+    z3_exposed = hidden(ag, fwd) + hidden(ag + rs3, bwd_window) + grad_copy
     # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered every micro-batch
-    # (overlapped with that layer's backward), not once per step.
-    rs2 = comm.reducescatter_s(layer_params_gpu * FP32_BYTES, shard, dp_bw, dp_lat)
-    z2_exposed = np.maximum(0.0, rs2 - bwd)
+    # (behind that layer's backward); its weights are gathered once per step after the
+    # optimizer, behind the next forward (Megatron-FSDP optim_grads; PyTorch FSDP
+    # SHARD_GRAD_OP gathers them every micro-batch, the same with one micro-batch per step).
+    z2_exposed = hidden(rs3, bwd_window) + grad_copy
     layer_zero3 = np.where(z == 3, z3_exposed, np.where(z == 2, z2_exposed, 0.0))
+    # the first gather of a micro-batch and the last reduce-scatter have nothing to hide behind
+    z_edges = np.where(z == 3, ag + rs3, np.where(z == 2, rs3, 0.0))
 
     def dp_step(params_gpu):
         """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters."""
-        grads = params_gpu * FP32_BYTES
-        ar = comm.allreduce_s(grads, shard, dp_bw, dp_lat)
-        rs = comm.reducescatter_s(grads, shard, dp_bw, dp_lat)
-        ag_step = comm.allgather_s(params_gpu * BF16_BYTES, shard, dp_bw, dp_lat)
+        grads = params_gpu * grad_bytes
+        ar = dp_collective("all_reduce", grads)
+        rs = dp_collective("reduce_scatter", grads)
+        ag_step = dp_collective("all_gather", params_gpu * BF16_BYTES)
         red = np.where(z == 0, ar, np.where(z >= 2, 0.0, rs))
         gat = np.where((z == 1) | (z == 2), ag_step, 0.0)
         return red, gat
 
-    layer_rs, layer_ag = dp_step(layer_params_gpu)
-    emb_rs, emb_ag = dp_step(emb_params_gpu)
-    head_rs, head_ag = dp_step(head_params_gpu)
+    layer_red, layer_ag = dp_step(layer_params_gpu)
+    emb_red, emb_ag = dp_step(emb_params_gpu)
+    head_red, head_ag = dp_step(head_params_gpu)
     tied_bw, tied_lat = comm.p2p_link(cluster, t * c * d * np.maximum(p - 1, 1))
-    tied = np.where(model.tied_embeddings & (p > 1), comm.allreduce_s(emb_params_gpu * FP32_BYTES, 2, tied_bw, tied_lat), 0.0)
-
+    tied = np.where(model.tied_embeddings & (p > 1),
+                    comm.allreduce_s(emb_params_gpu * grad_bytes, 2, tied_bw, tied_lat), 0.0)
     opt_per_param = ADAM_STEP_BYTES_PER_PARAM / hbm / np.where(z >= 1, shard, 1.0)
 
     # ---------------- first / last stage extras ----------------
-    tokens = M
-    emb_fwd = tokens * h * BF16_BYTES * 3 / hbm  # gather + dropout
-    emb_bwd = (emb_params_gpu * FP32_BYTES + tokens * h * BF16_BYTES * 2) / hbm  # dense grad of the table
-    head_fwd = _gemm_s(M, h, V / t, mm_peak, hbm, mm_bytes) + tokens * V / t * CROSS_ENTROPY_BYTES_FWD / hbm
-    head_bwd = 2 * _gemm_s(M, h, V / t, mm_peak, hbm, mm_bytes) + tokens * V / t * CROSS_ENTROPY_BYTES_BWD / hbm
+    emb_fwd = M * h * BF16_BYTES * 3 / hbm  # gather + dropout
+    emb_bwd = (emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm  # dense gradient of the table
+    head_f, head_b = linear_s(M, V / t, h, **{**mm, "flop_per_s": gpu.peak_flop_per_s,
+                                              "efficiency": gpu.matmul_efficiency, "in_bytes": BF16_BYTES})
+    head_fwd = head_f + M * V / t * CROSS_ENTROPY_BYTES_FWD / hbm
+    head_bwd = head_b + M * V / t * CROSS_ENTROPY_BYTES_BWD / hbm
 
     # ---------------- pipeline boundaries ----------------
+    # each TP rank sends its 1/t of the activations (sequence parallelism, or Megatron's
+    # scatter-gather optimisation: Narayanan et al. 2021 Sec. 4.1), over its own NIC
     pp_bw, pp_lat = comm.p2p_link(cluster, t * c * d)
-    boundary = np.where(p > 1, 2 * comm.p2p_s(act_msg / t, pp_bw, pp_lat), 0.0)
+    p2p = 2 * comm.p2p_s(act_msg / t, pp_bw, pp_lat)
+    # interleaved: Megatron overlaps the sends with the other chunk's compute (default on)
+    chunk_work = (fwd + bwd) * model.num_layers / np.maximum(p * v, 1)
+    boundary = np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
 
     # ---------------- overlap windows of the step-level DP traffic ----------------
-    # ZeRO-2 spends the backward on its per-micro-batch reduce-scatter, so only its parameter
-    # all-gather (behind the next forward) hides; ZeRO-3 has no step-level traffic.
-    # With interleaving the window is still the stage's whole last backward (first forward):
-    # Megatron reduces each model chunk's gradients once that chunk's last backward ends, while
-    # the other chunks' last backwards run (fitting the H100 rows: hold-out MAPE 5.5% -> 1.5%).
+    # The reduction hides behind the stage's last backward (all chunks: Megatron reduces each
+    # model chunk's gradients once its last backward ends, while the others' run); the
+    # distributed optimizer's all-gather behind the next step's first forward.
     if overlap_grad_reduce:
         bwd_hides = z <= 1
         fwd_hides = (z == 1) | (z == 2)
-        layer_window = (np.where(bwd_hides, bwd + tp_exposed_bwd, 0.0) + np.where(fwd_hides, fwd + tp_exposed_fwd, 0.0))
+        layer_window = np.where(bwd_hides, bwd + tp_exposed_bwd, 0.0) + np.where(fwd_hides, fwd + tp_exposed_fwd, 0.0)
         first_window = np.where(fwd_hides, emb_fwd, 0.0)
         last_window = np.where(bwd_hides, head_bwd, 0.0)
     else:
         layer_window = first_window = last_window = np.zeros(len(z))
 
     # ---------------- memory ----------------
-    pb, gb, ob = model_state_bytes_per_param(z, shard)
-    sbh = b * (s / c) * h
-    replicated = 10.0 / rep  # Korthikanti Table 2: norms' inputs, QKV/fc1 inputs, dropout masks
-    r_kv, r_q = hkv / h, hq / h
-    sharded = (4 * r_q + 4 * r_kv + (2 * model.mlp_matrices) * f / h) / t  # Q, K, V, core out; fc1 out, fc2 in
-    if flash_attention:
-        core_mem = FP32_BYTES * a * (s / c) * b / t  # softmax statistics only
-        core_mem_sel = core_mem
-    else:
-        core_mem = 5.0 * a * (s / c) * s * b / t  # scores, softmax, dropout mask and output
-        core_mem_sel = 0.0
-    full_layer_act = sbh * (replicated + sharded) + core_mem
-    layer_act = np.where(rc == 2, 2.0 * sbh / rep, np.where(rc == 1, sbh * (replicated + sharded) + core_mem_sel, full_layer_act))
-    # transient working sets: one layer's recomputed activations in backward
-    work = np.where(rc == 2, full_layer_act, np.where(rc == 1, core_mem - core_mem_sel, 0.0))
-    # ZeRO-3: the gathered bf16 weights and bf16 gradients of the live layers (of this TP rank's shard)
-    work = work + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * 2 * BF16_BYTES, 0.0)
-    first_act = (BF16_BYTES + 1.0) * sbh / rep  # embedding output (bf16) and its dropout mask (1 byte)
-    last_act = 4.0 * sbh / rep + LOGIT_BYTES * b * (s / c) * V / t  # final norm, head input, logits
+    pb, gb, ob = model_state_bytes_per_param(z, shard, precision)
+    layer_act, working = layer_activation_bytes(
+        tokens=M, hidden=h, q_width=hq, kv_width=hkv, ffn=f, mlp_matrices=model.mlp_matrices, heads=a,
+        seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention)
+    working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * (BF16_BYTES + grad_bytes), 0.0)
+    first_act = (BF16_BYTES + 1.0) * M * h / rep  # embedding output (bf16) and its dropout mask
+    last_act = 4.0 * M * h / rep + LOGIT_BYTES * M * V / t  # final norm, head input, logits
 
     state = pb + gb + ob
     return StageCoefficients(
@@ -306,14 +318,14 @@ def stage_coefficients(
         layer_zero3_s=layer_zero3,
         layer_fwd_s=fwd + tp_exposed_fwd,
         layer_bwd_s=bwd + tp_exposed_bwd,
-        first_s=emb_fwd + emb_bwd,
+        first_s=emb_fwd + emb_bwd + z_edges,
         last_s=head_fwd + head_bwd,
         first_fwd_s=emb_fwd,
         last_bwd_s=head_bwd,
         boundary_s=boundary,
-        layer_dp_step_s=layer_rs + layer_ag,
-        first_dp_step_s=emb_rs + emb_ag + tied,
-        last_dp_step_s=head_rs + head_ag + tied,
+        layer_dp_step_s=layer_red + layer_ag,
+        first_dp_step_s=emb_red + emb_ag + tied,
+        last_dp_step_s=head_red + head_ag + tied,
         layer_optimizer_step_s=layer_params_gpu * opt_per_param,
         first_optimizer_step_s=emb_params_gpu * opt_per_param,
         last_optimizer_step_s=head_params_gpu * opt_per_param,
@@ -328,6 +340,8 @@ def stage_coefficients(
         last_static_bytes=head_params_gpu * state,
         first_act_bytes=first_act,
         last_act_bytes=last_act,
-        const_bytes=work,
-        capacity_bytes=gpu.usable_memory_bytes,
+        const_bytes=working,
+        fragmentation=float(gpu.runtime_reserve_fraction),
+        runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p),
+        capacity_bytes=float(gpu.hbm_bytes),
     )

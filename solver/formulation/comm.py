@@ -1,10 +1,25 @@
-"""Collective and point-to-point times with the alpha-beta model (Thakur et al. 2005; NCCL's
-ring algorithm): ring all-reduce over n ranks `2(n-1)a + 2(n-1)/n * S/b`, all-gather and
-reduce-scatter `(n-1)a + (n-1)/n * S/b`, p2p `a + S/b`. `b` is the group's bottleneck
-bandwidth (`group_bandwidth`). All functions are vectorised over numpy arrays.
+"""Collective and point-to-point times as NCCL runs them, vectorised over numpy arrays.
 
-Rank order is Megatron-LM's default `tp-cp-dp-pp` (TP fastest): a group of `n` ranks with
-stride `k` stays inside a node when `n*k <= gpus_per_node`.
+Alpha-beta model per algorithm (Thakur et al. 2005; NCCL's ring and tree, nccl-tests
+doc/PERFORMANCE.md for the bus-bandwidth factors):
+- ring all-gather / reduce-scatter of S bytes in total over n ranks: `(n-1) a + (n-1)/n S/b`;
+- all-reduce: ring `2(n-1) a + 2(n-1)/n S/b`, or NCCL's tree across nodes (chain inside each
+  node, double binary tree between nodes) with latency `2 (log2(k) a_net + (r-1) a_nvl)` and
+  the same bandwidth term; NCCL picks the faster, and so does `allreduce_s`;
+- point-to-point `a + S/b`.
+`b` is the bus bandwidth of one rank and `a` the latency of one ring step.
+
+Which links a group uses (`group_links`). Ranks follow Megatron-LM's order `tp-cp-dp-pp` (TP
+fastest), so a group of n ranks `stride` apart puts r = min(n, gpus_per_node / stride) ranks
+on each of k = n / r nodes.
+- Inside one node: NVLink, `b = nvlink_gbyte_per_s * nvlink_efficiency` per GPU.
+- Across nodes: NCCL builds one ring per NIC ("rail"), and every ring crosses each node
+  boundary once, so the S bytes of a collective go through a node's NICs together, not once
+  per rank (DESIGN.md section 3). The r ranks of a group on a node drive r NICs, while the
+  other g/r groups on that node drive the rest: a node's g NICs are shared by the g/r groups
+  that run at once (the data-parallel groups of the TP ranks, all-gathers of every FSDP
+  rank). So `b = min(NVLink, r * nic_gbit_per_s/8 * network_efficiency)`, divided by the
+  spine oversubscription when the group spans more than one leaf.
 """
 
 from __future__ import annotations
@@ -13,34 +28,42 @@ import numpy as np
 
 from ..specs import ClusterSpec
 
+# Thread blocks a running NCCL collective keeps on the GPU: one per channel, and NCCL opens
+# 16 channels on NVSwitch/InfiniBand systems by default (NCCL_MIN_NCHANNELS..MAX; nccl-tests
+# show 16-32). Work overlapped with a collective runs on the remaining SMs.
+NCCL_CTAS = 16
 
-def group_links(cluster: ClusterSpec, n, stride):
-    """(bandwidth_bytes_per_s, latency_s, intra_node_bool) of a collective group of `n` ranks
-    spaced `stride` apart in the rank order.
 
-    Inside a node: NVLink. Across nodes: NCCL runs one ring per NIC, so a group with `k`
-    ranks on each node drives `k` NICs in parallel: bandwidth `min(NVLink, k * NIC)` per rank,
-    divided by the spine oversubscription when the group spans more than one leaf (rack).
-    """
+def interference(num_sms: int) -> float:
+    """Fraction of compute lost while a collective overlaps it (its CTAs' share of the SMs)."""
+    return min(1.0, NCCL_CTAS / float(num_sms))
+
+
+def placement(cluster: ClusterSpec, n, stride):
+    """(ranks per node r, nodes spanned k) of a group of n ranks `stride` apart."""
     n = np.asarray(n, dtype=np.float64)
     stride = np.asarray(stride, dtype=np.float64)
     g = cluster.gpus_per_node
-    intra = n * stride <= g
-    per_node = np.clip(np.floor(g / np.maximum(stride, 1)), 1, None)
-    per_node = np.minimum(per_node, n)
-    nodes_spanned = np.ceil(n / per_node)
-    nic = cluster.nic_bytes_per_s * per_node
+    r = np.minimum(np.clip(np.floor(g / np.maximum(stride, 1.0)), 1.0, None), np.maximum(n, 1.0))
+    return r, np.ceil(n / r)
+
+
+def group_links(cluster: ClusterSpec, n, stride):
+    """(bus bandwidth bytes/s per rank, latency per ring step s, inside one node) of a group of
+    `n` ranks `stride` apart in the rank order."""
+    r, k = placement(cluster, n, stride)
+    intra = k <= 1
+    nic = cluster.nic_bytes_per_s * r
     if cluster.nodes_per_leaf is not None and cluster.spine_oversubscription > 1:
-        nic = np.where(nodes_spanned > cluster.nodes_per_leaf, nic / cluster.spine_oversubscription, nic)
-    inter_bw = np.minimum(cluster.nvlink_bytes_per_s, nic)
-    bw = np.where(intra, cluster.nvlink_bytes_per_s, inter_bw)
+        nic = np.where(k > cluster.nodes_per_leaf, nic / cluster.spine_oversubscription, nic)
+    bw = np.where(intra, cluster.nvlink_bytes_per_s, np.minimum(cluster.nvlink_bytes_per_s, nic))
     lat = np.where(intra, cluster.nvlink_latency_s, cluster.network_latency_s)
     return bw, lat, intra
 
 
 def p2p_link(cluster: ClusterSpec, stride):
     """Bandwidth and latency of one send between ranks `stride` apart: one NIC when they sit
-    on different nodes (no k-fold striping for a single pair)."""
+    on different nodes (a single pair is not striped over the node's NICs)."""
     stride = np.asarray(stride, dtype=np.float64)
     intra = stride < cluster.gpus_per_node
     bw = np.where(intra, cluster.nvlink_bytes_per_s, cluster.nic_bytes_per_s)
@@ -48,21 +71,39 @@ def p2p_link(cluster: ClusterSpec, stride):
     return bw, lat
 
 
-def allreduce_s(size_bytes, n, bw, lat):
-    n = np.asarray(n, dtype=np.float64)
-    t = 2 * (n - 1) * lat + 2 * (n - 1) / n * size_bytes / bw
-    return np.where(n > 1, t, 0.0)
-
-
 def allgather_s(size_bytes, n, bw, lat):
-    """All-gather (or reduce-scatter) of a buffer of `size_bytes` in total (each rank holds 1/n)."""
+    """Ring all-gather (or reduce-scatter) of a buffer of `size_bytes` in total (each rank holds 1/n)."""
     n = np.asarray(n, dtype=np.float64)
-    t = (n - 1) * lat + (n - 1) / n * size_bytes / bw
+    t = (n - 1) * lat + (n - 1) / np.maximum(n, 1.0) * size_bytes / bw
     return np.where(n > 1, t, 0.0)
 
 
 reducescatter_s = allgather_s
 
 
+def allreduce_s(size_bytes, n, bw, lat, *, nodes=None, cluster: ClusterSpec | None = None):
+    """All-reduce of `size_bytes` per rank: ring, or (given the nodes spanned and the
+    cluster) the faster of ring and NCCL's tree."""
+    n = np.asarray(n, dtype=np.float64)
+    band = 2 * (n - 1) / np.maximum(n, 1.0) * size_bytes / bw
+    t = 2 * (n - 1) * lat + band
+    if nodes is not None and cluster is not None:
+        k = np.asarray(nodes, dtype=np.float64)
+        r = n / np.maximum(k, 1.0)
+        tree = 2 * (np.log2(np.maximum(k, 1.0)) * cluster.network_latency_s + (r - 1) * cluster.nvlink_latency_s) + band
+        t = np.where(k > 1, np.minimum(t, tree), t)
+    return np.where(n > 1, t, 0.0)
+
+
 def p2p_s(size_bytes, bw, lat):
     return lat + size_bytes / bw
+
+
+def collective_s(kind: str, size_bytes, cluster: ClusterSpec, n, stride):
+    """Time of one collective of `kind` ('all_gather', 'reduce_scatter', 'all_reduce') of
+    `size_bytes` (the full buffer) over n ranks `stride` apart."""
+    bw, lat, _ = group_links(cluster, n, stride)
+    if kind == "all_reduce":
+        _, k = placement(cluster, n, stride)
+        return allreduce_s(size_bytes, n, bw, lat, nodes=k, cluster=cluster)
+    return allgather_s(size_bytes, n, bw, lat)

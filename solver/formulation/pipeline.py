@@ -74,7 +74,9 @@ def stage_arrays(co: StageCoefficients, layers: np.ndarray) -> dict:
     grads = grads + emb_state * frac(co.layer_grads_bytes)
     optim = optim + emb_state * frac(co.layer_optimizer_bytes)
     act = L * c(co.layer_act_bytes) * mu + first * c(co.first_act_bytes) * mu + last * c(co.last_act_bytes)
-    other = np.broadcast_to(c(co.const_bytes), L.shape)
+    # working sets, then the allocator's fragmentation over everything and the runtime reserve
+    allocated = params + grads + optim + act + c(co.const_bytes)
+    other = c(co.const_bytes) + co.fragmentation * allocated + c(co.runtime_bytes)
     mask = lambda x: np.where(on, x, 0.0)  # noqa: E731
     return dict(tau=mask(tau), slot=slot, exposed_dp=exposed_dp, opt=opt, params=mask(params), grads=mask(grads),
                 optimizer=mask(optim), activations=mask(act), other=mask(other), on=on)

@@ -31,7 +31,8 @@ def memory_lower_bound_bytes(co: StageCoefficients, num_layers: int) -> np.ndarr
     bound_last = static + co.layer_act_bytes * mu_last + co.last_static_bytes + co.last_act_bytes + co.const_bytes
     single = co.pp == 1
     bound_first = np.where(single, bound_first + co.last_static_bytes + co.last_act_bytes + (num_layers - 1) * (static + co.layer_act_bytes * mu_first), bound_first)
-    return np.maximum(bound_avg, np.maximum(bound_first, bound_last))
+    allocated = np.maximum(bound_avg, np.maximum(bound_first, bound_last))
+    return allocated * (1.0 + co.fragmentation) + co.runtime_bytes
 
 
 def time_lower_bound_s(co: StageCoefficients, num_layers: int, max_slot_lb_s=None) -> np.ndarray:

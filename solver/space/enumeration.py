@@ -6,7 +6,10 @@ Megatron-LM's checks:
 - tp divides the attention heads, the KV heads (query groups) and the FFN width;
 - cp needs flash attention and a sequence length divisible by 2*cp (load-balanced causal CP);
 - pp <= layers; the global batch divides into dp * micro_batch_size;
-- interleaving (vp > 1) needs pp >= 2, pp*vp <= layers and micro-batches divisible by pp;
+- interleaving (vp > 1) needs pp >= 2, pp*vp <= layers and micro-batches divisible by pp
+  (Megatron-Core's default micro-batch group of pp per virtual stage); the search tries the vp
+  that split the layers into equal chunks (`--num-layers-per-virtual-pipeline-stage`), any
+  vp a constraint names (uneven chunks go through `--pipeline-model-parallel-layout`);
 - sequence parallelism only with tp > 1; optimizer sharding only with dp*cp > 1;
   ZeRO-3 only without pipelining.
 User constraints (`Constraints`) filter every knob. `space.rules.config_violations` checks
@@ -31,9 +34,6 @@ import numpy as np
 from .shapes import RECOMPUTE_CODES, Shapes
 from ..specs import JobSpec
 
-MAX_VP = 8
-
-
 def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
@@ -43,6 +43,14 @@ class Space:
     shapes: Shapes
     num_legal: int  # legal shapes before dominance
     num_dominated: int
+
+
+def interleavings(num_layers: int, pp: int, named=None) -> list[int]:
+    """The vp > 1 to search for `pp` stages: those giving equal chunks of layers, or (when a
+    constraint names vp values) every named one that leaves each chunk a layer."""
+    if named is not None:
+        return [v for v in named if v > 1 and pp * v <= num_layers]
+    return [v for v in range(2, num_layers // pp + 1) if num_layers % (pp * v) == 0]
 
 
 def _allowed(cons, knob, values):
@@ -73,7 +81,7 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
                     continue
                 for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
                     m = B // (dp * mbs)
-                    vps = [1] + ([v for v in range(2, MAX_VP + 1) if pp * v <= L and m % pp == 0] if pp >= 2 else [])
+                    vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and m % pp == 0 else [])
                     base.extend((tp, pp, dp, cp, vp, mbs) for vp in _allowed(cons, "vp", vps))
     if not base:
         return empty

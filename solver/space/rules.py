@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import InputError, path
 from ..specs import JobSpec
-from .enumeration import MAX_VP, enumerate_shapes
+from .enumeration import enumerate_shapes
 from .shapes import RECOMPUTE_CODES, Shapes
 
 CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "layers", "dp",
@@ -66,8 +66,6 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
                 errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} layers"))
             if m % pp:
                 errs.append(("vp", f"interleaving needs the {m} micro-batches to be divisible by pp = {pp}"))
-            if vp > MAX_VP:
-                errs.append(("vp", f"at most {MAX_VP} virtual stages per rank"))
     if sequence_parallel and tp == 1:
         errs.append(("sequence_parallel", "needs tp > 1; turn sequence parallelism off"))
     if zero and dp * cp == 1:

@@ -47,8 +47,16 @@ class JobSpec(Spec):
     cluster: ClusterSpec
     global_batch_size: PositiveInt = Field(description="sequences per optimizer step")
     seq_length: PositiveInt
-    precision: Literal["bf16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8"] = Field(
+        "bf16", description="bf16 (fp32 main gradients, 18 B/param), fp16 (Megatron's fp16 optimizer: fp16 "
+                            "gradients, 16 B/param) or fp8 (Transformer Engine FP8 GEMMs, bf16 elsewhere)")
     flash_attention: bool = True
+    attention_kernel: Literal["cudnn", "flash2"] = Field(
+        "cudnn", description="flash-attention implementation: cudnn (Megatron --attention-backend fused; overlaps "
+                             "the softmax with the matmuls on Hopper) or flash2 (FlashAttention-2)")
+    grad_reduce_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="dtype of the data-parallel gradient reduction (Megatron --grad-reduce-in-bf16; "
+                            "FSDP MixedPrecision.reduce_dtype); fp16 training reduces fp16 gradients")
     overlap_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the last backward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap, Transformer Engine)")
     constraints: Constraints = Constraints()

@@ -1,0 +1,311 @@
+"""Published training runs (../shared/data/published_runs*.json) as jobs the formulation can
+evaluate: every row's model, cluster, configuration and measured step time, read from what
+the row states, with every inference named.
+
+What a row states wins. What it leaves unstated is filled in one of two ways, and the row's
+`assumed` list says which:
+- facts of the software and hardware of the row's time (`ERA`): 2020-2022 Megatron-LM had no
+  flash attention, no sequence parallelism before Korthikanti et al. 2022, no distributed
+  optimizer and no overlapped gradient reduction; a fabric that is "not stated" is the GPU
+  family's reference system (DGX A100: 8x HDR 200 Gb/s, DGX H100: 8x NDR 400 Gb/s);
+- planning knobs (micro-batch size, interleaving, recompute, sequence parallelism, tp/pp when
+  absent): published runs were tuned, so these take the value the formulation finds best
+  among the legal ones (`evaluate.best_config`), the even layer split as the sources used.
+
+Measured step time, in this order: `measured.iteration_time_s`; `derived.iteration_time_s`
+(sources that give tokens/s: global batch x sequence / tokens/s); TFLOP/s per GPU converted
+with the row's own convention (Narayanan et al. Eq. (3), which counts the recomputed forward,
+or model FLOPs); MFU with the peak the row names (`mfu_peak_used_tflops`, else the GPU's
+dense BF16 peak).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..errors import InputError
+from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
+from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
+
+DATA_FILES = ("published_runs.json", "published_runs_more.json")
+
+# hardware.gpu text -> (GPU catalog entry, family template for links), first match wins
+GPU_PATTERNS = (
+    (r"a100.*40\s*gb|a100 \(dgx-a100, memory size not stated\)", ("a100-40gb", "a100-40gb")),  # 2020 DGX A100: 40 GB
+    (r"a100", ("a100-80gb", "a100")),
+    (r"h200", ("h200", "h200")),
+    (r"h100", ("h100-sxm", "h100")),
+    (r"b200", ("b200", "b200")),
+    (r"v100", ("v100-32gb", "v100")),
+    (r"mi300x", ("mi300x", "mi300x")),
+)
+
+
+def gpu_of(text: Optional[str]) -> Optional[tuple[str, str]]:
+    """(catalog GPU, cluster family) of a row's `hardware.gpu` text, or None."""
+    t = str(text or "").lower()
+    for pattern, out in GPU_PATTERNS:
+        if re.search(pattern, t):
+            return out
+    return None
+# Software of the time, for knobs a row leaves unstated (see the module docstring).
+ERA = {
+    "megatron_2020_readme": {"sequence_parallel": (False,), "recompute": ("full",), "zero": (0,), "flash": False},
+    "narayanan2021": {"sequence_parallel": (False,), "zero": (0,), "flash": False, "overlap_grad_reduce": False},
+    "korthikanti2022": {"flash": False, "overlap_grad_reduce": False},
+}
+FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
+
+
+def era_of(source: str, text: str) -> dict:
+    """The software facts of a row's time for knobs it leaves unstated: the ERA table for
+    known sources; otherwise read from the source's own words. Runs dated 2022 or earlier
+    had no flash attention in Megatron-style stacks (it reached Megatron-LM and NeMo in 2023),
+    2021 or earlier no sequence parallelism, distributed optimizer or overlapped gradient
+    reduction; DeepSpeed's pipeline engine reduces gradients after the pipeline flush (not
+    overlapped) with ZeRO-1."""
+    if source in ERA:
+        return ERA[source]
+    t = text.lower()
+    years = [int(y) for y in re.findall(r"(?<!\d)(20[12]\d)(?!\d)", t)]
+    era: dict = {}
+    if years and max(years) <= 2022:
+        era["flash"] = False
+    if years and max(years) <= 2021:
+        era.update(sequence_parallel=(False,), zero=(0,), overlap_grad_reduce=False)
+    if "deepspeed" in t:
+        era.update(overlap_grad_reduce=False)
+        era.setdefault("zero", (1,))
+    return era
+
+
+def find_data(paths: Optional[list[str]] = None) -> list[Path]:
+    """The data files: `paths` when given, else both published files from ../shared/data."""
+    if paths:
+        out = [Path(p) for p in paths]
+        for p in out:
+            if not p.is_file():
+                raise InputError("data", f"file {str(p)!r} does not exist")
+        return out
+    here = Path(__file__).resolve()
+    for base in (here.parents[3] / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"):
+        found = [base / f for f in DATA_FILES if (base / f).is_file()]
+        if found:
+            return found
+    raise InputError("data", "published_runs.json not found; pass --data PATH (it lives in ../shared/data/)")
+
+
+def load_rows(paths: Optional[list[str]] = None) -> tuple[list[dict], dict]:
+    """All measurement rows of the data files (each with its file's `sources` entry under
+    `_source_meta`), and the first file's memory data points."""
+    rows, memory = [], {}
+    for p in find_data(paths):
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError("data", f"{p.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("measurements"), list):
+            raise InputError("data", f"{p.name} has no 'measurements' list")
+        sources = data.get("sources") or {}
+        for raw in data["measurements"]:
+            if isinstance(raw, dict):
+                rows.append({**raw, "_source_meta": sources.get(raw.get("source"), {})})
+        memory = memory or data.get("memory_datapoints", {})
+    return rows, memory
+
+
+# ----------------------------------------------------------------------------- text fields
+_GBIT = r"(\d+(?:\.\d+)?)\s*(?:Gb/s|Gbit/s|Gbps|Gb)"
+
+
+def nic_gbit_per_gpu(text: Optional[str], gpus_per_node: int) -> Optional[float]:
+    """Per-GPU network bandwidth (Gbit/s) from a row's `inter_node` text, or None when it
+    does not say: '8x 200 Gb/s HDR InfiniBand per node' -> 8*200/8; '1600 Gb/s node-node
+    RoCE' -> 1600/8; '50 Gb/s per GPU' -> 50; '400 Gb/s NDR' -> 400 per NIC, one per GPU."""
+    if not text or "not stated" in text.lower():
+        return None
+    t = text.replace(",", "")
+    m = re.search(r"(\d+)\s*[x×]\s*" + _GBIT, t, re.I)
+    if m:
+        return int(m.group(1)) * float(m.group(2)) / gpus_per_node
+    m = re.search(r"(\d+(?:\.\d+)?)\s*(?:GB/s|GByte/s)", t)
+    factor = 8.0 if m else 1.0
+    m = m or re.search(_GBIT, t, re.I)
+    if not m:
+        named = {"ndr": 400.0, "hdr": 200.0, "edr": 100.0}
+        for key, rate in named.items():
+            if key in t.lower():
+                return rate
+        return None
+    rate = float(m.group(1)) * factor
+    if re.search(r"per\s+gpu|/\s*gpu", t, re.I):
+        return rate
+    if re.search(r"node-node|per\s+node|/\s*node", t, re.I):
+        return rate / gpus_per_node
+    return rate  # a bare NIC rate: one NIC per GPU (rail-optimised DGX-style nodes)
+
+
+def recompute_of(text) -> Optional[str]:
+    if text is None or "not stated" in str(text).lower():
+        return None
+    t = str(text).lower()
+    return "full" if t.startswith("full") else "selective" if t.startswith("selective") else "none"
+
+
+def precision_of(text) -> str:
+    """fp8, fp16 ('fp16 mixed precision': Megatron's fp16 optimizer) or bf16 (anything else,
+    including '16-bit' and 'not stated': the same tensor-core peak)."""
+    t = str(text).lower()
+    return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
+
+
+def _model(m: dict) -> ModelSpec:
+    arch = str(m.get("arch", "")).lower()
+    h = m["hidden"]
+    gated = "swiglu" in arch or "geglu" in arch
+    # tied input/output embeddings: Megatron GPT (default) and MPT tie; Llama and Nemotron-4 do not
+    untied = any(k in arch for k in ("llama", "nemotron"))
+    return ModelSpec(
+        name=m.get("name") or "row", num_layers=m["layers"], hidden_size=h, num_attention_heads=m["heads"],
+        num_kv_heads=m.get("kv_heads"), ffn_hidden_size=m.get("ffn_hidden") or 4 * h, vocab_size=m["vocab"],
+        seq_length=m["seq_len"], tied_embeddings=not untied, gated_mlp=gated,
+    )
+
+
+# ----------------------------------------------------------------------------- rows -> jobs
+@dataclass
+class Row:
+    """One published run as the formulation sees it."""
+
+    id: str
+    source: str
+    gpu: str  # GPU catalog name
+    family: str
+    num_gpus: int
+    job: Optional[JobSpec] = None
+    measured_s: Optional[float] = None
+    basis: str = ""
+    skipped: Optional[str] = None
+    assumed: list[str] = field(default_factory=list)
+    model_family: str = ""
+    raw: dict = field(default_factory=dict)
+
+
+def _cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
+    from ..catalog import catalog_families, load_gpu
+
+    gpu_name, fam_name = gpu_of(hw["gpu"])
+    fam = dict(catalog_families()[fam_name])
+    fam.pop("description", None)
+    fam.pop("gpu", None)
+    per_node = int(hw.get("gpus_per_node") or fam.get("gpus_per_node", 8))
+    nic = nic_gbit_per_gpu(hw.get("inter_node"), per_node)
+    if nic is None:
+        if num_gpus > per_node:
+            assumed.append(f"fabric not stated: {fam['nic_gbit_per_s']:g} Gb/s per GPU ({fam_name} reference node)")
+    else:
+        fam["nic_gbit_per_s"] = nic
+    fam["source"] = f"published row: {hw.get('cluster') or 'cluster not named'}; {hw.get('inter_node') or ''}".strip()
+    fam.update(gpus_per_node=min(per_node, num_gpus), num_nodes=max(1, -(-num_gpus // per_node)), name=f"{fam_name}-row")
+    return ClusterSpec(gpu=load_gpu(gpu_name), **fam)
+
+
+def model_family(name: str) -> str:
+    n = name.lower()
+    for key in ("llama", "nemotron", "mpt", "gpt"):
+        if key in n:
+            return key
+    return "gpt"  # Megatron's GPT-style models of Narayanan / Korthikanti / 2020 README
+
+
+def row_job(raw: dict) -> Row:
+    """Map one measurement row to a job whose constraints hold what the row states."""
+    hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
+    row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
+              model_family=model_family(str(m.get("name", ""))), raw=raw)
+    if gpu_of(hw.get("gpu")) is None:
+        row.skipped = f"GPU {hw.get('gpu')!r} is not in the catalog"
+        return row
+    row.gpu, row.family = gpu_of(hw["gpu"])
+    if p.get("gbs") is None:
+        row.skipped = "global batch not stated: the step time of the measured throughput is undefined"
+        return row
+    meta = raw.get("_source_meta") or {}
+    text = " ".join(str(x) for x in (meta.get("title"), meta.get("read_via"), raw.get("notes"), m.get("arch"),
+                                     p.get("overlap"), hw.get("cluster")))
+    era = era_of(raw["source"], text)
+    assumed = row.assumed
+    cluster = _cluster(hw, row.num_gpus, assumed)
+    zero = p.get("zero_stage")
+    fsdp = str(p.get("fsdp") or "")
+    if fsdp:
+        assumed.append("FlashAttention-2 (PyTorch FSDP stacks call the flash-attn package)")
+    if fsdp == "SHARD_GRAD_OP":
+        zero = 2
+        assumed.append("FSDP SHARD_GRAD_OP costed as ZeRO-2 (parameters gathered once per micro-batch)")
+    elif fsdp:
+        zero = 3
+    if zero is None and (p.get("distributed_optimizer") is True or "implied" in str(p.get("distributed_optimizer", ""))):
+        zero = 1
+    sp = p.get("sequence_parallel")
+    knobs = dict(
+        tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None,
+        cp=(p.get("cp") or 1,),
+        micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
+        vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
+        recompute=(recompute_of(p.get("recompute")),) if recompute_of(p.get("recompute")) else None,
+        sequence_parallel=(bool(sp),) if sp is not None else None,
+        zero=(zero,) if zero is not None else None,
+    )
+    for k in ("sequence_parallel", "recompute", "zero"):
+        if knobs[k] is None and k in era:
+            knobs[k] = era[k]
+            assumed.append(f"{k} = {era[k][0]} (software of the time)")
+    free = [k for k, v in knobs.items() if v is None]
+    if free:
+        assumed.append("unstated, best legal value: " + ", ".join(free))
+    overlap = str(p.get("overlap") or "").lower()
+    flash = era.get("flash", FLASH_BY_DEFAULT)
+    # llm-foundry and PyTorch FSDP runs call FlashAttention-2; Megatron-Core/NeMo default to
+    # Transformer Engine's cuDNN fused attention
+    kernel = "flash2" if fsdp or "flashattention" in str(m.get("arch", "")).lower() else "cudnn"
+    row.job = JobSpec(
+        model=_model(m), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
+        precision=precision_of(raw.get("precision")), flash_attention=flash, attention_kernel=kernel,
+        tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
+        overlap_grad_reduce=era.get("overlap_grad_reduce", True),
+        grad_reduce_dtype="bf16" if str(p.get("fsdp_mixed_precision_mode", "")).upper() == "PURE" else "fp32",
+        constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False),
+    )
+    row.measured_s, row.basis = measured_step_s(raw, row.job)
+    if row.measured_s is None:
+        row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
+    return row
+
+
+def measured_step_s(raw: dict, job: JobSpec) -> tuple[Optional[float], str]:
+    me, n = raw["measured"], int(raw["parallel"]["num_gpus"])
+    if me.get("iteration_time_s"):
+        return float(me["iteration_time_s"]), "iteration time"
+    derived = raw.get("derived") or {}
+    if isinstance(derived.get("iteration_time_s"), (int, float)):
+        return float(derived["iteration_time_s"]), "tokens/s"
+    conv = str(me.get("tflops_convention", ""))
+    B, s = job.global_batch_size, job.seq_length
+    if me.get("tflops_per_gpu"):
+        if "Eq" in conv or "counts recompute" in conv:
+            return megatron_eq3_flop(job.model, B, s) / (n * me["tflops_per_gpu"] * 1e12), "TFLOP/s by Eq. (3)"
+        return model_flop_per_step(job.model, B, s) / (n * me["tflops_per_gpu"] * 1e12), "TFLOP/s as model FLOPs"
+    if me.get("mfu"):
+        peak = float(me.get("mfu_peak_used_tflops") or job.cluster.gpu.peak_bf16_tflops) * 1e12
+        return model_flop_per_step(job.model, B, s) / (n * peak * me["mfu"]), "MFU"
+    return None, ""
+
+
+def published_rows(paths: Optional[list[str]] = None) -> list[Row]:
+    raws, _ = load_rows(paths)
+    return [row_job(r) for r in raws]

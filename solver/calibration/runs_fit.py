@@ -1,0 +1,186 @@
+"""Fit the formulation's GPU parameters on published runs.
+
+One parameter set per GPU chip, shared by every row of that chip (the A100 40 GB and 80 GB
+are one chip; their HBM stays the datasheet's), fitted by bounded, regularised least squares
+(scipy.optimize.least_squares, 'trf') on log-ratio residuals `log(predicted / measured)`:
+
+- each row is predicted through the real formulation: the configuration it states, and for
+  knobs it leaves unstated the best legal value (see `rows.py`);
+- loss `soft_l1` with scale 0.1: a row more than ~10% off pulls with a bounded force, so a
+  handful of runs the formulation cannot explain (DeepSpeed's ZeRO-3 of 2021) do not drag
+  every parameter;
+- every parameter has a prior (`FitParam.prior`, `prior_sd`, `why`: the datasheet or paper it
+  comes from), added as a residual `PRIOR_WEIGHT * (x - prior) / sd`: data decide where they
+  can, and a parameter the rows cannot identify (a chip or a kernel absent from a
+  cross-validation fold) stays at its prior instead of drifting to a bound;
+- uncertainties from the Jacobian at the solution (`s^2 (J^T J)^-1`, data rows only);
+  parameters that end on a bound are reported with that fact.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from ..formulation.job import job_coefficients
+from ..formulation.pipeline import step_time_batch
+from ..formulation.splits import balanced_layers_matrix
+from ..space.enumeration import enumerate_shapes
+from .rows import Row
+
+# catalog GPU -> chip whose parameters it shares (no published rows of its own: borrowed, stated in its YAML)
+CHIP_OF_GPU = {"a100-80gb": "a100", "a100-40gb": "a100", "h100-sxm": "h100", "h200": "h100", "b200": "h100",
+               "mi300x": "h100", "v100-32gb": "v100"}
+PRIOR_WEIGHT = 0.1  # one prior standard deviation weighs as much as one row 10% off
+LOSS_SCALE = 0.1
+MAX_SHAPES = 300  # rows with unstated tp/pp: the best-predicted shapes kept for fitting (speed)
+
+
+@dataclass(frozen=True)
+class FitParam:
+    key: str
+    chips: tuple[str, ...]
+    field: str  # GPUSpec field
+    prior: float
+    prior_sd: float
+    lower: float
+    upper: float
+    why: str
+
+
+FIT_PARAMS: tuple[FitParam, ...] = (
+    FitParam("a100.matmul_efficiency", ("a100",), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
+             "cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs (NVIDIA GEMM guide)"),
+    FitParam("a100.flash2_attention_efficiency", ("a100",), "flash2_attention_efficiency", 0.6, 0.2, 0.1, 1.0,
+             "FlashAttention-2 on A100: 50-73% of peak (Dao 2023, Fig. 4-5), exponentials counted apart"),
+    FitParam("a100.layer_overhead_us", ("a100",), "layer_overhead_us", 50.0, 200.0, 0.0, 2000.0,
+             "10-20 kernel launches per layer and pass at ~5 us"),
+    FitParam("h100.matmul_efficiency", ("h100",), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
+             "cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs"),
+    FitParam("h100.flash2_attention_efficiency", ("h100",), "flash2_attention_efficiency", 0.35, 0.15, 0.1, 1.0,
+             "FlashAttention-2 on H100: 35-40% of peak (Shah et al. 2024, FlashAttention-3, Fig. 5)"),
+    FitParam("h100.layer_overhead_us", ("h100",), "layer_overhead_us", 50.0, 200.0, 0.0, 2000.0,
+             "10-20 kernel launches per layer and pass at ~5 us"),
+    FitParam("h100.fp8_matmul_efficiency", ("h100",), "fp8_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,
+             "Transformer Engine FP8 GEMMs: 1.3-1.6x BF16 (60% of the FP8 peak)"),
+    FitParam("v100.matmul_efficiency", ("v100",), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
+             "cuBLAS on Volta tensor cores"),
+    FitParam("sharded_layer_overhead_us", ("a100", "h100"), "sharded_layer_overhead_us", 0.0, 500.0, 0.0, 5000.0,
+             "host-side FSDP hooks per layer and pass: unknown a priori, so centred on none"),
+)
+# a chip without a parameter of its own takes another chip's value (V100's launch overhead is A100's)
+BORROWED = {"v100": {"layer_overhead_us": "a100.layer_overhead_us"}}
+
+
+class RowCase:
+    """A published row with its candidate shapes cached, re-evaluated under trial GPU values."""
+
+    def __init__(self, row: Row, max_shapes: Optional[int] = MAX_SHAPES):
+        self.row = row
+        self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
+        self.shapes = enumerate_shapes(row.job, apply_dominance=False).shapes
+        self.layers = balanced_layers_matrix(row.job.model.num_layers, self.shapes.pp)
+        if max_shapes and len(self.shapes) > max_shapes:
+            step, _, fits = step_time_batch(job_coefficients(row.job, self.shapes), self.layers)
+            keep = np.argsort(np.where(fits, step, np.inf), kind="stable")[:max_shapes]
+            self.shapes, self.layers = self.shapes.take(keep), self.layers[keep]
+
+    def predict(self, gpu_update: Optional[dict] = None) -> tuple[float, int, bool]:
+        """(step time s, index of the shape chosen, whether it fits) with the GPU's fields updated."""
+        job = self.row.job
+        if gpu_update:
+            cl = job.cluster
+            job = job.model_copy(update={"cluster": cl.model_copy(update={"gpu": cl.gpu.model_copy(update=gpu_update)})})
+        step, _, fits = step_time_batch(job_coefficients(job, self.shapes), self.layers)
+        pool = np.where(fits, step, np.inf) if fits.any() else step
+        k = int(np.argmin(pool))
+        return float(step[k]), k, bool(fits[k])
+
+
+def row_cases(rows: Iterable[Row], max_shapes: Optional[int] = MAX_SHAPES) -> list[RowCase]:
+    return [RowCase(r, max_shapes) for r in rows if not r.skipped]
+
+
+def gpu_updates(values: dict[str, float], params: Sequence[FitParam] = FIT_PARAMS) -> dict[str, dict]:
+    """chip -> {GPUSpec field: value} for the fitted values."""
+    out: dict[str, dict] = defaultdict(dict)
+    for p in params:
+        if p.key in values:
+            for chip in p.chips:
+                out[chip][p.field] = float(values[p.key])
+    for chip, fields in BORROWED.items():
+        for fld, key in fields.items():
+            if key in values:
+                out[chip].setdefault(fld, float(values[key]))
+    return out
+
+
+def predictions(cases: Sequence[RowCase], values: Optional[dict] = None,
+                params: Sequence[FitParam] = FIT_PARAMS) -> np.ndarray:
+    upd = gpu_updates(values or {}, params)
+    return np.array([c.predict(upd.get(c.chip)) [0] for c in cases])
+
+
+@dataclass
+class FitOutcome:
+    values: dict[str, float]
+    sd: dict[str, float]
+    rms: float
+    nfev: int
+    rows: int
+    notes: list[str] = field(default_factory=list)
+
+
+def fit(cases: Sequence[RowCase], params: Sequence[FitParam] = FIT_PARAMS, max_nfev: int = 60) -> FitOutcome:
+    """Fit `params` on `cases` (see the module docstring)."""
+    from scipy.optimize import least_squares
+
+    meas = np.array([c.row.measured_s for c in cases])
+    chips = np.array([c.chip for c in cases])
+    prior = np.array([p.prior for p in params])
+    psd = np.array([p.prior_sd for p in params])
+    lo = np.array([p.lower for p in params])
+    hi = np.array([p.upper for p in params])
+    affected = [np.flatnonzero(np.isin(chips, p.chips)) for p in params]
+    keys = [p.key for p in params]
+
+    def pred(x, idx=None) -> np.ndarray:
+        upd = gpu_updates(dict(zip(keys, x)), params)
+        sel = range(len(cases)) if idx is None else idx
+        return np.array([cases[i].predict(upd.get(cases[i].chip))[0] for i in sel])
+
+    def fun(x):
+        return np.concatenate([np.log(pred(x) / meas), PRIOR_WEIGHT * (x - prior) / psd])
+
+    def jac(x):
+        J = np.zeros((len(cases) + len(x), len(x)))
+        base = np.log(pred(x))
+        for j, rows in enumerate(affected):
+            if len(rows):
+                h = 1e-4 * max(abs(x[j]), 1e-2)
+                step = h if x[j] + h <= hi[j] else -h
+                x2 = x.copy()
+                x2[j] += step
+                J[rows, j] = (np.log(pred(x2, rows)) - base[rows]) / step
+        J[len(cases):, :] = np.diag(PRIOR_WEIGHT / psd)
+        return J
+
+    x0 = np.clip(prior, lo, hi)
+    res = least_squares(fun, x0, jac=jac, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE,
+                        x_scale=np.maximum(np.abs(x0), 1e-2), max_nfev=max_nfev)
+    r = res.fun[:len(cases)]
+    J = res.jac[:len(cases)]
+    dof = max(1, len(cases) - len(params))
+    cov = np.linalg.pinv(J.T @ J) * float(np.sum(r**2)) / dof
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    out = FitOutcome(values=dict(zip(keys, map(float, res.x))), sd=dict(zip(keys, map(float, sd))),
+                     rms=float(np.sqrt(np.mean(r**2))), nfev=int(res.nfev), rows=len(cases))
+    for p, v in zip(params, res.x):
+        if not len(affected[keys.index(p.key)]):
+            out.notes.append(f"{p.key}: no row informs it; it stays at its prior {p.prior:g} ({p.why})")
+        elif v <= p.lower + 1e-9 * max(1.0, abs(p.lower)) or v >= p.upper - 1e-9 * max(1.0, abs(p.upper)):
+            out.notes.append(f"{p.key} = {v:g} sits on its bound [{p.lower:g}, {p.upper:g}]")
+    return out

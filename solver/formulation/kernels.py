@@ -1,0 +1,110 @@
+"""Time of the kernels of one transformer layer on one GPU, vectorised over shapes.
+
+**GEMMs** (`gemm_s`): an (M x K) @ (K x N) product is a roofline of its tensor-core time and
+its operand traffic. The tensor-core time is `2MNK / (peak * e * u_wave * u_k)`:
+- `e` (GPUSpec.matmul_efficiency, fitted): what cuBLAS attains on large, well-shaped GEMMs;
+- `u_wave`: wave quantisation. The output is cut into TILE_M x TILE_N tiles, one per SM at a
+  time; the last wave runs partly empty: `tiles / (ceil(tiles / SMs) * SMs)` (NVIDIA, "Matrix
+  Multiplication Background User's Guide", sections "Tile quantization" and "Wave
+  quantization");
+- `u_k = K / (K + K_HALF)`: each tile's main loop over K is preceded and followed by a fixed
+  prologue/epilogue (load, store), so short K runs below the main loop's rate (same guide,
+  "dimension-dependent performance": throughput grows with K and saturates).
+Forward, data-gradient and weight-gradient GEMMs of a linear layer have the shapes (M,N,K),
+(M,K,N) and (K,N,M): each gets its own efficiency.
+
+**Attention** (`flash_attention_s`): FlashAttention (Dao et al. 2022/2023) computes QK^T and
+PV on tensor cores (4*s_q*s_k*d FLOPs per head forward, 10 backward: 5 matmuls, Dao 2023
+Sec. 3.1) and one exponential per score element (forward; the backward recomputes it) on the
+special-function units, whose throughput is far below the tensor cores' (16 per SM per clock:
+H100 3.9 TFLOP/s of exp against 989 of BF16 matmul, Shah et al. 2024, FlashAttention-3,
+Sec. 1). FlashAttention-2 runs the two one after the other; cuDNN's fused attention and
+FlashAttention-3 overlap them on Hopper's asynchronous tensor cores (warp specialisation),
+so the slower of the two counts. A causal mask skips the blocks above the diagonal, and the
+diagonal blocks are computed whole: with query length s the useful fraction is
+`s / (s + S_HALF)` (the block geometry; S_HALF a kernel constant).
+
+**Elementwise work** (`elementwise_bytes_per_token`): norms, residual adds, activation
+functions and rotary embeddings are memory-bound: bytes moved at attained HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TILE_M, TILE_N = 128, 128  # CTA tile of cuBLAS/CUTLASS BF16 kernels on Ampere/Hopper
+K_HALF = 64.0  # K at which prologue/epilogue cost the tile half its main-loop rate
+S_HALF = 128.0  # causal attention: the diagonal blocks (128-query tiles) are computed whole
+BF16_BYTES = 2
+
+
+def gemm_s(M, N, K, *, flop_per_s, efficiency, num_sms, hbm_bytes_per_s, in_bytes=BF16_BYTES, out_bytes=BF16_BYTES):
+    """Time of an (M x K) @ (K x N) GEMM on one GPU (arrays broadcast)."""
+    M, N, K = (np.asarray(x, dtype=np.float64) for x in (M, N, K))
+    tiles = np.ceil(M / TILE_M) * np.ceil(N / TILE_N)
+    waves = np.ceil(tiles / num_sms)
+    u_wave = tiles / np.maximum(waves * num_sms, 1.0)
+    u_k = K / (K + K_HALF)
+    compute = 2.0 * M * N * K / (flop_per_s * efficiency * u_wave * u_k)
+    traffic = (in_bytes * (M * K + K * N) + out_bytes * M * N) / hbm_bytes_per_s
+    return np.maximum(compute, traffic)
+
+
+def linear_s(M, N, K, **kw):
+    """(forward, backward) time of a linear layer y = x W with x (M x K), W (K x N): the
+    backward is the data gradient (M x N)(N x K) and the weight gradient (K x M)(M x N)."""
+    fwd = gemm_s(M, N, K, **kw)
+    bwd = gemm_s(M, K, N, **kw) + gemm_s(K, N, M, **kw)
+    return fwd, bwd
+
+
+def flash_attention_s(*, batch, heads, s_q, s_k, head_dim, causal, flop_per_s, efficiency, exp_per_s, overlap_exp):
+    """(forward, backward) time of FlashAttention for `batch` sequences, `heads` heads on this
+    GPU, `s_q` queries against `s_k` keys each."""
+    b, a, sq, sk, d = (np.asarray(x, dtype=np.float64) for x in (batch, heads, s_q, s_k, head_dim))
+    scores = b * a * sq * sk * np.where(causal, 0.5, 1.0)
+    u_len = np.where(causal, sq / (sq + S_HALF), 1.0)
+    rate = flop_per_s * efficiency * u_len
+    mm_fwd = 4.0 * d * scores / rate
+    mm_bwd = 10.0 * d * scores / rate
+    exp = scores / (exp_per_s * u_len)
+    combine = np.maximum if overlap_exp else np.add
+    return combine(mm_fwd, exp), combine(mm_bwd, exp)
+
+
+def unfused_attention_s(*, batch, heads, s_q, s_k, head_dim, flop_per_s, efficiency, hbm_bytes_per_s):
+    """(forward, backward) of attention with materialised scores (no flash): the two batched
+    GEMMs at the GEMM rate plus softmax, mask and dropout over the score matrix (read and
+    write in bf16, the dropout mask in 1 byte: UNFUSED_SOFTMAX_BYTES per score element)."""
+    b, a, sq, sk, d = (np.asarray(x, dtype=np.float64) for x in (batch, heads, s_q, s_k, head_dim))
+    scores = b * a * sq * sk
+    mm = 4.0 * d * scores / (flop_per_s * efficiency)
+    softmax = UNFUSED_SOFTMAX_BYTES * scores / hbm_bytes_per_s
+    return mm + softmax, 2.0 * (mm + softmax)
+
+
+# Softmax, scale-mask and dropout of unfused attention: per score element read + write bf16
+# for each of softmax and mask (8), dropout write 2 + mask 1, rounded to 12.
+UNFUSED_SOFTMAX_BYTES = 12.0
+
+
+def elementwise_bytes_per_token(*, hidden, q_width, kv_width, ffn, gated, rotary, sp_degree, tp):
+    """(forward, backward) bytes one GPU moves per token of one layer in memory-bound
+    kernels, with Megatron-Core / Transformer Engine fusion (norm fused into the next GEMM's
+    input, bias-dropout-add fused, bias-activation / SwiGLU fused):
+    - two norms: read + write the hidden state (2h each); two residual adds: read 2h,
+      write h (3h each); with sequence parallelism each is over this rank's 1/t of tokens;
+    - activation: read f (2f gated), write f, over the rank's f/t columns;
+    - rotary embedding: read + write q and k (2(q + kv)), over the rank's heads;
+    - attention input/output: read q, k, v and write the output once.
+    The backward reads the saved input and the incoming gradient and writes the gradient:
+    twice the forward's traffic. bf16 elements."""
+    h = np.asarray(hidden, dtype=np.float64)
+    rep = np.asarray(sp_degree, dtype=np.float64)  # norms/residuals are replicated over TP unless SP
+    t = np.asarray(tp, dtype=np.float64)
+    per_h = (2 * 2 + 2 * 3) * h / rep
+    act = (3.0 if gated else 2.0) * ffn / t
+    rope = (2.0 * (q_width + kv_width) / t) if rotary else 0.0
+    attn_io = (2.0 * q_width + 2.0 * kv_width) / t
+    fwd = BF16_BYTES * (per_h + act + rope + attn_io)
+    return fwd, 2.0 * fwd

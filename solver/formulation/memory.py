@@ -1,0 +1,87 @@
+"""Memory per GPU of a pipeline stage, as per-shape coefficients (bytes), vectorised.
+
+- Model state per parameter (`model_state_bytes_per_param`): bf16/fp8 training keeps a bf16
+  weight (2), an fp32 main gradient (4) and fp32 Adam state (master weight, m, v: 12) = 18
+  bytes (Megatron-LM distributed-optimizer docs, "bf16 params, fp32 grads"); fp16 training
+  (Megatron's fp16 optimizer) has fp16 gradients: 16 (ZeRO paper Sec. 3.1); FP8 adds the
+  cached FP8 weight and its transpose (Transformer Engine keeps both: 2). Sharding over the
+  d data-parallel ranks (x cp): ZeRO-1 / distributed optimizer divides the Adam state, ZeRO-2
+  the gradients too, ZeRO-3 / FSDP everything (Rajbhandari et al. 2020).
+- Activations per layer per micro-batch (`layer_activation_bytes`): Korthikanti et al. 2022
+  Table 2 generalised to GQA (K, V of width h_kv), a query width h_q = heads x head_dim and
+  gated MLPs; flash attention keeps only the softmax statistics (fp32 per head and query)
+  instead of the `5 a s^2 b` score terms; dropout masks are counted (1 byte per element), so
+  models trained without dropout are over-estimated, never under-estimated.
+- The logits of the last stage: Megatron's `VocabParallelCrossEntropy` turns the LM head's
+  bf16 output into an fp32 softmax kept for backward (4 bytes per logit), whose gradient is
+  computed in place and cast back to bf16 for the head's backward (2): `LOGIT_BYTES` per
+  logit of one micro-batch.
+- The reported peak is what the caching allocator holds, not what tensors use: every stage's
+  sum is multiplied by 1 + `runtime_reserve_fraction` (fragmentation; PyTorch's reserved over
+  allocated), and the runtime is added (`runtime_bytes`): `runtime_reserve_gib` (CUDA
+  context, cuBLAS/cuDNN workspaces) plus NCCL's buffers, NCCL_COMM_BYTES for every
+  communicator the rank is in (TP, CP, DP x CP, two pipeline neighbours): each opens up to
+  32 channels with send/receive buffers per protocol (NCCL_BUFFSIZE 4 MiB for Simple). So the
+  estimate is an upper bound of the peak memory a run shows, and it fits when it is at most
+  the GPU's HBM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BF16_BYTES = 2
+FP32_BYTES = 4
+LOGIT_BYTES = 4 + 2  # fp32 softmax (gradient in place), bf16 gradient for the head
+# Working set of ZeRO-3 / FSDP: the gathered bf16 weights of the layer being computed and of
+# the one being prefetched, and their unsharded gradients before the reduce-scatter.
+ZERO3_LIVE_LAYERS = 2
+NCCL_COMM_BYTES = 0.5 * 1024**3
+
+
+def runtime_bytes(reserve_gib: float, tp, cp, dp, pp) -> np.ndarray:
+    """CUDA context and workspaces, plus NCCL buffers per communicator (module docstring)."""
+    comms = ((np.asarray(tp) > 1).astype(np.float64) + (np.asarray(cp) > 1) + (np.asarray(dp) * np.asarray(cp) > 1)
+             + 2.0 * (np.asarray(pp) > 1))
+    return reserve_gib * 1024**3 + NCCL_COMM_BYTES * comms
+
+
+def model_state_bytes_per_param(zero, shard, precision: str):
+    """(weights, gradients, optimizer) bytes per parameter of one GPU (see the module docstring)."""
+    zero = np.asarray(zero)
+    shard = np.asarray(shard, dtype=np.float64)
+    weight = BF16_BYTES + (2.0 if precision == "fp8" else 0.0)
+    grad = 2.0 if precision == "fp16" else FP32_BYTES
+    params = np.where(zero >= 3, weight / shard, weight)
+    grads = np.where(zero >= 2, grad / shard, grad)
+    opt = np.where(zero >= 1, 12.0 / shard, 12.0)
+    return params, grads, opt
+
+
+def layer_activation_bytes(*, tokens, hidden, q_width, kv_width, ffn, mlp_matrices, heads, seq_k, tp, sp_degree,
+                           recompute, flash: bool):
+    """(stored activations per layer and micro-batch, transient working set) on one GPU.
+
+    `tokens` = b s / cp on this GPU; Korthikanti Table 2 per token: 10h replicated over TP
+    unless SP (norm inputs 2h+2h, QKV and fc1 inputs 2h+2h, two dropout masks h+h), and sharded
+    over TP: Q, K, V, attention output (2(h_q + 2 h_kv + h_q)), the MLP's input and output of
+    the activation (2 * 2f for 2 matrices, 3 * 2f gated: the activation keeps both halves).
+    Selective recompute drops the score terms (unfused attention); full recompute keeps the
+    layer input only (2h, sharded with SP) and rebuilds one layer at a time in backward."""
+    t = np.asarray(tp, dtype=np.float64)
+    rep = np.asarray(sp_degree, dtype=np.float64)
+    T = np.asarray(tokens, dtype=np.float64)
+    replicated = 10.0 * hidden / rep
+    sharded = (4.0 * q_width + 4.0 * kv_width + 2.0 * mlp_matrices * ffn) / t
+    a_t = heads / t
+    if flash:
+        core = FP32_BYTES * a_t * T  # softmax statistics (log-sum-exp) per head and query
+        core_sel = core
+    else:
+        core = 5.0 * a_t * T * seq_k  # scores, softmax, dropout mask, output (Korthikanti's 5as^2b)
+        core_sel = 0.0
+    full = T * (replicated + sharded) + core
+    rc = np.asarray(recompute)
+    stored = np.where(rc == 2, BF16_BYTES * T * hidden / rep, np.where(rc == 1, T * (replicated + sharded) + core_sel, full))
+    working = np.where(rc == 2, full, np.where(rc == 1, core - core_sel, 0.0))
+    return stored, working

@@ -1,0 +1,111 @@
+"""Validation reports: markdown tables of predicted vs measured step times (per group, worst
+rows, ranking inside measured sweeps, memory points) and a predicted-vs-measured plot per GPU."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..calibration.crossval import Prediction
+
+
+def _pct(x: Optional[float], sign: bool = False) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:+.1%}" if sign else f"{x:.1%}"
+
+
+def summary_table(lines: Sequence[dict], title: str) -> str:
+    out = [f"| {title} | rows | MAPE | median error | worst | within 10% |", "|---|---:|---:|---:|---:|---:|"]
+    for ln in lines:
+        name = f"**{ln['group']}**" if ln["group"] == "all" else ln["group"]
+        out.append(f"| {name} | {ln['rows']} | {_pct(ln['mape'])} | {_pct(ln['median_error'], True)} | "
+                   f"{_pct(ln['max_abs_error'])} | {ln['within_10pct']} |")
+    return "\n".join(out)
+
+
+def worst_rows_table(rows: Sequence[dict]) -> str:
+    """Rows as `crossval.validation` gives them (id, measured_s, predicted_s, error, config)."""
+    out = ["| row | measured s | predicted s | error | configuration |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        c = r["config"]
+        cfg = (f"tp{c['tp']} pp{c['pp']} cp{c['cp']} vp{c['vp']} mbs{c['micro_batch_size']} {c['recompute']}"
+               f"{' sp' if c['sequence_parallel'] else ''} z{c['zero']}")
+        out.append(f"| {r['id']} | {r['measured_s']:.3f} | {r['predicted_s']:.3f} | {_pct(r['error'], True)} | {cfg} |")
+    return "\n".join(out)
+
+
+def ranking_table(rank: dict) -> str:
+    out = ["| job (model, GPUs, batch x seq) | configs | formulation's pick | measured best | pick slower by |",
+           "|---|---:|---|---|---:|"]
+    for g in rank["groups"]:
+        out.append(f"| {g['model']}, {g['num_gpus']} x {g['gpu']}, {g['global_batch_size']} x {g['seq_length']} | "
+                   f"{g['configs']} | {g['picked']} | {g['best']} | {_pct(g['regret'])} |")
+    out.append(f"\nMedian: {_pct(rank['median_regret'])}; worst: {_pct(rank['max_regret'])} "
+               f"({len(rank['groups'])} sweeps).")
+    return "\n".join(out)
+
+
+def memory_table(points: Sequence[dict]) -> str:
+    out = ["| model | mode | state GiB (published) | activations GiB (published) | total error |",
+           "|---|---|---:|---:|---:|"]
+    for p in points:
+        out.append(f"| {p['model']} | {p['mode']} | {p['state_gib']:.1f} ({p['state_published_gib']:.1f}) | "
+                   f"{p['act_gib']:.1f} ({p['act_published_gib']:.1f}) | {_pct(p['total_error'], True)} |")
+    return "\n".join(out)
+
+
+def fit_table(values: dict, sd: dict, params) -> str:
+    out = ["| parameter | value | sd | prior | bounds | where the prior comes from |", "|---|---:|---:|---:|---|---|"]
+    for p in params:
+        v = values.get(p.key)
+        if v is None:
+            continue
+        out.append(f"| {p.key} | {v:.4g} | {sd.get(p.key, float('nan')):.2g} | {p.prior:g} +- {p.prior_sd:g} | "
+                   f"[{p.lower:g}, {p.upper:g}] | {p.why} |")
+    return "\n".join(out)
+
+
+def plot_by_gpu(series: dict[str, Sequence[Prediction]], path_prefix: str) -> list[str]:
+    """One PNG per GPU: predicted vs measured step time (log-log), one marker per series
+    (e.g. 'fitted on all' and 'left out'), coloured by source. Returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gpus = sorted({p.row.gpu for ps in series.values() for p in ps})
+    sources = sorted({p.row.source for ps in series.values() for p in ps})
+    colours = {s: plt.cm.tab10(i % 10) for i, s in enumerate(sources)}
+    markers = ["o", "x", "^", "s"]
+    paths = []
+    for gpu in gpus:
+        fig, ax = plt.subplots(figsize=(6.0, 5.5))
+        lo, hi = float("inf"), 0.0
+        for (label, ps), mk in zip(series.items(), markers):
+            for src in sources:
+                pts = [p for p in ps if p.row.gpu == gpu and p.row.source == src]
+                if not pts:
+                    continue
+                xs = [p.row.measured_s for p in pts]
+                ys = [p.predicted_s for p in pts]
+                lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+                ax.scatter(xs, ys, marker=mk, s=22, color=colours[src], label=f"{src} ({label})",
+                           facecolors="none" if mk == "o" else None)
+        lo, hi = lo / 1.3, hi * 1.3
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        for f in (0.9, 1.1):
+            ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("measured step time (s)")
+        ax.set_ylabel("predicted step time (s)")
+        ax.set_title(f"{gpu}: predicted vs measured (dotted: +-10%)")
+        ax.legend(fontsize=6, loc="upper left")
+        fig.tight_layout()
+        path = f"{path_prefix}{gpu}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
