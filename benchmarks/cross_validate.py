@@ -14,25 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from pathlib import Path
 
+from _common import RESULTS, commit
 from solveplan.calibration.crossval import cross_validate, in_sample, memory_points, ranking, row_json, summary, worst
 from solveplan.calibration.rows import load_rows, published_rows
 from solveplan.calibration.runs_fit import row_cases
 from solveplan.render.validation import memory_table, plot_by_gpu, ranking_table, summary_table, worst_rows_table
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> None:

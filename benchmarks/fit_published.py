@@ -12,28 +12,17 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import time
 from collections import Counter
-from pathlib import Path
 
+from _common import RESULTS, ROOT, commit
 from solveplan.calibration.crossval import in_sample, summary
 from solveplan.calibration.rows import published_rows
 from solveplan.calibration.runs_fit import CHIP_OF_GPU, FIT_PARAMS, fit, gpu_updates, row_cases
 from solveplan.render.validation import fit_table, summary_table
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 FIELDS = ("matmul_efficiency", "flash2_attention_efficiency", "fp8_matmul_efficiency", "layer_overhead_us",
           "sharded_layer_overhead_us")
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def write_yaml(gpu: str, values: dict, note: str) -> None:
