@@ -94,7 +94,7 @@ def load_model(ref: str) -> ModelSpec:
         from .specs.hf import is_hf_config, model_from_hf_config
 
         if is_hf_config(data):
-            return model_from_hf_config(data, name=Path(ref).parent.name or Path(ref).stem)
+            return model_from_hf_config(data, name=ref)  # named after the config (name_or_path) or the file
         data.setdefault("name", Path(ref).stem)
         return build(ModelSpec, data, "model")
     raise _unknown("--model", "model", ref, list(models))

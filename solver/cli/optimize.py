@@ -159,6 +159,9 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on)")
     cmp_cfg = parse_compare(compare) if compare else None
     job = build_job(**jobkw)
+    if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
+        # what the mapping decided (sequence length, what is not modelled): on stderr, stdout stays the plan
+        click.echo(f"model {job.model.name}: {job.model.notes}", err=True)
     links = None
     if links_file:
         from ..links import load_links
