@@ -77,6 +77,7 @@ def result_json(result, job) -> dict:
     if result.plan is not None:
         ma = megatron_args(job, result.plan)
         d["megatron_args"] = ma.args
+        d["megatron_env"] = ma.env
         d["megatron_notes"] = ma.notes
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
