@@ -120,7 +120,7 @@ def place_cmd(links_file, tp, pp, dp, cp, vp, micro_batch_size, recompute, zero,
     layers = parse_layers(layers_per_stage, pp, job.model.num_layers) if layers_per_stage else None
     plan = evaluate_config(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
                            zero=int(zero), layers=layers)
-    lm = load_links(links_file)
+    lm = load_links(links_file, cluster=job.cluster)
     res = place(job, plan.parallel, lm, layers=plan.layers_per_stage, method=method, time_limit_s=time_limit)
     if hostfile_out:
         with open(hostfile_out, "w") as fh:

@@ -167,7 +167,7 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
     if links_file:
         from ..links import load_links
 
-        links = load_links(links_file)
+        links = load_links(links_file, cluster=job.cluster)
         if links.n != job.cluster.num_nodes:
             raise InputError("--links", f"{links_file} has {links.n} nodes but {job.cluster.name} has "
                                         f"{job.cluster.num_nodes}; give a matrix of the cluster's nodes")
