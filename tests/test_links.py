@@ -184,3 +184,20 @@ def test_unitless_matrix_must_be_plausible():
         links_from_mapping(mb, cluster=a100)
     plausible = {"hosts": ["a", "b"], "bandwidth": [[0, 200], [150, 0]]}
     assert links_from_mapping(plausible, cluster=a100).bandwidth_gbit_per_s[1, 0] == 150
+
+
+def test_import_refuses_a_log_that_names_no_test(tmp_path):
+    """An all-reduce log from a release that prints no test name is not taken for a sendrecv log;
+    a sendrecv log without its name is imported when the user says what it is (LOG:sendrecv)."""
+    ar = (DATA / "nccl" / "all_reduce_perf_16gpu_2nodes.log").read_text().splitlines()
+    p = tmp_path / "node-a__node-b.log"
+    p.write_text("\n".join(line for line in ar if "Collective test concluded" not in line) + "\n")
+    with pytest.raises(InputError, match="does not say which nccl-tests binary wrote it.*LOG:sendrecv"):
+        import_nccl_logs([p])
+    sr = (LINKS / "hostA__hostB.log").read_text().splitlines()
+    q = tmp_path / "hostA__hostB.log"
+    q.write_text("\n".join(line for line in sr if "sendrecv_perf" not in line) + "\n")
+    with pytest.raises(InputError, match="does not say"):
+        import_nccl_logs([q])
+    lm = import_nccl_logs([f"{q}:sendrecv"])
+    assert lm.hosts == ("hostA", "hostB") and lm.bandwidth_gbit_per_s[0, 1] > 0
