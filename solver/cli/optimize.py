@@ -2,6 +2,7 @@
 
     solveplan optimize --model gpt3-13b --cluster a100x64
     solveplan optimize --model gpt3-175b --cluster a100x1024 --format megatron
+    solveplan optimize --model llama3.1-8b --cluster h100x64 --format torchtitan
     solveplan optimize --model llama3.1-70b --cluster h100x256 --top-k 3 --json
     solveplan optimize --model gpt3-13b --cluster a100x64 --compare "tp=8,pp=2,mbs=1"
 
@@ -79,6 +80,9 @@ def result_json(result, job) -> dict:
         d["megatron_args"] = ma.args
         d["megatron_env"] = ma.env
         d["megatron_notes"] = ma.notes
+        from ..render.torchtitan import torchtitan_config
+
+        d["torchtitan"], d["torchtitan_notes"] = torchtitan_config(job, result.plan)
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
     d["alternatives"] = [p.model_dump() for p in result.alternatives]
@@ -128,8 +132,8 @@ class _StderrProgress:
 @click.option("--top-k", "top_k", type=click.IntRange(min=1), default=1, show_default=True,
               help="Return the K best distinct parallel configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron"]), default=None,
-              help="table (default), json, or megatron (the launch arguments only).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron", "torchtitan"]), default=None,
+              help="table (default), json, megatron (the launch arguments only) or torchtitan (job-config sections).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of the plan's pipeline schedule (needs matplotlib: the plot extra).")
 @click.option("--compare", "compare", default=None,
@@ -210,6 +214,11 @@ def optimize(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, c
             from ..render.megatron import megatron_args
 
             click.echo(megatron_args(job, result.plan).command(), nl=False)
+    elif fmt == "torchtitan":
+        if result.plan is not None:
+            from ..render.torchtitan import render_torchtitan
+
+            click.echo(render_torchtitan(job, result.plan), nl=False)
     else:
         from rich.console import Console
 
