@@ -1,6 +1,6 @@
 """Do the launch arguments solveplan prints start Megatron-LM and build the planned model?
 
-    python benchmarks/megatron_args.py --megatron-lm PATH [--out benchmarks/results/megatron_args.md]
+    python benchmarks/megatron_args.py --megatron-lm PATH [--catalog] [--out benchmarks/results/megatron_args.md]
 
 For a spread of plans (ZeRO 0-3, context parallelism, interleaving, uneven splits, FP8, GPT-3 /
 Llama / Qwen / Mistral / Nemotron / DeepSeek / GPT-NeoX and Hugging Face configs with a separate
@@ -202,7 +202,18 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
     return row
 
 
-def report(rows, controls, commit, elapsed) -> str:
+def catalog_cases():
+    """Every catalog model's default plan: bf16 on A100, fp8 on H100, clusters sized to the model."""
+    from solveplan.catalog import catalog_models
+
+    for name, m in sorted(catalog_models().items()):
+        p = m.num_params / 1e9
+        yield (name, name, "a100x64" if p < 20 else "a100x256" if p < 80 else "h100x1024", {}, {})
+        yield (f"{name} fp8", name, "h100x64" if p < 20 else "h100x256" if p < 80 else "h100x2048", {},
+               {"precision": "fp8"})
+
+
+def report(rows, controls, commit, elapsed, catalog=None) -> str:
     ok = sum(1 for r in rows if r.get("ok"))
     lines = ["# Megatron-LM accepts the launch arguments", "",
              f"`python benchmarks/megatron_args.py --megatron-lm PATH` against NVIDIA/Megatron-LM at `{commit}`, CPU "
@@ -234,6 +245,15 @@ def report(rows, controls, commit, elapsed) -> str:
         answer = c.get("error") or (f"builds another model: {c['arch_diff']}" if c.get("arch_diff")
                                     else "ACCEPTED (the check did not bite)")
         lines.append(f"| {c['label']} | {answer} |")
+    if catalog is not None:
+        ok_c = [r for r in catalog if r.get("ok")]
+        lines += ["", f"Every catalog model's default plan (`--catalog`; bf16 on A100 and fp8 on H100, "
+                      f"{len(catalog)} plans): **{len(ok_c)} accepted** with the planned split and architecture; the "
+                      f"others start but build what Megatron-LM can (their launch notes say so):"]
+        for r in catalog:
+            if not r.get("ok"):
+                lines.append(f"- {r['label']} on {r.get('cluster')}: "
+                             f"{r.get('error') or 'builds another model: ' + str(r.get('arch_diff'))}")
     return "\n".join(lines) + "\n"
 
 
@@ -242,6 +262,7 @@ def main(argv=None) -> int:
     ap.add_argument("--megatron-lm", type=Path, help="path to a Megatron-LM checkout (git work tree or export)")
     ap.add_argument("--commit", default=None, help="the checkout's commit, for the report (default: git rev-parse)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "megatron_args.md")
+    ap.add_argument("--catalog", action="store_true", help="also every catalog model's default plan (two each)")
     a = ap.parse_args(argv)
     if a.megatron_lm is None:
         print("give --megatron-lm PATH (a Megatron-LM checkout; it needs CPU torch and triton). Nothing was checked.",
@@ -264,7 +285,8 @@ def main(argv=None) -> int:
         c = check(M, what, *case, mutate=edit)
         controls.append(c)
         print(f"{'BAD' if c.get('ok') else 'ok '} control {what}: {c.get('error') or c.get('arch_diff')}", file=sys.stderr)
-    text = report(rows, controls, commit, time.perf_counter() - t0)
+    catalog = [check(M, *case) for case in catalog_cases()] if a.catalog else None
+    text = report(rows, controls, commit, time.perf_counter() - t0, catalog)
     a.out.write_text(text)
     print(text)
     return 0 if all(r.get("ok") for r in rows) and not any(c.get("ok") for c in controls) else 1

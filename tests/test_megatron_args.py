@@ -137,3 +137,17 @@ def test_fp8_and_precision_flags():
     assert f["--fp8-format"] == "hybrid" and "--bf16" in f
     v = _launch("gpt3-1.3b", "v100x16")
     assert "--fp16" in v.args and "--bf16" not in v.args
+
+
+def test_the_megatron_check_says_what_it_needs(capsys):
+    """benchmarks/megatron_args.py without a Megatron-LM checkout: a clear message, exit 2."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "megatron_args.py"
+    spec = importlib.util.spec_from_file_location("megatron_args_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([]) == 2 and "--megatron-lm PATH" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no megatron/training/arguments.py"):
+        mod.main(["--megatron-lm", str(path.parent)])
