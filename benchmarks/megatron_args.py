@@ -27,7 +27,8 @@ needs CPU torch and triton importable (pip install torch triton). Transformer En
 and absent, so `--no-rope-fusion` is added (TE provides the fused RoPE kernel; the flag changes a
 kernel, not the model).
 
-Without --megatron-lm, or when Megatron-LM cannot be imported, the script says so and exits 2.
+Without --megatron-lm, or when Megatron-LM cannot be imported, the script says so and exits 2
+(1 when a plan is refused or a control accepted).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def _one_layer_less(args: list[str]) -> list[str]:
 
 def import_megatron(path: Path):
     if not (path / "megatron" / "training" / "arguments.py").is_file():
-        raise SystemExit(f"--megatron-lm {path}: no megatron/training/arguments.py there; give a Megatron-LM checkout")
+        raise RuntimeError(f"--megatron-lm {path}: no megatron/training/arguments.py there; give a Megatron-LM checkout")
     if not hasattr(typing, "override"):  # Megatron-LM HEAD is written for Python >= 3.12
         import typing_extensions
 
@@ -117,8 +118,8 @@ def import_megatron(path: Path):
             from megatron.core.transformer.enums import LayerType
             from megatron.training.argument_utils import core_transformer_config_from_args, gpt_config_from_args
     except ImportError as exc:
-        raise SystemExit(f"cannot import Megatron-LM from {path}: {exc} (it needs CPU torch and triton: "
-                         f"pip install torch triton)") from None
+        raise RuntimeError(f"cannot import Megatron-LM from {path}: {exc} (it needs CPU torch and triton: "
+                           f"pip install torch triton)") from None
     return dict(arguments=arguments, parallel_state=parallel_state, block=transformer_block, LayerType=LayerType,
                 core_cfg=core_transformer_config_from_args, gpt_cfg=gpt_config_from_args)
 
@@ -268,7 +269,11 @@ def main(argv=None) -> int:
         print("give --megatron-lm PATH (a Megatron-LM checkout; it needs CPU torch and triton). Nothing was checked.",
               file=sys.stderr)
         return 2
-    M = import_megatron(a.megatron_lm.resolve())
+    try:
+        M = import_megatron(a.megatron_lm.resolve())
+    except RuntimeError as exc:
+        print(f"{exc}. Nothing was checked.", file=sys.stderr)
+        return 2
     os.chdir(ROOT)
     commit = a.commit or subprocess.run(["git", "-C", str(a.megatron_lm), "rev-parse", "HEAD"], capture_output=True,
                                         text=True).stdout.strip() or "unknown commit"

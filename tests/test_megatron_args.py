@@ -149,5 +149,5 @@ def test_the_megatron_check_says_what_it_needs(capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main([]) == 2 and "--megatron-lm PATH" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="no megatron/training/arguments.py"):
-        mod.main(["--megatron-lm", str(path.parent)])
+    assert mod.main(["--megatron-lm", str(path.parent)]) == 2
+    assert "no megatron/training/arguments.py" in capsys.readouterr().err
