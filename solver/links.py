@@ -14,19 +14,15 @@ Accepted files (`load_links`):
 - JSON, native: `{"hosts": ["node0", ...], "bandwidth_gbit_per_s": [[...], ...],
   "latency_us": [[...], ...] (optional), "measured": false, "source": "..."}`
   (`"bandwidth"` is accepted for `"bandwidth_gbit_per_s"`).
-- JSON, Pipette's form: `{"gpus": [...], "bandwidth": [[...]]}` with one row per GPU or host; an
-  entry `"host:3"` or `"host"` names the node. Several GPUs of one host are collapsed to the node
-  pair's slowest GPU pair. Unit: GB/s (Pipette's profiling script writes nccl-tests bus
-  bandwidths, as strings) unless `"unit"` says otherwise.
-- JSON, mpiGraph as Pipette stores it: `{"0": {"gpus", "bandwidth"}, "1": {...}}` (receive and
-  send tables, MiB/s); see solveplan.link_formats.
+- JSON, Pipette's form `{"gpus": [...], "bandwidth": [[...]]}` (rows per GPU `"host:3"` or per
+  host, collapsed to the slowest GPU pair per node pair; GB/s strings unless `"unit"` says), and
+  Pipette's mpiGraph JSON `{"0": ..., "1": ...}` (MiB/s): see solveplan.link_formats.
 - CSV: a header row `host,node0,node1,...` then one row per source host
   (`node0,<bw to node0>,<bw to node1>,...`); rows may come in any order. A file with no
   header (all numbers) names its nodes node0..node{n-1}. Bandwidth only.
 
-A matrix that states no unit (`"bandwidth"` without `"unit"`, a CSV) is read as Gbit/s only when
-its values are plausible for the cluster (`cluster=`): not above NVLink, not below a quarter of
-the NIC; otherwise the error says which unit the numbers look like (link_formats.check_plausible).
+A matrix that states no unit (`"bandwidth"` without `"unit"`, a CSV) must be plausible as Gbit/s
+for the cluster (`cluster=`; link_formats.check_plausible).
 
 `hosts=` (e.g. the cluster's hostnames from a hostfile) re-orders the matrix so node index
 `i` is `hosts[i]`; a host the matrix does not know is an `InputError`.
