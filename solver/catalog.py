@@ -96,8 +96,8 @@ def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
         from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
 
         if is_hf_config(data):
-            try:
-                return model_from_hf_config(data, name=Path(ref).parent.name or Path(ref).stem)
+            try:  # named after the config (name_or_path) or the file
+                return model_from_hf_config(data, name=ref)
             except InputError as exc:  # the converter names paths under its own root, "model"
                 raise InputError(path(field, exc.field.removeprefix(HF_FIELD).lstrip(".")), exc.message) from None
         data.setdefault("name", Path(ref).stem)

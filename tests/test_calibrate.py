@@ -334,3 +334,21 @@ if __name__ == "__main__":
     for name, text in synthetic_logs().items():
         (NCCL / name).write_text(text)
         print("wrote", NCCL / name)
+
+
+def test_latency_bound_log_keeps_the_efficiency_and_says_so(tmp_path):
+    """An all-reduce across nodes stopped at 64 KiB whose time creeps up with size (LL protocol):
+    a tiny efficiency explains it as well as latency does. The fit must not take it; it keeps
+    the prior efficiency and says the log was latency-bound."""
+    from solveplan.calibration.calibrate import calibrate
+    from solveplan.catalog import load_cluster
+
+    sizes = [2**k for k in range(3, 17)]
+    p = tmp_path / "all_reduce_perf_64k.log"
+    p.write_text(format_nccl_log(synthetic_run("all_reduce", 16, sizes, [24.0 + 3e-4 * s for s in sizes],
+                                               hosts=("node-a", "node-b"))))
+    base = load_cluster(CLUSTER)
+    cal = calibrate(base, [str(p)])
+    assert cal.cluster.network_efficiency == base.network_efficiency  # not a 1-2% "fit"
+    note = next(n for n in cal.notes if "latency-bound" in n)
+    assert "64 KiB" in note and "-e 1G" in note

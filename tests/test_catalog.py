@@ -37,12 +37,17 @@ def test_at_least_30_models_and_required_families():
 def test_model_entry(name):
     m = _models()[name]
     assert isinstance(m, ModelSpec) and m.name == name == name.lower()
-    # keys are ModelSpec fields and include every field without a default (name comes from the file stem);
-    # the optional kv_channels is written only where the head dimension is not hidden / heads
+    # keys are ModelSpec fields and include every field (name comes from the file stem): the architecture
+    # is stated, not left to defaults. kv_channels is written only where the head dimension is not
+    # hidden / heads, the rotary fields only for RoPE models (rope_scaling_factor only where scaled)
     raw = yaml.safe_load((_catalog_dir("models") / f"{name}.yaml").read_text())
     fields = set(ModelSpec.model_fields) - {"name"}
-    assert set(raw) <= fields and fields - {"kv_channels"} <= set(raw), set(raw) ^ fields
+    optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor"}
+    assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None
+    rope = m.position_embedding == "rope"
+    assert rope == ("rotary_base" in raw) == ("rotary_percent" in raw)
+    assert "Architecture" in m.notes  # the config fields or paper section the architecture comes from
     assert m.num_attention_heads % m.num_kv_heads == 0
     assert m.source and m.source != "user supplied" and m.notes
     assert m.nominal_params_b is not None
@@ -200,3 +205,38 @@ def test_schema(cli, kind):
     assert s["type"] == "object" and s["properties"]
     if kind == "model":
         assert "num_layers" in s["properties"] and "num_layers" in s["required"]
+
+
+def test_architectures():
+    """The fields that decide what a framework builds, spot-checked against the models' configs."""
+    m = _models()
+    assert (m["llama3.1-70b"].rotary_base, m["llama3.1-70b"].rope_scaling_factor) == (500000, 8.0)
+    assert m["llama2-7b"].normalization == "RMSNorm" and not m["llama2-7b"].add_bias_linear
+    q = m["qwen2-7b"]
+    assert q.add_qkv_bias and not q.add_bias_linear and q.rotary_base == 1e6 and q.norm_epsilon == 1e-6
+    n = m["nemotron4-15b"]
+    assert (n.activation, n.rotary_percent, n.norm_zero_centered_gamma) == ("squared_relu", 0.5, True)
+    assert m["gpt-neox-20b"].rotary_percent == 0.25 and m["gpt-neox-20b"].add_bias_linear
+    assert m["bloom-176b"].position_embedding == "alibi" and m["opt-175b"].activation == "relu"
+    g = m["gpt3-175b"]
+    assert (g.position_embedding, g.normalization, g.add_bias_linear, g.activation) == \
+        ("learned_absolute", "LayerNorm", True, "gelu")
+    for s in m.values():
+        assert s.gated_mlp == (s.activation in ("swiglu", "geglu"))
+
+
+def test_architecture_fields_are_checked():
+    base = dict(name="x", num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128, vocab_size=100)
+    plain = ModelSpec(**base)  # a file without the architecture fields: Megatron-LM's GPT defaults
+    assert (plain.position_embedding, plain.normalization, plain.activation, plain.add_qkv_bias) == \
+        ("learned_absolute", "LayerNorm", "gelu", True)
+    assert ModelSpec(**base, gated_mlp=True).activation == "swiglu"
+    assert ModelSpec(**base, activation="geglu").gated_mlp is True
+    rope = ModelSpec(**base, position_embedding="rope")
+    assert (rope.rotary_base, rope.rotary_percent) == (10000.0, 1.0)
+    for bad, match in ((dict(activation="swiglu", gated_mlp=False), "gated_mlp"),
+                       (dict(rotary_base=5e5), "rotary embeddings only"),
+                       (dict(add_qkv_bias=False), "add_qkv_bias"),
+                       (dict(position_embedding="rope", rotary_percent=1.5), "rotary_percent")):
+        with pytest.raises(ValueError, match=match):
+            ModelSpec(**base, **bad)

@@ -139,3 +139,66 @@ def test_cli_bad_matrix_exit_2():
     assert "Traceback" not in r.err
     r = run_subprocess("links", "generate", "--nodes", "4", "--degraded-node", "9:0.5", "-o", "/dev/null")
     assert r.code == 2 and "outside 0..3" in r.err
+
+
+PIPETTE = LINKS / "pipette"
+
+
+def test_pipette_link_file_as_its_script_writes_it():
+    """Pipette's round_robin_test.py: host names, busbw strings in GB/s, intra-node diagonal."""
+    raw = json.loads((PIPETTE / "round_robin_links.json").read_text())
+    assert isinstance(raw["bandwidth"][0][1], str) and "unit" not in raw
+    from solveplan.catalog import load_cluster
+
+    lm = load_links(PIPETTE / "round_robin_links.json", cluster=load_cluster("a100x32"))
+    assert lm.hosts == ("agpu1425", "agpu1426", "agpu1501", "agpu1502") and lm.measured
+    assert lm.bandwidth_gbit_per_s[0, 1] == pytest.approx(23.81 * 8)  # GB/s, Pipette's unit
+    assert lm.bandwidth_gbit_per_s[0, 3] == pytest.approx(11.90 * 8)
+    assert any("GB/s" in n for n in lm.notes)
+
+
+def test_mpigraph_json_from_pipette():
+    """mpiGraph (MiB/s: mpiGraph.c prints size * 1e6 / 2^20 per microsecond) as Pipette stores it."""
+    lm = load_links(PIPETTE / "mpigraph_file.json")
+    assert lm.hosts == ("agpu1425", "agpu1426") and lm.measured
+    mib = 1.048576e6 * 8 / 1e9  # Gbit/s per MiB/s
+    # 1425 -> 1426: send 14493.357, receive (at 1426) 14497.701 -> the slower; 1426 -> 1425: 11072.47
+    assert lm.bandwidth_gbit_per_s[0, 1] == pytest.approx(14493.357 * mib, rel=1e-6)
+    assert lm.bandwidth_gbit_per_s[1, 0] == pytest.approx(11072.472 * mib, rel=1e-6)
+    big = load_links(PIPETTE / "mpigraph_16nodes_time_0.json")
+    assert big.n == 16 and 100 < np.nanmedian(big.bandwidth_gbit_per_s) < 200
+
+
+def test_unitless_matrix_must_be_plausible():
+    from solveplan.catalog import load_cluster
+
+    a100 = load_cluster("a100x32")  # 200 Gbit/s NICs, 600 GB/s NVLink
+    gbs = {"hosts": ["a", "b", "c"], "bandwidth": [[0, 23.81, 23.81], [23.81, 0, 11.9], [23.81, 11.9, 0]]}
+    with pytest.raises(InputError, match=r"bandwidth: no unit given.*they look like GB/s .*add \"unit\": \"GB/s\""):
+        links_from_mapping(gbs, cluster=a100)
+    with pytest.raises(InputError, match="look like GB/s"):
+        links_from_mapping(gbs)  # no cluster: 25 Gbit/s is already a slow NIC
+    assert links_from_mapping({**gbs, "unit": "GB/s"}, cluster=a100).bandwidth_gbit_per_s[0, 1] == pytest.approx(190.48)
+    assert links_from_mapping({"hosts": ["a", "b"], "bandwidth_gbit_per_s": [[0, 23.81], [23.81, 0]]}, cluster=a100)
+    mb = {"hosts": ["a", "b"], "bandwidth": [[0, 23810], [23810, 0]]}
+    with pytest.raises(InputError, match="look like MB/s"):
+        links_from_mapping(mb, cluster=a100)
+    plausible = {"hosts": ["a", "b"], "bandwidth": [[0, 200], [150, 0]]}
+    assert links_from_mapping(plausible, cluster=a100).bandwidth_gbit_per_s[1, 0] == 150
+
+
+def test_import_refuses_a_log_that_names_no_test(tmp_path):
+    """An all-reduce log from a release that prints no test name is not taken for a sendrecv log;
+    a sendrecv log without its name is imported when the user says what it is (LOG:sendrecv)."""
+    ar = (DATA / "nccl" / "all_reduce_perf_16gpu_2nodes.log").read_text().splitlines()
+    p = tmp_path / "node-a__node-b.log"
+    p.write_text("\n".join(line for line in ar if "Collective test concluded" not in line) + "\n")
+    with pytest.raises(InputError, match="does not say which nccl-tests binary wrote it.*LOG:sendrecv"):
+        import_nccl_logs([p])
+    sr = (LINKS / "hostA__hostB.log").read_text().splitlines()
+    q = tmp_path / "hostA__hostB.log"
+    q.write_text("\n".join(line for line in sr if "sendrecv_perf" not in line) + "\n")
+    with pytest.raises(InputError, match="does not say"):
+        import_nccl_logs([q])
+    lm = import_nccl_logs([f"{q}:sendrecv"])
+    assert lm.hosts == ("hostA", "hostB") and lm.bandwidth_gbit_per_s[0, 1] > 0

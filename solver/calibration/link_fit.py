@@ -284,10 +284,13 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
                     "to 1 GiB (-b 8 -e 1G -f 2) on an idle link"))
 
     refuse_if_contradictory(fit)
-    # identifiability: each term must matter somewhere
+    # identifiability: each term must matter somewhere. The bandwidth term is judged both with the
+    # fitted values and with the cluster's prior efficiency: a latency-bound log (stopped at 64 KiB)
+    # is fitted just as well by a tiny efficiency, whose bandwidth term then looks large.
     pred = model_us(fit.values)
     lat_share = float(np.max(ka * lat.value / pred))
     bw_share = float(np.max(1 - ka * lat.value / pred))
+    bw_share = min(bw_share, float(np.max(kb * S / (eff0 * B) * 1e6 / t)))
     if lat_share < MIN_TERM_SHARE:
         lat.fixed, lat.value, lat.sd = True, lat0, math.nan
         lat.note = "kept: not identifiable"
@@ -297,8 +300,9 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
     elif bw_share < MIN_TERM_SHARE:
         eff.fixed, eff.value, eff.sd = True, eff0, math.nan
         eff.note = "kept: not identifiable"
-        out.notes.append(f"{cls}: even the largest message ({fmt_bytes(int(S.max()))}) is latency-bound; kept "
-                         f"efficiency {eff0:g}. Measure up to 1 GiB (-e 1G) to fit the bandwidth.")
+        out.notes.append(f"{cls}: even the largest message ({fmt_bytes(int(S.max()))}) is latency-bound (at the prior "
+                         f"efficiency the bandwidth term is {bw_share:.0%} of its time), so the log cannot tell the "
+                         f"bandwidth; kept efficiency {eff0:g}. Measure up to 1 GiB (-e 1G) to fit it.")
         fit = fit_least_squares(resid, [lat, eff])
     refuse_if_contradictory(fit)
     out.rms = fit.rms

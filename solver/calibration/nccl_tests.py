@@ -20,10 +20,24 @@ The layout (nccl-tests src/common.cu; doc/PERFORMANCE.md for the bandwidths):
     # Collective test concluded: all_reduce_perf
 
 Older releases have no `root` column, print `error` instead of `#wrong` (`0e+00`) and
-`#   Rank  0 Pid ...` device lines; with `-c 0` the error column reads `N/A`. The column
-header line decides which columns a row has. `NCCL INFO`/`NCCL WARN` debug lines may be
-interleaved anywhere; a launcher prefix in front of every line (`[1,0]<stdout>:`, `0: `) is
-taken from the column header line and stripped.
+`#   Rank  0 Pid ...` device lines; with `-c 0` the error column reads `N/A`. Releases since
+2.17 print `# nccl-tests version ...` and `# Collective test starting: <test>` first; `-I 1`
+adds per-iteration columns (`i_min i_max i_p99 i_cv%`) to each half; `-S 1` adds a `timestamp`
+column whose cells are `%Y-%m-%d %H:%M:%S` (two tokens), after the in-place half in releases
+(src/util.cu writeResultHeader / writeTimestamp), before the size in the first proposal
+(nccl-tests PR 349). The column header line decides which columns a row has. `NCCL INFO`/`NCCL
+WARN` debug lines may be interleaved anywhere; a launcher prefix in front of every line
+(`[1,0]<stdout>:`, `0: `) is taken from the column header line and stripped.
+
+`-J FILE.json` writes the same run as JSON (src/util.cu, JSON_FILE_VERSION 3): `args` (the
+command line, whose program names the test), `config.devices` (rank, hostname), `results` (size,
+count, type, redop, root, `out_of_place` / `in_place` {time or cpu_time, alg_bw, bus_bw,
+nwrong}); `parse_nccl_log` reads it too.
+
+The test (`op`) comes from the log (`*_perf` named in it, or the JSON's program) or the file
+name; a log that names neither is left with `op` None for the caller to ask about (calibrate's
+`LOG:all_reduce`, links import's `LOG:sendrecv`): busbw/algbw cannot tell an all-reduce over n
+ranks from other tests reliably, so it is not guessed.
 
 `parse_nccl_log(path_or_text)` returns an `NcclRun`; a malformed result row is an
 `InputError` naming the file and the line number. `format_nccl_log(run)` writes a run back
@@ -57,6 +71,8 @@ _NRANKS_RE = re.compile(r"\bnranks\s+(\d+)\b")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 _NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_CLOCK_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$")
 
 
 def canonical_op(name: str) -> Optional[str]:
@@ -164,6 +180,8 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
     else:
         text = str(src)
         source = name or "<text>"
+    if text.lstrip().startswith("{"):
+        return _parse_json(text, source)
     lines = text.splitlines()
 
     # the column header: '# ... size ... count ... type ... time ... algbw ... busbw ...'
@@ -172,7 +190,7 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
         k = raw.find("#")
         if k < 0:
             continue
-        toks = raw[k + 1:].split()
+        toks = [t for t in raw[k + 1:].split() if t != "timestamp"]  # -S 1 (either end)
         if toks[:3] == ["size", "count", "type"] and "algbw" in toks and "busbw" in toks:
             if header_at is not None:
                 raise _fail(source, i + 1, f"a second result table (the first starts at line {header_at + 1}); "
@@ -227,7 +245,7 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
             continue
         if not in_table or i < header_at:
             continue  # launcher output, prompts, environment dumps before the table
-        toks = line.split()
+        toks = _drop_timestamp(line.split())
         if len(toks) != width:
             raise _fail(source, i + 1, f"expected {width} columns ({' '.join(columns)}), got {len(toks)}: {line[:80]!r}")
         size, count = _parse_number(toks[0]), _parse_number(toks[1])
@@ -268,26 +286,75 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
     if op is None:
         op = _op_from_name(source)
         op_from = "file name" if op else ""
-    if op is None:
-        op = _op_from_ratio(run)
-        op_from = "busbw/algbw ratio" if op else ""
     run.op, run.op_from = op, op_from
     return run
 
 
-def _op_from_ratio(run: NcclRun) -> Optional[str]:
-    """Last resort when neither the log nor the file name names the test: the reduction
-    column and busbw/algbw tell all-reduce (sum, 1 <= ratio < 2), reduce-scatter (sum, < 1),
-    all-gather (none, < 1) and send/receive (none, 1) apart."""
-    rows = [r for r in run.out_of_place if r.algbw_gbs >= 1.0]
-    if not rows or run.redop is None:
-        return None
-    r = max(rows, key=lambda x: x.algbw_gbs)
-    ratio = r.busbw_gbs / r.algbw_gbs
-    reduces = run.redop not in ("none", "-")
-    if reduces:
-        return "all_reduce" if ratio >= 0.99 else "reduce_scatter"
-    return "sendrecv" if ratio >= 0.99 else "all_gather"
+def _drop_timestamp(toks: list[str]) -> list[str]:
+    """A row without the `-S 1` timestamp (`YYYY-MM-DD HH:MM:SS`, first or last two tokens)."""
+    if len(toks) >= 2 and _DATE_RE.match(toks[-2]) and _CLOCK_RE.match(toks[-1]):
+        return toks[:-2]
+    if len(toks) >= 2 and _DATE_RE.match(toks[0]) and _CLOCK_RE.match(toks[1]):
+        return toks[2:]
+    return toks
+
+
+def _parse_json(text: str, source: str) -> NcclRun:
+    """nccl-tests' `-J` output (src/util.cu: jsonOutputInit, writeDeviceReport,
+    writeBenchmarkLine*, writeResultFooter)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(source, f"line {exc.lineno}: not valid JSON ({exc.msg}); is this nccl-tests' -J output?") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise InputError(source, "JSON without a 'results' list: not nccl-tests' -J output")
+    args = data.get("args") if isinstance(data.get("args"), list) else []
+    op = next((canonical_op(m.group(1)) for a in args for m in [_PERF_RE.search(str(a))] if m), None)
+    run = NcclRun(source=source, op=op, nranks=None, op_from="log" if op else "")
+    if op is None:
+        run.op = _op_from_name(source)
+        run.op_from = "file name" if run.op else ""
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    devices = config.get("devices", data.get("devices"))  # writeDeviceReport nests them in "config"
+    devices = devices if isinstance(devices, list) else []
+    hosts: list[str] = []
+    for d in devices:
+        if isinstance(d, dict) and d.get("hostname") and d["hostname"] not in hosts:
+            hosts.append(str(d["hostname"]))
+    run.hosts = tuple(hosts)
+    run.nranks = len(devices) or None
+    for i, r in enumerate(results):
+        where = f"results[{i}]"
+        if not isinstance(r, dict):
+            raise InputError(source, f"{where}: must be an object")
+        size, count = r.get("size"), r.get("count")
+        if not isinstance(size, int) or not isinstance(count, int) or size < 0:
+            raise InputError(source, f"{where}: size and count must be non-negative integers (got {size!r}, {count!r})")
+        run.redop = run.redop or r.get("redop")
+        halves = []
+        for key in ("out_of_place", "in_place"):
+            h = r.get(key)
+            if not isinstance(h, dict):
+                raise InputError(source, f"{where}.{key}: missing (trace replay without both placements?)")
+            t, alg, bus = h.get("time", h.get("cpu_time")), h.get("alg_bw"), h.get("bus_bw")
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (t, alg, bus)) or t <= 0:
+                raise InputError(source, f"{where}.{key}: time/alg_bw/bus_bw must be numbers, time positive "
+                                         f"(got {t!r}, {alg!r}, {bus!r})")
+            if isinstance(h.get("nwrong"), (int, float)):
+                run.wrong += int(h["nwrong"])
+            halves.append(NcclRow(size, count, str(r.get("type")), float(t), float(alg), float(bus)))
+        run.out_of_place.append(halves[0])
+        run.in_place.append(halves[1])
+        run.line_numbers.append(i + 1)
+    if not run.out_of_place:
+        raise InputError(source, "the JSON has no results (the run stopped before the first size?)")
+    avg = data.get("average_bus_bandwidth")
+    if isinstance(avg, dict) and isinstance(avg.get("bandwidth"), (int, float)):
+        run.avg_busbw_gbs = float(avg["bandwidth"])
+    return run
 
 
 def _time_str(us: float) -> str:

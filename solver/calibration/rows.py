@@ -169,10 +169,15 @@ def _model(m: dict) -> ModelSpec:
     gated = "swiglu" in arch or "geglu" in arch
     # tied input/output embeddings: Megatron GPT (default) and MPT tie; Llama and Nemotron-4 do not
     untied = any(k in arch for k in ("llama", "nemotron"))
+    position = "rope" if "rope" in arch else "alibi" if "alibi" in arch else "learned_absolute"
+    # Megatron's GPT recipes train with dropout 0.1; Llama, Nemotron-4 and MPT with none
+    modern = any(k in arch or k in str(m.get("name", "")).lower() for k in ("llama", "nemotron", "mpt"))
     return ModelSpec(
         name=m.get("name") or "row", num_layers=m["layers"], hidden_size=h, num_attention_heads=m["heads"],
         num_kv_heads=m.get("kv_heads"), ffn_hidden_size=m.get("ffn_hidden") or 4 * h, vocab_size=m["vocab"],
-        seq_length=m["seq_len"], tied_embeddings=not untied, gated_mlp=gated,
+        seq_length=m["seq_len"], tied_embeddings=not untied, gated_mlp=gated, position_embedding=position,
+        normalization="RMSNorm" if "rmsnorm" in arch else "LayerNorm", dropout=0.0 if modern else 0.1,
+        activation="swiglu" if gated else "squared_relu" if "squared-relu" in arch else "gelu",
     )
 
 

@@ -131,7 +131,7 @@ def place_cmd(links_file, tp, pp, cp, vp, micro_batch_size, recompute, sequence_
     plan = plan_config(job, dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=micro_batch_size,
                                  recompute=recompute, sequence_parallel=sequence_parallel, zero=zero,
                                  layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None))
-    lm = load_links(links_file)
+    lm = load_links(links_file, cluster=job.cluster)
     res = place(job, plan.parallel, lm, layers=plan.layers_per_stage, method=method, time_limit_s=time_limit)
     if hostfile_out:
         with open(hostfile_out, "w") as fh:

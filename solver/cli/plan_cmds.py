@@ -3,6 +3,7 @@ evaluate`: one explicit configuration, predicted by the float formulation.
 
     solveplan optimize --model gpt3-13b --cluster a100x64
     solveplan optimize --model gpt3-175b --cluster a100x1024 --format megatron
+    solveplan optimize --model llama3.1-8b --cluster h100x64 --format torchtitan
     solveplan optimize --model llama3.1-70b --cluster h100x256 --top-k 3 --json
     solveplan optimize --model gpt3-13b --cluster a100x64 --compare "tp=8,pp=2,mbs=1"
 
@@ -105,8 +106,8 @@ class _StderrProgress:
 @click.option("--top-k", "top_k", type=click.IntRange(min=1), default=1, show_default=True,
               help="Return the K best distinct parallel configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron"]), default=None,
-              help="table (default), json, or megatron (the launch arguments only).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron", "torchtitan"]), default=None,
+              help="table (default), json, megatron (the launch arguments only) or torchtitan (job-config sections).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of the plan's pipeline schedule (needs matplotlib: the plot extra).")
 @click.option("--compare", "compare", default=None,
@@ -137,11 +138,14 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on)")
     cmp_cfg = parse_compare(compare) if compare else None
     job = build_job(**jobkw)
+    if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
+        # what the mapping decided (sequence length, what is not modelled): on stderr, stdout stays the plan
+        click.echo(f"model {job.model.name}: {job.model.notes}", err=True)
     links = None
     if links_file:
         from ..placement.links import load_links
 
-        links = load_links(links_file)
+        links = load_links(links_file, cluster=job.cluster)
         if links.n != job.cluster.num_nodes:
             raise InputError("--links", f"{links_file} has {links.n} nodes but {job.cluster.name} has "
                                         f"{job.cluster.num_nodes}; give a matrix of the cluster's nodes")
@@ -186,6 +190,11 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
             from ..render.megatron import megatron_args
 
             click.echo(megatron_args(job, result.plan).command(), nl=False)
+    elif fmt == "torchtitan":
+        if result.plan is not None:
+            from ..render.torchtitan import render_torchtitan
+
+            click.echo(render_torchtitan(job, result.plan), nl=False)
     else:
         from rich.console import Console
 

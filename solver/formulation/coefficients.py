@@ -122,10 +122,6 @@ class StageCoefficients:
         return StageCoefficients(**vals)
 
 
-def _rope(model: ModelSpec) -> bool:
-    return getattr(model, "position_embedding", "rope" if model.gated_mlp else "learned") == "rope"
-
-
 def stage_coefficients(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -188,7 +184,7 @@ def stage_coefficients(
             batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=model.head_dim, flop_per_s=gpu.peak_flop_per_s,
             efficiency=gpu.matmul_efficiency, hbm_bytes_per_s=hbm)
     el_fwd, el_bwd = elementwise_bytes_per_token(hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
-                                                 rotary=_rope(model), sp_degree=rep, tp=t)
+                                                 rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
     # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
     overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
     fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
@@ -302,9 +298,9 @@ def stage_coefficients(
     pb, gb, ob = model_state_bytes_per_param(z, shard, precision)
     layer_act, working = layer_activation_bytes(
         tokens=M, hidden=h, q_width=hq, kv_width=hkv, ffn=f, mlp_matrices=model.mlp_matrices, heads=a,
-        seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention)
+        seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0)
     working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * (BF16_BYTES + grad_bytes), 0.0)
-    first_act = (BF16_BYTES + 1.0) * M * h / rep  # embedding output (bf16) and its dropout mask
+    first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
     last_act = 4.0 * M * h / rep + LOGIT_BYTES * M * V / t  # final norm, head input, logits
 
     state = pb + gb + ob

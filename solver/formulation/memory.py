@@ -10,8 +10,8 @@
 - Activations per layer per micro-batch (`layer_activation_bytes`): Korthikanti et al. 2022
   Table 2 generalised to GQA (K, V of width h_kv), a query width h_q = heads x head_dim and
   gated MLPs; flash attention keeps only the softmax statistics (fp32 per head and query)
-  instead of the `5 a s^2 b` score terms; dropout masks are counted (1 byte per element), so
-  models trained without dropout are over-estimated, never under-estimated.
+  instead of the `5 a s^2 b` score terms; the two dropout masks (1 byte per element) only for
+  models trained with dropout (`ModelSpec.dropout`).
 - The logits of the last stage: Megatron's `VocabParallelCrossEntropy` turns the LM head's
   bf16 output into an fp32 softmax kept for backward (4 bytes per logit), whose gradient is
   computed in place and cast back to bf16 for the head's backward (2): `LOGIT_BYTES` per
@@ -59,11 +59,12 @@ def model_state_bytes_per_param(zero, shard, precision: str):
 
 
 def layer_activation_bytes(*, tokens, hidden, q_width, kv_width, ffn, mlp_matrices, heads, seq_k, tp, sp_degree,
-                           recompute, flash: bool):
+                           recompute, flash: bool, dropout: bool):
     """(stored activations per layer and micro-batch, transient working set) on one GPU.
 
     `tokens` = b s / cp on this GPU; Korthikanti Table 2 per token: 10h replicated over TP
-    unless SP (norm inputs 2h+2h, QKV and fc1 inputs 2h+2h, two dropout masks h+h), and sharded
+    unless SP (norm inputs 2h+2h, QKV and fc1 inputs 2h+2h, two dropout masks h+h when the
+    model uses dropout), and sharded
     over TP: Q, K, V, attention output (2(h_q + 2 h_kv + h_q)), the MLP's input and output of
     the activation (2 * 2f for 2 matrices, 3 * 2f gated: the activation keeps both halves).
     Selective recompute drops the score terms (unfused attention); full recompute keeps the
@@ -71,7 +72,7 @@ def layer_activation_bytes(*, tokens, hidden, q_width, kv_width, ffn, mlp_matric
     t = np.asarray(tp, dtype=np.float64)
     rep = np.asarray(sp_degree, dtype=np.float64)
     T = np.asarray(tokens, dtype=np.float64)
-    replicated = 10.0 * hidden / rep
+    replicated = (10.0 if dropout else 8.0) * hidden / rep
     sharded = (4.0 * q_width + 4.0 * kv_width + 2.0 * mlp_matrices * ffn) / t
     a_t = heads / t
     if flash:

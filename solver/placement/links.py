@@ -14,12 +14,15 @@ Accepted files (`load_links`):
 - JSON, native: `{"hosts": ["node0", ...], "bandwidth_gbit_per_s": [[...], ...],
   "latency_us": [[...], ...] (optional), "measured": false, "source": "..."}`
   (`"bandwidth"` is accepted for `"bandwidth_gbit_per_s"`).
-- JSON, Pipette's form: `{"gpus": [...], "bandwidth": [[...]]}` with one row per GPU; an
-  entry `"host:3"` or `"host"` names the GPU's node. Several GPUs of one host are collapsed to
-  the node pair's slowest GPU pair. Units: Gbit/s unless `"unit": "GB/s"` (gigabytes).
+- JSON, Pipette's form `{"gpus": [...], "bandwidth": [[...]]}` (rows per GPU `"host:3"` or per
+  host, collapsed to the slowest GPU pair per node pair; GB/s strings unless `"unit"` says), and
+  Pipette's mpiGraph JSON `{"0": ..., "1": ...}` (MiB/s): see solveplan.placement.link_formats.
 - CSV: a header row `host,node0,node1,...` then one row per source host
   (`node0,<bw to node0>,<bw to node1>,...`); rows may come in any order. A file with no
   header (all numbers) names its nodes node0..node{n-1}. Bandwidth only.
+
+A matrix that states no unit (`"bandwidth"` without `"unit"`, a CSV) must be plausible as Gbit/s
+for the cluster (`cluster=`; link_formats.check_plausible).
 
 `hosts=` (e.g. the cluster's hostnames from a hostfile) re-orders the matrix so node index
 `i` is `hosts[i]`; a host the matrix does not know is an `InputError`.
@@ -167,11 +170,19 @@ def _check_hosts(hosts, field_name: str) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------- loaders
-def links_from_mapping(data: dict, source: str = "") -> LinkMatrix:
+def links_from_mapping(data: dict, source: str = "", cluster=None) -> LinkMatrix:
+    """A link matrix from a parsed JSON mapping (native, Pipette's or mpiGraph's form); `cluster`
+    bounds what a unit-less matrix may hold (link_formats.check_plausible)."""
+    from .link_formats import check_plausible, from_mpigraph, is_mpigraph
+
     if not isinstance(data, dict):
         raise InputError("links", f"must be a mapping with hosts and bandwidth_gbit_per_s (got {type(data).__name__})")
+    if is_mpigraph(data):
+        hosts, bw = from_mpigraph(data, cluster)
+        return LinkMatrix(hosts, bw, None, True, source or "mpiGraph (Pipette's JSON), MiB/s",
+                          ("mpiGraph MiB/s per process pair; the slower of send and receive",))
     if "gpus" in data and "hosts" not in data:
-        return _from_pipette(data, source)
+        return _from_pipette(data, source, cluster)
     known = {"hosts", "bandwidth_gbit_per_s", "bandwidth", "latency_us", "measured", "source", "notes", "unit"}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -185,6 +196,8 @@ def links_from_mapping(data: dict, source: str = "") -> LinkMatrix:
     bw = check_matrix(rows, len(hosts), "bandwidth" if bw_key == "bandwidth" else "bandwidth_gbit_per_s")
     bw = bw * _unit_factor(data.get("unit"))
     lat = check_matrix(data["latency_us"], len(hosts), "latency_us") if data.get("latency_us") is not None else None
+    if bw_key == "bandwidth" and data.get("unit") is None:
+        check_plausible(bw, "bandwidth", "Gbit/s", cluster)
     measured = data.get("measured", False)
     if not isinstance(measured, bool):
         raise InputError("measured", f"must be true or false (got {measured!r})")
@@ -192,52 +205,34 @@ def links_from_mapping(data: dict, source: str = "") -> LinkMatrix:
 
 
 def _unit_factor(unit) -> float:
-    if unit is None:
-        return 1.0
-    u = str(unit).lower().replace(" ", "")
-    if u in ("gbit/s", "gbps", "gbit_per_s", "gb/s-bits"):
-        return 1.0
-    if u in ("gb/s", "gbyte/s", "gbyte_per_s", "gbps-bytes"):
-        return 8.0
-    raise InputError("unit", f"unknown unit {unit!r}; use 'Gbit/s' (default) or 'GB/s'")
+    """Gbit/s per unit (None: Gbit/s); see link_formats.UNITS."""
+    from .link_formats import unit_factor
+
+    return unit_factor(unit)
 
 
-def _from_pipette(data: dict, source: str) -> LinkMatrix:
-    gpus = data["gpus"]
-    if not isinstance(gpus, list) or not gpus:
-        raise InputError("gpus", "must be a non-empty list of GPU names ('host:index' or 'host')")
+PIPETTE_UNIT = "GB/s"  # round_robin_test.py stores nccl-tests sendrecv bus bandwidth (GB/s)
+
+
+def _from_pipette(data: dict, source: str, cluster=None) -> LinkMatrix:
+    from .link_formats import check_plausible, node_matrix
+
     if "bandwidth" not in data:
         raise InputError("bandwidth", "missing; Pipette's form is {\"gpus\": [...], \"bandwidth\": [[...]]}")
-    names = [str(g) for g in gpus]
-    node_of = [g.rsplit(":", 1)[0] if ":" in g else g for g in names]
-    hosts = tuple(dict.fromkeys(node_of))
-    G = len(names)
-    raw = data["bandwidth"]
-    if not isinstance(raw, list) or len(raw) != G:
-        raise InputError("bandwidth", f"has {len(raw) if isinstance(raw, list) else 0} rows but there are {G} gpus")
-    # validate only the cells between GPUs of different hosts
-    full = np.full((G, G), np.nan)
-    for i, row in enumerate(raw):
-        if not isinstance(row, list) or len(row) != G:
-            raise InputError(f"bandwidth[{i}]", f"must be a list of {G} numbers")
-        for j, v in enumerate(row):
-            if node_of[i] == node_of[j]:
-                continue
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)) and v > 0
-            if not ok:
-                raise InputError(f"bandwidth[{i}][{j}]", f"must be a positive number (got {_fmt(v)})")
-            full[i, j] = float(v)
-    full *= _unit_factor(data.get("unit"))
+    unknown = sorted(set(data) - {"gpus", "bandwidth", "unit", "measured", "source", "notes"})
+    if unknown:
+        raise InputError(f"links.{unknown[0]}", "unknown key in Pipette's form; allowed: gpus, bandwidth, unit, measured")
+    hosts, bw, G = node_matrix(data["gpus"], data["bandwidth"], "")
+    unit = data.get("unit") or PIPETTE_UNIT
+    bw = bw * _unit_factor(unit)
+    if data.get("unit") is None:
+        check_plausible(bw, "bandwidth", PIPETTE_UNIT, cluster)
     n = len(hosts)
-    hidx = np.array([hosts.index(h) for h in node_of])
-    bw = np.full((n, n), np.nan)
-    for a in range(n):
-        for b in range(n):
-            if a != b:
-                bw[a, b] = np.nanmin(full[np.ix_(hidx == a, hidx == b)])
+    notes = [f"Pipette's link file: {unit}" + ("" if data.get("unit") else " (its nccl-tests bus bandwidths)")]
+    if G != n:
+        notes.append(f"collapsed {G} GPUs to {n} nodes (slowest GPU pair per node pair)")
     measured = data.get("measured", True)
-    return LinkMatrix(hosts, bw, None, bool(measured), source or "Pipette-style GPU matrix",
-                      (f"collapsed {G} GPUs to {n} nodes (slowest GPU pair per node pair)",) if G != n else ())
+    return LinkMatrix(hosts, bw, None, bool(measured), source or "Pipette-style matrix", tuple(notes))
 
 
 def _parse_cell(text: str, where: str):
@@ -250,7 +245,7 @@ def _parse_cell(text: str, where: str):
         raise InputError(where, f"must be a positive number (got {t!r})") from None
 
 
-def links_from_csv(text: str, source: str = "") -> LinkMatrix:
+def links_from_csv(text: str, source: str = "", cluster=None) -> LinkMatrix:
     rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r) and not r[0].lstrip().startswith("#")]
     if not rows:
         raise InputError("links", "the CSV file is empty")
@@ -286,21 +281,25 @@ def links_from_csv(text: str, source: str = "") -> LinkMatrix:
             row = by_host[h]
             vals.append([_parse_cell(c, f"bandwidth[{i}][{j}]") for j, c in enumerate(row)])
     bw = check_matrix(vals, n, "bandwidth")
+    from .link_formats import check_plausible
+
+    check_plausible(bw, "bandwidth", "Gbit/s", cluster)  # a CSV has no unit slot
     return LinkMatrix(hosts, bw, None, False, source)
 
 
-def load_links(path: str | Path, hosts: Optional[Sequence[str]] = None) -> LinkMatrix:
-    """A link matrix from a JSON or CSV file (see the module docstring); `hosts` re-orders it."""
+def load_links(path: str | Path, hosts: Optional[Sequence[str]] = None, cluster=None) -> LinkMatrix:
+    """A link matrix from a JSON or CSV file (see the module docstring); `hosts` re-orders it;
+    `cluster` bounds what a matrix without a unit may hold."""
     path = Path(path)
     if not path.is_file():
         raise InputError("links", f"file {str(path)!r} does not exist")
     text = path.read_text()
     if path.suffix.lower() in (".csv", ".tsv", ".txt"):
-        lm = links_from_csv(text if path.suffix.lower() != ".tsv" else text.replace("\t", ","), str(path))
+        lm = links_from_csv(text if path.suffix.lower() != ".tsv" else text.replace("\t", ","), str(path), cluster)
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError("links", f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-        lm = links_from_mapping(data, str(path))
+        lm = links_from_mapping(data, str(path), cluster)
     return lm.reordered(hosts) if hosts is not None else lm

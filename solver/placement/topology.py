@@ -102,7 +102,8 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     one GPU on each node: `mpirun -np 2 -H A,B sendrecv_perf -b 8 -e 1G -f 2 -g 1`).
 
     Which pair a log measured: see `pair_of_log` (header comment, `A__B.log`, or the log's
-    own device lines). Bandwidth = the out-of-place bus bandwidth at the largest message
+    own device lines). A log that does not name its test is refused unless given as
+    `LOG:sendrecv`. Bandwidth = the out-of-place bus bandwidth at the largest message
     size (GB/s x 8 -> Gbit/s); latency = the out-of-place time of the smallest message (us).
     A pair measured one way only is used both ways unless `symmetric=False`; a pair measured
     twice keeps the slower run. Every ordered pair of the hosts must be covered. Logs are
@@ -113,13 +114,20 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     direct: dict[tuple[str, str], tuple[float, float]] = {}
     names: list[str] = []
     for p in paths:
+        hint = None
+        if not Path(p).is_file() and str(p).endswith(":sendrecv"):  # LOG:sendrecv names an unnamed log's test
+            p, hint = str(p)[: -len(":sendrecv")], "sendrecv"
         p = Path(p)
         if not p.is_file():
             raise InputError(str(p), "file does not exist")
         text = p.read_text(errors="replace")
         run = parse_nccl_log(text, name=p.name)
-        if run.op is not None and run.op != "sendrecv":
-            raise InputError(str(p), f"is a {run.op}_perf log; import needs sendrecv_perf runs between node pairs")
+        op = run.op or hint
+        if op is None:
+            raise InputError(str(p), "the log does not say which nccl-tests binary wrote it (older releases print no "
+                             "test name); if it is a sendrecv_perf run, pass it as LOG:sendrecv")
+        if op != "sendrecv":
+            raise InputError(str(p), f"is a {op}_perf log; import needs sendrecv_perf runs between node pairs")
         a, b = pair_of_log(p, text, run.hosts)
         if a == b:
             raise InputError(str(p), f"both ends of the pair are {a!r}; sendrecv between nodes needs two hosts")

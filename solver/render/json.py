@@ -6,6 +6,7 @@ measurements: wall times, branch counts)."""
 from __future__ import annotations
 
 from .megatron import megatron_args
+from .torchtitan import torchtitan_config
 
 
 def result_json(result, job) -> dict:
@@ -15,7 +16,9 @@ def result_json(result, job) -> dict:
     if result.plan is not None:
         ma = megatron_args(job, result.plan)
         d["megatron_args"] = ma.args
+        d["megatron_env"] = ma.env
         d["megatron_notes"] = ma.notes
+        d["torchtitan"], d["torchtitan_notes"] = torchtitan_config(job, result.plan)
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
     d["alternatives"] = [p.model_dump() for p in result.alternatives]

@@ -1,20 +1,29 @@
-"""Megatron-LM command-line arguments that launch a plan (pure: returns strings).
+"""Megatron-LM command-line arguments that launch a plan and build the planned model (pure:
+returns strings).
 
-Flag names follow Megatron-LM's `megatron/training/arguments.py` (core_r0.12+):
-parallel degrees `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`,
-`--context-parallel-size`; interleaving `--num-virtual-stages-per-pipeline-rank` (the older
-`--num-layers-per-virtual-pipeline-stage` cannot be combined with uneven splits); uneven
-splits `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers` (the
-stages in between must hold equal counts), or, for any other split,
-`--pipeline-model-parallel-layout`: stages separated by `|`, listed virtual-stage 0 of every
-pipeline rank first, then virtual-stage 1, ...; `E` the embedding, `t` a decoder layer, `L`
-the loss, `t*3` repeats, commas are cosmetic (Megatron Core user guide, "Custom Pipeline Model
-Parallel Layout"; experimental there).
+Names, types and the rules `validate_args` enforces follow Megatron-LM's
+`megatron/training/arguments.py` (checked at commit d98e8a6 by benchmarks/megatron_args.py, which
+runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_from_args`):
 
-Optimizer sharding: zero=1 is Megatron's distributed optimizer (`--use-distributed-optimizer`);
-zero=2 and zero=3 map to Megatron-FSDP (`--use-megatron-fsdp --data-parallel-sharding-strategy
-optim_grads` resp. `optim_grads_params`, with `--use-distributed-optimizer`; Megatron Core
-"Megatron FSDP" guide).
+- parallel degrees `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`,
+  `--context-parallel-size`; interleaving `--num-virtual-stages-per-pipeline-rank`; uneven splits
+  `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers` (the stages in between
+  equal), any other split `--pipeline-model-parallel-layout` (stages separated by `|`, virtual
+  stage 0 of every rank first; `E` embedding, `t` a layer, `L` the loss; at most one of the three
+  pipeline-layout flags: validate_args asserts it).
+- zero=1: `--use-distributed-optimizer`. zero=2/3: Megatron-FSDP, `--use-megatron-fsdp
+  --data-parallel-sharding-strategy optim_grads | optim_grads_params`, which validate_args
+  refuses without `--ckpt-format fsdp_dtensor` and with CUDA_DEVICE_MAX_CONNECTIONS=1.
+- tp > 1 or cp > 1 without Megatron-FSDP on a GPU older than Blackwell: validate_args asserts
+  CUDA_DEVICE_MAX_CONNECTIONS=1, so it goes on the launch line (`MegatronArgs.env`).
+- `--tp-comm-overlap` only with `--sequence-parallel` (asserted).
+- the model: TransformerConfig fields exposed as flags (megatron/core/transformer/transformer_config.py)
+  and GPTModel's (`--position-embedding-type`, `--rotary-base` (int), `--rotary-percent`,
+  `--use-rope-scaling --rope-scaling-factor`, `--normalization`, `--apply-layernorm-1p`,
+  `--norm-epsilon`, `--disable-bias-linear`, `--add-qkv-bias`, `--swiglu`, `--squared-relu`,
+  `--quick-geglu`, `--kv-channels`, `--qk-layernorm`, `--group-query-attention
+  --num-query-groups`, `--untie-embeddings-and-output-weights`); what Megatron-LM cannot build
+  (ALiBi, plain ReLU, tanh-GeLU GLU, a non-integer rotary base) is said in a note.
 """
 
 from __future__ import annotations
@@ -22,7 +31,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..plan import Plan
-from ..specs import JobSpec
+from ..specs import JobSpec, ModelSpec
+
+# GPU name prefix -> CUDA compute capability major (Megatron's get_device_arch_version); MI300X
+# (gfx942) reports 9 under ROCm. Blackwell (10) no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1.
+_ARCH = (("v100", 7), ("a100", 8), ("h100", 9), ("h200", 9), ("mi300", 9), ("b200", 10), ("gb200", 10))
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def gpu_arch(gpu_name: str) -> int:
+    name = gpu_name.lower()
+    return next((arch for prefix, arch in _ARCH if name.startswith(prefix)), 9)
 
 
 @dataclass
@@ -30,6 +49,7 @@ class MegatronArgs:
     args: list[str]
     notes: list[str] = field(default_factory=list)
     layout: str | None = None  # the pipeline layout string when the split needs one
+    env: dict[str, str] = field(default_factory=dict)  # environment the launch needs
 
     def command(self, entry: str = "pretrain_gpt.py") -> str:
         """A copy-pasteable command (one flag per line), notes as comments above it."""
@@ -39,18 +59,22 @@ class MegatronArgs:
         while i < len(self.args):
             a = self.args[i]
             if i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
-                val = self.args[i + 1]
-                pairs.append(f"{a} {_quote(val)}")
+                pairs.append(f"{a} {_quote(self.args[i + 1])}")
                 i += 2
             else:
                 pairs.append(a)
                 i += 1
-        body = " \\\n    ".join([f"torchrun ... {entry}"] + pairs)
+        env = "".join(f"{k}={v} " for k, v in self.env.items())
+        body = " \\\n    ".join([f"{env}torchrun ... {entry}"] + pairs)
         return "\n".join(lines + [body]) + "\n"
 
 
 def _quote(val: str) -> str:
     return f"'{val}'" if any(ch in val for ch in "|*(), ") else val
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
 def _chunks(n: int, v: int) -> list[int]:
@@ -109,11 +133,64 @@ def split_flags(layers: list[int], vp: int) -> tuple[list[str], list[str], str |
     return ["--pipeline-model-parallel-layout", layout], notes, layout
 
 
+def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]]:
+    """(flags, notes) that make Megatron-LM build `model`'s architecture."""
+    a = ["--seq-length", str(seq_length), "--max-position-embeddings", str(seq_length),
+         "--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
+         "--num-attention-heads", str(model.num_attention_heads), "--ffn-hidden-size", str(model.ffn_hidden_size),
+         "--kv-channels", str(model.head_dim)]
+    notes: list[str] = []
+    if model.num_kv_heads != model.num_attention_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
+    if model.position_embedding == "rope":
+        a += ["--position-embedding-type", "rope", "--rotary-percent", _num(model.rotary_percent)]
+        if float(model.rotary_base).is_integer():
+            a += ["--rotary-base", str(int(model.rotary_base))]
+        else:
+            notes.append(f"Megatron-LM's --rotary-base is an integer: the model's {model.rotary_base} is not expressible")
+        if model.rope_scaling_factor is not None:
+            a += ["--use-rope-scaling", "--rope-scaling-factor", _num(model.rope_scaling_factor)]
+    else:
+        a += ["--position-embedding-type", "learned_absolute"]
+        if model.position_embedding == "alibi":
+            notes.append("Megatron-LM has no ALiBi: it builds learned absolute positions instead")
+        elif model.position_embedding == "none":
+            notes.append("Megatron-LM has no position-free GPT flag in its CLI: it builds learned absolute positions")
+    a += ["--normalization", model.normalization, "--norm-epsilon", repr(float(model.norm_epsilon))]
+    if model.norm_zero_centered_gamma:
+        a.append("--apply-layernorm-1p")
+    if model.qk_norm:
+        a.append("--qk-layernorm")
+    if not model.add_bias_linear:
+        a.append("--disable-bias-linear")
+        if model.add_qkv_bias:
+            a.append("--add-qkv-bias")
+    act = model.activation
+    if act == "swiglu":
+        a.append("--swiglu")
+    elif act == "squared_relu":
+        a.append("--squared-relu")
+    elif act == "geglu":
+        a.append("--quick-geglu")
+        notes.append("Megatron-LM's gated GeLU flag is --quick-geglu (x*sigmoid(1.702x)); the model's GeGLU uses "
+                     "tanh GeLU: same shapes and cost, different numerics")
+    elif act == "relu":
+        notes.append("Megatron-LM has no plain ReLU flag: it builds GeLU (same shapes and cost)")
+    a += ["--hidden-dropout", _num(model.dropout), "--attention-dropout", _num(model.dropout)]
+    if not model.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if "position_embedding" not in model.model_fields_set and "normalization" not in model.model_fields_set:
+        notes.append(f"the model file states no architecture: Megatron-LM's GPT defaults are launched "
+                     f"(learned absolute positions, LayerNorm, linear biases, {act})")
+    return a, notes
+
+
 def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
-    """Megatron-LM arguments for `plan` of `job`."""
+    """Megatron-LM arguments (and launch environment) for `plan` of `job`."""
     par, model = plan.parallel, job.model
     a: list[str] = []
     notes: list[str] = []
+    env: dict[str, str] = {}
     a += ["--tensor-model-parallel-size", str(par.tp), "--pipeline-model-parallel-size", str(par.pp),
           "--context-parallel-size", str(par.cp)]
     flags, split_notes, layout = split_flags(list(plan.layers_per_stage), par.vp)
@@ -130,40 +207,41 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
         a += ["--recompute-granularity", "selective"]
     elif par.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    fsdp = par.zero >= 2
     if par.zero >= 1:
         a.append("--use-distributed-optimizer")
-    if par.zero == 2:
-        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"]
-        notes.append("zero=2 (sharded gradients and optimizer state) is Megatron-FSDP's optim_grads strategy")
-    elif par.zero == 3:
-        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
-        notes.append("zero=3 (sharded parameters too) is Megatron-FSDP's optim_grads_params strategy (FSDP)")
-    if par.zero >= 2:
-        a.append("--no-gradient-accumulation-fusion")
+    if fsdp:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_STRATEGY[par.zero],
+              "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
+        notes.append(f"zero={par.zero} is Megatron-FSDP's {FSDP_STRATEGY[par.zero]} strategy; it needs the fsdp_dtensor "
+                     f"checkpoint format and refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (leave it unset)")
     if job.overlap_grad_reduce and par.dp * par.cp > 1:
         a.append("--overlap-grad-reduce")
         if par.zero >= 1:
             a.append("--overlap-param-gather")
     if job.tp_comm_overlap and par.tp > 1:
-        a.append("--tp-comm-overlap")
-    a += ["--seq-length", str(job.seq_length), "--max-position-embeddings", str(job.seq_length)]
-    a += ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
-          "--num-attention-heads", str(model.num_attention_heads), "--ffn-hidden-size", str(model.ffn_hidden_size)]
-    if model.num_kv_heads != model.num_attention_heads:
-        a += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
-    if model.gated_mlp:
-        a.append("--swiglu")
-    if not model.tied_embeddings:
-        a.append("--untie-embeddings-and-output-weights")
-    a.append("--bf16")
+        if par.sequence_parallel:
+            a.append("--tp-comm-overlap")
+        else:
+            notes.append("--tp-comm-overlap needs --sequence-parallel (Megatron-LM asserts it): left out")
+    arch = gpu_arch(job.cluster.gpu.name)
+    if (par.tp > 1 or par.cp > 1) and not fsdp and arch < 10:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # asserted by validate_args before Blackwell
+    mflags, mnotes = model_flags(model, job.seq_length)
+    a += mflags
+    notes += mnotes
+    if arch < 8:
+        a.append("--fp16")
+        notes.append(f"{job.cluster.gpu.name} has no bf16: launched in fp16 with dynamic loss scaling")
+    else:
+        a.append("--bf16")
     if job.precision == "fp8":
         a += ["--fp8-format", "hybrid"]
+    a += ["--attention-backend", "flash" if job.flash_attention else "unfused"]
     if job.flash_attention:
-        a += ["--attention-backend", "flash"]
         notes.append("older Megatron-LM releases spell the attention backend --use-flash-attn")
-    else:
-        a += ["--attention-backend", "unfused"]
-    return MegatronArgs(a, notes, layout)
+    notes.append(f"add your data, tokenizer (vocabulary {model.vocab_size}), --train-iters, --lr and checkpoint flags")
+    return MegatronArgs(a, notes, layout, env)
 
 
 def render_megatron(job: JobSpec, plan: Plan) -> str:
