@@ -33,6 +33,8 @@ COMMANDS = {
     "calibrate": "calibrate:calibrate",
     "admit": "admit:admit",
     "serve": "serve:serve",
+    "sweep": "sweep:sweep",
+    "sweep-plot": "sweep:sweep_plot",
 }
 
 
