@@ -79,9 +79,9 @@ def test_ray_rows_for_invalid_and_infeasible_scenarios(ray_session):
 
 def test_failed_task_is_retried_then_recorded(ray_session, tmp_path):
     scenarios = expand(*load_grid({"models": ["gpt3-125m", "gpt3-1.3b"], "clusters": ["a100x8", "h100x8"]}))
+    items, invalid = _resolve_all(scenarios)
+    assert not invalid and len(items) == 4
     rows = []
-    items = _resolve_all(scenarios, rows.append)
-    assert not rows and len(items) == 4
     marker = tmp_path / "crashed"
     # batches of 1: scenario 0's worker process dies once (the retry plans it); scenario 1's
     # task raises every time (FAILED after the retries); the others plan

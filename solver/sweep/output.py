@@ -163,6 +163,7 @@ class Output:
         elif overwrite and self.partial.exists():
             self.partial.unlink()
         self._fh = None
+        self._appended = 0
 
     def done(self) -> dict[str, dict]:
         """Rows kept from before, by scenario id (the last row of an id wins; FAILED rows are not kept)."""
@@ -174,6 +175,7 @@ class Output:
             self._fh = open(self.partial, "a", encoding="utf-8")
         self._fh.write(json.dumps({c: row.get(c) for c in COLUMNS}, allow_nan=False) + "\n")
         self._fh.flush()
+        self._appended += 1
 
     def finish(self, ordered_ids: list[str], rows: dict[str, dict]) -> Optional[int]:
         """Write the output: the grid's rows in scenario order, then kept rows of scenarios no
@@ -181,6 +183,8 @@ class Output:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if not self._appended and not self.previous and not self.path.exists():
+            return 0  # stopped before its first row: leave no empty file behind
         in_grid = set(ordered_ids)
         others: dict[str, dict] = {}
         for r in self.previous:

@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -40,6 +41,7 @@ RAY_EXTRA = "needs Ray: pip install 'solveplan[ray]'"
 
 
 def import_ray():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
     except ImportError:
@@ -72,59 +74,64 @@ def stage_package(dest: Path) -> Path:
     return pkg
 
 
-def _connect(ray, address: str, workers: Optional[int], staging: list):
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    common = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    try:
-        if address == "local":
-            from .run import default_workers
-
-            ray.init(address="local", num_cpus=workers or default_workers(), **common)
-        else:
-            tmp = tempfile.mkdtemp(prefix="solveplan-ray-")
-            staging.append(tmp)
-            ray.init(address=address, runtime_env={"py_modules": [str(stage_package(Path(tmp)))]}, **common)
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-        what = "start Ray on this machine" if address == "local" else f"connect to the Ray cluster at {address}"
-        raise InputError("--ray", f"cannot {what}: {one_line(exc)[:300]}") from None
-
-
-def run_ray(items: list, address: str, *, workers: Optional[int], time_limit_s: float,
-            batch_size: Optional[int], on_row, fault: Optional[dict] = None) -> None:
-    """Plan (scenario, JobSpec) items as Ray tasks; `on_row` gets each row as its task finishes.
-    `fault` ({scenario id: fault}, tests only) injects a failure into the task holding that scenario."""
+@contextmanager
+def ray_session(address: str, workers: Optional[int]):
+    """This process's Ray connection if it has one (left open), else a new one: `local` starts
+    Ray here with `workers` CPUs, an address connects with the staged package as py_modules.
+    Shut down (and the staging removed) at the end when this opened it."""
     ray = import_ray()
-    started, staging = False, []
     if ray.is_initialized():
         cpus = int(ray.cluster_resources().get("CPU", 0))
         if workers is not None and workers != cpus:
             raise InputError("--workers", f"{workers}, but this process's Ray session has {cpus} CPUs: leave --workers "
                                           f"out or end that session")
-    else:
-        _connect(ray, address, workers, staging)
-        started = True
-    try:
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        size = batch_size or default_batch_size(len(items), cpus)
-        task = ray.remote(plan_batch).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=True)
-        pending = {}
-        for batch in batches(items, size):
-            inject = next((fault[s.id] for s, _ in batch if fault and s.id in fault), None)
-            pending[task.remote(batch, time_limit_s, inject)] = batch
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                batch = pending.pop(ref)
-                try:
-                    rows = ray.get(ref)
-                except Exception as exc:  # retried MAX_RETRIES times already
-                    why = one_line(f"{type(exc).__name__}: {exc}")[:300]
-                    rows = [failed_row(s, job, f"Ray task failed after {MAX_RETRIES} retries: {why}")
-                            for s, job in batch]
-                for row in rows:
-                    on_row(row)
-    finally:
-        if started:
+        yield ray
+        return
+    common = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="solveplan-ray-") as tmp:
+        try:
+            if address == "local":
+                from .run import default_workers
+
+                ray.init(address="local", num_cpus=workers or default_workers(), **common)
+            else:
+                ray.init(address=address, runtime_env={"py_modules": [str(stage_package(Path(tmp)))]}, **common)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            what = "start Ray on this machine" if address == "local" else f"connect to the Ray cluster at {address}"
+            raise InputError("--ray", f"cannot {what}: {one_line(exc)[:300]}") from None
+        try:
+            yield ray
+        finally:
             ray.shutdown()
-        for tmp in staging:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_ray(items: list, address: str, *, workers: Optional[int], time_limit_s: float,
+            batch_size: Optional[int], on_row, fault: Optional[dict] = None) -> None:
+    """Plan (scenario, JobSpec) items as Ray tasks in `ray_session(address, workers)`."""
+    with ray_session(address, workers) as ray:
+        run_tasks(ray, items, time_limit_s=time_limit_s, batch_size=batch_size, on_row=on_row, fault=fault)
+
+
+def run_tasks(ray, items: list, *, time_limit_s: float, batch_size: Optional[int], on_row,
+              fault: Optional[dict] = None) -> None:
+    """Plan (scenario, JobSpec) items as Ray tasks on a connected `ray`; `on_row` gets each row as
+    its task finishes. `fault` ({scenario id: fault}, tests only) injects a failure into the task
+    holding that scenario."""
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    size = batch_size or default_batch_size(len(items), cpus)
+    task = ray.remote(plan_batch).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=True)
+    pending = {}
+    for batch in batches(items, size):
+        inject = next((fault[s.id] for s, _ in batch if fault and s.id in fault), None)
+        pending[task.remote(batch, time_limit_s, inject)] = batch
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            batch = pending.pop(ref)
+            try:
+                rows = ray.get(ref)
+            except Exception as exc:  # retried MAX_RETRIES times already
+                why = one_line(f"{type(exc).__name__}: {exc}")[:300]
+                rows = [failed_row(s, job, f"Ray task failed after {MAX_RETRIES} retries: {why}") for s, job in batch]
+            for row in rows:
+                on_row(row)

@@ -132,12 +132,16 @@ _CACHE = None
 
 
 def _cache():
-    """One small result cache per worker process (the API's default keeps 1024 jobs' candidates)."""
+    """The worker process's result cache, emptied: `api.plan` runs its work on the cache's
+    threads (that is how it honours the time limit), but no answer is reused from an earlier
+    scenario, so a row never depends on what the worker planned before (and a benchmark that
+    repeats a grid measures planning, not look-ups)."""
     global _CACHE
     if _CACHE is None:
         from ..api import ResultCache
 
-        _CACHE = ResultCache(maxsize=8, max_inflight=64, workers=1)
+        _CACHE = ResultCache(maxsize=4, max_inflight=64, workers=1)
+    _CACHE.clear()
     return _CACHE
 
 

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
@@ -67,14 +68,19 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
                                       f"{ray} runs tasks on its own CPUs (leave --workers out)")
     if batch_size is not None and ray is None:
         raise InputError("--batch-size", "sets the scenarios per Ray task; give it with --ray")
+    if ray is not None:
+        from .ray_runner import import_ray, ray_session, run_tasks
+
+        import_ray()  # the missing extra is named before any work
     scenarios = expand(*load_grid(grid))
     out = Output(output, resume=resume, overwrite=overwrite) if output is not None else None
     rows: dict[str, dict] = dict(out.done()) if out is not None else {}
     rows = {s.id: rows[s.id] for s in scenarios if s.id in rows}
     todo = [s for s in scenarios if s.id not in rows]
+    items, invalid = _resolve_all(todo)
     n_workers = workers or default_workers()
     mode = (f"ray {ray}" if ray is not None else
-            "in-process" if n_workers == 1 or len(todo) <= 1 else f"{min(n_workers, len(todo))} processes")
+            "in-process" if n_workers == 1 or len(items) <= 1 else f"{min(n_workers, len(items))} processes")
     bar = _Progress(len(todo), enabled=progress)
 
     def on_row(row: dict) -> None:
@@ -84,18 +90,20 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
         bar.advance(row["status"])
 
     kept_other = 0
-    try:
-        with bar:
-            items = _resolve_all(todo, on_row)
-            if ray is not None:
-                from .ray_runner import run_ray
-
-                run_ray(items, ray, workers=workers, time_limit_s=time_limit_s, batch_size=batch_size, on_row=on_row)
-            else:
-                run_local(items, n_workers, time_limit_s, on_row)
-    finally:
-        if out is not None:
-            kept_other = out.finish([s.id for s in scenarios], rows)
+    with ExitStack() as stack:
+        # Ray is started (or connected) before the first row, so a failure to connect leaves no output
+        session = stack.enter_context(ray_session(ray, workers)) if ray is not None and items else None
+        try:
+            with bar:
+                for row in invalid:
+                    on_row(row)
+                if session is not None:
+                    run_tasks(session, items, time_limit_s=time_limit_s, batch_size=batch_size, on_row=on_row)
+                elif items:
+                    run_local(items, n_workers, time_limit_s, on_row)
+        finally:
+            if out is not None:
+                kept_other = out.finish([s.id for s in scenarios], rows)
     ordered = [rows[s.id] for s in scenarios if s.id in rows]
     counts: dict[str, int] = {}
     for r in ordered:
@@ -104,15 +112,15 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
                        mode=mode, counts=counts)
 
 
-def _resolve_all(scenarios: list[Scenario], on_row: OnRow) -> list[Item]:
+def _resolve_all(scenarios: list[Scenario]) -> tuple[list[Item], list[dict]]:
     """(scenario, JobSpec) for the scenarios that resolve; an INVALID row for each that does not."""
-    items = []
+    items, invalid = [], []
     for s in scenarios:
         try:
             items.append((s, resolve(s)))
         except InputError as exc:
-            on_row(invalid_row(s, exc))
-    return items
+            invalid.append(invalid_row(s, exc))
+    return items, invalid
 
 
 def run_local(items: list[Item], workers: int, time_limit_s: float, on_row: OnRow) -> None:
