@@ -1,21 +1,21 @@
-"""Plots of a sweep (matplotlib, the `plot` extra): tokens/s and cost per million tokens
-against the GPU count, one line per model and GPU type (and per batch, sequence, precision or
+"""Plots of a sweep (matplotlib, the `plot` extra): per model, tokens/s and cost per million
+tokens against the GPU count, one line per GPU type (and per batch, sequence, precision or
 constraint set where those vary), each point labelled with the chosen degrees
 (t=TP, p=PP, d=DP, c=CP and v=virtual stages when above 1).
 
-Where no scenario has a price, the right panel shows GPU-hours per million tokens instead.
+Where no scenario has a price, the right panels show GPU-hours per million tokens instead.
 Scenarios without a plan (INFEASIBLE, INVALID, ...) are counted in the title, not drawn.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..errors import InputError
 
 PLOT_EXTRA = "plots need matplotlib: pip install 'solveplan[plot]'"
 VARYING = ("global_batch_size", "seq_length", "precision", "constraints")
-SHORT = {"global_batch_size": "B", "seq_length": "s", "precision": "", "constraints": ""}
 
 
 def degrees_label(row: dict) -> str:
@@ -27,18 +27,31 @@ def degrees_label(row: dict) -> str:
     return "".join(parts)
 
 
-def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
-    """Rows by (model, gpu, variant): the variant names the inputs that vary within one model and GPU type."""
+def _show(key: str, value) -> str:
+    if key == "global_batch_size":
+        return f"batch {value}"
+    if key == "seq_length":
+        return f"seq {value}"
+    if key == "constraints":
+        cons = json.loads(value) if value else {}
+        return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in cons.items()) or "unconstrained"
+    return str(value)
+
+
+def _lines(rows: list[dict]) -> dict[str, dict[tuple, list[dict]]]:
+    """model -> (gpu, variant) -> rows by GPU count; the variant names the inputs that vary
+    within one model and GPU type."""
     by_pair: dict[tuple, list[dict]] = {}
     for r in rows:
         by_pair.setdefault((r["model"], r["gpu"]), []).append(r)
     vary = [k for k in VARYING if any(len({r[k] for r in grp}) > 1 for grp in by_pair.values())]
-    out: dict[tuple, list[dict]] = {}
+    out: dict[str, dict[tuple, list[dict]]] = {}
     for r in rows:
-        variant = " ".join(f"{SHORT[k]}{r[k]}" if SHORT[k] else str(r[k]) for k in vary)
-        out.setdefault((r["model"], r["gpu"], variant), []).append(r)
-    for key in out:
-        out[key].sort(key=lambda r: (r["num_gpus"], r["cluster"]))
+        variant = ", ".join(_show(k, r[k]) for k in vary)
+        out.setdefault(r["model"], {}).setdefault((r["gpu"], variant), []).append(r)
+    for lines in out.values():
+        for grp in lines.values():
+            grp.sort(key=lambda r: (r["num_gpus"], r["cluster"]))
     return out
 
 
@@ -59,44 +72,43 @@ def plot_rows(rows: list[dict], path: str | Path, field: str = "--plot") -> Path
         raise InputError(field, f"nothing to plot: none of the {len(rows)} rows has a plan")
     priced = any(r.get("cost_per_million_tokens_usd") is not None for r in planned)
     right_key = "cost_per_million_tokens_usd" if priced else "gpu_hours_per_million_tokens"
-    right_label = "USD per million tokens" if priced else "GPU-hours per million tokens (no prices given)"
+    right_label = "USD per million tokens" if priced else "GPU-hours per million tokens"
 
-    groups = _groups(planned)
-    models = sorted({k[0] for k in groups})
-    gpus = sorted({k[1] for k in groups})
-    variants = sorted({k[2] for k in groups})
-    colors = plt.get_cmap("tab10")
-    styles = ["-", "--", ":", "-."]
-    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
-    fig, axes = plt.subplots(1, 2, figsize=(15, 6.5))
-    for (model, gpu, variant), grp in groups.items():
-        color = colors(models.index(model) % 10)
-        style = styles[gpus.index(gpu) % len(styles)]
-        marker = markers[variants.index(variant) % len(markers)]
-        label = " / ".join(x for x in (model, gpu, variant) if x)
-        for ax, metric in ((axes[0], "tokens_per_s"), (axes[1], right_key)):
-            pts = [r for r in grp if r.get(metric) is not None]
-            if not pts:
-                continue
-            xs, ys = [r["num_gpus"] for r in pts], [r[metric] for r in pts]
-            ax.plot(xs, ys, linestyle=style, marker=marker, color=color, label=label)
-            for r, x, y in zip(pts, xs, ys):
-                ax.annotate(degrees_label(r), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                            color=color)
-    for ax, ylabel in ((axes[0], "tokens/s"), (axes[1], right_label)):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_title("throughput of the best plan (labels: chosen t/p/d/c/v degrees)")
-    axes[1].set_title("cost of a million tokens" if priced else "GPU-hours per million tokens")
+    by_model = _lines(planned)
+    gpus = sorted({r["gpu"] for r in planned})
+    variants = sorted({v for lines in by_model.values() for _, v in lines})
+    colors, markers, styles = plt.get_cmap("tab10"), ["o", "s", "^", "D", "v", "P", "X", "*"], ["-", "--", ":", "-."]
+    fig, axes = plt.subplots(len(by_model), 2, figsize=(15, 3.6 * len(by_model) + 0.8), squeeze=False,
+                             layout="constrained")
+    for row_axes, (model, lines) in zip(axes, by_model.items()):
+        for (gpu, variant), grp in lines.items():
+            color = colors(gpus.index(gpu) % 10)
+            vi = variants.index(variant)
+            label = gpu + (f", {variant}" if variant else "")
+            for ax, metric in zip(row_axes, ("tokens_per_s", right_key)):
+                pts = [r for r in grp if r.get(metric) is not None]
+                if not pts:
+                    continue
+                xs, ys = [r["num_gpus"] for r in pts], [r[metric] for r in pts]
+                ax.plot(xs, ys, linestyle=styles[vi % len(styles)], marker=markers[vi % len(markers)], color=color,
+                        label=label)
+                for r, x, y in zip(pts, xs, ys):
+                    ax.annotate(degrees_label(r), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                                color=color)
+        for ax, ylabel in zip(row_axes, ("tokens/s", right_label)):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("GPUs")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{model}: {ylabel}", fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+        handles, labels = row_axes[0].get_legend_handles_labels()  # every line has throughput; not every one a cost
+        row_axes[1].legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     no_plan = len(rows) - len(planned)
     fig.suptitle(f"solveplan sweep: {len(planned)} planned scenarios"
-                 + (f" ({no_plan} without a plan not shown)" if no_plan else ""))
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(labels) + 3) // 4), 1, 0.95))
-    fig.savefig(path, dpi=120)
+                 + (f" ({no_plan} without a plan not shown)" if no_plan else "")
+                 + "; points labelled with the chosen degrees (t=TP, p=PP, d=DP, c=CP, v=virtual stages)"
+                 + ("" if priced else "; no prices given"), fontsize=10)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
