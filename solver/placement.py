@@ -563,6 +563,7 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
     workers = default_workers() if workers is None else int(workers)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = int(seed)
+    solver.parameters.catch_sigint_signal = False  # keep Ctrl-C with Python (see encoding.cpsat._solve)
     st = solver.Solve(md)
     name = solver.StatusName(st)
     info = {"status": name, "wall_time_s": solver.WallTime(), "booleans": K * C, "workers": workers,
