@@ -292,3 +292,28 @@ def test_staged_package_imports_with_its_catalogs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     where, counts = proc.stdout.split("\n")[:2]
     assert Path(where).is_relative_to(tmp_path) and int(counts.split()[0]) >= 30
+
+
+def test_ctrl_c_stops_between_rows_and_keeps_them(tmp_path):
+    """SIGINT once the first rows are streamed: exit 130, one line, the rows done written in order."""
+    import signal
+    import time
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"models": ["gpt3-125m", "gpt3-350m", "gpt3-1.3b", "gpt3-2.7b"],
+                                    "clusters": ["a100x8", "a100x16", "h100x8", "h100x16", "h100x32"],
+                                    "global_batch_sizes": [128, 256, 512]}))
+    out = tmp_path / "r.csv"
+    partial = tmp_path / "r.csv.partial.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "solveplan.cli", "sweep", str(grid), "-o", str(out), "--workers", "1",
+                             "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (partial.exists() and partial.read_text().count("\n") >= 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "error: aborted", err
+    rows = read_rows(out)
+    assert 2 <= len(rows) < 60 and not partial.exists()
+    ids = [s.id for s in expand(*load_grid(grid))]
+    assert [r["scenario_id"] for r in rows] == ids[:len(rows)]  # one process: the first scenarios, in order

@@ -29,10 +29,11 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import InputError
 from .rows import failed_row, one_line, plan_batch
+from .run import POLL_S, default_workers
 
 MAX_RETRIES = 2
 MAX_BATCH = 16
@@ -91,8 +92,6 @@ def ray_session(address: str, workers: Optional[int]):
     with tempfile.TemporaryDirectory(prefix="solveplan-ray-") as tmp:
         try:
             if address == "local":
-                from .run import default_workers
-
                 ray.init(address="local", num_cpus=workers or default_workers(), **common)
             else:
                 ray.init(address=address, runtime_env={"py_modules": [str(stage_package(Path(tmp)))]}, **common)
@@ -113,10 +112,10 @@ def run_ray(items: list, address: str, *, workers: Optional[int], time_limit_s: 
 
 
 def run_tasks(ray, items: list, *, time_limit_s: float, batch_size: Optional[int], on_row,
-              fault: Optional[dict] = None) -> None:
+              check: Callable[[], None] = lambda: None, fault: Optional[dict] = None) -> None:
     """Plan (scenario, JobSpec) items as Ray tasks on a connected `ray`; `on_row` gets each row as
-    its task finishes. `fault` ({scenario id: fault}, tests only) injects a failure into the task
-    holding that scenario."""
+    its task finishes; `check` is called while waiting (it raises to stop). `fault` ({scenario
+    id: fault}, tests only) injects a failure into the task holding that scenario."""
     cpus = int(ray.cluster_resources().get("CPU", 1))
     size = batch_size or default_batch_size(len(items), cpus)
     task = ray.remote(plan_batch).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=True)
@@ -125,7 +124,8 @@ def run_tasks(ray, items: list, *, time_limit_s: float, batch_size: Optional[int
         inject = next((fault[s.id] for s, _ in batch if fault and s.id in fault), None)
         pending[task.remote(batch, time_limit_s, inject)] = batch
     while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+        check()
         for ref in done:
             batch = pending.pop(ref)
             try:

@@ -16,7 +16,9 @@ import math
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import signal
+import threading
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ from .output import Output
 from .rows import failed_row, invalid_row, plan_one, resolve
 
 DEFAULT_TIME_LIMIT_S = 60.0
+POLL_S = 0.2  # how often a waiting driver looks for Ctrl-C
 
 Item = tuple[Scenario, Any]  # (scenario, its JobSpec)
 OnRow = Callable[[dict], None]
@@ -94,13 +97,14 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
         # Ray is started (or connected) before the first row, so a failure to connect leaves no output
         session = stack.enter_context(ray_session(ray, workers)) if ray is not None and items else None
         try:
-            with bar:
+            with bar, _Interrupt() as interrupt:
                 for row in invalid:
                     on_row(row)
                 if session is not None:
-                    run_tasks(session, items, time_limit_s=time_limit_s, batch_size=batch_size, on_row=on_row)
+                    run_tasks(session, items, time_limit_s=time_limit_s, batch_size=batch_size, on_row=on_row,
+                              check=interrupt.check)
                 elif items:
-                    run_local(items, n_workers, time_limit_s, on_row)
+                    run_local(items, n_workers, time_limit_s, on_row, check=interrupt.check)
         finally:
             if out is not None:
                 kept_other = out.finish([s.id for s in scenarios], rows)
@@ -123,29 +127,69 @@ def _resolve_all(scenarios: list[Scenario]) -> tuple[list[Item], list[dict]]:
     return items, invalid
 
 
-def run_local(items: list[Item], workers: int, time_limit_s: float, on_row: OnRow) -> None:
+def run_local(items: list[Item], workers: int, time_limit_s: float, on_row: OnRow,
+              check: Callable[[], None] = lambda: None) -> None:
     """Plan in this process (one worker) or in a pool of fresh processes, one scenario per task
-    (a scenario takes 0.05-1 s; the pool's per-task cost is about a millisecond)."""
+    (a scenario takes 0.05-1 s; the pool's per-task cost is about a millisecond). `check` is
+    called between rows and while waiting (it raises to stop)."""
     if workers <= 1 or len(items) <= 1:
         for s, job in items:
             on_row(plan_one(s, job, time_limit_s))
+            check()
         return
     # spawn, not fork: this process may hold threads (the progress bar, the API's cache workers)
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx, initializer=_ignore_sigint)
     try:
         futures = {pool.submit(plan_one, s, job, time_limit_s): (s, job) for s, job in items}
-        for fut in as_completed(futures):
-            s, job = futures[fut]
-            try:
-                row = fut.result()
-            except Exception as exc:  # the worker process died (killed, out of memory)
-                row = failed_row(s, job, f"worker process failed: {type(exc).__name__}: {exc}")
-            on_row(row)
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            for fut in done:
+                s, job = futures[fut]
+                try:
+                    row = fut.result()
+                except Exception as exc:  # the worker process died (killed, out of memory)
+                    row = failed_row(s, job, f"worker process failed: {type(exc).__name__}: {exc}")
+                on_row(row)
+            check()
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the driver, which stops the sweep and writes the rows done."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _Interrupt:
+    """Ctrl-C sets a flag that `check()` turns into KeyboardInterrupt between rows, so it never
+    lands inside a lock of the pool's machinery; a second Ctrl-C interrupts at once."""
+
+    def __init__(self):
+        self.flag = threading.Event()
+        self.previous = None
+
+    def _handler(self, signum, frame):
+        if self.flag.is_set():
+            raise KeyboardInterrupt
+        self.flag.set()
+
+    def check(self) -> None:
+        if self.flag.is_set():
+            raise KeyboardInterrupt
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
 
 
 class _Progress:
