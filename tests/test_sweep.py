@@ -15,8 +15,8 @@ import yaml
 
 from solveplan import api
 from solveplan.errors import InputError
-from solveplan.sweep import COLUMNS, TIMING_COLUMNS, expand, load_grid, sweep
-from solveplan.sweep.output import read_rows
+from solveplan.sweep import COLUMNS, TIMING_COLUMNS, expand, load_grid, run, sweep
+from solveplan.sweep.output import read_rows, write_rows
 from solveplan.sweep.rows import gpu_hours_per_million_tokens
 
 # unknown model, a cluster size that is not a multiple of the node, a model too large for its
@@ -149,8 +149,6 @@ def test_price_from_a_cluster_file_and_conflicting_prices(tmp_path):
 def test_output_round_trips(tmp_path, mixed_rows, suffix):
     if suffix == ".parquet":
         pytest.importorskip("pyarrow")
-    from solveplan.sweep.output import write_rows
-
     path = tmp_path / f"out{suffix}"
     write_rows(path, mixed_rows)
     assert read_rows(path) == mixed_rows
@@ -166,16 +164,10 @@ def test_resume_skips_done_scenarios_and_appends_the_rest(tmp_path, mixed_rows):
     # mark one row FAILED as a lost task would leave it: resume plans it again
     done = read_rows(out)
     done[1] = {**done[1], "status": "FAILED", "reason": "lost", "tp": None}
-    from solveplan.sweep.output import write_rows
-
     write_rows(out, done)
-    report_rows = []
-    from solveplan.sweep import run
-
     rep = run(MIXED, out, workers=1, resume=True)
-    report_rows = rep.rows
     assert rep.planned == 12 - 3  # 3 kept, the FAILED one and the 8 new ones planned
-    assert strip(report_rows) == strip(mixed_rows)
+    assert strip(rep.rows) == strip(mixed_rows)
     on_disk = read_rows(out)
     assert strip(on_disk) == strip(mixed_rows)  # scenario order, not finishing order
     # kept rows are the old ones, untouched (their wall times included)
@@ -193,8 +185,6 @@ def test_interrupted_sweep_leaves_a_sidecar_that_resume_reads(tmp_path, mixed_ro
         fh.write('{"scenario_id": "abc')
     with pytest.raises(InputError, match="exists"):
         sweep(MIXED, out, workers=1)
-    from solveplan.sweep import run
-
     rep = run(MIXED, out, workers=1, resume=True)
     assert rep.planned == len(mixed_rows) - 2 and not partial.exists()
     assert strip(read_rows(out)) == strip(mixed_rows)
@@ -203,8 +193,6 @@ def test_interrupted_sweep_leaves_a_sidecar_that_resume_reads(tmp_path, mixed_ro
 def test_rows_of_other_scenarios_are_kept(tmp_path):
     out = tmp_path / "r.csv"
     sweep({"scenarios": [{"model": "gpt3-1.3b", "cluster": "a100x8"}]}, out, workers=1)
-    from solveplan.sweep import run
-
     rep = run({"scenarios": [{"model": "gpt3-125m", "cluster": "a100x8"}]}, out, workers=1, resume=True)
     assert rep.kept_other == 1 and [r["model"] for r in read_rows(out)] == ["gpt3-125m", "gpt3-1.3b"]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import time
 import signal
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
