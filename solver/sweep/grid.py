@@ -14,7 +14,8 @@ A grid file (YAML or JSON) names lists whose product is planned, and/or explicit
       - {model: gpt3-175b, cluster: a100x1024, global_batch_size: 1536, constraints: {pp: [8]}}
 
 A pool is one cluster family at several sizes (`h100x64`, `h100x128`, ...), optionally with
-a price per GPU-hour. Files named in the grid are read relative to the grid file's folder.
+a price per GPU-hour. Files named in the grid (`.yaml`, `.yml`, `.json`) are read relative to
+the grid file's folder (to the working directory for a grid given as a mapping).
 
 Rules: unknown keys are errors naming their path; an empty list anywhere is an error (it would
 plan nothing, or constrain a knob to no value); a list may not name the same value twice, and
