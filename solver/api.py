@@ -41,3 +41,18 @@ __all__ = [
     "CheckResult", "Target", "Probe", "FewestGpusResult", "Decision", "AdmitResult", "AdmitJob", "SolveResult",
     "ResultCache", "Busy", "DEFAULT_CACHE", "DEFAULT_TIME_LIMIT_S",
 ]
+
+
+# ===================================================================== sweeps
+def sweep(grid, output=None, **options) -> list[dict]:
+    """Plan every scenario of a grid (a grid file, or a mapping with models, clusters,
+    global_batch_sizes, seq_lengths, precisions, constraints and/or scenarios): one row (a dict
+    of `solveplan.sweep.COLUMNS`) per scenario, in scenario order. `options`: workers, ray
+    ("local" or an address), resume, overwrite, time_limit_s, batch_size, progress -- see
+    `solveplan.sweep.sweep`, which this calls."""
+    from .sweep import sweep as run_sweep
+
+    return run_sweep(grid, output, **options)
+
+
+__all__.append("sweep")

@@ -23,7 +23,7 @@ LAYERS = [
     ("diagnose",),
     ("optimize", "placement", "calibration"),
     ("render", "admission"),
-    ("api", "service"),
+    ("api", "service", "sweep"),
     ("cli",),
 ]
 

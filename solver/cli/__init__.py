@@ -37,6 +37,8 @@ COMMANDS = {
     "validate": "calibrate_cmds:validate",
     "admit": "admission_cmds:admit",
     "serve": "admission_cmds:serve",
+    "sweep": "sweep_cmds:sweep",
+    "sweep-plot": "sweep_cmds:sweep_plot",
 }
 
 

@@ -31,7 +31,8 @@ FLAGS = {
     "nccl_tests": "--nccl-tests", "steps": "--steps", "plot": "--plot", "data": "--data",
     "nodes": "--nodes", "nodes_per_leaf": "--nodes-per-leaf", "oversubscription": "--oversubscription",
     "nic_gbit_per_s": "--nic-gbit-per-s", "rack_order": "--rack-order", "degraded_nodes": "--degraded-node",
-    "degraded_links": "--degraded-link",
+    "degraded_links": "--degraded-link", "resume": "--resume", "output": "--output", "ray": "--ray",
+    "batch_size": "--batch-size",
 }
 
 

@@ -34,6 +34,8 @@ class ClusterSpec(Spec):
     nodes_per_leaf: Optional[PositiveInt] = Field(None, description="nodes behind one leaf switch (rack)")
     spine_oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription, e.g. 4 for 4:1")
     link_overrides: tuple[LinkOverride, ...] = ()
+    price_per_gpu_hour_usd: Optional[PositiveFloat] = Field(
+        None, description="what one GPU-hour costs, USD (optional; sweeps report cost per million tokens from it)")
     source: str = "user supplied"
 
     @model_validator(mode="after")

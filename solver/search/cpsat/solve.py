@@ -48,6 +48,9 @@ def solve_model(model: cp_model.CpModel, time_s: float, workers: int, seed: int,
     prm.max_time_in_seconds = max(0.01, float(time_s))
     prm.num_workers = max(1, int(workers))
     prm.random_seed = int(seed)
+    # CP-SAT's own Ctrl-C handler is left at SIG_DFL after a solve: Ctrl-C then killed the whole
+    # process without cleanup (a sweep could not write the rows it had); Python keeps Ctrl-C
+    prm.catch_sigint_signal = False
     if not presolve:
         prm.cp_model_presolve = False
     status = solver.solve(model, callback) if callback is not None else solver.solve(model)
