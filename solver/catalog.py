@@ -204,6 +204,11 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
 
 
 # ---------------------------------------------------------------- jobs
+# the job's software settings a mapping may give (JobSpec fields of the same names)
+JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
+                "overlap_grad_reduce")
+
+
 def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
     """The JobSpec of a job mapping (`specs.request.JobRequest`): model and cluster resolved
     (catalog names, files, inline mappings), global batch and sequence from the model's recipe
@@ -224,7 +229,7 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
         "seq_length": data.seq_length or model.seq_length,
         "constraints": build(Constraints, data.constraints or {}, path(field, "constraints")),
     }
-    for key in ("precision", "flash_attention"):
+    for key in JOB_SETTINGS:
         if getattr(data, key) is not None:
             job[key] = getattr(data, key)
     return build(JobSpec, job, field)

@@ -31,7 +31,9 @@ FLAGS = {
     "nccl_tests": "--nccl-tests", "steps": "--steps", "plot": "--plot", "data": "--data",
     "nodes": "--nodes", "nodes_per_leaf": "--nodes-per-leaf", "oversubscription": "--oversubscription",
     "nic_gbit_per_s": "--nic-gbit-per-s", "rack_order": "--rack-order", "degraded_nodes": "--degraded-node",
-    "degraded_links": "--degraded-link", "resume": "--resume", "output": "--output", "ray": "--ray",
+    "degraded_links": "--degraded-link", "attention_kernel": "--attention-kernel",
+    "grad_reduce_dtype": "--grad-reduce-dtype", "tp_comm_overlap": "--tp-comm-overlap",
+    "overlap_grad_reduce": "--overlap-grad-reduce", "resume": "--resume", "output": "--output", "ray": "--ray",
     "batch_size": "--batch-size",
 }
 
@@ -91,8 +93,17 @@ _BASE = [
     click.option("--job", "job_file", default=None, type=click.Path(dir_okay=False), help="Job file (YAML/JSON); flags override it."),
     click.option("--global-batch-size", type=int, default=None, help="Sequences per optimizer step (default: the model's recipe)."),
     click.option("--seq-len", "seq_len", type=int, default=None, help="Sequence length (default: the model's recipe)."),
-    click.option("--precision", type=click.Choice(["bf16", "fp8"]), default=None, help="Compute precision of the GEMMs."),
+    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default=None,
+                 help="bf16 (default), fp16 (fp16 gradients), fp8 (Transformer Engine FP8 GEMMs)."),
     click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention (default on)."),
+    click.option("--attention-kernel", type=click.Choice(["cudnn", "flash2"]), default=None,
+                 help="cudnn (Megatron --attention-backend fused, default) or flash2 (FlashAttention-2)."),
+    click.option("--grad-reduce-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
+                 help="Gradient reduction dtype (default fp32; Megatron --grad-reduce-in-bf16)."),
+    click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                 help="TP collectives pipelined with the GEMMs (Megatron --tp-comm-overlap; default off)."),
+    click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,
+                 help="Data-parallel reduction behind the backward (Megatron --overlap-grad-reduce; default on)."),
 ]
 
 _CONSTRAINTS = [
@@ -177,11 +188,14 @@ def _constraints(flags: dict, base: Any) -> Any:
 
 
 def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
-                flash_attention=None, **constraint_flags) -> dict:
+                flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
+                overlap_grad_reduce=None, **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
-             "precision": precision, "flash_attention": flash_attention}
+             "precision": precision, "flash_attention": flash_attention, "attention_kernel": attention_kernel,
+             "grad_reduce_dtype": grad_reduce_dtype, "tp_comm_overlap": tp_comm_overlap,
+             "overlap_grad_reduce": overlap_grad_reduce}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

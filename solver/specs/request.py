@@ -37,8 +37,12 @@ class JobRequest(Request):
     cluster: Optional[ClusterRef] = Field(None, description="catalog name, <gpu>x<N>, a file, or a ClusterSpec mapping")
     global_batch_size: Optional[PositiveInt] = None
     seq_length: Optional[PositiveInt] = None
-    precision: Optional[Literal["bf16", "fp8"]] = None
+    precision: Optional[Literal["bf16", "fp16", "fp8"]] = None
     flash_attention: Optional[bool] = None
+    attention_kernel: Optional[Literal["cudnn", "flash2"]] = None
+    grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = None
+    tp_comm_overlap: Optional[bool] = None
+    overlap_grad_reduce: Optional[bool] = None
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
 
     def job_fields(self) -> dict:
