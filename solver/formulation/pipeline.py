@@ -103,6 +103,22 @@ def step_time_batch(co: StageCoefficients, layers: np.ndarray):
     return step, peak, peak <= co.capacity_bytes
 
 
+def step_time_stages(stage_co: list[StageCoefficients], stage_pi_s, layers: np.ndarray):
+    """Vectorised `evaluate_stages` over rows of `layers` (R x p, one shape): (step_time_s,
+    fits) per row, stage i on the coefficients `stage_co[i]` with exposed p2p `stage_pi_s[i]`."""
+    R, p = layers.shape
+    slot, tail = np.zeros((R, p)), np.zeros((R, p))
+    fits = np.ones(R, dtype=bool)
+    for i in range(p):
+        st = stage_arrays(stage_co[i], layers)
+        slot[:, i] = st["tau"][:, i] + float(stage_co[i].vp[0]) * float(stage_pi_s[i])
+        tail[:, i] = st["exposed_dp"][:, i] + st["opt"][:, i]
+        fits &= stage_memory_bytes(st)[:, i] <= stage_co[i].capacity_bytes
+    one = stage_co[0]
+    t_pipe = pipeline_s(slot.max(axis=1), slot.sum(axis=1), float(one.num_microbatches[0]), float(one.vp[0]))
+    return t_pipe + tail.max(axis=1), fits
+
+
 @dataclass
 class Evaluation:
     """One configuration's predicted step and memory (float formulation)."""

@@ -1,0 +1,96 @@
+"""The joint model (issue #13): shape, layer split and placement of stages on the pools and
+nodes of a mixed or unequal-link cluster, in one CP-SAT model.
+
+The central property: on random small clusters (one or two pools of GPU types, racks behind
+an oversubscribed spine, degraded links), the joint CP-SAT model's plan is as fast as the
+exhaustive search's over the same space and formulation (within CP-SAT's stated tolerance),
+and both agree on whether any plan fits. Examples: SOLVEPLAN_JOINT_EXAMPLES (default 8; 100 for
+a thorough run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from solveplan.catalog import load_cluster, load_gpu, load_job
+from solveplan.errors import InputError
+from solveplan.placement.joint.exhaustive import solve_exhaustive
+from solveplan.placement.joint.nodes import node_set
+from solveplan.placement.joint.prepare import prepare_joint
+from solveplan.placement.joint.solve import solve_joint
+from solveplan.plan import plan_config
+from solveplan.specs import ClusterSpec, GPUSpec, JobSpec, ModelSpec
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+EXAMPLES = int(os.environ.get("SOLVEPLAN_JOINT_EXAMPLES", "8"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+MIXED = {"name": "mixed-h100-a100", "inter_pool_gbit_per_s": 100, "pools": [
+    {"name": "h100", "gpu": "h100-sxm", "gpus_per_node": 8, "num_nodes": 2, "nvlink_gbyte_per_s": 450,
+     "nic_gbit_per_s": 400},
+    {"name": "a100", "gpu": "a100-80gb", "gpus_per_node": 8, "num_nodes": 4, "nvlink_gbyte_per_s": 300,
+     "nic_gbit_per_s": 200}]}
+
+
+# ---------------------------------------------------------------- random small clusters
+GPUS = [GPUSpec(name="fast", peak_bf16_tflops=989.0, hbm_gib=24.0, hbm_gbyte_per_s=3350.0, num_sms=132),
+        GPUSpec(name="slow", peak_bf16_tflops=312.0, hbm_gib=40.0, hbm_gbyte_per_s=2039.0),
+        GPUSpec(name="small", peak_bf16_tflops=125.0, hbm_gib=16.0, hbm_gbyte_per_s=900.0)]
+
+
+@st.composite
+def joint_jobs(draw) -> JobSpec:
+    heads = draw(st.sampled_from([16, 32]))
+    hidden = heads * 128
+    model = ModelSpec(name="prop", num_layers=draw(st.integers(3, 8)), hidden_size=hidden, num_attention_heads=heads,
+                      num_kv_heads=heads, ffn_hidden_size=4 * hidden, vocab_size=draw(st.sampled_from([32000, 50257])),
+                      tied_embeddings=draw(st.booleans()))
+    per_node = draw(st.sampled_from([2, 4]))
+    pools = []
+    for i in range(draw(st.sampled_from([1, 2, 2]))):
+        n = draw(st.integers(1, 4))
+        pool = {"name": f"p{i}", "gpu": draw(st.sampled_from(GPUS)), "gpus_per_node": per_node, "num_nodes": n,
+                "nvlink_gbyte_per_s": draw(st.sampled_from([150.0, 300.0])),
+                "nic_gbit_per_s": draw(st.sampled_from([25.0, 100.0, 200.0]))}
+        if n >= 2 and draw(st.booleans()):
+            pool.update(nodes_per_leaf=draw(st.integers(1, n - 1)), spine_oversubscription=draw(st.sampled_from([2.0, 4.0])))
+        pools.append(pool)
+    total = sum(p["num_nodes"] for p in pools)
+    overrides = []
+    for _ in range(draw(st.integers(0, 2))) if total >= 2 else []:
+        a, b = draw(st.integers(0, total - 1)), draw(st.integers(0, total - 1))
+        if a != b:
+            overrides.append({"src": a, "dst": b, "gbit_per_s": draw(st.sampled_from([5.0, 25.0]))})
+    cluster = ClusterSpec(name="prop-mixed", pools=pools, link_overrides=overrides,
+                          inter_pool_gbit_per_s=draw(st.sampled_from([None, 25.0, 100.0])))
+    return JobSpec(model=model, cluster=cluster, global_batch_size=draw(st.sampled_from([8, 16, 32])),
+                   seq_length=draw(st.sampled_from([1024, 2048])))
+
+
+def _both(job):
+    nodes = node_set(job.cluster)
+    out = solve_joint(prepare_joint(job, nodes), 30, workers=2)
+    best, _, finished = solve_exhaustive(job, nodes)
+    assert finished
+    return nodes, out, best
+
+
+@SETTINGS
+@given(joint_jobs())
+def test_joint_cpsat_equals_exhaustive(job):
+    nodes, out, best = _both(job)
+    if best is None:
+        assert out.status == "INFEASIBLE" and out.plan is None
+        return
+    assert out.status == "OPTIMAL", out.notes
+    assert out.step_time_s <= best.objective_s + out.tolerance_s, (out.plan, best)
+    assert out.step_time_s >= best.objective_s * (1 - 1e-9)  # nothing beats the exhaustive optimum
+    assert out.bound_s <= best.objective_s * (1 + 1e-9)
