@@ -95,6 +95,7 @@ class Prices:
         """The prices of the shapes `idx` (what is computed already is carried)."""
         out = Prices(self.job, self.nodes, self.shapes.take(idx))
         out._co = {key: co.take(idx) for key, co in self._co.items()}
+        out._form = {key: f.take(idx) for key, f in self._form.items()}
         return out
 
     def co(self, pool: int, level: int) -> StageCoefficients:
@@ -112,12 +113,13 @@ class Prices:
     def form(self, pool: int, level: int) -> LinearForm:
         key = (pool, level)
         if key not in self._form:
-            self._form[key] = linear_form(self.co(pool, level), self.L)
+            limits = None if level == self.sentinel else self.limits(pool)
+            self._form[key] = linear_form(self.co(pool, level), self.L, limits)
         return self._form[key]
 
     def limits(self, pool: int) -> np.ndarray:
         """(S, P) the most layers each stage of each shape holds on this pool's GPUs (memory does
-        not depend on links)."""
+        not depend on links: computed once, at the sentinel level)."""
         return self.form(pool, self.sentinel).max_layers
 
     def pi(self, pool: int, level: int) -> np.ndarray:

@@ -33,6 +33,8 @@ from ...search.pruning import time_lower_bound_s
 from ...space.enumeration import enumerate_shapes
 from ...space.shapes import Shapes
 from ...specs import JobSpec
+from ...specs.job import Constraints
+from ..pricing import cluster_at_link
 from .nodes import NodeSet
 from .prices import Prices
 
@@ -43,7 +45,11 @@ WINDOW_FIELDS = ("layer_window_s", "first_window_s", "last_window_s")
 class JointShapes:
     shapes: Shapes
     stage_nodes: np.ndarray  # (S,) nodes per stage
-    num_legal: int  # legal shapes on any node count, before the whole-node and pool filters
+    num_legal: int  # legal shapes on any node count (before dominance, whole nodes and pools)
+    num_dominated: int
+
+    def take(self, idx) -> "JointShapes":
+        return JointShapes(self.shapes.take(idx), self.stage_nodes[idx], self.num_legal, self.num_dominated)
 
 
 def uniform_gpus_per_node(job: JobSpec) -> int:
@@ -54,50 +60,106 @@ def uniform_gpus_per_node(job: JobSpec) -> int:
     return per.pop()
 
 
-def joint_shapes(job: JobSpec, nodes: NodeSet) -> JointShapes:
-    """Every legal shape on 1..N whole nodes with whole-node stages that pack into the pools."""
-    g = uniform_gpus_per_node(job)
-    sizes = np.array([p.num_nodes for p in job.cluster.pool_specs()])
+BASE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch_size", "vp")
+RECOMPUTE_BY_COST = ("none", "selective", "full")
+
+
+def _on_nodes(job: JobSpec, n_used: int, constraints: Constraints) -> JobSpec:
     base = job.cluster.pool_views()[0]
-    parts, legal = [], 0
-    for n_used in range(1, nodes.n + 1):
-        sub = job.model_copy(update={"cluster": base.model_copy(update={"num_nodes": n_used, "link_overrides": ()})})
-        sh = enumerate_shapes(sub).shapes
-        legal += len(sh)
-        stage_gpus = sh.tp * sh.cp * sh.dp
-        per = stage_gpus // g
-        fits = np.array([(sizes // x).sum() >= p if x else False for x, p in zip(per.tolist(), sh.pp.tolist())],
-                        dtype=bool)
-        keep = (stage_gpus % g == 0) & fits
+    cluster = base.model_copy(update={"num_nodes": n_used, "link_overrides": (), "node_names": ()})
+    return job.model_copy(update={"cluster": cluster, "constraints": constraints})
+
+
+def _placeable(job: JobSpec, shapes: Shapes) -> tuple[np.ndarray, np.ndarray]:
+    """(keep, nodes per stage): stages fill whole nodes and pp of them fit in the pools."""
+    g = uniform_gpus_per_node(job)
+    stage_gpus = shapes.tp * shapes.cp * shapes.dp
+    per = np.maximum(stage_gpus // g, 1)
+    hosts = sum(p.num_nodes // per for p in job.cluster.pool_specs())
+    return (stage_gpus % g == 0) & (hosts >= shapes.pp), per
+
+
+def base_shapes(job: JobSpec) -> tuple[JointShapes, np.ndarray]:
+    """One shape per (tp, cp, pp, dp, micro-batch, vp, SP) on 1..N nodes with the knobs of least
+    computation (no or least recompute, no ZeRO sharding): what the compute bound ranks before
+    the knobs are expanded (`expand_shapes`). Also the GPUs each uses."""
+    cons = job.constraints
+    least_rc = next(r for r in RECOMPUTE_BY_COST if cons.allows("recompute", r)) \
+        if any(cons.allows("recompute", r) for r in RECOMPUTE_BY_COST) else "none"
+    zero = (0,) if cons.allows("zero", 0) else cons.zero
+    c = cons.model_copy(update={"recompute": (least_rc,), "zero": zero})
+    parts = []
+    for n_used in range(1, sum(p.num_nodes for p in job.cluster.pool_specs()) + 1):
+        sh = enumerate_shapes(_on_nodes(job, n_used, c), apply_dominance=False).shapes
+        keep, _ = _placeable(job, sh)
         if keep.any():
             parts.append(sh.take(np.flatnonzero(keep)))
-    if not parts:
-        empty = Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
-        return JointShapes(empty, np.zeros(0, dtype=np.int64), legal)
-    shapes = Shapes.concat(parts)
-    return JointShapes(shapes, shapes.tp * shapes.cp * shapes.dp // g, legal)
+    shapes = Shapes.concat(parts) if parts else Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
+    return JointShapes(shapes, _placeable(job, shapes)[1], 0, 0), shapes.tp * shapes.cp * shapes.pp * shapes.dp
 
 
-def compute_bound_s(job: JobSpec, shapes: Shapes) -> np.ndarray:
-    """Per shape: L c ((m - 1/v)/p + 1/v), c the least per-layer compute time over the pools
-    (computed once per distinct tp, cp, micro-batch, recompute, SP, ZeRO)."""
+def _base_keys(shapes: Shapes) -> np.ndarray:
+    return np.column_stack([getattr(shapes, k) for k in BASE_KEYS])
+
+
+def expand_shapes(job: JobSpec, base: Shapes) -> JointShapes:
+    """Every legal shape (all knobs, dominance as the single-type search applies it) whose
+    (tp, cp, pp, dp, micro-batch, vp) is one of `base`'s."""
+    g = uniform_gpus_per_node(job)
+    cons = job.constraints
+    keys = _base_keys(base)
+    gpus = base.tp * base.cp * base.pp * base.dp
+    parts, legal, dominated = [], 0, 0
+    for n_gpus in np.unique(gpus).tolist():
+        sel = keys[gpus == n_gpus]
+        narrow = {}
+        for i, k in enumerate(("tp", "cp", "pp", "dp", "micro_batch_size")):
+            vals = set(sel[:, i].tolist())
+            if getattr(cons, k) is not None:
+                vals &= set(getattr(cons, k))
+            narrow[k] = tuple(sorted(vals))
+        space = enumerate_shapes(_on_nodes(job, n_gpus // g, cons.model_copy(update=narrow)))
+        sh = space.shapes
+        wanted = {tuple(r) for r in sel.tolist()}
+        hit = np.array([tuple(r) in wanted for r in _base_keys(sh).tolist()], dtype=bool) if len(sh) else \
+            np.zeros(0, dtype=bool)
+        legal += space.num_legal
+        dominated += space.num_dominated
+        if hit.any():
+            parts.append(sh.take(np.flatnonzero(hit)))
+    shapes = Shapes.concat(parts) if parts else Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
+    return JointShapes(shapes, _placeable(job, shapes)[1], legal, dominated)
+
+
+def joint_shapes(job: JobSpec) -> JointShapes:
+    """Every legal shape on 1..N whole nodes with whole-node stages that pack into the pools."""
+    base, _ = base_shapes(job)
+    return expand_shapes(job, base.shapes)
+
+
+def compute_bound_s(job: JobSpec, shapes: Shapes, stage_nodes: np.ndarray) -> np.ndarray:
+    """Per shape, the compute bound: with c_P the per-layer computation on pool P's GPUs and at
+    most floor(nodes_P / n) of the p stages on pool P, the largest slot is at least
+    M = L / max sum_s 1/c_{P_s} (the stages with the fastest GPUs first), and
+    T >= (m - 1/v) M + L min_P c_P / v. Computed once per distinct tp, cp, micro-batch,
+    recompute, SP and ZeRO stage."""
     if len(shapes) == 0:
         return np.zeros(0)
     keys = np.column_stack([shapes.tp, shapes.cp, shapes.micro_batch_size, shapes.recompute,
                             shapes.sequence_parallel.astype(np.int64), shapes.zero])
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     reps = shapes.take(first)
-    c = np.min([job_coefficients(job.model_copy(update={"cluster": view}), reps).layer_compute_s
-                for view in job.cluster.pool_views()], axis=0)[np.ravel(inverse)]
+    c = np.column_stack([job_coefficients(job.model_copy(update={"cluster": view}), reps).layer_compute_s
+                         for view in job.cluster.pool_views()])[np.ravel(inverse)]  # (S, pools)
+    L = job.model.num_layers
+    M = _slowest_first_slot(c, _stage_capacity(job, stage_nodes), shapes.pp, L)
     m = shapes.num_microbatches(job.global_batch_size).astype(np.float64)
-    v, p = shapes.vp.astype(np.float64), shapes.pp.astype(np.float64)
-    return job.model.num_layers * c * ((m - 1.0 / v) / p + 1.0 / v)
+    v = shapes.vp.astype(np.float64)
+    return (m - 1.0 / v) * M + L * c.min(axis=1) / v
 
 
-def best_case(prices: Prices) -> StageCoefficients:
-    """The elementwise least time (largest overlap window) over pools and the best links."""
-    top = [lv for lv in (prices.sentinel - 1, prices.sentinel) if lv >= 0]
-    cos = [prices.co(p, lv) for p in range(len(prices.views)) for lv in top]
+def _best(cos: list[StageCoefficients]) -> StageCoefficients:
+    """The elementwise least time (largest overlap window) of coefficients of the same shapes."""
     vals = {}
     for f in fields(StageCoefficients):
         arrs = [getattr(co, f.name) for co in cos]
@@ -108,6 +170,45 @@ def best_case(prices: Prices) -> StageCoefficients:
         else:
             vals[f.name] = np.min(arrs, axis=0)
     return replace(cos[0], **vals)
+
+
+def _stage_capacity(job: JobSpec, stage_nodes: np.ndarray) -> np.ndarray:
+    """(S, pools) how many stages each pool can host."""
+    return np.column_stack([p.num_nodes // np.maximum(stage_nodes, 1) for p in job.cluster.pool_specs()])
+
+
+def _slowest_first_slot(per_layer: np.ndarray, capacity: np.ndarray, pp: np.ndarray, L: int) -> np.ndarray:
+    """L / max sum_s 1/a_{P_s}: the largest slot when each stage costs a_P per layer and pool P
+    hosts at most capacity_P of the pp stages (fastest pools first)."""
+    order = np.argsort(per_layer, axis=1, kind="stable")
+    a, cap = np.take_along_axis(per_layer, order, 1), np.take_along_axis(capacity, order, 1)
+    taken = np.minimum(cap, np.maximum(0, pp[:, None] - (np.cumsum(cap, axis=1) - cap)))
+    return L / np.maximum((taken / np.maximum(a, 1e-300)).sum(axis=1), 1e-300)
+
+
+def cheap_bound_s(job: JobSpec, shapes: Shapes, stage_nodes: np.ndarray, nodes: NodeSet) -> np.ndarray:
+    """Per shape, `search.pruning.time_lower_bound_s` on the elementwise best of the pools'
+    coefficients, each pool's at the best link any of its groups can have (the fastest pair of
+    the cluster or its own NIC, the least latency), with the largest slot at least
+    `_slowest_first_slot` of the per-layer stage time: one coefficient evaluation per pool."""
+    if len(shapes) == 0:
+        return np.zeros(0)
+    lv = nodes.levels
+    cos = []
+    for view in job.cluster.pool_views():
+        bw = max([view.nic_bytes_per_s] + list(lv.values_bytes_per_s))
+        lat = min([view.network_latency_s] + list(lv.latency_s))
+        cos.append(job_coefficients(job.model_copy(update={"cluster": cluster_at_link(view, bw, lat)}), shapes))
+    per_layer = np.column_stack([co.layer_s for co in cos])
+    L = job.model.num_layers
+    slot = _slowest_first_slot(per_layer, _stage_capacity(job, stage_nodes), shapes.pp, L)
+    return time_lower_bound_s(_best(cos), L, slot)
+
+
+def best_case(prices: Prices) -> StageCoefficients:
+    """The elementwise least time (largest overlap window) over pools and the best links."""
+    top = [lv for lv in (prices.sentinel - 1, prices.sentinel) if lv >= 0]
+    return _best([prices.co(p, lv) for p in range(len(prices.views)) for lv in top])
 
 
 def largest_limits(prices: Prices) -> np.ndarray:
