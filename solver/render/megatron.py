@@ -51,19 +51,27 @@ class MegatronArgs:
     layout: str | None = None  # the pipeline layout string when the split needs one
     env: dict[str, str] = field(default_factory=dict)  # environment the launch needs
 
+    def pairs(self) -> list[tuple[str, str | None]]:
+        """(flag, value) in order; value None for a switch."""
+        out: list[tuple[str, str | None]] = []
+        i = 0
+        while i < len(self.args):
+            if i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
+                out.append((self.args[i], self.args[i + 1]))
+                i += 2
+            else:
+                out.append((self.args[i], None))
+                i += 1
+        return out
+
+    def flags(self) -> dict[str, str | bool]:
+        """flag -> value (True for a switch)."""
+        return {k: True if v is None else v for k, v in self.pairs()}
+
     def command(self, entry: str = "pretrain_gpt.py") -> str:
         """A copy-pasteable command (one flag per line), notes as comments above it."""
         lines = [f"# {n}" for n in self.notes]
-        pairs: list[str] = []
-        i = 0
-        while i < len(self.args):
-            a = self.args[i]
-            if i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
-                pairs.append(f"{a} {_quote(self.args[i + 1])}")
-                i += 2
-            else:
-                pairs.append(a)
-                i += 1
+        pairs = [a if v is None else f"{a} {_quote(v)}" for a, v in self.pairs()]
         env = "".join(f"{k}={v} " for k, v in self.env.items())
         body = " \\\n    ".join([f"{env}torchrun ... {entry}"] + pairs)
         return "\n".join(lines + [body]) + "\n"
