@@ -241,11 +241,17 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     if arch < 8:
         a.append("--fp16")
         notes.append(f"{job.cluster.gpu.name} has no bf16: launched in fp16 with dynamic loss scaling")
+    elif job.precision == "fp16":
+        a.append("--fp16")
     else:
         a.append("--bf16")
+    if job.grad_reduce_dtype == "bf16" and job.precision != "fp16":
+        a.append("--grad-reduce-in-bf16")
     if job.precision == "fp8":
         a += ["--fp8-format", "hybrid"]
-    a += ["--attention-backend", "flash" if job.flash_attention else "unfused"]
+    # cuDNN's fused attention is Transformer Engine's `fused` backend; FlashAttention-2 is `flash`
+    backend = ("fused" if job.attention_kernel == "cudnn" else "flash") if job.flash_attention else "unfused"
+    a += ["--attention-backend", backend]
     if job.flash_attention:
         notes.append("older Megatron-LM releases spell the attention backend --use-flash-attn")
     notes.append(f"add your data, tokenizer (vocabulary {model.vocab_size}), --train-iters, --lr and checkpoint flags")
