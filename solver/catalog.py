@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional, Union
 
 from .errors import InputError, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
-from .specs.base import build
+from .specs.base import PLAUSIBLE, build
 from .specs.reading import (SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping,  # noqa: F401
                             read_text)
 from .specs.request import JobRequest
@@ -138,6 +138,9 @@ def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> Cluste
         raise _unknown(field, "cluster family", family, list(fams))
     tmpl = dict(fams[family])
     per_node = int(tmpl.get("gpus_per_node", 8))
+    most = per_node * int(PLAUSIBLE["num_nodes"][1])
+    if num_gpus > most:
+        raise InputError(field, f"{family}x{num_gpus}: more GPUs than a cluster may have (at most {most:,})")
     if num_gpus <= 0 or num_gpus % per_node:
         lo = max(per_node, num_gpus // per_node * per_node)
         raise InputError(field, f"{family}x{num_gpus}: {num_gpus} GPUs is not a multiple of {per_node} GPUs per node; "
