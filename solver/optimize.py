@@ -62,13 +62,15 @@ def _jsonable(x):
 def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, workers: int = 1, top_k: int = 1,
              seed: int = 0, compare: Union[ParallelConfig, Mapping[str, Any], None] = None,
              progress: Optional[Callable[[dict], None]] = None, textbook: bool = True,
-             cands: Optional[Candidates] = None) -> OptimizeResult:
+             cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None) -> OptimizeResult:
     """The fastest plan of `job` that fits, by `method` within `time_limit_s` (including
     enumeration and model building). `compare`: a configuration to compare the plan with
     (ParallelConfig, or a mapping of tp, pp, cp, vp, micro_batch_size, recompute,
     sequence_parallel, zero, layers). `textbook`: also evaluate the usual Megatron-LM
     configuration and report the speedup over it. `cands`: candidates prepared before (the
-    admission cache's)."""
+    admission cache's). `shortfall_budget_s`: time an INFEASIBLE verdict's fewest-GPUs search
+    may take (default: what is left of the limit; 0: none, so the answer is the same at any
+    limit)."""
     t0 = time.perf_counter()
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
@@ -101,7 +103,11 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     )
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
                          alternatives=plans[1:], search=stats, notes=notes,
-                         shortfall=memory_shortfall(job, cands) if status == "INFEASIBLE" else None)
+                         shortfall=None)
+    if status == "INFEASIBLE":
+        left_s = max(0.0, float(time_limit_s) - (time.perf_counter() - t0))
+        out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None
+                                         else min(left_s, shortfall_budget_s))
     if plan is not None and textbook:
         if time.perf_counter() - t0 > float(time_limit_s):
             notes.append("textbook comparison skipped: the time limit is spent")
