@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Union
 from .errors import InputError, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
 from .specs.base import PLAUSIBLE, build
+# the safe reader of user files, re-exported: callers read files through the catalog
 from .specs.reading import (SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping,  # noqa: F401
                             read_text)
 from .specs.request import JobRequest

@@ -107,7 +107,7 @@ class Guard:
     service: per client (peer address) at most `max_client_requests` requests in flight and at
     most `max_requests` in all (429 beyond); the body read whole within `body_timeout_s` (408)
     and at most `max_bytes` (413); a body that is not safe JSON (`specs.reading.parse_data`:
-    duplicate keys, deep nesting, huge integers, NaN) is 422 before FastAPI parses it; every
+    duplicate keys, deep nesting, huge integers) is 422 before FastAPI parses it; every
     request runs under the service's file policy; a client that disconnects sets the
     request's cancel event (`scope["state"]["cancel"]`), which stops its waiting and drops its
     queued work."""

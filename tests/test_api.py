@@ -297,7 +297,7 @@ def test_admit_cli_one_record_per_line_and_malformed_lines(tmp_path, cli):
 
 def test_admit_cli_unreadable_file_or_bad_cluster_exit_2(tmp_path, cli):
     r = cli("admit", str(tmp_path / "missing.jsonl"), "--cluster", "a100x16")
-    assert r.code == 2 and "cannot read" in r.err and r.out == ""
+    assert r.code == 2 and "does not exist" in r.err and r.out == ""
     ok = tmp_path / "j.jsonl"
     ok.write_text("{}\n")
     r = cli("admit", str(ok), "--cluster", "nosuchcluster")

@@ -26,6 +26,7 @@ import sys
 import click
 
 from ..errors import InputError
+from .options import SECONDS
 
 
 def _emit(record: dict) -> None:
@@ -46,7 +47,7 @@ def read_lines(jobs_file: str) -> list[str]:
 
 def parse_lines(lines: list[str]):
     """[(line number, job mapping or error record, is_error)] for the non-blank lines (each
-    parsed by the safe JSON reader: no duplicate keys, deep nesting, huge integers or NaN)."""
+    parsed by the safe JSON reader: no duplicate keys, deep nesting or huge integers)."""
     from ..catalog import parse_data
 
     out = []
@@ -83,7 +84,7 @@ def record(number: int, index: int, decision) -> dict:
 @click.argument("jobs_file", metavar="JOBS.jsonl", type=str)
 @click.option("--cluster", "cluster", required=True,
               help="The free cluster: catalog name, <gpu>x<N> (e.g. a100x256) or a YAML/JSON file.")
-@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--time-limit", "time_limit", type=SECONDS, default=None,
               help="Seconds for the whole batch (default 30).")
 def admit(jobs_file, cluster, time_limit):
     """Admission decisions for JOBS.jsonl (one job per line; '-' reads stdin)."""
@@ -110,15 +111,15 @@ def admit(jobs_file, cluster, time_limit):
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--max-time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--max-time-limit", type=SECONDS, default=60.0, show_default=True,
               help="Cap on any request's time_limit_s, seconds.")
-@click.option("--max-body-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+@click.option("--max-body-bytes", type=click.IntRange(1, 1 << 30), default=1 << 20, show_default=True,
               help="Larger request bodies get 413.")
 @click.option("--spec-dir", type=click.Path(file_okay=False, exists=True), default=None,
               help="Let clients name spec files by plain name inside this directory (default: no files at all).")
 @click.option("--max-client-requests", type=click.IntRange(min=1), default=8, show_default=True,
               help="Requests in flight per client address; more get 429.")
-@click.option("--header-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+@click.option("--header-timeout", type=SECONDS, default=10.0, show_default=True,
               help="Seconds a connection may take to send a request head (and its body).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Open connections; more get 429 and are closed.")

@@ -100,8 +100,7 @@ class SpaceSize:
 def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
     """The number of legal shapes `enumerate_shapes` would build, counted with the same rules
     without building them (O(divisor triples), stopping once over `stop_above`)."""
-    model, cons, N = job.model, job.constraints, job.cluster.num_gpus
-    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
     S, Z = (x.ravel() for x in np.meshgrid(np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool),
                                            np.array(_allowed(cons, "zero", (0, 1, 2, 3)), dtype=np.int64), indexing="ij"))
     n_rc = len(_allowed(cons, "recompute", ("none", "selective", "full")))
@@ -159,9 +158,7 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True, max_shapes: int
     """The legal shapes of `job` (after dominance, when `apply_dominance`); a job whose space is
     over the limits is refused before anything is built (`check_space`)."""
     check_space(job, max_shapes, max_shape_stages)
-    model, cluster, cons = job.model, job.cluster, job.constraints
-    N = cluster.num_gpus
-    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
     empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0, 0)
     rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)

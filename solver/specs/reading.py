@@ -2,8 +2,9 @@
 file of at most MAX_FILE_BYTES, opened without blocking (a FIFO or /proc/kmsg cannot hang a
 reader), UTF-8, and parsed by loaders that refuse what would silently change or explode the
 input: duplicate keys, YAML aliases (billion laughs), nesting deeper than MAX_DEPTH, integers of
-more than MAX_INT_DIGITS digits, JSON's NaN/Infinity. Errors are one line naming the file and
-never quote its contents.
+more than MAX_INT_DIGITS digits. (NaN and infinities are read, and refused by the field that
+holds them, which the error then names.) Errors are one line naming the file and never quote
+its contents.
 
 `file_policy` restricts which files may be named at all (the HTTP service: none, or plain names
 inside an operator's spec directory); `catalog` reads its own shipped files outside any policy.
@@ -25,7 +26,7 @@ import yaml
 
 from ..errors import InputError
 
-MAX_FILE_BYTES = 16 << 20
+MAX_FILE_BYTES = 32 << 20
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 20
 
@@ -96,7 +97,7 @@ def read_text(path: str | Path, field: str) -> str:
     try:
         st = os.stat(path)
     except (OSError, ValueError):
-        raise InputError(field, f"file {str(path)!r} does not exist; give a catalog name or an existing file") from None
+        raise InputError(field, f"file {str(path)!r} does not exist") from None
     if stat.S_ISDIR(st.st_mode):
         raise InputError(field, f"{str(path)!r} is a directory; give a file")
     if not stat.S_ISREG(st.st_mode):
@@ -134,10 +135,6 @@ def _json_int(text: str) -> int:
     if _too_big_int(text):
         raise _Refused(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
     return int(text)
-
-
-def _json_constant(text: str):
-    raise _Refused(f"{text} is not a number JSON allows")
 
 
 def _unique_pairs(pairs: list) -> dict:
@@ -203,7 +200,7 @@ def parse_data(text: str, field: str, name: str, fmt: str = "yaml") -> Any:
     """JSON (`fmt` "json") or YAML text -> data, refusing what `read_text`'s comment lists."""
     try:
         if fmt == "json":
-            data = json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_json_int, parse_constant=_json_constant)
+            data = json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_json_int)
         else:
             data = yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
     except _Refused as exc:
