@@ -178,12 +178,9 @@ class Guard:
             await done.wait()
             return {"type": "http.disconnect"}
 
-        async def watch():  # the client leaving cancels its request
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    cancel.set()
-                    return
+        async def watch():  # the client leaving cancels its request (after the body, receive() waits for it)
+            if (await receive())["type"] == "http.disconnect":
+                cancel.set()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
