@@ -170,7 +170,9 @@ def main(argv=None) -> int:
 
         def client(k: int):
             rng = random.Random(args.seed * 1000 + k)
-            with httpx.Client(base_url=base, timeout=60) as c:
+            # each client from its own loopback address, as separate machines (the server caps requests per address)
+            transport = httpx.HTTPTransport(local_address=f"127.0.1.{k % 250 + 1}")
+            with httpx.Client(base_url=base, timeout=60, transport=transport) as c:
                 while time.monotonic() < stop_at:
                     if rng.random() < args.bad_fraction:
                         name, path, body, want = rng.choice(BAD)
