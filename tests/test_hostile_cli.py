@@ -135,3 +135,39 @@ def test_bad_lines_of_an_admission_batch_are_error_records(cli):
 def test_a_custom_cluster_named_like_a_family_keeps_its_gpus(cli):
     r = cli("show", str(HOSTILE / "cluster_family_name_v100.yaml"), "--json")
     assert r.code == 0 and json.loads(r.out)["spec"]["gpu"]["name"] == "v100-32gb"
+
+
+# ------------------------------------------------------------------ fuzz
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+FUZZ_EXAMPLES = int(os.environ.get("SOLVEPLAN_FUZZ_EXAMPLES", "40"))
+_value = st.one_of(st.integers(-10**6, 10**6).map(str), st.integers(-10**40, 10**40).map(str),
+                   st.floats().map(repr), st.text(max_size=12), st.sampled_from(["", ",", "4,8", "0", "nan", "inf", "-1",
+                                                                                 "1e35", "tp=8,tp=4", "a100x12"]))
+_flags = st.sampled_from(["--global-batch-size", "--seq-len", "--tp", "--pp", "--pp-max", "--zero", "--recompute",
+                          "--micro-batch-size", "--cp", "--vp", "--dp-max", "--precision", "--compare", "--top-k",
+                          "--seed", "--workers", "--cluster", "--model"])
+_optimize = st.lists(st.tuples(_flags, _value), max_size=3).map(
+    lambda kv: ["optimize", "--model", "gpt3-1.3b", "--cluster", "a100x8", "--time-limit", "0.5",
+                *[x for pair in kv for x in pair]])
+_evaluate = st.lists(st.tuples(st.sampled_from(["--tp", "--pp", "--cp", "--vp", "--micro-batch-size", "--zero",
+                                                "--recompute", "--layers-per-stage", "--global-batch-size"]), _value),
+                     max_size=3).map(lambda kv: ["evaluate", "--model", "gpt3-1.3b", "--cluster", "a100x8",
+                                                 *[x for pair in kv for x in pair]])
+_generate = st.lists(st.tuples(st.sampled_from(["--nodes-per-leaf", "--oversubscription", "--nic-gbit-per-s",
+                                                "--latency-us", "--degraded-node", "--degraded-link", "--rack-order"]),
+                               _value), max_size=3).map(
+    lambda kv: ["links", "generate", "--nodes", "8", "-o", "{tmp}/l.json", *[x for pair in kv for x in pair]])
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                           HealthCheck.function_scoped_fixture])
+@given(argv=st.one_of(_optimize, _evaluate, _generate))
+def test_fuzzed_command_lines_never_trace_back(cli, tmp_path, argv):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    r = cli(*argv)
+    assert "Traceback" not in r.err + r.out, (argv, r.err[-2000:])
+    assert r.code in (0, 2, 3, 4), (argv, r.code, r.err[-500:])
+    if r.code == 2:
+        assert len(r.err.splitlines()) == 1 and r.err.startswith("error: "), (argv, r.err)
