@@ -36,7 +36,6 @@ Writes benchmarks/results/service_abuse.md (with --write).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import socket
@@ -47,7 +46,7 @@ import time
 from pathlib import Path
 
 from _common import RESULTS, ROOT, commit
-from service_load import JOBS, canonical, free_port, requests_mix
+from service_load import JOBS, Tally, canonical, free_port, post_and_judge, requests_mix
 
 MB = 1 << 20
 
@@ -300,8 +299,6 @@ def attack_client_cap(base):
 
 # ------------------------------------------------------------------ load
 def load_test(base, seconds: float, clients: int):
-    import httpx
-
     mix = requests_mix()
     expected = {}
     for name, path, body, lib in mix:
@@ -314,9 +311,7 @@ def load_test(base, seconds: float, clients: int):
            ("/v1/plan", {"job": {"model": "llama2-7b", "cluster": "a100x8", "global_batch_size": True}}, 422),
            ("/v1/fewest-gpus", {"job": {"model": "llama2-7b"}, "cluster": "a100", "target": {"tokens_per_s": 1e300}}, 422),
            ("/v1/check", {"job": {"model": "llama2-7b", "cluster": "a100x8"}, "pad": "x" * (2 << 20)}, 413)]
-    codes: dict[int, int] = {}
-    failures: list[str] = []
-    lock = threading.Lock()
+    tally = Tally()
     stop_at = time.monotonic() + seconds
 
     def one(k):
@@ -336,26 +331,10 @@ def load_test(base, seconds: float, clients: int):
                 else:
                     name, path, body, _ = rng.choice(mix)
                     want = 200
-                try:
-                    r = c.post(path, json=body)
-                except httpx.HTTPError as exc:
-                    with lock:
-                        failures.append(f"transport error {exc!r}")
-                    continue
-                problem = None
-                if r.status_code >= 500:
-                    problem = f"{path}: HTTP {r.status_code}"
-                elif want is not None and r.status_code != want:
-                    problem = f"{path}: HTTP {r.status_code}, expected {want}"
-                elif want == 200 and canonical(r.json()) != expected[name]:
-                    problem = f"{name}: answer differs from the library's"
-                with lock:
-                    codes[r.status_code] = codes.get(r.status_code, 0) + 1
-                    if problem and len(failures) < 50:
-                        failures.append(problem)
+                tally.add(*post_and_judge(c, name or path, path, body, want, expected.get(name) if name else None))
 
     in_parallel([lambda k=k: one(k) for k in range(clients)])
-    return codes, failures
+    return tally.codes, tally.failures
 
 
 def main(argv=None) -> int:
@@ -406,7 +385,7 @@ def main(argv=None) -> int:
         server.stop()
     peak = max((m for _, m in server.samples), default=baseline)
     mem_ok = peak - baseline < 1.5 * 1024 * MB
-    lines = [f"# HTTP service under attack (issue #17)", "",
+    lines = ["# HTTP service under attack (issue #17)", "",
              f"`python benchmarks/service_abuse.py --write` at commit {commit()}, {os.cpu_count()} CPUs shared by the "
              f"server and its clients (load average {os.getloadavg()[0]:.1f} at the end). The server is "
              f"`solveplan serve` with its defaults on 127.0.0.1; clients use their own loopback addresses.", "",
