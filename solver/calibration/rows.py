@@ -21,7 +21,6 @@ dense BF16 peak).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Optional
 from ..errors import InputError
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
+from ..specs.reading import read_data
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json")
 
@@ -104,10 +104,7 @@ def load_rows(paths: Optional[list[str]] = None) -> tuple[list[dict], dict]:
     `_source_meta`), and the first file's memory data points."""
     rows, memory = [], {}
     for p in find_data(paths):
-        try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError("data", f"{p.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data = read_data(p, "data")  # the safe reader: size cap, UTF-8, no duplicate keys or deep nesting
         if not isinstance(data, dict) or not isinstance(data.get("measurements"), list):
             raise InputError("data", f"{p.name} has no 'measurements' list")
         sources = data.get("sources") or {}
