@@ -9,7 +9,7 @@ import pytest
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import textbook_plan
-from solveplan.render.megatron import megatron_args, pipeline_layout, split_flags
+from solveplan.render.megatron import MegatronArgs, megatron_args, pipeline_layout, split_flags
 from solveplan.render.table import render_result, to_text
 from solveplan.render.timeline import simulate
 from solveplan.specs import ClusterSpec, GPUSpec, JobSpec, ModelSpec
@@ -84,15 +84,7 @@ def test_infeasible_exit_3_with_shortfall(cli):
 
 
 def _flags(args: list[str]) -> dict:
-    out, i = {}, 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out[args[i]] = args[i + 1]
-            i += 2
-        else:
-            out[args[i]] = True
-            i += 1
-    return out
+    return MegatronArgs(list(args)).flags()
 
 
 def test_megatron_flags_match_plan(cli):

@@ -23,7 +23,7 @@ import click
 
 from ..errors import InputError
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
-from .options import build_job, config_options, job_base_options, job_options, parse_ints
+from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints
 
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
@@ -34,11 +34,13 @@ _FALSE = {"off", "false", "no", "0"}
 
 
 def parse_compare(text: str) -> dict:
-    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping."""
+    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping.
+    Every item is key=value, each key at most once (an alias counts as its key)."""
     cfg: dict = {}
     for item in (x.strip() for x in text.split(",")):
         if not item:
-            continue
+            raise InputError("--compare", f"{text[:60]!r}: an empty item; give key=value pairs separated by commas "
+                                          f"(e.g. \"tp=8,pp=2,mbs=1\")")
         key, sep, val = item.partition("=")
         key = key.strip().lower()
         val = val.strip()
@@ -46,6 +48,8 @@ def parse_compare(text: str) -> dict:
             raise InputError("--compare", f"{item!r}: give key=value pairs with keys tp, pp, cp, vp, mbs, recompute, sp, "
                                           f"zero, layers (e.g. \"tp=8,pp=2,mbs=1\")")
         name = _ALIASES[key]
+        if name in cfg:
+            raise InputError("--compare", f"{item!r}: {name} is given twice; give each key once")
         try:
             if name == "sequence_parallel":
                 if val.lower() not in _TRUE | _FALSE:
@@ -54,15 +58,18 @@ def parse_compare(text: str) -> dict:
             elif name == "recompute":
                 cfg[name] = val  # checked with the rest of the configuration (space.rules)
             elif name == "layers":
-                cfg[name] = [int(x) for x in val.replace("/", ":").split(":")]
+                parts = val.replace("/", ":").split(":")
+                if not all(x.isdigit() and len(x) <= 9 for x in parts):
+                    raise ValueError
+                cfg[name] = [int(x) for x in parts]
             else:
+                if not val.isdigit() or len(val) > 9:
+                    raise ValueError
                 cfg[name] = int(val)
-                if cfg[name] < (0 if name == "zero" else 1):
+                if cfg[name] < (0 if name == "zero" else 1) or (name == "zero" and cfg[name] > 3):
                     raise ValueError
         except ValueError:
             raise InputError("--compare", f"{item!r}: bad value for {key}") from None
-    if not cfg:
-        raise InputError("--compare", "empty configuration; e.g. \"tp=8,pp=2,mbs=1\"")
     return cfg
 
 
@@ -99,23 +106,24 @@ class _StderrProgress:
 @job_options
 @click.option("--method", type=click.Choice(["cpsat", "exhaustive", "alpa-dp"]), default="cpsat", show_default=True,
               help="Search method: the CP-SAT model, or a baseline over the same formulation.")
-@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
-              show_default=True, help="Seconds for the whole search (enumeration and model building included).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="CP-SAT worker threads.")
-@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (the answer does not depend on it).")
-@click.option("--top-k", "top_k", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--time-limit", "time_limit", type=SECONDS, default=60.0, show_default=True,
+              help="Seconds for the whole call: enumeration, search, model building and --links placement.")
+@click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True, help="CP-SAT worker threads.")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="CP-SAT random seed (the answer does not depend on it).")
+@click.option("--top-k", "top_k", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Return the K best distinct parallel configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron", "torchtitan"]), default=None,
               help="table (default), json, megatron (the launch arguments only) or torchtitan (job-config sections).")
-@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+@click.option("--timeline", type=OUTPUT, default=None,
               help="Write a PNG of the plan's pipeline schedule (needs matplotlib: the plot extra).")
 @click.option("--compare", "compare", default=None,
               help='A configuration to compare with, e.g. "tp=8,pp=2,mbs=1,recompute=full,layers=20:20".')
 @click.option("--links", "links_file", type=click.Path(dir_okay=False), default=None,
               help="Measured node x node link matrix (JSON/CSV, see `solveplan links`): choose the plan and the nodes "
                    "of its stages together (the joint model).")
-@click.option("--hostfile", "hostfile_out", type=click.Path(dir_okay=False), default=None,
+@click.option("--hostfile", "hostfile_out", type=OUTPUT, default=None,
               help="With --links or a cluster with pools: write the hostfile that realises the placement.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Solver progress on stderr (default: when stderr is a terminal).")
@@ -128,14 +136,11 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
     if as_json and fmt != "json":
         raise InputError("--json", f"conflicts with --format {fmt}; give one of them")
     if timeline is not None:
-        parent = Path(timeline).expanduser().resolve().parent
-        if not parent.is_dir():
-            raise InputError("--timeline", f"directory {str(parent)!r} does not exist")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
-    cmp_cfg = parse_compare(compare) if compare else None
+    cmp_cfg = parse_compare(compare) if compare is not None else None
     job = build_job(**jobkw)
     if hostfile_out and not links_file and not job.cluster.is_mixed:
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on) or a cluster with pools")
@@ -210,6 +215,10 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
         click.echo(f"no plan within the time limit of {time_limit:g} s (status {result.status}); "
                    f"raise --time-limit", err=True)
         sys.exit(EXIT_NO_PLAN_IN_TIME)
+    if result.top_k_found < result.top_k_asked and not result.search.finished:
+        click.echo(f"found {result.top_k_found} of the {result.top_k_asked} plans asked for within the time limit of "
+                   f"{time_limit:g} s; raise --time-limit", err=True)
+        sys.exit(EXIT_NO_PLAN_IN_TIME)
 
 
 @click.command()
@@ -224,7 +233,7 @@ def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zer
     job = build_job(**base)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero,
-               layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None)
+               layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
     plan = plan_config(job, cfg)
     if as_json:
         click.echo(json.dumps(plan.model_dump(), indent=2))

@@ -39,6 +39,8 @@ class JointResult(SolveResult):
     explanation: list[str] = []
     textbook: Optional[Comparison] = None
     compare: Optional[Comparison] = None
+    top_k_asked: int = 1  # as `optimize.OptimizeResult`; the joint model returns the best plan only
+    top_k_found: int = 0
 
 
 def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
@@ -75,7 +77,7 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
                          solver=jsonable({**solver, "node_classes": len(nodes.classes),
                                            "bandwidth_levels": nodes.num_levels, "links": nodes.source}))
     res = JointResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
-                      notes=notes)
+                      notes=notes, top_k_found=int(plan is not None))
     if plan is not None:
         pools = job.cluster.pool_specs()
         res.pools_alone = [Comparison.of(f"{pools[pl].name} alone ({p.num_gpus} GPUs, equal links)", p, plan)
