@@ -69,7 +69,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
     if links is not None or job.cluster.is_mixed:
-        return _optimize_joint(job, links, method, time_limit_s, workers, seed, top_k, compare)
+        return optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare)
     search, prep_kwargs = _search_fn(method)
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
 
@@ -125,9 +125,10 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
 POOL_ALONE_SHARE, POOL_ALONE_S = 0.1, 5.0
 
 
-def _optimize_joint(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
+def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
                     compare):
-    """The joint model, with each pool's own plan (today's model, equal links) beside it."""
+    """The joint model (`placement.joint.run.optimize_joint`) with each pool's own plan (today's
+    model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent."""
     from .placement.joint.run import optimize_joint
 
     if compare is not None:
