@@ -121,3 +121,49 @@ def test_mixed_h100_a100_beats_either_pool_alone():
         assert plan.step_time_s <= alone.plan.step_time_s * (1 + 1e-9), view.name
     assert {c.label.split()[0] for c in res.pools_alone} == {"h100", "a100"}
     assert any("h100 alone" in line for line in res.explanation)
+
+
+def test_sequential_is_slower_than_joint_on_the_mixed_example():
+    """The documented instance (README, benchmarks/results/joint.md): on mixed-h100-a100 the
+    sequential method (shape and split for six A100-like nodes with equal links, then the best
+    placement of that plan) is slower than the joint plan by the formulation's own account, and
+    the joint plan is proven optimal."""
+    from solveplan.optimize import optimize
+    from solveplan.placement.joint.baselines import sequential, uniform_description
+
+    job = load_job({"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256})
+    nodes = node_set(job.cluster)
+    joint = solve_joint(prepare_joint(job, nodes), 60, workers=2)
+    assert joint.status == "OPTIMAL"
+    flat = optimize(job.model_copy(update={"cluster": uniform_description(job.cluster)}), time_limit_s=60,
+                    textbook=False)
+    seq = sequential(job, nodes, flat.plan, 60)
+    assert seq is not None and seq.status == "OPTIMAL"  # the best placement of the sequential plan
+    assert seq.step_time_s > joint.step_time_s * 1.05, (seq.step_time_s, joint.step_time_s)
+
+
+def test_service_plans_a_pooled_cluster(tmp_path):
+    """POST /v1/plan with an inline cluster of pools: the same strict schema and guard rails as
+    any cluster, planned by the joint model; each stage names its pool, GPU type and nodes, and
+    the hostfile comes back."""
+    pytest.importorskip("fastapi")
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from solveplan.admission.cache import ResultCache
+    from solveplan.service import create_app
+
+    cluster = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "clusters", "mixed-h100-a100.yaml")))
+    cluster.pop("source")
+    client = TestClient(create_app(ResultCache()))
+    r = client.post("/v1/plan", json={"job": {"model": "gpt3-6.7b", "cluster": cluster, "global_batch_size": 256},
+                                      "time_limit_s": 30})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["status"] == "OPTIMAL"
+    assert {st["gpu"] for st in d["plan"]["stages"]} <= {"h100-sxm", "a100-80gb"}
+    assert [line.split()[0] for line in d["plan"]["hostfile"].splitlines()] == \
+        [h for st in d["plan"]["stages"] for h in st["nodes"]]
+    bad = {**cluster, "pools": [{**cluster["pools"][0], "num_nodes": True}, cluster["pools"][1]]}
+    r = client.post("/v1/plan", json={"job": {"model": "gpt3-6.7b", "cluster": bad, "global_batch_size": 256}})
+    assert r.status_code == 422, r.text
