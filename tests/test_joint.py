@@ -4,7 +4,7 @@ nodes of a mixed or unequal-link cluster, in one CP-SAT model.
 The central property: on random small clusters (one or two pools of GPU types, racks behind
 an oversubscribed spine, degraded links), the joint CP-SAT model's plan is as fast as the
 exhaustive search's over the same space and formulation (within CP-SAT's stated tolerance),
-and both agree on whether any plan fits. Examples: SOLVEPLAN_JOINT_EXAMPLES (default 12 in CI;
+and both agree on whether any plan fits. Examples: SOLVEPLAN_JOINT_EXAMPLES (default 20 in CI;
 150 for a thorough run, about 10 minutes on 2 cores).
 """
 
@@ -30,7 +30,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-EXAMPLES = int(os.environ.get("SOLVEPLAN_JOINT_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("SOLVEPLAN_JOINT_EXAMPLES", "20"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 MIXED = {"name": "mixed-h100-a100", "inter_pool_gbit_per_s": 100, "pools": [
