@@ -167,3 +167,17 @@ def test_service_plans_a_pooled_cluster(tmp_path):
     bad = {**cluster, "pools": [{**cluster["pools"][0], "num_nodes": True}, cluster["pools"][1]]}
     r = client.post("/v1/plan", json={"job": {"model": "gpt3-6.7b", "cluster": bad, "global_batch_size": 256}})
     assert r.status_code == 422, r.text
+
+
+def test_check_and_fewest_gpus_refuse_pools_by_name():
+    """Not supported yet for a cluster of pools: a one-line InputError naming the spec path,
+    not a failure inside resizing or the single-type formulation."""
+    from solveplan import api
+
+    job = {"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256}
+    with pytest.raises(InputError) as exc:
+        api.fewest_gpus(job, "mixed-h100-a100", {"tokens_per_s": 1e5})
+    assert exc.value.field == "cluster.pools" and "\n" not in str(exc.value)
+    with pytest.raises(InputError) as exc:
+        api.check(job, 30)
+    assert exc.value.field == "cluster" and "optimize" in str(exc.value)
