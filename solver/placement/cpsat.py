@@ -27,11 +27,11 @@ from .pricing import Problem
 from .rows import below
 
 # Shares of the time limit: the cell model's first search, then the row-count probes; the
-# rest goes to the cell model again with the proven bound. The canonical search is limited
-# in CP-SAT's deterministic time (machine-independent work units), with what is left of the
-# limit (at least CANONICAL_SHARE of it) as a safety net in seconds.
-FIRST_SHARE, ROWS_SHARE = 0.15, 0.7
-CANONICAL_DETERMINISTIC_S, CANONICAL_SHARE = 20.0, 0.25
+# rest, but for CANONICAL_SHARE, goes to the cell model again with the proven bound. The
+# canonical search is limited in CP-SAT's deterministic time (machine-independent work units),
+# with what is left of the limit as a safety net in seconds.
+FIRST_SHARE, ROWS_SHARE = 0.1, 0.7
+CANONICAL_DETERMINISTIC_S, CANONICAL_SHARE = 20.0, 0.2
 
 
 def default_workers() -> int:
@@ -174,8 +174,10 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
     t0 = time.perf_counter()
     workers = default_workers() if workers is None else int(workers)
 
+    search_s = time_limit_s * (1 - CANONICAL_SHARE)  # the rest is kept for the canonical search
+
     def left():
-        return time_limit_s - (time.perf_counter() - t0)
+        return search_s - (time.perf_counter() - t0)
 
     m = build_model(prob, hints)
     solver, st = solve_model(m.model, time_limit_s * FIRST_SHARE, workers, seed)
@@ -204,8 +206,9 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
     status = "OPTIMAL" if bound >= obj else "FEASIBLE"
     bound = min(bound, obj)
     if status == "OPTIMAL":
-        canon = canonical(prob, obj, hints, max(left(), CANONICAL_SHARE * time_limit_s))
-        info["canonical"] = canon is not None
+        t1 = time.perf_counter()
+        canon = canonical(prob, obj, hints, max(time_limit_s - (t1 - t0), 0.01))
+        info["canonical"], info["canonical_s"] = canon is not None, time.perf_counter() - t1
         if canon is not None:
             labels = canon
     info["status"] = status
