@@ -104,16 +104,19 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
     relaxation, as feasibility problems at thresholds of the objective: "no row counts at or
     below v" raises `lo` to v + 1; row counts found at a value below `obj` are handed to the
     cell model, which looks for cells with exactly those counts at that value. Probes just
-    below the cheapest row counts met so far; after a probe it cannot settle, the midpoint.
+    below the cheapest row counts met so far (minimising within the threshold, or only
+    feasibility once those counts are realised); after a probe it cannot settle, the midpoint.
     Returns (lo, obj, labels)."""
     end = time.perf_counter() + time_s
-    cap, settled = obj, True
+    cap, settled, realised = obj, True, False
     while lo < obj:
         value = cap - 1 if settled else (lo + cap - 1) // 2
         left = end - time.perf_counter()
         if value < lo or left <= 0.05:
             break
-        status, proven, counts, got = below(prob, value, left * (0.6 if settled else 0.5), workers, seed)
+        proof = realised and cap == obj  # the cheapest row counts met are realised: only a proof is missing
+        status, proven, counts, got = below(prob, value, left * (0.6 if settled else 0.5), workers, seed,
+                                            minimise=not proof)
         settled = status != "UNKNOWN"
         if proven is not None:
             lo = max(lo, proven)
@@ -124,7 +127,7 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
             left = end - time.perf_counter()
             found = search_at(prob, got, left / 2, workers, seed, counts=counts, hints=hints) if left > 0.05 else None
             if found is not None and _value(prob, found) < obj:
-                labels, obj = found, _value(prob, found)
+                labels, obj, realised = found, _value(prob, found), True
     return lo, obj, labels
 
 

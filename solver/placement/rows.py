@@ -100,15 +100,18 @@ class RowModel:
         self.model, self.x, self.prob = md, x, prob
 
 
-def below(prob: Problem, value: int, time_s: float, workers: int, seed: int, deterministic_s: Optional[float] = None):
-    """The cheapest row counts with objective <= `value`: the threshold makes it a feasibility
-    problem first (it propagates far better than the objective alone), minimised within it.
-    Returns (status, proven lower bound, row counts (classes x rows) or None, their objective):
-    INFEASIBLE proves every placement of `prob` costs more than `value`; OPTIMAL that none
-    costs less than the counts'. `deterministic_s`: a limit in CP-SAT's deterministic time too."""
+def below(prob: Problem, value: int, time_s: float, workers: int, seed: int, deterministic_s: Optional[float] = None,
+          minimise: bool = True):
+    """Row counts with objective <= `value`, the cheapest if `minimise`: the threshold makes
+    it a feasibility problem first (it propagates far better than the objective alone).
+    Returns (status, proven lower bound or None, row counts (classes x rows) or None, their
+    objective): INFEASIBLE proves every placement of `prob` costs more than `value`; OPTIMAL
+    (when minimising) that none costs less than the counts'. `deterministic_s`: a limit in
+    CP-SAT's deterministic time too."""
     rm = RowModel(prob)
     rm.model.add(rm.objective <= int(value))
-    rm.model.minimize(rm.objective)
+    if minimise:
+        rm.model.minimize(rm.objective)
     solver, st = solve_model(rm.model, time_s, workers, seed, deterministic_s=deterministic_s)
     if st == cp_model.INFEASIBLE:
         return "INFEASIBLE", int(value) + 1, None, None
@@ -116,5 +119,7 @@ def below(prob: Problem, value: int, time_s: float, workers: int, seed: int, det
         return "UNKNOWN", None, None, None
     counts = np.array([[solver.value(v) for v in row] for row in rm.x], dtype=np.int64)
     got = int(solver.value(rm.objective))
+    if not minimise:
+        return "FEASIBLE", None, counts, got
     bound = got if st == cp_model.OPTIMAL else int(np.ceil(solver.best_objective_bound - 1e-6))
     return solver.status_name(st), bound, counts, got
