@@ -41,10 +41,15 @@ def plan_status(cp_status: int) -> PlanStatus:
 
 
 def solve_model(model: cp_model.CpModel, time_s: float, workers: int, seed: int, presolve: bool = True,
-                callback=None) -> tuple[cp_model.CpSolver, int]:
-    """Solve with the given limits; returns the solver (for values and statistics) and its status."""
+                callback=None, deterministic_s: Optional[float] = None) -> tuple[cp_model.CpSolver, int]:
+    """Solve with the given limits; returns the solver (for values and statistics) and its status.
+    `deterministic_s` also limits CP-SAT's deterministic time (work units, the same on any
+    machine), so that one worker's answer does not depend on the load while it stays under
+    both limits."""
     solver = cp_model.CpSolver()
     prm = solver.parameters
+    if deterministic_s is not None:
+        prm.max_deterministic_time = max(0.01, float(deterministic_s))
     prm.max_time_in_seconds = max(0.01, float(time_s))
     prm.num_workers = max(1, int(workers))
     prm.random_seed = int(seed)
