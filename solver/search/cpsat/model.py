@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
+from .ortools_cp import cp_model
 
 from ...formulation.linear import stage_class
 from ...formulation.splits import balanced_split

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
+from .ortools_cp import cp_model
 
 from ...formulation.linear import middle_limits_sorted, pp_blocks
 from ...formulation.pipeline import step_time_batch
