@@ -76,9 +76,8 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
 
     if cands is None:
-        if int(top_k) > 1 and method == "cpsat":
-            # the time pruning is relative to the best incumbent: it may remove the 2nd..k-th best
-            prep_kwargs = {**prep_kwargs, "prune_time": False}
+        if method == "cpsat":  # the time pruning keeps every shape that may be among the K best
+            prep_kwargs = {**prep_kwargs, "top_k": int(top_k)}
         cands = prepare(job, **prep_kwargs)
     prep_s = time.perf_counter() - t0
     left = max(0.01, float(time_limit_s) - prep_s)
