@@ -34,6 +34,8 @@ class OptimizeResult(SolveResult):
 
     textbook: Optional[Comparison] = None
     compare: Optional[Comparison] = None
+    plans_asked: int = 1  # top_k
+    plans_found: int = 0  # the plan and its alternatives; fewer than asked with search.finished False: cut short
 
 
 def _search_fn(method: str):
@@ -96,10 +98,14 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
         shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
         shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
-        solver=_jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
+        solver=_jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s,
+                          "plans_asked": int(top_k), "plans_found": len(plans)}),
     )
+    if len(plans) < int(top_k) and not res.finished and plan is not None:
+        notes.append(f"{len(plans)} of {int(top_k)} plans within the time limit")
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
-                         alternatives=plans[1:], search=stats, notes=notes,
+                         alternatives=plans[1:], search=stats, notes=notes, plans_asked=int(top_k),
+                         plans_found=len(plans) if plan is not None else 0,
                          shortfall=memory_shortfall(job, cands) if status == "INFEASIBLE" else None)
     if plan is not None and textbook:
         if time.perf_counter() - t0 > float(time_limit_s):

@@ -189,6 +189,19 @@ def test_top_k_and_table(cli):
     assert steps == sorted(steps)
 
 
+def test_top_k_cut_short_exits_4(cli):
+    """A top-k the time limit stops before K plans: the plans found, FEASIBLE, exit code 4."""
+    res = cli(*BASE, "--top-k", "50", "--time-limit", "0.001", "--json")
+    assert res.code == 4, res.err
+    assert "of 50 plans within the time limit" in res.err
+    d = json.loads(res.out)
+    found = 1 + len(d["alternatives"])
+    assert d["status"] == "FEASIBLE" and 1 <= found < 50
+    assert d["search"]["solver"]["plans_asked"] == 50 and d["search"]["solver"]["plans_found"] == found
+    full = optimize(_job("gpt3-13b", "a100x64"), top_k=3)
+    assert full.status == "OPTIMAL" and full.plans_asked == 3 and full.plans_found == 3
+
+
 def test_baseline_methods_agree():
     job = _tiny_job()
     ref = optimize(job, time_limit_s=30)
