@@ -3,7 +3,8 @@
 - the objective of CP-SAT's plan equals the exhaustive optimum within CP-SAT's time quantum;
 - the feasibility verdicts agree (INFEASIBLE exactly when no plan fits);
 - CP-SAT's plan, re-evaluated by the float formulation, fits and equals what CP-SAT reports;
-- the Alpa DP equals the exhaustive optimum exactly (same float evaluation).
+- the Alpa DP equals the exhaustive optimum exactly (same float evaluation);
+- with `--even-split` (a quarter of the examples) every method returns balanced splits only.
 
 The exhaustive reference searches the legal space (`PREPARE_KWARGS`: no dominance, no time
 pruning) or, for the product path, the shapes that survive dominance. CP-SAT is checked on the
@@ -33,6 +34,7 @@ from hypothesis import strategies as st  # noqa: E402
 from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive  # noqa: E402
 from solveplan.search.candidates import prepare  # noqa: E402
 from solveplan.formulation.pipeline import evaluate_split  # noqa: E402
+from solveplan.formulation.splits import balanced_split  # noqa: E402
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec  # noqa: E402
 
 EXAMPLES = int(os.environ.get("SOLVEPLAN_PROPERTY_EXAMPLES", "25"))
@@ -83,11 +85,20 @@ def jobs(draw) -> JobSpec:
         cons["micro_batch_size_max"] = draw(st.sampled_from([1, 2, 4]))
     if draw(st.booleans()):
         cons["pp"] = tuple(draw(st.sets(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=1)))
+    if draw(st.integers(0, 3)) == 0:
+        cons["uneven_split"] = False  # --even-split: every method must keep the balanced split
     return JobSpec(model=model, cluster=cluster, global_batch_size=draw(st.sampled_from([8, 16, 24, 32, 48, 64, 128, 256])),
                    seq_length=draw(st.sampled_from([512, 1024, 2048, 4096])), constraints=Constraints(**cons))
 
 
 DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time
+
+
+def _balanced_only(job, res) -> None:
+    """An even-split job's plans hold the balanced split."""
+    if not job.constraints.uneven_split:
+        for c in res.top or ([res.best] if res.best else []):
+            assert c.layers == balanced_split(job.model.num_layers, len(c.layers)), c.layers
 
 
 def _exhaustive(job, prepare_kwargs=PREPARE_KWARGS):
@@ -97,6 +108,7 @@ def _exhaustive(job, prepare_kwargs=PREPARE_KWARGS):
     assume(exhaustive.count_space(cands) <= MAX_SPACE)
     res = exhaustive.search(cands, time_limit_s=300)
     assert res.finished, "the exhaustive reference must finish on the test instances"
+    _balanced_only(job, res)
     return cands, res
 
 
@@ -142,6 +154,7 @@ def test_alpa_equals_exhaustive(job):
     cands, ex = _exhaustive(job)
     al = alpa_dp.search(cands, time_limit_s=300)
     assert al.finished and al.status == ex.status
+    _balanced_only(job, al)
     if ex.status == "OPTIMAL":
         assert al.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
 
@@ -179,6 +192,7 @@ def test_time_pruning_keeps_the_optimum(job):
 def _check_cpsat(job, cands, ex):
     res = _cpsat.search(cands, time_limit_s=60)
     assert res.status != "UNKNOWN" and res.finished, f"CP-SAT did not finish a small instance: {res.status}"
+    _balanced_only(job, res)
     if ex.status == "INFEASIBLE":
         assert res.status == "INFEASIBLE" and res.best is None
         return

@@ -45,6 +45,8 @@ mean), and the search stops -- for the shape and for all later shapes -- once
 (m - 1/v) * t_max + S/v + (the shape's least possible tail) >= the k-th best objective found.
 
 Top-k: the best split of each of the k best shapes (a k-best DP is not attempted).
+Even-split jobs (`uneven_split` False): each stage may hold only its count in the balanced
+split, so the DP runs unchanged and returns that split.
 Evaluations: DP cell updates, i.e. (layers assigned after stage i, layers of stage i) pairs
 examined, over every t_max (and tail cap) tried, counting only reachable cells.
 """
@@ -61,13 +63,15 @@ from . import verdict
 from ..candidates import Candidates
 from ..result import Choice, MethodResult
 from ...formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
+from ...formulation.splits import balanced_split
 
 T_BATCH = 16  # t_max values solved at once (numpy batch)
 REL_TOL = 1e-12
 
 
-def _tables(co_one, L: int, p: int):
-    """slot, tail, fits as (Lmax x p) arrays: row l-1 = stage i holding l layers."""
+def _tables(co_one, L: int, p: int, uneven: bool = True):
+    """slot, tail, fits as (Lmax x p) arrays: row l-1 = stage i holding l layers. An even-split
+    job allows each stage only its count in the balanced split (the DP then returns that split)."""
     lmax = L - p + 1
     ls = np.arange(1, lmax + 1, dtype=np.int64)
     layers = np.repeat(ls[:, None], p, axis=1)
@@ -76,6 +80,8 @@ def _tables(co_one, L: int, p: int):
     tail = (st["exposed_dp"] + st["opt"])[:, :p]
     mem = stage_memory_bytes(st)[:, :p]
     fits = mem <= co_one.capacity_bytes
+    if not uneven:
+        fits &= ls[:, None] == np.asarray(balanced_split(L, p))[None, :]
     return slot, tail, fits
 
 
@@ -169,6 +175,7 @@ def search(
     t0 = time.perf_counter()
     co = cands.coeffs
     L = cands.job.model.num_layers
+    uneven = cands.job.constraints.uneven_split
     n = len(cands.shapes)
     k = max(1, int(top_k))
     p_all = co.pp.astype(np.int64)
@@ -215,7 +222,7 @@ def search(
         p = int(p_all[j])
         A, v, S = float(A_all[j]), float(v_all[j]), float(S_all[j])
         one = co.take(np.array([j]))
-        slot, tail, fits = _tables(one, L, p)
+        slot, tail, fits = _tables(one, L, p, uneven)
         cells = _cells(L, p)
         if not _constant_sum(slot):
             raise RuntimeError(
