@@ -103,6 +103,13 @@ def _step_and_peak(co: StageCoefficients, layers: np.ndarray) -> tuple[np.ndarra
     return t_pipe + (st["exposed_dp"] + st["opt"]).max(axis=1), stage_memory_bytes(st).max(axis=1)
 
 
+def pipeline_depths(pp) -> list[int]:
+    """The distinct pipeline degrees in `pp`, ascending (np.unique would import numpy.ma, 14 ms
+    of a CLI run, on its first call)."""
+    pp = np.asarray(pp, dtype=np.int64)
+    return np.flatnonzero(np.bincount(pp)).tolist() if len(pp) else []
+
+
 def step_time_batch(co: StageCoefficients, layers: np.ndarray):
     """Vectorised: (step_time_s, peak_memory_bytes, fits) for each row of `layers` (R x P, zeros
     beyond each row's pp). Rows are composed in blocks of one pipeline depth, at most
@@ -111,8 +118,8 @@ def step_time_batch(co: StageCoefficients, layers: np.ndarray):
     R = len(layers)
     pp = np.asarray(co.pp, dtype=np.int64)
     step, peak = np.empty(R), np.empty(R)
-    for p in np.unique(pp).tolist():
-        rows = np.flatnonzero(pp == p) if R else np.zeros(0, dtype=np.int64)
+    for p in pipeline_depths(pp):
+        rows = np.flatnonzero(pp == p)
         n = max(1, EVAL_CHUNK_CELLS // max(1, p))
         for i in range(0, len(rows), n):
             r = rows[i:i + n]

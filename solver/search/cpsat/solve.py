@@ -155,6 +155,7 @@ class _Search:
         self.h_step = self._heuristic_steps()
         self.rank = shape_ranks(cands)
         self.presolve = True
+        self._canonical: dict = {}
 
     def _heuristic_steps(self) -> np.ndarray:
         """The float step time of each shape's heuristic split (the candidates' splits, and its
@@ -197,9 +198,17 @@ class _Search:
                           incumbent_s=float(h_step[finite].min()) if finite.any() else None,
                           exact_optima_time_s=time.perf_counter() - te)
 
+    def canonical(self, k: int, target: int) -> Optional[list[int]]:
+        """Shape k's canonical split at `target` quanta (memoised: the hint, the known plan and
+        the answer are usually the same)."""
+        key = (int(k), int(target))
+        if key not in self._canonical:
+            self._canonical[key] = canonical_split(self.iform, k, int(target), self.L, self.uneven)
+        return self._canonical[key]
+
     def known(self, k: int) -> list[int]:
         """Shape k's canonical split at its exact optimum (a plan known without CP-SAT)."""
-        return canonical_split(self.iform, k, int(self.optimum[k]), self.L, self.uneven)
+        return self.canonical(k, int(self.optimum[k]))
 
     def build(self, top_k: int) -> tuple[Optional[Model], Optional[int]]:
         """The kept model: the shapes whose optimum is at most the K-th best (all shapes, uncapped,
@@ -337,7 +346,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
             ans.proven, ans.bound_q = False, None
         if ans.proven:
             s.canonical_shape(ans, excluded)
-        canon = canonical_split(s.iform, ans.k, ans.value, s.L, s.uneven)
+        canon = s.canonical(ans.k, ans.value)
         if canon is None:
             notes.append("canonical split not found; keeping the solver's split")
             canon = [int(v) for v in ans.split[:int(s.form.pp[ans.k])]]
