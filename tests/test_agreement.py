@@ -3,7 +3,8 @@
 - the objective of CP-SAT's plan equals the exhaustive optimum within CP-SAT's time quantum;
 - the feasibility verdicts agree (INFEASIBLE exactly when no plan fits);
 - CP-SAT's plan, re-evaluated by the float formulation, fits and equals what CP-SAT reports;
-- the Alpa DP equals the exhaustive optimum exactly (same float evaluation);
+- the Alpa DP and the branch and bound equal the exhaustive optimum exactly (same float
+  evaluation);
 - with `--even-split` (a quarter of the examples) every method returns balanced splits only.
 
 The exhaustive reference searches the legal space (`PREPARE_KWARGS`: no dominance, no time
@@ -31,7 +32,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive  # noqa: E402
+from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, branch_bound, exhaustive  # noqa: E402
 from solveplan.search.candidates import prepare  # noqa: E402
 from solveplan.formulation.pipeline import evaluate_split  # noqa: E402
 from solveplan.formulation.splits import balanced_split  # noqa: E402
@@ -150,13 +151,13 @@ def _dominance_keeps_optimum(job) -> tuple[float, float]:
 
 @SETTINGS
 @given(jobs())
-def test_alpa_equals_exhaustive(job):
+def test_alpa_and_branch_and_bound_equal_exhaustive(job):
     cands, ex = _exhaustive(job)
-    al = alpa_dp.search(cands, time_limit_s=300)
-    assert al.finished and al.status == ex.status
-    _balanced_only(job, al)
-    if ex.status == "OPTIMAL":
-        assert al.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
+        assert res.finished and res.status == ex.status
+        _balanced_only(job, res)
+        if ex.status == "OPTIMAL":
+            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
 
 
 def test_sp_dominance_counterexample():

@@ -163,12 +163,15 @@ def search(
     top_k: int = 1,
     progress: Optional[Callable[[dict], None]] = None,
     mode: str = "minmax",
+    prune: bool = True,
 ) -> MethodResult:
     """Exact optimum of the formulation over contiguous layer splits of every shape in
     `cands`, by Alpa's t_max-enumerating DP. See the module docstring for the modes.
 
     progress(info) is called after each shape that ran a DP (at most every 0.5 s) and at the
     end, with info = {"method", "shapes_done", "shapes", "evaluations", "best_s", "elapsed_s"}.
+    `prune=False` switches Alpa's stopping rules off (every shape, every t_max): the search
+    cost without pruning against its own incumbent (`benchmarks/search_cost.py`).
     """
     if mode not in ("minmax", "sum"):
         raise ValueError(f"mode must be 'minmax' or 'sum', not {mode!r}")
@@ -216,7 +219,7 @@ def search(
         if time.perf_counter() - t0 >= time_limit_s:
             stopped = "time_limit"
             break
-        if lb_all[j] * (1 - 1e-12) >= kth_all():
+        if prune and lb_all[j] * (1 - 1e-12) >= kth_all():
             break  # Alpa's rule prunes this shape and every later one
         visited += 1
         p = int(p_all[j])
@@ -249,7 +252,7 @@ def search(
                 break
             ts = cand_t[b0:b0 + T_BATCH]
             # Alpa's stop: the bottleneck term alone (+ the constant sum and least tail) loses
-            keep = A * ts + S / v + tail_lb < threshold(j) * (1 - 1e-12)
+            keep = A * ts + S / v + tail_lb < threshold(j) * (1 - 1e-12) if prune else np.ones(len(ts), dtype=bool)
             if not keep.all():
                 ts = ts[keep]
                 done = True
@@ -263,7 +266,7 @@ def search(
                 offer_finite(j, val, splits)
             else:
                 for t in ts.tolist():
-                    caps = tail_caps[A * t + S / v + tail_caps < threshold(j) * (1 - 1e-12)]
+                    caps = tail_caps[A * t + S / v + tail_caps < threshold(j) * (1 - 1e-12)] if prune else tail_caps
                     if len(caps) == 0:
                         continue
                     al = fits[None] & (slot[None] <= t) & (tail[None] <= caps[:, None, None])

@@ -170,12 +170,13 @@ class _Search:
             h_step[k0] = min(h_step[k0], cands.incumbent_step_s)
         return h_step
 
-    def scale(self, top_k: int) -> None:
-        """The time quantum (the K-th best heuristic plan maps to OBJECTIVE_UNITS quanta), the
-        integer form, and every shape's exact optimum in it (its lower bound from now on)."""
+    def scale(self, top_k: int, prune: bool = True) -> None:
+        """The time quantum (the K-th best heuristic plan maps to OBJECTIVE_UNITS quanta; without
+        `prune` the slowest, so that every shape fits under the scaling guard), the integer form,
+        and every shape's exact optimum in it (its lower bound from now on)."""
         finite, h_step = np.isfinite(self.h_step), self.h_step
         if finite.any():
-            ref = float(np.sort(h_step[finite])[min(top_k, int(finite.sum())) - 1])
+            ref = float(np.sort(h_step[finite])[min(top_k, int(finite.sum())) - 1] if prune else h_step[finite].max())
         else:
             ref = 4.0 * float(np.max(self.cands.time_lb_s))
         self.q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
@@ -185,7 +186,7 @@ class _Search:
         # only shapes whose floor is under the K-th heuristic plan can be among the K best (its
         # integer objective is at most its float time / q): the others need no exact optimum
         look = np.ones(len(iform.pp), dtype=bool)
-        if int(finite.sum()) >= top_k:
+        if prune and int(finite.sum()) >= top_k:
             look = iform.objective_floor(self.L) <= math.floor(ref / self.q)
         self.optimum = np.full(len(iform.pp), NO_SPLIT, dtype=np.int64)
         self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven)
@@ -210,11 +211,14 @@ class _Search:
         """Shape k's canonical split at its exact optimum (a plan known without CP-SAT)."""
         return self.canonical(k, int(self.optimum[k]))
 
-    def build(self, top_k: int) -> tuple[Optional[Model], Optional[int]]:
+    def build(self, top_k: int, prune: bool = True) -> tuple[Optional[Model], Optional[int]]:
         """The kept model: the shapes whose optimum is at most the K-th best (all shapes, uncapped,
-        when none fits: CP-SAT then proves it). (model, cap in quanta)."""
+        when none fits: CP-SAT then proves it; every shape that fits, uncapped, without `prune`).
+        (model, cap in quanta)."""
         iform, S = self.iform, len(self.iform.pp)
-        if self.order:
+        if self.order and not prune:
+            cap, in_model = None, list(self.order)
+        elif self.order:
             cap = int(self.optimum[self.order[min(top_k, len(self.order)) - 1]])
             in_model = np.flatnonzero(self.reach & (self.floor_q <= cap)).tolist()
         else:
@@ -306,7 +310,7 @@ class _Search:
 
 
 def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int = 1, seed: int = 0,
-           progress: Optional[Callable[[dict], None]] = None) -> MethodResult:
+           progress: Optional[Callable[[dict], None]] = None, prune: bool = True) -> MethodResult:
     """The fastest fitting (shape, split) of `cands` by CP-SAT, with the solver's bound; with
     `top_k` > 1 the K best distinct shapes (each with its canonical split), best first.
 
@@ -314,7 +318,8 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     returned plan; `bound_s` a proven lower bound of the optimum (q x the solver's bound);
     `stats` the solver statistics, the quantum (`time_quantum_s`), the optimality tolerance
     (`tolerance_s`), `plans_asked` / `plans_found` and `notes`. A top-k stopped by the time
-    limit before K plans is FEASIBLE and not finished."""
+    limit before K plans is FEASIBLE and not finished. `prune=False` keeps every shape that fits in
+    the model, uncapped (the cost without pruning against the incumbent: `benchmarks/search_cost.py`)."""
     t0 = time.perf_counter()
     K = max(1, int(top_k))
     notes: list[str] = []
@@ -326,8 +331,8 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         return _finish(stats, t0, progress, "INFEASIBLE", None, None, [])
     s = _Search(cands, t0 + float(time_limit_s), int(workers), int(seed), progress, t0, notes, stats)
     stats["shapes_memory_infeasible"] = int((~s.mem_ok).sum())
-    s.scale(K)
-    m, cap = s.build(K)
+    s.scale(K, prune)
+    m, cap = s.build(K, prune)
     s.status0, bound0 = None, None
     choices: list[Choice] = []
     excluded: set[int] = set()
