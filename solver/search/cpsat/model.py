@@ -126,6 +126,7 @@ def add_hint(m: Model, form: IntegerForm, k: int, split: list[int]) -> None:
     for i, lv in enumerate(m.layers):
         m.model.add_hint(lv, int(split[i]) if i < p else 0)
     b, y, t = form.parts(k, split)
+    obj = max(b + y + t, int(form.lower_bound[k]))
     m.model.add_hint(m.y, y)
-    m.model.add_hint(m.tail, t)
-    m.model.add_hint(m.obj, max(b + y + t, int(form.lower_bound[k])))
+    m.model.add_hint(m.tail, obj - b - y)  # objective == Y + tail + base: the tail absorbs the bound
+    m.model.add_hint(m.obj, obj)
