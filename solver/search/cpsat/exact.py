@@ -30,6 +30,9 @@ the model. An even-split job has one split per shape: its objective, if it fits.
 
 from __future__ import annotations
 
+import time
+from typing import Optional
+
 import numpy as np
 
 from ...formulation.linear import FIRST, LAST, MID, pp_blocks
@@ -37,6 +40,7 @@ from ...formulation.splits import balanced_layers_matrix
 from .integer import IntegerForm
 
 NO_SPLIT = np.iinfo(np.int64).max // 4  # the value of a shape none of whose splits fits
+CHUNK_CELLS = 1 << 16  # (shape, Y candidate) pairs per chunk: arrays of ~2 MiB, a few dozen of them
 
 
 def _sublevel(slope: np.ndarray, const: np.ndarray, t: np.ndarray, num_layers: int):
@@ -128,9 +132,12 @@ def _block_optima(form: IntegerForm, ks: np.ndarray, p: int, L: int) -> np.ndarr
     return np.where(best < NO_SPLIT, np.maximum(best, form.lower_bound[ks].astype(np.int64)), NO_SPLIT)
 
 
-def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True) -> np.ndarray:
+def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True,
+                 deadline: Optional[float] = None) -> np.ndarray:
     """Per shape of `shapes` (indices into `form`): the least objective over its splits that fit
-    (NO_SPLIT where none fits). With `uneven=False` the only split is the balanced one."""
+    (NO_SPLIT where none fits). With `uneven=False` the only split is the balanced one. Shapes
+    go in chunks of at most CHUNK_CELLS (shape, Y) pairs; TimeoutError once `time.perf_counter()`
+    passes `deadline` (tens of thousands of shapes take seconds)."""
     ks = np.asarray(shapes, dtype=np.int64)
     out = np.full(len(ks), NO_SPLIT, dtype=np.int64)
     L = num_layers
@@ -138,7 +145,11 @@ def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True
         if p > L:
             continue
         if uneven:
-            out[rows] = _block_optima(form, ks[rows], p, L)
+            step = max(1, CHUNK_CELLS // (3 * L + 1))
+            for i in range(0, len(rows), step):
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise TimeoutError("time limit reached while computing the shapes' exact optima")
+                out[rows[i:i + step]] = _block_optima(form, ks[rows[i:i + step]], p, L)
             continue
         bal = balanced_layers_matrix(L, np.full(1, p))[0]
         for r in rows.tolist():

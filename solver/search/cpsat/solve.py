@@ -158,6 +158,7 @@ class _Search:
         self.presolve = False  # see the module docstring
         self._canonical: dict = {}
         self.refuted = False
+        self.timed_out = None  # why the exact optima are incomplete
 
     def _heuristic_steps(self) -> np.ndarray:
         """The float step time of each shape's heuristic split (the candidates' splits, and its
@@ -191,7 +192,10 @@ class _Search:
         if prune and int(finite.sum()) >= top_k:
             look = iform.objective_floor(self.L) <= math.floor(ref / self.q)
         self.optimum = np.full(len(iform.pp), NO_SPLIT, dtype=np.int64)
-        self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven)
+        try:
+            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.deadline)
+        except TimeoutError as exc:
+            self.timed_out = str(exc)
         self.reach = self.optimum < NO_SPLIT
         iform.lower_bound = np.where(self.reach, np.maximum(iform.lower_bound, self.optimum), iform.lower_bound)
         self.floor_q = iform.objective_floor(self.L)  # = the optimum where a split fits
@@ -237,22 +241,29 @@ class _Search:
             return None, cap
         tb = time.perf_counter()
         hint = (self.order[0], self.known(self.order[0])) if self.order and self.order[0] in in_model else None
-        m = build_model(iform, in_model, self.L, cap, rank=self.rank, uneven=self.uneven, symmetry=self.symmetry,
-                        hint=hint)
+        try:
+            m = build_model(iform, in_model, self.L, cap, rank=self.rank, uneven=self.uneven, symmetry=self.symmetry,
+                            hint=hint, deadline=self.deadline)
+        except TimeoutError as exc:
+            self.notes.append(str(exc))
+            return None, cap
         self.stats.update(check_scaling(m.model))
         self.stats["build_time_s"] = time.perf_counter() - tb
         return m, cap
 
-    def solve_round(self, round_no: int, m: Model, k_known: Optional[int]) -> Optional[_Answer]:
+    def solve_round(self, round_no: int, m: Optional[Model], k_known: Optional[int]) -> Optional[_Answer]:
         """Solve the kept model once. None when it proves that nothing fits or finds nothing
         (then `self.status0` may be set); the known plan (shape `k_known`) when CP-SAT cannot
-        answer."""
+        answer (no model: the time limit stopped its building)."""
         known = None
         if k_known is not None:
             split = self.known(k_known)
             known = _Answer(k_known, split, int(self.optimum[k_known]), False, int(self.optimum[k_known]))
-            add_hint(m, self.iform, k_known, split)
+            if m is not None:
+                add_hint(m, self.iform, k_known, split)
         left = self.deadline - time.perf_counter()
+        if m is None:
+            return known
         if left <= 0 and known is not None:
             self.notes.append("time limit reached before the CP-SAT model was solved; returning the best known plan "
                               "(its exact optimum is the shapes' bound)")
@@ -309,6 +320,21 @@ class _Search:
             return
         ans.k = min((k for k in self.order if k not in excluded and self.optimum[k] == best), key=lambda k: self.rank[k])
 
+    def heuristic_answer(self) -> MethodResult:
+        """The time limit stopped the exact optima: the best heuristic plan, FEASIBLE, with the
+        pruning's lower bound over every shape (UNKNOWN when none is known)."""
+        self.notes.append(f"{self.timed_out}; returning the best heuristic plan")
+        fin = np.isfinite(self.h_step)
+        if not fin.any():
+            return self.finish("UNKNOWN", None, None, [], finished=False)
+        k = int(np.flatnonzero(fin)[np.argmin(self.h_step[fin])])
+        cands = self.cands
+        layers = (cands.incumbent_layers if k == cands.incumbent_index and cands.incumbent_step_s <= self.h_step[k]
+                  else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
+        best = Choice(index=k, layers=list(layers), objective_s=float(self.h_step[k]))
+        self.stats["plans_found"] = 1
+        return self.finish("FEASIBLE", best, float(cands.time_lb_s.min()), [best], finished=False)
+
     def finish(self, status: PlanStatus, best, bound, top, finished=True) -> MethodResult:
         return _finish(self.stats, self.t0, self.progress, status, best, bound, top, finished)
 
@@ -336,6 +362,8 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     s = _Search(cands, t0 + float(time_limit_s), int(workers), int(seed), progress, t0, notes, stats)
     stats["shapes_memory_infeasible"] = int((~s.mem_ok).sum())
     s.scale(K, prune)
+    if s.timed_out:
+        return s.heuristic_answer()
     m, cap = s.build(K, prune)
     s.status0, bound0 = None, None
     choices: list[Choice] = []
@@ -346,7 +374,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         if round_no > 1 and not remaining:
             notes.append(f"only {len(choices)} distinct configuration(s) fit: every one is returned")
             break
-        if m is None:
+        if m is None and (round_no > 1 or not remaining):
             break
         ans = s.solve_round(round_no, m, remaining[0] if remaining else None)
         if ans is None:
@@ -362,8 +390,8 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         step, _, fits = step_time_batch(cands.coeffs.take([ans.k]), np.array([canon], dtype=np.int64))
         step_s = float(step[0])
         excluded.add(ans.k)
-        for j, kk in enumerate(m.shapes):  # the no-good cut: the next round looks for another shape
-            if kk == ans.k:
+        for j, kk in enumerate(m.shapes if m is not None else []):  # the no-good cut: the next round
+            if kk == ans.k:                                            # looks for another shape
                 m.model.add(m.x[j] == 0)
         if not bool(fits[0]):
             notes.append(f"the plan of round {round_no} does not fit under the float formulation: discarded")
