@@ -68,7 +68,7 @@ CASES = [
     ("Mistral 7B, ZeRO-0", "mistral-7b", "a100x64", {"zero": (0,)}, {}),
     ("Nemotron-4 15B", "nemotron4-15b", "h100x128", {}, {}),
     ("Nemotron-4 340B", "nemotron4-340b", "h100x1024", {}, {}),
-    ("DeepSeek 67B (95 layers, uneven)", "deepseek-llm-67b", "a100x256", {"pp": (4,)}, {}),
+    ("DeepSeek 67B (95 layers, uneven, vp 2)", "deepseek-llm-67b", "a100x256", {"pp": (4,), "vp": (2,)}, {}),
     ("GPT-NeoX 20B (rotary 25%, biases)", "gpt-neox-20b", "a100x64", {}, {}),
     ("Mistral-NeMo 12B (head_dim 128)", str(HF / "Mistral-Nemo-Base-2407" / "config.json"), "h100x64", {}, {}),
     ("Qwen3 32B (head_dim, QK norm), cp 2", str(HF / "Qwen3-32B" / "config.json"), "h100x128", {"cp": (2,)}, {}),

@@ -79,7 +79,7 @@ def inprocess_run(model: str, cluster: str, method: str, top_k: int = 1) -> dict
     res = optimize(job, method=method, time_limit_s=60, top_k=top_k, cands=cands, textbook=False)
     t2 = time.perf_counter()
     solver = res.search.solver
-    return {"prepare_s": t1 - t0, "search_s": t2 - t1, "status": res.status, "plans": res.plans_found,
+    return {"prepare_s": t1 - t0, "search_s": t2 - t1, "status": res.status, "plans": res.top_k_found,
             "searched": cands.num_survivors, "in_model": solver.get("shapes_in_model"),
             "branches": sum(int(p.get("branches") or 0) for p in solver.get("phases", []))}
 

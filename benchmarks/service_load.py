@@ -61,6 +61,43 @@ def canonical(obj):
     return obj
 
 
+def post_and_judge(c, name: str, path: str, body, want, expected):
+    """(response or None, what is wrong or None): a 5xx, a status other than `want` (None: any
+    below 500), a 200 whose answer is not `expected` (canonical form; None: not compared), or a
+    transport error."""
+    import httpx
+
+    try:
+        r = c.post(path, json=body)
+    except httpx.HTTPError as exc:
+        return None, f"{name}: transport error {exc!r}"
+    if r.status_code >= 500:
+        return r, f"{name}: HTTP {r.status_code} {r.text[:200]}"
+    if want is not None and r.status_code != want:
+        return r, f"{name}: HTTP {r.status_code}, expected {want}: {r.text[:200]}"
+    if want == 200 and expected is not None and canonical(r.json()) != expected:
+        return r, f"{name}: answer differs from the library's"
+    return r, None
+
+
+class Tally:
+    """Status codes and failures (the first 50) of many client threads."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.codes: dict[int, int] = {}
+        self.failures: list[str] = []
+
+    def add(self, r, problem) -> bool:
+        """Count a response (None: a transport error) and its problem; True when one came back."""
+        with self.lock:
+            if r is not None:
+                self.codes[r.status_code] = self.codes.get(r.status_code, 0) + 1
+            if problem and len(self.failures) < 50:
+                self.failures.append(problem)
+        return r is not None
+
+
 def requests_mix():
     """[(name, path, body, library call)]"""
     from solveplan import api
@@ -164,13 +201,14 @@ def main(argv=None) -> int:
         print(f"library answers and server warm-up: {time.monotonic() - t0:.1f} s", flush=True)
 
         lat: dict[str, list[float]] = {}
-        codes: dict[int, int] = {}
-        lock = threading.Lock()
+        tally = Tally()
         stop_at = time.monotonic() + args.seconds
 
         def client(k: int):
             rng = random.Random(args.seed * 1000 + k)
-            with httpx.Client(base_url=base, timeout=60) as c:
+            # each client from its own loopback address, as separate machines (the server caps requests per address)
+            transport = httpx.HTTPTransport(local_address=f"127.0.1.{k % 250 + 1}")
+            with httpx.Client(base_url=base, timeout=60, transport=transport) as c:
                 while time.monotonic() < stop_at:
                     if rng.random() < args.bad_fraction:
                         name, path, body, want = rng.choice(BAD)
@@ -178,31 +216,19 @@ def main(argv=None) -> int:
                         name, path, body, _ = rng.choice(mix)
                         want = 200
                     t = time.perf_counter()
-                    try:
-                        r = c.post(path, json=body)
-                    except httpx.HTTPError as exc:
-                        with lock:
-                            failures.append(f"{name}: transport error {exc!r}")
-                        continue
+                    r, problem = post_and_judge(c, name, path, body, want, expected.get(name) if want == 200 else None)
                     dt = time.perf_counter() - t
-                    problem = None
-                    if r.status_code >= 500:
-                        problem = f"{name}: HTTP {r.status_code} {r.text[:200]}"
-                    elif r.status_code != want:
-                        problem = f"{name}: HTTP {r.status_code}, expected {want}: {r.text[:200]}"
-                    elif want == 200 and canonical(r.json()) != expected[name]:
-                        problem = f"{name}: answer differs from the library's"
-                    with lock:
-                        codes[r.status_code] = codes.get(r.status_code, 0) + 1
-                        lat.setdefault(path if want == 200 else f"{path} (bad)", []).append(dt)
-                        if problem and len(failures) < 50:
-                            failures.append(problem)
+                    if tally.add(r, problem):
+                        with tally.lock:
+                            lat.setdefault(path if want == 200 else f"{path} (bad)", []).append(dt)
 
         threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(args.clients)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(args.seconds + 120)
+        codes = tally.codes
+        failures.extend(tally.failures)
         total = sum(codes.values())
         n5 = sum(v for k, v in codes.items() if k >= 500)
         out = [f"{args.clients} clients, {args.seconds:g} s (`python benchmarks/service_load.py --clients {args.clients} "

@@ -19,7 +19,11 @@ computation (single flight).
 
 Jobs are JobSpecs or job mappings (`specs.request.JobRequest`: catalog names, files or inline
 mappings for the model and the cluster); bad input raises InputError naming its spec path
-(`job.model`, `jobs[2].num_gpus`).
+(`job.model`, `jobs[2].num_gpus`), and so does a job whose legal space is over the admission
+limits (`admission.limits`: sized before any work). Every call takes `cancel=` (a
+threading.Event): when it is set the call stops waiting and answers with what it has (the
+service sets it when a client disconnects). Under `catalog.file_policy(...)` (what the HTTP
+service runs every request under) file names are refused or confined to a directory.
 
     check(job, time_limit_s)                     admission.check
     plan(job, time_limit_s)                      admission.planner

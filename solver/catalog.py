@@ -10,18 +10,18 @@ caller gives) and offering close matches.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-import yaml
-
 from .errors import InputError, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
-from .specs.base import build
+from .specs.base import PLAUSIBLE, build
+# the safe reader of user files, re-exported: callers read files through the catalog
+from .specs.reading import (SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping,  # noqa: F401
+                            read_text)
 from .specs.request import JobRequest
 
 _PACKAGES = {
@@ -40,23 +40,10 @@ def _catalog_dir(kind: str) -> Path:
         return Path(__file__).resolve().parent.parent / _REPO_DIRS[kind]
 
 
-def read_mapping(path: str | Path, field: str) -> dict[str, Any]:
-    """Read a YAML or JSON file into a dict; malformed input is an InputError naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(field, f"file {str(path)!r} does not exist; give a catalog name or an existing file")
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(field, f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise InputError(field, f"{path.name} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise InputError(field, f"{path.name} must hold a mapping of keys to values, not {type(data).__name__}")
-    return data
+def _catalog_mapping(path: Path) -> dict[str, Any]:
+    """A catalog file (shipped with the package: no file policy applies)."""
+    with file_policy(None):
+        return read_mapping(path, f"catalog {path.name}")
 
 
 def _entries(kind: str) -> dict[str, Path]:
@@ -70,15 +57,10 @@ def _unknown(field: str, what: str, name: str, known: list[str]) -> InputError:
     return InputError(field, f"unknown {what} {name!r}{hint}")
 
 
-def is_file_ref(ref: str) -> bool:
-    """Does `ref` name a spec file (by its suffix, or because it exists)?"""
-    return Path(ref).suffix.lower() in (".yaml", ".yml", ".json") or Path(ref).exists()
-
-
 # ---------------------------------------------------------------- models
 @lru_cache(maxsize=None)
 def catalog_models() -> dict[str, ModelSpec]:
-    return {name: build(ModelSpec, {"name": name, **read_mapping(p, "model")}, f"models/{name}.yaml")
+    return {name: build(ModelSpec, {"name": name, **_catalog_mapping(p)}, f"models/{name}.yaml")
             for name, p in _entries("models").items()}
 
 
@@ -108,7 +90,7 @@ def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
 # ---------------------------------------------------------------- GPUs
 @lru_cache(maxsize=None)
 def catalog_gpus() -> dict[str, GPUSpec]:
-    return {name: build(GPUSpec, {"name": name, **read_mapping(p, "gpu")}, f"gpus/{name}.yaml")
+    return {name: build(GPUSpec, {"name": name, **_catalog_mapping(p)}, f"gpus/{name}.yaml")
             for name, p in _entries("gpus").items()}
 
 
@@ -124,7 +106,7 @@ def load_gpu(ref: str | dict, field: str = "gpu") -> GPUSpec:
 # ---------------------------------------------------------------- clusters
 @lru_cache(maxsize=None)
 def catalog_families() -> dict[str, dict]:
-    return {name: read_mapping(p, "cluster family") for name, p in _entries("families").items()}
+    return {name: _catalog_mapping(p) for name, p in _entries("families").items()}
 
 
 def cluster_from_mapping(data: dict, field: str = "cluster") -> ClusterSpec:
@@ -138,7 +120,7 @@ def cluster_from_mapping(data: dict, field: str = "cluster") -> ClusterSpec:
 
 @lru_cache(maxsize=None)
 def catalog_clusters() -> dict[str, ClusterSpec]:
-    return {name: cluster_from_mapping({"name": name, **read_mapping(p, "cluster")}, f"clusters/{name}.yaml")
+    return {name: cluster_from_mapping({"name": name, **_catalog_mapping(p)}, f"clusters/{name}.yaml")
             for name, p in _entries("clusters").items()}
 
 
@@ -157,6 +139,9 @@ def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> Cluste
         raise _unknown(field, "cluster family", family, list(fams))
     tmpl = dict(fams[family])
     per_node = int(tmpl.get("gpus_per_node", 8))
+    most = per_node * int(PLAUSIBLE["num_nodes"][1])
+    if num_gpus > most:
+        raise InputError(field, f"{family}x{num_gpus}: more GPUs than a cluster may have (at most {most:,})")
     if num_gpus <= 0 or num_gpus % per_node:
         lo = max(per_node, num_gpus // per_node * per_node)
         raise InputError(field, f"{family}x{num_gpus}: {num_gpus} GPUs is not a multiple of {per_node} GPUs per node; "
@@ -166,9 +151,18 @@ def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> Cluste
 
 
 def cluster_family(cluster: ClusterSpec) -> Optional[str]:
-    """The catalog family a cluster was made from (`a100` for `a100x64`), else None."""
+    """The catalog family a cluster was made from (`a100` for `a100x64`), else None. The name
+    alone does not make a cluster a family's: every parameter but the size must be the
+    family's (a client's V100 cluster named `h100x64` stays the client's)."""
     fam = family_name(cluster.name)
-    return fam[0] if fam and fam[0] in catalog_families() else None
+    if not fam or fam[0] not in catalog_families():
+        return None
+    try:
+        ref = family_cluster(fam[0], cluster.num_gpus)
+    except InputError:
+        return None
+    size = {"name", "num_nodes", "link_overrides"}
+    return fam[0] if ref.model_dump(exclude=size) == cluster.model_dump(exclude=size) else None
 
 
 def resize_cluster(cluster: ClusterSpec, num_nodes: int) -> ClusterSpec:
@@ -225,9 +219,9 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
     job: dict[str, Any] = {
         "model": model,
         "cluster": cluster,
-        "global_batch_size": data.global_batch_size or model.global_batch_size,
-        "seq_length": data.seq_length or model.seq_length,
-        "constraints": build(Constraints, data.constraints or {}, path(field, "constraints")),
+        "global_batch_size": model.global_batch_size if data.global_batch_size is None else data.global_batch_size,
+        "seq_length": model.seq_length if data.seq_length is None else data.seq_length,
+        "constraints": build(Constraints, {} if data.constraints is None else data.constraints, path(field, "constraints")),
     }
     for key in JOB_SETTINGS:
         if getattr(data, key) is not None:

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
+from pydantic import Field
 
 from .diagnose import memory_shortfall
 from .errors import InputError
@@ -34,8 +35,13 @@ class OptimizeResult(SolveResult):
 
     textbook: Optional[Comparison] = None
     compare: Optional[Comparison] = None
-    plans_asked: int = 1  # top_k
-    plans_found: int = 0  # the plan and its alternatives; fewer than asked with search.finished False: cut short
+    top_k_asked: int = Field(1, description="distinct configurations asked for (--top-k)")
+    top_k_found: int = Field(0, description="distinct fitting configurations returned (the plan and its alternatives)")
+
+    @property
+    def top_k_cut_short(self) -> bool:
+        """The one rule: fewer plans than asked and the search stopped by the time limit."""
+        return self.top_k_found < self.top_k_asked and not self.search.finished
 
 
 def _search_fn(method: str):
@@ -64,13 +70,15 @@ def _jsonable(x):
 def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, workers: int = 1, top_k: int = 1,
              seed: int = 0, compare: Union[ParallelConfig, Mapping[str, Any], None] = None,
              progress: Optional[Callable[[dict], None]] = None, textbook: bool = True,
-             cands: Optional[Candidates] = None) -> OptimizeResult:
+             cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None) -> OptimizeResult:
     """The fastest plan of `job` that fits, by `method` within `time_limit_s` (including
     enumeration and model building). `compare`: a configuration to compare the plan with
     (ParallelConfig, or a mapping of tp, pp, cp, vp, micro_batch_size, recompute,
     sequence_parallel, zero, layers). `textbook`: also evaluate the usual Megatron-LM
     configuration and report the speedup over it. `cands`: candidates prepared before (the
-    admission cache's)."""
+    admission cache's). `shortfall_budget_s`: time an INFEASIBLE verdict's fewest-GPUs search
+    may take (default: what is left of the limit; 0: none, so the answer is the same at any
+    limit)."""
     t0 = time.perf_counter()
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
@@ -98,15 +106,17 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
         shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
         shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
-        solver=_jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s,
-                          "plans_asked": int(top_k), "plans_found": len(plans)}),
+        solver=_jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
     )
-    if len(plans) < int(top_k) and not res.finished and plan is not None:
-        notes.append(f"{len(plans)} of {int(top_k)} plans within the time limit")
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
-                         alternatives=plans[1:], search=stats, notes=notes, plans_asked=int(top_k),
-                         plans_found=len(plans) if plan is not None else 0,
-                         shortfall=memory_shortfall(job, cands) if status == "INFEASIBLE" else None)
+                         alternatives=plans[1:], search=stats, notes=notes, top_k_asked=int(top_k),
+                         top_k_found=len(plans) if plan is not None else 0, shortfall=None)
+    if plan is not None and out.top_k_cut_short:
+        notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
+    if status == "INFEASIBLE":
+        left_s = max(0.0, float(time_limit_s) - (time.perf_counter() - t0))
+        out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None
+                                         else min(left_s, shortfall_budget_s))
     if plan is not None and textbook:
         if time.perf_counter() - t0 > float(time_limit_s):
             notes.append("textbook comparison skipped: the time limit is spent")
@@ -136,12 +146,16 @@ def _check_arguments(method: str, time_limit_s, top_k, workers) -> None:
 
 def _plans(job: JobSpec, cands: Candidates, res: MethodResult, method: str, notes: list[str]) -> list[Plan]:
     """The method's choices (best first) as plans re-evaluated by the float formulation; a
-    choice that does not fit there is dropped."""
+    choice that loses or invents a layer, or does not fit there, is dropped."""
     choices = [c for c in (res.top or ([res.best] if res.best else [])) if c is not None]
     if res.best is not None and (not choices or choices[0] is not res.best):
         choices = [res.best] + [c for c in choices if c is not res.best]
     plans = []
+    L = job.model.num_layers
     for i, ch in enumerate(choices):
+        if sum(ch.layers) != L or min(ch.layers, default=0) < 1:
+            notes.append(f"plan {i + 1}'s split {list(ch.layers)} does not place each of the {L} layers on a stage: dropped")
+            continue
         par = parallel_from_row(job, cands.shapes.row(ch.index))
         p = make_plan(job, par, ch.layers)
         if not p.fits:

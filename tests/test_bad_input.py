@@ -54,7 +54,7 @@ CASES = [
      ["num_attention_heads (7) must divide hidden_size (512)"]),
     ("kv-heads-not-dividing-heads", "m.yaml", _yaml(_with(MODEL, num_kv_heads=3)), ["show", "{f}"],
      ["num_kv_heads (3) must divide num_attention_heads (8)"]),
-    ("zero-layers", "m.yaml", _yaml(_with(MODEL, num_layers=0)), ["show", "{f}"], ["model.num_layers", "greater than 0"]),
+    ("zero-layers", "m.yaml", _yaml(_with(MODEL, num_layers=0)), ["show", "{f}"], ["model.num_layers", "outside the plausible range [1, 65536]"]),
     ("negative-hidden", "m.yaml", _yaml(_with(MODEL, hidden_size=-512)), ["show", "{f}"], ["model.hidden_size", "-512"]),
     ("non-integer-layers", "m.yaml", _yaml(_with(MODEL, num_layers=1.5)), ["show", "{f}"], ["model.num_layers", "1.5"]),
     ("string-size", "m.yaml", _yaml(_with(MODEL, hidden_size="big")), ["show", "{f}"], ["model.hidden_size", "'big'"]),

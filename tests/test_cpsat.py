@@ -218,11 +218,11 @@ def test_top_k_distinct_and_ordered():
     assert res.top[1].objective_s == pytest.approx(best_rest, abs=tol)
 
 
-def test_top_k_cut_short_is_feasible_with_the_plans_found():
+def test_top_k_cut_short_is_feasible_with_the_top_k_found():
     cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64), prune_time=False)
     res = cpsat.search(cands, time_limit_s=1e-6, top_k=4)
     assert res.status == "FEASIBLE" and not res.finished
-    assert 1 <= len(res.top) < 4 and res.stats["plans_found"] == len(res.top) and res.stats["plans_asked"] == 4
+    assert 1 <= len(res.top) < 4 and res.stats["top_k_found"] == len(res.top) and res.stats["top_k_asked"] == 4
     assert any("time limit" in n for n in res.stats["notes"])
 
 

@@ -9,20 +9,12 @@ import pytest
 
 from solveplan.catalog import load_cluster, load_model
 from solveplan.plan import ParallelConfig, make_plan
-from solveplan.render.megatron import gpu_arch, megatron_args
+from solveplan.render.megatron import MegatronArgs, gpu_arch, megatron_args
 from solveplan.specs import JobSpec, ModelSpec
 
 
 def _flags(args: list[str]) -> dict:
-    out, i = {}, 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out[args[i]] = args[i + 1]
-            i += 2
-        else:
-            out[args[i]] = True
-            i += 1
-    return out
+    return MegatronArgs(list(args)).flags()
 
 
 def _launch(model, cluster, *, tp=1, pp=1, cp=1, vp=1, zero=1, sp=None, layers=None, gbs=None, seq=None, **jobkw):

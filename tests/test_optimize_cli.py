@@ -9,7 +9,7 @@ import pytest
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import textbook_plan
-from solveplan.render.megatron import megatron_args, pipeline_layout, split_flags
+from solveplan.render.megatron import MegatronArgs, megatron_args, pipeline_layout, split_flags
 from solveplan.render.table import render_result, to_text
 from solveplan.render.timeline import simulate
 from solveplan.specs import ClusterSpec, GPUSpec, JobSpec, ModelSpec
@@ -84,15 +84,7 @@ def test_infeasible_exit_3_with_shortfall(cli):
 
 
 def _flags(args: list[str]) -> dict:
-    out, i = {}, 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out[args[i]] = args[i + 1]
-            i += 2
-        else:
-            out[args[i]] = True
-            i += 1
-    return out
+    return MegatronArgs(list(args)).flags()
 
 
 def test_megatron_flags_match_plan(cli):
@@ -193,13 +185,14 @@ def test_top_k_cut_short_exits_4(cli):
     """A top-k the time limit stops before K plans: the plans found, FEASIBLE, exit code 4."""
     res = cli(*BASE, "--top-k", "50", "--time-limit", "0.001", "--json")
     assert res.code == 4, res.err
-    assert "of 50 plans within the time limit" in res.err
+    assert "of the 50 plans asked for within the time limit" in res.err
     d = json.loads(res.out)
     found = 1 + len(d["alternatives"])
     assert d["status"] == "FEASIBLE" and 1 <= found < 50
-    assert d["search"]["solver"]["plans_asked"] == 50 and d["search"]["solver"]["plans_found"] == found
+    assert d["top_k_asked"] == 50 and d["top_k_found"] == found and not d["search"]["finished"]
+    assert d["search"]["solver"]["top_k_asked"] == 50 and d["search"]["solver"]["top_k_found"] == found
     full = optimize(_job("gpt3-13b", "a100x64"), top_k=3)
-    assert full.status == "OPTIMAL" and full.plans_asked == 3 and full.plans_found == 3
+    assert full.status == "OPTIMAL" and full.top_k_asked == 3 and full.top_k_found == 3
 
 
 def test_baseline_methods_agree():

@@ -195,3 +195,85 @@ def _has_nonfinite(x) -> bool:
     if isinstance(x, list):
         return any(_has_nonfinite(v) for v in x)
     return False
+
+
+# ------------------------------------------------------------------ hostile clients (issue #17)
+@pytest.mark.parametrize("raw, needle", [
+    (b'{"job": {"model": "gpt3-1.3b", "model": "gpt2", "cluster": "a100x8"}}', "twice"),
+    (b'{"job": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
+    (b'{"job": {"model": "gpt3-1.3b", "cluster": "a100x8", "global_batch_size": ' + b"9" * 5000 + b"}}", "digits"),
+    (b'{"job": {"model": "gpt3-1.3b", "cluster": "a100x8"}, "x": "\xff"}', "not UTF-8"),
+])
+def test_unsafe_json_is_422_before_parsing(client, raw, needle):
+    r = client.post("/v1/check", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and needle in r.json()["detail"][0]["msg"], r.text
+
+
+@pytest.mark.parametrize("ref", ["/etc/shadow", "../../etc/passwd", "/proc/kmsg", "/no/such.yaml"])
+def test_the_service_opens_no_client_named_file(client, ref):
+    for body in ({"job": {"model": ref, "cluster": "a100x8"}}, {"job": {"model": "gpt3-1.3b", "cluster": ref}}):
+        r = client.post("/v1/check", json=body)
+        assert r.status_code == 422 and "opens no files" in r.json()["detail"][0]["msg"], r.text
+
+
+def test_a_spec_directory_serves_plain_names(tmp_path, cache):
+    (tmp_path / "tiny.yaml").write_text("num_layers: 4\nhidden_size: 512\nnum_attention_heads: 8\n"
+                                        "ffn_hidden_size: 2048\nvocab_size: 32000\n")
+    c = TestClient(create_app(cache, spec_dir=str(tmp_path)))
+    assert c.post("/v1/check", json={"job": {"model": "tiny.yaml", "cluster": "a100x8"}}).json()["status"] == "FEASIBLE"
+    r = c.post("/v1/check", json={"job": {"model": str(tmp_path / "tiny.yaml"), "cluster": "a100x8"}})
+    assert r.status_code == 422
+
+
+def test_requests_beyond_a_clients_cap_are_429(cache):
+    import anyio
+
+    from solveplan.service import Guard
+    from solveplan.catalog import SpecFiles
+
+    release = anyio.Event()
+
+    async def slow_app(scope, receive, send):
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    guard = Guard(slow_app, max_bytes=1000, policy=SpecFiles(None), max_client_requests=2, max_requests=100,
+                  body_timeout_s=5, in_flight={})
+    statuses = []
+
+    async def one(host):
+        sent = False
+
+        async def receive():  # the body, then (as a server does) nothing until the client leaves
+            nonlocal sent
+            if sent:
+                await anyio.sleep_forever()
+            sent = True
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send(msg):
+            if msg["type"] == "http.response.start":
+                statuses.append((host, msg["status"]))
+
+        await guard({"type": "http", "client": (host, 1)}, receive, send)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            for host in ("10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2"):
+                tg.start_soon(one, host)
+                await anyio.sleep(0.01)
+            release.set()
+
+    anyio.run(main)
+    assert sorted(statuses) == [("10.0.0.1", 200), ("10.0.0.1", 200), ("10.0.0.1", 429), ("10.0.0.2", 200)]
+
+
+def test_absurd_targets_and_hardware_are_422(client):
+    r = client.post("/v1/fewest-gpus", json={"job": {"model": "gpt3-1.3b"}, "cluster": "a100x64",
+                                            "target": {"tokens_per_s": 1e300}})
+    assert r.status_code == 422
+    gpu = {"name": "g", "peak_bf16_tflops": 1e-20, "hbm_gib": 80, "hbm_gbyte_per_s": 2000}
+    r = client.post("/v1/check", json={"job": {"model": "gpt3-1.3b", "cluster": {
+        "gpu": gpu, "num_nodes": 1, "nvlink_gbyte_per_s": 300, "nic_gbit_per_s": 200}}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "peak_bf16_tflops"

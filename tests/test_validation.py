@@ -82,6 +82,7 @@ def test_gpu_names_and_software_eras():
     assert gpu_of("TPU v4") is None
     assert era_of("x", "Megatron-DeepSpeed, 2022")["flash"] is False
     assert era_of("x", "Megatron-DeepSpeed, 2022")["overlap_grad_reduce"] is False
+    assert era_of("x", "Megatron-DeepSpeed, 2022")["sequence_parallel"] == (False,)
     assert era_of("x", "NeMo 2.0 performance, 2025") == {}
 
 
@@ -100,3 +101,28 @@ def test_fit_recovers_known_parameters():
     assert out.values["m"] == pytest.approx(truth["m"], rel=0.03)
     assert out.values["fa"] == pytest.approx(truth["fa"], rel=0.05)
     assert np.isfinite(out.sd["m"]) and out.rms < 0.01
+
+
+def test_rows_of_an_unseen_file(tmp_path):
+    """A file of the same schema from elsewhere: GPU names and fabrics in its own words, a time
+    given as tokens/s only, and a row too incomplete to read -- kept, skipped with the reason."""
+    import json
+
+    data = {"sources": {"x": {"title": "Megatron-DeepSpeed on Omni-Path, 2022"}}, "measurements": [
+        {"id": "ds", "source": "x", "precision": "bf16",
+         "model": {"name": "GPT 13B", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 50257, "seq_len": 2048},
+         "hardware": {"gpu": "A100 80GB SXM", "gpus_per_node": 8, "inter_node": "4x 100 Gb/s Omni-Path per node"},
+         "parallel": {"num_gpus": 64, "tp": 2, "pp": 4, "mbs": 1, "gbs": 512, "recompute": "full"},
+         "measured": {"tokens_per_s_total": 70000}},
+        {"id": "broken", "source": "x", "model": {"layers": 2}, "hardware": {"gpu": "H100"},
+         "parallel": {"num_gpus": 8, "gbs": 8}, "measured": {}},
+    ]}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(data))
+    ds, broken = published_rows([str(path)])
+    assert ds.skipped is None and ds.basis == "tokens/s" and ds.measured_s == pytest.approx(512 * 2048 / 70000)
+    assert ds.job.cluster.nic_gbit_per_s == 50 and ds.job.flash_attention is False
+    assert ds.job.overlap_grad_reduce is False and ds.job.constraints.zero == (1,)
+    assert broken.skipped.startswith("row cannot be read")
+    preds = in_sample(row_cases([ds]))
+    assert len(preds) == 1 and preds[0].predicted_s > 0

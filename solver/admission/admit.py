@@ -75,7 +75,7 @@ def _nodes_asked(aj: AdmitJob, sz: Sizer, field: str) -> Optional[int]:
 
 def admit(jobs: Sequence[Union[JobSpec, AdmitJob, Mapping[str, Any]]], free_cluster: Union[str, ClusterSpec],
           time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
-          on_decision: Optional[Callable[[int, Decision], None]] = None) -> AdmitResult:
+          on_decision: Optional[Callable[[int, Decision], None]] = None, cancel=None) -> AdmitResult:
     """One decision per job, in order (first come, first served): a job is admitted when its
     allocation fits in what is still free and a plan fits on it; an admitted job's GPUs are no
     longer free for the jobs after it. The time limit covers the batch: each job gets an equal
@@ -88,7 +88,7 @@ def admit(jobs: Sequence[Union[JobSpec, AdmitJob, Mapping[str, Any]]], free_clus
     of k nodes is the first k nodes' worth of the free cluster (racks and link overrides are
     kept for those nodes): which physical nodes is the scheduler's choice.
     """
-    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["admit"])
+    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["admit"], cancel)
     cache = DEFAULT_CACHE if cache is None else cache
     sz = sizer(free_cluster, field="cluster")
     per_node = sz.gpus_per_node
@@ -97,7 +97,7 @@ def admit(jobs: Sequence[Union[JobSpec, AdmitJob, Mapping[str, Any]]], free_clus
     decisions: list[Decision] = []
     for i, item in enumerate(jobs):
         share = max(0.0, (clock.left() - clock.reserve()) / (len(jobs) - i))
-        d = _admit_one(item, f"jobs[{i}]", sz, free_nodes, share, cache)
+        d = _admit_one(item, f"jobs[{i}]", sz, free_nodes, clock.sub(share), cache)
         decisions.append(d)
         if on_decision is not None:
             on_decision(i, d)
@@ -107,7 +107,7 @@ def admit(jobs: Sequence[Union[JobSpec, AdmitJob, Mapping[str, Any]]], free_clus
                        gpus_free_after=free_nodes * per_node, decisions=decisions)
 
 
-def _admit_one(item, field: str, sz: Sizer, free_nodes: int, share: float, cache: ResultCache) -> Decision:
+def _admit_one(item, field: str, sz: Sizer, free_nodes: int, clock: Clock, cache: ResultCache) -> Decision:
     per_node = sz.gpus_per_node
     ident = item.get("id", item.get("name")) if isinstance(item, Mapping) else None
     if not isinstance(ident, (int, str)) or isinstance(ident, bool):
@@ -128,10 +128,10 @@ def _admit_one(item, field: str, sz: Sizer, free_nodes: int, share: float, cache
             if nodes > free_nodes:
                 return Decision(id=ident, admitted=False, status="NO_CAPACITY", num_gpus=nodes * per_node,
                                 reason=f"asks for {nodes * per_node} GPUs; {free_nodes * per_node} are free")
-            return _decide_job(ident, job, Clock(share, share), cache)
+            return _decide_job(ident, job, clock, cache)
         if free_nodes == 0:
             return Decision(id=ident, admitted=False, status="NO_CAPACITY", reason="no GPUs are free")
-        fg = fewest_gpus(job, sz.cluster(free_nodes), aj.target, time_limit_s=share, cache=cache)
+        fg = fewest_gpus(job, sz.cluster(free_nodes), aj.target, time_limit_s=clock.limit, cache=cache, cancel=clock.cancel)
         if fg.num_gpus is None:
             status = "NO_CAPACITY" if fg.status == "INFEASIBLE" else "UNKNOWN"
             return Decision(id=ident, admitted=False, status=status, reason=fg.reason)

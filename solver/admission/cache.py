@@ -3,17 +3,23 @@ single flight (`ResultCache`), and the clock every call measures its time limit 
 `wait`).
 
 Work that cannot be interrupted -- enumerating shapes, building coefficients, a solve -- runs
-in the cache's worker threads; the caller stops waiting at its deadline (`wait`), the work
-finishes in the background and its result is cached, so the next call is fast.
+in the cache's worker threads; the caller stops waiting at its deadline or when it is
+cancelled (`wait`: the service cancels a request whose client left). Work is owned by its
+waiters: queued work that no caller waits for any more is dropped before it starts; work that
+started finishes (a solve within the time limit it was given) and, when its result is final,
+is cached. At exit the workers are stopped: queued work dropped, running work joined (a C++
+solve still running when the interpreter tears down would abort the process).
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -29,6 +35,13 @@ class Busy(RuntimeError):
     """Too many distinct computations in flight: the caller answers UNKNOWN at once."""
 
 
+class Dropped(RuntimeError):
+    """Queued work dropped before it started: no caller waited for it any more (or exit)."""
+
+
+_CACHES: "weakref.WeakSet[ResultCache]" = weakref.WeakSet()
+
+
 class ResultCache:
     """Lock-protected LRU of finished results plus the computations in flight (single flight:
     concurrent callers of one key share one computation).
@@ -39,14 +52,19 @@ class ResultCache:
     submitting work costs no thread start and a process can exit with work still queued.
     """
 
-    def __init__(self, maxsize: int = 1024, max_inflight: int = 256, workers: Optional[int] = None):
+    def __init__(self, maxsize: int = 1024, max_inflight: int = 64, workers: Optional[int] = None):
         self.maxsize = maxsize
         self.max_inflight = max_inflight
         self.workers = workers or max(2, os.cpu_count() or 2)
         self._lock = threading.Lock()
         self._data: OrderedDict = OrderedDict()
         self._inflight: dict = {}
+        self._waiters: dict = {}  # key -> callers waiting for its computation
         self._queues: dict[str, queue.SimpleQueue] = {}
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self.dropped = 0
+        _CACHES.add(self)
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -92,23 +110,59 @@ class ResultCache:
                 return fut
             fut = self._inflight.get(key)
             if fut is not None:
+                self._waiters[key] = self._waiters.get(key, 0) + 1
                 return fut
+            if self._closed:
+                raise Busy("shutting down")
             if len(self._inflight) >= self.max_inflight:
                 raise Busy(f"{len(self._inflight)} computations in flight")
             self.misses += 1
             fut = Future()
             self._inflight[key] = fut
+            self._waiters[key] = 1
             q = self._queues.get(lane)
             if q is None:
                 q = self._queues[lane] = queue.SimpleQueue()
                 for i in range(self.workers):
-                    threading.Thread(target=self._worker, args=(q,), daemon=True, name=f"solveplan-{lane}-{i}").start()
+                    t = threading.Thread(target=self._worker, args=(q,), daemon=True, name=f"solveplan-{lane}-{i}")
+                    self._threads.append(t)
+                    t.start()
         q.put((key, fn, fut, store))
         return fut
 
+    def release(self, key) -> None:
+        """A caller of `run(key)` stopped waiting (answered, timed out or cancelled)."""
+        with self._lock:
+            n = self._waiters.get(key, 0) - 1
+            if n > 0:
+                self._waiters[key] = n
+            else:
+                self._waiters.pop(key, None)
+
+    def fetch(self, key, fn: Callable[[], Any], clock: Optional["Clock"], store: Callable[[Any], bool] = lambda v: True,
+              lane: str = "prepare", reserve: bool = True):
+        """`run` and wait for the value: None at the clock's deadline (or cancellation); with no
+        clock, until it is computed. Raises Busy, Dropped or what `fn` raised."""
+        fut = self.run(key, fn, store, lane)
+        try:
+            return fut.result() if clock is None else wait(fut, clock, reserve)
+        finally:
+            self.release(key)
+
     def _worker(self, q: queue.SimpleQueue) -> None:
         while True:
-            key, fn, fut, store = q.get()
+            item = q.get()
+            if item is None:  # shutdown
+                return
+            key, fn, fut, store = item
+            with self._lock:
+                unwanted = self._closed or not self._waiters.get(key)
+                if unwanted:
+                    self._inflight.pop(key, None)
+                    self.dropped += 1
+            if unwanted:
+                fut.set_exception(Dropped("no caller waits for it"))
+                continue
             try:
                 value = fn()
             except BaseException as exc:  # handed to every waiter
@@ -127,29 +181,58 @@ class ResultCache:
         with self._lock:
             self._data.clear()
 
+    def shutdown(self) -> None:
+        """Stop the workers: queued work is dropped, running work finishes (within its time
+        limit) and the threads are joined. The cache cannot compute afterwards."""
+        with self._lock:
+            self._closed = True
+            queues, threads = list(self._queues.values()), list(self._threads)
+        for q in queues:
+            for _ in range(self.workers):
+                q.put(None)
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join()
+
     def stats(self) -> dict:
         with self._lock:
             return {"entries": len(self._data), "maxsize": self.maxsize, "inflight": len(self._inflight),
                     "hits": self.hits, "misses": self.misses, "evictions": self.evictions,
-                    "computed": self.computed}
+                    "computed": self.computed, "dropped": self.dropped}
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for c in list(_CACHES):
+        c.shutdown()
 
 
 DEFAULT_CACHE = ResultCache()
 
 
 class Clock:
-    """A deadline measured from the call. `left()` is the remaining budget in seconds."""
+    """A deadline measured from the call. `left()` is the remaining budget in seconds (0 once
+    `cancel` is set: the caller went away)."""
 
-    def __init__(self, time_limit_s: Optional[float], default: float):
-        limit = default if time_limit_s is None else float(time_limit_s)
-        if not math.isfinite(limit) or limit < 0:
+    def __init__(self, time_limit_s: Optional[float], default: float, cancel: Optional[threading.Event] = None):
+        limit = default if time_limit_s is None else time_limit_s
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
             raise InputError("time_limit_s", f"must be a non-negative number of seconds (got {time_limit_s!r})")
-        self.limit = limit
+        self.limit = float(limit)
         self.start = time.monotonic()
-        self.deadline = self.start + limit
+        self.deadline = self.start + self.limit
+        self.cancel = cancel
+
+    def sub(self, limit: float) -> "Clock":
+        """A clock of `limit` seconds from now, cancelled with this one."""
+        return Clock(max(0.0, limit), 0.0, self.cancel)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return 0.0 if self.cancelled else self.deadline - time.monotonic()
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -161,14 +244,18 @@ class Clock:
         return min(0.25, 0.015 + 0.04 * self.limit)
 
 
+CANCEL_POLL_S = 0.05
+
+
 def wait(fut: Future, clock: Clock, reserve: bool = True):
-    """fut's value, or None when the deadline (less the reserve) comes first."""
-    timeout = clock.left() - (clock.reserve() if reserve else 0.0)
-    if fut.done():
-        return fut.result()
-    if timeout <= 0:
-        return None
-    try:
-        return fut.result(timeout=timeout)
-    except FutureTimeout:
-        return None
+    """fut's value, or None when the deadline (less the reserve) or a cancellation comes first."""
+    while True:
+        if fut.done():
+            return fut.result()
+        timeout = clock.left() - (clock.reserve() if reserve else 0.0)
+        if timeout <= 0:
+            return None
+        try:
+            return fut.result(timeout=timeout if clock.cancel is None else min(timeout, CANCEL_POLL_S))
+        except FutureTimeout:
+            continue

@@ -73,13 +73,14 @@ def verdict_of_result(res: SolveResult) -> Optional[CheckResult]:
     return None
 
 
-def check(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None) -> CheckResult:
+def check(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
+          cancel=None) -> CheckResult:
     """Does some plan of `job` fit? Fast path: the (cached) candidates (see the module
     docstring); a short CP-SAT solve when they cannot decide. Returns status UNKNOWN
     (feasible=None) when the time limit comes first. The answer depends on the job alone, not
     on what was asked before: `best_known_step_time_s` is the incumbent's, even when `plan`
-    has found the optimum since."""
-    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["check"])
+    has found the optimum since. `cancel` (a threading.Event): stop waiting when it is set."""
+    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["check"], cancel)
     cache = DEFAULT_CACHE if cache is None else cache
     return timed_check(as_job(job), clock, cache)
 
@@ -102,7 +103,7 @@ def timed_check(job: JobSpec, clock: Clock, cache: ResultCache) -> CheckResult:
     if budget <= 0:
         return _unknown(f"time limit {clock.limit:g} s reached: {sc.num_memory_ok} shapes may fit with an "
                         f"uneven layer split but none fits with a balanced one; a solve is needed")
-    res = bounded_plan(job, Clock(budget, budget), cache)
+    res = bounded_plan(job, clock.sub(budget), cache)
     verdict = verdict_of_result(res)
     if verdict is not None:
         return verdict

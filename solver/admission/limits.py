@@ -5,14 +5,13 @@ error naming its field under the root the caller gives (`job`, `jobs[3]`)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Union
-
-from pydantic import BaseModel
 
 from ..catalog import load_cluster, load_job
 from ..errors import InputError, path
+from ..space.enumeration import check_space
 from ..specs import ClusterSpec, JobSpec
+from ..specs.base import check_types
 
 MAX_GPUS = 32768
 MAX_GLOBAL_BATCH_SIZE = 65536
@@ -20,30 +19,20 @@ MAX_SEQ_LENGTH = 1 << 20
 MAX_LAYERS = 4096
 MAX_WIDTH = 1 << 20  # hidden_size, ffn_hidden_size
 MAX_VOCAB = 1 << 22
-MAX_SPEC_NUMBER = 1e9  # any float of a GPU or cluster spec (bandwidths, latencies, peaks)
+# The legal space a request may span (space.enumeration.check_space): the largest catalog jobs
+# span ~2.1e5 shapes and ~1.4e7 shape-stages; a request over these is refused before any work.
+MAX_LEGAL_SHAPES = 500_000
+MAX_SHAPE_STAGES = 30_000_000
 
 JobLike = Union[JobSpec, Mapping[str, Any]]
 
 
-def _check_numbers(obj, where: str) -> None:
-    """Every float of a spec (recursively) finite and at most MAX_SPEC_NUMBER in size."""
-    for name, value in obj:
-        here = f"{where}.{name}"
-        if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= MAX_SPEC_NUMBER):
-            raise InputError(here, f"{value!r} is out of range (finite, at most {MAX_SPEC_NUMBER:g})")
-        if isinstance(value, BaseModel):
-            _check_numbers(value, here)
-        elif isinstance(value, tuple):
-            for i, item in enumerate(value):
-                if isinstance(item, BaseModel):
-                    _check_numbers(item, f"{here}[{i}]")
-
-
 def check_limits(job: JobSpec, field: str = "job") -> JobSpec:
-    """Reject jobs beyond the guard rails (see MAX_*), naming the field."""
+    """Reject jobs beyond the guard rails (see MAX_*), naming the field: the spec rules a
+    mapping is built under (`specs.base.check_types`: strict types, plausible ranges) also for a
+    JobSpec made in Python, then the sizes, then the legal space the job spans."""
+    check_types(JobSpec, job.model_dump(), field)
     m, c = job.model, job.cluster
-    _check_numbers(c, path(field, "cluster"))
-    _check_numbers(m, path(field, "model"))
     checks = [
         ("cluster", c.num_gpus, MAX_GPUS, f"{c.num_gpus} GPUs"),
         ("global_batch_size", job.global_batch_size, MAX_GLOBAL_BATCH_SIZE, str(job.global_batch_size)),
@@ -56,6 +45,7 @@ def check_limits(job: JobSpec, field: str = "job") -> JobSpec:
     for key, value, cap, shown in checks:
         if value > cap:
             raise InputError(path(field, key), f"{shown} is beyond what the planner accepts (at most {cap})")
+    check_space(job, MAX_LEGAL_SHAPES, MAX_SHAPE_STAGES, field)
     return job
 
 

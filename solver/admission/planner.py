@@ -1,6 +1,10 @@
 """`plan` within a time limit: `optimize` (CP-SAT) on the job's cached candidates, in the
 cache's solve lane, and -- when the deadline comes first -- the best plan known without the
-solver (the incumbent, with a bound valid for every split) or an earlier answer."""
+solver (the incumbent, with a bound valid for every split).
+
+Only final answers are cached (`final`): proven INFEASIBLE, or OPTIMAL with every part done
+(the canonical tie-break, the textbook comparison). An answer the time limit shaped is never
+handed to a later call, and every caller gets its own copy."""
 
 from __future__ import annotations
 
@@ -13,13 +17,15 @@ from ..optimize import OptimizeResult, optimize
 from ..plan import SearchStats, SolveResult, make_plan, parallel_from_row
 from ..search.candidates import Candidates, prepare
 from ..specs import JobSpec
-from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, ResultCache, wait
+from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, Dropped, ResultCache
 from .limits import JobLike, as_job
 from .screen import screen, screen_shortfall
 
 # Share of the time limit given to the solver; the rest covers candidates already in flight,
 # the textbook comparison and assembling the answer.
 SOLVER_SHARE = 0.85
+# Notes by which `optimize` says that a part of an OPTIMAL answer was cut by the time limit.
+TIME_SHAPED = ("may differ between runs", "time limit is spent")
 
 
 def _counts(cands: Optional[Candidates]) -> dict:
@@ -34,74 +40,69 @@ def _solve(job: JobSpec, time_limit_s: float, cands: Candidates) -> SolveResult:
     """optimize() on the cached candidates. When the memory bounds already exclude every shape
     the answer is INFEASIBLE without a search, and the shortfall (with its fewest-GPUs
     suggestion) gets the budget instead of optimize's fixed 20 s."""
-    if cands.num_survivors == 0:
+    if cands.num_survivors == 0:  # no fewest-GPUs search: the answer may not depend on the limit
         t0 = time.monotonic()
-        sf = memory_shortfall(job, cands, budget_s=max(0.0, time_limit_s * 0.8))
+        sf = memory_shortfall(job, cands, budget_s=0.0)
         stats = SearchStats(method="cpsat", wall_time_s=time.monotonic() - t0, **_counts(cands))
         return OptimizeResult(status="INFEASIBLE", shortfall=sf, search=stats,
                               notes=["no legal shape survives the memory lower bound: nothing to search"])
     return optimize(job, method="cpsat", time_limit_s=max(0.01, time_limit_s), workers=1, top_k=1, seed=0,
-                    cands=cands)
+                    cands=cands, shortfall_budget_s=0.0)
 
 
-def _final(res: SolveResult) -> bool:
-    return res.status in ("OPTIMAL", "INFEASIBLE")
+def final(res: SolveResult) -> bool:
+    """Is `res` the answer any time limit long enough would give (so it may be cached)?"""
+    if res.status == "INFEASIBLE":
+        return True
+    return (res.status == "OPTIMAL" and res.search.finished
+            and not any(marker in note for note in res.notes for marker in TIME_SHAPED))
 
 
-def plan(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None) -> SolveResult:
+def plan(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
+         cancel=None) -> SolveResult:
     """The fastest plan that fits (`optimize`, CP-SAT, with its textbook comparison), within
     `time_limit_s`. When time runs out: status FEASIBLE with the best plan known (the
-    incumbent) and its gap to a proven lower bound, or UNKNOWN with no plan."""
-    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["plan"])
+    incumbent) and its gap to a proven lower bound, or UNKNOWN with no plan. `cancel` (a
+    threading.Event): stop waiting when it is set."""
+    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["plan"], cancel)
     cache = DEFAULT_CACHE if cache is None else cache
     return bounded_plan(as_job(job), clock, cache)
 
 
 def bounded_plan(job: JobSpec, clock: Clock, cache: ResultCache) -> SolveResult:
-    """`plan` of a validated job on a running clock."""
+    """`plan` of a validated job on a running clock (a copy: callers may change it)."""
     key = ("plan", job)
     cached = cache.get(key)
+    if cached is not None:
+        return cached.model_copy(deep=True)
     solver_deadline = clock.start + clock.limit * SOLVER_SHARE - clock.reserve()
     budget = solver_deadline - time.monotonic()
-    # A final answer is reused whatever the limit; a time-limited one for budgets up to its own.
-    if cached is not None and (_final(cached[0]) or budget <= cached[1] * 1.05 + 0.01):
-        return cached[0]
-    if budget <= 0.02:
+    if budget <= 0.02 or clock.cancelled:
         return _fallback(job, clock, cache, f"time limit {clock.limit:g} s too short to start the solver")
 
     def compute():
-        cands = cache.run(("cands", job), lambda: prepare(job)).result()  # the prepare lane never waits on this one
+        cands = cache.fetch(("cands", job), lambda: prepare(job), None)
         left = solver_deadline - time.monotonic()
         if left <= 0.02:
             return None
         res = _solve(job, left, cands)
-        _store_plan(cache, key, res, budget)
+        if final(res):
+            cache.put(key, res)
         return res
 
     try:  # single flight per (job, budget to 0.1 s)
-        fut = cache.run(("solve", job, round(budget, 1)), compute, store=lambda v: False, lane="solve")
-    except Busy as exc:
+        res = cache.fetch(("solve", job, round(budget, 1)), compute, clock, store=lambda v: False, lane="solve")
+    except (Busy, Dropped) as exc:
         return _fallback(job, clock, cache, f"busy ({exc})")
-    res = wait(fut, clock)
     if res is not None:
-        return res
+        return res.model_copy(deep=True)
     return _fallback(job, clock, cache, f"time limit {clock.limit:g} s reached before the solver returned")
 
 
-def _store_plan(cache: ResultCache, key, res: SolveResult, budget: float) -> None:
-    """Keep a final answer; a time-limited one only over an earlier time-limited one with less budget."""
-    cache.put_if(key, (res, budget), keep=lambda prev: not _final(res) and (_final(prev[0]) or prev[1] > budget))
-
-
 def _fallback(job: JobSpec, clock: Clock, cache: ResultCache, why: str) -> SolveResult:
-    """Best plan known without the solver: an earlier answer, or the incumbent of the cached
-    candidates with a bound valid for every split; INFEASIBLE when the screen proves it;
-    UNKNOWN when nothing is known yet."""
-    prev = cache.get(("plan", job))
-    if prev is not None and prev[0].plan is not None:
-        res = prev[0]
-        return res.model_copy(update={"notes": [*res.notes, f"{why}; this is an earlier answer computed with a "
-                                                              f"{prev[1]:.3g} s limit"]})
+    """Best plan known without the solver: the incumbent of the cached candidates with a bound
+    valid for every split; INFEASIBLE when the screen proves it; UNKNOWN when nothing is known
+    yet."""
     cands = cache.get(("cands", job))
     stats = SearchStats(method="cpsat", wall_time_s=clock.elapsed(), finished=False, **_counts(cands))
     if cands is None:

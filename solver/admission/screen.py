@@ -13,7 +13,7 @@ from ..diagnose import memory_shortfall, shape_shortfall
 from ..plan import Shortfall
 from ..search.candidates import Candidates, prepare
 from ..specs import JobSpec
-from .cache import Clock, ResultCache, wait
+from .cache import Clock, Dropped, ResultCache
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ def screen(cands: Candidates) -> Screen:
 
 def candidates(job: JobSpec, clock: Clock, cache: ResultCache) -> Optional[Candidates]:
     """The job's candidates (cached, computed once), or None at the deadline."""
-    return wait(cache.run(("cands", job), lambda: prepare(job)), clock)
+    try:
+        return cache.fetch(("cands", job), lambda: prepare(job), clock)
+    except Dropped:
+        return None
 
 
 def screen_shortfall(job: JobSpec, cands: Candidates, sc: Screen) -> Optional[Shortfall]:

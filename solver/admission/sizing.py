@@ -123,7 +123,7 @@ def probe(job: JobSpec, need: float, clock: Clock, cache: ResultCache) -> tuple[
     budget = clock.left() - clock.reserve()
     if budget <= 0.05:
         return Probe(num_gpus=n, meets=None, tokens_per_s=inc, max_tokens_per_s=ub, how="time limit reached"), None
-    res = bounded_plan(job, Clock(budget, budget), cache)
+    res = bounded_plan(job, clock.sub(budget), cache)
     rate = res.plan.tokens_per_s if res.plan is not None else inc
     if res.bound_step_time_s:
         ub = min(ub, tokens / res.bound_step_time_s)
@@ -145,7 +145,7 @@ def _target(target: Union[Target, Mapping[str, Any]]) -> Target:
 
 def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target: Union[Target, Mapping[str, Any]],
                 time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
-                exhaustive: bool = True) -> FewestGpusResult:
+                exhaustive: bool = True, cancel=None) -> FewestGpusResult:
     """The smallest allocation (a multiple of the GPUs per node, up to the cluster's size or
     FEWEST_MAX_GPUS for a bare family) whose best plan meets `target`, with that plan.
 
@@ -162,7 +162,7 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
     Status OPTIMAL: every smaller size on the grid is ruled out (by the peak bound or a probe).
     An undecided probe counts as a miss and the status is then FEASIBLE.
     """
-    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["fewest_gpus"])
+    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["fewest_gpus"], cancel)
     cache = DEFAULT_CACHE if cache is None else cache
     target = _target(target)
     sz = sizer(family_or_cluster)

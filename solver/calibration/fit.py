@@ -52,21 +52,34 @@ class FitResult:
 
 
 def fit_least_squares(residuals: Callable[[dict], np.ndarray], params: Sequence[Param],
-                      seeds: Optional[Sequence[dict]] = None, diff_step: Optional[float] = None) -> FitResult:
+                      seeds: Optional[Sequence[dict]] = None, diff_step: Optional[float] = None, *,
+                      prior_sd: Optional[dict[str, float]] = None, prior_weight: float = 0.1,
+                      loss: str = "linear", loss_scale: float = 1.0,
+                      jacobian: Optional[Callable[[dict], np.ndarray]] = None, max_nfev: Optional[int] = None) -> FitResult:
     """Bounded least squares over the free `params` (fixed ones pass their `value`).
     `residuals(values)` returns log-ratio residuals. `seeds`: candidate starting points (a
     coarse grid); the fit starts from the best of them. Fills `value` and `sd` of each free
-    parameter and returns the result."""
+    parameter and returns the result.
+
+    Options of the published-runs fit: `prior_sd` (name -> sd) adds a residual
+    `prior_weight * (x - before) / sd` per named parameter, so a parameter the data cannot
+    identify stays at its prior (`Param.before`); `loss`/`loss_scale` a robust loss of
+    scipy's; `jacobian(values)` the data rows' Jacobian (columns: the free params) when the
+    caller can compute it cheaper than finite differences. Uncertainties use the data rows."""
     from scipy.optimize import least_squares
 
     free = [p for p in params if not p.fixed]
     fixed = {p.name: p.value for p in params if p.fixed}
+    priors = [(i, p.before, (prior_sd or {})[p.name]) for i, p in enumerate(free) if p.name in (prior_sd or {})]
 
     def values_of(x) -> dict:
         return {**fixed, **{p.name: float(v) for p, v in zip(free, x)}}
 
+    def prior_rows(x) -> np.ndarray:
+        return np.array([prior_weight * (x[i] - mu) / sd for i, mu, sd in priors])
+
     def fun(x):
-        return np.asarray(residuals(values_of(x)), dtype=np.float64)
+        return np.concatenate([np.asarray(residuals(values_of(x)), dtype=np.float64), prior_rows(x)])
 
     lo = np.array([p.lower for p in free])
     hi = np.array([p.upper for p in free])
@@ -81,14 +94,21 @@ def fit_least_squares(residuals: Callable[[dict], np.ndarray], params: Sequence[
     if best_x is None:  # every start gave non-finite residuals
         best_x = starts[-1]
     kw = {"diff_step": diff_step} if diff_step else {}
-    res = least_squares(fun, best_x, bounds=(lo, hi), x_scale=np.array([p.scale for p in free]),
-                        method="trf", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=400 * max(1, len(free)), **kw)
-    m, k = len(res.fun), len(free)
+    if jacobian is not None:
+        prior_jac = np.zeros((len(priors), len(free)))
+        for row, (i, _, sd) in enumerate(priors):
+            prior_jac[row, i] = prior_weight / sd
+        kw["jac"] = lambda x: np.vstack([np.asarray(jacobian(values_of(x)), dtype=np.float64), prior_jac])
+    res = least_squares(fun, best_x, bounds=(lo, hi), x_scale=np.array([p.scale for p in free]), method="trf",
+                        loss=loss, f_scale=loss_scale, xtol=1e-12, ftol=1e-12, gtol=1e-12,
+                        max_nfev=max_nfev or 400 * max(1, len(free)), **kw)
+    data = res.fun[:len(res.fun) - len(priors)]
+    m, k = len(data), len(free)
     dof = m - k
     sd = np.full(k, np.nan)
     if dof > 0 and k:
-        J = res.jac
-        s2 = float(np.sum(res.fun**2)) / dof
+        J = res.jac[:m]
+        s2 = float(np.sum(data**2)) / dof
         try:
             cov = np.linalg.pinv(J.T @ J) * s2
             sd = np.sqrt(np.clip(np.diag(cov), 0, None))
@@ -98,8 +118,8 @@ def fit_least_squares(residuals: Callable[[dict], np.ndarray], params: Sequence[
         sd = np.where(np.linalg.norm(J, axis=0) > 0, sd, np.inf)
     for p, v, s in zip(free, res.x, sd):
         p.value, p.sd = float(v), float(s)
-    return FitResult(values=values_of(res.x), sd={p.name: p.sd for p in free}, residuals=res.fun,
-                     rms=float(np.sqrt(np.mean(res.fun**2))) if m else 0.0, dof=dof, nfev=int(res.nfev),
+    return FitResult(values=values_of(res.x), sd={p.name: p.sd for p in free}, residuals=data,
+                     rms=float(np.sqrt(np.mean(data**2))) if m else 0.0, dof=dof, nfev=int(res.nfev),
                      message=str(res.message))
 
 

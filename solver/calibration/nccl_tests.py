@@ -172,10 +172,9 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
         path = Path(src)
         if not path.is_file():
             raise InputError(str(path), "file does not exist")
-        try:
-            text = path.read_text(errors="replace")
-        except OSError as exc:
-            raise InputError(str(path), f"cannot read it: {exc.strerror}") from None
+        from ..catalog import read_text  # the safe reader of every user file
+
+        text = read_text(path, str(path))
         source = name or path.name
     else:
         text = str(src)
@@ -302,12 +301,9 @@ def _drop_timestamp(toks: list[str]) -> list[str]:
 def _parse_json(text: str, source: str) -> NcclRun:
     """nccl-tests' `-J` output (src/util.cu: jsonOutputInit, writeDeviceReport,
     writeBenchmarkLine*, writeResultFooter)."""
-    import json
+    from ..catalog import parse_data
 
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(source, f"line {exc.lineno}: not valid JSON ({exc.msg}); is this nccl-tests' -J output?") from None
+    data = parse_data(text, source, "the log", "json")
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         raise InputError(source, "JSON without a 'results' list: not nccl-tests' -J output")

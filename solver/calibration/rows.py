@@ -21,7 +21,6 @@ dense BF16 peak).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Optional
 from ..errors import InputError
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
+from ..specs.reading import read_data
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json")
 
@@ -67,7 +67,7 @@ def era_of(source: str, text: str) -> dict:
     had no flash attention in Megatron-style stacks (it reached Megatron-LM and NeMo in 2023),
     2021 or earlier no sequence parallelism, distributed optimizer or overlapped gradient
     reduction; DeepSpeed's pipeline engine reduces gradients after the pipeline flush (not
-    overlapped) with ZeRO-1."""
+    overlapped) with ZeRO-1, and Megatron-DeepSpeed has no Megatron sequence parallelism."""
     if source in ERA:
         return ERA[source]
     t = text.lower()
@@ -77,8 +77,8 @@ def era_of(source: str, text: str) -> dict:
         era["flash"] = False
     if years and max(years) <= 2021:
         era.update(sequence_parallel=(False,), zero=(0,), overlap_grad_reduce=False)
-    if "deepspeed" in t:
-        era.update(overlap_grad_reduce=False)
+    if "deepspeed" in t:  # Megatron-DeepSpeed: no Megatron sequence parallelism, ZeRO-1, reduction after the flush
+        era.update(overlap_grad_reduce=False, sequence_parallel=(False,))
         era.setdefault("zero", (1,))
     return era
 
@@ -104,10 +104,7 @@ def load_rows(paths: Optional[list[str]] = None) -> tuple[list[dict], dict]:
     `_source_meta`), and the first file's memory data points."""
     rows, memory = [], {}
     for p in find_data(paths):
-        try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError("data", f"{p.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data = read_data(p, "data")  # the safe reader: size cap, UTF-8, no duplicate keys or deep nesting
         if not isinstance(data, dict) or not isinstance(data.get("measurements"), list):
             raise InputError("data", f"{p.name} has no 'measurements' list")
         sources = data.get("sources") or {}
@@ -301,6 +298,9 @@ def measured_step_s(raw: dict, job: JobSpec) -> tuple[Optional[float], str]:
         return float(derived["iteration_time_s"]), "tokens/s"
     conv = str(me.get("tflops_convention", ""))
     B, s = job.global_batch_size, job.seq_length
+    tokens_per_s = _positive(me.get("tokens_per_s_total")) or n * (_positive(me.get("tokens_per_s_per_gpu")) or 0.0)
+    if tokens_per_s:
+        return B * s / tokens_per_s, "tokens/s"
     if me.get("tflops_per_gpu"):
         if "Eq" in conv or "counts recompute" in conv:
             return megatron_eq3_flop(job.model, B, s) / (n * me["tflops_per_gpu"] * 1e12), "TFLOP/s by Eq. (3)"
@@ -311,6 +311,18 @@ def measured_step_s(raw: dict, job: JobSpec) -> tuple[Optional[float], str]:
     return None, ""
 
 
+def _positive(x) -> Optional[float]:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 else None
+
+
 def published_rows(paths: Optional[list[str]] = None) -> list[Row]:
-    raws, _ = load_rows(paths)
-    return [row_job(r) for r in raws]
+    """Every row of the data files; a row that cannot be read is kept, skipped with the reason."""
+    out = []
+    for raw in load_rows(paths)[0]:
+        try:
+            out.append(row_job(raw))
+        except (KeyError, TypeError, ValueError, InputError) as exc:  # ValidationError is a ValueError
+            reason = exc.message if isinstance(exc, InputError) else f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            out.append(Row(id=str(raw.get("id", "?")), source=str(raw.get("source", "?")), gpu="", family="",
+                           num_gpus=0, skipped=f"row cannot be read: {reason}", raw=raw))
+    return out

@@ -15,6 +15,8 @@ are one chip; their HBM stays the datasheet's), fitted by bounded, regularised l
   cross-validation fold) stays at its prior instead of drifting to a bound;
 - uncertainties from the Jacobian at the solution (`s^2 (J^T J)^-1`, data rows only);
   parameters that end on a bound are reported with that fact.
+The fitter is the calibration's own (`calibration.fit.fit_least_squares`), with its priors,
+robust loss and a Jacobian that re-evaluates only the rows a parameter moves.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..formulation.job import job_coefficients
 from ..formulation.pipeline import step_time_batch
 from ..formulation.splits import balanced_layers_matrix
 from ..space.enumeration import enumerate_shapes
+from .fit import Param, fit_least_squares
 from .rows import Row
 
 # catalog GPU -> chip whose parameters it shares (no published rows of its own: borrowed, stated in its YAML)
@@ -135,52 +138,36 @@ class FitOutcome:
 
 
 def fit(cases: Sequence[RowCase], params: Sequence[FitParam] = FIT_PARAMS, max_nfev: int = 60) -> FitOutcome:
-    """Fit `params` on `cases` (see the module docstring)."""
-    from scipy.optimize import least_squares
-
+    """Fit `params` on `cases` (see the module docstring) with the calibration's fitter."""
     meas = np.array([c.row.measured_s for c in cases])
     chips = np.array([c.chip for c in cases])
-    prior = np.array([p.prior for p in params])
-    psd = np.array([p.prior_sd for p in params])
-    lo = np.array([p.lower for p in params])
-    hi = np.array([p.upper for p in params])
-    affected = [np.flatnonzero(np.isin(chips, p.chips)) for p in params]
-    keys = [p.key for p in params]
+    affected = {p.key: np.flatnonzero(np.isin(chips, p.chips)) for p in params}
+    free = [Param(p.key, p.prior, p.lower, p.upper, max(abs(p.prior), 1e-2)) for p in params]
 
-    def pred(x, idx=None) -> np.ndarray:
-        upd = gpu_updates(dict(zip(keys, x)), params)
+    def log_pred(values: dict, idx=None) -> np.ndarray:
+        upd = gpu_updates(values, params)
         sel = range(len(cases)) if idx is None else idx
-        return np.array([cases[i].predict(upd.get(cases[i].chip))[0] for i in sel])
+        return np.log([cases[i].predict(upd.get(cases[i].chip))[0] for i in sel])
 
-    def fun(x):
-        return np.concatenate([np.log(pred(x) / meas), PRIOR_WEIGHT * (x - prior) / psd])
-
-    def jac(x):
-        J = np.zeros((len(cases) + len(x), len(x)))
-        base = np.log(pred(x))
-        for j, rows in enumerate(affected):
+    def jacobian(values: dict) -> np.ndarray:
+        """Finite differences, re-evaluating only the rows of the chip a parameter belongs to."""
+        J = np.zeros((len(cases), len(params)))
+        base = log_pred(values)
+        for j, p in enumerate(params):
+            rows = affected[p.key]
             if len(rows):
-                h = 1e-4 * max(abs(x[j]), 1e-2)
-                step = h if x[j] + h <= hi[j] else -h
-                x2 = x.copy()
-                x2[j] += step
-                J[rows, j] = (np.log(pred(x2, rows)) - base[rows]) / step
-        J[len(cases):, :] = np.diag(PRIOR_WEIGHT / psd)
+                h = 1e-4 * max(abs(values[p.key]), 1e-2)
+                step = h if values[p.key] + h <= p.upper else -h
+                J[rows, j] = (log_pred({**values, p.key: values[p.key] + step}, rows) - base[rows]) / step
         return J
 
-    x0 = np.clip(prior, lo, hi)
-    res = least_squares(fun, x0, jac=jac, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE,
-                        x_scale=np.maximum(np.abs(x0), 1e-2), max_nfev=max_nfev)
-    r = res.fun[:len(cases)]
-    J = res.jac[:len(cases)]
-    dof = max(1, len(cases) - len(params))
-    cov = np.linalg.pinv(J.T @ J) * float(np.sum(r**2)) / dof
-    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    out = FitOutcome(values=dict(zip(keys, map(float, res.x))), sd=dict(zip(keys, map(float, sd))),
-                     rms=float(np.sqrt(np.mean(r**2))), nfev=int(res.nfev), rows=len(cases))
-    for p, v in zip(params, res.x):
-        if not len(affected[keys.index(p.key)]):
+    res = fit_least_squares(lambda v: log_pred(v) - np.log(meas), free, prior_sd={p.key: p.prior_sd for p in params},
+                            prior_weight=PRIOR_WEIGHT, loss="soft_l1", loss_scale=LOSS_SCALE, jacobian=jacobian,
+                            max_nfev=max_nfev)
+    out = FitOutcome(values=res.values, sd=res.sd, rms=res.rms, nfev=res.nfev, rows=len(cases))
+    for p, prm in zip(params, free):
+        if not len(affected[p.key]):
             out.notes.append(f"{p.key}: no row informs it; it stays at its prior {p.prior:g} ({p.why})")
-        elif v <= p.lower + 1e-9 * max(1.0, abs(p.lower)) or v >= p.upper - 1e-9 * max(1.0, abs(p.upper)):
-            out.notes.append(f"{p.key} = {v:g} sits on its bound [{p.lower:g}, {p.upper:g}]")
+        elif prm.at_bound:
+            out.notes.append(f"{p.key} = {prm.value:g} sits on its bound [{p.lower:g}, {p.upper:g}]")
     return out

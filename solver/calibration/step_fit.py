@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..catalog import load_model, resize_cluster
+from ..catalog import load_model, parse_data, read_text, resize_cluster
 from ..errors import InputError
 from ..plan import ParallelConfig, make_plan, plan_config
 from ..specs import ClusterSpec, JobSpec
@@ -90,14 +89,9 @@ def read_steps(path: str | Path) -> list[dict]:
     """Rows of a CSV (header line) or JSON (a list, or {'measurements'|'steps': [...]}) file,
     keys normalised (lower case, '-' -> '_', common aliases), empty cells dropped."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError("steps", f"file {str(path)!r} does not exist")
-    text = path.read_text()
+    text = read_text(path, "steps")
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError("steps", f"{path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data = parse_data(text, "steps", path.name, "json")
         if isinstance(data, dict):
             data = data.get("measurements", data.get("steps"))
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):

@@ -99,4 +99,8 @@ def main(argv=None):
         fail(exc.format_message().replace("\n", " "))
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except OSError as exc:  # a file the user named could not be written (or read) after all
+        if exc.filename is None:
+            raise
+        fail(f"{exc.filename}: {exc.strerror or type(exc).__name__}")
     sys.exit(0)

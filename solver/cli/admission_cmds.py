@@ -26,6 +26,7 @@ import sys
 import click
 
 from ..errors import InputError
+from .options import SECONDS
 
 
 def _emit(record: dict) -> None:
@@ -34,27 +35,29 @@ def _emit(record: dict) -> None:
 
 
 def read_lines(jobs_file: str) -> list[str]:
+    from ..catalog import read_text
+
+    if jobs_file != "-":
+        return read_text(jobs_file, "JOBS.jsonl").splitlines()
     try:
-        if jobs_file == "-":
-            return sys.stdin.read().splitlines()
-        with open(jobs_file, encoding="utf-8") as fh:
-            return fh.read().splitlines()
+        return sys.stdin.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or str(exc)
-        raise InputError("JOBS.jsonl", f"cannot read {jobs_file!r}: {why}") from None
+        raise InputError("JOBS.jsonl", f"cannot read standard input: {getattr(exc, 'strerror', None) or 'not UTF-8'}") from None
 
 
 def parse_lines(lines: list[str]):
-    """[(line number, job mapping or error record, is_error)] for the non-blank lines."""
+    """[(line number, job mapping or error record, is_error)] for the non-blank lines (each
+    parsed by the safe JSON reader: no duplicate keys, deep nesting or huge integers)."""
+    from ..catalog import parse_data
+
     out = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            msg = f"not valid JSON: {exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else "not valid JSON: nested too deeply"
-            out.append((number, {"line": number, "error": msg, "field": None}, True))
+            data = parse_data(raw, "", f"line {number}", "json")
+        except InputError as exc:
+            out.append((number, {"line": number, "error": exc.message, "field": None}, True))
             continue
         if not isinstance(data, dict):
             out.append((number, {"line": number, "error": f"a job must be a JSON object, not {type(data).__name__}",
@@ -81,7 +84,7 @@ def record(number: int, index: int, decision) -> dict:
 @click.argument("jobs_file", metavar="JOBS.jsonl", type=str)
 @click.option("--cluster", "cluster", required=True,
               help="The free cluster: catalog name, <gpu>x<N> (e.g. a100x256) or a YAML/JSON file.")
-@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--time-limit", "time_limit", type=SECONDS, default=None,
               help="Seconds for the whole batch (default 30).")
 def admit(jobs_file, cluster, time_limit):
     """Admission decisions for JOBS.jsonl (one job per line; '-' reads stdin)."""
@@ -108,13 +111,22 @@ def admit(jobs_file, cluster, time_limit):
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--max-time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--max-time-limit", type=SECONDS, default=60.0, show_default=True,
               help="Cap on any request's time_limit_s, seconds.")
-@click.option("--max-body-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+@click.option("--max-body-bytes", type=click.IntRange(1, 1 << 30), default=1 << 20, show_default=True,
               help="Larger request bodies get 413.")
+@click.option("--spec-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Let clients name spec files by plain name inside this directory (default: no files at all).")
+@click.option("--max-client-requests", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Requests in flight per client address; more get 429.")
+@click.option("--header-timeout", type=SECONDS, default=10.0, show_default=True,
+              help="Seconds a connection may take to send a request head (and its body).")
+@click.option("--max-connections", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Open connections; more get 429 and are closed.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
-def serve(host, port, max_time_limit, max_body_bytes, log_level):
+def serve(host, port, max_time_limit, max_body_bytes, spec_dir, max_client_requests, header_timeout, max_connections,
+          log_level):
     """Serve /v1/plan, /v1/check, /v1/fewest-gpus, /v1/admit and /healthz over HTTP."""
     from . import EXIT_BAD_INPUT, fail
     from ..service import MISSING_EXTRA
@@ -122,9 +134,12 @@ def serve(host, port, max_time_limit, max_body_bytes, log_level):
     try:
         import uvicorn
 
-        from ..service import create_app
+        from ..service import create_app, uvicorn_config
 
-        app = create_app(max_body_bytes=max_body_bytes, max_time_limit_s=max_time_limit)
+        app = create_app(max_body_bytes=max_body_bytes, max_time_limit_s=max_time_limit, spec_dir=spec_dir,
+                         max_client_requests=max_client_requests, body_timeout_s=header_timeout)
+        config = uvicorn_config(app, host, port, log_level, header_timeout_s=header_timeout,
+                                max_connections=max_connections)
     except ImportError as exc:
         fail(f"{MISSING_EXTRA} ({exc})", EXIT_BAD_INPUT)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.Server(config).run()

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from .options import OUTPUT
 
 
 @click.command()
@@ -24,10 +25,10 @@ from ..errors import InputError
 @click.option("--steps", "steps", default=None, type=click.Path(dir_okay=False),
               help="Measured step times (CSV or JSON): model, tp, pp, dp, cp, vp, micro_batch_size, recompute, "
                    "sequence_parallel, zero, global_batch_size, seq_length, step_time_s.")
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "output", required=True, type=OUTPUT,
               help="Calibrated cluster YAML to write.")
-@click.option("--report", "report", default=None, type=click.Path(dir_okay=False), help="Markdown report to write.")
-@click.option("--plot", "plot", default=None, type=click.Path(dir_okay=False), help="PNG of the fits to write.")
+@click.option("--report", "report", default=None, type=OUTPUT, help="Markdown report to write.")
+@click.option("--plot", "plot", default=None, type=OUTPUT, help="PNG of the fits to write.")
 @click.option("--name", "name", default=None, help="Name of the calibrated cluster (default: the output file's stem).")
 def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, name):
     """Fit link latencies/bandwidths and GPU efficiencies to your measurements; write a cluster YAML."""

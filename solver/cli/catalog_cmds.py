@@ -185,7 +185,7 @@ def _resolve(name: str) -> tuple[str, Any]:
 
 
 def _resolve_file(path: Path) -> tuple[str, Any]:
-    from ..catalog import load_cluster, load_model, read_mapping
+    from ..catalog import load_cluster, load_model, parse_data, read_text
     from ..specs import GPUSpec
     from ..specs.base import build
     from ..specs.hf import is_hf_config
@@ -194,9 +194,12 @@ def _resolve_file(path: Path) -> tuple[str, Any]:
         if (path / "config.json").is_file():  # a Hugging Face checkpoint directory
             return _resolve_file(path / "config.json")
         raise InputError("NAME", f"{str(path)!r} is a directory without a config.json; give a spec file")
-    if path.is_file() and not path.read_text().strip():
+    text = read_text(path, "NAME")
+    if not text.strip():
         raise InputError("NAME", f"{path.name} is empty; it must hold a model, GPU or cluster spec")
-    data = read_mapping(path, "NAME")
+    data = parse_data(text, "NAME", path.name, "json" if path.suffix.lower() == ".json" else "yaml")
+    if not isinstance(data, dict):
+        raise InputError("NAME", f"{path.name} must hold a mapping of keys to values, not {type(data).__name__}")
     if is_hf_config(data) or "num_layers" in data:
         return "model", load_model(str(path))
     if "peak_bf16_tflops" in data:

@@ -9,24 +9,32 @@ import re
 import click
 
 from ..errors import InputError
-from .options import build_job, config_options, job_base_options, parse_ints
+from ..placement.topology import MAX_GENERATED_NODES
+from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, parse_ints
+
+
+def _factor(text: str, field: str, item: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(field, f"{item!r}: {text!r} is not a number") from None
 
 
 def parse_degraded_node(text: str) -> tuple[int, float]:
-    m = re.fullmatch(r"\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*", text)
+    m = re.fullmatch(r"\s*(\d{1,9})\s*:\s*([0-9.eE+-]{1,30})\s*", text)
     if not m:
         raise InputError("degraded_nodes", f"{text!r}: write NODE:FACTOR, e.g. 3:0.25")
-    node, f = int(m.group(1)), float(m.group(2))
+    node, f = int(m.group(1)), _factor(m.group(2), "degraded_nodes", text)
     if not (0 < f <= 1):
         raise InputError("degraded_nodes", f"{text!r}: the factor must be in (0, 1] (got {f})")
     return node, f
 
 
 def parse_degraded_link(text: str) -> tuple[int, int, float]:
-    m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*", text)
+    m = re.fullmatch(r"\s*(\d{1,9})\s*-\s*(\d{1,9})\s*:\s*([0-9.eE+-]{1,30})\s*", text)
     if not m:
         raise InputError("degraded_links", f"{text!r}: write A-B:FACTOR, e.g. 2-5:0.5")
-    a, b, f = int(m.group(1)), int(m.group(2)), float(m.group(3))
+    a, b, f = int(m.group(1)), int(m.group(2)), _factor(m.group(3), "degraded_links", text)
     if a == b:
         raise InputError("degraded_links", f"{text!r}: a link joins two different nodes")
     if not (0 < f <= 1):
@@ -42,7 +50,7 @@ def links():
 
 @links.command("import")
 @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Write the matrix (JSON) here.")
+@click.option("-o", "--output", required=True, type=OUTPUT, help="Write the matrix (JSON) here.")
 @click.option("--hosts", default=None, help="Comma-separated host order (node i = i-th host); default: order of appearance.")
 @click.option("--one-way", is_flag=True, help="Do not mirror pairs measured in one direction only.")
 def import_(logs, output, hosts, one_way):
@@ -61,8 +69,8 @@ def import_(logs, output, hosts, one_way):
 
 
 @links.command("generate")
-@click.option("--nodes", type=int, required=True)
-@click.option("--nodes-per-leaf", type=int, default=None, help="Nodes behind one leaf switch (rack).")
+@click.option("--nodes", type=click.IntRange(1, MAX_GENERATED_NODES), required=True)
+@click.option("--nodes-per-leaf", type=click.IntRange(min=1), default=None, help="Nodes behind one leaf switch (rack).")
 @click.option("--oversubscription", type=float, default=1.0, show_default=True, help="Leaf-to-spine, e.g. 4 for 4:1.")
 @click.option("--nic-gbit-per-s", type=float, default=200.0, show_default=True, help="NIC per GPU per direction.")
 @click.option("--latency-us", type=float, default=8.0, show_default=True)
@@ -71,7 +79,7 @@ def import_(logs, output, hosts, one_way):
 @click.option("--degraded-node", "degraded_nodes", multiple=True, help="NODE:FACTOR, e.g. 3:0.25 (a NIC at a quarter).")
 @click.option("--degraded-link", "degraded_links", multiple=True, help="A-B:FACTOR, e.g. 2-5:0.5.")
 @click.option("--host-prefix", default="node", show_default=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OUTPUT)
 def generate(nodes, nodes_per_leaf, oversubscription, nic_gbit_per_s, latency_us, rack_order, degraded_nodes,
              degraded_links, host_prefix, output):
     """Generate the matrix of a leaf/spine topology with degraded nodes and links."""
@@ -115,8 +123,8 @@ def show(file, as_json):
 @click.option("--dp", type=click.IntRange(min=1), default=None, help="Checked against GPUs / (tp*cp*pp).")
 @click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
 @click.option("--method", type=click.Choice(["auto", "cpsat", "exhaustive"]), default="auto", show_default=True)
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds for CP-SAT.")
-@click.option("--hostfile", "hostfile_out", default=None, type=click.Path(dir_okay=False), help="Write the hostfile here.")
+@click.option("--time-limit", type=SECONDS, default=60.0, show_default=True, help="Seconds for CP-SAT.")
+@click.option("--hostfile", "hostfile_out", default=None, type=OUTPUT, help="Write the hostfile here.")
 @click.option("--ranks", is_flag=True, help="Print the RANK -> (stage, replica, cp, tp) table.")
 @click.option("--json", "as_json", is_flag=True)
 def place_cmd(links_file, tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero, dp, layers_per_stage,
@@ -130,7 +138,7 @@ def place_cmd(links_file, tp, pp, cp, vp, micro_batch_size, recompute, sequence_
     job = build_job(**base)
     plan = plan_config(job, dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=micro_batch_size,
                                  recompute=recompute, sequence_parallel=sequence_parallel, zero=zero,
-                                 layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None))
+                                 layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None))
     lm = load_links(links_file, cluster=job.cluster)
     res = place(job, plan.parallel, lm, layers=plan.layers_per_stage, method=method, time_limit_s=time_limit)
     if hostfile_out:

@@ -60,10 +60,10 @@ class IntList(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
-        try:
-            vals = tuple(int(x) for x in str(value).split(",") if x.strip() != "")
-        except ValueError:
-            self.fail(f"{value!r} is not a comma-separated list of integers (e.g. 4 or 4,8)", param, ctx)
+        items = [x.strip() for x in str(value).split(",")]
+        if not all(x.isdigit() and len(x) <= 9 for x in items):
+            self.fail(f"{str(value)[:60]!r} is not a comma-separated list of positive integers (e.g. 4 or 4,8)", param, ctx)
+        vals = tuple(int(x) for x in items)
         if not vals or any(v <= 0 for v in vals):
             self.fail(f"{value!r}: give positive integers (e.g. 4 or 4,8)", param, ctx)
         return vals
@@ -86,6 +86,59 @@ class ChoiceList(click.ParamType):
 
 
 INT_LIST = IntList()
+
+
+class Seconds(click.ParamType):
+    """A finite positive number of seconds, at most MAX_SECONDS (click's FloatRange lets nan and
+    inf through)."""
+
+    name = "SECONDS"
+    MAX_SECONDS = 1e6
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (0 < x <= self.MAX_SECONDS):
+            self.fail(f"{value!r}: give a positive number of seconds up to {self.MAX_SECONDS:g}", param, ctx)
+        return x
+
+
+class OutputPath(click.ParamType):
+    """A file to write: not a directory or a FIFO, in an existing writable directory (checked
+    before any work, so an hour of planning is not lost to a typo)."""
+
+    name = "FILE"
+
+    def convert(self, value, param, ctx):
+        import os
+        import stat
+        from pathlib import Path
+
+        p = Path(str(value)).expanduser()
+        parent = p.parent if str(p.parent) else Path(".")
+        try:
+            st = os.stat(p) if p.exists() else None
+        except (OSError, ValueError):
+            st = None
+        if not str(value).strip():
+            why = "empty; give a file name"
+        elif st is not None and stat.S_ISDIR(st.st_mode):
+            why = "is a directory; give a file name"
+        elif st is not None and stat.S_ISFIFO(st.st_mode):
+            why = "is a FIFO; give a regular file"
+        elif not parent.is_dir():
+            why = f"directory {str(parent)!r} does not exist"
+        elif not os.access(p if st is not None else parent, os.W_OK):
+            why = "is not writable here"
+        else:
+            return str(value)
+        self.fail(f"{str(value)!r}: {why}", param, ctx)
+
+
+SECONDS = Seconds()
+OUTPUT = OutputPath()
 
 _BASE = [
     click.option("--model", "model", default=None, help="Catalog name, model YAML/JSON, or a Hugging Face config.json."),
@@ -170,7 +223,7 @@ def config_options(f):
 def _constraints(flags: dict, base: Any) -> Any:
     """The job file's constraints with the constraint flags applied over them."""
     if not isinstance(base, (dict, type(None))):
-        return base  # not a mapping: the request schema names it
+        return base  # not a mapping: the request schema names it (as it names an empty one)
     data: dict[str, Any] = dict(base or {})
     for key in CONSTRAINT_KEYS:
         val = flags.get(key)
@@ -184,7 +237,7 @@ def _constraints(flags: dict, base: Any) -> Any:
             data[key] = tuple(int(x) for x in val)
         else:
             data[key] = val
-    return data or None
+    return data if data or base is not None else None
 
 
 def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
@@ -209,8 +262,8 @@ def build_job(**options) -> JobSpec:
 
 
 def parse_ints(text: str, field: str) -> list[int]:
-    """'5,7,7,5' -> [5, 7, 7, 5]; InputError naming `field` otherwise."""
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise InputError(field, f"{text!r} is not a comma-separated list of integers") from None
+    """'5,7,7,5' -> [5, 7, 7, 5] (positive, of at most 9 digits); InputError naming `field` otherwise."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(x.isdigit() and len(x) <= 9 and int(x) > 0 for x in items):
+        raise InputError(field, f"{text[:60]!r} is not a comma-separated list of positive integers (e.g. 10,10,12)")
+    return [int(x) for x in items]

@@ -24,7 +24,7 @@ import click
 
 from ..errors import InputError
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
-from .options import build_job, config_options, job_base_options, job_options, parse_ints
+from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints
 
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
@@ -35,11 +35,13 @@ _FALSE = {"off", "false", "no", "0"}
 
 
 def parse_compare(text: str) -> dict:
-    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping."""
+    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping.
+    Every item is key=value, each key at most once (an alias counts as its key)."""
     cfg: dict = {}
     for item in (x.strip() for x in text.split(",")):
         if not item:
-            continue
+            raise InputError("--compare", f"{text[:60]!r}: an empty item; give key=value pairs separated by commas "
+                                          f"(e.g. \"tp=8,pp=2,mbs=1\")")
         key, sep, val = item.partition("=")
         key = key.strip().lower()
         val = val.strip()
@@ -47,6 +49,8 @@ def parse_compare(text: str) -> dict:
             raise InputError("--compare", f"{item!r}: give key=value pairs with keys tp, pp, cp, vp, mbs, recompute, sp, "
                                           f"zero, layers (e.g. \"tp=8,pp=2,mbs=1\")")
         name = _ALIASES[key]
+        if name in cfg:
+            raise InputError("--compare", f"{item!r}: {name} is given twice; give each key once")
         try:
             if name == "sequence_parallel":
                 if val.lower() not in _TRUE | _FALSE:
@@ -55,15 +59,18 @@ def parse_compare(text: str) -> dict:
             elif name == "recompute":
                 cfg[name] = val  # checked with the rest of the configuration (space.rules)
             elif name == "layers":
-                cfg[name] = [int(x) for x in val.replace("/", ":").split(":")]
+                parts = val.replace("/", ":").split(":")
+                if not all(x.isdigit() and len(x) <= 9 for x in parts):
+                    raise ValueError
+                cfg[name] = [int(x) for x in parts]
             else:
+                if not val.isdigit() or len(val) > 9:
+                    raise ValueError
                 cfg[name] = int(val)
-                if cfg[name] < (0 if name == "zero" else 1):
+                if cfg[name] < (0 if name == "zero" else 1) or (name == "zero" and cfg[name] > 3):
                     raise ValueError
         except ValueError:
             raise InputError("--compare", f"{item!r}: bad value for {key}") from None
-    if not cfg:
-        raise InputError("--compare", "empty configuration; e.g. \"tp=8,pp=2,mbs=1\"")
     return cfg
 
 
@@ -100,22 +107,23 @@ class _StderrProgress:
 @job_options
 @click.option("--method", type=click.Choice(["cpsat", "exhaustive", "alpa-dp"]), default="cpsat", show_default=True,
               help="Search method: the CP-SAT model, or a baseline over the same formulation.")
-@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
-              show_default=True, help="Seconds for the whole search (enumeration and model building included).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="CP-SAT worker threads.")
-@click.option("--seed", type=int, default=0, show_default=True, help="CP-SAT random seed (the answer does not depend on it).")
-@click.option("--top-k", "top_k", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--time-limit", "time_limit", type=SECONDS, default=60.0, show_default=True,
+              help="Seconds for the whole call: enumeration, search, model building and --links placement.")
+@click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True, help="CP-SAT worker threads.")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="CP-SAT random seed (the answer does not depend on it).")
+@click.option("--top-k", "top_k", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Return the K best distinct parallel configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron", "torchtitan"]), default=None,
               help="table (default), json, megatron (the launch arguments only) or torchtitan (job-config sections).")
-@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+@click.option("--timeline", type=OUTPUT, default=None,
               help="Write a PNG of the plan's pipeline schedule (needs matplotlib: the plot extra).")
 @click.option("--compare", "compare", default=None,
               help='A configuration to compare with, e.g. "tp=8,pp=2,mbs=1,recompute=full,layers=20:20".')
 @click.option("--links", "links_file", type=click.Path(dir_okay=False), default=None,
               help="Measured node x node link matrix (JSON/CSV, see `solveplan links`): place the plan's groups on nodes.")
-@click.option("--hostfile", "hostfile_out", type=click.Path(dir_okay=False), default=None,
+@click.option("--hostfile", "hostfile_out", type=OUTPUT, default=None,
               help="With --links: write the hostfile that realises the placement.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Solver progress on stderr (default: when stderr is a terminal).")
@@ -128,16 +136,13 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
     if as_json and fmt != "json":
         raise InputError("--json", f"conflicts with --format {fmt}; give one of them")
     if timeline is not None:
-        parent = Path(timeline).expanduser().resolve().parent
-        if not parent.is_dir():
-            raise InputError("--timeline", f"directory {str(parent)!r} does not exist")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
     if hostfile_out and not links_file:
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on)")
-    cmp_cfg = parse_compare(compare) if compare else None
+    cmp_cfg = parse_compare(compare) if compare is not None else None
     job = build_job(**jobkw)
     if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
         # what the mapping decided (sequence length, what is not modelled): on stderr, stdout stays the plan
@@ -155,6 +160,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
 
     if show_progress is None:
         show_progress = sys.stderr.isatty()
+    started = time.monotonic()
     result = optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
                       compare=cmp_cfg, progress=_StderrProgress() if show_progress else None)
 
@@ -168,8 +174,9 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
     if links is not None and result.plan is not None:
         from ..placement.place import place
 
+        # one limit for the whole call: placement gets what the search left
         placement = place(job, result.plan.parallel, links, layers=result.plan.layers_per_stage,
-                          time_limit_s=time_limit, workers=workers, seed=seed)
+                          time_limit_s=max(0.05, time_limit - (time.monotonic() - started)), workers=workers, seed=seed)
         if hostfile_out:
             from ..render.hostfile import result_hostfile
 
@@ -225,9 +232,9 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
         click.echo(f"no plan within the time limit of {time_limit:g} s (status {result.status}); "
                    f"raise --time-limit", err=True)
         sys.exit(EXIT_NO_PLAN_IN_TIME)
-    if result.plans_found < result.plans_asked and not result.search.finished:
-        click.echo(f"{result.plans_found} of {result.plans_asked} plans within the time limit of {time_limit:g} s "
-                   f"(status {result.status}); raise --time-limit", err=True)
+    if result.top_k_cut_short:
+        click.echo(f"found {result.top_k_found} of the {result.top_k_asked} plans asked for within the time limit of "
+                   f"{time_limit:g} s; raise --time-limit", err=True)
         sys.exit(EXIT_NO_PLAN_IN_TIME)
 
 
@@ -243,7 +250,7 @@ def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zer
     job = build_job(**base)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero,
-               layers=parse_ints(layers_per_stage, "layers") if layers_per_stage else None)
+               layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
     plan = plan_config(job, cfg)
     if as_json:
         click.echo(json.dumps(plan.model_dump(), indent=2))

@@ -13,13 +13,14 @@ from __future__ import annotations
 import click
 
 from ..errors import InputError
+from .options import OUTPUT, SECONDS
 
 
 @click.command()
 @click.argument("grid_file", metavar="GRID.yaml", type=str)
-@click.option("-o", "--output", required=True,
+@click.option("-o", "--output", required=True, type=OUTPUT,
               help="Results file: .csv, .jsonl or .parquet (the suffix picks the format).")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=click.IntRange(1, 1024), default=None,
               help="Local processes, or the CPUs of --ray local (default: the CPU count; 1 plans in this process).")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run as Ray tasks: 'local' starts Ray on this machine; an address (ray://head:10001, auto) "
@@ -27,10 +28,11 @@ from ..errors import InputError
 @click.option("--resume", is_flag=True, default=False,
               help="Keep the rows already in the output and plan the rest (FAILED rows are planned again).")
 @click.option("--overwrite", is_flag=True, default=False, help="Replace an existing output.")
-@click.option("--time-limit", "time_limit_s", type=float, default=None,
+@click.option("--time-limit", "time_limit_s", type=SECONDS, default=None,
               help="Seconds per scenario (default 60).")
-@click.option("--batch-size", type=int, default=None, help="Scenarios per Ray task (default: automatic, at most 16).")
-@click.option("--plot", "plot_path", default=None, help="Also write the plot (.png/.pdf/.svg; needs the plot extra).")
+@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=None,
+              help="Scenarios per Ray task (default: automatic, at most 16).")
+@click.option("--plot", "plot_path", default=None, type=OUTPUT, help="Also write the plot (.png/.pdf/.svg; needs the plot extra).")
 @click.option("-q", "--quiet", is_flag=True, default=False, help="No progress bar and no summary.")
 def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit_s, batch_size, plot_path, quiet):
     """Plan every scenario of GRID.yaml; write one row per scenario to -o.
@@ -69,7 +71,7 @@ def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit
 
 @click.command("sweep-plot")
 @click.argument("results", metavar="RESULTS", type=str)
-@click.option("-o", "--output", required=True, help="Plot file (.png, .pdf or .svg).")
+@click.option("-o", "--output", required=True, type=OUTPUT, help="Plot file (.png, .pdf or .svg).")
 def sweep_plot(results, output):
     """Plot a sweep's RESULTS (.csv/.jsonl/.parquet): tokens/s and cost per million tokens
     against GPUs, per model and GPU type, with the chosen degrees marked."""

@@ -7,7 +7,7 @@ pipeline stage i is linear in its layer count l_i (DESIGN.md section 3):
     mem_i = l_i*(layer_static + mu_i*layer_act) + [i=0]*(...) + [i=p-1]*(...) + const
 
 `stage_coefficients` computes these arrays for a batch of shapes at once; the float
-evaluation (`evaluate.py`), the CP-SAT encoding and the baselines all consume them, so there
+evaluation (`pipeline.py`), the CP-SAT encoding and the baselines all consume them, so there
 is exactly one formula for every cost. Its parts:
 - kernels (`kernels.py`): GEMMs by their per-GPU shapes (wave and K quantisation), flash
   attention (tensor-core matmuls plus special-function exponentials, overlapped on Hopper by

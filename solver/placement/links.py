@@ -290,16 +290,12 @@ def links_from_csv(text: str, source: str = "", cluster=None) -> LinkMatrix:
 def load_links(path: str | Path, hosts: Optional[Sequence[str]] = None, cluster=None) -> LinkMatrix:
     """A link matrix from a JSON or CSV file (see the module docstring); `hosts` re-orders it;
     `cluster` bounds what a matrix without a unit may hold."""
+    from ..catalog import parse_data, read_text  # the safe reader of every user file
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError("links", f"file {str(path)!r} does not exist")
-    text = path.read_text()
+    text = read_text(path, "links")
     if path.suffix.lower() in (".csv", ".tsv", ".txt"):
         lm = links_from_csv(text if path.suffix.lower() != ".tsv" else text.replace("\t", ","), str(path), cluster)
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError("links", f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-        lm = links_from_mapping(data, str(path), cluster)
+        lm = links_from_mapping(parse_data(text, "links", path.name, "json"), str(path), cluster)
     return lm.reordered(hosts) if hosts is not None else lm

@@ -14,11 +14,18 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from ..calibration.nccl_tests import parse_nccl_log
+from ..catalog import read_text
 from ..errors import InputError
+from ..specs.base import PLAUSIBLE
 from .links import LinkMatrix, json_number
 
 
 # ---------------------------------------------------------------- topology generator
+# The most nodes `generate_links` writes: 1024^2 cells of bandwidth and latency stay well under
+# the link reader's file size limit (specs.reading.MAX_FILE_BYTES).
+MAX_GENERATED_NODES = 1024
+
+
 def generate_links(nodes: int, *, nodes_per_leaf: Optional[int] = None, oversubscription: float = 1.0,
                    nic_gbit_per_s: float = 200.0, latency_us: float = 8.0, hop_latency_us: float = 1.0,
                    degraded_nodes: Iterable[tuple[int, float]] = (), degraded_links: Iterable[tuple[int, int, float]] = (),
@@ -32,14 +39,17 @@ def generate_links(nodes: int, *, nodes_per_leaf: Optional[int] = None, oversubs
     `rack_order="round-robin"` puts node i under leaf i % leaves (host lists that interleave
     racks, as a scheduler's allocation or sorted hostnames often do) instead of i // per_leaf.
     """
-    if nodes < 1:
-        raise InputError("nodes", f"must be at least 1 (got {nodes})")
-    if nodes_per_leaf is not None and nodes_per_leaf < 1:
-        raise InputError("nodes_per_leaf", f"must be at least 1 (got {nodes_per_leaf})")
-    if oversubscription < 1:
-        raise InputError("oversubscription", f"must be >= 1, e.g. 4 for 4:1 (got {oversubscription})")
-    if nic_gbit_per_s <= 0:
-        raise InputError("nic_gbit_per_s", f"must be positive (got {nic_gbit_per_s})")
+    if not 1 <= nodes <= MAX_GENERATED_NODES:
+        raise InputError("nodes", f"must be 1 to {MAX_GENERATED_NODES} (got {nodes}): the matrix has nodes^2 cells "
+                                  f"and must stay readable as a link file")
+    if nodes_per_leaf is not None and not 1 <= nodes_per_leaf <= nodes:
+        raise InputError("nodes_per_leaf", f"must be 1 to the {nodes} nodes (got {nodes_per_leaf})")
+    for field, value, quantity in (("oversubscription", oversubscription, "spine_oversubscription"),
+                                   ("nic_gbit_per_s", nic_gbit_per_s, "nic_gbit_per_s"),
+                                   ("latency_us", latency_us, "latency_us"), ("hop_latency_us", hop_latency_us, "latency_us")):
+        lo, hi = PLAUSIBLE[quantity]
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise InputError(field, f"must be a number from {lo:g} to {hi:g} (got {value!r})")
     per_leaf = nodes_per_leaf or nodes
     if rack_order == "contiguous":
         leaf = np.arange(nodes) // per_leaf
@@ -120,7 +130,7 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
         p = Path(p)
         if not p.is_file():
             raise InputError(str(p), "file does not exist")
-        text = p.read_text(errors="replace")
+        text = read_text(p, str(p))
         run = parse_nccl_log(text, name=p.name)
         op = run.op or hint
         if op is None:

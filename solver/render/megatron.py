@@ -51,19 +51,27 @@ class MegatronArgs:
     layout: str | None = None  # the pipeline layout string when the split needs one
     env: dict[str, str] = field(default_factory=dict)  # environment the launch needs
 
+    def pairs(self) -> list[tuple[str, str | None]]:
+        """(flag, value) in order; value None for a switch."""
+        out: list[tuple[str, str | None]] = []
+        i = 0
+        while i < len(self.args):
+            if i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
+                out.append((self.args[i], self.args[i + 1]))
+                i += 2
+            else:
+                out.append((self.args[i], None))
+                i += 1
+        return out
+
+    def flags(self) -> dict[str, str | bool]:
+        """flag -> value (True for a switch)."""
+        return {k: True if v is None else v for k, v in self.pairs()}
+
     def command(self, entry: str = "pretrain_gpt.py") -> str:
         """A copy-pasteable command (one flag per line), notes as comments above it."""
         lines = [f"# {n}" for n in self.notes]
-        pairs: list[str] = []
-        i = 0
-        while i < len(self.args):
-            a = self.args[i]
-            if i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
-                pairs.append(f"{a} {_quote(self.args[i + 1])}")
-                i += 2
-            else:
-                pairs.append(a)
-                i += 1
+        pairs = [a if v is None else f"{a} {_quote(v)}" for a, v in self.pairs()]
         env = "".join(f"{k}={v} " for k, v in self.env.items())
         body = " \\\n    ".join([f"{env}torchrun ... {entry}"] + pairs)
         return "\n".join(lines + [body]) + "\n"
@@ -233,11 +241,17 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     if arch < 8:
         a.append("--fp16")
         notes.append(f"{job.cluster.gpu.name} has no bf16: launched in fp16 with dynamic loss scaling")
+    elif job.precision == "fp16":
+        a.append("--fp16")
     else:
         a.append("--bf16")
+    if job.grad_reduce_dtype == "bf16" and job.precision != "fp16":
+        a.append("--grad-reduce-in-bf16")
     if job.precision == "fp8":
         a += ["--fp8-format", "hybrid"]
-    a += ["--attention-backend", "flash" if job.flash_attention else "unfused"]
+    # cuDNN's fused attention is Transformer Engine's `fused` backend; FlashAttention-2 is `flash`
+    backend = ("fused" if job.attention_kernel == "cudnn" else "flash") if job.flash_attention else "unfused"
+    a += ["--attention-backend", backend]
     if job.flash_attention:
         notes.append("older Megatron-LM releases spell the attention backend --use-flash-attn")
     notes.append(f"add your data, tokenizer (vocabulary {model.vocab_size}), --train-iters, --lr and checkpoint flags")

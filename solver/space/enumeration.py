@@ -27,15 +27,35 @@ found the counterexample.)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
 
 import numpy as np
 
 from .shapes import RECOMPUTE_CODES, Shapes
+from ..errors import InputError
 from ..specs import JobSpec
 
-def divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+# How much an enumeration may build, by default (the CLI, the Python library): legal shapes,
+# and shapes x the most pipeline stages (the width of the per-stage arrays the formulation and
+# the search build over them). The largest catalog jobs need ~2.1e5 shapes and ~9e6 cells; the
+# HTTP service and admission control set tighter limits (admission/limits.py).
+MAX_SHAPES = 2_000_000
+MAX_SHAPE_STAGES = 200_000_000
+
+
+@lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    """The divisors of n, ascending, in O(sqrt n)."""
+    small, large = [], []
+    for k in range(1, math.isqrt(n) + 1):
+        if n % k == 0:
+            small.append(k)
+            if k != n // k:
+                large.append(n // k)
+    return tuple(small + large[::-1])
 
 
 @dataclass(frozen=True)
@@ -57,18 +77,69 @@ def _allowed(cons, knob, values):
     return [v for v in values if cons.allows(knob, v)]
 
 
-def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
-    model, cluster, cons = job.model, job.cluster, job.constraints
-    N = cluster.num_gpus
+def _knobs_legal(tp, pp, dp, cp, S, Z):
+    """Which (sequence parallel, ZeRO) knobs a degree combination allows: SP needs tp > 1,
+    optimizer sharding dp*cp > 1, ZeRO-3 no pipelining (scalars or numpy arrays)."""
+    return ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
+
+
+@dataclass(frozen=True)
+class SpaceSize:
+    """What enumerating a job would build: legal shapes (before dominance; a lower bound when
+    the count stopped at its limit) and the most pipeline stages among them."""
+
+    shapes: int
+    max_pp: int
+    stopped: bool
+
+    @property
+    def shape_stages(self) -> int:
+        return self.shapes * self.max_pp
+
+
+def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
+    """The number of legal shapes `enumerate_shapes` would build, counted with the same rules
+    without building them (O(divisor triples), stopping once over `stop_above`)."""
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
+    S, Z = (x.ravel() for x in np.meshgrid(np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool),
+                                           np.array(_allowed(cons, "zero", (0, 1, 2, 3)), dtype=np.int64), indexing="ij"))
+    n_rc = len(_allowed(cons, "recompute", ("none", "selective", "full")))
+    total, max_pp = 0, 0
+    for tp, cp, pp, dp in _degrees(job):
+        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z).sum())
+        if knobs == 0:
+            continue
+        vps = [v for v in (interleavings(L, pp, cons.vp) if pp >= 2 else []) if cons.allows("vp", v)]
+        with_vp1 = int(cons.allows("vp", 1))
+        for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
+            n = with_vp1 + (len(vps) if (B // (dp * mbs)) % pp == 0 else 0)
+            if n:
+                total += n * knobs
+                max_pp = max(max_pp, pp)
+        if stop_above is not None and total > stop_above:
+            return SpaceSize(total, max_pp, True)
+    return SpaceSize(total, max_pp, False)
+
+
+def check_space(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stages: int = MAX_SHAPE_STAGES,
+                field: str = "") -> SpaceSize:
+    """Refuse (InputError naming `field`, with the limit and what to change) a job whose legal
+    space is larger than the limits, before anything is built."""
+    size = space_size(job, stop_above=max_shapes)
+    over = "more than " if size.stopped else ""
+    fix = "constrain tp, pp, cp or micro_batch_size (e.g. pp_max), or plan fewer GPUs or a smaller batch"
+    if size.shapes > max_shapes:
+        raise InputError(field, f"{over}{size.shapes:,} legal parallel shapes, over the limit of {max_shapes:,}; {fix}")
+    if size.shape_stages > max_shape_stages:
+        raise InputError(field, f"{size.shapes:,} legal shapes of up to {size.max_pp} pipeline stages "
+                                f"({size.shape_stages:.3g} shape-stages), over the limit of {max_shape_stages:.3g}; {fix}")
+    return size
+
+
+def _degrees(job: JobSpec):
+    """(tp, cp, pp, dp) combinations that pass the divisibility and head rules."""
+    model, cons, N = job.model, job.constraints, job.cluster.num_gpus
     B, s, L = job.global_batch_size, job.seq_length, model.num_layers
-    empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0, 0)
-    rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
-    sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
-    z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
-    if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
-        return empty
-    # degrees and micro-batching (tp, pp, dp, cp, vp, mbs): a short Python loop
-    base = []
     for tp in _allowed(cons, "tp", divisors(N)):
         if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
             continue
@@ -79,10 +150,28 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
                 dp = N // (tp * cp * pp)
                 if pp > L or B % dp or not cons.allows("dp", dp):
                     continue
-                for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
-                    m = B // (dp * mbs)
-                    vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and m % pp == 0 else [])
-                    base.extend((tp, pp, dp, cp, vp, mbs) for vp in _allowed(cons, "vp", vps))
+                yield tp, cp, pp, dp
+
+
+def enumerate_shapes(job: JobSpec, apply_dominance: bool = True, max_shapes: int = MAX_SHAPES,
+                     max_shape_stages: int = MAX_SHAPE_STAGES) -> Space:
+    """The legal shapes of `job` (after dominance, when `apply_dominance`); a job whose space is
+    over the limits is refused before anything is built (`check_space`)."""
+    check_space(job, max_shapes, max_shape_stages)
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
+    empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0, 0)
+    rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
+    sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
+    z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
+    if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
+        return empty
+    # degrees and micro-batching (tp, pp, dp, cp, vp, mbs): a short Python loop
+    base = []
+    for tp, cp, pp, dp in _degrees(job):
+        for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
+            m = B // (dp * mbs)
+            vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and m % pp == 0 else [])
+            base.extend((tp, pp, dp, cp, vp, mbs) for vp in _allowed(cons, "vp", vps))
     if not base:
         return empty
     # cross product with the knob grid (recompute x SP x ZeRO), vectorised
@@ -91,7 +180,7 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True) -> Space:
     deg = np.repeat(np.array(base, dtype=np.int64), nk, axis=0)
     R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
-    ok = ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
+    ok = _knobs_legal(tp, pp, dp, cp, S, Z)
     dom = np.zeros(len(ok), dtype=bool)
     if apply_dominance:
         if cons.zero is None:

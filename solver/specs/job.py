@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -14,24 +14,28 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 Recompute = Literal["none", "selective", "full"]
 
 
+# A list of allowed values: at least one (an empty list would silently allow nothing).
+NONEMPTY = Field(min_length=1)
+
+
 class Constraints(Spec):
     """Fix or bound any planning knob. A list fixes the allowed values; *_max bounds."""
 
-    tp: Optional[tuple[PositiveInt, ...]] = None
-    pp: Optional[tuple[PositiveInt, ...]] = None
-    dp: Optional[tuple[PositiveInt, ...]] = None
-    cp: Optional[tuple[PositiveInt, ...]] = None
-    vp: Optional[tuple[PositiveInt, ...]] = None
-    micro_batch_size: Optional[tuple[PositiveInt, ...]] = None
+    tp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
+    pp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
+    dp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
+    cp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
+    vp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
+    micro_batch_size: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
     tp_max: Optional[PositiveInt] = None
     pp_max: Optional[PositiveInt] = None
     dp_max: Optional[PositiveInt] = None
     cp_max: Optional[PositiveInt] = None
     vp_max: Optional[PositiveInt] = None
     micro_batch_size_max: Optional[PositiveInt] = None
-    recompute: Optional[tuple[Recompute, ...]] = None
-    sequence_parallel: Optional[tuple[bool, ...]] = None
-    zero: Optional[tuple[Literal[0, 1, 2, 3], ...]] = None
+    recompute: Optional[Annotated[tuple[Recompute, ...], NONEMPTY]] = None
+    sequence_parallel: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = None
+    zero: Optional[Annotated[tuple[Literal[0, 1, 2, 3], ...], NONEMPTY]] = None
     uneven_split: bool = Field(True, description="allow uneven layer splits over pipeline stages")
 
     def allows(self, knob: str, value) -> bool:

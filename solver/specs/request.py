@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 
 def _ref(kind: str, forms: str):
@@ -24,7 +24,10 @@ ClusterRef = Annotated[Union[str, dict], _ref("cluster", "a catalog name, <gpu>x
 
 
 class Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict: a boolean is not a number, a float not an integer, a string neither (what the
+    service's bodies and the API's mappings hold is never coerced)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class JobRequest(Request):
@@ -45,19 +48,35 @@ class JobRequest(Request):
     overlap_grad_reduce: Optional[bool] = None
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
 
+    @field_validator("constraints")
+    @classmethod
+    def _not_empty(cls, value):
+        if value is not None and not value:
+            raise ValueError("empty: give the constraints (e.g. {\"tp\": [4, 8]}) or leave the key out")
+        return value
+
     def job_fields(self) -> dict:
         """The fields that describe the job (what `catalog.load_job` reads)."""
         return self.model_dump(exclude_none=True, include=set(JobRequest.model_fields) - {"id", "name"})
 
 
+# Bounds of a throughput target: far beyond any cluster (10^12 tokens/s is a million GPUs at a
+# million tokens/s each), and small enough that every derived number stays finite.
+MAX_TOKENS_PER_S = 1e12
+MAX_DEADLINE_S = 1e10  # ~300 years
+MAX_TOKEN_BUDGET = 1e18
+
+
 class Target(BaseModel):
     """A throughput target: exactly one of `tokens_per_s`, or `deadline_s` with `token_budget`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    tokens_per_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
-    deadline_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="wall-clock seconds to train `token_budget` tokens")
-    token_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="tokens to train by the deadline")
+    tokens_per_s: Optional[float] = Field(None, gt=0, le=MAX_TOKENS_PER_S, allow_inf_nan=False)
+    deadline_s: Optional[float] = Field(None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
+                                        description="wall-clock seconds to train `token_budget` tokens")
+    token_budget: Optional[float] = Field(None, gt=0, le=MAX_TOKEN_BUDGET, allow_inf_nan=False,
+                                          description="tokens to train by the deadline")
 
     @model_validator(mode="after")
     def _exactly_one(self):
@@ -70,8 +89,10 @@ class Target(BaseModel):
         if has_deadline and (self.deadline_s is None or self.token_budget is None):
             missing = "deadline_s" if self.deadline_s is None else "token_budget"
             raise ValueError(f"{missing} is missing: a deadline needs both deadline_s and token_budget")
-        if not math.isfinite(self.required_tokens_per_s):
-            raise ValueError("token_budget / deadline_s is not a finite rate")
+        rate = self.required_tokens_per_s
+        if not math.isfinite(rate) or rate > MAX_TOKENS_PER_S:
+            raise ValueError(f"token_budget / deadline_s is {rate:.3g} tokens/s, over {MAX_TOKENS_PER_S:g}; "
+                             f"give a later deadline or a smaller budget")
         return self
 
     @property

@@ -332,7 +332,7 @@ class _Search:
         layers = (cands.incumbent_layers if k == cands.incumbent_index and cands.incumbent_step_s <= self.h_step[k]
                   else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
         best = Choice(index=k, layers=list(layers), objective_s=float(self.h_step[k]))
-        self.stats["plans_found"] = 1
+        self.stats["top_k_found"] = 1
         return self.finish("FEASIBLE", best, float(cands.time_lb_s.min()), [best], finished=False)
 
     def finish(self, status: PlanStatus, best, bound, top, finished=True) -> MethodResult:
@@ -347,14 +347,14 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     Returns a MethodResult whose `best.objective_s` is the float formulation's step time of the
     returned plan; `bound_s` a proven lower bound of the optimum (q x the solver's bound);
     `stats` the solver statistics, the quantum (`time_quantum_s`), the optimality tolerance
-    (`tolerance_s`), `plans_asked` / `plans_found` and `notes`. A top-k stopped by the time
+    (`tolerance_s`), `top_k_asked` / `top_k_found` and `notes`. A top-k stopped by the time
     limit before K plans is FEASIBLE and not finished. `prune=False` keeps every shape that fits in
     the model, uncapped (the cost without pruning against the incumbent: `benchmarks/search_cost.py`)."""
     t0 = time.perf_counter()
     K = max(1, int(top_k))
     notes: list[str] = []
     stats: dict = {"method": "cpsat", "workers": int(workers), "seed": int(seed), "notes": notes, "phases": [],
-                   "plans_asked": K, "plans_found": 0}
+                   "top_k_asked": K, "top_k_found": 0}
     if cands.num_survivors == 0:
         stats.update(shapes_in_model=0, shapes_memory_infeasible=0)
         notes.append("no legal shape survives the memory lower bound: nothing to search")
@@ -421,5 +421,5 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         status0 = "FEASIBLE"  # the first plan is proven; the list is not complete
     if status0 == "OPTIMAL" and best is not None:
         stats["gap_s"] = best.objective_s - bound0 if bound0 is not None else None
-    stats["plans_found"] = len(choices)
+    stats["top_k_found"] = len(choices)
     return s.finish(status0, best, bound0, choices, status0 in ("OPTIMAL", "INFEASIBLE"))

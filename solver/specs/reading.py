@@ -1,0 +1,239 @@
+"""Reading the files a user names -- spec, job, link, step and log files -- safely: a regular
+file of at most MAX_FILE_BYTES, opened without blocking (a FIFO or /proc/kmsg cannot hang a
+reader), UTF-8, and parsed by loaders that refuse what would silently change or explode the
+input: duplicate keys, YAML aliases (billion laughs), nesting deeper than MAX_DEPTH, integers of
+more than MAX_INT_DIGITS digits. (NaN and infinities are read, and refused by the field that
+holds them, which the error then names.) Errors are one line naming the file and never quote
+its contents.
+
+`file_policy` restricts which files may be named at all (the HTTP service: none, or plain names
+inside an operator's spec directory); `catalog` reads its own shipped files outside any policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ..errors import InputError
+
+MAX_FILE_BYTES = 32 << 20
+MAX_DEPTH = 32
+MAX_INT_DIGITS = 20
+
+
+@dataclass(frozen=True)
+class SpecFiles:
+    """Which files a caller may name (`file_policy`): `directory` None opens no file at all."""
+
+    directory: Optional[Path] = None
+
+
+_FILE_POLICY: ContextVar[Optional[SpecFiles]] = ContextVar("solveplan_file_policy", default=None)
+
+
+@contextmanager
+def file_policy(policy: Optional[SpecFiles]):
+    """Within the block (this thread or task and what it starts with a copied context), user
+    file names are restricted by `policy` (None: any file, the default for the CLI and the
+    Python API). The HTTP service runs every request under `SpecFiles(...)`."""
+    token = _FILE_POLICY.set(policy)
+    try:
+        yield
+    finally:
+        _FILE_POLICY.reset(token)
+
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def user_path(ref: str | Path, field: str) -> Path:
+    """The path of a file the user names, under the file policy in force."""
+    policy = _FILE_POLICY.get()
+    if policy is None:
+        return Path(ref)
+    if policy.directory is None:
+        raise InputError(field, "this service opens no files: give a catalog name or an inline spec mapping")
+    name = str(ref)
+    root = policy.directory.resolve()
+    target = (root / name).resolve()
+    if not _PLAIN_NAME.match(name) or ".." in name or target.parent != root:
+        raise InputError(field, "give the plain name of a file in the service's spec directory (no paths), "
+                                "a catalog name or an inline spec mapping")
+    if not target.is_file():
+        raise InputError(field, f"no spec file {name!r} in the service's spec directory")
+    return target
+
+
+def is_file_ref(ref: str) -> bool:
+    """Does `ref` name a spec file (by its suffix, a path separator, or because it exists)? Under
+    a service's file policy existence is looked up only inside its spec directory, so an answer
+    never reveals whether a path exists on the server."""
+    ref = str(ref)
+    if Path(ref).suffix.lower() in (".yaml", ".yml", ".json") or "/" in ref or "\\" in ref:
+        return True
+    policy = _FILE_POLICY.get()
+    try:
+        if policy is None:
+            return Path(ref).exists()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        return False
+    return policy.directory is not None and _PLAIN_NAME.match(ref) is not None and (policy.directory / ref).is_file()
+
+
+def read_text(path: str | Path, field: str) -> str:
+    """The UTF-8 text of a regular file of at most MAX_FILE_BYTES (InputError naming `field`)."""
+    path = user_path(path, field)
+    name = path.name or str(path)
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        raise InputError(field, f"file {str(path)!r} does not exist") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(field, f"{str(path)!r} is a directory; give a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(field, f"{str(path)!r} is not a regular file (a FIFO, device or socket); give a file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise InputError(field, f"{name} is {st.st_size:,} bytes; files are read up to {MAX_FILE_BYTES:,} bytes")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        if raw is None:  # a non-blocking read with nothing to read yet
+            raise BlockingIOError
+    except BlockingIOError:
+        raise InputError(field, f"{name} cannot be read without waiting; give a regular file") from None
+    except OSError as exc:
+        raise InputError(field, f"cannot read {name}: {exc.strerror or type(exc).__name__}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InputError(field, f"{name} is over {MAX_FILE_BYTES:,} bytes; files are read up to that size")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(field, f"{name} is not UTF-8 text (invalid byte at offset {exc.start}); "
+                                f"save it as UTF-8") from None
+
+
+def _too_big_int(digits: str) -> bool:
+    return len(digits.lstrip("+-").replace("_", "").lstrip("0")) > MAX_INT_DIGITS
+
+
+class _Refused(ValueError):
+    """A file construct the loaders refuse (the message says which)."""
+
+
+def _json_int(text: str) -> int:
+    if _too_big_int(text):
+        raise _Refused(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _unique_pairs(pairs: list) -> dict:
+    """A JSON object; a key given twice with different values is refused (the same value twice,
+    as some published Hugging Face configs have, loses nothing)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out and out[key] != value:
+            raise _Refused(f"key {str(key)[:60]!r} appears twice with different values")
+        out[key] = value
+    return out
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """SafeLoader without aliases (billion laughs), duplicate keys or huge integers."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise _Refused(f"YAML aliases (*name) are not accepted (line {mark.line + 1}); write the values out")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                dup = key in seen
+            except TypeError:
+                raise _Refused(f"a mapping key must be a scalar (line {key_node.start_mark.line + 1})") from None
+            value = self.construct_object(value_node, deep=True)
+            if dup and seen[key] != value:
+                raise _Refused(f"key {str(key)[:60]!r} appears twice with different values "
+                               f"(line {key_node.start_mark.line + 1})")
+            seen[key] = value
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node):
+        if _too_big_int(str(node.value)):
+            raise _Refused(f"an integer of {len(str(node.value))} digits (line {node.start_mark.line + 1}; "
+                           f"at most {MAX_INT_DIGITS})")
+        return super().construct_yaml_int(node)
+
+
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", _StrictYamlLoader.construct_yaml_int)
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:map", _StrictYamlLoader.construct_yaml_map)
+
+
+def _depth(data) -> int:
+    """Nesting depth of lists and mappings (iterative: no recursion on hostile input)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        obj, d = stack.pop()
+        if isinstance(obj, (dict, list)):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                return d
+            stack.extend((v, d + 1) for v in (obj.values() if isinstance(obj, dict) else obj))
+    return deepest
+
+
+def parse_data(text: str, field: str, name: str, fmt: str = "yaml") -> Any:
+    """JSON (`fmt` "json") or YAML text -> data, refusing what `read_text`'s comment lists."""
+    try:
+        if fmt == "json":
+            data = json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_json_int)
+        else:
+            data = yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except _Refused as exc:
+        raise InputError(field, f"{name}: {exc}") from None
+    except RecursionError:
+        raise InputError(field, f"{name} is nested too deeply (at most {MAX_DEPTH} levels)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(field, f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = str(getattr(exc, "problem", None) or "malformed")[:120]
+        raise InputError(field, f"{name} is not valid YAML{where}: {problem}") from None
+    except ValueError as exc:  # numbers Python cannot convert
+        raise InputError(field, f"{name}: {str(exc)[:120]}") from None
+    if _depth(data) > MAX_DEPTH:
+        raise InputError(field, f"{name} is nested too deeply (at most {MAX_DEPTH} levels)")
+    return data
+
+
+def read_data(path: str | Path, field: str) -> Any:
+    """A user's JSON (by the .json suffix) or YAML file, read and parsed safely."""
+    text = read_text(path, field)
+    name = Path(path).name or str(path)
+    return parse_data(text, field, name, "json" if str(path).lower().endswith(".json") else "yaml")
+
+
+def read_mapping(path: str | Path, field: str) -> dict[str, Any]:
+    """Read a YAML or JSON file into a dict; malformed input is an InputError naming the file."""
+    data = read_data(path, field)
+    name = Path(path).name or str(path)
+    if data is None:
+        raise InputError(field, f"{name} is empty; it must hold a mapping of keys to values")
+    if not isinstance(data, dict):
+        raise InputError(field, f"{name} must hold a mapping of keys to values, not {type(data).__name__}")
+    return data
