@@ -49,7 +49,7 @@ def worker(n: int, repeat: int) -> dict:
 
     model = load_model("gpt3-175b")
     job = JobSpec(model=model, cluster=load_cluster("a100x1024"), global_batch_size=1536, seq_length=2048)
-    shapes = enumerate_shapes(job, apply_dominance=False).shapes
+    shapes = enumerate_shapes(job).shapes
     shapes = shapes.take(np.arange(n) % len(shapes))
     layers = balanced_layers_matrix(model.num_layers, shapes.pp)
     rss0 = _rss_mib()

@@ -134,7 +134,7 @@ def worker(spec: dict, method: str, pruning: str, limit_s: float) -> None:
     extra = {"space_searched": str(exhaustive.count_space(cands)), "num_gpus": job.cluster.num_gpus,
              "params_b": job.model.num_params / 1e9, "shapes_legal": cands.num_legal,
              "space_legal": str(exhaustive.count_space_pp(job.model.num_layers,
-                                                          enumerate_shapes(job, apply_dominance=False).shapes.pp,
+                                                          enumerate_shapes(job).shapes.pp,
                                                           job.constraints.uneven_split))}
     if res.best is not None:
         ev = evaluate_split(cands.coeffs, res.best.index, res.best.layers)

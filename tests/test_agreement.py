@@ -142,6 +142,17 @@ def sp_dominance_counterexample() -> JobSpec:
     return JobSpec(model=model, cluster=cluster, global_batch_size=8, seq_length=512)
 
 
+def zero_dominance_counterexample() -> JobSpec:
+    """Found by hypothesis: tp=2, cp=2, dp=8 across 4 nodes, a 2-layer tied model; the tree
+    all-reduce of zero=0 beats the two rings of zero=1 on latency."""
+    model = ModelSpec(name="prop", num_layers=2, hidden_size=512, num_attention_heads=8, num_kv_heads=2,
+                      ffn_hidden_size=2048, vocab_size=32000, tied_embeddings=True)
+    gpu = GPUSpec(name="prop-gpu", peak_bf16_tflops=125.0, hbm_gib=6.0, hbm_gbyte_per_s=2039.0)
+    cluster = ClusterSpec(name="prop-cluster", gpu=gpu, gpus_per_node=8, num_nodes=4, nvlink_gbyte_per_s=150.0,
+                          nic_gbit_per_s=200.0)
+    return JobSpec(model=model, cluster=cluster, global_batch_size=8, seq_length=512)
+
+
 def _dominance_keeps_optimum(job) -> tuple[float, float]:
     """(legal optimum, optimum over the shapes that survive dominance), both by the Alpa DP."""
     legal = alpa_dp.search(prepare(job, **PREPARE_KWARGS), time_limit_s=60)
@@ -164,6 +175,15 @@ def test_sp_dominance_counterexample():
     """The shrunk counterexample that showed SP on does not dominate SP off (fixed in space.py)."""
     legal, dom = _dominance_keeps_optimum(sp_dominance_counterexample())
     assert dom == pytest.approx(legal, rel=1e-9), f"dominance loses {100 * (dom / legal - 1):.2f}%"
+
+
+def test_zero_dominance_counterexample():
+    """Where zero=0 wins (a latency-bound reduction across nodes) its shapes are not dominated."""
+    job = zero_dominance_counterexample()
+    legal, dom = _dominance_keeps_optimum(job)
+    assert dom == pytest.approx(legal, rel=1e-9), f"dominance loses {100 * (dom / legal - 1):.2f}%"
+    best = alpa_dp.search(prepare(job, **PREPARE_KWARGS), time_limit_s=60).best
+    assert prepare(job, **PREPARE_KWARGS).shapes.zero[best.index] == 0  # the case the rule must keep
 
 
 @SETTINGS

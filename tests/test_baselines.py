@@ -187,7 +187,7 @@ def test_infeasible_without_memory_pruning():
     from solveplan.formulation.job import job_coefficients
     from solveplan.space.enumeration import enumerate_shapes
 
-    shapes = enumerate_shapes(job, apply_dominance=False).shapes
+    shapes = enumerate_shapes(job).shapes
     raw = type(cands)(job, shapes, job_coefficients(job, shapes), np.zeros(len(shapes)), None, math.inf, None,
                       len(shapes), 0, 0, 0, math.inf, None)
     assert exhaustive.search(raw, time_limit_s=30).status == "INFEASIBLE"

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 
 from ..formulation.coefficients import StageCoefficients
-from ..formulation.job import job_coefficients
+from ..formulation.job import job_coefficients, zero0_dominated
 from ..formulation.linear import LinearForm, linear_form, memory_feasible
 from ..formulation.pipeline import step_time_batch
 from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, slot_waterfill
@@ -102,14 +102,19 @@ def _kth(values: np.ndarray, k: int) -> float:
 def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True, top_k: int = 1) -> Candidates:
     """Legal shapes, priced and pruned. `prune_time`: drop the shapes whose time lower bound
     exceeds the `top_k`-th best plan found (distinct shapes): none of them can be among the
-    `top_k` best. `apply_dominance`: drop dominated shapes (`space.enumeration`)."""
+    `top_k` best. `apply_dominance`: drop dominated shapes (`formulation.job.zero0_dominated`)."""
     K = max(1, int(top_k))
-    space = enumerate_shapes(job, apply_dominance=apply_dominance)
+    space = enumerate_shapes(job)
     shapes = space.shapes
+    num_dominated = 0
+    if apply_dominance:
+        dom = zero0_dominated(job, shapes)
+        num_dominated = int(dom.sum())
+        shapes = shapes.take(np.flatnonzero(~dom)) if num_dominated else shapes
     L = job.model.num_layers
     if len(shapes) == 0:
         return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"), None,
-                          space.num_legal, space.num_dominated, 0, 0, float("inf"), shapes)
+                          space.num_legal, num_dominated, 0, 0, float("inf"), shapes)
     co = job_coefficients(job, shapes)
     mem_lb = memory_lower_bound_bytes(co, L)
     fit = mem_lb <= co.capacity_bytes
@@ -167,7 +172,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
         derived = (form, splits, kidx)
     inc = int(np.argmin(known)) if np.isfinite(known).any() else None
     cands = Candidates(job, shapes, co, t_lb, inc, float(known[inc]) if inc is not None else float("inf"),
-                       inc_layers if inc is not None else None, space.num_legal, space.num_dominated, n_mem, n_time,
+                       inc_layers if inc is not None else None, space.num_legal, num_dominated, n_mem, n_time,
                        min_lb, least_shapes)
     if derived is not None:
         cands._keep_derived(*derived)
