@@ -25,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import RESULTS, commit  # noqa: E402
+from _common import RESULTS, code_state  # noqa: E402
 
 SIZES = (10_000, 100_000, 1_000_000)
 MEMORY_TARGET_MIB = 2048
@@ -79,7 +79,7 @@ def write(rows: list[dict], repeat: int) -> Path:
     lines = [
         "# Vectorised evaluation: time and memory",
         "",
-        f"`python benchmarks/evaluate_speed.py` at commit {commit()}; {os.cpu_count()} CPUs; median of {repeat} "
+        f"`python benchmarks/evaluate_speed.py` at commit {code_state()}; {os.cpu_count()} CPUs; median of {repeat} "
         f"repeats, each N in a fresh process. gpt3-175b on a100x1024: the legal shapes (pp up to 96) cycled to N, "
         f"each with its balanced split. Peak RSS is the process's (interpreter, imports and inputs included); "
         f"the layer matrix alone is N x 96 int64.",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import RESULTS, commit  # noqa: E402
+from _common import RESULTS, code_state  # noqa: E402
 
 # model, cluster, end-to-end target (s) of issue #4, judged by issue #14 (CP-SAT / DP <= 1.1)
 INSTANCES = [
@@ -175,9 +175,11 @@ def write(rows: list[dict], tk: dict, no_pandas: bool, runs: int) -> Path:
     lines = [
         "# optimize targets (issues #4 and #14)",
         "",
-        f"`python benchmarks/optimize_targets.py` at commit {commit()}; median of {runs} runs, methods interleaved; "
+        f"`python benchmarks/optimize_targets.py` at commit {code_state()}; median of {runs} runs, methods interleaved; "
         f"{platform.machine()}, {os.cpu_count()} CPUs (shared: other jobs were running), Python "
-        f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M', time.localtime())}.",
+        f"{platform.python_version()}, bytecode cache "
+        f"{'off (PYTHONDONTWRITEBYTECODE: every module compiled in every process)' if sys.flags.dont_write_bytecode else 'on'}; "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime())}.",
         "",
         "End to end = `python -m solveplan.cli optimize --model M --cluster C --json [--method alpa-dp]` in a fresh "
         "process (interpreter start, imports, catalog, enumeration, search, textbook comparison, JSON). In-process: "

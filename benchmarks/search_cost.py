@@ -19,6 +19,7 @@ agree (to CP-SAT's stated tolerance), across both columns.
 
     python benchmarks/search_cost.py --smoke          # 3 instances, 5 s limit
     python benchmarks/search_cost.py                  # 13 instances, 30 s limit (~25 minutes on 2 cores)
+    python benchmarks/search_cost.py --limit 10       # the same, 10 s for every method (~12 minutes)
     python benchmarks/search_cost.py --only llama2-70b --methods cpsat,alpa-dp --no-write
 Writes benchmarks/results/search_cost.{md,csv,png}.
 """
@@ -37,7 +38,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+from _common import RESULTS, code_state  # noqa: E402
 METHODS = ("cpsat", "alpa-dp", "branch-bound", "exhaustive")
 PRUNINGS = ("pruned", "none")
 NAMES = {"cpsat": "CP-SAT", "alpa-dp": "Alpa DP", "branch-bound": "B&B", "exhaustive": "exhaustive"}
@@ -226,18 +228,6 @@ def cell(r: dict) -> str:
     return f"{r['status']} {stop}{fmt_s(r['e2e_s'])} ({fmt_s(r.get('search_s'))} search; {work})"
 
 
-def code_version() -> str:
-    """The commit the code under test came from, and whether solver/ or benchmarks/ had local changes."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "solver", "benchmarks/search_cost.py"],
-                               cwd=HERE.parent, capture_output=True, text=True, timeout=10).stdout.strip()
-        return f"{head}{' + local changes' if dirty else ''}" if head else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def write_results(results: list[dict], out_dir: Path, mode: str, limit_s: float, header: dict, plot: bool = True):
     out_dir.mkdir(parents=True, exist_ok=True)
     fields = ["instance", "knobs", "num_gpus", "params_b", "pruning", "method", "status", "finished", "optimum_s",
@@ -373,7 +363,7 @@ def main(argv=None):
     methods = [m for m in args.methods.split(",") if m]
     prunings = [p for p in args.prunings.split(",") if p]
     grid = [i for i in (SMOKE if args.smoke else FULL) if not args.only or args.only in i["name"]]
-    header = {"started": time.time(), "version": code_version(), "load_start": os.getloadavg()[0]}
+    header = {"started": time.time(), "version": code_state(), "load_start": os.getloadavg()[0]}
     results = []
     for spec in grid:
         runs = {}
@@ -390,8 +380,8 @@ def main(argv=None):
         print(f"{'':32s} agree: {res['agree']}", flush=True)
         results.append(res)
     if not args.no_write:
-        if code_version() != header["version"]:
-            header["version"] += f" (changed during the run, now {code_version()})"
+        if code_state() != header["version"]:
+            header["version"] += f" (changed during the run, now {code_state()})"
         write_results(results, Path(args.out), mode, limit_s, header, plot=not args.no_plot)
     bad = [r["name"] for r in results if r["agree"].startswith("NO")]
     if bad:
