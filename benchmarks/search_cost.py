@@ -223,8 +223,12 @@ def cell(r: dict) -> str:
     if r.get("status") in ("ERROR", "KILLED"):
         return r["status"]
     stop = "" if r.get("finished") else ">= "
-    work = (f"{r['in_model']} shapes in model, {fmt_big(r.get('branches'))} branches" if r.get("branches") is not None
-            else f"{fmt_big(r.get('evaluations'))} ev")
+    if r.get("branches") is None:
+        work = f"{fmt_big(r.get('evaluations'))} ev"
+    elif r.get("in_model") is None:  # stopped before the model was built
+        work = "stopped before the model"
+    else:
+        work = f"{r['in_model']} shapes in model, {fmt_big(r.get('branches'))} branches"
     return f"{r['status']} {stop}{fmt_s(r['e2e_s'])} ({fmt_s(r.get('search_s'))} search; {work})"
 
 
@@ -320,8 +324,9 @@ def plot_results(results, path: Path):
     colors = {"cpsat": "tab:blue", "exhaustive": "tab:red", "alpa-dp": "tab:green", "branch-bound": "tab:orange"}
     for ax, col in zip(axes, PRUNINGS):
         for m in METHODS:
-            pts = sorted((r["num_gpus"], r["runs"][(col, m)]) for r in results
-                         if r.get("num_gpus") and (col, m) in r["runs"] and r["runs"][(col, m)].get("e2e_s"))
+            pts = sorted(((r["num_gpus"], r["runs"][(col, m)]) for r in results
+                          if r.get("num_gpus") and (col, m) in r["runs"] and r["runs"][(col, m)].get("e2e_s")),
+                         key=lambda p: p[0])  # instances with equal GPU counts keep their order
             pts = [(x, r) for x, r in pts if r.get("status") not in ("ERROR", "KILLED")]
             if not pts:
                 continue
