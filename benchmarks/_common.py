@@ -18,9 +18,9 @@ def commit() -> str:
         return "unknown"
 
 
-def code_state(paths=("solver", "benchmarks")) -> str:
-    """`commit()`, plus ` + local changes` when `paths` differ from it (results measured on
-    uncommitted code say so)."""
+def code_state(paths=("solver", "benchmarks", ":!benchmarks/results")) -> str:
+    """`commit()`, plus ` + local changes` when the code under `paths` (results excluded)
+    differs from it: results measured on uncommitted code say so."""
     try:
         dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ROOT, capture_output=True, text=True,
                                check=True).stdout.strip()
