@@ -22,6 +22,8 @@ def result_json(result, job) -> dict:
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
     d["alternatives"] = [p.model_dump() for p in result.alternatives]
+    d["top_k_asked"] = getattr(result, "top_k_asked", 1)
+    d["top_k_found"] = getattr(result, "top_k_found", 0 if result.plan is None else 1 + len(result.alternatives))
     d["shortfall"] = result.shortfall.model_dump() if result.shortfall is not None else None
     d["notes"] = list(result.notes)
     d["search"] = result.search.model_dump()
