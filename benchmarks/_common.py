@@ -16,3 +16,14 @@ def commit() -> str:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def code_state(paths=("solver", "benchmarks", ":!benchmarks/results")) -> str:
+    """`commit()`, plus ` + local changes` when the code under `paths` (results excluded)
+    differs from it: results measured on uncommitted code say so."""
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return commit()
+    return commit() + (" + local changes" if dirty else "")

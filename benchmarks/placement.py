@@ -1,10 +1,12 @@
-"""Placement benchmark: a 128-node generated leaf/spine matrix (8 racks of 16 behind a 2:1
-spine) with random degraded links and one quarter-speed NIC; CP-SAT placement of GPT-3 175B
-(tp=8) at several pipeline depths. Records solve time, status (OPTIMAL within the limit, or
-the gap), node classes, and the predicted step vs the default rank order and whole-server
-pipelines. Writes benchmarks/results/placement.md.
+"""Placement benchmark (issue #14): 256 nodes (`a100x2048`), a generated leaf/spine matrix of
+16 racks of 16 nodes behind a 4:1 spine with random degraded links and degraded NICs;
+CP-SAT placement of GPT-3 175B (tp=8) at pipeline depths 8, 16 and 32 on two random matrices,
+and a determinism check (one instance solved with other CP-SAT seeds and worker counts must
+give the same placement when it is proven optimal). Records status (OPTIMAL within the limit,
+or the gap), wall time, node classes, and the predicted step vs the default rank order and
+whole-server pipelines. Writes benchmarks/results/placement.md.
 
-    python benchmarks/placement.py [--time-limit 60] [--workers N] [--seeds 0,1]
+    python benchmarks/placement.py [--time-limit 60] [--workers 2] [--seeds 0,1] [--pp 8,16,32]
 """
 
 from __future__ import annotations
@@ -16,74 +18,101 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import RESULTS, commit
 
 from solveplan.catalog import load_job
-from solveplan.placement.cpsat import default_workers
 from solveplan.placement.place import place
 from solveplan.placement.topology import generate_links
 from solveplan.plan import plan_config
 
-OUT = Path(__file__).parent / "results" / "placement.md"
+OUT = RESULTS / "placement.md"
+NODES, PER_LEAF, OVERSUBSCRIPTION = 256, 16, 4
+DEGRADED_LINKS, DEGRADED_NICS = 12, 2
 
 
-def matrix(seed: int, nodes: int = 128):
+def matrix(seed: int):
+    """The generated matrix of one seed: DEGRADED_LINKS random node pairs at x0.25 or x0.5,
+    DEGRADED_NICS random nodes whose NIC runs at x0.25 or x0.5."""
     rng = np.random.default_rng(seed)
-    links = []
-    while len(links) < 6:
-        a, b = map(int, rng.integers(0, nodes, 2))
+    links: list[tuple[int, int, float]] = []
+    while len(links) < DEGRADED_LINKS:
+        a, b = map(int, rng.integers(0, NODES, 2))
         if a != b:
             links.append((a, b, float(rng.choice([0.25, 0.5]))))
-    node = int(rng.integers(0, nodes))
-    return generate_links(nodes, nodes_per_leaf=16, oversubscription=2, degraded_links=links,
-                          degraded_nodes=[(node, 0.25)]), links, node
+    nics = [(int(n), float(rng.choice([0.25, 0.5]))) for n in rng.choice(NODES, DEGRADED_NICS, replace=False)]
+    return generate_links(NODES, nodes_per_leaf=PER_LEAF, oversubscription=OVERSUBSCRIPTION, degraded_links=links,
+                          degraded_nodes=nics)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--time-limit", type=float, default=60.0)
-    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--pp", default="8,16,32")
+    ap.add_argument("--determinism", default="8:0:1,8:1:2,8:2:2,8:0:8",
+                    help="pp:cp-sat seed:workers runs compared with the main run of matrix seed 0")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
-    job = load_job({"model": "gpt3-175b", "cluster": "a100x1024"})
-    workers = a.workers or default_workers()
-    rows = []
+    job = load_job({"model": "gpt3-175b", "cluster": f"a100x{NODES * 8}"})
+    rows, main_runs = [], {}
+
+    def run(seed, pp, cp_seed, workers):
+        par = plan_config(job, dict(tp=8, pp=pp)).parallel
+        t0 = time.perf_counter()
+        r = place(job, par, matrix(seed), time_limit_s=a.time_limit, workers=workers, seed=cp_seed)
+        wall = time.perf_counter() - t0
+        print(f"matrix {seed} pp={pp} dp={par.dp} cp-sat seed {cp_seed} workers {workers}: {r.status} in {wall:.1f} s, "
+              f"objective {r.objective} bound {r.bound}, gap {r.gap or 0:.3%}, {r.node_classes} classes; step "
+              f"{r.optimized.step_time_s:.3f} s vs default {r.default.step_time_s:.3f} s", flush=True)
+        return par, r, wall
+
     for seed in [int(x) for x in a.seeds.split(",")]:
-        lm, links, node = matrix(seed)
         for pp in [int(x) for x in a.pp.split(",")]:
-            par = plan_config(job, dict(tp=8, pp=pp)).parallel
-            t0 = time.perf_counter()
-            r = place(job, par, lm, time_limit_s=a.time_limit, workers=workers)
-            wall = time.perf_counter() - t0
+            par, r, wall = run(seed, pp, 0, a.workers)
             rows.append((seed, pp, par.dp, r, wall))
-            print(f"seed {seed} pp={pp} dp={par.dp}: {r.status} in {wall:.1f} s, gap {r.gap or 0:.2%}, "
-                  f"{r.node_classes} classes; step {r.optimized.step_time_s:.3f} s vs default "
-                  f"{r.default.step_time_s:.3f} s ({r.speedup_vs_default:.3f}x), whole-server "
-                  f"{r.whole_server.step_time_s:.3f} s", flush=True)
+            main_runs[(seed, pp)] = r
+    checks = []
+    for spec in filter(None, a.determinism.split(",")):
+        pp, cp_seed, workers = map(int, spec.split(":"))
+        base = main_runs.get((0, pp)) or run(0, pp, 0, a.workers)[1]
+        _, r, wall = run(0, pp, cp_seed, workers)
+        same = r.optimized.hosts_by_cell == base.optimized.hosts_by_cell and r.objective == base.objective
+        checks.append((pp, cp_seed, workers, r, wall, same, base.status))
     lines = [
-        "# Placement on a 128-node cluster with degraded links",
+        f"# Placement on a {NODES}-node cluster with degraded links and NICs",
         "",
-        "Generated by `python benchmarks/placement.py"
-        + (f" --time-limit {a.time_limit:g}" if a.time_limit != 60 else "") + "`"
-        f" on {platform.machine()} with {os.cpu_count()} CPU cores, CP-SAT with {workers} workers,"
-        f" limit {a.time_limit:g} s per solve.",
+        f"Generated by `python benchmarks/placement.py --workers {a.workers}"
+        + (f" --time-limit {a.time_limit:g}" if a.time_limit != 60 else "") + f"` at commit {commit()}"
+        f" on {platform.machine()} ({platform.python_implementation()} {platform.python_version()}) with"
+        f" {os.cpu_count()} CPU cores (shared with other jobs), CP-SAT with {a.workers} workers, limit"
+        f" {a.time_limit:g} s per placement (wall s below includes building the problem and pricing).",
         "",
-        "Cluster: `a100x1024` (128 DGX A100 nodes), links generated with 16 nodes per leaf, 2:1 spine,",
-        "200 Gbit/s NIC per GPU, 6 random degraded links (x0.25 or x0.5) and one NIC at x0.25",
-        "(random per seed). Model GPT-3 175B, tp=8 (one (stage, replica) per node), balanced layer split,",
-        "micro-batch 1. Step times are the formulation's, re-priced with the placement's actual links;",
+        f"Cluster: `a100x{NODES * 8}` ({NODES} DGX A100 nodes), links generated with {PER_LEAF} nodes per leaf"
+        f" ({NODES // PER_LEAF} racks), {OVERSUBSCRIPTION}:1 spine,",
+        f"200 Gbit/s NIC per GPU, {DEGRADED_LINKS} random degraded links (x0.25 or x0.5) and {DEGRADED_NICS} NICs at"
+        " x0.25 or x0.5 (random per matrix seed). Model GPT-3 175B, tp=8 (one (stage, replica) per node), balanced",
+        "layer split. Step times are the formulation's, re-priced with the placement's actual links;",
         "`default` is Megatron's rank order with nodes in index order, `whole-server` puts each replica's",
-        "pipeline on consecutive nodes (rank order tp-cp-pp-dp). Status OPTIMAL = proven within the",
-        "objective's time quantum; FEASIBLE = time limit hit, gap from CP-SAT's bound.",
+        "pipeline on consecutive nodes (rank order tp-cp-pp-dp). Status OPTIMAL = the integer objective equals",
+        "a proven lower bound (the cell model's or the row-count relaxation's); FEASIBLE = time limit hit, gap",
+        "from the best proven bound.",
         "",
-        "| seed | pp | dp | status | wall s | gap | node classes | levels | step s (optimised) | default | whole-server | speed-up vs default |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| matrix seed | pp | dp | status | wall s | objective | bound | gap | node classes | levels | step s (optimised) | default | whole-server | speed-up vs default |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for seed, pp, dp, r, wall in rows:
-        lines.append(f"| {seed} | {pp} | {dp} | {r.status} | {wall:.1f} | {(r.gap or 0):.2%} | {r.node_classes} | "
-                     f"{r.bandwidth_levels} | {r.optimized.step_time_s:.3f} | {r.default.step_time_s:.3f} | "
-                     f"{r.whole_server.step_time_s:.3f} | {r.speedup_vs_default:.3f}x |")
+        lines.append(f"| {seed} | {pp} | {dp} | {r.status} | {wall:.1f} | {r.objective} | {r.bound} | {(r.gap or 0):.3%} | "
+                     f"{r.node_classes} | {r.bandwidth_levels} | {r.optimized.step_time_s:.3f} | "
+                     f"{r.default.step_time_s:.3f} | {r.whole_server.step_time_s:.3f} | {r.speedup_vs_default:.3f}x |")
+    if checks:
+        lines += ["", "Determinism: matrix seed 0 solved again with other CP-SAT seeds and worker counts, compared",
+                  f"with the run above (CP-SAT seed 0, {a.workers} workers): same placement (every cell's host) and objective.",
+                  "", "| pp | CP-SAT seed | workers | status | wall s | objective | same placement |",
+                  "|---:|---:|---:|---|---:|---:|---|"]
+        for pp, cp_seed, workers, r, wall, same, base_status in checks:
+            lines.append(f"| {pp} | {cp_seed} | {workers} | {r.status} | {wall:.1f} | {r.objective} | "
+                         f"{'yes' if same else 'no'} |")
     lines.append("")
     Path(a.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {a.out}")

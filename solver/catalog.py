@@ -46,9 +46,28 @@ def _catalog_mapping(path: Path) -> dict[str, Any]:
         return read_mapping(path, f"catalog {path.name}")
 
 
+@lru_cache(maxsize=None)
 def _entries(kind: str) -> dict[str, Path]:
+    """The catalog's files of `kind` by name (listed, not read: a lookup reads only its file)."""
     d = _catalog_dir(kind)
     return {p.stem: p for p in sorted(d.glob("*.yaml"))}
+
+
+@lru_cache(maxsize=None)
+def _catalog_entry(kind: str, name: str):
+    """One catalog entry, read and validated on first use."""
+    p = _entries(kind)[name]
+    if kind == "models":
+        return build(ModelSpec, {"name": name, **_catalog_mapping(p)}, f"models/{name}.yaml")
+    if kind == "gpus":
+        return build(GPUSpec, {"name": name, **_catalog_mapping(p)}, f"gpus/{name}.yaml")
+    if kind == "families":
+        return _catalog_mapping(p)
+    return cluster_from_mapping({"name": name, **_catalog_mapping(p)}, f"clusters/{name}.yaml")
+
+
+def _catalog(kind: str) -> dict:
+    return {name: _catalog_entry(kind, name) for name in _entries(kind)}
 
 
 def _unknown(field: str, what: str, name: str, known: list[str]) -> InputError:
@@ -58,21 +77,18 @@ def _unknown(field: str, what: str, name: str, known: list[str]) -> InputError:
 
 
 # ---------------------------------------------------------------- models
-@lru_cache(maxsize=None)
 def catalog_models() -> dict[str, ModelSpec]:
-    return {name: build(ModelSpec, {"name": name, **_catalog_mapping(p)}, f"models/{name}.yaml")
-            for name, p in _entries("models").items()}
+    return _catalog("models")
 
 
 def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
     """A catalog name, a YAML/JSON ModelSpec file, a Hugging Face config.json, or a mapping."""
     if isinstance(ref, dict):
         return build(ModelSpec, {"name": "custom", **ref}, field)
-    models = catalog_models()
-    if ref in models:
-        return models[ref]
-    if ref.lower() in models:
-        return models[ref.lower()]
+    models = _entries("models")
+    for name in (ref, ref.lower()):
+        if name in models:
+            return _catalog_entry("models", name)
     if is_file_ref(ref):
         data = read_mapping(ref, field)
         from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
@@ -88,25 +104,22 @@ def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
 
 
 # ---------------------------------------------------------------- GPUs
-@lru_cache(maxsize=None)
 def catalog_gpus() -> dict[str, GPUSpec]:
-    return {name: build(GPUSpec, {"name": name, **_catalog_mapping(p)}, f"gpus/{name}.yaml")
-            for name, p in _entries("gpus").items()}
+    return _catalog("gpus")
 
 
 def load_gpu(ref: str | dict, field: str = "gpu") -> GPUSpec:
     if isinstance(ref, dict):
         return build(GPUSpec, ref, field)
-    gpus = catalog_gpus()
+    gpus = _entries("gpus")
     if str(ref).lower() in gpus:
-        return gpus[str(ref).lower()]
+        return _catalog_entry("gpus", str(ref).lower())
     raise _unknown(field, "gpu", str(ref), list(gpus))
 
 
 # ---------------------------------------------------------------- clusters
-@lru_cache(maxsize=None)
 def catalog_families() -> dict[str, dict]:
-    return {name: _catalog_mapping(p) for name, p in _entries("families").items()}
+    return _catalog("families")
 
 
 def cluster_from_mapping(data: dict, field: str = "cluster") -> ClusterSpec:
@@ -132,10 +145,8 @@ def cluster_from_mapping(data: dict, field: str = "cluster") -> ClusterSpec:
     return build(ClusterSpec, data, field)
 
 
-@lru_cache(maxsize=None)
 def catalog_clusters() -> dict[str, ClusterSpec]:
-    return {name: cluster_from_mapping({"name": name, **_catalog_mapping(p)}, f"clusters/{name}.yaml")
-            for name, p in _entries("clusters").items()}
+    return _catalog("clusters")
 
 
 _FAMILY_RE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9.\-]*?)x(?P<n>\d+)$")
@@ -148,10 +159,10 @@ def family_name(name: str) -> Optional[tuple[str, int]]:
 
 
 def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> ClusterSpec:
-    fams = catalog_families()
+    fams = _entries("families")
     if family not in fams:
         raise _unknown(field, "cluster family", family, list(fams))
-    tmpl = dict(fams[family])
+    tmpl = dict(_catalog_entry("families", family))
     per_node = int(tmpl.get("gpus_per_node", 8))
     most = per_node * int(PLAUSIBLE["num_nodes"][1])
     if num_gpus > most:
@@ -169,7 +180,7 @@ def cluster_family(cluster: ClusterSpec) -> Optional[str]:
     alone does not make a cluster a family's: every parameter but the size must be the
     family's (a client's V100 cluster named `h100x64` stays the client's)."""
     fam = family_name(cluster.name)
-    if not fam or fam[0] not in catalog_families():
+    if not fam or fam[0] not in _entries("families"):
         return None
     try:
         ref = family_cluster(fam[0], cluster.num_gpus)
@@ -194,20 +205,21 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
     """A named cluster, a `<gpu>x<N>` family name, a YAML/JSON ClusterSpec file, or a mapping."""
     if isinstance(ref, dict):
         return cluster_from_mapping({"name": "custom", **ref}, field)
-    clusters = catalog_clusters()
+    clusters = _entries("clusters")
     key = ref.lower()
     if key in clusters:
-        return clusters[key]
+        return _catalog_entry("clusters", key)
     fam = family_name(key)
-    if fam and fam[0] in catalog_families():
+    if fam and fam[0] in _entries("families"):
         return family_cluster(fam[0], fam[1], field)
     if is_file_ref(ref):
         data = read_mapping(ref, field)
         data.setdefault("name", Path(ref).stem)
         return cluster_from_mapping(data, field)
-    known = list(clusters) + [f"{f}x{fam[1] if fam else 64}" for f in catalog_families()]
-    if fam and not any(key.startswith(f) for f in catalog_families()):
-        raise _unknown(field, "cluster family", fam[0], list(catalog_families()))
+    families = list(_entries("families"))
+    known = list(clusters) + [f"{f}x{fam[1] if fam else 64}" for f in families]
+    if fam and not any(key.startswith(f) for f in families):
+        raise _unknown(field, "cluster family", fam[0], families)
     raise _unknown(field, "cluster", ref, known)
 
 

@@ -38,6 +38,11 @@ class OptimizeResult(SolveResult):
     top_k_asked: int = Field(1, description="distinct configurations asked for (--top-k)")
     top_k_found: int = Field(0, description="distinct fitting configurations returned (the plan and its alternatives)")
 
+    @property
+    def top_k_cut_short(self) -> bool:
+        """The one rule: fewer plans than asked and the search stopped by the time limit."""
+        return self.top_k_found < self.top_k_asked and not self.search.finished
+
 
 def _search_fn(method: str):
     """The search function of `method` (imported on first use) and how to prepare its candidates."""
@@ -74,9 +79,8 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
 
     if cands is None:
-        if int(top_k) > 1 and method == "cpsat":
-            # the time pruning is relative to the best incumbent: it may remove the 2nd..k-th best
-            prep_kwargs = {**prep_kwargs, "prune_time": False}
+        if method == "cpsat":  # the time pruning keeps every shape that may be among the K best
+            prep_kwargs = {**prep_kwargs, "top_k": int(top_k)}
         cands = prepare(job, **prep_kwargs)
     prep_s = time.perf_counter() - t0
     left = max(0.01, float(time_limit_s) - prep_s)
@@ -99,8 +103,9 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     )
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
                          alternatives=plans[1:], search=stats, notes=notes, top_k_asked=int(top_k),
-                         top_k_found=1 + len(plans[1:]) if plan is not None else 0,
-                         shortfall=None)
+                         top_k_found=len(plans) if plan is not None else 0, shortfall=None)
+    if plan is not None and out.top_k_cut_short:
+        notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
     if status == "INFEASIBLE":
         left_s = max(0.0, float(time_limit_s) - (time.perf_counter() - t0))
         out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None

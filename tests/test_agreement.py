@@ -3,7 +3,9 @@
 - the objective of CP-SAT's plan equals the exhaustive optimum within CP-SAT's time quantum;
 - the feasibility verdicts agree (INFEASIBLE exactly when no plan fits);
 - CP-SAT's plan, re-evaluated by the float formulation, fits and equals what CP-SAT reports;
-- the Alpa DP equals the exhaustive optimum exactly (same float evaluation).
+- the Alpa DP and the branch and bound equal the exhaustive optimum exactly (same float
+  evaluation);
+- with `--even-split` (a quarter of the examples) every method returns balanced splits only.
 
 The exhaustive reference searches the legal space (`PREPARE_KWARGS`: no dominance, no time
 pruning) or, for the product path, the shapes that survive dominance. CP-SAT is checked on the
@@ -30,9 +32,10 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive  # noqa: E402
+from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, branch_bound, exhaustive  # noqa: E402
 from solveplan.search.candidates import prepare  # noqa: E402
 from solveplan.formulation.pipeline import evaluate_split  # noqa: E402
+from solveplan.formulation.splits import balanced_split  # noqa: E402
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec  # noqa: E402
 
 EXAMPLES = int(os.environ.get("SOLVEPLAN_PROPERTY_EXAMPLES", "25"))
@@ -83,11 +86,20 @@ def jobs(draw) -> JobSpec:
         cons["micro_batch_size_max"] = draw(st.sampled_from([1, 2, 4]))
     if draw(st.booleans()):
         cons["pp"] = tuple(draw(st.sets(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=1)))
+    if draw(st.integers(0, 3)) == 0:
+        cons["uneven_split"] = False  # --even-split: every method must keep the balanced split
     return JobSpec(model=model, cluster=cluster, global_batch_size=draw(st.sampled_from([8, 16, 24, 32, 48, 64, 128, 256])),
                    seq_length=draw(st.sampled_from([512, 1024, 2048, 4096])), constraints=Constraints(**cons))
 
 
 DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time
+
+
+def _balanced_only(job, res) -> None:
+    """An even-split job's plans hold the balanced split."""
+    if not job.constraints.uneven_split:
+        for c in res.top or ([res.best] if res.best else []):
+            assert c.layers == balanced_split(job.model.num_layers, len(c.layers)), c.layers
 
 
 def _exhaustive(job, prepare_kwargs=PREPARE_KWARGS):
@@ -97,6 +109,7 @@ def _exhaustive(job, prepare_kwargs=PREPARE_KWARGS):
     assume(exhaustive.count_space(cands) <= MAX_SPACE)
     res = exhaustive.search(cands, time_limit_s=300)
     assert res.finished, "the exhaustive reference must finish on the test instances"
+    _balanced_only(job, res)
     return cands, res
 
 
@@ -129,6 +142,17 @@ def sp_dominance_counterexample() -> JobSpec:
     return JobSpec(model=model, cluster=cluster, global_batch_size=8, seq_length=512)
 
 
+def zero_dominance_counterexample() -> JobSpec:
+    """Found by hypothesis: tp=2, cp=2, dp=8 across 4 nodes, a 2-layer tied model; the tree
+    all-reduce of zero=0 beats the two rings of zero=1 on latency."""
+    model = ModelSpec(name="prop", num_layers=2, hidden_size=512, num_attention_heads=8, num_kv_heads=2,
+                      ffn_hidden_size=2048, vocab_size=32000, tied_embeddings=True)
+    gpu = GPUSpec(name="prop-gpu", peak_bf16_tflops=125.0, hbm_gib=6.0, hbm_gbyte_per_s=2039.0)
+    cluster = ClusterSpec(name="prop-cluster", gpu=gpu, gpus_per_node=8, num_nodes=4, nvlink_gbyte_per_s=150.0,
+                          nic_gbit_per_s=200.0)
+    return JobSpec(model=model, cluster=cluster, global_batch_size=8, seq_length=512)
+
+
 def _dominance_keeps_optimum(job) -> tuple[float, float]:
     """(legal optimum, optimum over the shapes that survive dominance), both by the Alpa DP."""
     legal = alpa_dp.search(prepare(job, **PREPARE_KWARGS), time_limit_s=60)
@@ -138,18 +162,28 @@ def _dominance_keeps_optimum(job) -> tuple[float, float]:
 
 @SETTINGS
 @given(jobs())
-def test_alpa_equals_exhaustive(job):
+def test_alpa_and_branch_and_bound_equal_exhaustive(job):
     cands, ex = _exhaustive(job)
-    al = alpa_dp.search(cands, time_limit_s=300)
-    assert al.finished and al.status == ex.status
-    if ex.status == "OPTIMAL":
-        assert al.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
+        assert res.finished and res.status == ex.status
+        _balanced_only(job, res)
+        if ex.status == "OPTIMAL":
+            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
 
 
 def test_sp_dominance_counterexample():
     """The shrunk counterexample that showed SP on does not dominate SP off (fixed in space.py)."""
     legal, dom = _dominance_keeps_optimum(sp_dominance_counterexample())
     assert dom == pytest.approx(legal, rel=1e-9), f"dominance loses {100 * (dom / legal - 1):.2f}%"
+
+
+def test_zero_dominance_counterexample():
+    """Where zero=0 wins (a latency-bound reduction across nodes) its shapes are not dominated."""
+    job = zero_dominance_counterexample()
+    legal, dom = _dominance_keeps_optimum(job)
+    assert dom == pytest.approx(legal, rel=1e-9), f"dominance loses {100 * (dom / legal - 1):.2f}%"
+    best = alpa_dp.search(prepare(job, **PREPARE_KWARGS), time_limit_s=60).best
+    assert prepare(job, **PREPARE_KWARGS).shapes.zero[best.index] == 0  # the case the rule must keep
 
 
 @SETTINGS
@@ -179,6 +213,7 @@ def test_time_pruning_keeps_the_optimum(job):
 def _check_cpsat(job, cands, ex):
     res = _cpsat.search(cands, time_limit_s=60)
     assert res.status != "UNKNOWN" and res.finished, f"CP-SAT did not finish a small instance: {res.status}"
+    _balanced_only(job, res)
     if ex.status == "INFEASIBLE":
         assert res.status == "INFEASIBLE" and res.best is None
         return

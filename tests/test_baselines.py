@@ -1,6 +1,6 @@
-"""The exhaustive search and the Alpa-style DP agree with each other and with a brute force
-written independently here (itertools compositions, one shape at a time), on small
-instances where pipelining and uneven splits matter; budgets stop them honestly."""
+"""The exhaustive search, its branch and bound and the Alpa-style DP agree with each other and
+with a brute force written independently here (itertools compositions, one shape at a time), on
+small instances where pipelining and uneven splits matter; budgets stop them honestly."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
+from solveplan.search.baselines import PREPARE_KWARGS, alpa_dp, branch_bound, exhaustive
 from solveplan.search.candidates import prepare
 from solveplan.formulation.pipeline import evaluate_split, step_time_batch
 from solveplan.specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
@@ -103,6 +103,30 @@ def test_alpa_matches_exhaustive(solved):
     assert [c.objective_s for c in ex.top] == pytest.approx(sorted(best_per_shape.values())[:3], rel=REL)
 
 
+def test_unpruned_and_branch_and_bound_match(solved):
+    """Alpa without its stopping rules, and the branch and bound (top-3 distinct shapes, on the
+    legal candidates and on the product's pruned ones), give the brute force's answers."""
+    _, cands, bf, n = solved
+    best_per_shape = {}
+    for obj, j, _ in bf:
+        best_per_shape.setdefault(j, obj)
+    top3 = sorted(best_per_shape.values())[:3]
+    free = alpa_dp.search(cands, time_limit_s=120, top_k=3, prune=False)
+    bb = branch_bound.search(cands, time_limit_s=120, top_k=3)
+    for res in (free, bb):
+        assert res.finished and res.status == "OPTIMAL"
+        assert [c.objective_s for c in res.top] == pytest.approx(top3, rel=REL)
+    assert bb.evaluations <= n
+    pruned = branch_bound.search(prepare(cands.job), time_limit_s=120)
+    assert pruned.best.objective_s <= bf[0][0] * (1 + REL)  # dominance may leave a different, equal shape
+
+
+def test_bounded_compositions_are_every_split_within_the_caps():
+    for L, hi in ((7, [3, 3, 3]), (6, [1, 4, 6, 2]), (5, [5]), (4, [1, 1])):
+        want = [c for c in itertools.product(*(range(1, h + 1) for h in hi)) if sum(c) == L]
+        assert list(branch_bound.bounded_compositions(L, hi)) == want
+
+
 def test_alpa_sum_mode_matches_minmax(solved):
     _, cands, bf, _ = solved
     a = alpa_dp.search(cands, time_limit_s=120, mode="sum")
@@ -163,7 +187,7 @@ def test_infeasible_without_memory_pruning():
     from solveplan.formulation.job import job_coefficients
     from solveplan.space.enumeration import enumerate_shapes
 
-    shapes = enumerate_shapes(job, apply_dominance=False).shapes
+    shapes = enumerate_shapes(job).shapes
     raw = type(cands)(job, shapes, job_coefficients(job, shapes), np.zeros(len(shapes)), None, math.inf, None,
                       len(shapes), 0, 0, 0, math.inf, None)
     assert exhaustive.search(raw, time_limit_s=30).status == "INFEASIBLE"

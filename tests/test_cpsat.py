@@ -218,6 +218,63 @@ def test_top_k_distinct_and_ordered():
     assert res.top[1].objective_s == pytest.approx(best_rest, abs=tol)
 
 
+def test_top_k_cut_short_is_feasible_with_the_top_k_found():
+    cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64), prune_time=False)
+    res = cpsat.search(cands, time_limit_s=1e-6, top_k=4)
+    assert res.status == "FEASIBLE" and not res.finished
+    assert 1 <= len(res.top) < 4 and res.stats["top_k_found"] == len(res.top) and res.stats["top_k_asked"] == 4
+    assert any("time limit" in n for n in res.stats["notes"])
+
+
+def test_top_k_pruned_against_the_kth_plan_keeps_the_k_best():
+    """prepare(job, top_k=K) prunes against the K-th best plan found: the K best shapes stay."""
+    for job in random_jobs(8, 5):
+        full = prepare(job, prune_time=False)
+        if full.num_survivors == 0 or full.num_survivors > 300:
+            continue
+        ref = cpsat.search(full, time_limit_s=20, top_k=3)
+        res = cpsat.search(prepare(job, top_k=3), time_limit_s=20, top_k=3)
+        assert res.status == ref.status
+        tol = ref.stats["tolerance_s"]
+        assert [c.objective_s for c in res.top] == pytest.approx([c.objective_s for c in ref.top], abs=tol)
+
+
+def _exact_by_brute_force(form, k: int, L: int) -> int:
+    p = int(form.pp[k])
+    best = cpsat.NO_SPLIT
+    for comp in _compositions(L, p):
+        if all(comp[i] <= form.max_layers[k, i] for i in range(p)):
+            best = min(best, form.objective(k, comp))
+    return best
+
+
+def test_exact_shape_optima_equal_brute_force():
+    """Each shape's exact optimum (the model's per-shape bound) on real coefficients and on random
+    integer forms (negative constants, zero and negative slopes, tight memory limits)."""
+    for job in random_jobs(10, 3):
+        cands = prepare(job, prune_time=False)
+        if cands.num_survivors == 0 or cands.num_survivors > 200:
+            continue
+        L = job.model.num_layers
+        iform = cpsat.IntegerForm.make(cands.form, cands.time_lb_s, 1e-5)
+        got = cpsat.shape_optima(iform, np.arange(cands.num_survivors), L)
+        assert got.tolist() == [_exact_by_brute_force(iform, k, L) for k in range(cands.num_survivors)]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        L, S = int(rng.integers(1, 11)), 5
+        pp = rng.integers(1, min(L, 5) + 1, size=S)
+        U = np.zeros((S, int(pp.max())), dtype=np.int64)
+        for k in range(S):
+            U[k, :pp[k]] = rng.integers(-1 if rng.random() < 0.2 else 1, L + 2, pp[k])
+        ri = lambda lo, hi, size: rng.integers(lo, hi, size=size)  # noqa: E731
+        form = cpsat.IntegerForm(q=1.0, pp=pp, y_slope=ri(0, 50, S) * (rng.random(S) < 0.9), y_const=ri(-100, 300, (S, 3)),
+                                 base=ri(0, 1000, S), opt_slope=ri(0, 20, S), opt_const=ri(-50, 100, (S, 3)),
+                                 red_slope=ri(-40, 40, S), red_const=ri(-300, 300, (S, 3)),
+                                 lower_bound=ri(0, 1500, S), max_layers=U)
+        got = cpsat.shape_optima(form, np.arange(S), L)
+        assert got.tolist() == [_exact_by_brute_force(form, k, L) for k in range(S)]
+
+
 def test_canonical_split_reaches_target_and_is_balanced():
     cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64, pp=(4,)))
     res = cpsat.search(cands, time_limit_s=20)

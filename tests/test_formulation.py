@@ -130,7 +130,7 @@ def test_config_rules_agree_with_the_enumeration():
     from solveplan.space.rules import config_violations
 
     job = JobSpec(model=gpt(8, 1024, 16), cluster=load_cluster("a100x16"), global_batch_size=32, seq_length=1024)
-    shapes = enumerate_shapes(job, apply_dominance=False).shapes
+    shapes = enumerate_shapes(job).shapes
     legal = {tuple(shapes.row(i).values()) for i in range(len(shapes))}
     for tp in (1, 2, 4, 8, 16):
         for cp in (1, 2):
@@ -144,3 +144,27 @@ def test_config_rules_agree_with_the_enumeration():
                                                                  recompute=rc, sequence_parallel=sp, zero=z)
                                     key = (tp, pp, dp, cp, vp, mbs, rc, sp, z)
                                     assert (not errs) == (key in legal), (key, errs)
+
+
+@pytest.mark.parametrize("model,cluster", [("gpt3-175b", "a100x1024"), ("llama3.1-405b", "h100x16384")])
+def test_zero0_dominated_shapes_are_no_faster_than_their_zero1_twin(model, cluster):
+    """Every shape `zero0_dominated` drops has a zero=1 twin at least as fast (balanced split);
+    on these jobs the rule keeps some zero=0 shapes (the tree all-reduce across many nodes)."""
+    from solveplan.formulation.job import job_coefficients, zero0_dominated
+    from solveplan.formulation.splits import balanced_layers_matrix
+    from solveplan.space.enumeration import enumerate_shapes
+    from solveplan.specs import JobSpec
+
+    m = load_model(model)
+    job = JobSpec(model=m, cluster=load_cluster(cluster), global_batch_size=m.global_batch_size, seq_length=m.seq_length)
+    shapes = enumerate_shapes(job).shapes
+    dom = zero0_dominated(job, shapes)
+    zero0 = (shapes.zero == 0) & (shapes.dp * shapes.cp > 1)
+    assert dom.any() and (dom & ~zero0).sum() == 0 and (zero0 & ~dom).any()
+    rows = np.flatnonzero(dom)[::97]
+    twins = Shapes(*(getattr(shapes, f)[rows] for f in ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute",
+                                                        "sequence_parallel")), np.ones(len(rows), dtype=np.int64))
+    L = job.model.num_layers
+    t0, _, _ = step_time_batch(job_coefficients(job, shapes.take(rows)), balanced_layers_matrix(L, shapes.pp[rows]))
+    t1, _, _ = step_time_batch(job_coefficients(job, twins), balanced_layers_matrix(L, twins.pp))
+    assert np.all(t1 <= t0 * (1 + 1e-12))

@@ -181,6 +181,20 @@ def test_top_k_and_table(cli):
     assert steps == sorted(steps)
 
 
+def test_top_k_cut_short_exits_4(cli):
+    """A top-k the time limit stops before K plans: the plans found, FEASIBLE, exit code 4."""
+    res = cli(*BASE, "--top-k", "50", "--time-limit", "0.001", "--json")
+    assert res.code == 4, res.err
+    assert "of the 50 plans asked for within the time limit" in res.err
+    d = json.loads(res.out)
+    found = 1 + len(d["alternatives"])
+    assert d["status"] == "FEASIBLE" and 1 <= found < 50
+    assert d["top_k_asked"] == 50 and d["top_k_found"] == found and not d["search"]["finished"]
+    assert d["search"]["solver"]["top_k_asked"] == 50 and d["search"]["solver"]["top_k_found"] == found
+    full = optimize(_job("gpt3-13b", "a100x64"), top_k=3)
+    assert full.status == "OPTIMAL" and full.top_k_asked == 3 and full.top_k_found == 3
+
+
 def test_baseline_methods_agree():
     job = _tiny_job()
     ref = optimize(job, time_limit_s=30)

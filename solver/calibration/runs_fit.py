@@ -84,7 +84,7 @@ class RowCase:
     def __init__(self, row: Row, max_shapes: Optional[int] = MAX_SHAPES):
         self.row = row
         self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
-        self.shapes = enumerate_shapes(row.job, apply_dominance=False).shapes
+        self.shapes = enumerate_shapes(row.job).shapes
         self.layers = balanced_layers_matrix(row.job.model.num_layers, self.shapes.pp)
         if max_shapes and len(self.shapes) > max_shapes:
             step, _, fits = step_time_batch(job_coefficients(row.job, self.shapes), self.layers)

@@ -8,7 +8,8 @@ evaluate`: one explicit configuration, predicted by the float formulation.
     solveplan optimize --model gpt3-13b --cluster a100x64 --compare "tp=8,pp=2,mbs=1"
 
 Exit codes: 0 a plan (OPTIMAL, or FEASIBLE when the time limit stopped the proof), 2 bad input,
-3 infeasible (the shortfall is printed on stderr), 4 no plan within the time limit.
+3 infeasible (the shortfall is printed on stderr), 4 no plan (or, with --top-k, fewer plans than
+asked) within the time limit.
 The JSON (`--json` or `--format json`) is identical across runs, seeds and worker counts except
 the `search` block, which holds measurements (wall times, branch counts).
 """
@@ -215,7 +216,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
         click.echo(f"no plan within the time limit of {time_limit:g} s (status {result.status}); "
                    f"raise --time-limit", err=True)
         sys.exit(EXIT_NO_PLAN_IN_TIME)
-    if result.top_k_found < result.top_k_asked and not result.search.finished:
+    if result.top_k_cut_short:
         click.echo(f"found {result.top_k_found} of the {result.top_k_asked} plans asked for within the time limit of "
                    f"{time_limit:g} s; raise --time-limit", err=True)
         sys.exit(EXIT_NO_PLAN_IN_TIME)

@@ -57,6 +57,39 @@ def zero_grad_copy_bytes(grad_bytes: float) -> float:
     return 2.0 + 3.0 * grad_bytes
 
 
+def grad_reduce_bytes(precision: str, grad_reduce_dtype: str) -> float:
+    """Bytes per gradient element in the data-parallel reduction."""
+    return 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
+
+
+def reduced_params_per_gpu(model: ModelSpec, tp, pp):
+    """(per layer, embedding, head) parameters one GPU reduces over data parallelism: the
+    three parts of a stage's step-level gradient reduction."""
+    h, t = model.hidden_size, np.asarray(tp, dtype=np.float64)
+    emb = model.embedding_params / t
+    head = np.where((not model.tied_embeddings) | (np.asarray(pp) > 1), emb + 2 * h / t, 2 * h / t)
+    return model.params_per_layer / t, emb, head
+
+
+def distributed_optimizer_dominates(model: ModelSpec, cluster: ClusterSpec, tp, cp, dp, pp, *,
+                                    precision: str = "bf16", grad_reduce_dtype: str = "fp32") -> np.ndarray:
+    """Where zero=1 is no slower than zero=0 with every other knob the same, exactly under this
+    formulation: its reduce-scatter + all-gather (each a ring) take no longer than zero=0's
+    all-reduce for each of the three parts a stage reduces (`reduced_params_per_gpu`), its
+    overlap window is a superset (the all-gather also hides behind the next forward), its
+    optimizer step is sharded and its memory smaller. The all-reduce may be NCCL's tree, whose
+    latency is logarithmic in the nodes: across nodes with small parts it beats the two rings."""
+    shard = np.asarray(dp, dtype=np.float64) * np.asarray(cp, dtype=np.float64)
+    g = grad_reduce_bytes(precision, grad_reduce_dtype)
+    ok = np.ones(np.broadcast(shard, np.asarray(tp)).shape, dtype=bool)
+    for params in reduced_params_per_gpu(model, tp, pp):
+        ar = comm.collective_s("all_reduce", params * g, cluster, shard, tp)
+        two = (comm.collective_s("reduce_scatter", params * g, cluster, shard, tp)
+               + comm.collective_s("all_gather", params * BF16_BYTES, cluster, shard, tp))
+        ok &= two <= ar * (1 + 1e-12)
+    return ok
+
+
 @dataclass(frozen=True)
 class StageCoefficients:
     """Arrays over shapes. Times in seconds, memory in bytes; `layer_*` per layer,
@@ -220,10 +253,8 @@ def stage_coefficients(
 
     # ---------------- parameters and data-parallel groups ----------------
     shard = d * c  # the distributed optimizer shards over the DP x CP group (stride tp)
-    grad_bytes = 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
-    layer_params_gpu = model.params_per_layer / t
-    emb_params_gpu = model.embedding_params / t
-    head_params_gpu = np.where((not model.tied_embeddings) | (p > 1), emb_params_gpu + 2 * h / t, 2 * h / t)
+    grad_bytes = grad_reduce_bytes(precision, grad_reduce_dtype)
+    layer_params_gpu, emb_params_gpu, head_params_gpu = reduced_params_per_gpu(model, t, p)
 
     def dp_collective(kind, size):
         return comm.collective_s(kind, size, cluster, shard, t)

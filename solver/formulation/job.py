@@ -1,13 +1,15 @@
-"""The formulation applied to a `JobSpec`: its coefficients, and a step time's throughput and
-MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak))."""
+"""The formulation applied to a `JobSpec`: its coefficients, the shapes another shape dominates,
+and a step time's throughput and MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak))."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..space.shapes import Shapes
 from ..specs import JobSpec, require_uniform
-from .coefficients import StageCoefficients, stage_coefficients
+from .coefficients import StageCoefficients, distributed_optimizer_dominates, stage_coefficients
 from .flops import hardware_flop_per_step, model_flop_per_step
 
 
@@ -21,6 +23,29 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
         tp_comm_overlap=job.tp_comm_overlap,
     )
+
+
+def zero0_dominated(job: JobSpec, shapes: Shapes) -> np.ndarray:
+    """Which shapes are dominated, exactly under the formulation: plain data parallelism
+    (zero=0, dp*cp > 1) where the distributed optimizer (zero=1, every other knob the same,
+    always legal there) is no slower (`distributed_optimizer_dominates`) and needs less memory.
+    Only when the user left the ZeRO knob free. (Sequence parallelism does NOT dominate: it
+    shortens the backward that hides the data-parallel reduction; a property test found the
+    counterexample.)"""
+    out = np.zeros(len(shapes), dtype=bool)
+    rows = np.flatnonzero((shapes.zero == 0) & (shapes.dp * shapes.cp > 1))
+    if job.constraints.zero is not None or not len(rows):
+        return out
+    degrees = [shapes.tp[rows], shapes.cp[rows], shapes.dp[rows], shapes.pp[rows] > 1]
+    order = np.lexsort(degrees)  # the rule depends on the degrees only: evaluate once per combination
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = np.any([d[order][1:] != d[order][:-1] for d in degrees], axis=0)
+    first = order[new]
+    beats = distributed_optimizer_dominates(job.model, job.cluster, *(d[first] for d in degrees[:3]),
+                                            np.where(degrees[3][first], 2, 1), precision=job.precision,
+                                            grad_reduce_dtype=job.grad_reduce_dtype)
+    out[rows[order]] = beats[np.cumsum(new) - 1]
+    return out
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from .coefficients import StageCoefficients
-from .pipeline import stage_arrays, stage_memory_bytes
+from .pipeline import pipeline_depths, stage_arrays, stage_memory_bytes
 
 FIRST, MID, LAST = 0, 1, 2  # stage classes: constants differ only for the first and last stage
 
@@ -112,7 +112,7 @@ def _stage_memory(co: StageCoefficients, layers: np.ndarray) -> np.ndarray:
 
 def pp_blocks(pp: np.ndarray):
     """(p, row indices) for every pipeline degree: work on (rows x p) blocks, not (S x max pp)."""
-    for p in np.unique(pp).tolist():
+    for p in pipeline_depths(pp):
         yield int(p), np.flatnonzero(pp == p)
 
 

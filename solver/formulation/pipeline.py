@@ -92,14 +92,39 @@ def pipeline_s(slot_max_s, slot_sum_s, num_microbatches, vp):
     return (num_microbatches - 1.0 / vp) * slot_max_s + slot_sum_s / vp
 
 
-def step_time_batch(co: StageCoefficients, layers: np.ndarray):
-    """Vectorised: (step_time_s, peak_memory_bytes, fits) for each row of `layers`."""
+EVAL_CHUNK_CELLS = 1 << 18  # rows x stages composed at once: ~30 float64 temporaries of this size (~64 MiB)
+
+
+def _step_and_peak(co: StageCoefficients, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     st = stage_arrays(co, layers)
     v = co.vp.astype(np.float64)
     m = co.num_microbatches.astype(np.float64)
     t_pipe = pipeline_s(st["slot"].max(axis=1), st["slot"].sum(axis=1), m, v)
-    step = t_pipe + (st["exposed_dp"] + st["opt"]).max(axis=1)
-    peak = stage_memory_bytes(st).max(axis=1)
+    return t_pipe + (st["exposed_dp"] + st["opt"]).max(axis=1), stage_memory_bytes(st).max(axis=1)
+
+
+def pipeline_depths(pp) -> list[int]:
+    """The distinct pipeline degrees in `pp`, ascending (np.unique would import numpy.ma, 14 ms
+    of a CLI run, on its first call)."""
+    pp = np.asarray(pp, dtype=np.int64)
+    return np.flatnonzero(np.bincount(pp)).tolist() if len(pp) else []
+
+
+def step_time_batch(co: StageCoefficients, layers: np.ndarray):
+    """Vectorised: (step_time_s, peak_memory_bytes, fits) for each row of `layers` (R x P, zeros
+    beyond each row's pp). Rows are composed in blocks of one pipeline depth, at most
+    EVAL_CHUNK_CELLS cells each: no row is padded to the deepest pipeline of the batch, memory
+    stays bounded whatever R, and each row's numbers are those of the row evaluated alone."""
+    R = len(layers)
+    pp = np.asarray(co.pp, dtype=np.int64)
+    step, peak = np.empty(R), np.empty(R)
+    for p in pipeline_depths(pp):
+        rows = np.flatnonzero(pp == p)
+        n = max(1, EVAL_CHUNK_CELLS // max(1, p))
+        for i in range(0, len(rows), n):
+            r = rows[i:i + n]
+            whole = len(r) == R
+            step[r], peak[r] = _step_and_peak(co if whole else co.take(r), layers[:, :p] if whole else layers[r, :p])
     return step, peak, peak <= co.capacity_bytes
 
 

@@ -103,39 +103,41 @@ def _slot_problem(form: LinearForm, p: int, rows: np.ndarray):
 SLOT_ITERATIONS, SLOT_REL_TOL = 64, 1e-12
 
 
+def slot_waterfill(form: LinearForm, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """One water-filling on the stage slots within the memory limits, per memory-feasible shape:
+    (a lower bound of the largest stage slot over every split that fits, -inf elsewhere; the
+    split that reaches the bisection's upper end, middle stages sorted ascending -- same time,
+    and the memory limits grow with the stage index -- zeros elsewhere)."""
+    L = num_layers
+    S, P = form.max_layers.shape
+    bound = np.full(S, -np.inf)
+    out = np.zeros((S, P), dtype=np.int64)
+    ok_shape = memory_feasible(form, L)
+    for p, rows in pp_blocks(form.pp):
+        rows = rows[ok_shape[rows]]
+        if not len(rows):
+            continue
+        problem = _slot_problem(form, p, rows)
+        lo, hi = waterfill(*problem, L, iterations=SLOT_ITERATIONS, rel_tol=SLOT_REL_TOL)
+        bound[rows] = lo * (1 - 1e-12)
+        lay = fill(*problem, hi, L)
+        if p >= 4:
+            lay[:, 1:p - 1] = np.sort(lay[:, 1:p - 1], axis=1)
+        out[rows, :p] = lay
+    return bound, out
+
+
 def min_max_slot_s(form: LinearForm, num_layers: int) -> np.ndarray:
     """Per shape, a lower bound of the largest stage slot over every split that fits in
     memory (-inf marks shapes with no such split: see `memory_feasible`)."""
-    out = np.full(len(form.pp), -np.inf)
-    ok_shape = memory_feasible(form, num_layers)
-    for p, rows in pp_blocks(form.pp):
-        rows = rows[ok_shape[rows]]
-        if len(rows):
-            lo, _ = waterfill(*_slot_problem(form, p, rows), num_layers, iterations=SLOT_ITERATIONS,
-                              rel_tol=SLOT_REL_TOL)
-            out[rows] = lo * (1 - 1e-12)
-    return out
+    return slot_waterfill(form, num_layers)[0]
 
 
 def heuristic_splits(form: LinearForm, num_layers: int) -> np.ndarray:
     """A fitting split per memory-feasible shape (zeros elsewhere): the split that minimises the
     largest stage slot within the memory limits (water-filling on time), then middle stages
     sorted ascending (same time; memory limits grow with the stage index)."""
-    L = num_layers
-    S, P = form.max_layers.shape
-    ok_shape = memory_feasible(form, L)
-    out = np.zeros((S, P), dtype=np.int64)
-    for p, rows in pp_blocks(form.pp):
-        rows = rows[ok_shape[rows]]
-        if not len(rows):
-            continue
-        problem = _slot_problem(form, p, rows)
-        _, hi = waterfill(*problem, L, iterations=SLOT_ITERATIONS, rel_tol=SLOT_REL_TOL)
-        lay = fill(*problem, hi, L)
-        if p >= 4:
-            lay[:, 1:p - 1] = np.sort(lay[:, 1:p - 1], axis=1)
-        out[rows, :p] = lay
-    return out
+    return slot_waterfill(form, num_layers)[1]
 
 
 def least_memory_splits(co: StageCoefficients, num_layers: int) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,12 @@ each cell (`y[k][c]`, class counts fixed). Each boundary and each stage's ring h
 order-encoded bandwidth level (`ge[l]`: "every link it uses is at least level l"), bounded by
 the assigned links through clauses `ge[l] & y[k][a] -> OR(y[k'][c] : level(k, k') >= l)`.
 The objective is the step time above, tabulated per level and stage in integer time quanta.
-Since costs fall with bandwidth, the solver sets each level to the real bottleneck. Small
+Since costs fall with bandwidth, the solver sets each level to the real bottleneck. Where
+its own bound stalls (hundreds of nodes), a relaxation over each stage row's class counts
+(`rows`: necessary conditions per bandwidth level, exact on rack/spine hierarchies) is probed
+at thresholds of the objective to prove a lower bound, and the row counts it finds are given
+back to the cell model; a proven optimum is re-found by a one-worker deterministic search so
+it does not depend on the seed or worker count (`cpsat.solve_cpsat`). Small
 clusters (<= 8 nodes) can be solved exhaustively over every class labelling of the cells
 (all node permutations up to interchangeable nodes) with the same integer objective.
 Baselines: Megatron's default rank order (node `c` hosts cell `c`) and whole-server pipelines
@@ -36,7 +41,8 @@ Baselines: Megatron's default rank order (node `c` hosts cell `c`) and whole-ser
 
 Modules, in the order `place.place` uses them: `links` (reading link matrices), `topology`
 (generated and imported matrices, interchangeable nodes), `pricing` (the grid, the
-formulation's prices per bandwidth level, the `Problem`), `cpsat` and `exhaustive` (the
-solvers), `explain` (what the placement avoided and why), `place` (the entry point).
+formulation's prices per bandwidth level, the `Problem`), `objective` (the objective over
+level literals, shared by the CP-SAT models), `cpsat`, `rows` and `exhaustive` (the
+solvers and the relaxation), `explain` (what the placement avoided and why), `place` (the entry point).
 """
 

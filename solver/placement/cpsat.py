@@ -2,13 +2,18 @@
 makes it for a `pricing.Problem`, `solve_cpsat` builds and solves it, in the same API style
 as the main encoding (`search.cpsat`: snake_case ortools calls, statuses as `PlanStatus`).
 
-No symmetry breaking: interchangeable nodes are already merged into classes, and the cap at
-the better baseline's objective prunes the rest."""
+Interchangeable nodes are merged into classes and the better baseline's objective caps the
+search. A proof of optimality comes from either bound: the cell model's own, or the row-count
+relaxation's (`rows`), probed as feasibility problems at thresholds of the objective. An
+optimal answer is made canonical by one deterministic search (one worker, fixed seed,
+deterministic time limit) for a labelling at the proven optimum, so it does not depend on the
+seed or the number of workers of the search that found it."""
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,7 +22,16 @@ from ortools.sat.python import cp_model
 
 from ..search.cpsat.solve import plan_status, solve_model
 from ..search.result import PlanStatus
+from .objective import add_objective, level_literals
 from .pricing import Problem
+from .rows import below
+
+# Shares of the time limit: the cell model's first search, then the row-count probes; the
+# rest, but for CANONICAL_SHARE, goes to the cell model again with the proven bound. The
+# canonical search is limited in CP-SAT's deterministic time (machine-independent work units),
+# with what is left of the limit as a safety net in seconds.
+FIRST_SHARE, ROWS_SHARE = 0.1, 0.7
+CANONICAL_DETERMINISTIC_S, CANONICAL_SHARE = 20.0, 0.2
 
 
 def default_workers() -> int:
@@ -32,11 +46,14 @@ class Model:
     y: list
     classes: int
     cells: int
+    objective: object
 
 
-def build_model(prob: Problem, hints: tuple = ()) -> Model:
+def build_model(prob: Problem, hints: tuple = (), at_least: Optional[int] = None,
+                start: Optional[np.ndarray] = None) -> Model:
     """The model of `prob`; `hints` (node placements) cap the objective at the best of them
-    and hint it."""
+    and hint it (or hint `start`, class labels per cell); `at_least` is a proven lower bound
+    on the objective."""
     g, T = prob.grid, prob.tables
     K, C = len(prob.classes), g.cells
     Lv = len(prob.levels.values_bytes_per_s)
@@ -48,93 +65,155 @@ def build_model(prob: Problem, hints: tuple = ()) -> Model:
     for k in range(K):
         md.add(sum(y[k][c] for c in range(C)) == int(prob.counts[k]))
     allowed = [[[k2 for k2 in range(K) if CL[k, k2] >= lv] for lv in range(Lv)] for k in range(K)]
-
-    def level_vars(name, edges, useful):
-        # order encoding; a level whose costs equal the one below it needs no literal
-        ge = [None] * Lv
-        prev = None
+    ring_ge, bnd_ge = level_literals(md, g, T)
+    # a level holds only if every link it covers does: ge[l] & y[k][a] -> OR(y[k'][b] : level(k, k') >= l)
+    for ge, edges in [(ring_ge[s], g.ring_edges(s)) for s in range(g.pp)] + \
+            [(bnd_ge[b], g.boundary_edges(b)) for b in range(g.pp - 1)]:
         for lv in range(1, Lv):
-            if not useful[lv]:
-                continue
-            ge[lv] = md.new_bool_var(f"{name}_ge{lv}")
-            if prev is not None:
-                md.add_implication(ge[lv], prev)
-            prev = ge[lv]
-        for lv in range(1, Lv):
-            if ge[lv] is None:
+            if ge is None or ge[lv] is None:
                 continue
             for a, b in edges:
                 for src, dst in ((a, b), (b, a)):
                     for k in range(K):
                         al = allowed[k][lv]
-                        if len(al) == K:
-                            continue
-                        md.add_bool_or([ge[lv].Not(), y[k][src].Not()] + [y[k2][dst] for k2 in al])
-        return ge
-
-    def cost(ge, table):  # table[l] nonincreasing: value at the chosen level
-        expr = int(table[0])
-        for lv in range(1, Lv):
-            d = int(table[lv - 1] - table[lv])
-            if d:
-                expr = expr - d * ge[lv]  # ge[l] exists wherever the table changes
-        return expr
-
-    tau_e, tail_e = [], []
-    for s in range(g.pp):
-        edges = g.ring_edges(s)
-        if edges:
-            ge = level_vars(f"r{s}", edges, [lv > 0 and (T.tau[lv - 1, s] != T.tau[lv, s] or T.tail[lv - 1, s] != T.tail[lv, s])
-                                              for lv in range(Lv)])
-            tau_e.append(cost(ge, T.tau[:, s]))
-            tail_e.append(cost(ge, T.tail[:, s]))
-        else:
-            tau_e.append(int(T.tau[-1, s]))
-            tail_e.append(int(T.tail[-1, s]))
-    pi_e = []
-    for b in range(g.pp - 1):
-        ge = level_vars(f"b{b}", g.boundary_edges(b), [lv > 0 and T.pi[lv - 1] != T.pi[lv] for lv in range(Lv)])
-        pi_e.append(cost(ge, T.pi))
-    slot_ub = int(T.tau[0].max() + T.v * T.pi[0]) + 1
-    slots = []
-    max_slot = md.new_int_var(0, slot_ub, "maxslot")
-    for s in range(g.pp):
-        sl = md.new_int_var(0, slot_ub, f"slot{s}")
-        adj = [pi_e[b] for b in (s - 1, s) if 0 <= b < g.pp - 1]
-        if adj:
-            for pe in adj:
-                md.add(sl >= tau_e[s] + T.v * pe)
-        else:
-            md.add(sl >= tau_e[s])
-        md.add(max_slot >= sl)
-        slots.append(sl)
-    tail = md.new_int_var(0, int(T.tail[0].max()) + 1, "tail")
-    for s in range(g.pp):
-        md.add(tail >= tail_e[s])
-    objective = (T.mv - 1) * max_slot + sum(slots) + T.v * tail
+                        if len(al) < K:
+                            md.add_bool_or([ge[lv].Not(), y[k][src].Not()] + [y[k2][dst] for k2 in al])
+    objective = add_objective(md, g, T, ring_ge, bnd_ge)
     md.minimize(objective)
+    if at_least is not None:
+        md.add(objective >= int(at_least))
     if hints:
         best = min(hints, key=prob.objective_of_nodes)
         md.add(objective <= prob.objective_of_nodes(best))  # a baseline's value caps the search
-        labels = prob.class_of[best]
+    if hints or start is not None:
+        labels = prob.class_of[best] if start is None else start
         for k in range(K):
             for c in range(C):
                 md.add_hint(y[k][c], int(labels[c] == k))
-    return Model(md, y, K, C)
+    return Model(md, y, K, C, objective)
+
+
+def _labels(m: Model, solver: cp_model.CpSolver) -> np.ndarray:
+    return np.array([next(k for k in range(m.classes) if solver.value(m.y[k][c])) for c in range(m.cells)],
+                    dtype=np.int64)
+
+
+def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float, workers: int, seed: int,
+            hints: tuple = ()):
+    """Close the gap between a proven bound `lo` and an achieved `obj` with the row-count
+    relaxation, as feasibility problems at thresholds of the objective: "no row counts at or
+    below v" raises `lo` to v + 1; row counts found at a value below `obj` are handed to the
+    cell model, which looks for cells with exactly those counts at that value. Probes just
+    below the cheapest row counts met so far (minimising within the threshold, or only
+    feasibility once those counts are realised); after a probe it cannot settle, the midpoint.
+    Returns (lo, obj, labels)."""
+    end = time.perf_counter() + time_s
+    cap, settled, realised = obj, True, False
+    while lo < obj:
+        value = cap - 1 if settled else (lo + cap - 1) // 2
+        left = end - time.perf_counter()
+        if value < lo or left <= 0.05:
+            break
+        proof = realised and cap == obj  # the cheapest row counts met are realised: only a proof is missing
+        status, proven, counts, got = below(prob, value, left * (0.6 if settled else 0.5), workers, seed,
+                                            minimise=not proof)
+        settled = status != "UNKNOWN"
+        if proven is not None:
+            lo = max(lo, proven)
+        if counts is None and status != "INFEASIBLE":
+            cap = value
+        elif counts is not None:
+            cap = got
+            left = end - time.perf_counter()
+            found = search_at(prob, got, left / 2, workers, seed, counts=counts, hints=hints) if left > 0.05 else None
+            if found is not None and _value(prob, found) < obj:
+                labels, obj, realised = found, _value(prob, found), True
+    return lo, obj, labels
+
+
+def search_at(prob: Problem, value: int, time_s: float, workers: int, seed: int, counts=None,
+              hints: tuple = (), deterministic_s: Optional[float] = None) -> Optional[np.ndarray]:
+    """A labelling with objective <= `value` (and the given row counts, classes x rows), as a
+    feasibility problem; None if none is found within the limit."""
+    m = build_model(prob, hints)
+    m.model.clear_objective()
+    m.model.add(m.objective <= int(value))
+    if counts is not None:
+        g = prob.grid
+        for k in range(m.classes):
+            for s in range(g.pp):
+                m.model.add(sum(m.y[k][g.cell(s, j)] for j in range(g.groups)) == int(counts[k, s]))
+    solver, st = solve_model(m.model, time_s, workers, seed, deterministic_s=deterministic_s)
+    return _labels(m, solver) if st in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+
+
+def canonical(prob: Problem, optimum: int, hints: tuple, time_s: float) -> Optional[np.ndarray]:
+    """One labelling at the proven `optimum`, the same for every seed and worker count of the
+    search that proved it: row counts, then cells with those counts (or, failing that, any
+    cells), each found by a search with one worker, seed 0 and a limit in deterministic time
+    (CANONICAL_DETERMINISTIC_S; `time_s` seconds in all as a safety net). None if not found."""
+    end = time.perf_counter() + time_s
+    _, _, counts, _ = below(prob, optimum, time_s, 1, 0, deterministic_s=CANONICAL_DETERMINISTIC_S)
+    for c in ((counts, None) if counts is not None else (None,)):
+        left = end - time.perf_counter()
+        labels = search_at(prob, optimum, max(left, 0.01), 1, 0, counts=c, hints=hints,
+                           deterministic_s=CANONICAL_DETERMINISTIC_S)
+        if labels is not None:
+            return labels
+    return None
+
+
+def _value(prob: Problem, labels: np.ndarray) -> int:
+    return prob.objective_of_nodes(prob.nodes_from_labels(labels))
 
 
 def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int] = None, seed: int = 0,
                 hints: tuple = ()) -> tuple[PlanStatus, Optional[int], Optional[int], Optional[np.ndarray], dict]:
-    """Build and solve; returns (status, objective, bound, class label per cell, info)."""
-    m = build_model(prob, hints)
+    """Build and solve; returns (status, objective, bound, class label per cell, info).
+
+    The cell model searches first; if it stops short of a proof, the row-count relaxation
+    raises the bound and proposes row counts (`tighten`), and the cell model resumes with the
+    proven bound for what is left of `time_limit_s`. OPTIMAL: the objective equals a proven lower bound."""
+    t0 = time.perf_counter()
     workers = default_workers() if workers is None else int(workers)
-    solver, st = solve_model(m.model, time_limit_s, workers, seed)
+
+    search_s = time_limit_s * (1 - CANONICAL_SHARE)  # the rest is kept for the canonical search
+
+    def left():
+        return search_s - (time.perf_counter() - t0)
+
+    m = build_model(prob, hints)
+    solver, st = solve_model(m.model, time_limit_s * FIRST_SHARE, workers, seed)
     status = plan_status(st)
-    info = {"status": status, "wall_time_s": solver.wall_time, "booleans": m.classes * m.cells, "workers": workers,
+    info = {"status": status, "booleans": m.classes * m.cells, "workers": workers,
             "branches": solver.num_branches, "conflicts": solver.num_conflicts}
-    if status not in ("OPTIMAL", "FEASIBLE"):
+    if status in ("OPTIMAL", "FEASIBLE"):
+        labels, obj = _labels(m, solver), int(round(solver.objective_value))
+        bound = obj if status == "OPTIMAL" else int(math.ceil(solver.best_objective_bound - 1e-6))
+    elif status == "UNKNOWN" and hints:  # nothing found yet: start from the better baseline
+        best = min(hints, key=prob.objective_of_nodes)
+        labels, obj, bound = prob.class_of[best], prob.objective_of_nodes(best), 0
+    else:
+        info["wall_time_s"] = time.perf_counter() - t0
         return status, None, None, None, info
-    labels = np.array([next(k for k in range(m.classes) if solver.value(m.y[k][c])) for c in range(m.cells)],
-                      dtype=np.int64)
-    bound = int(math.ceil(solver.best_objective_bound - 1e-6))
-    return status, int(round(solver.objective_value)), bound, labels, info
+    if bound < obj:
+        bound, obj, labels = tighten(prob, bound, obj, labels, time_limit_s * ROWS_SHARE, workers, seed, hints)
+        info["row_bound"] = bound
+    if bound < obj and left() > 0.1:
+        m2 = build_model(prob, hints, at_least=bound, start=labels)
+        solver, st = solve_model(m2.model, left(), workers, seed)
+        if plan_status(st) in ("OPTIMAL", "FEASIBLE"):
+            if int(round(solver.objective_value)) < obj:
+                labels, obj = _labels(m2, solver), int(round(solver.objective_value))
+            bound = max(bound, int(math.ceil(solver.best_objective_bound - 1e-6)))
+    status = "OPTIMAL" if bound >= obj else "FEASIBLE"
+    bound = min(bound, obj)
+    if status == "OPTIMAL":
+        t1 = time.perf_counter()
+        canon = canonical(prob, obj, hints, max(time_limit_s - (t1 - t0), 0.01))
+        info["canonical"], info["canonical_s"] = canon is not None, time.perf_counter() - t1
+        if canon is not None:
+            labels = canon
+    info["status"] = status
+    info["wall_time_s"] = time.perf_counter() - t0
+    return status, obj, bound, labels, info

@@ -28,6 +28,8 @@ def result_json(result, job) -> dict:
     if hasattr(result, "explanation"):
         d["explanation"] = list(result.explanation)
     d["alternatives"] = [p.model_dump() for p in result.alternatives]
+    d["top_k_asked"] = getattr(result, "top_k_asked", 1)
+    d["top_k_found"] = getattr(result, "top_k_found", 0 if result.plan is None else 1 + len(result.alternatives))
     d["shortfall"] = result.shortfall.model_dump() if result.shortfall is not None else None
     d["notes"] = list(result.notes)
     d["search"] = result.search.model_dump()

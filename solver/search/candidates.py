@@ -18,10 +18,10 @@ from typing import Optional
 import numpy as np
 
 from ..formulation.coefficients import StageCoefficients
-from ..formulation.job import job_coefficients
+from ..formulation.job import job_coefficients, zero0_dominated
 from ..formulation.linear import LinearForm, linear_form, memory_feasible
 from ..formulation.pipeline import step_time_batch
-from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, min_max_slot_s
+from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, slot_waterfill
 from ..space.enumeration import enumerate_shapes
 from ..space.shapes import Shapes
 from ..specs import JobSpec
@@ -93,20 +93,28 @@ class Candidates:
             self._splits = splits[idx, :self._form.max_layers.shape[1]]
 
 
-def _prune_by_time(shapes, co, t_lb, inc, inc_step):
-    """Keep the shapes whose time lower bound does not exceed the incumbent."""
-    keep = t_lb <= inc_step * (1 + 1e-9)
-    kidx = np.flatnonzero(keep)
-    return kidx, shapes.take(kidx), co.take(kidx), t_lb[kidx], int(np.searchsorted(kidx, inc)), int((~keep).sum())
+def _kth(values: np.ndarray, k: int) -> float:
+    """The k-th smallest finite value (inf when fewer are finite)."""
+    fin = values[np.isfinite(values)]
+    return float(np.partition(fin, k - 1)[k - 1]) if len(fin) >= k else float("inf")
 
 
-def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True) -> Candidates:
-    space = enumerate_shapes(job, apply_dominance=apply_dominance)
+def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True, top_k: int = 1) -> Candidates:
+    """Legal shapes, priced and pruned. `prune_time`: drop the shapes whose time lower bound
+    exceeds the `top_k`-th best plan found (distinct shapes): none of them can be among the
+    `top_k` best. `apply_dominance`: drop dominated shapes (`formulation.job.zero0_dominated`)."""
+    K = max(1, int(top_k))
+    space = enumerate_shapes(job)
     shapes = space.shapes
+    num_dominated = 0
+    if apply_dominance:
+        dom = zero0_dominated(job, shapes)
+        num_dominated = int(dom.sum())
+        shapes = shapes.take(np.flatnonzero(~dom)) if num_dominated else shapes
     L = job.model.num_layers
     if len(shapes) == 0:
         return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"), None,
-                          space.num_legal, space.num_dominated, 0, 0, float("inf"), shapes)
+                          space.num_legal, num_dominated, 0, 0, float("inf"), shapes)
     co = job_coefficients(job, shapes)
     mem_lb = memory_lower_bound_bytes(co, L)
     fit = mem_lb <= co.capacity_bytes
@@ -117,53 +125,55 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True)
     shapes, co = shapes.take(idx), co.take(idx)
     t_lb = time_lower_bound_s(co, L)
 
-    # incumbent: the best fitting balanced split, searched in order of the time lower bound
-    # and stopped once the bound of the next shape exceeds it (branch-and-bound order)
+    # plans known per shape: balanced splits, searched in order of the time lower bound and
+    # stopped once the bound of the next shape exceeds the K-th best (branch-and-bound order)
+    known = np.full(len(shapes), np.inf)
     order = np.argsort(t_lb, kind="stable")
-    inc, inc_step, inc_layers = None, float("inf"), None
     chunk = 256
     for start in range(0, len(order), chunk):
-        if t_lb[order[start]] > inc_step:
+        if t_lb[order[start]] > _kth(known, K):
             break
         sel = order[start:start + chunk]
         step, _, fits = step_time_batch(co.take(sel), balanced_layers_matrix(L, shapes.pp[sel]))
-        step = np.where(fits, step, np.inf)
-        k = int(np.argmin(step))
-        if step[k] < inc_step:
-            inc, inc_step = int(sel[k]), float(step[k])
-            inc_layers = balanced_split(L, int(shapes.pp[inc]))
+        known[sel] = np.where(fits, step, np.inf)
+    inc_layers = None
+    if np.isfinite(known).any():
+        k = int(np.argmin(known))
+        inc_layers = balanced_split(L, int(shapes.pp[k]))
     n_time = 0
     derived = None
     if prune_time and len(shapes):
-        if inc is not None:
-            _, shapes, co, t_lb, inc, n_time = _prune_by_time(shapes, co, t_lb, inc, inc_step)
+        if np.isfinite(known).any():
+            keep = t_lb <= _kth(known, K) * (1 + 1e-9)
+            n_time = int((~keep).sum())
+            kidx = np.flatnonzero(keep)
+            shapes, co, t_lb, known = shapes.take(kidx), co.take(kidx), t_lb[kidx], known[kidx]
         # second round on the survivors, with the per-stage memory limits: shapes with no
         # fitting split go (exact), the largest-slot bound becomes memory-aware, and the
-        # water-filling split of each shape may improve (or, when no balanced split fits,
-        # provide) the incumbent
+        # water-filled split of each shape may improve (or, when no balanced split fits,
+        # provide) the known plans
         form = linear_form(co, L)
         feasible = memory_feasible(form, L)
         n_mem += int((~feasible).sum())
-        splits = None
-        if job.constraints.uneven_split:  # an even-split job keeps its balanced incumbent
-            splits = heuristic_splits(form, L)
+        slot_lb, splits = slot_waterfill(form, L)
+        if job.constraints.uneven_split:  # an even-split job keeps its balanced plans
             step, _, fits = step_time_batch(co, splits)
-            step = np.where(feasible & fits, step, np.inf)
-            k = int(np.argmin(step))
-            if step[k] < inc_step:
-                inc, inc_step = k, float(step[k])
+            better = feasible & fits & (step < known)
+            if better.any() and step[better].min() < known.min():
+                k = int(np.flatnonzero(better)[np.argmin(step[better])])
                 inc_layers = [int(x) for x in splits[k, :int(shapes.pp[k])]]
-        t_lb = np.where(feasible, time_lower_bound_s(co, L, min_max_slot_s(form, L)), np.inf)
-        if inc is None:  # no shape has a fitting split: keep none
-            kidx = np.flatnonzero(feasible)
-            shapes, co, t_lb = shapes.take(kidx), co.take(kidx), t_lb[kidx]
+            known = np.where(better, step, known)
         else:
-            t_lb[inc] = min(t_lb[inc], inc_step)
-            kidx, shapes, co, t_lb, inc, more = _prune_by_time(shapes, co, t_lb, inc, inc_step)
-            n_time += more - int((~feasible).sum())
+            splits = None
+        t_lb = np.where(feasible, np.minimum(time_lower_bound_s(co, L, slot_lb), known), np.inf)
+        kidx = np.flatnonzero(feasible & (t_lb <= _kth(known, K) * (1 + 1e-9)))
+        n_time += len(shapes) - len(kidx) - int((~feasible).sum())
+        shapes, co, t_lb, known = shapes.take(kidx), co.take(kidx), t_lb[kidx], known[kidx]
         derived = (form, splits, kidx)
-    cands = Candidates(job, shapes, co, t_lb, inc, inc_step, inc_layers, space.num_legal, space.num_dominated,
-                       n_mem, n_time, min_lb, least_shapes)
+    inc = int(np.argmin(known)) if np.isfinite(known).any() else None
+    cands = Candidates(job, shapes, co, t_lb, inc, float(known[inc]) if inc is not None else float("inf"),
+                       inc_layers if inc is not None else None, space.num_legal, num_dominated, n_mem, n_time,
+                       min_lb, least_shapes)
     if derived is not None:
         cands._keep_derived(*derived)
     return cands

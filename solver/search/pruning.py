@@ -46,9 +46,13 @@ def time_lower_bound_s(co: StageCoefficients, num_layers: int, max_slot_lb_s=Non
     heaviest = np.maximum(total / p, np.ceil(num_layers / p) * co.layer_s + v * co.boundary_s)
     if max_slot_lb_s is not None:
         heaviest = np.maximum(heaviest, max_slot_lb_s)
-    pipe = pipeline_s(heaviest, total, m, v)
-    # step tail: max_i e_i >= mean_i e_i, and sum_i max(0, D_i - W_i) >= max(0, sum D - sum W)
+    return pipeline_s(heaviest, total, m, v) + tail_lower_bound_s(co, num_layers)
+
+
+def tail_lower_bound_s(co: StageCoefficients, num_layers: int) -> np.ndarray:
+    """The step tail max_i e_i (exposed data-parallel reduction + optimizer step) of every split:
+    at least its mean, and sum_i max(0, D_i - W_i) >= max(0, sum D - sum W)."""
     dp_sum = num_layers * co.layer_dp_step_s + co.first_dp_step_s + co.last_dp_step_s
     window = num_layers * co.layer_window_s + co.first_window_s + co.last_window_s
     opt_sum = num_layers * co.layer_optimizer_step_s + co.first_optimizer_step_s + co.last_optimizer_step_s
-    return pipe + (np.maximum(0.0, dp_sum - window) + opt_sum) / p
+    return (np.maximum(0.0, dp_sum - window) + opt_sum) / co.pp.astype(np.float64)

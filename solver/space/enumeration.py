@@ -15,14 +15,8 @@ Megatron-LM's checks:
 User constraints (`Constraints`) filter every knob. `space.rules.config_violations` checks
 the same rules on one explicit configuration (a test checks that both agree).
 
-Dominance (exact under the formulation, applied only when the user left the ZeRO knob
-free): the distributed optimizer (zero=1) beats plain DP (zero=0) with the same other knobs:
-reduce-scatter + all-gather move 6 bytes per parameter against the all-reduce's 8, their
-overlap window is wider (the all-gather also hides behind the next forward), the optimizer
-step is sharded and memory is smaller. Shapes removed this way are counted in
-`num_dominated`. (Sequence parallelism does NOT dominate: it shortens the backward that
-hides the data-parallel reduction, so a plan without it can be faster; a property test
-found the counterexample.)
+Dominance (a zero=0 shape whose zero=1 twin is never slower) depends on costs, so it is
+applied above this layer (`search.candidates.prepare`, `formulation.job.zero0_dominated`).
 """
 
 from __future__ import annotations
@@ -61,8 +55,7 @@ def divisors(n: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class Space:
     shapes: Shapes
-    num_legal: int  # legal shapes before dominance
-    num_dominated: int
+    num_legal: int
 
 
 def interleavings(num_layers: int, pp: int, named=None) -> list[int]:
@@ -85,7 +78,7 @@ def _knobs_legal(tp, pp, dp, cp, S, Z):
 
 @dataclass(frozen=True)
 class SpaceSize:
-    """What enumerating a job would build: legal shapes (before dominance; a lower bound when
+    """What enumerating a job would build: legal shapes (a lower bound when
     the count stopped at its limit) and the most pipeline stages among them."""
 
     shapes: int
@@ -153,13 +146,12 @@ def _degrees(job: JobSpec):
                 yield tp, cp, pp, dp
 
 
-def enumerate_shapes(job: JobSpec, apply_dominance: bool = True, max_shapes: int = MAX_SHAPES,
-                     max_shape_stages: int = MAX_SHAPE_STAGES) -> Space:
-    """The legal shapes of `job` (after dominance, when `apply_dominance`); a job whose space is
-    over the limits is refused before anything is built (`check_space`)."""
+def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stages: int = MAX_SHAPE_STAGES) -> Space:
+    """The legal shapes of `job`; a job whose space is over the limits is refused before
+    anything is built (`check_space`)."""
     check_space(job, max_shapes, max_shape_stages)
     cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
-    empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0, 0)
+    empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0)
     rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
     z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
@@ -181,11 +173,5 @@ def enumerate_shapes(job: JobSpec, apply_dominance: bool = True, max_shapes: int
     R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
     ok = _knobs_legal(tp, pp, dp, cp, S, Z)
-    dom = np.zeros(len(ok), dtype=bool)
-    if apply_dominance:
-        if cons.zero is None:
-            dom |= (Z == 0) & (dp * cp > 1)
-    keep = ok & ~dom
-    arr = np.column_stack([deg[keep], R[keep], S[keep].astype(np.int64), Z[keep]])
-    return Space(Shapes(*(arr[:, i] for i in range(9))), int(ok.sum()), int((ok & dom).sum()))
-
+    arr = np.column_stack([deg[ok], R[ok], S[ok].astype(np.int64), Z[ok]])
+    return Space(Shapes(*(arr[:, i] for i in range(9))), int(ok.sum()))

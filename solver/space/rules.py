@@ -131,7 +131,7 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
 def textbook_shapes(job: JobSpec) -> Shapes:
     """The legal shapes of the usual Megatron-LM configuration (see the module docstring):
     every shape the job allows, narrowed by each default in turn where some shape keeps it."""
-    shapes = enumerate_shapes(job, apply_dominance=False).shapes
+    shapes = enumerate_shapes(job).shapes
     mask = np.ones(len(shapes), dtype=bool)
     for keep in (shapes.cp == 1, shapes.vp == 1, shapes.recompute == RECOMPUTE_CODES["selective"],
                  shapes.tp <= job.cluster.gpus_per_node, shapes.sequence_parallel == (shapes.tp > 1),

@@ -1,11 +1,13 @@
 """Yardsticks over the same space and formulation as the CP-SAT encoding (DESIGN.md section 5):
-`exhaustive` (every shape x every layer split) and `alpa_dp` (Alpa's inter-operator DP).
+`exhaustive` (every shape x every layer split), `branch_bound` (the same, with the pruning's
+bounds) and `alpa_dp` (Alpa's inter-operator DP).
 
-Both take a `search.candidates.Candidates` and return a `search.result.MethodResult`. They
-are meant to search the legal space without our dominance and time pruning: build their
-candidates with `search.candidates.prepare(job, **PREPARE_KWARGS)`. The memory lower bound
-stays on (it is valid for every split, so it only drops shapes that cannot fit under any
-split).
+Each takes a `search.candidates.Candidates` and returns a `search.result.MethodResult`, so any
+of them searches whatever candidates it is given: `prepare(job)` (the product's pruning) or
+`prepare(job, **PREPARE_KWARGS)`, the legal space without our dominance and time pruning
+(what `solveplan optimize --method exhaustive|alpa-dp` searches). The memory lower bound stays
+on there (it is valid for every split, so it only drops shapes that cannot fit under any
+split). `benchmarks/search_cost.py` runs every method on both.
 """
 
 from typing import Optional

@@ -45,6 +45,8 @@ mean), and the search stops -- for the shape and for all later shapes -- once
 (m - 1/v) * t_max + S/v + (the shape's least possible tail) >= the k-th best objective found.
 
 Top-k: the best split of each of the k best shapes (a k-best DP is not attempted).
+Even-split jobs (`uneven_split` False): each stage may hold only its count in the balanced
+split, so the DP runs unchanged and returns that split.
 Evaluations: DP cell updates, i.e. (layers assigned after stage i, layers of stage i) pairs
 examined, over every t_max (and tail cap) tried, counting only reachable cells.
 """
@@ -61,13 +63,15 @@ from . import verdict
 from ..candidates import Candidates
 from ..result import Choice, MethodResult
 from ...formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
+from ...formulation.splits import balanced_split
 
 T_BATCH = 16  # t_max values solved at once (numpy batch)
 REL_TOL = 1e-12
 
 
-def _tables(co_one, L: int, p: int):
-    """slot, tail, fits as (Lmax x p) arrays: row l-1 = stage i holding l layers."""
+def _tables(co_one, L: int, p: int, uneven: bool = True):
+    """slot, tail, fits as (Lmax x p) arrays: row l-1 = stage i holding l layers. An even-split
+    job allows each stage only its count in the balanced split (the DP then returns that split)."""
     lmax = L - p + 1
     ls = np.arange(1, lmax + 1, dtype=np.int64)
     layers = np.repeat(ls[:, None], p, axis=1)
@@ -76,6 +80,8 @@ def _tables(co_one, L: int, p: int):
     tail = (st["exposed_dp"] + st["opt"])[:, :p]
     mem = stage_memory_bytes(st)[:, :p]
     fits = mem <= co_one.capacity_bytes
+    if not uneven:
+        fits &= ls[:, None] == np.asarray(balanced_split(L, p))[None, :]
     return slot, tail, fits
 
 
@@ -157,18 +163,22 @@ def search(
     top_k: int = 1,
     progress: Optional[Callable[[dict], None]] = None,
     mode: str = "minmax",
+    prune: bool = True,
 ) -> MethodResult:
     """Exact optimum of the formulation over contiguous layer splits of every shape in
     `cands`, by Alpa's t_max-enumerating DP. See the module docstring for the modes.
 
     progress(info) is called after each shape that ran a DP (at most every 0.5 s) and at the
     end, with info = {"method", "shapes_done", "shapes", "evaluations", "best_s", "elapsed_s"}.
+    `prune=False` switches Alpa's stopping rules off (every shape, every t_max): the search
+    cost without pruning against its own incumbent (`benchmarks/search_cost.py`).
     """
     if mode not in ("minmax", "sum"):
         raise ValueError(f"mode must be 'minmax' or 'sum', not {mode!r}")
     t0 = time.perf_counter()
     co = cands.coeffs
     L = cands.job.model.num_layers
+    uneven = cands.job.constraints.uneven_split
     n = len(cands.shapes)
     k = max(1, int(top_k))
     p_all = co.pp.astype(np.int64)
@@ -209,13 +219,13 @@ def search(
         if time.perf_counter() - t0 >= time_limit_s:
             stopped = "time_limit"
             break
-        if lb_all[j] * (1 - 1e-12) >= kth_all():
+        if prune and lb_all[j] * (1 - 1e-12) >= kth_all():
             break  # Alpa's rule prunes this shape and every later one
         visited += 1
         p = int(p_all[j])
         A, v, S = float(A_all[j]), float(v_all[j]), float(S_all[j])
         one = co.take(np.array([j]))
-        slot, tail, fits = _tables(one, L, p)
+        slot, tail, fits = _tables(one, L, p, uneven)
         cells = _cells(L, p)
         if not _constant_sum(slot):
             raise RuntimeError(
@@ -242,7 +252,7 @@ def search(
                 break
             ts = cand_t[b0:b0 + T_BATCH]
             # Alpa's stop: the bottleneck term alone (+ the constant sum and least tail) loses
-            keep = A * ts + S / v + tail_lb < threshold(j) * (1 - 1e-12)
+            keep = A * ts + S / v + tail_lb < threshold(j) * (1 - 1e-12) if prune else np.ones(len(ts), dtype=bool)
             if not keep.all():
                 ts = ts[keep]
                 done = True
@@ -256,7 +266,7 @@ def search(
                 offer_finite(j, val, splits)
             else:
                 for t in ts.tolist():
-                    caps = tail_caps[A * t + S / v + tail_caps < threshold(j) * (1 - 1e-12)]
+                    caps = tail_caps[A * t + S / v + tail_caps < threshold(j) * (1 - 1e-12)] if prune else tail_caps
                     if len(caps) == 0:
                         continue
                     al = fits[None] & (slot[None] <= t) & (tail[None] <= caps[:, None, None])

@@ -3,7 +3,8 @@ formulation (`step_time_batch`), in vectorised blocks. The ground truth where it
 (DESIGN.md section 5).
 
 Space. For a shape with `pp` stages the splits are the compositions of L layers into pp
-positive parts: C(L-1, pp-1) of them (`count_space`). They are generated in lexicographic
+positive parts: C(L-1, pp-1) of them (`count_space`); an even-split job (`uneven_split`
+False) has one, the balanced split. They are generated in lexicographic
 order of their pp-1 cut points (`itertools.combinations` read into numpy with `fromiter`),
 rows of several shapes are packed into one block of about `block_rows` rows (fewer for deep
 pipelines: at most ~0.5M row x stage cells), and each block is evaluated at once by
@@ -38,6 +39,7 @@ from . import verdict
 from ..candidates import Candidates
 from ..result import Choice, MethodResult
 from ...formulation.pipeline import step_time_batch
+from ...formulation.splits import balanced_split
 
 BLOCK_ROWS = 1 << 17
 BLOCK_ELEMENTS = 1 << 19  # rows x stages per block: bounds the formulation's temporaries (~20 arrays)
@@ -51,28 +53,35 @@ def count_splits(num_layers: int, pp: int) -> int:
     return math.comb(num_layers - 1, pp - 1)
 
 
-def count_space_pp(num_layers: int, pp) -> int:
-    """Shape x split combinations for shapes with these pipeline degrees (exact big int)."""
+def count_space_pp(num_layers: int, pp, uneven: bool = True) -> int:
+    """Shape x split combinations for shapes with these pipeline degrees (exact big int); one
+    split per shape (the balanced one) when `uneven` is False."""
     values, counts = np.unique(np.asarray(pp, dtype=np.int64), return_counts=True)
-    return sum(int(c) * count_splits(num_layers, int(p)) for p, c in zip(values.tolist(), counts.tolist()))
+    per = (lambda p: count_splits(num_layers, p)) if uneven else (lambda p: int(p <= num_layers))
+    return sum(int(c) * per(int(p)) for p, c in zip(values.tolist(), counts.tolist()))
 
 
 def count_space(cands: Candidates) -> int:
     """Number of (shape, layer split) combinations in `cands` (exact big int)."""
-    return count_space_pp(cands.job.model.num_layers, cands.shapes.pp)
+    return count_space_pp(cands.job.model.num_layers, cands.shapes.pp, cands.job.constraints.uneven_split)
 
 
-def _splits(num_layers: int, pp: int):
+def _splits(num_layers: int, pp: int, uneven: bool = True):
     """A stream of all compositions of L into pp positive parts, lexicographic in their cut
-    points; `take(n)` returns the next (up to) n of them as an n x pp int64 array."""
-    return _SplitStream(num_layers, pp)
+    points (only the balanced split when `uneven` is False); `take(n)` returns the next (up to)
+    n of them as an n x pp int64 array."""
+    return _SplitStream(num_layers, pp, uneven)
 
 
 class _SplitStream:
-    def __init__(self, num_layers: int, pp: int):
+    def __init__(self, num_layers: int, pp: int, uneven: bool = True):
         self.L, self.p = num_layers, pp
-        self.left = count_splits(num_layers, pp)
-        self._it = itertools.chain.from_iterable(itertools.combinations(range(1, num_layers), pp - 1)) if pp > 1 else None
+        self.left = count_splits(num_layers, pp) if uneven else int(pp <= num_layers)
+        self._it = None
+        if pp > 1:
+            cuts = (itertools.combinations(range(1, num_layers), pp - 1) if uneven
+                    else [tuple(np.cumsum(balanced_split(num_layers, pp))[:-1].tolist())])
+            self._it = itertools.chain.from_iterable(cuts)
 
     def take(self, n: int) -> np.ndarray:
         n = min(n, self.left)
@@ -141,6 +150,7 @@ def search(
         raise ValueError(f"distinct must be 'plan' or 'shape', not {distinct!r}")
     t0 = time.perf_counter()
     L = cands.job.model.num_layers
+    uneven = cands.job.constraints.uneven_split
     n_shapes = len(cands.shapes)
     space = count_space(cands)
     k = max(1, int(top_k))
@@ -211,7 +221,7 @@ def search(
     for j in shape_order.tolist():
         p = int(cands.shapes.pp[j])
         target = min(block_rows, max(256, BLOCK_ELEMENTS // p))  # shapes come in ascending pp
-        stream = _splits(L, p)
+        stream = _splits(L, p, uneven)
         while stream.left > 0 and not stopped:
             if buf["rows"] >= target:
                 stopped = flush()

@@ -107,7 +107,8 @@ def canonical_split(form: IntegerForm, k: int, target: int, num_layers: int, une
         return None
     if y_slope > 0:
         ls = np.arange(1, L + 1, dtype=np.int64)
-        ys = np.unique((y_slope * ls[None, :] + np.unique(y_const)[:, None]).ravel())
+        ys = np.sort((y_slope * ls[None, :] + y_const[:, None]).ravel())  # repeats only repeat a test
+        ys = ys[ys >= y_slope * -(-L // p) + int(y_const.min())]  # some stage holds >= ceil(L/p) layers
     else:
         ys = np.array([max(0, int(y_const.max()))], dtype=np.int64)
     order = [p - 1] + ([0] if p > 1 else []) + list(range(p - 2, 0, -1))

@@ -3,11 +3,12 @@ rows): `build_model` over the shapes of an `IntegerForm`, `add_hint` for a known
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
+from .ortools_cp import cp_model
 
 from ...formulation.linear import stage_class
 from ...formulation.splits import balanced_split
@@ -42,9 +43,11 @@ def _row(model, var, slope: int, lvar, const: int, lit) -> None:
 
 
 def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Optional[int], *, rank: np.ndarray,
-                uneven: bool = True, symmetry: bool = True, hint: Optional[tuple[int, list[int]]] = None) -> Model:
+                uneven: bool = True, symmetry: bool = True, hint: Optional[tuple[int, list[int]]] = None,
+                deadline: Optional[float] = None) -> Model:
     """The CP-SAT model over `shapes` (indices into the integer form) with the objective capped
-    at `cap` quanta (None: uncapped, domain 64x the scaling units)."""
+    at `cap` quanta (None: uncapped, domain 64x the scaling units). TimeoutError once
+    `time.perf_counter()` passes `deadline` (a model of tens of thousands of shapes takes seconds)."""
     L = num_layers
     model = cp_model.CpModel()
     ub = int(cap) if cap is not None else OBJECTIVE_UNITS * 64
@@ -86,6 +89,8 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     tail = model.new_int_var(0, ub, "tail")
     obj = model.new_int_var(0, ub, "objective")
     for j, k in enumerate(shapes):
+        if deadline is not None and j % 256 == 0 and time.perf_counter() > deadline:
+            raise TimeoutError(f"time limit reached while building the model ({j} of {len(shapes)} shapes)")
         p = int(form.pp[k])
         lit = x[j]
         y_slope, opt_slope, red_slope = int(form.y_slope[k]), int(form.opt_slope[k]), int(form.red_slope[k])
@@ -126,6 +131,7 @@ def add_hint(m: Model, form: IntegerForm, k: int, split: list[int]) -> None:
     for i, lv in enumerate(m.layers):
         m.model.add_hint(lv, int(split[i]) if i < p else 0)
     b, y, t = form.parts(k, split)
+    obj = max(b + y + t, int(form.lower_bound[k]))
     m.model.add_hint(m.y, y)
-    m.model.add_hint(m.tail, t)
-    m.model.add_hint(m.obj, max(b + y + t, int(form.lower_bound[k])))
+    m.model.add_hint(m.tail, obj - b - y)  # objective == Y + tail + base: the tail absorbs the bound
+    m.model.add_hint(m.obj, obj)

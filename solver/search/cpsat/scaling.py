@@ -4,7 +4,7 @@ refused beyond the safe limits."""
 
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
+from .ortools_cp import cp_model
 
 SAFE_COEFFICIENT = 10_000_000  # DESIGN.md: keep every coefficient below ~1e7
 SAFE_ACTIVITY = 1 << 33  # |coef|*|bound| summed over a row: 6x below the smallest known failure (4.8e10)

@@ -1,13 +1,21 @@
-"""Solving the CP-SAT model (`search`): rounds of build -> solve -> tie-break -> canonical split,
-one round per plan of the top-k, every verdict checked against the float formulation.
+"""Solving the CP-SAT model (`search`): the exact per-shape optima, one kept model, one solve
+per plan of the top-k, every verdict checked against the float formulation.
 
-A round: the incumbent (the best heuristic plan not yet returned) caps the objective and
-decides which shapes enter the model (those whose objective floor is under the cap); the
-model is built (`model.build_model`), measured (`scaling.check_scaling`) and solved. An
-INFEASIBLE answer while a fitting plan is known is refuted and the model re-solved without
-presolve. A proven optimum goes through phase 2: the objective is fixed and the shape's rank
-in `ParallelConfig.key()` order minimised. The split is then the canonical one for the shape
-and the objective (`integer.canonical_split`), re-evaluated by the float formulation.
+1. The time quantum q comes from the K-th best heuristic plan (`scale`); the integer form's
+   per-shape lower bounds are raised to each shape's exact optimum (`exact.shape_optima`: valid,
+   and reached by one split), so the shapes and their order are known before the model is built.
+2. One model holds the shapes that can be among the K best (exact optimum <= the K-th best:
+   the cap of the objective); the best one with its canonical split is the hint. Its rows
+   `objective >= optimum_k * x_k` give CP-SAT the bound at the root.
+3. Each round solves the kept model, takes the smallest shape in `ParallelConfig.key()` order
+   among those reaching the proven optimum (the deterministic answer), re-evaluates its
+   canonical split (`integer.canonical_split`) with the float formulation, and cuts the shape
+   off the model (x_k = 0) for the next round.
+
+Presolve is off (it costs ~25 ms a solve and finds nothing to simplify once the exact optima
+bound every shape). An INFEASIBLE answer while a fitting plan is known is refuted and the model
+re-solved with presolve on; a time limit returns the best known plan (the exact one: its value
+is the shapes' bound) and a top-k cut short by the limit is FEASIBLE with the plans found.
 """
 
 from __future__ import annotations
@@ -18,17 +26,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from ...formulation.linear import middle_limits_sorted, pp_blocks
 from ...formulation.pipeline import step_time_batch
 from ..candidates import Candidates
 from ..result import Choice, MethodResult, PlanStatus
+from .exact import NO_SPLIT, shape_optima
 from .integer import IntegerForm, canonical_split
 from .model import Model, add_hint, build_model
+from .ortools_cp import cp_model
 from .scaling import OBJECTIVE_UNITS, SAFE_COEFFICIENT, check_scaling
 
-PHASE2_MIN_S = 0.05
 _STATUS: dict[int, PlanStatus] = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
                                   cp_model.INFEASIBLE: "INFEASIBLE", cp_model.UNKNOWN: "UNKNOWN"}
 
@@ -41,10 +49,15 @@ def plan_status(cp_status: int) -> PlanStatus:
 
 
 def solve_model(model: cp_model.CpModel, time_s: float, workers: int, seed: int, presolve: bool = True,
-                callback=None) -> tuple[cp_model.CpSolver, int]:
-    """Solve with the given limits; returns the solver (for values and statistics) and its status."""
+                callback=None, deterministic_s: Optional[float] = None) -> tuple[cp_model.CpSolver, int]:
+    """Solve with the given limits; returns the solver (for values and statistics) and its status.
+    `deterministic_s` also limits CP-SAT's deterministic time (work units, the same on any
+    machine), so that one worker's answer does not depend on the load while it stays under
+    both limits."""
     solver = cp_model.CpSolver()
     prm = solver.parameters
+    if deterministic_s is not None:
+        prm.max_deterministic_time = max(0.01, float(deterministic_s))
     prm.max_time_in_seconds = max(0.01, float(time_s))
     prm.num_workers = max(1, int(workers))
     prm.random_seed = int(seed)
@@ -115,16 +128,14 @@ def _finish(stats: dict, t0: float, progress, status: PlanStatus, best, bound, t
 
 @dataclass
 class _Answer:
-    """What a round's solve gives: shape k with `split`, its objective in quanta, whether it is
-    proven optimal, a bound (quanta), the model (for phase 2) and whether presolve stays on."""
+    """A round's plan: shape k with `split`, its objective in quanta, whether it is proven
+    optimal and a bound (quanta)."""
 
     k: int
     split: list[int]
     value: int
     proven: bool
     bound_q: Optional[int]
-    model: Optional[Model] = None
-    presolve: bool = True
 
 
 @dataclass
@@ -147,212 +158,273 @@ class _Search:
         self.symmetry = middle_limits_sorted(self.form)
         if not self.symmetry:
             self.notes.append("memory limits are not monotone over middle stages: symmetry breaking off")
-        self.heur, self.h_step = self._heuristic_plans()
-        self.finite = np.isfinite(self.h_step)
+        self.h_step = self._heuristic_steps()
         self.rank = shape_ranks(cands)
+        self.presolve = False  # see the module docstring
+        self._canonical: dict = {}
+        self.refuted = False
+        self.timed_out = None  # why the exact optima are incomplete
 
-    def _heuristic_plans(self) -> tuple[np.ndarray, np.ndarray]:
-        """One fitting split per memory-feasible shape (the candidates' splits) and its float
-        step time; the candidates' incumbent where it is better."""
+    def _heuristic_steps(self) -> np.ndarray:
+        """The float step time of each shape's heuristic split (the candidates' splits, and its
+        incumbent): what scales the time quantum."""
         cands, form = self.cands, self.form
-        heur = cands.splits.copy()
         h_step = np.full(cands.num_survivors, np.inf)
         for p, rows in pp_blocks(form.pp):
-            st, _, fits = step_time_batch(cands.coeffs.take(rows), heur[rows, :p])
+            st, _, fits = step_time_batch(cands.coeffs.take(rows), cands.splits[rows, :p])
             h_step[rows] = np.where(self.mem_ok[rows] & fits, st, np.inf)
         k0 = cands.incumbent_index
-        if k0 is not None and cands.incumbent_step_s < h_step[k0]:
-            p0 = int(form.pp[k0])
-            bal = list(cands.incumbent_layers)
-            if self.uneven and self.symmetry and p0 >= 4:
-                bal = [bal[0]] + sorted(bal[1:-1]) + [bal[-1]]  # same time and fit (limits grow with the stage)
-            h_step[k0] = cands.incumbent_step_s
-            heur[k0] = 0
-            heur[k0, :p0] = bal
-        return heur, h_step
+        if k0 is not None:
+            h_step[k0] = min(h_step[k0], cands.incumbent_step_s)
+        return h_step
 
-    def scale(self, top_k: int) -> None:
-        """The time quantum: the K-th best heuristic plan maps to OBJECTIVE_UNITS quanta."""
-        finite, h_step = self.finite, self.h_step
+    def scale(self, top_k: int, prune: bool = True) -> None:
+        """The time quantum (the K-th best heuristic plan maps to OBJECTIVE_UNITS quanta; without
+        `prune` the slowest, so that every shape fits under the scaling guard), the integer form,
+        and every shape's exact optimum in it (its lower bound from now on)."""
+        finite, h_step = np.isfinite(self.h_step), self.h_step
         if finite.any():
-            ref = float(np.sort(h_step[finite])[min(top_k, int(finite.sum())) - 1])
+            ref = float(np.sort(h_step[finite])[min(top_k, int(finite.sum())) - 1] if prune else h_step[finite].max())
         else:
             ref = 4.0 * float(np.max(self.cands.time_lb_s))
         self.q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
-        self.iform = IntegerForm.make(self.form, self.cands.time_lb_s, self.q)
+        self.iform = iform = IntegerForm.make(self.form, self.cands.time_lb_s, self.q)
         self.tolerance = (2 * self.L + 3) * self.q + 1e-9 * ref
-        self.floor_q = self.iform.objective_floor(self.L)  # shapes above the round's cap cannot be chosen
+        te = time.perf_counter()
+        # only shapes whose floor is under the K-th heuristic plan can be among the K best (its
+        # integer objective is at most its float time / q): the others need no exact optimum
+        look = np.ones(len(iform.pp), dtype=bool)
+        if prune and int(finite.sum()) >= top_k:
+            look = iform.objective_floor(self.L) <= math.floor(ref / self.q)
+        self.optimum = np.full(len(iform.pp), NO_SPLIT, dtype=np.int64)
+        try:
+            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.deadline)
+        except TimeoutError as exc:
+            self.timed_out = str(exc)
+        self.reach = self.optimum < NO_SPLIT
+        iform.lower_bound = np.where(self.reach, np.maximum(iform.lower_bound, self.optimum), iform.lower_bound)
+        self.floor_q = iform.objective_floor(self.L)  # = the optimum where a split fits
+        reach = np.flatnonzero(self.reach)
+        self.order = reach[np.lexsort((self.rank[reach], self.optimum[reach]))].tolist()  # best first
         self.stats.update(time_quantum_s=self.q, tolerance_s=self.tolerance, objective_units=OBJECTIVE_UNITS,
-                          incumbent_s=float(h_step[finite].min()) if finite.any() else None)
+                          incumbent_s=float(h_step[finite].min()) if finite.any() else None,
+                          exact_optima_time_s=time.perf_counter() - te)
 
-    def solve_round(self, round_no: int, allowed: np.ndarray, k_inc: Optional[int], inc_split, cap,
-                    in_model: list[int], floor_bound: Optional[int]) -> Optional[_Answer]:
-        """Build and solve the round's model. None when it proves nothing fits or finds nothing
-        (then `self.status0` may be set for round 1)."""
-        if self.deadline - time.perf_counter() <= 0 and k_inc is not None:
-            self.notes.append("time limit reached before the CP-SAT model was solved; returning the best known plan "
-                              "with the shapes' lower bound")
-            return _Answer(k_inc, inc_split, cap, False, floor_bound)
+    def canonical(self, k: int, target: int) -> Optional[list[int]]:
+        """Shape k's canonical split at `target` quanta (memoised: the hint, the known plan and
+        the answer are usually the same)."""
+        key = (int(k), int(target))
+        if key not in self._canonical:
+            self._canonical[key] = canonical_split(self.iform, k, int(target), self.L, self.uneven)
+        return self._canonical[key]
+
+    def known(self, k: int) -> list[int]:
+        """Shape k's canonical split at its exact optimum (a plan known without CP-SAT)."""
+        return self.canonical(k, int(self.optimum[k]))
+
+    def build(self, top_k: int, prune: bool = True) -> tuple[Optional[Model], Optional[int]]:
+        """The kept model: the shapes whose optimum is at most the K-th best (all shapes, uncapped,
+        when none fits: CP-SAT then proves it; every shape that fits, uncapped, without `prune`).
+        (model, cap in quanta)."""
+        iform, S = self.iform, len(self.iform.pp)
+        if self.order and not prune:
+            cap, in_model = None, list(self.order)
+        elif self.order:
+            cap = int(self.optimum[self.order[min(top_k, len(self.order)) - 1]])
+            in_model = np.flatnonzero(self.reach & (self.floor_q <= cap)).tolist()
+        else:
+            cap, in_model = None, list(range(S))
+        dropped = [k for k in in_model if iform.coefficient_max(k) > SAFE_COEFFICIENT]
+        if dropped:
+            self.notes.append(f"scaling guard: {len(dropped)} shape(s) whose coefficients exceed {SAFE_COEFFICIENT} "
+                              f"left out of the model: the answer is not proven optimal")
+            in_model = [k for k in in_model if k not in dropped]
+        self.dropped = bool(dropped)
+        self.stats.update(shapes_in_model=len(in_model), shapes_pruned_incumbent=S - len(in_model) - len(dropped),
+                          shapes_dropped_scaling=len(dropped), cap_quanta=cap)
+        if not in_model:
+            return None, cap
         tb = time.perf_counter()
-        m = build_model(self.iform, in_model, self.L, cap, rank=self.rank, uneven=self.uneven,
-                        symmetry=self.symmetry, hint=(k_inc, inc_split) if k_inc is not None else None)
-        sc = check_scaling(m.model)
-        build_s = time.perf_counter() - tb
-        if round_no == 1:
-            self.stats.update(sc)
+        hint = (self.order[0], self.known(self.order[0])) if self.order and self.order[0] in in_model else None
+        try:
+            m = build_model(iform, in_model, self.L, cap, rank=self.rank, uneven=self.uneven, symmetry=self.symmetry,
+                            hint=hint, deadline=self.deadline)
+        except TimeoutError as exc:
+            self.notes.append(str(exc))
+            return None, cap
+        self.stats.update(check_scaling(m.model))
+        self.stats["build_time_s"] = time.perf_counter() - tb
+        return m, cap
+
+    def solve_round(self, round_no: int, m: Optional[Model], k_known: Optional[int]) -> Optional[_Answer]:
+        """Solve the kept model once. None when it proves that nothing fits or finds nothing
+        (then `self.status0` may be set); the known plan (shape `k_known`) when CP-SAT cannot
+        answer (no model: the time limit stopped its building)."""
+        known = None
+        if k_known is not None:
+            split = self.known(k_known)
+            known = _Answer(k_known, split, int(self.optimum[k_known]), False, int(self.optimum[k_known]))
+            if m is not None:
+                add_hint(m, self.iform, k_known, split)
+        left = self.deadline - time.perf_counter()
+        if m is None:
+            return known
+        if left <= 0 and known is not None:
+            self.notes.append("time limit reached before the CP-SAT model was solved; returning the best known plan "
+                              "(its exact optimum is the shapes' bound)")
+            return known
         cb = _Progress(self.progress, self.q, self.t0, "optimize") if self.progress is not None else None
-        solver, st = solve_model(m.model, self.deadline - time.perf_counter(), self.workers, self.seed, callback=cb)
-        self.stats["phases"].append(_phase_stats(f"round{round_no}:optimize", solver, st, m, build_s))
-        presolve = True
-        if st == cp_model.INFEASIBLE and k_inc is not None:
-            self.notes.append(f"CP-SAT answered INFEASIBLE although a fitting plan is known (shape {k_inc}, "
-                              f"{self.h_step[k_inc]:.6g} s): verdict refuted; re-solved without presolve")
-            presolve = False
+        solver, st = solve_model(m.model, left, self.workers, self.seed, presolve=self.presolve, callback=cb)
+        self.stats["phases"].append(_phase_stats(f"round{round_no}", solver, st, m, 0.0))
+        if st == cp_model.INFEASIBLE and known is not None and not self.refuted:
+            self.refuted = True
+            self.presolve = not self.presolve
+            self.notes.append(f"CP-SAT answered INFEASIBLE although a fitting plan is known (shape {k_known}): "
+                              f"verdict refuted; re-solved with presolve {'on' if self.presolve else 'off'}")
             solver, st = solve_model(m.model, max(0.01, self.deadline - time.perf_counter()), self.workers, self.seed,
-                                     presolve=False)
-            self.stats["phases"].append(_phase_stats(f"round{round_no}:optimize-no-presolve", solver, st, m, 0.0))
+                                     presolve=self.presolve)
+            self.stats["phases"].append(_phase_stats(f"round{round_no}-presolve-{'on' if self.presolve else 'off'}",
+                                                     solver, st, m, 0.0))
         status = plan_status(st)
         if status == "INFEASIBLE":
-            if k_inc is not None:  # still refuted: report the known plan, prove nothing
-                self.notes.append("CP-SAT still answers INFEASIBLE without presolve; returning the known plan unproven")
-                return _Answer(k_inc, inc_split, cap, False, None, m, presolve)
+            if known is not None:
+                self.notes.append("CP-SAT answers INFEASIBLE again; returning the known plan unproven")
+                known.bound_q = None
+                return known
             if round_no == 1:
                 self.status0 = "INFEASIBLE"
-                if self.mem_ok.any():  # cannot happen: a memory-feasible shape has a heuristic plan
+                if self.mem_ok.any():  # cannot happen: a memory-feasible shape has a split that fits
                     self.notes.append("inconsistent: a shape fits by memory but no plan was found")
             return None
         if status == "UNKNOWN":  # time ran out before any solution
-            if k_inc is None:
+            if known is None:
                 if round_no == 1:
                     self.status0 = "UNKNOWN"
                 return None
-            self.notes.append("CP-SAT found no solution within the time limit; returning the best known plan "
-                              "with the shapes' lower bound")
-            return _Answer(k_inc, inc_split, cap, False, floor_bound, m, presolve)
+            self.notes.append("CP-SAT found no solution within the time limit; returning the best known plan")
+            return known
         k, split = _read(m, solver)
         ans = _Answer(k, split, int(round(solver.objective_value)), status == "OPTIMAL",
-                      int(math.floor(solver.best_objective_bound + 1e-9)), m, presolve)
-        if floor_bound is not None:
-            ans.bound_q = max(ans.bound_q, floor_bound)
-        again = self.iform.objective(k, split)
-        if again > ans.value:
-            self.notes.append(f"encoding check failed: the split's integer objective {again} exceeds the solver's "
-                              f"{ans.value}; bound not trusted")
+                      int(math.floor(solver.best_objective_bound + 1e-9)))
+        if self.order:  # every split of every shape scores at least the least exact optimum
+            ans.bound_q = max(ans.bound_q, int(self.optimum[self.order[0]]))
+        if self.iform.objective(k, split) > ans.value:
+            self.notes.append(f"encoding check failed: the split's integer objective exceeds the solver's {ans.value}; "
+                              f"bound not trusted")
             ans.proven, ans.bound_q = False, None
         return ans
 
-    def tie_break(self, round_no: int, ans: _Answer) -> None:
-        """Phase 2: fix the optimum, take the smallest shape rank (the deterministic answer)."""
-        m = ans.model
-        left = self.deadline - time.perf_counter()
-        if left < PHASE2_MIN_S:
-            self.notes.append("no time left for the tie-break among optimal shapes: the shape may differ between runs")
+    def canonical_shape(self, ans: _Answer, excluded: set[int]) -> None:
+        """Of the shapes not yet returned that reach the proven optimum, the first in
+        `ParallelConfig.key()` order (the deterministic answer): their exact optima say which."""
+        best = min((int(self.optimum[k]) for k in self.order if k not in excluded), default=None)
+        if best != ans.value:
+            self.notes.append(f"CP-SAT's optimum {ans.value} differs from the shapes' exact optimum {best}: "
+                              f"keeping the solver's shape, unproven")
+            ans.proven = False
             return
-        m.model.add(m.obj <= ans.value)
-        for j, kk in enumerate(m.shapes):  # only shapes ranked before the found one can replace it
-            if self.rank[kk] > self.rank[ans.k]:
-                m.model.add(m.x[j] == 0)
-        m.model.minimize(m.rank_expr)
-        add_hint(m, self.iform, ans.k, ans.split)
-        s2, st2 = solve_model(m.model, left, self.workers, self.seed, presolve=ans.presolve)
-        self.stats["phases"].append(_phase_stats(f"round{round_no}:canonical-shape", s2, st2, m, 0.0))
-        if st2 == cp_model.OPTIMAL:
-            ans.k, ans.split = _read(m, s2)
-        else:
-            self.notes.append("tie-break among optimal shapes not finished in time: the shape may differ between runs")
+        ans.k = min((k for k in self.order if k not in excluded and self.optimum[k] == best), key=lambda k: self.rank[k])
+
+    def heuristic_answer(self) -> MethodResult:
+        """The time limit stopped the exact optima: the best heuristic plan, FEASIBLE, with the
+        pruning's lower bound over every shape (UNKNOWN when none is known)."""
+        self.notes.append(f"{self.timed_out}; returning the best heuristic plan")
+        fin = np.isfinite(self.h_step)
+        if not fin.any():
+            return self.finish("UNKNOWN", None, None, [], finished=False)
+        k = int(np.flatnonzero(fin)[np.argmin(self.h_step[fin])])
+        cands = self.cands
+        layers = (cands.incumbent_layers if k == cands.incumbent_index and cands.incumbent_step_s <= self.h_step[k]
+                  else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
+        best = Choice(index=k, layers=list(layers), objective_s=float(self.h_step[k]))
+        self.stats["top_k_found"] = 1
+        return self.finish("FEASIBLE", best, float(cands.time_lb_s.min()), [best], finished=False)
 
     def finish(self, status: PlanStatus, best, bound, top, finished=True) -> MethodResult:
         return _finish(self.stats, self.t0, self.progress, status, best, bound, top, finished)
 
+
 def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int = 1, seed: int = 0,
-           progress: Optional[Callable[[dict], None]] = None) -> MethodResult:
-    """The fastest fitting (shape, split) of `cands` by CP-SAT, with the solver's bound.
+           progress: Optional[Callable[[dict], None]] = None, prune: bool = True) -> MethodResult:
+    """The fastest fitting (shape, split) of `cands` by CP-SAT, with the solver's bound; with
+    `top_k` > 1 the K best distinct shapes (each with its canonical split), best first.
 
     Returns a MethodResult whose `best.objective_s` is the float formulation's step time of the
     returned plan; `bound_s` a proven lower bound of the optimum (q x the solver's bound);
     `stats` the solver statistics, the quantum (`time_quantum_s`), the optimality tolerance
-    (`tolerance_s`) and `notes`."""
+    (`tolerance_s`), `top_k_asked` / `top_k_found` and `notes`. A top-k stopped by the time
+    limit before K plans is FEASIBLE and not finished. `prune=False` keeps every shape that fits in
+    the model, uncapped (the cost without pruning against the incumbent: `benchmarks/search_cost.py`)."""
     t0 = time.perf_counter()
     K = max(1, int(top_k))
     notes: list[str] = []
-    stats: dict = {"method": "cpsat", "workers": int(workers), "seed": int(seed), "notes": notes, "phases": []}
-    S = cands.num_survivors
-    if S == 0:
+    stats: dict = {"method": "cpsat", "workers": int(workers), "seed": int(seed), "notes": notes, "phases": [],
+                   "top_k_asked": K, "top_k_found": 0}
+    if cands.num_survivors == 0:
         stats.update(shapes_in_model=0, shapes_memory_infeasible=0)
         notes.append("no legal shape survives the memory lower bound: nothing to search")
         return _finish(stats, t0, progress, "INFEASIBLE", None, None, [])
     s = _Search(cands, t0 + float(time_limit_s), int(workers), int(seed), progress, t0, notes, stats)
     stats["shapes_memory_infeasible"] = int((~s.mem_ok).sum())
-    s.scale(K)
-    L, iform = s.L, s.iform
-    choices: list[Choice] = []
+    s.scale(K, prune)
+    if s.timed_out:
+        return s.heuristic_answer()
+    m, cap = s.build(K, prune)
     s.status0, bound0 = None, None
+    choices: list[Choice] = []
     excluded: set[int] = set()
-    round_no = 0
-    while len(choices) < K:
-        round_no += 1
-        allowed = np.array([k not in excluded for k in range(S)])
-        fin = s.finite & allowed
-        if fin.any():
-            k_inc = int(np.flatnonzero(fin)[np.argmin(s.h_step[fin])])
-            inc_split = [int(v) for v in s.heur[k_inc, :int(s.form.pp[k_inc])]]
-            cap = iform.objective(k_inc, inc_split)
-            in_model = np.flatnonzero(allowed & (s.floor_q <= cap)).tolist()
-        elif round_no == 1:
-            k_inc, inc_split, cap = None, None, None
-            in_model = np.flatnonzero(allowed).tolist()  # prove that none fits
-        else:
-            break  # no further fitting shape: top-k ends here
-        dropped = [k for k in in_model if iform.coefficient_max(k) > SAFE_COEFFICIENT]
-        if dropped:
-            notes.append(f"scaling guard: {len(dropped)} shape(s) whose coefficients exceed {SAFE_COEFFICIENT} "
-                         f"left out of the model: the answer is not proven optimal")
-            in_model = [k for k in in_model if k not in dropped]
-        if round_no == 1:
-            stats.update(shapes_in_model=len(in_model), shapes_pruned_incumbent=int(allowed.sum()) - len(in_model),
-                         shapes_dropped_scaling=len(dropped), cap_quanta=cap)
-        # a bound valid for every split of every shape (pruned shapes lie above the incumbent)
-        floor_bound = int(s.floor_q[allowed].min()) if round_no == 1 and allowed.any() else None
-        ans = s.solve_round(round_no, allowed, k_inc, inc_split, cap, in_model, floor_bound)
+    cut_short = False
+    for round_no in range(1, K + 1):
+        remaining = [k for k in s.order if k not in excluded]
+        if round_no > 1 and not remaining:
+            notes.append(f"only {len(choices)} distinct configuration(s) fit: every one is returned")
+            break
+        if m is None and (round_no > 1 or not remaining):
+            break
+        ans = s.solve_round(round_no, m, remaining[0] if remaining else None)
         if ans is None:
             break
-        if dropped:  # the model did not hold every shape: nothing is proven about the rest
+        if s.dropped:  # the model did not hold every shape: nothing is proven about the rest
             ans.proven, ans.bound_q = False, None
-        if ans.proven and ans.model is not None and len(ans.model.shapes) > 1:
-            s.tie_break(round_no, ans)
-        target = ans.value if ans.proven else iform.objective(ans.k, ans.split)
-        canon = canonical_split(iform, ans.k, target, L, s.uneven)
+        if ans.proven:
+            s.canonical_shape(ans, excluded)
+        canon = s.canonical(ans.k, ans.value)
         if canon is None:
             notes.append("canonical split not found; keeping the solver's split")
             canon = [int(v) for v in ans.split[:int(s.form.pp[ans.k])]]
         step, _, fits = step_time_batch(cands.coeffs.take([ans.k]), np.array([canon], dtype=np.int64))
         step_s = float(step[0])
+        excluded.add(ans.k)
+        for j, kk in enumerate(m.shapes if m is not None else []):  # the no-good cut: the next round
+            if kk == ans.k:                                            # looks for another shape
+                m.model.add(m.x[j] == 0)
         if not bool(fits[0]):
             notes.append(f"the plan of round {round_no} does not fit under the float formulation: discarded")
-            excluded.add(ans.k)
             if round_no == 1:
                 s.status0 = "UNKNOWN"
             continue
-        proven = ans.proven
         if round_no == 1:
+            proven = ans.proven
             bound0 = ans.bound_q * s.q if ans.bound_q is not None else None
             if bound0 is not None and bound0 > step_s * (1 + 1e-9):
                 notes.append(f"bound {bound0:.9g} s exceeds the plan's {step_s:.9g} s: bound discarded")
                 bound0, proven = None, False
-            if step_s > s.q * target + s.tolerance:
+            if step_s > s.q * ans.value + s.tolerance:
                 notes.append("the plan's float time exceeds its integer objective by more than the tolerance")
             s.status0 = "OPTIMAL" if proven else "FEASIBLE"
         choices.append(Choice(index=int(ans.k), layers=canon, objective_s=step_s))
-        excluded.add(ans.k)
-        if time.perf_counter() >= s.deadline:
-            if len(choices) < K:
-                notes.append(f"time limit reached after {len(choices)} of {K} plans")
+        if len(choices) < K and time.perf_counter() >= s.deadline:
+            cut_short = True
+            notes.append(f"time limit reached after {len(choices)} of {K} plans")
             break
 
     status0 = s.status0 or "UNKNOWN"
     best = choices[0] if choices else None
     if status0 == "INFEASIBLE":
         best, bound0, choices = None, None, []
+    if cut_short and status0 == "OPTIMAL":
+        status0 = "FEASIBLE"  # the first plan is proven; the list is not complete
     if status0 == "OPTIMAL" and best is not None:
         stats["gap_s"] = best.objective_s - bound0 if bound0 is not None else None
+    stats["top_k_found"] = len(choices)
     return s.finish(status0, best, bound0, choices, status0 in ("OPTIMAL", "INFEASIBLE"))
