@@ -30,7 +30,7 @@ METHODS = ("cpsat", "exhaustive")
 class JointResult(SolveResult):
     """SolveResult of a joint search: the plan is a `PlacedPlan`; `pools_alone` the best plan
     of each pool on its own (today's single-type model), `explanation` what the placement
-    keeps off the critical path."""
+    keeps off the critical path; top-k fields and rule as `optimize.OptimizeResult`'s."""
 
     plan: Optional[PlacedPlan] = None
     alternatives: list[PlacedPlan] = []
@@ -39,8 +39,13 @@ class JointResult(SolveResult):
     explanation: list[str] = []
     textbook: Optional[Comparison] = None
     compare: Optional[Comparison] = None
-    top_k_asked: int = 1  # as `optimize.OptimizeResult`; the joint model returns the best plan only
+    top_k_asked: int = 1  # the joint model returns the best plan only
     top_k_found: int = 0
+
+    @property
+    def top_k_cut_short(self) -> bool:
+        """As `optimize.OptimizeResult.top_k_cut_short` (one rule; this module may not import optimize)."""
+        return self.top_k_found < self.top_k_asked and not self.search.finished
 
 
 def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",

@@ -90,7 +90,7 @@ def base_shapes(job: JobSpec) -> tuple[JointShapes, np.ndarray]:
     c = cons.model_copy(update={"recompute": (least_rc,), "zero": zero})
     parts = []
     for n_used in range(1, sum(p.num_nodes for p in job.cluster.pool_specs()) + 1):
-        sh = enumerate_shapes(_on_nodes(job, n_used, c), apply_dominance=False).shapes
+        sh = enumerate_shapes(_on_nodes(job, n_used, c)).shapes
         keep, _ = _placeable(job, sh)
         if keep.any():
             parts.append(sh.take(np.flatnonzero(keep)))
@@ -103,13 +103,14 @@ def _base_keys(shapes: Shapes) -> np.ndarray:
 
 
 def expand_shapes(job: JobSpec, base: Shapes) -> JointShapes:
-    """Every legal shape (all knobs, dominance as the single-type search applies it) whose
-    (tp, cp, pp, dp, micro-batch, vp) is one of `base`'s."""
+    """Every legal shape (all knobs) whose (tp, cp, pp, dp, micro-batch, vp) is one of `base`'s.
+    No dominance: the single-type rule (`formulation.job.zero0_dominated`) depends on the links
+    of one cluster, and a joint stage may sit on any pool and link level."""
     g = uniform_gpus_per_node(job)
     cons = job.constraints
     keys = _base_keys(base)
     gpus = base.tp * base.cp * base.pp * base.dp
-    parts, legal, dominated = [], 0, 0
+    parts, legal = [], 0
     for n_gpus in np.unique(gpus).tolist():
         sel = keys[gpus == n_gpus]
         narrow = {}
@@ -124,11 +125,10 @@ def expand_shapes(job: JobSpec, base: Shapes) -> JointShapes:
         hit = np.array([tuple(r) in wanted for r in _base_keys(sh).tolist()], dtype=bool) if len(sh) else \
             np.zeros(0, dtype=bool)
         legal += space.num_legal
-        dominated += space.num_dominated
         if hit.any():
             parts.append(sh.take(np.flatnonzero(hit)))
     shapes = Shapes.concat(parts) if parts else Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
-    return JointShapes(shapes, _placeable(job, shapes)[1], legal, dominated)
+    return JointShapes(shapes, _placeable(job, shapes)[1], legal, 0)
 
 
 def joint_shapes(job: JobSpec) -> JointShapes:
