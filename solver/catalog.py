@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
 from .errors import InputError, path
-from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec
+from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
 # the safe reader of user files, re-exported: callers read files through the catalog
 from .specs.reading import (SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping,  # noqa: F401
@@ -123,8 +123,22 @@ def catalog_families() -> dict[str, dict]:
 
 
 def cluster_from_mapping(data: dict, field: str = "cluster") -> ClusterSpec:
-    """A ClusterSpec from a mapping whose `gpu` is a catalog name or a GPU mapping."""
+    """A ClusterSpec from a mapping whose `gpu` is a catalog name or a GPU mapping; a mixed
+    cluster lists `pools`, each with its own `gpu` (specs/cluster.py)."""
     data = dict(data)
+    pools = data.get("pools")
+    if pools:
+        if not isinstance(pools, (list, tuple)):
+            raise InputError(path(field, "pools"), "must be a list of pools, each a mapping with name, gpu, num_nodes, ...")
+        resolved = []
+        for i, pool in enumerate(pools):
+            where = f"{path(field, 'pools')}[{i}]"
+            if not isinstance(pool, dict):
+                raise InputError(where, f"must be a mapping with name, gpu, num_nodes, ... (got {type(pool).__name__})")
+            if "gpu" not in pool:
+                raise InputError(path(where, "gpu"), "missing; name a GPU from `solveplan gpus` or give its spec")
+            resolved.append(build(PoolSpec, {**pool, "gpu": load_gpu(pool["gpu"], path(where, "gpu"))}, where))
+        return build(ClusterSpec, {**data, "pools": resolved}, field)
     if "gpu" not in data:
         raise InputError(path(field, "gpu"), "missing; name a GPU from `solveplan gpus` or give its spec")
     data["gpu"] = load_gpu(data["gpu"], path(field, "gpu"))

@@ -21,8 +21,8 @@ from pydantic import Field
 
 from .diagnose import memory_shortfall
 from .errors import InputError
-from .plan import (Comparison, ParallelConfig, Plan, SearchStats, SolveResult, make_plan, parallel_from_row,
-                   plan_config, textbook_plan)
+from .plan import (Comparison, ParallelConfig, Plan, SearchStats, SolveResult, jsonable, make_plan,
+                   parallel_from_row, plan_config, textbook_plan)
 from .search.candidates import Candidates, prepare
 from .search.result import MethodResult, PlanStatus
 from .specs import JobSpec
@@ -55,22 +55,10 @@ def _search_fn(method: str):
     return {"exhaustive": exhaustive.search, "alpa-dp": alpa_dp.search}[method], dict(PREPARE_KWARGS)
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, workers: int = 1, top_k: int = 1,
              seed: int = 0, compare: Union[ParallelConfig, Mapping[str, Any], None] = None,
              progress: Optional[Callable[[dict], None]] = None, textbook: bool = True,
-             cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None) -> OptimizeResult:
+             cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None, links=None):
     """The fastest plan of `job` that fits, by `method` within `time_limit_s` (including
     enumeration and model building). `compare`: a configuration to compare the plan with
     (ParallelConfig, or a mapping of tp, pp, cp, vp, micro_batch_size, recompute,
@@ -78,10 +66,15 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     configuration and report the speedup over it. `cands`: candidates prepared before (the
     admission cache's). `shortfall_budget_s`: time an INFEASIBLE verdict's fewest-GPUs search
     may take (default: what is left of the limit; 0: none, so the answer is the same at any
-    limit)."""
+    limit). `links`: measured node x node links (`placement.links.LinkMatrix`).
+
+    A cluster with pools, or given links, is planned by the joint model (shape, split and
+    placement at once: `placement.joint.run.optimize_joint`)."""
     t0 = time.perf_counter()
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
+    if links is not None or job.cluster.is_mixed:
+        return optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare)
     search, prep_kwargs = _search_fn(method)
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
 
@@ -106,7 +99,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
         shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
         shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
-        solver=_jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
+        solver=jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
     )
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
                          alternatives=plans[1:], search=stats, notes=notes, top_k_asked=int(top_k),
@@ -131,6 +124,35 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         out.compare = Comparison.of("compare", cmp_plan, plan)
     out.search.wall_time_s = time.perf_counter() - t0
     return out
+
+
+# the share of the time limit each pool's own plan may take (`pools_alone`), at most POOL_ALONE_S
+POOL_ALONE_SHARE, POOL_ALONE_S = 0.1, 5.0
+
+
+def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
+                    compare):
+    """The joint model (`placement.joint.run.optimize_joint`) with each pool's own plan (today's
+    model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent."""
+    from .placement.joint.run import optimize_joint
+
+    if compare is not None:
+        raise InputError("compare", "a configuration to compare with needs a cluster of one GPU type with equal links")
+    t0 = time.perf_counter()
+    alone = []
+    share = min(POOL_ALONE_S, POOL_ALONE_SHARE * float(time_limit_s))
+    for pl, view in enumerate(job.cluster.pool_views()):
+        r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=share, workers=workers, seed=seed,
+                     textbook=False)
+        if r.plan is not None:
+            alone.append((pl, r.plan))
+    left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
+    res = optimize_joint(job, links, method=method, time_limit_s=left, workers=workers, seed=seed, pools_alone=alone)
+    if int(top_k) > 1:
+        res.notes.append("top-k is not available for the joint model: the best plan only")
+        res.top_k_asked = int(top_k)
+    res.search.wall_time_s = time.perf_counter() - t0
+    return res
 
 
 def _check_arguments(method: str, time_limit_s, top_k, workers) -> None:

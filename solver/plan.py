@@ -10,6 +10,7 @@ against another.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
@@ -26,6 +27,19 @@ from .specs import JobSpec
 
 class Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def jsonable(x):
+    """Solver statistics as JSON values: numpy scalars unwrapped, non-finite floats as None."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
 
 
 class ParallelConfig(Out):

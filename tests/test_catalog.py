@@ -109,7 +109,12 @@ def test_families_and_named_clusters():
     named = catalog_clusters()
     assert 3 <= len(named)
     for c in named.values():
-        assert c.nodes_per_leaf and c.spine_oversubscription >= 1 and c.source != "user supplied"
+        assert c.source != "user supplied"
+        if c.is_mixed:  # a cluster of pools (issue #13): each pool a GPU of the catalog
+            assert len(c.pool_specs()) >= 2 and all(p.gpu.name in catalog_gpus() for p in c.pool_specs())
+            continue
+        assert c.nodes_per_leaf and c.spine_oversubscription >= 1
+    assert named["mixed-h100-a100"].num_nodes == 6
     c = named["a100-2rack-4to1"]
     assert (c.num_nodes, c.nodes_per_leaf, c.spine_oversubscription, c.num_gpus) == (16, 8, 4.0, 128)
 

@@ -81,6 +81,12 @@ def bounded_plan(job: JobSpec, clock: Clock, cache: ResultCache) -> SolveResult:
         return _fallback(job, clock, cache, f"time limit {clock.limit:g} s too short to start the solver")
 
     def compute():
+        if job.cluster.is_mixed:  # the joint model (shape, split and placement): no shared candidates
+            left = solver_deadline - time.monotonic()
+            res = optimize(job, time_limit_s=left, workers=1, seed=0) if left > 0.02 else None
+            if res is not None and final(res):
+                cache.put(key, res)
+            return res
         cands = cache.fetch(("cands", job), lambda: prepare(job), None)
         left = solver_deadline - time.monotonic()
         if left <= 0.02:
@@ -103,7 +109,7 @@ def _fallback(job: JobSpec, clock: Clock, cache: ResultCache, why: str) -> Solve
     """Best plan known without the solver: the incumbent of the cached candidates with a bound
     valid for every split; INFEASIBLE when the screen proves it; UNKNOWN when nothing is known
     yet."""
-    cands = cache.get(("cands", job))
+    cands = None if job.cluster.is_mixed else cache.get(("cands", job))
     stats = SearchStats(method="cpsat", wall_time_s=clock.elapsed(), finished=False, **_counts(cands))
     if cands is None:
         return OptimizeResult(status="UNKNOWN", search=stats,

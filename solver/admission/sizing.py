@@ -82,6 +82,9 @@ def sizer(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster
         nodes = max(1, (max_gpus or FEWEST_MAX_GPUS) // per_node)
         return Sizer(family_cluster(key, nodes * per_node, field), nodes)
     cl = ref if isinstance(ref, ClusterSpec) else load_cluster(ref, field)
+    if cl.is_mixed:  # resizing has one node kind to add or remove; a cluster of pools has several
+        raise InputError(f"{field}.pools", "fewest GPUs sizes a cluster of one GPU type; give one pool's cluster, "
+                                           "or plan the cluster of pools as it is (plan / optimize)")
     if cl.num_gpus > MAX_GPUS:
         raise InputError(field, f"{cl.num_gpus} GPUs is beyond what the planner accepts (at most {MAX_GPUS})")
     return Sizer(cl, cl.num_nodes)

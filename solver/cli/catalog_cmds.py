@@ -144,8 +144,12 @@ def clusters(as_json: bool) -> None:
         out += [{"kind": "family", "name": f"{f}x<N>", "family": f, **t} for f, t in fams.items()]
         _json(out)
         return
-    rows = [[c.name, c.gpu.name, c.num_nodes, c.gpus_per_node, c.num_gpus, c.nvlink_gbyte_per_s,
-             c.nic_gbit_per_s, c.nodes_per_leaf, f"{c.spine_oversubscription:g}:1"] for c in cs]
+    # a cluster of pools: one entry per pool in each column ("2 h100-sxm + 4 a100-80gb")
+    def each(c, key):
+        return " + ".join(f"{getattr(p, key):g}" for p in c.pool_specs())
+    rows = [[c.name, " + ".join(f"{p.num_nodes} {p.gpu.name}" for p in c.pool_specs()) if c.is_mixed else c.gpu.name,
+             c.num_nodes, each(c, "gpus_per_node"), c.num_gpus, each(c, "nvlink_gbyte_per_s"), each(c, "nic_gbit_per_s"),
+             c.nodes_per_leaf, f"{c.spine_oversubscription:g}:1"] for c in cs]
     rows += [[f"{f}x<N>", t.get("gpu"), "N/" + str(t.get("gpus_per_node", 8)), t.get("gpus_per_node", 8), "N",
               t.get("nvlink_gbyte_per_s"), t.get("nic_gbit_per_s"), t.get("nodes_per_leaf"),
               f"{t.get('spine_oversubscription', 1):g}:1"] for f, t in fams.items()]

@@ -122,9 +122,10 @@ class _StderrProgress:
 @click.option("--compare", "compare", default=None,
               help='A configuration to compare with, e.g. "tp=8,pp=2,mbs=1,recompute=full,layers=20:20".')
 @click.option("--links", "links_file", type=click.Path(dir_okay=False), default=None,
-              help="Measured node x node link matrix (JSON/CSV, see `solveplan links`): place the plan's groups on nodes.")
+              help="Measured node x node link matrix (JSON/CSV, see `solveplan links`): choose the plan and the nodes "
+                   "of its stages together (the joint model).")
 @click.option("--hostfile", "hostfile_out", type=OUTPUT, default=None,
-              help="With --links: write the hostfile that realises the placement.")
+              help="With --links or a cluster with pools: write the hostfile that realises the placement.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Solver progress on stderr (default: when stderr is a terminal).")
 def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, links_file,
@@ -140,10 +141,10 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
             import matplotlib  # noqa: F401
         except ImportError:
             raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
-    if hostfile_out and not links_file:
-        raise InputError("--hostfile", "needs --links FILE (the measured links to place on)")
     cmp_cfg = parse_compare(compare) if compare is not None else None
     job = build_job(**jobkw)
+    if hostfile_out and not links_file and not job.cluster.is_mixed:
+        raise InputError("--hostfile", "needs --links FILE (the measured links to place on) or a cluster with pools")
     if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
         # what the mapping decided (sequence length, what is not modelled): on stderr, stdout stays the plan
         click.echo(f"model {job.model.name}: {job.model.notes}", err=True)
@@ -160,9 +161,10 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
 
     if show_progress is None:
         show_progress = sys.stderr.isatty()
-    started = time.monotonic()
     result = optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
-                      compare=cmp_cfg, progress=_StderrProgress() if show_progress else None)
+                      compare=cmp_cfg, progress=_StderrProgress() if show_progress else None, links=links)
+    if hostfile_out and result.plan is not None:
+        Path(hostfile_out).write_text(result.plan.hostfile)
 
     drawn = None
     if timeline is not None and result.plan is not None:
@@ -170,28 +172,12 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
 
         drawn = render_timeline(job, result.plan, timeline)
 
-    placement = None
-    if links is not None and result.plan is not None:
-        from ..placement.place import place
-
-        # one limit for the whole call: placement gets what the search left
-        placement = place(job, result.plan.parallel, links, layers=result.plan.layers_per_stage,
-                          time_limit_s=max(0.05, time_limit - (time.monotonic() - started)), workers=workers, seed=seed)
-        if hostfile_out:
-            from ..render.hostfile import result_hostfile
-
-            Path(hostfile_out).write_text(result_hostfile(placement))
-
     if fmt == "json":
         from ..render.json import result_json
 
         d = result_json(result, job)
         if drawn is not None:
             d["timeline"] = drawn
-        if placement is not None:
-            from ..render.hostfile import result_hostfile
-
-            d["placement"] = {**placement.model_dump(), "hostfile": result_hostfile(placement)}
         click.echo(json.dumps(d, indent=2))
     elif fmt == "megatron":
         if result.plan is not None:
@@ -216,10 +202,8 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
             con.print(megatron_args(job, result.plan).command(), markup=False, highlight=False, end="")
         if drawn is not None:
             con.print(f"timeline written to {drawn['path']}")
-        if placement is not None:
-            from ..render.hostfile import render_placement
-
-            con.print(render_placement(placement, links.n), markup=False, highlight=False, end="")
+        if hostfile_out and result.plan is not None:
+            con.print(f"hostfile written to {hostfile_out} (Megatron-LM rank order tp-cp-dp-pp)")
 
     if result.status == "INFEASIBLE":
         sf = result.shortfall

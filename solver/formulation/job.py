@@ -8,14 +8,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..space.shapes import Shapes
-from ..specs import JobSpec
+from ..specs import JobSpec, require_uniform
 from .coefficients import StageCoefficients, distributed_optimizer_dominates, stage_coefficients
 from .flops import hardware_flop_per_step, model_flop_per_step
 
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
+    """The coefficients of `shapes` on the job's cluster, which must have one GPU type (a mixed
+    cluster is priced pool by pool: `ClusterSpec.pool_views`)."""
     return stage_coefficients(
-        job.model, job.cluster, shapes,
+        job.model, require_uniform(job.cluster), shapes,
         global_batch_size=job.global_batch_size, seq_length=job.seq_length,
         precision=job.precision, flash_attention=job.flash_attention, attention_kernel=job.attention_kernel,
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,

@@ -71,8 +71,9 @@ class LinearForm:
                              for name in self.__dataclass_fields__})
 
 
-def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
-    """Decompose the float step time of every shape in `co` into the linear pieces above."""
+def linear_form(co: StageCoefficients, num_layers: int, max_layers: Optional[np.ndarray] = None) -> LinearForm:
+    """Decompose the float step time of every shape in `co` into the linear pieces above.
+    `max_layers`: the memory limits when they are known already (they do not depend on links)."""
     L = num_layers
     S = len(co.pp)
     p = co.pp.astype(np.int64)
@@ -101,7 +102,7 @@ def linear_form(co: StageCoefficients, num_layers: int) -> LinearForm:
         opt_const_s=opt_const,
         red_slope_s=co.layer_dp_step_s - win_slope + co.layer_optimizer_step_s,
         red_const_s=red_const,
-        max_layers=stage_layer_limits(co, L),
+        max_layers=stage_layer_limits(co, L) if max_layers is None else max_layers,
     )
 
 

@@ -128,6 +128,22 @@ def step_time_batch(co: StageCoefficients, layers: np.ndarray):
     return step, peak, peak <= co.capacity_bytes
 
 
+def step_time_stages(stage_co: list[StageCoefficients], stage_pi_s, layers: np.ndarray):
+    """Vectorised `evaluate_stages` over rows of `layers` (R x p, one shape): (step_time_s,
+    fits) per row, stage i on the coefficients `stage_co[i]` with exposed p2p `stage_pi_s[i]`."""
+    R, p = layers.shape
+    slot, tail = np.zeros((R, p)), np.zeros((R, p))
+    fits = np.ones(R, dtype=bool)
+    for i in range(p):
+        st = stage_arrays(stage_co[i], layers)
+        slot[:, i] = st["tau"][:, i] + float(stage_co[i].vp[0]) * float(stage_pi_s[i])
+        tail[:, i] = st["exposed_dp"][:, i] + st["opt"][:, i]
+        fits &= stage_memory_bytes(st)[:, i] <= stage_co[i].capacity_bytes
+    one = stage_co[0]
+    t_pipe = pipeline_s(slot.max(axis=1), slot.sum(axis=1), float(one.num_microbatches[0]), float(one.vp[0]))
+    return t_pipe + tail.max(axis=1), fits
+
+
 @dataclass
 class Evaluation:
     """One configuration's predicted step and memory (float formulation)."""
@@ -150,45 +166,59 @@ def evaluate_split(co: StageCoefficients, index: int, layers) -> Evaluation:
     p = int(one.pp[0])
     if len(layers) != p:
         raise ValueError(f"layers_per_stage has {len(layers)} entries for pp={p}")
-    st = stage_arrays(one, layers[None, :])
+    return evaluate_stages([one] * p, [float(one.boundary_s[0])] * p, layers)
+
+
+def evaluate_stages(stage_co: list[StageCoefficients], stage_pi_s, layers) -> Evaluation:
+    """Evaluate one shape whose stages may run on different GPUs and links: stage i's times
+    and memory come from `stage_co[i]` (the shape's coefficients on stage i's GPU type and
+    data-parallel links, one row), its exposed p2p per micro-batch is `stage_pi_s[i]` (the
+    slower of its boundaries, already chosen), its memory is held against its own GPU's
+    capacity. With every stage on the same coefficients this is `evaluate_split`."""
+    layers = np.asarray(layers, dtype=np.int64)
+    p = len(layers)
+    one = stage_co[0]
     v = float(one.vp[0])
     m = float(one.num_microbatches[0])
-    slot = st["slot"][0, :p]
-    tau = st["tau"][0, :p]
+    cols = [stage_arrays(stage_co[i], layers[None, :]) for i in range(p)]
+    st = {key: np.array([cols[i][key][0, i] for i in range(p)]) for key in cols[0] if key != "on"}
+    tau = st["tau"]
+    slot = tau + v * np.asarray(stage_pi_s, dtype=np.float64)
     t_pipe = pipeline_s(slot.max(), slot.sum(), m, v)
-    tail = st["exposed_dp"][0, :p] + st["opt"][0, :p]
+    tail = st["exposed_dp"] + st["opt"]
     k = int(np.argmax(tail))
     step = t_pipe + tail[k]
     b = int(np.argmax(slot))  # bottleneck stage
+    cb = stage_co[b]
     lb = float(layers[b])
     per_mb = {
-        "compute_s": lb * one.layer_compute_s[0] + (b == 0) * one.first_s[0] + (b == p - 1) * one.last_s[0],
-        "tp_comm_s": lb * one.layer_tp_s[0],
-        "cp_comm_s": lb * one.layer_cp_s[0],
-        "zero3_comm_s": lb * one.layer_zero3_s[0],
-        "pp_comm_s": v * one.boundary_s[0],
+        "compute_s": lb * cb.layer_compute_s[0] + (b == 0) * cb.first_s[0] + (b == p - 1) * cb.last_s[0],
+        "tp_comm_s": lb * cb.layer_tp_s[0],
+        "cp_comm_s": lb * cb.layer_cp_s[0],
+        "zero3_comm_s": lb * cb.layer_zero3_s[0],
+        "pp_comm_s": v * float(stage_pi_s[b]),
     }
     breakdown = {key: float(m * val) for key, val in per_mb.items()}
     breakdown["bubble_s"] = float(t_pipe - m * slot[b])
-    breakdown["exposed_dp_s"] = float(st["exposed_dp"][0, k])
-    breakdown["optimizer_s"] = float(st["opt"][0, k])
-    total = stage_memory_bytes(st)[0]
+    breakdown["exposed_dp_s"] = float(st["exposed_dp"][k])
+    breakdown["optimizer_s"] = float(st["opt"][k])
+    total = stage_memory_bytes(st)
     stages = []
     for i in range(p):
-        mem = {key: float(st[key][0, i]) for key in ("params", "grads", "optimizer", "activations", "other")}
+        mem = {key: float(st[key][i]) for key in ("params", "grads", "optimizer", "activations", "other")}
         mem["total"] = float(total[i])
         stages.append({
             "stage": i,
             "layers": int(layers[i]),
             "time_per_microbatch_s": float(tau[i]),
             "memory_bytes": mem,
-            "fits": bool(mem["total"] <= one.capacity_bytes),
+            "fits": bool(mem["total"] <= stage_co[i].capacity_bytes),
         })
+    tight = int(np.argmax([total[i] / stage_co[i].capacity_bytes for i in range(p)]))
     return Evaluation(
         step_time_s=float(step),
         breakdown=breakdown,
         stages=stages,
         peak_memory_bytes=max(s["memory_bytes"]["total"] for s in stages),
-        capacity_bytes=float(one.capacity_bytes),
+        capacity_bytes=float(stage_co[tight].capacity_bytes),
     )
-

@@ -16,7 +16,7 @@ from ..formulation.job import job_coefficients
 from ..formulation.pipeline import pipeline_s, stage_arrays
 from ..formulation.splits import balanced_split
 from ..plan import Out, ParallelConfig
-from ..specs import JobSpec
+from ..specs import ClusterSpec, JobSpec
 from ..specs.units import GBIT_BYTES
 from .links import LinkMatrix
 from .topology import twin_classes
@@ -88,6 +88,16 @@ def whole_server_order(grid: Grid) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- pricing with the formulation
+def cluster_at_link(cluster: ClusterSpec, bw_bytes_per_s: float, lat_s: float) -> ClusterSpec:
+    """`cluster` with every inter-node link at `bw_bytes_per_s` (attained, per GPU) and `lat_s`:
+    the NIC rate that its network efficiency turns into that bandwidth, no racks, no overrides
+    (a measured or generated matrix already holds them)."""
+    return cluster.model_copy(update={
+        "nic_gbit_per_s": bw_bytes_per_s / GBIT_BYTES / cluster.network_efficiency,
+        "network_latency_us": lat_s * 1e6, "nodes_per_leaf": None, "spine_oversubscription": 1.0,
+        "link_overrides": ()})
+
+
 class Pricer:
     """Stage times of one configuration re-evaluated by the formulation at given DP-ring and
     boundary bandwidths (cached per distinct bandwidth and latency)."""
@@ -114,11 +124,7 @@ class Pricer:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        cluster = cl.model_copy(update={
-            "nic_gbit_per_s": key[0] / GBIT_BYTES / cl.network_efficiency,
-            "network_latency_us": key[1] * 1e6, "nodes_per_leaf": None, "spine_oversubscription": 1.0,
-            "link_overrides": ()})
-        co = job_coefficients(self.job.model_copy(update={"cluster": cluster}), self.shapes)
+        co = job_coefficients(self.job.model_copy(update={"cluster": cluster_at_link(cl, *key)}), self.shapes)
         st = stage_arrays(co, self.layers[None, :])
         p = self.p
         first = np.zeros(p)

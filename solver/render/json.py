@@ -21,6 +21,12 @@ def result_json(result, job) -> dict:
         d["torchtitan"], d["torchtitan_notes"] = torchtitan_config(job, result.plan)
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
+    for key in ("pools_alone", "default_order"):  # the joint model's comparisons
+        if hasattr(result, key):
+            val = getattr(result, key)
+            d[key] = [c.model_dump() for c in val] if isinstance(val, list) else (val.model_dump() if val else None)
+    if hasattr(result, "explanation"):
+        d["explanation"] = list(result.explanation)
     d["alternatives"] = [p.model_dump() for p in result.alternatives]
     d["top_k_asked"] = getattr(result, "top_k_asked", 1)
     d["top_k_found"] = getattr(result, "top_k_found", 0 if result.plan is None else 1 + len(result.alternatives))

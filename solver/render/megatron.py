@@ -232,7 +232,8 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
             a.append("--tp-comm-overlap")
         else:
             notes.append("--tp-comm-overlap needs --sequence-parallel (Megatron-LM asserts it): left out")
-    arch = gpu_arch(job.cluster.gpu.name)
+    gpus = [p.gpu.name for p in job.cluster.pool_specs()]  # a mixed cluster: its oldest GPU decides
+    arch = min(gpu_arch(g) for g in gpus)
     if (par.tp > 1 or par.cp > 1) and not fsdp and arch < 10:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # asserted by validate_args before Blackwell
     mflags, mnotes = model_flags(model, job.seq_length)
@@ -240,7 +241,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     notes += mnotes
     if arch < 8:
         a.append("--fp16")
-        notes.append(f"{job.cluster.gpu.name} has no bf16: launched in fp16 with dynamic loss scaling")
+        notes.append(f"{min(gpus, key=gpu_arch)} has no bf16: launched in fp16 with dynamic loss scaling")
     elif job.precision == "fp16":
         a.append("--fp16")
     else:

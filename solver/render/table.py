@@ -59,15 +59,24 @@ def degrees_table(plan) -> Table:
 
 
 def stages_table(plan) -> Table:
-    t = Table(title=f"stages (memory in GiB; {plan.capacity_bytes / GIB:.1f} GiB usable per GPU)", title_justify="left")
-    for c in ("stage", "layers", "time/micro-batch", "params", "grads", "optimizer", "activations", "other", "total", "fits"):
-        t.add_column(c, justify="right")
+    placed = bool(plan.stages) and hasattr(plan.stages[0], "gpu")  # a joint plan: stages name their GPUs and nodes
+    title = "stages (memory in GiB of each stage's GPU)" if placed else \
+        f"stages (memory in GiB; {plan.capacity_bytes / GIB:.1f} GiB usable per GPU)"
+    t = Table(title=title, title_justify="left")
+    lead = ("stage", "pool", "gpu", "nodes", "layers") if placed else ("stage", "layers")
+    for c in lead + ("time/micro-batch", "params", "grads", "optimizer", "activations", "other", "total", "fits"):
+        t.add_column(c, justify="left" if c in ("pool", "gpu", "nodes") else "right")
     for s in plan.stages:
         mb = s.memory_bytes
-        t.add_row(str(s.stage), str(s.layers), _fmt_s(s.time_per_microbatch_s),
+        where = (s.pool, s.gpu, _hosts(s.nodes)) if placed else ()
+        t.add_row(str(s.stage), *where, str(s.layers), _fmt_s(s.time_per_microbatch_s),
                   *(f"{getattr(mb, k) / GIB:.2f}" for k in ("params", "grads", "optimizer", "activations", "other", "total")),
                   "yes" if s.fits else Text("NO", style="bold red"))
     return t
+
+
+def _hosts(hosts: list[str], most: int = 4) -> str:
+    return ", ".join(hosts[:most]) + (f" (+{len(hosts) - most})" if len(hosts) > most else "")
 
 
 def breakdown_table(plan) -> Table:
@@ -90,6 +99,7 @@ def throughput_table(plan) -> Table:
 
 def comparisons_table(result) -> Optional[Table]:
     rows = [c for c in (getattr(result, "textbook", None), getattr(result, "compare", None)) if c is not None]
+    rows += list(getattr(result, "pools_alone", []))
     if not rows:
         return None
     t = Table(title="compared with", title_justify="left")
@@ -176,6 +186,8 @@ def render_result(result) -> Group:
         for extra in (comparisons_table(result), alternatives_table(result)):
             if extra is not None:
                 parts.append(extra)
+    if getattr(result, "explanation", None):
+        parts.append(Text("placement:\n" + "\n".join(f"  - {line}" for line in result.explanation)))
     sf = shortfall_text(result)
     if sf is not None:
         parts.append(sf)

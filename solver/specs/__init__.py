@@ -5,7 +5,7 @@ job as a mapping; `base.build` makes a spec from a mapping, naming bad fields by
 
 from .model import ModelSpec
 from .gpu import GPUSpec
-from .cluster import ClusterSpec, LinkOverride
+from .cluster import ClusterSpec, LinkOverride, PoolSpec, require_uniform
 from .job import JobSpec, Constraints, RECOMPUTE_MODES
 
-__all__ = ["ModelSpec", "GPUSpec", "ClusterSpec", "LinkOverride", "JobSpec", "Constraints", "RECOMPUTE_MODES"]
+__all__ = ["ModelSpec", "GPUSpec", "ClusterSpec", "LinkOverride", "PoolSpec", "require_uniform", "JobSpec", "Constraints", "RECOMPUTE_MODES"]

@@ -1,0 +1,175 @@
+"""The first phase of a joint search: the joint shapes, pruned by valid bounds against the best
+plan known, with the prices of the survivors.
+
+Order (branch and bound; every bound is valid for every placement and split, `space`):
+1. the seeds (plans known before: each pool alone, a sequential plan) placed by the
+   contiguous-block heuristic give the first incumbent;
+2. every (tp, cp, pp, dp, micro-batch, vp, SP) on 1..N nodes with the least-computation knobs
+   is ranked by the compute bound; those above the incumbent go;
+3. the rest are expanded to every knob (recompute, ZeRO) and ranked again by the compute bound;
+   the `PROBE` best are priced, bounded by the equal-link relaxation and placed by the
+   heuristic, which may improve the incumbent; every shape whose compute bound exceeds it goes;
+4. the survivors are priced and bounded by the relaxation, and tried by the heuristic in order of
+   their bound until the bound passes the incumbent; shapes whose bound exceeds it go.
+Without time pruning (`prune_time=False`, the exhaustive search's input) only shapes with no
+split that fits within the largest memory limits go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ...space.shapes import Shapes
+from ...specs import JobSpec
+from .heuristic import Assignment, heuristic_plans, node_order, stage_nodes
+from .nodes import NodeSet
+from .prices import Prices
+from .space import (JointShapes, base_shapes, cheap_bound_s, compute_bound_s, expand_shapes, relaxed_bound_s,
+                    uniform_gpus_per_node)
+
+PROBE = 256  # shapes priced and placed by the heuristic first, for the first incumbent
+PROBE_BASE = 64  # base tuples expanded for them
+CHUNK = 16  # shapes the heuristic tries at a time, in order of their bound
+Seed = tuple  # (shape row as `Shapes.row` gives it, pool index of each stage, layers per stage)
+SHAPE_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")
+
+
+@dataclass
+class JointCandidates:
+    job: JobSpec
+    nodes: NodeSet
+    prices: Prices  # of the surviving shapes
+    stage_nodes: np.ndarray  # (S,) nodes per stage of each survivor
+    lower_bound_s: np.ndarray  # (S,) the relaxation's bound of each survivor
+    incumbent: Optional[Assignment]  # k indexes the survivors
+    incumbent_step_s: float  # float formulation
+    num_legal: int
+    num_shapes: int  # whole-node stages that pack into the pools (after dominance)
+    num_pruned_memory: int
+    num_pruned_time: int
+
+    @property
+    def num_survivors(self) -> int:
+        return len(self.lower_bound_s)
+
+
+def _single(row: dict) -> Shapes:
+    return Shapes.single(**{k: row[k] for k in SHAPE_KEYS})
+
+
+def seed_plans(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed]) -> list[tuple[dict, Assignment]]:
+    """Plans given as (shape row, pool of each stage, layers), on the pools' nodes in
+    `node_order`, priced; those the joint space cannot hold are left out."""
+    g = uniform_gpus_per_node(job)
+    orders = [node_order(nodes, pl) for pl in range(len(job.cluster.pool_specs()))]
+    out = []
+    for row, pools, layers in seeds:
+        stage_gpus = row["tp"] * row["cp"] * row["dp"]
+        n = stage_gpus // g
+        if stage_gpus % g or any(pools.count(pl) * n > len(orders[pl]) for pl in set(pools)):
+            continue
+        node_lists = stage_nodes(orders, pools, n)
+        ev = Prices(job, nodes, _single(row)).evaluate(0, pools, node_lists, layers)
+        if ev.fits:
+            out.append((row, Assignment(0, tuple(pools), node_lists, tuple(layers), ev.step_time_s)))
+    return out
+
+
+def _index(shapes: Shapes, row: dict) -> Optional[int]:
+    one = _single(row)
+    hit = np.ones(len(shapes), dtype=bool)
+    for key in SHAPE_KEYS:
+        hit &= getattr(shapes, key) == getattr(one, key)[0]
+    idx = np.flatnonzero(hit)
+    return int(idx[0]) if len(idx) else None
+
+
+def _try(prices: Prices, per_stage: np.ndarray, lb: np.ndarray, ok: np.ndarray, uneven: bool,
+         best: Optional[Assignment]) -> Optional[Assignment]:
+    """Heuristic plans of the shapes in order of their bound, until the bound passes the best."""
+    order = [int(i) for i in np.argsort(lb, kind="stable") if ok[i]]
+    for start in range(0, len(order), CHUNK):
+        chunk = order[start:start + CHUNK]
+        if best is not None and lb[chunk[0]] > best.objective_s:
+            break
+        for a in heuristic_plans(prices, per_stage, chunk, uneven):
+            if a is not None and (best is None or a.objective_s < best.objective_s):
+                best = a
+    return best
+
+
+def _probe(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, best, best_row):
+    """Heuristic plans of the shapes most promising by their bounds: the PROBE_BASE best base
+    tuples, expanded, the PROBE best of those by the cheap bound."""
+    pool_nodes = [p.num_nodes for p in job.cluster.pool_specs()]
+    few = expand_shapes(job, base.take(np.argsort(lbb, kind="stable")[:PROBE_BASE]).shapes)
+    top = np.sort(np.argsort(cheap_bound_s(job, few.shapes, few.stage_nodes, nodes), kind="stable")[:PROBE])
+    pr = Prices(job, nodes, few.shapes.take(top))
+    lb, ok = relaxed_bound_s(pr, few.stage_nodes[top], pool_nodes)
+    found = _try(pr, few.stage_nodes[top], lb, ok, job.constraints.uneven_split, None)
+    if found is not None and (best is None or found.objective_s < best.objective_s):
+        return pr.shapes.row(found.k), found
+    return best_row, best
+
+
+def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prune_time: bool = True
+                  ) -> JointCandidates:
+    """The candidates of a joint search (module docstring)."""
+    uneven = job.constraints.uneven_split
+    pool_nodes = [p.num_nodes for p in job.cluster.pool_specs()]
+    seeded = seed_plans(job, nodes, seeds)
+    best_row, best = min(seeded, key=lambda x: x[1].objective_s) if seeded else (None, None)
+    base, _ = base_shapes(job)
+    lbb = compute_bound_s(job, base.shapes, base.stage_nodes)
+    if prune_time and len(base.shapes):
+        best_row, best = _probe(job, nodes, base, lbb, best, best_row)
+    cut = lambda lb: lb <= (best.objective_s * (1 + 1e-9) if best is not None else np.inf)  # noqa: E731
+    if prune_time:
+        base = base.take(np.flatnonzero(cut(lbb)))
+    js = expand_shapes(job, base.shapes)
+    n_shapes, n_time = len(js.shapes), 0
+    if prune_time:
+        keep = np.flatnonzero(cut(compute_bound_s(job, js.shapes, js.stage_nodes)))
+        js = js.take(keep)
+        keep = np.flatnonzero(cut(cheap_bound_s(job, js.shapes, js.stage_nodes, nodes)))
+        js = js.take(keep)
+        n_time = n_shapes - len(js.shapes)
+    pr = Prices(job, nodes, js.shapes)
+    lb, ok = relaxed_bound_s(pr, js.stage_nodes, pool_nodes)
+    n_mem = int((~ok).sum())
+    if best is not None:  # the incumbent among the survivors (its own bound lies below its value)
+        k = _index(js.shapes, best_row)
+        best = None if k is None else Assignment(k, best.pools, best.nodes, best.layers, best.objective_s)
+    if prune_time:
+        best = _try(pr, js.stage_nodes, lb, ok, uneven, best)
+    keep = ok & cut(lb) if prune_time else ok
+    if best is not None:
+        keep[best.k] = True
+    idx = np.flatnonzero(keep)
+    n_time += int((ok & ~keep).sum())
+    prices = pr.take(idx)
+    inc_step = float("inf")
+    if best is not None:
+        best = Assignment(int(np.searchsorted(idx, best.k)), best.pools, best.nodes, best.layers, best.objective_s)
+        inc_step = prices.evaluate(best.k, best.pools, best.nodes, best.layers).step_time_s
+    return JointCandidates(job, nodes, prices, js.stage_nodes[idx], lb[idx], best, inc_step,
+                           js.num_legal, n_shapes, n_mem, n_time)
+
+
+def prepare_fixed(job: JobSpec, nodes: NodeSet, row: dict, layers) -> Optional[JointCandidates]:
+    """Candidates of one shape whose split is given: the placement of a fixed plan (the
+    sequential method). None when its stages cannot sit on whole nodes of the pools."""
+    g = uniform_gpus_per_node(job)
+    stage_gpus = row["tp"] * row["cp"] * row["dp"]
+    pool_nodes = [p.num_nodes for p in job.cluster.pool_specs()]
+    if stage_gpus % g or sum(x // (stage_gpus // g) for x in pool_nodes) < row["pp"]:
+        return None
+    per = np.array([stage_gpus // g])
+    pr = Prices(job, nodes, _single(row))
+    lb, ok = relaxed_bound_s(pr, per, pool_nodes)
+    inc = heuristic_plans(pr, per, [0], job.constraints.uneven_split, layers=tuple(layers))[0]
+    step = pr.evaluate(0, inc.pools, inc.nodes, inc.layers).step_time_s if inc is not None else float("inf")
+    return JointCandidates(job, nodes, pr, per, np.where(ok, lb, 0.0), inc, step, 1, 1, 0, 0)

@@ -1,0 +1,111 @@
+"""`optimize_joint`: the plan of a job on a mixed cluster (pools) or on measured links, from
+the joint model -- shape, split and placement in one CP-SAT model -- with its proof, the
+hostfile that realises it, the explanation, and the best plan of each pool alone beside it.
+
+`solveplan.optimize.optimize` routes here (`links=` or a cluster with pools) and hands in the
+pools-alone plans (each pool planned alone by today's model, equal links): they seed the
+incumbent where the joint space holds them, and are reported as comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Optional, Sequence
+
+from ...errors import InputError
+from ...plan import Comparison, Plan, SearchStats, SolveResult, jsonable
+from ...specs import JobSpec
+from ..links import LinkMatrix
+from .exhaustive import solve_exhaustive
+from .heuristic import Assignment
+from .nodes import node_set
+from .prepare import prepare_joint
+from .result import PlacedPlan, explain, placed_plan
+from .solve import solve_joint
+
+METHODS = ("cpsat", "exhaustive")
+
+
+class JointResult(SolveResult):
+    """SolveResult of a joint search: the plan is a `PlacedPlan`; `pools_alone` the best plan
+    of each pool on its own (today's single-type model), `explanation` what the placement
+    keeps off the critical path; top-k fields and rule as `optimize.OptimizeResult`'s."""
+
+    plan: Optional[PlacedPlan] = None
+    alternatives: list[PlacedPlan] = []
+    pools_alone: list[Comparison] = []
+    default_order: Optional[Comparison] = None
+    explanation: list[str] = []
+    textbook: Optional[Comparison] = None
+    compare: Optional[Comparison] = None
+    top_k_asked: int = 1  # the joint model returns the best plan only
+    top_k_found: int = 0
+
+    @property
+    def top_k_cut_short(self) -> bool:
+        """As `optimize.OptimizeResult.top_k_cut_short` (one rule; this module may not import optimize)."""
+        return self.top_k_found < self.top_k_asked and not self.search.finished
+
+
+def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
+                   time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
+                   pools_alone: Sequence[tuple[int, Plan]] = ()) -> JointResult:
+    """The fastest plan over shapes, splits and placements (see the module docstring).
+    `pools_alone`: (pool index, plan of that pool alone) pairs."""
+    if method not in METHODS:
+        raise InputError("method", f"{method!r} does not plan a mixed cluster or measured links; use "
+                                   f"{' or '.join(METHODS)}")
+    t0 = time.perf_counter()
+    nodes = node_set(job.cluster, links)
+    seeds = [(p.parallel.model_dump(), (pl,) * p.parallel.pp, tuple(p.layers_per_stage)) for pl, p in pools_alone]
+    notes: list[str] = []
+    if method == "exhaustive":
+        cands = prepare_joint(job, nodes, prune_time=False)
+        best, evals, finished = solve_exhaustive(job, nodes, time_limit_s=time_limit_s, cands=cands)
+        status = ("OPTIMAL" if finished else "FEASIBLE") if best is not None else ("INFEASIBLE" if finished
+                                                                                  else "UNKNOWN")
+        plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
+            {"evaluations": evals}
+    else:
+        cands = prepare_joint(job, nodes, seeds)
+        left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
+        out = solve_joint(cands, left, workers, seed)
+        status, plan_a, bound, tol, solver = out.status, out.plan, out.bound_s, out.tolerance_s, out.stats
+        notes += out.notes
+    plan = placed_plan(job, cands.prices, plan_a) if plan_a is not None else None
+    gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
+    search = SearchStats(method=f"{method} (joint)", wall_time_s=time.perf_counter() - t0,
+                         shapes_legal=cands.num_legal, shapes_dominated=cands.num_legal - cands.num_shapes,
+                         shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
+                         shapes_searched=cands.num_survivors, finished=status in ("OPTIMAL", "INFEASIBLE"),
+                         solver=jsonable({**solver, "node_classes": len(nodes.classes),
+                                           "bandwidth_levels": nodes.num_levels, "links": nodes.source}))
+    res = JointResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
+                      notes=notes, top_k_found=int(plan is not None))
+    if plan is not None:
+        pools = job.cluster.pool_specs()
+        res.pools_alone = [Comparison.of(f"{pools[pl].name} alone ({p.num_gpus} GPUs, equal links)", p, plan)
+                           for pl, p in pools_alone]
+        res.explanation = explain(job, cands.prices, plan_a, plan)
+        dflt = default_order(cands.prices, plan_a)
+        if dflt is not None:
+            res.default_order = Comparison.of("the same plan in Megatron's default rank order (nodes in index order)",
+                                              placed_plan(job, cands.prices, dflt), plan)
+            res.explanation.append(f"the same shape and split on the nodes in index order: "
+                                   f"{res.default_order.step_time_s:.4f} s ({res.default_order.speedup:.3f}x)")
+        for c in res.pools_alone:
+            res.explanation.append(f"predicted step {plan.step_time_s:.4f} s vs {c.step_time_s:.4f} s with "
+                                   f"{c.label} ({c.speedup:.3f}x)")
+    return res
+
+
+def default_order(prices, a: Assignment) -> Optional[Assignment]:
+    """Plan `a`'s shape and split with stage s on the s-th block of nodes in index order (as a
+    hostfile listing the nodes in order gives them); None when a block straddles two pools."""
+    n = len(a.nodes[0])
+    blocks = [tuple(range(s * n, (s + 1) * n)) for s in range(len(a.nodes))]
+    pools = [set(prices.nodes.pool_of[list(b)].tolist()) for b in blocks]
+    if any(len(p) != 1 for p in pools):
+        return None
+    return Assignment(a.k, tuple(p.pop() for p in pools), tuple(blocks), a.layers, math.nan)
