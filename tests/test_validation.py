@@ -1,4 +1,5 @@
-"""The formulation against the published runs (../shared/data/published_runs*.json).
+"""The formulation against the published runs (../shared/data/published_runs*.json, read from
+the identical copy in tests/data/published so that a checkout without ../shared runs them too).
 
 The generalisation numbers (fit on all sources but one, predict the one left out) take ~10
 minutes and live in benchmarks/cross_validate.py and its committed result; here: every row is
@@ -6,14 +7,29 @@ read, the shipped parameters predict the rows in sample, the memory estimate is 
 bound of the published memory points, and the fitter recovers known parameters.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from solveplan.calibration.crossval import in_sample, memory_points, ranking, summary
-from solveplan.calibration.rows import era_of, gpu_of, load_rows, nic_gbit_per_gpu, published_rows
+from solveplan.calibration.rows import DATA_FILES, era_of, find_data, gpu_of, load_rows, nic_gbit_per_gpu, published_rows
+from solveplan.errors import InputError
 from solveplan.calibration.runs_fit import FitParam, fit, predictions, row_cases
 
-ROWS = published_rows()
+DATA_DIR = Path(__file__).parent / "data" / "published"
+DATA = [str(DATA_DIR / name) for name in DATA_FILES]
+ROWS = published_rows(DATA)
+
+
+def test_the_test_copy_is_the_shared_data():
+    try:
+        shared = find_data()
+    except InputError:
+        pytest.skip("../shared/data is not beside this checkout")
+    assert [p.name for p in shared] == list(DATA_FILES)
+    for path in shared:
+        assert path.read_bytes() == (DATA_DIR / path.name).read_bytes(), path
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +70,7 @@ def test_ranking_inside_measured_sweeps_is_right_where_the_formulation_is(shippe
 
 
 def test_memory_estimate_is_an_upper_bound_of_the_published_points():
-    _, mem = load_rows()
+    _, mem = load_rows(DATA)
     points = memory_points(mem, ROWS)
     assert len(points) == 8
     for p in points:
@@ -89,7 +105,7 @@ def test_gpu_names_and_software_eras():
 def test_fit_recovers_known_parameters():
     """Rows whose 'measured' times are the formulation's own predictions under known values:
     the fit finds those values again (priors far off, so the data must move them)."""
-    fresh = [r for r in published_rows() if r.source == "mosaic_llmfoundry" and r.gpu == "a100-40gb"][:20]
+    fresh = [r for r in published_rows(DATA) if r.source == "mosaic_llmfoundry" and r.gpu == "a100-40gb"][:20]
     cases = row_cases(fresh)
     truth = {"m": 0.66, "fa": 0.42}
     params = (FitParam("m", ("a100",), "matmul_efficiency", 0.8, 0.5, 0.3, 1.0, "test"),
@@ -126,3 +142,19 @@ def test_rows_of_an_unseen_file(tmp_path):
     assert broken.skipped.startswith("row cannot be read")
     preds = in_sample(row_cases([ds]))
     assert len(preds) == 1 and preds[0].predicted_s > 0
+
+
+def test_validate_command_reports_the_in_sample_errors(cli):
+    res = cli("validate", "--data", DATA[0], "--data", DATA[1], "--json")
+    assert res.code == 0, res.err
+    import json
+
+    out = json.loads(res.out)
+    assert len(out["rows"]) == 221 and len(out["skipped"]) == 2
+    overall = [ln for ln in out["summary"]["source"] if ln["group"] == "all"][0]
+    assert overall["mape"] <= 0.07
+
+
+def test_validate_command_names_a_missing_data_file(cli, tmp_path):
+    res = cli("validate", "--data", str(tmp_path / "nope.json"))
+    assert res.code == 2 and "--data" in res.err and len(res.err.strip().splitlines()) == 1, res.err
