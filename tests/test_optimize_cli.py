@@ -225,3 +225,18 @@ def test_megatron_args_zero_and_recompute():
     f = _flags(megatron_args(job, plan).args)
     assert f["--recompute-granularity"] == "full" and f["--recompute-method"] == "uniform"
     assert f["--data-parallel-sharding-strategy"] == "optim_grads_params" and "--use-megatron-fsdp" in f
+
+
+def test_status_line_writes_each_time_with_one_unit():
+    from types import SimpleNamespace
+
+    from solveplan.render.table import status_line
+
+    def line(step_s, bound_s):
+        plan = SimpleNamespace(step_time_s=step_s)
+        return status_line(SimpleNamespace(status="OPTIMAL", plan=plan, bound_step_time_s=bound_s,
+                                           gap=0.0, tolerance_s=None)).plain
+
+    assert "step 980.21 ms  bound 979.00 ms" in line(0.98021, 0.979)
+    assert "step 7.008 s  bound 7.000 s" in line(7.008, 7.0)
+    assert "ms s" not in line(0.5, 0.5)

@@ -31,15 +31,21 @@ def _fmt_s(x: Optional[float]) -> str:
     return f"{x * 1e6:.1f} µs"
 
 
+def _fmt_s_unit(x: Optional[float]) -> str:
+    """`_fmt_s` with its unit always written ("7.008 s", "980.21 ms")."""
+    text = _fmt_s(x)
+    return text if text == "-" or text.endswith("s") else f"{text} s"
+
+
 def status_line(result) -> Text:
     st = result.status
     style = {"OPTIMAL": "bold green", "FEASIBLE": "bold yellow", "INFEASIBLE": "bold red"}.get(st, "bold magenta")
     t = Text()
     t.append(st, style=style)
     if result.plan is not None:
-        t.append(f"  step {_fmt_s(result.plan.step_time_s)} s")
+        t.append(f"  step {_fmt_s_unit(result.plan.step_time_s)}")
         if result.bound_step_time_s is not None:
-            t.append(f"  bound {_fmt_s(result.bound_step_time_s)} s")
+            t.append(f"  bound {_fmt_s_unit(result.bound_step_time_s)}")
         if result.gap is not None:
             t.append(f"  gap {result.gap:.2e}")
         if result.tolerance_s is not None:
