@@ -196,3 +196,20 @@ def test_check_decides_a_cluster_of_pools_with_the_joint_model():
     too_big = {"model": "llama3.1-405b", "cluster": "mixed-h100-a100", "global_batch_size": 256}
     res = api.check(too_big, 5, cache=ResultCache())
     assert res.status in ("INFEASIBLE", "UNKNOWN") and not res.feasible
+
+
+def test_a_spent_time_limit_returns_the_heuristic_plan_without_building_the_model():
+    """When preparation has used the whole limit, the joint solve does not build (or solve) a
+    model past it: the incumbent comes back FEASIBLE, without a bound, and says why."""
+    from solveplan.placement.joint.nodes import node_set
+    from solveplan.placement.joint.prepare import prepare_joint
+    from solveplan.placement.joint.solve import solve_joint
+
+    job = load_job({"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256})
+    cands = prepare_joint(job, node_set(job.cluster))
+    assert cands.incumbent is not None
+    out = solve_joint(cands, 0.0)
+    assert out.status == "FEASIBLE" and out.bound_s is None and out.plan is not None
+    assert out.step_time_s == pytest.approx(cands.incumbent_step_s)
+    assert "shapes_in_model" not in out.stats or out.stats["shapes_in_model"] == 0
+    assert any("time limit was spent" in n for n in out.notes)
