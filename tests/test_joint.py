@@ -145,7 +145,7 @@ def test_sequential_is_slower_than_joint_on_the_mixed_example():
 def test_service_plans_a_pooled_cluster(tmp_path):
     """POST /v1/plan with an inline cluster of pools: the same strict schema and guard rails as
     any cluster, planned by the joint model; each stage names its pool, GPU type and nodes, and
-    the hostfile comes back."""
+    the hostfile comes back; /v1/check answers it too."""
     pytest.importorskip("fastapi")
     import yaml
     from fastapi.testclient import TestClient
@@ -164,20 +164,52 @@ def test_service_plans_a_pooled_cluster(tmp_path):
     assert {st["gpu"] for st in d["plan"]["stages"]} <= {"h100-sxm", "a100-80gb"}
     assert [line.split()[0] for line in d["plan"]["hostfile"].splitlines()] == \
         [h for st in d["plan"]["stages"] for h in st["nodes"]]
+    r = client.post("/v1/check", json={"job": {"model": "gpt3-6.7b", "cluster": cluster, "global_batch_size": 256},
+                                       "time_limit_s": 30})
+    assert r.status_code == 200 and r.json()["status"] == "FEASIBLE", r.text
     bad = {**cluster, "pools": [{**cluster["pools"][0], "num_nodes": True}, cluster["pools"][1]]}
     r = client.post("/v1/plan", json={"job": {"model": "gpt3-6.7b", "cluster": bad, "global_batch_size": 256}})
     assert r.status_code == 422, r.text
 
 
-def test_check_and_fewest_gpus_refuse_pools_by_name():
-    """Not supported yet for a cluster of pools: a one-line InputError naming the spec path,
-    not a failure inside resizing or the single-type formulation."""
+def test_fewest_gpus_refuses_pools_by_name():
+    """Not supported yet for a cluster of pools (which pool would grow?): a one-line InputError
+    naming the spec path, not a failure inside resizing or the single-type formulation."""
     from solveplan import api
 
     job = {"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256}
     with pytest.raises(InputError) as exc:
         api.fewest_gpus(job, "mixed-h100-a100", {"tokens_per_s": 1e5})
     assert exc.value.field == "cluster.pools" and "\n" not in str(exc.value)
-    with pytest.raises(InputError) as exc:
-        api.check(job, 30)
-    assert exc.value.field == "cluster" and "optimize" in str(exc.value)
+
+
+def test_check_decides_a_cluster_of_pools_with_the_joint_model():
+    """check on pools: a plan the joint model finds is the witness (it fits, its step is the
+    plan's); a job no pool can hold is INFEASIBLE or UNKNOWN, never FEASIBLE."""
+    from solveplan import api
+    from solveplan.admission.cache import ResultCache
+
+    job = {"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256}
+    res = api.check(job, 30, cache=ResultCache())
+    assert res.status == "FEASIBLE" and res.feasible and res.witness is not None
+    assert sum(res.witness_layers_per_stage) == 32 and res.best_known_step_time_s > 0
+    too_big = {"model": "llama3.1-405b", "cluster": "mixed-h100-a100", "global_batch_size": 256}
+    res = api.check(too_big, 5, cache=ResultCache())
+    assert res.status in ("INFEASIBLE", "UNKNOWN") and not res.feasible
+
+
+def test_a_spent_time_limit_returns_the_heuristic_plan_without_building_the_model():
+    """When preparation has used the whole limit, the joint solve does not build (or solve) a
+    model past it: the incumbent comes back FEASIBLE, without a bound, and says why."""
+    from solveplan.placement.joint.nodes import node_set
+    from solveplan.placement.joint.prepare import prepare_joint
+    from solveplan.placement.joint.solve import solve_joint
+
+    job = load_job({"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256})
+    cands = prepare_joint(job, node_set(job.cluster))
+    assert cands.incumbent is not None
+    out = solve_joint(cands, 0.0)
+    assert out.status == "FEASIBLE" and out.bound_s is None and out.plan is not None
+    assert out.step_time_s == pytest.approx(cands.incumbent_step_s)
+    assert "shapes_in_model" not in out.stats or out.stats["shapes_in_model"] == 0
+    assert any("time limit was spent" in n for n in out.notes)

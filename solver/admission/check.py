@@ -7,6 +7,10 @@ some layer split. The cached candidates (`screen`) decide most jobs without a so
 - the incumbent (the best plan prepare found: balanced, or water-filled within the memory
   limits) is a witness -> FEASIBLE, with its step time as the best known;
 - otherwise a short CP-SAT solve decides: it finds a split that fits, or proves none does.
+
+A cluster of pools has no shared candidates to screen (each stage may sit on any pool): the
+joint model (`bounded_plan`) decides it within the time limit, and any plan it finds that fits
+is the witness.
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ def check(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional
 
 def timed_check(job: JobSpec, clock: Clock, cache: ResultCache) -> CheckResult:
     """`check` of a validated job on a running clock."""
+    if job.cluster.is_mixed:
+        return _check_by_plan(job, clock, cache)
     try:
         cands = candidates(job, clock, cache)
     except Busy as exc:
@@ -109,3 +115,13 @@ def timed_check(job: JobSpec, clock: Clock, cache: ResultCache) -> CheckResult:
         return verdict
     return _unknown(f"no balanced layer split fits and the solver did not decide within {budget:.2g} s "
                     f"(status {res.status}); retry with a longer time limit")
+
+
+def _check_by_plan(job: JobSpec, clock: Clock, cache: ResultCache) -> CheckResult:
+    """A cluster of pools: the joint model's plan within the clock decides (see the docstring)."""
+    res = bounded_plan(job, clock, cache)
+    verdict = verdict_of_result(res)
+    if verdict is not None:
+        return verdict
+    return _unknown(f"the joint model found no plan within {clock.limit:g} s (status {res.status}); "
+                    f"retry with a longer time limit")

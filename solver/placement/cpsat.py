@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
+from ..search.cpsat.ortools_cp import cp_model
 
 from ..search.cpsat.solve import plan_status, solve_model
 from ..search.result import PlanStatus

@@ -7,7 +7,7 @@ adjacent boundary's p2p), the same integer `Tables.objective` computes for a lab
 
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
+from ..search.cpsat.ortools_cp import cp_model
 
 from .pricing import Grid, Tables
 

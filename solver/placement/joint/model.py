@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
+from ...search.cpsat.ortools_cp import cp_model
 
 from ...formulation.splits import balanced_split
 from .heuristic import Assignment
@@ -39,6 +39,18 @@ from .prepare import JointCandidates
 
 ROWS = ("slot_slope", "slot_const", "opt_slope", "opt_const", "red_slope", "red_const")
 
+
+
+def _level_chain(md: cp_model.CpModel, name: str, levels) -> dict:
+    """Order literals `ge[l]` ("every link used is at least level l") for the increasing
+    `levels`, each implying the one before."""
+    ge, prev = {}, None
+    for lv in levels:
+        ge[lv] = md.new_bool_var(f"{name}_ge{lv}")
+        if prev is not None:
+            md.add_implication(ge[lv], prev)
+        prev = ge[lv]
+    return ge
 
 def floor_q(x, q: float) -> np.ndarray:
     """floor(x / q), shaved by 1e-12 relative so float rounding can never round it up."""
@@ -187,13 +199,8 @@ def build_joint_model(cands: JointCandidates, tab: IntTables, cap: Optional[int]
                       for pl in range(Pn) for k in ("ys", "yc", "bs", "bc", "os", "oc", "rs", "rc"))
                 for lv in range(Lv + 1)]
         levels = _useful(keys)
-        ge = {}
-        prev = None
+        ge = _level_chain(md, f"ring{s}", levels)
         for lv in levels:
-            ge[lv] = md.new_bool_var(f"ring{s}_ge{lv}")
-            if prev is not None:
-                md.add_implication(ge[lv], prev)
-            prev = ge[lv]
             for c in range(K):
                 for c2 in range(c, K):
                     if cpool[c] != cpool[c2]:
@@ -207,13 +214,8 @@ def build_joint_model(cands: JointCandidates, tab: IntTables, cap: Optional[int]
     bkeys = [bnd_key(lv) for lv in range(Lv)]
     blevels = _useful(bkeys) if Lv else []
     for b in range(S - 1):
-        ge = {}
-        prev = None
+        ge = _level_chain(md, f"bnd{b}", blevels)
         for lv in blevels:
-            ge[lv] = md.new_bool_var(f"bnd{b}_ge{lv}")
-            if prev is not None:
-                md.add_implication(ge[lv], prev)
-            prev = ge[lv]
             for c in range(K):
                 for c2 in range(K):
                     if CL[c, c2] < lv and (c != c2 or counts[c] >= 2):

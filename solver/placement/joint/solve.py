@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
+from ...search.cpsat.ortools_cp import cp_model
 
 from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
@@ -101,10 +101,15 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     cap = objective_q(tab, cands, inc.k, inc) if inc is not None else None
     rank = shape_ranks(cands)
     tolerance = (3 * pr.L + 3 * int(pr.shapes.pp.max()) + 3) * q + 1e-9 * ref
+    if inc is not None and time.perf_counter() >= deadline:
+        return _unproven(cands, inc, t0, stats, notes, "preparing the candidates")
     jm = build_joint_model(cands, tab, cap, rank, hint=(inc.k, inc) if inc is not None else None,
                            fixed_layers=fixed_layers)
     stats.update(jm.stats, time_quantum_s=q, tolerance_s=tolerance, cap_quanta=cap,
-                 build_time_s=time.perf_counter() - t0, **check_scaling(jm.model))
+                 build_time_s=time.perf_counter() - t0)
+    if inc is not None and time.perf_counter() >= deadline:
+        return _unproven(cands, inc, t0, stats, notes, "building the model")
+    stats.update(check_scaling(jm.model))
     solver, st = solve_model(jm.model, deadline - time.perf_counter(), workers, seed)
     _phase("optimize", solver, st, stats)
     status = plan_status(st)
@@ -140,6 +145,18 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     stats["wall_time_s"] = time.perf_counter() - t0
     stats["objective_quanta"] = value
     return JointOutcome(status, plan, ev.step_time_s, bound, tolerance, stats, notes)
+
+
+def _unproven(cands: JointCandidates, inc: Assignment, t0: float, stats: dict, notes: list[str],
+              spent_on: str) -> JointOutcome:
+    """The incumbent, FEASIBLE without a bound, when the time limit is spent before CP-SAT can
+    start: a large joint model is not solved past the caller's limit."""
+    ev = cands.prices.evaluate(inc.k, inc.pools, inc.nodes, inc.layers)
+    notes.append(f"the time limit was spent {spent_on}: the heuristic plan, unproven (raise the time limit "
+                 f"for a proof)")
+    stats["wall_time_s"] = time.perf_counter() - t0
+    return JointOutcome("FEASIBLE", Assignment(inc.k, inc.pools, inc.nodes, inc.layers, ev.step_time_s),
+                        ev.step_time_s, None, None, stats, notes)
 
 
 def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: float, workers: int, seed: int,
