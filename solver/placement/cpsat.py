@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from ..search.cpsat.ortools_cp import cp_model
 
+from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import plan_status, solve_model
 from ..search.result import PlanStatus
 from .objective import add_objective, level_literals

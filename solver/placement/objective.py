@@ -8,7 +8,6 @@ adjacent boundary's p2p), the same integer `Tables.objective` computes for a lab
 from __future__ import annotations
 
 from ..search.cpsat.ortools_cp import cp_model
-
 from .pricing import Grid, Tables
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-from ..search.cpsat.ortools_cp import cp_model
 
+from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import solve_model
 from .objective import add_objective, level_literals
 from .pricing import Problem

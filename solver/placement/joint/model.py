@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from ...search.cpsat.ortools_cp import cp_model
 
 from ...formulation.splits import balanced_split
+from ...search.cpsat.ortools_cp import cp_model
 from .heuristic import Assignment
 from .prepare import JointCandidates
 
 ROWS = ("slot_slope", "slot_const", "opt_slope", "opt_const", "red_slope", "red_const")
-
 
 
 def _level_chain(md: cp_model.CpModel, name: str, levels) -> dict:
@@ -51,6 +50,7 @@ def _level_chain(md: cp_model.CpModel, name: str, levels) -> dict:
             md.add_implication(ge[lv], prev)
         prev = ge[lv]
     return ge
+
 
 def floor_q(x, q: float) -> np.ndarray:
     """floor(x / q), shaved by 1e-12 relative so float rounding can never round it up."""

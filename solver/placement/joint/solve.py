@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from ...search.cpsat.ortools_cp import cp_model
 
+from ...search.cpsat.ortools_cp import cp_model
 from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
 from ...search.result import PlanStatus
