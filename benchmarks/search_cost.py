@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import time

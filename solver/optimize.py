@@ -16,7 +16,6 @@ import math
 import time
 from typing import Any, Callable, Mapping, Optional, Union
 
-import numpy as np
 from pydantic import Field
 
 from .diagnose import memory_shortfall

@@ -21,7 +21,6 @@ NVLink 4 rate). Otherwise the error names the unit the numbers look like.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 

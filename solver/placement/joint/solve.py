@@ -27,7 +27,6 @@ from ...search.cpsat.ortools_cp import cp_model
 from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
 from ...search.result import PlanStatus
-from ...space.shapes import RECOMPUTE_CODES  # noqa: F401 (documents the rank's recompute order)
 from .heuristic import Assignment
 from .model import JointModel, build_joint_model, int_tables, objective_q
 from .prepare import JointCandidates
@@ -47,7 +46,8 @@ class JointOutcome:
 
 
 def shape_ranks(cands: JointCandidates) -> np.ndarray:
-    """Position of each shape in (tp, cp, pp, vp, micro-batch, recompute, SP, ZeRO, dp) order."""
+    """Position of each shape in (tp, cp, pp, vp, micro-batch, recompute, SP, ZeRO, dp) order (recompute
+    by its code, in `space.shapes.RECOMPUTE_CODES` order)."""
     sh = cands.prices.shapes
     keys = (sh.tp, sh.cp, sh.pp, sh.vp, sh.micro_batch_size, sh.recompute, sh.sequence_parallel.astype(np.int64),
             sh.zero, sh.dp)
