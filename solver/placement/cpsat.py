@@ -3,9 +3,12 @@ makes it for a `pricing.Problem`, `solve_cpsat` builds and solves it, in the sam
 as the main encoding (`search.cpsat`: snake_case ortools calls, statuses as `PlanStatus`).
 
 Interchangeable nodes are merged into classes and the better baseline's objective caps the
-search. A proof of optimality comes from either bound: the cell model's own, or the row-count
-relaxation's (`rows`), probed as feasibility problems at thresholds of the objective. An
-optimal answer is made canonical by one deterministic search (one worker, fixed seed,
+search. The proof comes first (`bounds`): floors of the max slot and the tail, probed as
+feasibility problems of the row-count relaxation, then the optimum of the row model of the
+lifted links (`relax`), box by box, whose row counts the cell model then tries to realise. Short of
+a proof, the cell model searches with those bounds, the row-count relaxation of the real
+links raises the bound at thresholds of the objective (`tighten`), and the cell model resumes.
+An optimal answer is made canonical by deterministic searches (one worker, fixed seed,
 deterministic time limit) for a labelling at the proven optimum, so it does not depend on the
 seed or the number of workers of the search that found it."""
 
@@ -22,15 +25,19 @@ import numpy as np
 from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import plan_status, solve_model
 from ..search.result import PlanStatus
+from .bounds import floors, hierarchy_bound, incumbent_terms, staircase
 from .objective import add_objective, level_literals
 from .pricing import Problem
+from .relax import coarse_of, relaxed
 from .rows import below
 
-# Shares of the time limit: the cell model's first search, then the row-count probes; the
-# rest, but for CANONICAL_SHARE, goes to the cell model again with the proven bound. The
-# canonical search is limited in CP-SAT's deterministic time (machine-independent work units),
-# with what is left of the limit as a safety net in seconds.
-FIRST_SHARE, ROWS_SHARE = 0.1, 0.7
+# Where each step must end, as shares of the time limit: the floors, the hierarchical bound,
+# the cell model at that bound, the cell model's first search, then the row-count probes; the
+# rest, but for CANONICAL_SHARE, goes to the cell model again with the proven bound. A step
+# that ends early leaves its time to the next. The canonical search is limited in CP-SAT's
+# deterministic time (machine-independent work units), with what is left of the limit as a
+# safety net in seconds.
+FLOORS_END, HIERARCHY_END, AT_BOUND_END, FIRST_END, ROWS_END = 0.1, 0.5, 0.62, 0.68, 0.75
 CANONICAL_DETERMINISTIC_S, CANONICAL_SHARE = 20.0, 0.2
 
 
@@ -50,10 +57,10 @@ class Model:
 
 
 def build_model(prob: Problem, hints: tuple = (), at_least: Optional[int] = None,
-                start: Optional[np.ndarray] = None) -> Model:
+                start: Optional[np.ndarray] = None, floors_: Optional[tuple] = None) -> Model:
     """The model of `prob`; `hints` (node placements) cap the objective at the best of them
     and hint it (or hint `start`, class labels per cell); `at_least` is a proven lower bound
-    on the objective."""
+    on the objective, `floors_` proven floors of the max slot and tail (`bounds.floors`)."""
     g, T = prob.grid, prob.tables
     K, C = len(prob.classes), g.cells
     Lv = len(prob.levels.values_bytes_per_s)
@@ -78,7 +85,9 @@ def build_model(prob: Problem, hints: tuple = (), at_least: Optional[int] = None
                         al = allowed[k][lv]
                         if len(al) < K:
                             md.add_bool_or([ge[lv].Not(), y[k][src].Not()] + [y[k2][dst] for k2 in al])
-    objective = add_objective(md, g, T, ring_ge, bnd_ge)
+    parts = add_objective(md, g, T, ring_ge, bnd_ge)
+    parts.add_floors(md, floors_)
+    objective = parts.expr
     md.minimize(objective)
     if at_least is not None:
         md.add(objective >= int(at_least))
@@ -132,32 +141,55 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
 
 
 def search_at(prob: Problem, value: int, time_s: float, workers: int, seed: int, counts=None,
-              hints: tuple = (), deterministic_s: Optional[float] = None) -> Optional[np.ndarray]:
-    """A labelling with objective <= `value` (and the given row counts, classes x rows), as a
-    feasibility problem; None if none is found within the limit."""
-    m = build_model(prob, hints)
-    m.model.clear_objective()
+              hints: tuple = (), deterministic_s: Optional[float] = None, coarse=None,
+              floors_: Optional[tuple] = None, proven: bool = False) -> Optional[np.ndarray]:
+    """A labelling with objective <= `value` (and the given row counts, classes x rows; or
+    `coarse` = (coarse class of each class, row counts per coarse class), the counts of the
+    hierarchical relaxation), as a feasibility problem; None if none is found within the limit.
+    `proven`: `value` is a proven lower bound, so the objective is fixed to it (minimising it
+    then guides the search by its LP, several times faster than feasibility alone)."""
+    m = build_model(prob, hints, floors_=floors_)
     m.model.add(m.objective <= int(value))
+    if proven:
+        m.model.add(m.objective >= int(value))
+    else:
+        m.model.clear_objective()
+    g = prob.grid
     if counts is not None:
-        g = prob.grid
         for k in range(m.classes):
             for s in range(g.pp):
                 m.model.add(sum(m.y[k][g.cell(s, j)] for j in range(g.groups)) == int(counts[k, s]))
+    if coarse is not None:
+        of, cc = coarse
+        for r in range(len(cc)):
+            members = [k for k in range(m.classes) if of[k] == r]
+            for s in range(g.pp):
+                m.model.add(sum(m.y[k][g.cell(s, j)] for k in members for j in range(g.groups)) == int(cc[r, s]))
     solver, st = solve_model(m.model, time_s, workers, seed, deterministic_s=deterministic_s)
     return _labels(m, solver) if st in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
 
 
-def canonical(prob: Problem, optimum: int, hints: tuple, time_s: float) -> Optional[np.ndarray]:
+def canonical(prob: Problem, optimum: int, hints: tuple, time_s: float,
+              floors_: Optional[tuple] = None) -> Optional[np.ndarray]:
     """One labelling at the proven `optimum`, the same for every seed and worker count of the
-    search that proved it: row counts, then cells with those counts (or, failing that, any
-    cells), each found by a search with one worker, seed 0 and a limit in deterministic time
-    (CANONICAL_DETERMINISTIC_S; `time_s` seconds in all as a safety net). None if not found."""
+    search that proved it: row counts (of the hierarchical relaxation, then of the real links),
+    then cells with those counts (or, failing both, any cells), each found by a search with
+    one worker, seed 0 and a limit in deterministic time (CANONICAL_DETERMINISTIC_S; `time_s`
+    seconds in all as a safety net). None if not found."""
     end = time.perf_counter() + time_s
-    _, _, counts, _ = below(prob, optimum, time_s, 1, 0, deterministic_s=CANONICAL_DETERMINISTIC_S)
+    hb = hierarchy_bound(relaxed(prob), optimum, floors_, time_s, 1, 0, deterministic_s=CANONICAL_DETERMINISTIC_S,
+                         at_least=optimum)
+    if hb.counts is not None:
+        labels = search_at(prob, optimum, max(end - time.perf_counter(), 0.01), 1, 0, hints=hints, floors_=floors_,
+                           coarse=(coarse_of(prob, hb.coarse), hb.counts), deterministic_s=CANONICAL_DETERMINISTIC_S,
+                           proven=True)
+        if labels is not None:
+            return labels
+    _, _, counts, _ = below(prob, optimum, max(end - time.perf_counter(), 0.01), 1, 0,
+                            deterministic_s=CANONICAL_DETERMINISTIC_S, floors=floors_)
     for c in ((counts, None) if counts is not None else (None,)):
-        left = end - time.perf_counter()
-        labels = search_at(prob, optimum, max(left, 0.01), 1, 0, counts=c, hints=hints,
-                           deterministic_s=CANONICAL_DETERMINISTIC_S)
+        labels = search_at(prob, optimum, max(end - time.perf_counter(), 0.01), 1, 0, counts=c, hints=hints, proven=True,
+                           deterministic_s=CANONICAL_DETERMINISTIC_S, floors_=floors_)
         if labels is not None:
             return labels
     return None
@@ -171,46 +203,69 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
                 hints: tuple = ()) -> tuple[PlanStatus, Optional[int], Optional[int], Optional[np.ndarray], dict]:
     """Build and solve; returns (status, objective, bound, class label per cell, info).
 
-    The cell model searches first; if it stops short of a proof, the row-count relaxation
-    raises the bound and proposes row counts (`tighten`), and the cell model resumes with the
-    proven bound for what is left of `time_limit_s`. OPTIMAL: the objective equals a proven lower bound."""
+    Bounds first (`bounds`: floors, the lifted links' optimum), and the cell model
+    at that bound with its row counts; short of a proof, the cell model searches, the
+    row-count relaxation raises the bound and proposes row counts (`tighten`), and the cell
+    model resumes with the proven bound for what is left of `time_limit_s`. OPTIMAL: the
+    objective equals a proven lower bound."""
     t0 = time.perf_counter()
     workers = default_workers() if workers is None else int(workers)
-
-    search_s = time_limit_s * (1 - CANONICAL_SHARE)  # the rest is kept for the canonical search
+    T = time_limit_s
+    search_s = T * (1 - CANONICAL_SHARE)  # the rest is kept for the canonical search
 
     def left():
         return search_s - (time.perf_counter() - t0)
 
-    m = build_model(prob, hints)
-    solver, st = solve_model(m.model, time_limit_s * FIRST_SHARE, workers, seed)
-    status = plan_status(st)
-    info = {"status": status, "booleans": m.classes * m.cells, "workers": workers,
-            "branches": solver.num_branches, "conflicts": solver.num_conflicts}
-    if status in ("OPTIMAL", "FEASIBLE"):
-        labels, obj = _labels(m, solver), int(round(solver.objective_value))
-        bound = obj if status == "OPTIMAL" else int(math.ceil(solver.best_objective_bound - 1e-6))
-    elif status == "UNKNOWN" and hints:  # nothing found yet: start from the better baseline
+    def until(share: float) -> float:
+        return max(T * share - (time.perf_counter() - t0), 0.01)
+
+    info: dict = {"workers": workers}
+    labels, obj, bound, fl = None, None, 0, None
+    if hints:
         best = min(hints, key=prob.objective_of_nodes)
-        labels, obj, bound = prob.class_of[best], prob.objective_of_nodes(best), 0
-    else:
-        info["wall_time_s"] = time.perf_counter() - t0
-        return status, None, None, None, info
-    if bound < obj:
-        bound, obj, labels = tighten(prob, bound, obj, labels, time_limit_s * ROWS_SHARE, workers, seed, hints)
+        labels, obj = prob.class_of[best], prob.objective_of_nodes(best)
+        coarse = relaxed(prob)
+        fl = floors(coarse, incumbent_terms(prob, labels), until(FLOORS_END), workers, seed)
+        hb = staircase(coarse, fl, obj, until(HIERARCHY_END), workers, seed)
+        info.update(floors=list(fl), hierarchy=hb.status, hierarchy_bound=hb.bound, classes_lifted=len(coarse.classes))
+        bound = max(bound, hb.bound or 0)
+        if hb.counts is not None and bound < obj and hb.value < obj:  # realise its row counts
+            found = search_at(prob, hb.value, until(AT_BOUND_END), workers, seed, hints=hints, floors_=fl,
+                              coarse=(coarse_of(prob, hb.coarse), hb.counts), proven=hb.value == bound)
+            info["at_bound"] = found is not None
+            if found is not None and _value(prob, found) < obj:
+                labels, obj = found, _value(prob, found)
+    if labels is None or bound < obj:
+        m = build_model(prob, hints, at_least=bound or None, start=labels, floors_=fl)
+        solver, st = solve_model(m.model, until(FIRST_END), workers, seed)
+        status = plan_status(st)
+        info.update(booleans=m.classes * m.cells, branches=solver.num_branches, conflicts=solver.num_conflicts)
+        if status in ("OPTIMAL", "FEASIBLE"):
+            if obj is None or int(round(solver.objective_value)) < obj:
+                labels, obj = _labels(m, solver), int(round(solver.objective_value))
+            bound = max(bound, obj if status == "OPTIMAL" else int(math.ceil(solver.best_objective_bound - 1e-6)))
+        elif status == "INFEASIBLE" and obj is not None:  # nothing below the cap at or above the bound
+            bound = obj
+        elif labels is None:
+            info["status"], info["wall_time_s"] = status, time.perf_counter() - t0
+            return status, None, None, None, info
+    if bound < obj and left() > 0.1:
+        bound, obj, labels = tighten(prob, bound, obj, labels, until(ROWS_END), workers, seed, hints)
         info["row_bound"] = bound
     if bound < obj and left() > 0.1:
-        m2 = build_model(prob, hints, at_least=bound, start=labels)
+        m2 = build_model(prob, hints, at_least=bound, start=labels, floors_=fl)
         solver, st = solve_model(m2.model, left(), workers, seed)
         if plan_status(st) in ("OPTIMAL", "FEASIBLE"):
             if int(round(solver.objective_value)) < obj:
                 labels, obj = _labels(m2, solver), int(round(solver.objective_value))
             bound = max(bound, int(math.ceil(solver.best_objective_bound - 1e-6)))
+        elif st == cp_model.INFEASIBLE:
+            bound = obj
     status = "OPTIMAL" if bound >= obj else "FEASIBLE"
     bound = min(bound, obj)
     if status == "OPTIMAL":
         t1 = time.perf_counter()
-        canon = canonical(prob, obj, hints, max(time_limit_s - (t1 - t0), 0.01))
+        canon = canonical(prob, obj, hints, max(time_limit_s - (t1 - t0), 0.01), fl)
         info["canonical"], info["canonical_s"] = canon is not None, time.perf_counter() - t1
         if canon is not None:
             labels = canon

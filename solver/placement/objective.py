@@ -7,8 +7,26 @@ adjacent boundary's p2p), the same integer `Tables.objective` computes for a lab
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..search.cpsat.ortools_cp import cp_model
 from .pricing import Grid, Tables
+
+
+@dataclass
+class Objective:
+    """The objective's expression and its two bottleneck terms (variables), which proven
+    floors (`rows.floors`) bound from below."""
+
+    expr: object
+    max_slot: object
+    tail: object
+
+    def add_floors(self, md: cp_model.CpModel, floors) -> None:
+        """`floors` = (max slot, tail) proven lower bounds, or None."""
+        if floors is not None:
+            md.add(self.max_slot >= int(floors[0]))
+            md.add(self.tail >= int(floors[1]))
 
 
 def ring_useful(T: Tables, s: int) -> list[bool]:
@@ -51,7 +69,7 @@ def level_literals(md: cp_model.CpModel, g: Grid, T: Tables):
 
 def add_objective(md: cp_model.CpModel, g: Grid, T: Tables, ring_ge, bnd_ge):
     """The integer objective (see the module docstring) as a linear expression over new slot
-    and tail variables; returns it without minimising."""
+    and tail variables; returns it (`Objective`) without minimising."""
     tau_e = [_cost(ring_ge[s], T.tau[:, s]) if ring_ge[s] is not None else int(T.tau[-1, s]) for s in range(g.pp)]
     tail_e = [_cost(ring_ge[s], T.tail[:, s]) if ring_ge[s] is not None else int(T.tail[-1, s]) for s in range(g.pp)]
     pi_e = [_cost(bnd_ge[b], T.pi) for b in range(g.pp - 1)]
@@ -70,4 +88,4 @@ def add_objective(md: cp_model.CpModel, g: Grid, T: Tables, ring_ge, bnd_ge):
     tail = md.new_int_var(0, int(T.tail[0].max()) + 1, "tail")
     for s in range(g.pp):
         md.add(tail >= tail_e[s])
-    return (T.mv - 1) * max_slot + sum(slots) + T.v * tail
+    return Objective((T.mv - 1) * max_slot + sum(slots) + T.v * tail, max_slot, tail)

@@ -278,8 +278,14 @@ class Problem:
         self.lat = links.pair_latency_us(job.cluster.network_latency_us) * 1e-6
         self.levels = bandwidth_levels(self.eff, self.lat, max_levels)
         self.tables = build_tables(self.pricer, self.levels)
-        self.classes = twin_classes(self.levels.index) if links.n > 1 else [[0]]
-        self.class_of = np.empty(links.n, dtype=np.int64)
+        self.classify(self.levels.index)
+
+    def classify(self, index: np.ndarray) -> None:
+        """Classes of interchangeable nodes under the pair levels `index` (the links' own, or a
+        relaxation's: `relax.relaxed`), with the level between (and inside) classes."""
+        n = len(index)
+        self.classes = twin_classes(index) if n > 1 else [[0]]
+        self.class_of = np.empty(n, dtype=np.int64)
         for k, members in enumerate(self.classes):
             self.class_of[members] = k
         K = len(self.classes)
@@ -287,9 +293,9 @@ class Problem:
         for k, mk in enumerate(self.classes):
             for k2, mk2 in enumerate(self.classes):
                 if k != k2:
-                    self.class_level[k, k2] = self.levels.index[mk[0], mk2[0]]
+                    self.class_level[k, k2] = index[mk[0], mk2[0]]
                 elif len(mk) > 1:
-                    self.class_level[k, k] = self.levels.index[mk[0], mk[1]]
+                    self.class_level[k, k] = index[mk[0], mk[1]]
         self.counts = np.array([len(c) for c in self.classes])
 
     # -- levels of a labelling (rows of class labels per cell) --

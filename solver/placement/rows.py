@@ -27,6 +27,7 @@ from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import solve_model
 from .objective import add_objective, level_literals
 from .pricing import Problem
+from .relax import twin_groups
 
 
 def components(CL: np.ndarray, lv: int) -> list[list[int]]:
@@ -50,10 +51,29 @@ def components(CL: np.ndarray, lv: int) -> list[list[int]]:
     return list(out.values())
 
 
-class RowModel:
-    """The relaxation of `prob` as a CP-SAT model (`x[k][s]`, `objective` not yet bounded)."""
+def add_lex_ge(md: cp_model.CpModel, a: list, b: list, name: str) -> None:
+    """a >= b lexicographically (integer vectors): eq[i] = "equal on the first i + 1"."""
+    prev = None
+    for i, (ai, bi) in enumerate(zip(a, b)):
+        eq = md.new_bool_var(f"{name}_eq{i}")
+        md.add(ai == bi).only_enforce_if(eq)
+        if prev is None:
+            md.add(ai >= bi)
+            md.add(ai >= bi + 1).only_enforce_if(eq.Not())
+        else:
+            md.add_implication(eq, prev)
+            md.add(ai >= bi).only_enforce_if(prev)
+            md.add(ai >= bi + 1).only_enforce_if([prev, eq.Not()])
+        prev = eq
 
-    def __init__(self, prob: Problem):
+
+class RowModel:
+    """The relaxation of `prob` as a CP-SAT model (`x[k][s]`, `objective` not yet bounded).
+    Classes interchangeable as a whole (`relax.twin_groups`) take their row counts in
+    non-increasing lexicographic order (any placement has an image of the same objective that
+    does); `floors` are proven lower bounds of the max slot and the tail."""
+
+    def __init__(self, prob: Problem, floors=None):
         g, T, CL = prob.grid, prob.tables, prob.class_level
         K, D, P = len(prob.classes), g.groups, g.pp
         counts = [int(c) for c in prob.counts]
@@ -96,19 +116,24 @@ class RowModel:
                         continue
                     need = 2 if counts[k] == 1 and D >= 3 else 1
                     md.add(sum(x[k2][s] for k2 in nbrs[lv][k]) >= need * x[k][s]).only_enforce_if(ge)
-        self.objective = add_objective(md, g, T, ring_ge, bnd_ge)
+        for group in twin_groups(prob):
+            for a, b in zip(group, group[1:]):
+                add_lex_ge(md, x[a], x[b], f"lex{a}_{b}")
+        obj = add_objective(md, g, T, ring_ge, bnd_ge)
+        obj.add_floors(md, floors)
+        self.objective, self.parts = obj.expr, obj
         self.model, self.x, self.prob = md, x, prob
 
 
 def below(prob: Problem, value: int, time_s: float, workers: int, seed: int, deterministic_s: Optional[float] = None,
-          minimise: bool = True):
+          minimise: bool = True, floors=None):
     """Row counts with objective <= `value`, the cheapest if `minimise`: the threshold makes
     it a feasibility problem first (it propagates far better than the objective alone).
     Returns (status, proven lower bound or None, row counts (classes x rows) or None, their
     objective): INFEASIBLE proves every placement of `prob` costs more than `value`; OPTIMAL
     (when minimising) that none costs less than the counts'. `deterministic_s`: a limit in
     CP-SAT's deterministic time too."""
-    rm = RowModel(prob)
+    rm = RowModel(prob, floors)
     rm.model.add(rm.objective <= int(value))
     if minimise:
         rm.model.minimize(rm.objective)
