@@ -50,7 +50,7 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--pp", default="8,16,32")
-    ap.add_argument("--determinism", default="8:0:1,8:1:2,8:2:2,8:0:8",
+    ap.add_argument("--determinism", default="8:1:1,16:1:1,32:0:1,32:1:2,32:2:2,32:0:8",
                     help="pp:cp-sat seed:workers runs compared with the main run of matrix seed 0")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
@@ -95,8 +95,8 @@ def main(argv=None):
         "layer split. Step times are the formulation's, re-priced with the placement's actual links;",
         "`default` is Megatron's rank order with nodes in index order, `whole-server` puts each replica's",
         "pipeline on consecutive nodes (rank order tp-cp-pp-dp). Status OPTIMAL = the integer objective equals",
-        "a proven lower bound (the cell model's or the row-count relaxation's); FEASIBLE = time limit hit, gap",
-        "from the best proven bound.",
+        "a proven lower bound (the lifted links' row model box by box, the cell model's own, or the row-count",
+        "relaxation's: `solver/placement/bounds.py`); FEASIBLE = time limit hit, gap from the best proven bound.",
         "",
         "| matrix seed | pp | dp | status | wall s | objective | bound | gap | node classes | levels | step s (optimised) | default | whole-server | speed-up vs default |",
         "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
