@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from ..catalog import resize_cluster
-from ..diagnose import job_fits
+from ..diagnose import job_fits, pooled_shortfall
 from ..errors import InputError
 from ..plan import SolveResult
 from ..specs import ClusterSpec, JobSpec
@@ -216,7 +216,9 @@ def fewest_pool_nodes(job: JobLike, cluster: ClusterSpec, target: Target, clock:
         notes.append("some allocations were not decided within the time limit (counted as misses)")
     if hit is None:
         status = "UNKNOWN" if (cut or undecided) else "INFEASIBLE"
-        reason = (f"no allocation of {cluster.name}'s pools up to {cluster.num_gpus} GPUs reaches {need:.4g} tokens/s"
+        reason = (f"no allocation fits, {pooled_shortfall(base, 0.0).message}"
+                  if memory_skipped and memory_skipped[-1] == sum(sizes) else
+                  f"no allocation of {cluster.name}'s pools up to {cluster.num_gpus} GPUs reaches {need:.4g} tokens/s"
                   if status == "INFEASIBLE" else
                   f"no allocation was shown to reach {need:.4g} tokens/s within {clock.limit:g} s")
         return FewestGpusResult(status=status, required_tokens_per_s=need, probes=probes, reason=reason, notes=notes)
