@@ -162,8 +162,9 @@ def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Opt
         return Probe(num_gpus=num_gpus, meets=True, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
     if res.status in ("OPTIMAL", "INFEASIBLE") or (ub is not None and ub < need):
         return Probe(num_gpus=num_gpus, meets=False, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
+    why = "bound above the target" if ub is not None else "no bound"
     return Probe(num_gpus=num_gpus, meets=None, tokens_per_s=rate, max_tokens_per_s=ub,
-                 how=f"solver stopped at the time limit ({res.status}, bound above the target)")
+                 how=f"solver stopped at the time limit ({res.status}, {why})")
 
 
 def _target(target: Union[Target, Mapping[str, Any]]) -> Target:
