@@ -30,7 +30,7 @@ nodes of a pool may be faster; they are not searched.
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional, Union
 
 from ..catalog import resize_cluster
 from ..diagnose import job_fits, pooled_shortfall
@@ -39,10 +39,11 @@ from ..plan import SolveResult
 from ..specs import ClusterSpec, JobSpec
 from ..specs.cluster import FABRIC_FIELDS, LinkOverride, pool_node_names
 from ..specs.request import Target
-from .cache import Clock, ResultCache
+from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Clock, ResultCache
 from .limits import JobLike, check_limits, with_cluster
 from .planner import bounded_plan
-from .sizing import FewestGpusResult, Probe, decide, flop_per_token, peak_flop_per_s, probe
+from .sizing import FewestGpusResult, Probe, as_target, decide, flop_per_token, peak_flop_per_s, probe, resolve
+from .sizing import fewest_gpus as sizing_fewest_gpus
 
 # Allocations of one node total the search will order; beyond it the search stops and says so.
 MAX_VECTORS_PER_TOTAL = 20000
@@ -91,11 +92,11 @@ def vectors_at(total: int, sizes: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
 def count_at(total: int, sizes: tuple[int, ...]) -> int:
     """How many vectors `vectors_at` yields (without yielding them)."""
     ways = [1] + [0] * total
-    for s in sizes:
-        new = [0] * (total + 1)
-        for t in range(total + 1):
-            new[t] = sum(ways[t - k] for k in range(0, min(s, t) + 1))
-        ways = new
+    for s in sizes:  # new[t] = ways[t - s] + ... + ways[t], by prefix sums
+        prefix = [0]
+        for w in ways:
+            prefix.append(prefix[-1] + w)
+        ways = [prefix[t + 1] - prefix[max(0, t - s)] for t in range(total + 1)]
     return ways[total]
 
 
@@ -116,6 +117,20 @@ def preference(cluster: ClusterSpec):
 
 def describe(cluster: ClusterSpec, v: tuple[int, ...]) -> str:
     return " + ".join(f"{n} {p.name} node{'s' if n > 1 else ''}" for p, n in zip(cluster.pools, v) if n)
+
+
+def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec, Mapping[str, Any]],
+                target: Union[Target, Mapping[str, Any]], time_limit_s: Optional[float] = None, *,
+                cache: Optional[ResultCache] = None, exhaustive: bool = True, cancel=None) -> FewestGpusResult:
+    """`api.fewest_gpus`: a cluster of pools by `fewest_pool_nodes` (the fewest nodes of which
+    pools, see the module docstring), any other family or cluster by `sizing.fewest_gpus`
+    (`exhaustive` applies there)."""
+    ref = resolve(family_or_cluster)
+    if not (isinstance(ref, ClusterSpec) and ref.is_mixed):
+        return sizing_fewest_gpus(job, ref, target, time_limit_s, cache=cache, exhaustive=exhaustive, cancel=cancel)
+    clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["fewest_gpus"], cancel)
+    cache = DEFAULT_CACHE if cache is None else cache
+    return fewest_pool_nodes(job, ref, as_target(target), clock, cache)
 
 
 def fewest_pool_nodes(job: JobLike, cluster: ClusterSpec, target: Target, clock: Clock,
@@ -186,8 +201,8 @@ def fewest_pool_nodes(job: JobLike, cluster: ClusterSpec, target: Target, clock:
         if not job_fits(base.model_copy(update={"cluster": resize_cluster(roomiest, total)})):
             memory_skipped.append(total)
             continue
-        if count_at(total, sizes) > MAX_VECTORS_PER_TOTAL:
-            cut = (f"{count_at(total, sizes)} allocations of {total * g} GPUs are more than the search orders "
+        if (many := count_at(total, sizes)) > MAX_VECTORS_PER_TOTAL:
+            cut = (f"{many} allocations of {total * g} GPUs are more than the search orders "
                    f"(at most {MAX_VECTORS_PER_TOTAL}); larger allocations were not probed")
             break
         ordered = sorted((v for v in vectors_at(total, sizes) if reaches(v)), key=key)

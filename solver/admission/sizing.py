@@ -86,15 +86,15 @@ def sizer(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster
           max_gpus: Optional[int] = None) -> Sizer:
     """A family name (up to `max_gpus`, default FEWEST_MAX_GPUS), a cluster name, `<gpu>x<N>`,
     a ClusterSpec or a cluster mapping (up to its size). A cluster of pools is refused
-    (`fewest_gpus` sizes one with `admission.pools`; admission does not take one yet)."""
+    (`admission.pools` sizes one; admission does not take one yet)."""
     cl = resolve(ref, field)
     if isinstance(cl, str):
         per_node = int(catalog_families()[cl].get("gpus_per_node", 8))
         nodes = max(1, (max_gpus or FEWEST_MAX_GPUS) // per_node)
         return Sizer(family_cluster(cl, nodes * per_node, field), nodes)
     if cl.is_mixed:  # resizing has one node kind to add or remove; a cluster of pools has several
-        raise InputError(f"{field}.pools", "admission takes a free cluster of one GPU type; give one pool's cluster "
-                                           "(fewest_gpus, plan and check take a cluster of pools)")
+        raise InputError(f"{field}.pools", "this sizes a cluster of one GPU type (admission's free cluster is one); "
+                                           "give one pool's cluster (fewest_gpus, plan and check take pools)")
     if cl.num_gpus > MAX_GPUS:
         raise InputError(field, f"{cl.num_gpus} GPUs is beyond what the planner accepts (at most {MAX_GPUS})")
     return Sizer(cl, cl.num_nodes)
@@ -167,7 +167,7 @@ def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Opt
                  how=f"solver stopped at the time limit ({res.status}, {why})")
 
 
-def _target(target: Union[Target, Mapping[str, Any]]) -> Target:
+def as_target(target: Union[Target, Mapping[str, Any]]) -> Target:
     if isinstance(target, Target):
         return target
     if not isinstance(target, Mapping):
@@ -194,18 +194,13 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
     Status OPTIMAL: every smaller size on the grid is ruled out (by the peak bound or a probe).
     An undecided probe counts as a miss and the status is then FEASIBLE.
 
-    A cluster of pools is sized per pool: the fewest nodes of which pools
-    (`admission.pools.fewest_pool_nodes`, its order of preference in its docstring).
+    A cluster of pools is sized per pool by `admission.pools.fewest_gpus` (what `api.fewest_gpus`
+    is), which hands every other cluster to this function.
     """
     clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["fewest_gpus"], cancel)
     cache = DEFAULT_CACHE if cache is None else cache
-    target = _target(target)
-    ref = resolve(family_or_cluster)
-    if isinstance(ref, ClusterSpec) and ref.is_mixed:
-        from .pools import fewest_pool_nodes
-
-        return fewest_pool_nodes(job, ref, target, clock, cache)
-    sz = sizer(ref)
+    target = as_target(target)
+    sz = sizer(family_or_cluster)
     need = target.required_tokens_per_s
     base = with_cluster(job, sz.cluster(sz.max_nodes))
     per_node = sz.gpus_per_node
