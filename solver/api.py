@@ -27,7 +27,7 @@ service runs every request under) file names are refused or confined to a direct
 
     check(job, time_limit_s)                     admission.check
     plan(job, time_limit_s)                      admission.planner
-    fewest_gpus(job, family_or_cluster, target)  admission.sizing
+    fewest_gpus(job, family_or_cluster, target)  admission.pools (one GPU type: admission.sizing)
     admit(jobs, free_cluster, time_limit_s)      admission.admit
 """
 
@@ -36,7 +36,8 @@ from .admission.cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, ResultCa
 from .admission.check import CheckResult, check
 from .admission.limits import as_cluster_ref, as_job
 from .admission.planner import plan
-from .admission.sizing import FewestGpusResult, Probe, fewest_gpus
+from .admission.pools import fewest_gpus
+from .admission.sizing import FewestGpusResult, Probe
 from .plan import SolveResult
 from .specs.request import AdmitJob, Target
 

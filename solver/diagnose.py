@@ -169,3 +169,32 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
                f"{cap / GIB:.1f} GiB usable")
     return Shortfall(resource="memory", stage=stage.stage, needed_bytes=need, available_bytes=cap,
                      short_bytes=need - cap, best_shape=rows[k], suggestions=suggestions, message=message)
+
+
+def pooled_shortfall(job: JobSpec, budget_s: float = FEWEST_GPUS_BUDGET_S) -> Shortfall:
+    """Why no plan fits on a cluster of pools (or on measured links) when the joint model has
+    proved it. Every plan there is a plan of the same GPU count with each stage on its pool's
+    GPUs, so the uniform cluster of that many GPUs of the pool with the most memory per GPU is
+    a relaxation: when no plan fits on it either, its `memory_shortfall` (the stage, the bytes,
+    what would help) holds for the pools too, and says so; when one fits, what is short is the
+    placement (whole-node stages of one pool each), and the shortfall says that instead."""
+    cl = job.cluster
+    roomiest = max(cl.pool_views(), key=lambda v: v.gpu.usable_memory_bytes)
+    pool = roomiest.name.rsplit("/", 1)[-1] if cl.is_mixed else cl.name
+    uniform = resize_cluster(roomiest, max(1, cl.num_gpus // roomiest.gpus_per_node)).model_copy(
+        update={"name": f"pool {pool}" if cl.is_mixed else cl.name})
+    ujob = job.model_copy(update={"cluster": uniform})
+    if not job_fits(ujob):
+        sf = memory_shortfall(ujob, prepare(ujob, prune_time=False), budget_s)
+        if not cl.is_mixed:
+            return sf
+        return sf.model_copy(update={"message": (
+            f"on {cl.name}'s {cl.num_gpus} GPUs, even with every GPU a {roomiest.gpu.name} (pool {pool}, the most "
+            f"memory per GPU): {sf.message}")})
+    pools = ", ".join(f"{p.name} {p.num_nodes} nodes" for p in cl.pool_specs())
+    return Shortfall(resource="placement", suggestions=[
+        "plan one pool alone (its cluster of one GPU type)", f"more nodes of pool {pool}",
+        "relax the constraints" if job.constraints.model_dump(exclude_defaults=True) else "a smaller global batch"],
+        message=(f"no plan places on {cl.name}'s pools ({pools}): some plan fits on {cl.num_gpus} GPUs if every "
+                 f"GPU had {roomiest.gpu.name}'s memory, but none fits with whole-node stages of one pool each on "
+                 f"each pool's own GPUs"))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from pydantic import Field
 
-from .diagnose import memory_shortfall
+from .diagnose import memory_shortfall, pooled_shortfall
 from .errors import InputError
 from .plan import (Comparison, ParallelConfig, Plan, SearchStats, SolveResult, jsonable, make_plan,
                    parallel_from_row, plan_config, textbook_plan)
@@ -73,7 +73,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
     if links is not None or job.cluster.is_mixed:
-        return optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare)
+        return optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare, shortfall_budget_s)
     search, prep_kwargs = _search_fn(method)
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
 
@@ -130,9 +130,11 @@ POOL_ALONE_SHARE, POOL_ALONE_S = 0.1, 5.0
 
 
 def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
-                    compare):
+                    compare, shortfall_budget_s: Optional[float] = None):
     """The joint model (`placement.joint.run.optimize_joint`) with each pool's own plan (today's
-    model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent."""
+    model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent; on
+    INFEASIBLE the shortfall of `diagnose.pooled_shortfall` (its fewest-GPUs search within
+    `shortfall_budget_s`, as `optimize`)."""
     from .placement.joint.run import optimize_joint
 
     if compare is not None:
@@ -147,6 +149,9 @@ def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, worke
             alone.append((pl, r.plan))
     left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
     res = optimize_joint(job, links, method=method, time_limit_s=left, workers=workers, seed=seed, pools_alone=alone)
+    if res.status == "INFEASIBLE" and res.shortfall is None:
+        left_s = max(0.0, float(time_limit_s) - (time.perf_counter() - t0))
+        res.shortfall = pooled_shortfall(job, left_s if shortfall_budget_s is None else min(left_s, shortfall_budget_s))
     if int(top_k) > 1:
         res.notes.append("top-k is not available for the joint model: the best plan only")
         res.top_k_asked = int(top_k)

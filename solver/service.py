@@ -9,7 +9,8 @@
 
 A job is a `specs.request.JobRequest` -- what `solveplan --job` files hold (model, cluster,
 global_batch_size, seq_length, precision, flash_attention, constraints): catalog names or
-inline mappings. Answers are the
+inline mappings; a cluster may list pools (then /v1/fewest-gpus answers `nodes_per_pool`, the
+fewest nodes of which pools). Answers are the
 library's results serialised with `model_dump(mode="json")`: the same JSON as
 `solveplan.api.<call>(...).model_dump(mode="json")` in Python.
 

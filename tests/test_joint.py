@@ -172,14 +172,15 @@ def test_service_plans_a_pooled_cluster(tmp_path):
     assert r.status_code == 422, r.text
 
 
-def test_fewest_gpus_refuses_pools_by_name():
-    """Not supported yet for a cluster of pools (which pool would grow?): a one-line InputError
-    naming the spec path, not a failure inside resizing or the single-type formulation."""
+def test_admission_refuses_a_free_cluster_of_pools_by_name():
+    """Admission takes a free cluster of one GPU type (fewest_gpus sizes pools: see
+    tests/test_fewest_pools.py): a one-line InputError naming the spec path, not a failure inside
+    resizing or the single-type formulation."""
     from solveplan import api
 
-    job = {"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256}
+    job = {"id": "a", "model": "gpt3-6.7b", "global_batch_size": 256, "num_gpus": 8}
     with pytest.raises(InputError) as exc:
-        api.fewest_gpus(job, "mixed-h100-a100", {"tokens_per_s": 1e5})
+        api.admit([job], "mixed-h100-a100", time_limit_s=5)
     assert exc.value.field == "cluster.pools" and "\n" not in str(exc.value)
 
 

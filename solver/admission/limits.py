@@ -12,6 +12,7 @@ from ..errors import InputError, path
 from ..space.enumeration import check_space
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import check_types
+from ..specs.cluster import FABRIC_FIELDS
 
 MAX_GPUS = 32768
 MAX_GLOBAL_BATCH_SIZE = 65536
@@ -65,7 +66,9 @@ def with_cluster(job: JobLike, cluster: ClusterSpec, field: str = "job") -> JobS
         return check_limits(job.model_copy(update={"cluster": cluster}), field)
     if not isinstance(job, Mapping):
         raise InputError(field, f"give a JobSpec or a mapping of job fields, not {type(job).__name__}")
-    return as_job({**job, "cluster": cluster.model_dump()}, field)
+    # a cluster of pools states its node fields inside each pool only (specs.cluster)
+    dump = cluster.model_dump(exclude=set(FABRIC_FIELDS) if cluster.pools else None)
+    return as_job({**job, "cluster": dump}, field)
 
 
 def as_cluster_ref(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster") -> Union[str, ClusterSpec]:

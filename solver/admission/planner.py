@@ -83,7 +83,7 @@ def bounded_plan(job: JobSpec, clock: Clock, cache: ResultCache) -> SolveResult:
     def compute():
         if job.cluster.is_mixed:  # the joint model (shape, split and placement): no shared candidates
             left = solver_deadline - time.monotonic()
-            res = optimize(job, time_limit_s=left, workers=1, seed=0) if left > 0.02 else None
+            res = optimize(job, time_limit_s=left, workers=1, seed=0, shortfall_budget_s=0.0) if left > 0.02 else None
             if res is not None and final(res):
                 cache.put(key, res)
             return res

@@ -37,6 +37,7 @@ class Probe(Out):
     tokens_per_s: Optional[float] = Field(None, description="throughput of the best plan known at this size")
     max_tokens_per_s: Optional[float] = Field(None, description="proven upper bound on throughput at this size")
     how: str
+    nodes_per_pool: Optional[dict[str, int]] = Field(None, description="a cluster of pools: nodes of each pool")
 
 
 class FewestGpusResult(Out):
@@ -45,6 +46,8 @@ class FewestGpusResult(Out):
                     "smaller ones not all ruled out in time; INFEASIBLE: no allocation up to the maximum meets it")
     num_gpus: Optional[int] = None
     cluster: Optional[str] = None
+    nodes_per_pool: Optional[dict[str, int]] = Field(
+        None, description="a cluster of pools: the nodes of each pool (its first ones, in listed order)")
     required_tokens_per_s: float
     result: Optional[SolveResult] = Field(None, description="the plan at num_gpus")
     probes: list[Probe] = []
@@ -71,33 +74,49 @@ class Sizer:
         return cluster_family(self.base) or self.base.name
 
 
+def resolve(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster") -> Union[str, ClusterSpec]:
+    """A catalog family's key (e.g. "h100"), or the ClusterSpec that `ref` names or is."""
+    ref = as_cluster_ref(ref, field)
+    if isinstance(ref, str) and ref.strip().lower() in catalog_families():
+        return ref.strip().lower()
+    return ref if isinstance(ref, ClusterSpec) else load_cluster(ref, field)
+
+
 def sizer(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster",
           max_gpus: Optional[int] = None) -> Sizer:
     """A family name (up to `max_gpus`, default FEWEST_MAX_GPUS), a cluster name, `<gpu>x<N>`,
-    a ClusterSpec or a cluster mapping (up to its size)."""
-    ref = as_cluster_ref(ref, field)
-    if isinstance(ref, str) and ref.strip().lower() in catalog_families():
-        key = ref.strip().lower()
-        per_node = int(catalog_families()[key].get("gpus_per_node", 8))
+    a ClusterSpec or a cluster mapping (up to its size). A cluster of pools is refused
+    (`admission.pools` sizes one; admission does not take one yet)."""
+    cl = resolve(ref, field)
+    if isinstance(cl, str):
+        per_node = int(catalog_families()[cl].get("gpus_per_node", 8))
         nodes = max(1, (max_gpus or FEWEST_MAX_GPUS) // per_node)
-        return Sizer(family_cluster(key, nodes * per_node, field), nodes)
-    cl = ref if isinstance(ref, ClusterSpec) else load_cluster(ref, field)
+        return Sizer(family_cluster(cl, nodes * per_node, field), nodes)
     if cl.is_mixed:  # resizing has one node kind to add or remove; a cluster of pools has several
-        raise InputError(f"{field}.pools", "fewest GPUs sizes a cluster of one GPU type; give one pool's cluster, "
-                                           "or plan the cluster of pools as it is (plan / optimize)")
+        raise InputError(f"{field}.pools", "this sizes a cluster of one GPU type (admission's free cluster is one); "
+                                           "give one pool's cluster (fewest_gpus, plan and check take pools)")
     if cl.num_gpus > MAX_GPUS:
         raise InputError(field, f"{cl.num_gpus} GPUs is beyond what the planner accepts (at most {MAX_GPUS})")
     return Sizer(cl, cl.num_nodes)
 
 
+def flop_per_token(model) -> float:
+    """FLOPs every plan does per trained token at least: the GEMMs of a step, 3 x (layers x
+    GEMMs + LM head) per token (the attention core is left out so causal savings cannot break
+    the bound)."""
+    m = model
+    return 3.0 * (m.num_layers * float(layer_gemm_fwd_flop(m, 1)) + float(lm_head_fwd_flop(m, 1)))
+
+
+def peak_flop_per_s(gpu) -> float:
+    """A GPU's peak rate (bf16 or fp8, the larger): no plan computes faster (efficiencies <= 1)."""
+    return max(gpu.peak_flop_per_s, (gpu.peak_fp8_tflops or 0.0) * 1e12)
+
+
 def min_nodes_by_peak(job: JobSpec, need: float, gpus_per_node: int) -> int:
     """Nodes below which no plan can reach `need` tokens/s even at the GPUs' peak: every plan
-    does at least the GEMM FLOPs of a step (3 x (layers x GEMMs + LM head) per token; the
-    attention core is left out so causal savings cannot break the bound) at no more than the
-    peak rate (the formulation's efficiencies are <= 1)."""
-    m, gpu = job.model, job.cluster.gpu
-    per_token = 3.0 * (m.num_layers * float(layer_gemm_fwd_flop(m, 1)) + float(lm_head_fwd_flop(m, 1)))
-    peak = max(gpu.peak_flop_per_s, (gpu.peak_fp8_tflops or 0.0) * 1e12)
+    does at least `flop_per_token` FLOPs per token at no more than `peak_flop_per_s`."""
+    per_token, peak = flop_per_token(job.model), peak_flop_per_s(job.cluster.gpu)
     return max(1, math.ceil(need * per_token / (peak * gpus_per_node) * (1 - 1e-9)))
 
 
@@ -127,18 +146,28 @@ def probe(job: JobSpec, need: float, clock: Clock, cache: ResultCache) -> tuple[
     if budget <= 0.05:
         return Probe(num_gpus=n, meets=None, tokens_per_s=inc, max_tokens_per_s=ub, how="time limit reached"), None
     res = bounded_plan(job, clock.sub(budget), cache)
+    return decide(n, need, res, tokens, inc, ub), res
+
+
+def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Optional[float] = None,
+           ub: float = math.inf) -> Probe:
+    """The verdict of a solve on `need` tokens/s: a plan reaching it is a hit; OPTIMAL or
+    INFEASIBLE, or a bound (`ub`, tightened by the solver's) below it, is a miss; else not
+    decided. `inc`: the rate of a plan known before the solve."""
     rate = res.plan.tokens_per_s if res.plan is not None else inc
     if res.bound_step_time_s:
         ub = min(ub, tokens / res.bound_step_time_s)
+    ub = ub if math.isfinite(ub) else None
     if rate is not None and rate >= need:
-        return Probe(num_gpus=n, meets=True, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})"), res
-    if res.status in ("OPTIMAL", "INFEASIBLE") or ub < need:
-        return Probe(num_gpus=n, meets=False, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})"), res
-    return Probe(num_gpus=n, meets=None, tokens_per_s=rate, max_tokens_per_s=ub,
-                 how=f"solver stopped at the time limit ({res.status}, bound above the target)"), res
+        return Probe(num_gpus=num_gpus, meets=True, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
+    if res.status in ("OPTIMAL", "INFEASIBLE") or (ub is not None and ub < need):
+        return Probe(num_gpus=num_gpus, meets=False, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
+    why = "bound above the target" if ub is not None else "no bound"
+    return Probe(num_gpus=num_gpus, meets=None, tokens_per_s=rate, max_tokens_per_s=ub,
+                 how=f"solver stopped at the time limit ({res.status}, {why})")
 
 
-def _target(target: Union[Target, Mapping[str, Any]]) -> Target:
+def as_target(target: Union[Target, Mapping[str, Any]]) -> Target:
     if isinstance(target, Target):
         return target
     if not isinstance(target, Mapping):
@@ -164,10 +193,13 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
        the notes say which sizes were not probed.
     Status OPTIMAL: every smaller size on the grid is ruled out (by the peak bound or a probe).
     An undecided probe counts as a miss and the status is then FEASIBLE.
+
+    A cluster of pools is sized per pool by `admission.pools.fewest_gpus` (what `api.fewest_gpus`
+    is), which hands every other cluster to this function.
     """
     clock = Clock(time_limit_s, DEFAULT_TIME_LIMIT_S["fewest_gpus"], cancel)
     cache = DEFAULT_CACHE if cache is None else cache
-    target = _target(target)
+    target = as_target(target)
     sz = sizer(family_or_cluster)
     need = target.required_tokens_per_s
     base = with_cluster(job, sz.cluster(sz.max_nodes))

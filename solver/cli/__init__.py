@@ -36,6 +36,7 @@ COMMANDS = {
     "calibrate": "calibrate_cmds:calibrate",
     "validate": "calibrate_cmds:validate",
     "admit": "admission_cmds:admit",
+    "fewest-gpus": "admission_cmds:fewest_gpus_command",
     "serve": "admission_cmds:serve",
     "sweep": "sweep_cmds:sweep",
     "sweep-plot": "sweep_cmds:sweep_plot",

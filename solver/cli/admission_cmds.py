@@ -14,6 +14,12 @@ Jobs are admitted first come, first served on the free cluster `--cluster`; `--t
 bounds the whole batch. Exit code 0, also when jobs are rejected or lines are malformed; 2 when
 the file cannot be read or --cluster is bad.
 
+fewest-gpus: the smallest allocation of --cluster (a family such as h100, a cluster, or a cluster
+of pools: then the nodes of each pool) whose best plan meets --tokens-per-s (or --token-budget by
+--deadline); `solveplan.api.fewest_gpus`. Exit code 0 found (OPTIMAL: proven the smallest in the
+order of preference; FEASIBLE: smaller ones not all ruled out in time), 2 bad input, 3 no
+allocation meets the target (the reason on stderr), 4 none found within --time-limit.
+
 serve: needs the serve extra (fastapi, uvicorn); without it the command says so in one line.
 Binds 127.0.0.1 by default: put a proxy in front to expose it.
 """
@@ -26,7 +32,7 @@ import sys
 import click
 
 from ..errors import InputError
-from .options import SECONDS
+from .options import SECONDS, job_options, job_request
 
 
 def _emit(record: dict) -> None:
@@ -106,6 +112,49 @@ def admit(jobs_file, cluster, time_limit):
     api.admit([e for _, e in jobs], api.as_cluster_ref(cluster, "cluster"), time_limit_s=time_limit,
               on_decision=on_decision)
     flush_errors(float("inf"))
+
+
+@click.command("fewest-gpus")
+@job_options
+@click.option("--tokens-per-s", "tokens_per_s", type=float, default=None, help="Throughput to reach, tokens/s.")
+@click.option("--deadline", "deadline_s", type=SECONDS, default=None, help="Seconds to train --token-budget tokens in.")
+@click.option("--token-budget", "token_budget", type=float, default=None, help="Tokens to train by --deadline.")
+@click.option("--time-limit", "time_limit", type=SECONDS, default=None, help="Seconds for the search (default 30).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def fewest_gpus_command(tokens_per_s, deadline_s, token_budget, time_limit, as_json, **job_flags):
+    """The fewest GPUs of --cluster (of which pools, for a cluster of pools) meeting a throughput target."""
+    from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
+    from .. import api
+
+    job = job_request(**job_flags)
+    if job.get("cluster") is None:
+        raise InputError("cluster", "give the cluster family (e.g. h100) or the cluster (of pools) to size")
+    target = {k: v for k, v in (("tokens_per_s", tokens_per_s), ("deadline_s", deadline_s),
+                                ("token_budget", token_budget)) if v is not None}
+    try:
+        res = api.fewest_gpus(job, job["cluster"], target, time_limit_s=time_limit)
+    except InputError as exc:  # the job's paths as the flags name them (`job.model` -> --model)
+        raise InputError(exc.field.removeprefix("job.") if exc.field else exc.field, exc.message) from None
+    if as_json:
+        click.echo(json.dumps(res.model_dump(mode="json"), indent=2))
+    else:
+        where = ""
+        if res.nodes_per_pool:
+            where = " = " + " + ".join(f"{n} {p} node{'s' if n != 1 else ''}" for p, n in res.nodes_per_pool.items())
+        click.echo(f"{res.status}: " + (f"{res.num_gpus} GPUs ({res.cluster}){where}" if res.num_gpus else "no allocation"))
+        if res.num_gpus is not None:
+            click.echo(res.reason)
+        if res.result is not None and res.result.plan is not None:
+            click.echo(f"plan: {res.result.plan.parallel.describe()}, {res.result.plan.tokens_per_s:.4g} tokens/s")
+        for p in res.probes:
+            at = (" (" + ", ".join(f"{q}={n}" for q, n in p.nodes_per_pool.items()) + ")") if p.nodes_per_pool else ""
+            verdict = {True: "meets", False: "misses", None: "undecided"}[p.meets]
+            click.echo(f"  probe {p.num_gpus} GPUs{at}: {verdict} ({p.how})")
+        for note in res.notes:
+            click.echo(f"  note: {note}")
+    if res.num_gpus is None:
+        click.echo(res.reason, err=True)
+        sys.exit(EXIT_INFEASIBLE if res.status == "INFEASIBLE" else EXIT_NO_PLAN_IN_TIME)
 
 
 @click.command()

@@ -34,7 +34,8 @@ FLAGS = {
     "degraded_links": "--degraded-link", "attention_kernel": "--attention-kernel",
     "grad_reduce_dtype": "--grad-reduce-dtype", "tp_comm_overlap": "--tp-comm-overlap",
     "overlap_grad_reduce": "--overlap-grad-reduce", "resume": "--resume", "output": "--output", "ray": "--ray",
-    "batch_size": "--batch-size",
+    "batch_size": "--batch-size", "target": "--tokens-per-s / --deadline with --token-budget",
+    "target.tokens_per_s": "--tokens-per-s", "target.deadline_s": "--deadline", "target.token_budget": "--token-budget",
 }
 
 
