@@ -28,10 +28,12 @@ def lift_pairs(index: np.ndarray) -> np.ndarray:
     np.fill_diagonal(w, -1)
     n, top = len(w), int(w.max())
     while True:
-        at_top = w == top
+        at_top = (w == top).astype(np.float32)
         via = np.full((n, n), -1, dtype=np.int64)
-        for c in range(n):  # via[a, b] = max over c with w[c, b] = top of w[a, c]
-            via = np.maximum(via, np.where(at_top[c][None, :], w[:, c][:, None], -1))
+        for lv in range(max(int(w[w >= 0].min(initial=top)), 0), top + 1):
+            # via[a, b] >= lv iff some c has w[a, c] >= lv and w[c, b] = top: a boolean matrix product
+            reach = ((w >= lv).astype(np.float32) @ at_top) > 0
+            via[reach] = lv
         lifted = np.maximum(w, np.maximum(via, via.T))
         np.fill_diagonal(lifted, -1)
         if np.array_equal(lifted, w):
