@@ -9,8 +9,11 @@ Order (branch and bound; every bound is valid for every placement and split, `sp
 3. the rest are expanded to every knob (recompute, ZeRO) and ranked again by the compute bound;
    the `PROBE` best are priced, bounded by the equal-link relaxation and placed by the
    heuristic, which may improve the incumbent; every shape whose compute bound exceeds it goes;
-4. the survivors are priced and bounded by the relaxation, and tried by the heuristic in order of
-   their bound until the bound passes the incumbent; shapes whose bound exceeds it go.
+4. the survivors, in chunks of RELAX_CHUNK in order of their cheap bound, are priced and bounded
+   by the relaxation, then by pool counts (`bounds.pool_count_bound_s`), and tried by the
+   heuristic in order of their bound until the bound passes the incumbent; shapes whose bound
+   exceeds it go. Past the deadline, the chunks left are left out: the least of their bounds
+   is `outside_bound_s`.
 Without time pruning (`prune_time=False`, the exhaustive search's input) only shapes with no
 split that fits within the largest memory limits go.
 """
@@ -25,6 +28,7 @@ import numpy as np
 
 from ...space.shapes import Shapes
 from ...specs import JobSpec
+from .bounds import bound_and_patterns as _bound
 from .heuristic import Assignment, heuristic_plans, node_order, stage_nodes
 from .nodes import NodeSet
 from .prices import Prices
@@ -91,14 +95,16 @@ def _index(shapes: Shapes, row: dict) -> Optional[int]:
 
 
 def _try(prices: Prices, per_stage: np.ndarray, lb: np.ndarray, ok: np.ndarray, uneven: bool,
-         best: Optional[Assignment]) -> Optional[Assignment]:
-    """Heuristic plans of the shapes in order of their bound, until the bound passes the best."""
+         best: Optional[Assignment], patterns: Optional[list] = None) -> Optional[Assignment]:
+    """Heuristic plans of the shapes in order of their bound, until the bound passes the best;
+    `patterns`: per shape, one more pattern of pools to try (`heuristic_plans`' extra)."""
     order = [int(i) for i in np.argsort(lb, kind="stable") if ok[i]]
+    extra = {k: p for k, p in enumerate(patterns) if p is not None} if patterns is not None else None
     for start in range(0, len(order), CHUNK):
         chunk = order[start:start + CHUNK]
         if best is not None and lb[chunk[0]] > best.objective_s:
             break
-        for a in heuristic_plans(prices, per_stage, chunk, uneven):
+        for a in heuristic_plans(prices, per_stage, chunk, uneven, extra=extra):
             if a is not None and (best is None or a.objective_s < best.objective_s):
                 best = a
     return best
@@ -170,11 +176,18 @@ def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prun
         ok |= mine
         n_mem += int((~ok).sum())
         keep = np.flatnonzero((ok & cut(lb)) | mine if prune_time else ok)
+        pats = None
+        if prune_time and len(keep):  # the bound by pool counts on the relaxation's survivors (`bounds`)
+            sub = pr.take(keep)
+            by_count, pats = _bound(sub, js.stage_nodes[chunk[keep]], pool_nodes)
+            lb[keep] = np.maximum(lb[keep], by_count)
+            inside = cut(lb[keep]) | mine[keep]
+            keep, pats = keep[inside], [p for p, i in zip(pats, inside) if i]
         if prune_time and len(keep):
             at = np.flatnonzero(mine[keep])
             local = Assignment(int(at[0]), best.pools, best.nodes, best.layers, best.objective_s) if len(at) else None
             found = _try(pr.take(keep), js.stage_nodes[chunk[keep]], lb[keep], np.ones(len(keep), dtype=bool),
-                         uneven, local)
+                         uneven, local, pats)
             if found is not None and found is not local and (best is None or found.objective_s < best.objective_s):
                 k_inc = int(chunk[keep[found.k]])
                 best_row, best = js.shapes.row(k_inc), found
