@@ -3,14 +3,18 @@ canonical, and check it against the float formulation.
 
 - Time quantum q: the incumbent's step maps to `OBJECTIVE_UNITS` quanta (as the homogeneous
   encoding), so coefficients stay below the scaling guard's limits (`check_scaling`).
-- Phase 1 minimises the step with the user's workers and seed, capped at the incumbent.
-- When phase 1 proves its optimum: phase 2 fixes the objective and takes the shape first in
-  `ParallelConfig.key()` order (then fewest GPUs); phase 3 fixes that shape and finds the
-  pools, nodes and split with one worker, seed 0 and a deterministic time limit, preferring
-  lower pool indices on earlier stages. The answer is then the same across seeds and worker
-  counts.
-- Every answer is re-evaluated by the float formulation; the bound is q x CP-SAT's bound
-  (every shape left out lies above the incumbent, so it bounds the whole joint space); the
+- Branch and bound over shapes (`solve_joint`): the candidates in order of their bound, in
+  models of at most MODEL_ROWS estimated rows, each minimising the step with the user's
+  workers and seed, capped at the best plan so far; shapes whose bound passes it are dropped.
+- When every model is solved: the model that gave the best plan fixes the objective and takes
+  the shape first in `ParallelConfig.key()` order (phase 2); phase 3 fixes that shape and
+  finds the pools, nodes and split with one worker, seed 0 and a deterministic time limit,
+  preferring lower pool indices on earlier stages. The answer is then the same across seeds
+  and worker counts.
+- Every answer is re-evaluated by the float formulation; the bound is the least of the plan's
+  step, each model's optimum (q x CP-SAT's bound where it stopped short), the relaxation's
+  bound of every shape not modelled and the preparation's `outside_bound_s` (every shape left
+  out lies above the incumbent, or is counted there), so it bounds the whole joint space; the
   integer objective is within `tolerance_s` of the float one.
 """
 
@@ -34,8 +38,9 @@ from .prepare import JointCandidates
 PHASE3_DETERMINISTIC_S = 10.0
 # estimated cost rows of one model (`model_rows`): CP-SAT's presolve does not keep to the time
 # limit on a large model (850k rows: 390 s against 27 s on 2 cores); models of this size take
-# a few seconds to build and presolve there
-MODEL_ROWS = 40_000
+# a few seconds to build and presolve there, and a small model finds good plans sooner
+MODEL_ROWS = 10_000
+FINISH_S = 0.1  # of the limit kept for what follows the last model (float check, the result)
 
 
 @dataclass
@@ -166,7 +171,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
             notes.append("the time limit was spent building a model: the relaxation bounds of its shapes stand")
             break
         stats.update(check_scaling(jm.model))
-        solver, st = solve_model(jm.model, deadline - time.perf_counter(), workers, seed)
+        solver, st = solve_model(jm.model, deadline - FINISH_S - time.perf_counter(), workers, seed)
         _phase("optimize", solver, st, stats)
         status = plan_status(st)
         if status == "OPTIMAL":
