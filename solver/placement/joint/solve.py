@@ -130,7 +130,10 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     pr = cands.prices
     stats: dict = {"shapes_in_model": 0, "models": 0}
     notes: list[str] = []
-    if cands.num_survivors == 0 and not math.isfinite(cands.outside_bound_s):
+    if cands.num_survivors == 0:
+        if math.isfinite(cands.outside_bound_s):
+            notes.append("the time limit was spent before any shape was bounded: no plan")
+            return JointOutcome("UNKNOWN", None, None, None, None, stats, notes)
         notes.append("no shape has a layer split that fits on any pool's GPUs")
         return JointOutcome("INFEASIBLE", None, None, None, None, stats, notes)
     inc = cands.incumbent
@@ -193,9 +196,9 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
             else:
                 bounds_s.append(float(lb[batch].min()))
             break
-    if best is None:
-        st_ = "UNKNOWN" if not resolved else "INFEASIBLE"
-        return JointOutcome(st_, None, None, None, tolerance, stats, notes)
+    if best is None:  # INFEASIBLE only when every shape was decided
+        none_fit = resolved and not math.isfinite(cands.outside_bound_s)
+        return JointOutcome("INFEASIBLE" if none_fit else "UNKNOWN", None, None, None, tolerance, stats, notes)
     status = "OPTIMAL" if resolved and cands.outside_bound_s >= best_q * q else "FEASIBLE"
     plan = best
     if status == "OPTIMAL" and best_jm is not None:
