@@ -6,7 +6,11 @@ step time is the same float formulation's. Records search time, status, gap and 
 how often and by how much joint beats sequential, and the 128-node two-pool instance with
 degraded links. Writes benchmarks/results/joint.md.
 
-    python benchmarks/joint.py [--time-limit 60] [--workers 2] [--quick]
+    python benchmarks/joint.py [--time-limit 60] [--workers 2] [--quick] [--only NAME ...] [--methods joint ...]
+
+`--only` runs just the named instances (cluster names: mixed-32-s0, unequal-64-s0,
+mixed-128-degraded, ...) and prints their rows without writing the results file; `--methods`
+runs a subset of the methods (same rule).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from solveplan.placement.joint.run import optimize_joint  # noqa: E402
 from solveplan.specs import JobSpec  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "joint.md"
+METHODS = ("joint", "sequential", "anneal", "exhaustive")
 H100 = {"gpu": "h100-sxm", "gpus_per_node": 8, "nvlink_gbyte_per_s": 450, "nic_gbit_per_s": 400}
 A100 = {"gpu": "a100-80gb", "gpus_per_node": 8, "nvlink_gbyte_per_s": 300, "nic_gbit_per_s": 200}
 # (total nodes, model, global batch) of the generated instances
@@ -106,16 +111,31 @@ def _gap(step: Optional[float], bound: Optional[float]) -> Optional[float]:
 
 
 def run_instance(kind: str, cluster: dict, model: str, batch: int, limit_s: float, workers: int,
-                 exhaustive_limit_s: float) -> Row:
+                 exhaustive_limit_s: float, methods=METHODS) -> Row:
     job = JobSpec(model=load_model(model), cluster=load_cluster(cluster), global_batch_size=batch, seq_length=2048)
     row = Row(kind, job.cluster.num_nodes, model, batch, cluster["name"])
     nodes = node_set(job.cluster)
-    t0 = time.perf_counter()  # joint, as `optimize` runs it: each pool alone first (seeds), then the model
-    alone = pools_alone(job, limit_s, workers)
-    alone_s = time.perf_counter() - t0
-    res = optimize_joint(job, method="cpsat", time_limit_s=max(0.05, limit_s - alone_s), workers=workers,
-                         pools_alone=alone)
-    row.res["joint"] = (res.status, res.plan.step_time_s if res.plan else None, res.gap, time.perf_counter() - t0)
+    if "joint" in methods:
+        t0 = time.perf_counter()  # joint, as `optimize` runs it: each pool alone first (seeds), then the model
+        alone = pools_alone(job, limit_s, workers)
+        alone_s = time.perf_counter() - t0
+        res = optimize_joint(job, method="cpsat", time_limit_s=max(0.05, limit_s - alone_s), workers=workers,
+                             pools_alone=alone)
+        row.res["joint"] = (res.status, res.plan.step_time_s if res.plan else None, res.gap,
+                            time.perf_counter() - t0, res.bound_step_time_s)
+    if "sequential" in methods:
+        _sequential(row, job, nodes, limit_s, workers)
+    if "anneal" in methods:
+        _anneal(row, job, nodes, limit_s, workers)
+    if "exhaustive" in methods and job.cluster.num_nodes <= EXHAUSTIVE_MAX_NODES:
+        t0 = time.perf_counter()
+        b, _, done = solve_exhaustive(job, nodes, time_limit_s=exhaustive_limit_s)
+        row.res["exhaustive"] = ("OPTIMAL" if done else "UNFINISHED", b.objective_s if b else None, None,
+                                 time.perf_counter() - t0)
+    return row
+
+
+def _sequential(row: Row, job: JobSpec, nodes, limit_s: float, workers: int) -> None:
     t0 = time.perf_counter()  # sequential: shape for equal links, then the optimal placement of that plan
     flat = optimize(job.model_copy(update={"cluster": uniform_description(job.cluster)}), time_limit_s=limit_s,
                     workers=workers, textbook=False)
@@ -123,18 +143,15 @@ def run_instance(kind: str, cluster: dict, model: str, batch: int, limit_s: floa
         if flat.plan is not None else None
     row.res["sequential"] = ((seq.status, seq.step_time_s, None, time.perf_counter() - t0) if seq is not None and
                              seq.plan is not None else ("NO PLACEMENT", None, None, time.perf_counter() - t0))
+
+
+def _anneal(row: Row, job: JobSpec, nodes, limit_s: float, workers: int) -> None:
     t0 = time.perf_counter()  # annealing over placements of the joint candidates' best-bounded shapes
     alone = pools_alone(job, limit_s, workers)
     acands = prepare_joint(job, nodes, seeds(alone))
     best, _ = anneal(acands, time_limit_s=max(0.05, limit_s - (time.perf_counter() - t0)))
     row.res["anneal"] = ("FEASIBLE" if best is not None else "NONE", best.objective_s if best else None, None,
                          time.perf_counter() - t0)
-    if job.cluster.num_nodes <= EXHAUSTIVE_MAX_NODES:
-        t0 = time.perf_counter()
-        b, _, done = solve_exhaustive(job, nodes, time_limit_s=exhaustive_limit_s)
-        row.res["exhaustive"] = ("OPTIMAL" if done else "UNFINISHED", b.objective_s if b else None, None,
-                                 time.perf_counter() - t0)
-    return row
 
 
 def instances(quick: bool):
@@ -184,7 +201,7 @@ def report(rows: list[Row], big: Row, args, wall_s: float) -> str:
     for r in rows + [big]:
         cells = []
         for m in methods:
-            st, step, _, wall = r.res.get(m, (None, None, None, None))
+            st, step, _, wall = r.res.get(m, (None, None, None, None))[:4]
             cells += [st or "-", _fmt(step, ".4f"), _fmt(wall, ".1f")]
         j, s = r.res["joint"][1], r.res["sequential"][1]
         ratio = (s / j) if (j and s) else None
@@ -218,7 +235,12 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="clusters up to 16 nodes only")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--only", nargs="+", help="run just these instances (cluster names); no results file")
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                    help="run just these methods; no results file unless all")
     a = ap.parse_args(argv)
+    if a.only or set(a.methods) != set(METHODS):
+        return run_some(a)
     t_all = time.perf_counter()
     rows = []
     for kind, cluster, model, batch in instances(a.quick):
@@ -231,6 +253,20 @@ def main(argv=None):
     text = report(rows, big, a, time.perf_counter() - t_all)
     Path(a.out).write_text(text)
     print(text)
+
+
+def run_some(a) -> None:
+    """The instances named by `--only` (all when not given), the methods of `--methods`, one
+    line each: method -> (status, step s, gap, wall s, bound s)."""
+    every = list(instances(a.quick)) + [("mixed, judged", big_instance(), "gpt3-175b", 1536)]
+    chosen = [i for i in every if not a.only or i[1]["name"] in a.only]
+    missing = set(a.only or ()) - {i[1]["name"] for i in every}
+    if missing:
+        raise SystemExit(f"no instance named {sorted(missing)}; names: {[i[1]['name'] for i in every]}")
+    for kind, cluster, model, batch in chosen:
+        r = run_instance(kind, cluster, model, batch, a.time_limit, a.workers, a.exhaustive_limit, a.methods)
+        print(cluster["name"], model, {m: tuple(round(x, 4) if isinstance(x, float) else x for x in v)
+                                       for m, v in r.res.items()}, flush=True)
 
 
 if __name__ == "__main__":

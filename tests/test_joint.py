@@ -201,7 +201,8 @@ def test_check_decides_a_cluster_of_pools_with_the_joint_model():
 
 def test_a_spent_time_limit_returns_the_heuristic_plan_without_building_the_model():
     """When preparation has used the whole limit, the joint solve does not build (or solve) a
-    model past it: the incumbent comes back FEASIBLE, without a bound, and says why."""
+    model past it: the incumbent comes back FEASIBLE with the relaxation's bound (valid: at
+    most the step of any plan), and says why."""
     from solveplan.placement.joint.nodes import node_set
     from solveplan.placement.joint.prepare import prepare_joint
     from solveplan.placement.joint.solve import solve_joint
@@ -210,7 +211,10 @@ def test_a_spent_time_limit_returns_the_heuristic_plan_without_building_the_mode
     cands = prepare_joint(job, node_set(job.cluster))
     assert cands.incumbent is not None
     out = solve_joint(cands, 0.0)
-    assert out.status == "FEASIBLE" and out.bound_s is None and out.plan is not None
+    assert out.status == "FEASIBLE" and out.plan is not None
     assert out.step_time_s == pytest.approx(cands.incumbent_step_s)
-    assert "shapes_in_model" not in out.stats or out.stats["shapes_in_model"] == 0
+    assert out.stats["models"] == 0 and out.stats["shapes_in_model"] == 0
+    assert out.bound_s == pytest.approx(min(cands.incumbent_step_s, float(cands.lower_bound_s.min())))
+    full = solve_joint(cands, 60, workers=2)
+    assert full.status == "OPTIMAL" and out.bound_s <= full.step_time_s * (1 + 1e-9)
     assert any("time limit was spent" in n for n in out.notes)

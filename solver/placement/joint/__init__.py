@@ -10,7 +10,8 @@ each boundary at the slowest link across it, memory against its own GPU.
 
 Modules, in the order a search uses them: `nodes` (pools, links, levels, classes of
 interchangeable nodes), `prices` (coefficients per pool and link level; float evaluation of an
-assignment), `space` (shapes and valid bounds), `heuristic` (contiguous-block plans),
+assignment), `space` (shapes and valid bounds), `bounds` (the tighter bound by stages per pool, on the
+relaxation's survivors), `heuristic` (contiguous-block plans, their nodes repaired),
 `prepare` (pruning against the incumbent), `model` and `solve` (the CP-SAT model and its
 phases), `exhaustive` (ground truth for small clusters), `baselines` (sequential method,
 simulated annealing), `result` (the placed plan, hostfile, explanation), `run` (the entry

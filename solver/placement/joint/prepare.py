@@ -9,14 +9,18 @@ Order (branch and bound; every bound is valid for every placement and split, `sp
 3. the rest are expanded to every knob (recompute, ZeRO) and ranked again by the compute bound;
    the `PROBE` best are priced, bounded by the equal-link relaxation and placed by the
    heuristic, which may improve the incumbent; every shape whose compute bound exceeds it goes;
-4. the survivors are priced and bounded by the relaxation, and tried by the heuristic in order of
-   their bound until the bound passes the incumbent; shapes whose bound exceeds it go.
+4. the survivors, in chunks of RELAX_CHUNK in order of their cheap bound, are priced and bounded
+   by the relaxation, then by pool counts (`bounds.pool_count_bound_s`), and tried by the
+   heuristic in order of their bound until the bound passes the incumbent; shapes whose bound
+   exceeds it go. Past the deadline, the chunks left are left out: the least of their bounds
+   is `outside_bound_s`.
 Without time pruning (`prune_time=False`, the exhaustive search's input) only shapes with no
 split that fits within the largest memory limits go.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -24,6 +28,7 @@ import numpy as np
 
 from ...space.shapes import Shapes
 from ...specs import JobSpec
+from .bounds import bound_and_patterns as _bound
 from .heuristic import Assignment, heuristic_plans, node_order, stage_nodes
 from .nodes import NodeSet
 from .prices import Prices
@@ -33,6 +38,7 @@ from .space import (JointShapes, base_shapes, cheap_bound_s, compute_bound_s, ex
 PROBE = 256  # shapes priced and placed by the heuristic first, for the first incumbent
 PROBE_BASE = 64  # base tuples expanded for them
 CHUNK = 16  # shapes the heuristic tries at a time, in order of their bound
+RELAX_CHUNK = 20000  # shapes bounded by the relaxation at a time (memory, and the deadline's grain)
 Seed = tuple  # (shape row as `Shapes.row` gives it, pool index of each stage, layers per stage)
 SHAPE_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")
 
@@ -50,6 +56,7 @@ class JointCandidates:
     num_shapes: int  # whole-node stages that pack into the pools (after dominance)
     num_pruned_memory: int
     num_pruned_time: int
+    outside_bound_s: float = float("inf")  # least bound of the shapes left out unbounded (deadline)
 
     @property
     def num_survivors(self) -> int:
@@ -88,14 +95,16 @@ def _index(shapes: Shapes, row: dict) -> Optional[int]:
 
 
 def _try(prices: Prices, per_stage: np.ndarray, lb: np.ndarray, ok: np.ndarray, uneven: bool,
-         best: Optional[Assignment]) -> Optional[Assignment]:
-    """Heuristic plans of the shapes in order of their bound, until the bound passes the best."""
+         best: Optional[Assignment], patterns: Optional[list] = None) -> Optional[Assignment]:
+    """Heuristic plans of the shapes in order of their bound, until the bound passes the best;
+    `patterns`: per shape, one more pattern of pools to try (`heuristic_plans`' extra)."""
     order = [int(i) for i in np.argsort(lb, kind="stable") if ok[i]]
+    extra = {k: p for k, p in enumerate(patterns) if p is not None} if patterns is not None else None
     for start in range(0, len(order), CHUNK):
         chunk = order[start:start + CHUNK]
         if best is not None and lb[chunk[0]] > best.objective_s:
             break
-        for a in heuristic_plans(prices, per_stage, chunk, uneven):
+        for a in heuristic_plans(prices, per_stage, chunk, uneven, extra=extra):
             if a is not None and (best is None or a.objective_s < best.objective_s):
                 best = a
     return best
@@ -115,48 +124,108 @@ def _probe(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, bes
     return best_row, best
 
 
-def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prune_time: bool = True
-                  ) -> JointCandidates:
-    """The candidates of a joint search (module docstring)."""
+def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prune_time: bool = True,
+                  deadline: Optional[float] = None) -> JointCandidates:
+    """The candidates of a joint search (module docstring). `deadline` (`time.perf_counter()`
+    seconds): past it, the shapes not yet bounded by the relaxation are left out of the
+    candidates, and the least of their compute and cheap bounds becomes `outside_bound_s`."""
     uneven = job.constraints.uneven_split
     pool_nodes = [p.num_nodes for p in job.cluster.pool_specs()]
+    late = lambda: deadline is not None and time.perf_counter() >= deadline  # noqa: E731
     seeded = seed_plans(job, nodes, seeds)
     best_row, best = min(seeded, key=lambda x: x[1].objective_s) if seeded else (None, None)
     base, _ = base_shapes(job)
     lbb = compute_bound_s(job, base.shapes, base.stage_nodes)
-    if prune_time and len(base.shapes):
+    if prune_time and len(base.shapes) and not late():
         best_row, best = _probe(job, nodes, base, lbb, best, best_row)
     cut = lambda lb: lb <= (best.objective_s * (1 + 1e-9) if best is not None else np.inf)  # noqa: E731
     if prune_time:
         base = base.take(np.flatnonzero(cut(lbb)))
+        if late():
+            return _cut_short(job, nodes, best_row, best, float(np.min(lbb[cut(lbb)], initial=np.inf)),
+                              len(base.shapes), len(base.shapes))
     js = expand_shapes(job, base.shapes)
-    n_shapes, n_time = len(js.shapes), 0
+    n_shapes = len(js.shapes)
+    bound = np.zeros(n_shapes)
     if prune_time:
-        keep = np.flatnonzero(cut(compute_bound_s(job, js.shapes, js.stage_nodes)))
-        js = js.take(keep)
-        keep = np.flatnonzero(cut(cheap_bound_s(job, js.shapes, js.stage_nodes, nodes)))
-        js = js.take(keep)
-        n_time = n_shapes - len(js.shapes)
-    pr = Prices(job, nodes, js.shapes)
-    lb, ok = relaxed_bound_s(pr, js.stage_nodes, pool_nodes)
-    n_mem = int((~ok).sum())
-    if best is not None:  # the incumbent among the survivors (its own bound lies below its value)
-        k = _index(js.shapes, best_row)
-        best = None if k is None else Assignment(k, best.pools, best.nodes, best.layers, best.objective_s)
+        bound = compute_bound_s(job, js.shapes, js.stage_nodes)
+        keep = np.flatnonzero(cut(bound))
+        js, bound = js.take(keep), bound[keep]
+        if not late():
+            bound = np.maximum(bound, cheap_bound_s(job, js.shapes, js.stage_nodes, nodes))
+    # the relaxation, chunk by chunk in order of the cheaper bounds: the heuristic tries each
+    # chunk's survivors at once, so a better incumbent prunes the chunks after it
+    order = np.argsort(bound, kind="stable")
+    surv, lbs, n_mem, outside = [], [], 0, np.inf
+    k_inc = _index(js.shapes, best_row) if best is not None else None
+    if k_inc is not None:  # the incumbent's shape goes first: it is always a candidate
+        order = np.concatenate([[k_inc], order[order != k_inc]])
+    for start in range(0, len(order), RELAX_CHUNK):
+        chunk = order[start:start + RELAX_CHUNK]
+        if prune_time:
+            chunk = chunk[cut(bound[chunk]) | (chunk == k_inc)]
+        if not len(chunk):
+            continue
+        if start and late():
+            rest = order[start:]
+            outside = float(np.min(bound[rest][cut(bound[rest])], initial=np.inf))
+            break
+        pr = Prices(job, nodes, js.shapes.take(chunk))
+        lb, ok = relaxed_bound_s(pr, js.stage_nodes[chunk], pool_nodes)
+        mine = chunk == k_inc  # the incumbent fits (its own bound lies below its value)
+        ok |= mine
+        n_mem += int((~ok).sum())
+        keep = np.flatnonzero((ok & cut(lb)) | mine if prune_time else ok)
+        pats = None
+        if prune_time and len(keep):  # the bound by pool counts on the relaxation's survivors (`bounds`)
+            sub = pr.take(keep)
+            by_count, pats = _bound(sub, js.stage_nodes[chunk[keep]], pool_nodes)
+            lb[keep] = np.maximum(lb[keep], by_count)
+            inside = cut(lb[keep]) | mine[keep]
+            keep, pats = keep[inside], [p for p, i in zip(pats, inside) if i]
+        if prune_time and len(keep):
+            at = np.flatnonzero(mine[keep])
+            local = Assignment(int(at[0]), best.pools, best.nodes, best.layers, best.objective_s) if len(at) else None
+            found = _try(pr.take(keep), js.stage_nodes[chunk[keep]], lb[keep], np.ones(len(keep), dtype=bool),
+                         uneven, local, pats)
+            if found is not None and found is not local and (best is None or found.objective_s < best.objective_s):
+                k_inc = int(chunk[keep[found.k]])
+                best_row, best = js.shapes.row(k_inc), found
+        surv.append(chunk[keep])
+        lbs.append(lb[keep])
+    surv = np.concatenate(surv) if surv else np.zeros(0, dtype=np.int64)
+    lbs = np.concatenate(lbs) if lbs else np.zeros(0)
     if prune_time:
-        best = _try(pr, js.stage_nodes, lb, ok, uneven, best)
-    keep = ok & cut(lb) if prune_time else ok
-    if best is not None:
-        keep[best.k] = True
-    idx = np.flatnonzero(keep)
-    n_time += int((ok & ~keep).sum())
-    prices = pr.take(idx)
+        sel = cut(lbs) | (surv == (k_inc if k_inc is not None else -1))
+        surv, lbs = surv[sel], lbs[sel]
+    srt = np.argsort(surv, kind="stable")
+    surv, lbs = surv[srt], lbs[srt]
+    prices = Prices(job, nodes, js.shapes.take(surv))
     inc_step = float("inf")
-    if best is not None:
-        best = Assignment(int(np.searchsorted(idx, best.k)), best.pools, best.nodes, best.layers, best.objective_s)
+    if best is not None and k_inc is not None:
+        best = Assignment(int(np.searchsorted(surv, k_inc)), best.pools, best.nodes, best.layers, best.objective_s)
         inc_step = prices.evaluate(best.k, best.pools, best.nodes, best.layers).step_time_s
-    return JointCandidates(job, nodes, prices, js.stage_nodes[idx], lb[idx], best, inc_step,
-                           js.num_legal, n_shapes, n_mem, n_time)
+    else:
+        best = None
+    n_time = n_shapes - len(surv) - n_mem
+    return JointCandidates(job, nodes, prices, js.stage_nodes[surv], lbs, best, inc_step,
+                           js.num_legal, n_shapes, n_mem, n_time, outside)
+
+
+def _cut_short(job: JobSpec, nodes: NodeSet, best_row, best, outside: float, n_shapes: int, n_time: int
+               ) -> JointCandidates:
+    """The candidates when the deadline passes before the shapes are expanded: the incumbent's
+    shape alone, and the least compute bound of the rest as `outside_bound_s`."""
+    if best is None:
+        pr = Prices(job, nodes, Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))))
+        return JointCandidates(job, nodes, pr, np.zeros(0, dtype=np.int64), np.zeros(0), None, float("inf"),
+                               0, n_shapes, 0, n_time, outside)
+    pr = Prices(job, nodes, _single(best_row))
+    per = np.array([len(best.nodes[0])])
+    inc = Assignment(0, best.pools, best.nodes, best.layers, best.objective_s)
+    step = pr.evaluate(0, inc.pools, inc.nodes, inc.layers).step_time_s
+    return JointCandidates(job, nodes, pr, per, np.array([min(outside, step)]), inc, step, 0, n_shapes, 0,
+                           n_time, outside)
 
 
 def prepare_fixed(job: JobSpec, nodes: NodeSet, row: dict, layers) -> Optional[JointCandidates]:

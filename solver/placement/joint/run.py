@@ -25,6 +25,9 @@ from .result import PlacedPlan, explain, placed_plan
 from .solve import solve_joint
 
 METHODS = ("cpsat", "exhaustive")
+# the share of the time limit preparation may take before the shapes it has not bounded yet are
+# left out (with their cheaper bounds): the rest is the models'
+PREPARE_SHARE = 0.5
 
 
 class JointResult(SolveResult):
@@ -68,7 +71,7 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
         plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
             {"evaluations": evals}
     else:
-        cands = prepare_joint(job, nodes, seeds)
+        cands = prepare_joint(job, nodes, seeds, deadline=t0 + PREPARE_SHARE * float(time_limit_s))
         left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
         out = solve_joint(cands, left, workers, seed)
         status, plan_a, bound, tol, solver = out.status, out.plan, out.bound_s, out.tolerance_s, out.stats

@@ -3,14 +3,18 @@ canonical, and check it against the float formulation.
 
 - Time quantum q: the incumbent's step maps to `OBJECTIVE_UNITS` quanta (as the homogeneous
   encoding), so coefficients stay below the scaling guard's limits (`check_scaling`).
-- Phase 1 minimises the step with the user's workers and seed, capped at the incumbent.
-- When phase 1 proves its optimum: phase 2 fixes the objective and takes the shape first in
-  `ParallelConfig.key()` order (then fewest GPUs); phase 3 fixes that shape and finds the
-  pools, nodes and split with one worker, seed 0 and a deterministic time limit, preferring
-  lower pool indices on earlier stages. The answer is then the same across seeds and worker
-  counts.
-- Every answer is re-evaluated by the float formulation; the bound is q x CP-SAT's bound
-  (every shape left out lies above the incumbent, so it bounds the whole joint space); the
+- Branch and bound over shapes (`solve_joint`): the candidates in order of their bound, in
+  models of at most MODEL_ROWS estimated rows, each minimising the step with the user's
+  workers and seed, capped at the best plan so far; shapes whose bound passes it are dropped.
+- When every model is solved: the model that gave the best plan fixes the objective and takes
+  the shape first in `ParallelConfig.key()` order (phase 2); phase 3 fixes that shape and
+  finds the pools, nodes and split with one worker, seed 0 and a deterministic time limit,
+  preferring lower pool indices on earlier stages. The answer is then the same across seeds
+  and worker counts.
+- Every answer is re-evaluated by the float formulation; the bound is the least of the plan's
+  step, each model's optimum (q x CP-SAT's bound where it stopped short), the relaxation's
+  bound of every shape not modelled and the preparation's `outside_bound_s` (every shape left
+  out lies above the incumbent, or is counted there), so it bounds the whole joint space; the
   integer objective is within `tolerance_s` of the float one.
 """
 
@@ -32,6 +36,11 @@ from .model import JointModel, build_joint_model, int_tables, objective_q
 from .prepare import JointCandidates
 
 PHASE3_DETERMINISTIC_S = 10.0
+# estimated cost rows of one model (`model_rows`): CP-SAT's presolve does not keep to the time
+# limit on a large model (850k rows: 390 s against 27 s on 2 cores); models of this size take
+# a few seconds to build and presolve there, and a small model finds good plans sooner
+MODEL_ROWS = 10_000
+FINISH_S = 0.1  # of the limit kept for what follows the last model (float check, the result)
 
 
 @dataclass
@@ -81,82 +90,143 @@ def _phase(name, solver, st, stats) -> None:
         "branches": solver.num_branches, "conflicts": solver.num_conflicts})
 
 
+def model_rows(cands: JointCandidates, ks) -> np.ndarray:
+    """Per shape, an upper estimate of the cost rows it adds to the model: per stage, pool and
+    ring level 4 rows, per stage and boundary level 4 more (`model.build_joint_model`)."""
+    levels = cands.prices.sentinel + 1
+    pp = cands.prices.shapes.pp[np.asarray(ks, dtype=np.int64)]
+    return pp * (4 * len(cands.prices.views) * levels + 4 * levels)
+
+
+def batches(cands: JointCandidates, ks: np.ndarray, budget_rows: int) -> list[np.ndarray]:
+    """The shapes `ks` (in order of their bound) cut into consecutive batches of at most
+    `budget_rows` estimated rows (at least one shape each)."""
+    rows = model_rows(cands, ks)
+    out, cur, used = [], [], 0
+    for k, r in zip(ks.tolist(), rows.tolist()):
+        if cur and used + r > budget_rows:
+            out.append(np.array(cur, dtype=np.int64))
+            cur, used = [], 0
+        cur.append(k)
+        used += r
+    if cur:
+        out.append(np.array(cur, dtype=np.int64))
+    return out
+
+
 def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, seed: int = 0,
                 fixed_layers: Optional[tuple[int, ...]] = None) -> JointOutcome:
     """The fastest plan among the candidates (module docstring); `fixed_layers`: place a plan
-    whose shape (the candidates' only one) and split are given."""
+    whose shape (the candidates' only one) and split are given.
+
+    Branch and bound over shapes: the candidates in order of their bound, in models of at most
+    MODEL_ROWS estimated rows (a larger model's presolve alone overran the time limit), each
+    capped at the best plan so far; shapes whose bound passes the best plan are dropped. The
+    bound returned is the least of: the best plan, each solved model's optimum (or CP-SAT's
+    bound where it stopped short), the relaxation's bound of every shape not yet in a model,
+    and the candidates' `outside_bound_s` -- a valid bound over the whole joint space."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     pr = cands.prices
-    stats: dict = {"shapes_in_model": 0}
+    stats: dict = {"shapes_in_model": 0, "models": 0}
     notes: list[str] = []
     if cands.num_survivors == 0:
+        if math.isfinite(cands.outside_bound_s):
+            notes.append("the time limit was spent before any shape was bounded: no plan")
+            return JointOutcome("UNKNOWN", None, None, None, None, stats, notes)
         notes.append("no shape has a layer split that fits on any pool's GPUs")
         return JointOutcome("INFEASIBLE", None, None, None, None, stats, notes)
     inc = cands.incumbent
     ref = cands.incumbent_step_s if inc is not None else 4.0 * float(np.max(cands.lower_bound_s))
     q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
-    ks = np.arange(cands.num_survivors)
-    tab = int_tables(cands, ks, q)
-    cap = objective_q(tab, cands, inc.k, inc) if inc is not None else None
     rank = shape_ranks(cands)
     tolerance = (3 * pr.L + 3 * int(pr.shapes.pp.max()) + 3) * q + 1e-9 * ref
-    if inc is not None and time.perf_counter() >= deadline:
-        return _unproven(cands, inc, t0, stats, notes, "preparing the candidates")
-    jm = build_joint_model(cands, tab, cap, rank, hint=(inc.k, inc) if inc is not None else None,
-                           fixed_layers=fixed_layers)
-    stats.update(jm.stats, time_quantum_s=q, tolerance_s=tolerance, cap_quanta=cap,
-                 build_time_s=time.perf_counter() - t0)
-    if inc is not None and time.perf_counter() >= deadline:
-        return _unproven(cands, inc, t0, stats, notes, "building the model")
-    stats.update(check_scaling(jm.model))
-    solver, st = solve_model(jm.model, deadline - time.perf_counter(), workers, seed)
-    _phase("optimize", solver, st, stats)
-    status = plan_status(st)
-    if status == "INFEASIBLE" and inc is not None:
-        notes.append("CP-SAT answered INFEASIBLE although the incumbent fits: verdict refuted, returning it unproven")
-        status, solver = "FEASIBLE", None
-    if status in ("INFEASIBLE", "UNKNOWN") and inc is None:
-        return JointOutcome(status, None, None, None, tolerance, stats, notes)
-    if solver is None or status == "UNKNOWN":
-        plan, value, bound_q = inc, cap, None
-        status = "FEASIBLE"
-        notes.append("no CP-SAT solution within the time limit: the heuristic plan, unproven")
-    else:
-        plan = read_plan(jm, solver, cands)
-        value = int(round(solver.objective_value))
-        bound_q = int(math.floor(solver.best_objective_bound + 1e-9))
+    best, best_q, best_jm = inc, None, None
+    if inc is not None:
+        best_q = objective_q(int_tables(cands, [inc.k], q), cands, 0, inc)
+    lb = cands.lower_bound_s
+    pending = np.argsort(lb, kind="stable")
+    bounds_s = [cands.outside_bound_s]  # of the shapes already decided or left out
+    resolved = True
+    for batch in batches(cands, pending, MODEL_ROWS):
+        if best_q is not None:
+            batch = batch[lb[batch] <= best_q * q * (1 + 1e-9)]
+        if not len(batch):
+            continue
+        if time.perf_counter() >= deadline - 0.05:
+            resolved = False
+            bounds_s.append(float(lb[batch].min()))
+            notes.append(f"the time limit was spent before {len(batch)} shape(s) and those after them were "
+                         f"modelled: their relaxation bounds stand")
+            break
+        batch = np.sort(batch)
+        hint = (int(np.flatnonzero(batch == best.k)[0]), best) if best is not None and best.k in batch else None
+        t_build = time.perf_counter()
+        jm = build_joint_model(cands, int_tables(cands, batch, q), best_q, rank[batch], hint=hint,
+                               fixed_layers=fixed_layers)
+        stats["models"] += 1
+        stats["shapes_in_model"] += len(batch)
+        stats.update({k: v for k, v in jm.stats.items() if k != "shapes_in_model"})
+        stats["build_time_s"] = stats.get("build_time_s", 0.0) + (time.perf_counter() - t_build)
+        if time.perf_counter() >= deadline - 0.05:
+            resolved = False
+            bounds_s.append(float(lb[batch].min()))
+            notes.append("the time limit was spent building a model: the relaxation bounds of its shapes stand")
+            break
+        stats.update(check_scaling(jm.model))
+        solver, st = solve_model(jm.model, deadline - FINISH_S - time.perf_counter(), workers, seed)
+        _phase("optimize", solver, st, stats)
+        status = plan_status(st)
         if status == "OPTIMAL":
-            plan = _canonical(jm, cands, plan, value, deadline, workers, seed, stats, notes)
-    plan = Assignment(int(ks[plan.k]), plan.pools, plan.nodes, plan.layers, math.nan)
+            value = int(round(solver.objective_value))
+            bounds_s.append(value * q)
+            if best_q is None or value < best_q or (best_jm is None and value <= best_q):
+                best, best_q, best_jm = _global(read_plan(jm, solver, cands), batch), value, (jm, batch)
+        elif status == "INFEASIBLE":
+            if best_q is None:
+                continue  # no plan of these shapes fits: nothing to bound
+            bounds_s.append(best_q * q)
+        else:  # stopped short: its own bound, and the rest keep theirs
+            resolved = False
+            if status == "FEASIBLE":
+                value = int(round(solver.objective_value))
+                bounds_s.append(math.floor(solver.best_objective_bound + 1e-9) * q)
+                if best_q is None or value < best_q:
+                    best, best_q, best_jm = _global(read_plan(jm, solver, cands), batch), value, None
+            else:
+                bounds_s.append(float(lb[batch].min()))
+            break
+    if best is None:  # INFEASIBLE only when every shape was decided
+        none_fit = resolved and not math.isfinite(cands.outside_bound_s)
+        return JointOutcome("INFEASIBLE" if none_fit else "UNKNOWN", None, None, None, tolerance, stats, notes)
+    status = "OPTIMAL" if resolved and cands.outside_bound_s >= best_q * q else "FEASIBLE"
+    plan = best
+    if status == "OPTIMAL" and best_jm is not None:
+        jm, batch = best_jm
+        local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)
+        plan = _global(_canonical(jm, cands, local, best_q, deadline, workers, seed, stats, notes), batch)
     ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
     if not ev.fits:
         notes.append("the model's plan does not fit under the float formulation: returning the incumbent unproven")
-        plan, status, bound_q = inc, "FEASIBLE", None
+        plan, status = inc, "FEASIBLE"
         ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
     if inc is not None and cands.incumbent_step_s < ev.step_time_s - tolerance:
         notes.append("the heuristic plan is faster than the model's by more than the tolerance: returning it")
         plan, ev = inc, pr.evaluate(inc.k, inc.pools, inc.nodes, inc.layers)
-    bound = bound_q * q if bound_q is not None else None
-    if bound is not None and bound > ev.step_time_s * (1 + 1e-9):
+    bound = min([ev.step_time_s] + [b for b in bounds_s if b is not None])
+    if bound > ev.step_time_s * (1 + 1e-9):
         notes.append(f"bound {bound:.9g} s exceeds the plan's {ev.step_time_s:.9g} s: bound discarded")
         bound, status = None, "FEASIBLE"
     plan = Assignment(plan.k, plan.pools, plan.nodes, plan.layers, ev.step_time_s)
     stats["wall_time_s"] = time.perf_counter() - t0
-    stats["objective_quanta"] = value
+    stats["objective_quanta"] = best_q
+    stats["time_quantum_s"], stats["tolerance_s"] = q, tolerance
     return JointOutcome(status, plan, ev.step_time_s, bound, tolerance, stats, notes)
 
 
-def _unproven(cands: JointCandidates, inc: Assignment, t0: float, stats: dict, notes: list[str],
-              spent_on: str) -> JointOutcome:
-    """The incumbent, FEASIBLE without a bound, when the time limit is spent before CP-SAT can
-    start: a large joint model is not solved past the caller's limit."""
-    ev = cands.prices.evaluate(inc.k, inc.pools, inc.nodes, inc.layers)
-    notes.append(f"the time limit was spent {spent_on}: the heuristic plan, unproven (raise the time limit "
-                 f"for a proof)")
-    stats["wall_time_s"] = time.perf_counter() - t0
-    return JointOutcome("FEASIBLE", Assignment(inc.k, inc.pools, inc.nodes, inc.layers, ev.step_time_s),
-                        ev.step_time_s, None, None, stats, notes)
+def _global(a: Assignment, batch: np.ndarray) -> Assignment:
+    """A model's plan (k indexes its batch) with k indexing the candidates."""
+    return Assignment(int(batch[a.k]), a.pools, a.nodes, a.layers, a.objective_s)
 
 
 def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: float, workers: int, seed: int,
