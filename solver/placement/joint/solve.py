@@ -234,9 +234,9 @@ def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: fl
     """Phases 2 and 3 (module docstring): the same answer across seeds and worker counts."""
     md = jm.model
     md.add(jm.obj <= value)
-    if len(jm.x) > 1 and deadline - time.perf_counter() > 0.05:
+    if len(jm.x) > 1 and deadline - FINISH_S - time.perf_counter() > 0.05:
         md.minimize(jm.rank_expr)
-        s2, st2 = solve_model(md, deadline - time.perf_counter(), workers, seed)
+        s2, st2 = solve_model(md, deadline - FINISH_S - time.perf_counter(), workers, seed)
         _phase("canonical-shape", s2, st2, stats)
         if st2 == cp_model.OPTIMAL:
             plan = read_plan(jm, s2, cands)
@@ -245,7 +245,6 @@ def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: fl
             return plan
     for j, xv in enumerate(jm.x):
         md.add(xv == int(j == plan.k))
-    P = max(len(row) for row in jm.a)
     md.minimize(sum((pl * (jm.num_stages - s)) * av for s, row in enumerate(jm.a) for pl, av in enumerate(row)
                     if av is not None and pl))
     md.clear_hints()
@@ -253,12 +252,11 @@ def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: fl
     prm = solver.parameters
     prm.num_workers, prm.random_seed = 1, 0
     prm.max_deterministic_time = PHASE3_DETERMINISTIC_S
-    prm.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+    prm.max_time_in_seconds = max(0.05, deadline - FINISH_S - time.perf_counter())
     prm.catch_sigint_signal = False
     st3 = solver.solve(md)
     _phase("canonical-placement", solver, st3, stats)
     if st3 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return read_plan(jm, solver, cands)
     notes.append("canonical placement not found in time: the placement may differ between runs")
-    del P
     return plan
