@@ -71,15 +71,8 @@ def _floor(prob: Problem, term: str, candidates: np.ndarray, trivial: int, high:
 
 def incumbent_terms(prob: Problem, labels: np.ndarray) -> tuple[int, int]:
     """(max slot, tail) of a labelling (class labels per cell)."""
-    T, g = prob.tables, prob.grid
-    ring, bnd = prob.level_rows(labels[None, :])
-    cols = np.arange(g.pp)
-    pis = np.zeros(g.pp, dtype=np.int64)
-    if g.pp > 1:
-        bp = T.pi[bnd[0]]
-        pis[:-1] = bp
-        pis[1:] = np.maximum(pis[1:], bp)
-    return int((T.tau[ring[0], cols] + T.v * pis).max()), int(T.tail[ring[0], cols].max())
+    slot, tail = prob.tables.terms(*prob.level_rows(labels[None, :]))
+    return int(slot.max()), int(tail.max())
 
 
 def floors(prob: Problem, high: tuple[int, int], time_s: float, workers: int, seed: int) -> tuple[int, int]:
@@ -87,8 +80,7 @@ def floors(prob: Problem, high: tuple[int, int], time_s: float, workers: int, se
     floors hold for the real links too), no higher than `high` (an incumbent's terms)."""
     T = prob.tables
     end = time.perf_counter() + time_s
-    top_pi = int(T.pi[-1]) if prob.grid.pp > 1 else 0
-    slot_f = _floor(prob, "max_slot", slot_candidates(prob), int((T.tau[-1] + T.v * top_pi).max()), high[0], end,
+    slot_f = _floor(prob, "max_slot", slot_candidates(prob), int(T.least_slots().max()), high[0], end,
                     workers, seed)
     tail_f = _floor(prob, "tail", np.unique(T.tail), int(T.tail[-1].max()), high[1], end, workers, seed)
     return slot_f, tail_f
@@ -137,8 +129,7 @@ def box_bound(prob: Problem, box: tuple[int, int]) -> int:
     """The least objective of a placement with max slot `box[0]` and tail `box[1]`: every
     other slot at its least (top levels)."""
     T = prob.tables
-    top_pi = int(T.pi[-1]) if prob.grid.pp > 1 else 0
-    return (T.mv - 1) * int(box[0]) + int((T.tau[-1] + T.v * top_pi).sum()) + T.v * int(box[1])
+    return (T.mv - 1) * int(box[0]) + int(T.least_slots().sum()) + T.v * int(box[1])
 
 
 def staircase(coarse: Problem, floors_: tuple[int, int], cap: int, time_s: float, workers: int,

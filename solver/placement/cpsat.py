@@ -108,7 +108,7 @@ def _labels(m: Model, solver: cp_model.CpSolver) -> np.ndarray:
 
 
 def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float, workers: int, seed: int,
-            hints: tuple = ()):
+            hints: tuple = (), floors_: Optional[tuple] = None):
     """Close the gap between a proven bound `lo` and an achieved `obj` with the row-count
     relaxation, as feasibility problems at thresholds of the objective: "no row counts at or
     below v" raises `lo` to v + 1; row counts found at a value below `obj` are handed to the
@@ -125,7 +125,7 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
             break
         proof = realised and cap == obj  # the cheapest row counts met are realised: only a proof is missing
         status, proven, counts, got = below(prob, value, left * (0.6 if settled else 0.5), workers, seed,
-                                            minimise=not proof)
+                                            minimise=not proof, floors=floors_)
         settled = status != "UNKNOWN"
         if proven is not None:
             lo = max(lo, proven)
@@ -134,20 +134,22 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
         elif counts is not None:
             cap = got
             left = end - time.perf_counter()
-            found = search_at(prob, got, left / 2, workers, seed, counts=counts, hints=hints) if left > 0.05 else None
+            found = search_at(prob, got, left / 2, workers, seed, counts=counts, hints=hints,
+                              floors_=floors_) if left > 0.05 else None
             if found is not None and _value(prob, found) < obj:
                 labels, obj, realised = found, _value(prob, found), True
     return lo, obj, labels
 
 
-def search_at(prob: Problem, value: int, time_s: float, workers: int, seed: int, counts=None,
-              hints: tuple = (), deterministic_s: Optional[float] = None, coarse=None,
-              floors_: Optional[tuple] = None, proven: bool = False) -> Optional[np.ndarray]:
-    """A labelling with objective <= `value` (and the given row counts, classes x rows; or
-    `coarse` = (coarse class of each class, row counts per coarse class), the counts of the
-    hierarchical relaxation), as a feasibility problem; None if none is found within the limit.
-    `proven`: `value` is a proven lower bound, so the objective is fixed to it (minimising it
-    then guides the search by its LP, several times faster than feasibility alone)."""
+def search_at(prob: Problem, value: int, time_s: float, workers: int, seed: int, counts=None, groups=None,
+              hints: tuple = (), deterministic_s: Optional[float] = None, floors_: Optional[tuple] = None,
+              proven: bool = False) -> Optional[np.ndarray]:
+    """A labelling with objective <= `value` (and row counts `counts`, groups x rows, where
+    `groups` gives each class's group: by default each class its own, or the class of the
+    lifted links that holds it, `relax.coarse_of`), as a feasibility problem; None if none is
+    found within the limit. `proven`: `value` is a proven lower bound, so the objective is
+    fixed to it (minimising it then guides the search by its LP, several times faster than
+    feasibility alone)."""
     m = build_model(prob, hints, floors_=floors_)
     m.model.add(m.objective <= int(value))
     if proven:
@@ -156,39 +158,40 @@ def search_at(prob: Problem, value: int, time_s: float, workers: int, seed: int,
         m.model.clear_objective()
     g = prob.grid
     if counts is not None:
-        for k in range(m.classes):
+        groups = list(range(m.classes)) if groups is None else groups
+        for r in range(len(counts)):
+            members = [k for k in range(m.classes) if groups[k] == r]
             for s in range(g.pp):
-                m.model.add(sum(m.y[k][g.cell(s, j)] for j in range(g.groups)) == int(counts[k, s]))
-    if coarse is not None:
-        of, cc = coarse
-        for r in range(len(cc)):
-            members = [k for k in range(m.classes) if of[k] == r]
-            for s in range(g.pp):
-                m.model.add(sum(m.y[k][g.cell(s, j)] for k in members for j in range(g.groups)) == int(cc[r, s]))
+                m.model.add(sum(m.y[k][g.cell(s, j)] for k in members for j in range(g.groups)) == int(counts[r, s]))
     solver, st = solve_model(m.model, time_s, workers, seed, deterministic_s=deterministic_s)
     return _labels(m, solver) if st in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
 
 
-def canonical(prob: Problem, optimum: int, hints: tuple, time_s: float,
+def canonical(prob: Problem, coarse: Problem, optimum: int, hints: tuple, time_s: float,
               floors_: Optional[tuple] = None) -> Optional[np.ndarray]:
     """One labelling at the proven `optimum`, the same for every seed and worker count of the
-    search that proved it: row counts (of the hierarchical relaxation, then of the real links),
+    search that proved it: row counts (of `coarse`, the lifted links, then of the real links),
     then cells with those counts (or, failing both, any cells), each found by a search with
     one worker, seed 0 and a limit in deterministic time (CANONICAL_DETERMINISTIC_S; `time_s`
     seconds in all as a safety net). None if not found."""
     end = time.perf_counter() + time_s
-    hb = hierarchy_bound(relaxed(prob), optimum, floors_, time_s, 1, 0, deterministic_s=CANONICAL_DETERMINISTIC_S,
-                         at_least=optimum)
-    if hb.counts is not None:
-        labels = search_at(prob, optimum, max(end - time.perf_counter(), 0.01), 1, 0, hints=hints, floors_=floors_,
-                           coarse=(coarse_of(prob, hb.coarse), hb.counts), deterministic_s=CANONICAL_DETERMINISTIC_S,
-                           proven=True)
-        if labels is not None:
-            return labels
-    _, _, counts, _ = below(prob, optimum, max(end - time.perf_counter(), 0.01), 1, 0,
-                            deterministic_s=CANONICAL_DETERMINISTIC_S, floors=floors_)
-    for c in ((counts, None) if counts is not None else (None,)):
-        labels = search_at(prob, optimum, max(end - time.perf_counter(), 0.01), 1, 0, counts=c, hints=hints, proven=True,
+
+    def left():
+        return max(end - time.perf_counter(), 0.01)
+
+    def lifted_counts():
+        hb = hierarchy_bound(coarse, optimum, floors_, left(), 1, 0, deterministic_s=CANONICAL_DETERMINISTIC_S,
+                             at_least=optimum)
+        return hb.counts, coarse_of(prob, coarse)
+
+    def real_counts():
+        return below(prob, optimum, left(), 1, 0, deterministic_s=CANONICAL_DETERMINISTIC_S, floors=floors_)[2], None
+
+    for step in (lifted_counts, real_counts, None):  # each only if the one before found no labelling
+        counts, groups = step() if step is not None else (None, None)
+        if step is not None and counts is None:
+            continue
+        labels = search_at(prob, optimum, left(), 1, 0, counts=counts, groups=groups, hints=hints, proven=True,
                            deterministic_s=CANONICAL_DETERMINISTIC_S, floors_=floors_)
         if labels is not None:
             return labels
@@ -221,17 +224,17 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
 
     info: dict = {"workers": workers}
     labels, obj, bound, fl = None, None, 0, None
+    coarse = relaxed(prob)
     if hints:
         best = min(hints, key=prob.objective_of_nodes)
         labels, obj = prob.class_of[best], prob.objective_of_nodes(best)
-        coarse = relaxed(prob)
         fl = floors(coarse, incumbent_terms(prob, labels), until(FLOORS_END), workers, seed)
         hb = staircase(coarse, fl, obj, until(HIERARCHY_END), workers, seed)
         info.update(floors=list(fl), hierarchy=hb.status, hierarchy_bound=hb.bound, classes_lifted=len(coarse.classes))
         bound = max(bound, hb.bound or 0)
         if hb.counts is not None and bound < obj and hb.value < obj:  # realise its row counts
-            found = search_at(prob, hb.value, until(AT_BOUND_END), workers, seed, hints=hints, floors_=fl,
-                              coarse=(coarse_of(prob, hb.coarse), hb.counts), proven=hb.value == bound)
+            found = search_at(prob, hb.value, until(AT_BOUND_END), workers, seed, counts=hb.counts,
+                              groups=coarse_of(prob, coarse), hints=hints, floors_=fl, proven=hb.value == bound)
             info["at_bound"] = found is not None
             if found is not None and _value(prob, found) < obj:
                 labels, obj = found, _value(prob, found)
@@ -250,7 +253,7 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
             info["status"], info["wall_time_s"] = status, time.perf_counter() - t0
             return status, None, None, None, info
     if bound < obj and left() > 0.1:
-        bound, obj, labels = tighten(prob, bound, obj, labels, until(ROWS_END), workers, seed, hints)
+        bound, obj, labels = tighten(prob, bound, obj, labels, until(ROWS_END), workers, seed, hints, fl)
         info["row_bound"] = bound
     if bound < obj and left() > 0.1:
         m2 = build_model(prob, hints, at_least=bound, start=labels, floors_=fl)
@@ -265,7 +268,7 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
     bound = min(bound, obj)
     if status == "OPTIMAL":
         t1 = time.perf_counter()
-        canon = canonical(prob, obj, hints, max(time_limit_s - (t1 - t0), 0.01), fl)
+        canon = canonical(prob, coarse, obj, hints, max(time_limit_s - (t1 - t0), 0.01), fl)
         info["canonical"], info["canonical_s"] = canon is not None, time.perf_counter() - t1
         if canon is not None:
             labels = canon

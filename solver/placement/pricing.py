@@ -211,20 +211,28 @@ class Tables:
     mv: int  # m*v
     v: int
 
-    def objective(self, ring_level: np.ndarray, bnd_level: np.ndarray) -> np.ndarray:
-        """v * step time in quanta for rows of per-stage ring levels (R x pp) and boundary
-        levels (R x pp-1); the same integer the CP-SAT model minimises."""
+    def terms(self, ring_level: np.ndarray, bnd_level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-stage slots (tau + v * the slower adjacent boundary's p2p) and tails, R x pp, for
+        rows of per-stage ring levels (R x pp) and boundary levels (R x pp-1)."""
         R, p = ring_level.shape
         cols = np.arange(p)[None, :]
-        tau = self.tau[ring_level, cols]
-        tail = self.tail[ring_level, cols]
         pis = np.zeros((R, p), dtype=np.int64)
         if p > 1:
             bp = self.pi[bnd_level]  # R x p-1
             pis[:, :-1] = bp
             pis[:, 1:] = np.maximum(pis[:, 1:], bp)
-        slot = tau + self.v * pis
+        return self.tau[ring_level, cols] + self.v * pis, self.tail[ring_level, cols]
+
+    def objective(self, ring_level: np.ndarray, bnd_level: np.ndarray) -> np.ndarray:
+        """v * step time in quanta for rows of levels (`terms`); the same integer the CP-SAT
+        model minimises."""
+        slot, tail = self.terms(ring_level, bnd_level)
         return (self.mv - 1) * slot.max(1) + slot.sum(1) + self.v * tail.max(1)
+
+    def least_slots(self) -> np.ndarray:
+        """Each stage's least slot: its ring and boundaries at the top level."""
+        p = self.tau.shape[1]
+        return self.tau[-1] + (self.v * int(self.pi[-1]) if p > 1 else 0)
 
 
 def build_tables(pricer: Pricer, levels: Levels) -> Tables:
