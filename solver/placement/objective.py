@@ -39,16 +39,22 @@ def boundary_useful(T: Tables) -> list[bool]:
     return [lv > 0 and T.pi[lv - 1] != T.pi[lv] for lv in range(len(T.pi))]
 
 
+def level_chain(md: cp_model.CpModel, name: str, levels) -> dict:
+    """Order literals `ge[l]` ("every link used is at least level l") for the increasing
+    `levels`, each implying the one before (the joint model's too)."""
+    ge, prev = {}, None
+    for lv in levels:
+        ge[lv] = md.new_bool_var(f"{name}_ge{lv}")
+        if prev is not None:
+            md.add_implication(ge[lv], prev)
+        prev = ge[lv]
+    return ge
+
+
 def order_literals(md: cp_model.CpModel, name: str, useful: list[bool]) -> list:
     """ge[l] for the useful levels (None elsewhere), ge[l] -> ge[l'] for useful l' < l."""
-    ge, prev = [None] * len(useful), None
-    for lv in range(1, len(useful)):
-        if useful[lv]:
-            ge[lv] = md.new_bool_var(f"{name}_ge{lv}")
-            if prev is not None:
-                md.add_implication(ge[lv], prev)
-            prev = ge[lv]
-    return ge
+    ge = level_chain(md, name, [lv for lv in range(1, len(useful)) if useful[lv]])
+    return [ge.get(lv) for lv in range(len(useful))]
 
 
 def _cost(ge, table):  # table[l] nonincreasing: value at the chosen level

@@ -34,22 +34,11 @@ import numpy as np
 
 from ...formulation.splits import balanced_split
 from ...search.cpsat.ortools_cp import cp_model
+from ..objective import level_chain
 from .heuristic import Assignment
 from .prepare import JointCandidates
 
 ROWS = ("slot_slope", "slot_const", "opt_slope", "opt_const", "red_slope", "red_const")
-
-
-def _level_chain(md: cp_model.CpModel, name: str, levels) -> dict:
-    """Order literals `ge[l]` ("every link used is at least level l") for the increasing
-    `levels`, each implying the one before."""
-    ge, prev = {}, None
-    for lv in levels:
-        ge[lv] = md.new_bool_var(f"{name}_ge{lv}")
-        if prev is not None:
-            md.add_implication(ge[lv], prev)
-        prev = ge[lv]
-    return ge
 
 
 def floor_q(x, q: float) -> np.ndarray:
@@ -199,7 +188,7 @@ def build_joint_model(cands: JointCandidates, tab: IntTables, cap: Optional[int]
                       for pl in range(Pn) for k in ("ys", "yc", "bs", "bc", "os", "oc", "rs", "rc"))
                 for lv in range(Lv + 1)]
         levels = _useful(keys)
-        ge = _level_chain(md, f"ring{s}", levels)
+        ge = level_chain(md, f"ring{s}", levels)
         for lv in levels:
             for c in range(K):
                 for c2 in range(c, K):
@@ -214,7 +203,7 @@ def build_joint_model(cands: JointCandidates, tab: IntTables, cap: Optional[int]
     bkeys = [bnd_key(lv) for lv in range(Lv)]
     blevels = _useful(bkeys) if Lv else []
     for b in range(S - 1):
-        ge = _level_chain(md, f"bnd{b}", blevels)
+        ge = level_chain(md, f"bnd{b}", blevels)
         for lv in blevels:
             for c in range(K):
                 for c2 in range(K):
