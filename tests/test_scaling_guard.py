@@ -89,8 +89,7 @@ def test_models_of_real_instances_stay_under_the_limits(model, cluster):
     L = cands.job.model.num_layers
     form = linear_form(cands.coeffs, L)
     iform = cpsat.IntegerForm.make(form, cands.time_lb_s, st["time_quantum_s"])
-    built = cpsat.build_model(iform, list(range(cands.num_survivors)), L, st["cap_quanta"],
-                              rank=cpsat.shape_ranks(cands))
+    built = cpsat.build_model(iform, list(range(cands.num_survivors)), L, st["cap_quanta"])
     sc = cpsat.model_scaling(built.model)
     assert sc["max_coefficient"] < cpsat.SAFE_COEFFICIENT
     assert sc["max_enforced_activity"] < cpsat.SAFE_ACTIVITY

@@ -27,7 +27,6 @@ class Model:
     y: object  # the steady-state part
     tail: object
     obj: object
-    rank_expr: object
     aux: dict = field(default_factory=dict)
 
 
@@ -42,7 +41,7 @@ def _row(model, var, slope: int, lvar, const: int, lit) -> None:
         model.add(var >= slope * lvar + const).only_enforce_if(lit)
 
 
-def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Optional[int], *, rank: np.ndarray,
+def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Optional[int], *,
                 uneven: bool = True, symmetry: bool = True, hint: Optional[tuple[int, list[int]]] = None,
                 deadline: Optional[float] = None) -> Model:
     """The CP-SAT model over `shapes` (indices into the integer form) with the objective capped
@@ -108,8 +107,7 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     model.add(obj == y + tail + sum(int(form.base[k]) * x[j] for j, k in enumerate(shapes)))
     model.add(obj >= sum(int(form.lower_bound[k]) * x[j] for j, k in enumerate(shapes)))
     model.minimize(obj)
-    rank_expr = sum(int(rank[k]) * x[j] for j, k in enumerate(shapes))
-    m = Model(model, list(shapes), x, layers, y, tail, obj, rank_expr, aux={"z": z, "act": act})
+    m = Model(model, list(shapes), x, layers, y, tail, obj, aux={"z": z, "act": act})
     if hint is not None:
         add_hint(m, form, hint[0], hint[1])
     return m

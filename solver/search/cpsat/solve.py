@@ -89,10 +89,10 @@ def _read(m: Model, solver) -> tuple[int, list[int]]:
     return m.shapes[j], [int(solver.value(lv)) for lv in m.layers]
 
 
-def _phase_stats(phase: str, solver, status, m: Model, build_s: float) -> dict:
+def _phase_stats(phase: str, solver, status, m: Model) -> dict:
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     return {"phase": phase, "status": plan_status(status), "wall_time_s": solver.wall_time,
-            "build_time_s": build_s, "branches": solver.num_branches, "conflicts": solver.num_conflicts,
+            "branches": solver.num_branches, "conflicts": solver.num_conflicts,
             "num_booleans": solver.num_booleans, "num_variables": len(m.model.proto.variables),
             "num_constraints": len(m.model.proto.constraints),
             "objective": solver.objective_value if solved else None,
@@ -245,10 +245,9 @@ class _Search:
         if not in_model:
             return None, cap
         tb = time.perf_counter()
-        hint = (self.order[0], self.known(self.order[0])) if self.order and self.order[0] in in_model else None
-        try:
-            m = build_model(iform, in_model, self.L, cap, rank=self.rank, uneven=self.uneven, symmetry=self.symmetry,
-                            hint=hint, deadline=self.deadline)
+        try:  # the known plan is hinted by solve_round
+            m = build_model(iform, in_model, self.L, cap, uneven=self.uneven, symmetry=self.symmetry,
+                            deadline=self.deadline)
         except TimeoutError as exc:
             self.notes.append(str(exc))
             return None, cap
@@ -275,7 +274,7 @@ class _Search:
             return known
         cb = _Progress(self.progress, self.q, self.t0, "optimize") if self.progress is not None else None
         solver, st = solve_model(m.model, left, self.workers, self.seed, presolve=self.presolve, callback=cb)
-        self.stats["phases"].append(_phase_stats(f"round{round_no}", solver, st, m, 0.0))
+        self.stats["phases"].append(_phase_stats(f"round{round_no}", solver, st, m))
         if st == cp_model.INFEASIBLE and known is not None and not self.refuted:
             self.refuted = True
             self.presolve = not self.presolve
@@ -284,7 +283,7 @@ class _Search:
             solver, st = solve_model(m.model, max(0.01, self.deadline - time.perf_counter()), self.workers, self.seed,
                                      presolve=self.presolve)
             self.stats["phases"].append(_phase_stats(f"round{round_no}-presolve-{'on' if self.presolve else 'off'}",
-                                                     solver, st, m, 0.0))
+                                                     solver, st, m))
         status = plan_status(st)
         if status == "INFEASIBLE":
             if known is not None:
