@@ -191,7 +191,7 @@ def heuristic_plans(prices: Prices, stage_nodes_of: np.ndarray, shapes_idx, unev
     shapes with the same pipeline depth and stage size share their patterns and nodes.
     `layers`: a split every plan keeps (the shapes then share one pipeline depth). `extra`:
     shape -> pools of its stages, one more pattern tried for its group (e.g. where its bound
-    reaches its largest slot: `bounds.bound_patterns`)."""
+    reaches its largest slot: `bounds.bound_and_patterns`)."""
     nodes = prices.nodes
     P = len(prices.views)
     orders = [node_order(nodes, pl) for pl in range(P)]

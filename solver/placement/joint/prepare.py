@@ -215,16 +215,17 @@ def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prun
 def _cut_short(job: JobSpec, nodes: NodeSet, best_row, best, outside: float, n_shapes: int, n_time: int
                ) -> JointCandidates:
     """The candidates when the deadline passes before the shapes are expanded: the incumbent's
-    shape alone, and the least compute bound of the rest as `outside_bound_s`."""
+    shape alone, and the least compute bound of the rest as `outside_bound_s`; the `n_shapes`
+    counted so far are all the legal ones known (none set aside as dominated yet)."""
     if best is None:
         pr = Prices(job, nodes, Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))))
         return JointCandidates(job, nodes, pr, np.zeros(0, dtype=np.int64), np.zeros(0), None, float("inf"),
-                               0, n_shapes, 0, n_time, outside)
+                               n_shapes, n_shapes, 0, n_time, outside)
     pr = Prices(job, nodes, _single(best_row))
     per = np.array([len(best.nodes[0])])
     inc = Assignment(0, best.pools, best.nodes, best.layers, best.objective_s)
     step = pr.evaluate(0, inc.pools, inc.nodes, inc.layers).step_time_s
-    return JointCandidates(job, nodes, pr, per, np.array([min(outside, step)]), inc, step, 0, n_shapes, 0,
+    return JointCandidates(job, nodes, pr, per, np.array([min(outside, step)]), inc, step, n_shapes, n_shapes, 0,
                            n_time, outside)
 
 
