@@ -31,7 +31,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 EXAMPLES = int(os.environ.get("SOLVEPLAN_JOINT_EXAMPLES", "20"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+# derandomize: CI draws the same examples on every run, so its verdict does not depend on the
+# seed; SOLVEPLAN_JOINT_EXAMPLES widens the sample (more examples of the same fixed sequence)
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, print_blob=True, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 MIXED = {"name": "mixed-h100-a100", "inter_pool_gbit_per_s": 100, "pools": [
     {"name": "h100", "gpu": "h100-sxm", "gpus_per_node": 8, "num_nodes": 2, "nvlink_gbyte_per_s": 450,
