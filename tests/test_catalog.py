@@ -11,6 +11,7 @@ import yaml
 from solveplan.catalog import (_catalog_dir, catalog_clusters, catalog_families, catalog_gpus, catalog_models,
                                family_cluster, load_cluster, load_model)
 from solveplan.errors import InputError
+from solveplan.specs.model import MLA_FIELDS, MOE_FIELDS
 from solveplan.specs import ClusterSpec, GPUSpec, ModelSpec
 
 # Models with learned absolute position embeddings (seq_length x hidden weights the spec does
@@ -43,6 +44,17 @@ def test_model_entry(name):
     raw = yaml.safe_load((_catalog_dir("models") / f"{name}.yaml").read_text())
     fields = set(ModelSpec.model_fields) - {"name"}
     optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor"}
+    # a dense entry leaves the mixture-of-experts and multi-latent-attention fields out; an MoE
+    # entry states them, except a layer pattern (when moe_layer_freq says it), group-limited
+    # routing and token dropping (absent from most models)
+    moe_and_mla = set(MOE_FIELDS) | set(MLA_FIELDS) | {
+        "num_experts", "moe_shared_expert_gate", "moe_layer_freq", "moe_router_score_function",
+        "moe_router_enable_expert_bias", "multi_latent_attention", "mtp_num_layers"}
+    if "num_experts" in raw:
+        moe_and_mla = {"moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk",
+                       "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size"}
+        moe_and_mla |= set() if raw.get("multi_latent_attention") else set(MLA_FIELDS)
+    optional |= moe_and_mla
     assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None
     rope = m.position_embedding == "rope"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from .base import Spec
 
@@ -14,6 +14,11 @@ Normalization = Literal["LayerNorm", "RMSNorm"]
 Activation = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu"]
 GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated MLPs: 3 weight matrices
 ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
+RouterScore = Literal["softmax", "sigmoid"]
+# Fields that only a mixture-of-experts model (num_experts set) may state.
+MOE_FIELDS = ("moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
+              "moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk", "moe_expert_capacity_factor")
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
 
 
@@ -54,6 +59,43 @@ class ModelSpec(Spec):
     dropout: float = Field(
         0.1, ge=0, lt=1, description="hidden and attention dropout (Megatron-LM --hidden-dropout/--attention-dropout, "
                                      "default 0.1); modern decoders (Llama, Mistral, Qwen, Nemotron, MPT) train with 0")
+    # ---- mixture of experts (Megatron-LM --num-experts, --moe-*; megatron/core/transformer/
+    # transformer_config.py). A model without num_experts is dense and ignores the rest.
+    num_experts: Optional[PositiveInt] = Field(
+        None, description="routed experts per MoE layer (Megatron --num-experts, HF num_local_experts / "
+                          "n_routed_experts / num_experts); unset for a dense model")
+    moe_ffn_hidden_size: Optional[PositiveInt] = Field(
+        None, description="FFN hidden size of one routed expert (Megatron --moe-ffn-hidden-size, HF "
+                          "moe_intermediate_size); ffn_hidden_size stays the size of the dense layers' MLP")
+    moe_router_topk: Optional[PositiveInt] = Field(None, description="experts each token is routed to (top-k)")
+    moe_shared_expert_intermediate_size: Optional[PositiveInt] = Field(
+        None, description="FFN hidden size of all shared experts together (Megatron "
+                          "--moe-shared-expert-intermediate-size; DeepSeek: n_shared_experts x moe_intermediate_size)")
+    moe_shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert's output (Qwen2-MoE)")
+    moe_layer_freq: PositiveInt = Field(
+        1, description="every n-th layer is MoE, counting from layer 0 (Megatron's integer --moe-layer-freq)")
+    moe_layer_pattern: Optional[tuple[int, ...]] = Field(
+        None, description="1 (MoE) or 0 (dense) for each layer (Megatron's list --moe-layer-freq); overrides "
+                          "moe_layer_freq, e.g. DeepSeek-V3's first 3 layers dense")
+    moe_router_score_function: RouterScore = Field(
+        "softmax", description="router scores: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)")
+    moe_router_enable_expert_bias: bool = Field(
+        False, description="auxiliary-loss-free load balancing with a per-expert bias (DeepSeek-V3)")
+    moe_router_num_groups: Optional[PositiveInt] = Field(
+        None, description="expert groups for group-limited routing (DeepSeek-V3: 8 groups, tokens see top-4)")
+    moe_router_group_topk: Optional[PositiveInt] = Field(None, description="groups each token may be routed to")
+    moe_expert_capacity_factor: Optional[PositiveFloat] = Field(
+        None, description="token dropping at this capacity factor; unset: dropless (every routed token computed)")
+    # ---- multi-latent attention (DeepSeek-V2/V3; Megatron --multi-latent-attention)
+    multi_latent_attention: bool = False
+    q_lora_rank: Optional[PositiveInt] = Field(None, description="rank of the query compression; unset: full-rank Q")
+    kv_lora_rank: Optional[PositiveInt] = Field(None, description="rank of the joint KV compression (cached latent)")
+    qk_head_dim: Optional[PositiveInt] = Field(None, description="per-head Q/K dimension without RoPE (nope)")
+    qk_pos_emb_head_dim: Optional[PositiveInt] = Field(None, description="per-head Q/K dimension with RoPE")
+    v_head_dim: Optional[PositiveInt] = Field(None, description="per-head V dimension")
+    mtp_num_layers: NonNegativeInt = Field(
+        0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
+                       "layer, a 2h x h projection and two norms, and a second LM head pass")
     seq_length: PositiveInt = Field(2048, description="sequence length of the source's training recipe (job default)")
     global_batch_size: PositiveInt = Field(512, description="global batch (sequences) of the source's recipe (job default)")
     nominal_params_b: Optional[float] = Field(None, gt=0, description="parameter count the source states, billions")
@@ -105,7 +147,44 @@ class ModelSpec(Spec):
                 raise ValueError(f"{given[0]} applies to rotary embeddings only; set position_embedding: rope or drop it")
         if self.add_bias_linear and self.add_qkv_bias is False:
             raise ValueError("add_qkv_bias false with add_bias_linear true: linear biases include the QKV projection")
+        self._check_moe()
+        self._check_mla()
         return self
+
+    def _check_moe(self) -> None:
+        if self.num_experts is None:
+            given = [f for f in MOE_FIELDS if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{given[0]} applies to mixture-of-experts models only; set num_experts or drop it")
+            return
+        for f in ("moe_ffn_hidden_size", "moe_router_topk"):
+            if getattr(self, f) is None:
+                raise ValueError(f"a mixture-of-experts model (num_experts {self.num_experts}) needs {f}")
+        if self.moe_router_topk > self.num_experts:
+            raise ValueError(f"moe_router_topk ({self.moe_router_topk}) exceeds num_experts ({self.num_experts})")
+        pattern = self.moe_layer_pattern
+        if pattern is not None:
+            if len(pattern) != self.num_layers or any(v not in (0, 1) for v in pattern):
+                raise ValueError(f"moe_layer_pattern must list 0 or 1 for each of the {self.num_layers} layers; "
+                                 f"got {len(pattern)} values")
+        if not any(self.moe_layer_mask):
+            raise ValueError("no layer is MoE: moe_layer_pattern holds no 1 (drop num_experts for a dense model)")
+        groups, group_topk = self.moe_router_num_groups, self.moe_router_group_topk
+        if (groups is None) != (group_topk is None):
+            raise ValueError("moe_router_num_groups and moe_router_group_topk go together; give both or neither")
+        if groups is not None and (self.num_experts % groups or group_topk > groups):
+            raise ValueError(f"moe_router_num_groups ({groups}) must divide num_experts ({self.num_experts}) "
+                             f"and be at least moe_router_group_topk ({group_topk})")
+
+    def _check_mla(self) -> None:
+        if not self.multi_latent_attention:
+            given = [f for f in MLA_FIELDS if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{given[0]} applies to multi-latent attention only; set multi_latent_attention: true")
+            return
+        for f in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if getattr(self, f) is None:
+                raise ValueError(f"multi_latent_attention needs {f}")
 
     # ---- derived quantities (pure) ----
     @property
@@ -128,18 +207,95 @@ class ModelSpec(Spec):
         return 3 if self.gated_mlp else 2
 
     @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def attention_params(self) -> int:
+        """Weights of one attention block. Standard (GQA) attention: QKV h*(h_q+2*h_kv) and the
+        projection h_q*h, h_q = heads*head_dim. Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
+        Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or
+        h*a*(d_nope+d_rope) without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up
+        r_kv*a*(d_nope+d_v); the projection a*d_v*h."""
+        h, a = self.hidden_size, self.num_attention_heads
+        if not self.multi_latent_attention:
+            hq = self.q_hidden_size
+            return h * (hq + 2 * self.kv_hidden_size) + hq * h
+        d_qk = self.qk_head_dim + self.qk_pos_emb_head_dim
+        r_q, r_kv = self.q_lora_rank, self.kv_lora_rank
+        q = h * a * d_qk if r_q is None else h * r_q + r_q + r_q * a * d_qk
+        kv = h * (r_kv + self.qk_pos_emb_head_dim) + r_kv + r_kv * a * (self.qk_head_dim + self.v_head_dim)
+        return q + kv + a * self.v_head_dim * h
+
+    @property
+    def dense_layer_params(self) -> int:
+        """Weights of one dense layer: attention, MLP (2|3)*h*f, two norms 2*2h (biases ignored:
+        < 0.1%)."""
+        h = self.hidden_size
+        return self.attention_params + self.mlp_matrices * h * self.ffn_hidden_size + 4 * h
+
+    @property
     def params_per_layer(self) -> int:
-        """Weights of one transformer layer: QKV h*(h_q+2*h_kv), projection h_q*h, MLP (2|3)*h*f,
-        two norms 2*2h (biases ignored: < 0.1%); h_q = heads*head_dim (= h unless kv_channels is set)."""
-        h, f, hq = self.hidden_size, self.ffn_hidden_size, self.q_hidden_size
-        return h * (hq + 2 * self.kv_hidden_size) + hq * h + self.mlp_matrices * h * f + 4 * h
+        """Weights of one layer of a dense model (`dense_layer_params`). A mixture-of-experts model
+        has two kinds of layers: use `dense_layer_params` / `moe_layer_params`."""
+        return self.dense_layer_params
+
+    def _moe_mlp_params(self, experts: int) -> int:
+        """`experts` routed experts of (2|3)*h*f_e each, the shared experts (2|3)*h*f_s, their
+        gate h, and the router h*E (+E expert biases)."""
+        h, E = self.hidden_size, self.num_experts
+        shared = self.mlp_matrices * h * (self.moe_shared_expert_intermediate_size or 0)
+        gate = h if self.moe_shared_expert_gate else 0
+        router = h * E + (E if self.moe_router_enable_expert_bias else 0)
+        return experts * self.mlp_matrices * h * self.moe_ffn_hidden_size + shared + gate + router
+
+    @property
+    def moe_layer_params(self) -> int:
+        """Weights of one MoE layer: attention, every routed expert, shared experts, router, norms."""
+        return self.attention_params + self._moe_mlp_params(self.num_experts) + 4 * self.hidden_size
+
+    @property
+    def moe_layer_active_params(self) -> int:
+        """Weights one token uses in an MoE layer: attention, top-k routed experts, shared experts,
+        router, norms."""
+        return self.attention_params + self._moe_mlp_params(self.moe_router_topk) + 4 * self.hidden_size
+
+    @property
+    def moe_layer_mask(self) -> tuple[bool, ...]:
+        """Which layers are MoE: `moe_layer_pattern`, else layer i is MoE when i % moe_layer_freq == 0
+        (Megatron-LM `get_gpt_decoder_block_spec`); all False for a dense model."""
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        if self.moe_layer_pattern is not None:
+            return tuple(bool(v) for v in self.moe_layer_pattern)
+        return tuple(i % self.moe_layer_freq == 0 for i in range(self.num_layers))
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.moe_layer_mask)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
 
     @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
+    def _layers_params(self, moe_params: int) -> int:
+        return self.num_dense_layers * self.dense_layer_params + self.num_moe_layers * moe_params
+
     @property
     def num_params(self) -> int:
-        """Total parameters: layers + input embedding + (untied) LM head + final norm."""
+        """Total parameters: layers + input embedding + (untied) LM head + final norm. MTP modules
+        are not counted (published sizes leave them out: DeepSeek-V3's 671B)."""
         head = 0 if self.tied_embeddings else self.embedding_params
-        return self.num_layers * self.params_per_layer + self.embedding_params + head + 2 * self.hidden_size
+        layers = self._layers_params(self.moe_layer_params if self.is_moe else 0)
+        return layers + self.embedding_params + head + 2 * self.hidden_size
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token uses (MoE: top-k routed experts); equals num_params for a dense model."""
+        head = 0 if self.tied_embeddings else self.embedding_params
+        layers = self._layers_params(self.moe_layer_active_params if self.is_moe else 0)
+        return layers + self.embedding_params + head + 2 * self.hidden_size
