@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Optional
 
 import numpy as np
 
@@ -23,9 +24,16 @@ class Shapes:
     recompute: np.ndarray  # RECOMPUTE_CODES
     sequence_parallel: np.ndarray  # bool
     zero: np.ndarray  # 0 plain DP, 1 distributed optimizer / ZeRO-1, 2, 3
+    # expert parallelism of the MoE layers (Megatron-Core's MoE parallel folding: the experts'
+    # etp x ep x expert-dp spans the same tp x cp x dp GPUs as attention); 1 for a dense model
+    ep: Optional[np.ndarray] = None
+    etp: Optional[np.ndarray] = None
 
     def __post_init__(self):
         n = len(self.tp)
+        for name in ("ep", "etp"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.ones(n, dtype=np.int64))
         for f in fields(self):
             arr = np.asarray(getattr(self, f.name))
             if arr.shape != (n,):
@@ -37,9 +45,10 @@ class Shapes:
 
     @classmethod
     def single(cls, *, tp=1, pp=1, dp=1, cp=1, vp=1, micro_batch_size=1, recompute="none",
-               sequence_parallel=False, zero=0) -> "Shapes":
+               sequence_parallel=False, zero=0, ep=1, etp=1) -> "Shapes":
         code = RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else int(recompute)
-        return cls(*(np.array([v]) for v in (tp, pp, dp, cp, vp, micro_batch_size, code, sequence_parallel, zero)))
+        return cls(*(np.array([v]) for v in (tp, pp, dp, cp, vp, micro_batch_size, code, sequence_parallel, zero,
+                                             ep, etp)))
 
     @classmethod
     def concat(cls, parts: list["Shapes"]) -> "Shapes":
