@@ -8,6 +8,7 @@ import json
 import pytest
 import yaml
 
+from conftest import llama4_vision_params
 from solveplan.catalog import (_catalog_dir, catalog_clusters, catalog_families, catalog_gpus, catalog_models,
                                family_cluster, load_cluster, load_model)
 from solveplan.errors import InputError
@@ -18,6 +19,9 @@ from solveplan.specs import ClusterSpec, GPUSpec, ModelSpec
 # not count): GPT-3 and GPT-2 (Radford et al. 2019), Megatron-LM GPT (Narayanan et al. Eq. 2
 # counts s*h), OPT. Their notes say so; the check adds those weights back before comparing.
 LEARNED_POSITIONS = ("gpt3-", "megatron-", "gpt2", "opt-")
+# Llama 4 is multimodal: Meta's totals (109B, 400B) include the vision encoder and projector, which
+# the spec (the text decoder) leaves out; their notes say so and the check adds them back.
+MULTIMODAL = ("llama4-",)
 
 
 def _models():
@@ -67,6 +71,9 @@ def test_model_entry(name):
     if name.startswith(LEARNED_POSITIONS):
         assert "position embeddings" in m.notes
         params += m.seq_length * m.hidden_size
+    if name.startswith(MULTIMODAL):
+        assert "vision encoder" in m.notes
+        params += llama4_vision_params()
     assert abs(params / 1e9 - m.nominal_params_b) <= 0.01 * m.nominal_params_b, (params / 1e9, m.nominal_params_b)
     assert load_model(name) is m and load_model(name.upper()) is m
 
