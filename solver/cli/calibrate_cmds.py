@@ -81,7 +81,8 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
 
 
 @click.command()
-@click.option("--data", multiple=True, help="Published-runs JSON file (repeatable; default: both files in ../shared/data).")
+@click.option("--data", multiple=True, help="Published-runs JSON file, or a folder holding them such as ../shared/data "
+                                           "(repeatable; default: the copies shipped in the package).")
 @click.option("--cross-validate", "by", type=click.Choice(["source", "model", "gpu"]), default=None,
               help="Fit on every group but one and predict the one left out (minutes: one fit per group).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
