@@ -1,6 +1,6 @@
 """The plan: one value type for every method's answer and every configuration evaluated.
 Its times and memory are always recomputed with the float formulation (`make_plan`), never
-read back from a solver's scaled integer objective (DESIGN.md section 2).
+read back from a solver's scaled integer objective (docs/DESIGN.md section 2).
 
 Three ways to a plan, each through `make_plan`: a search method's choice (`optimize`), an
 explicit configuration (`plan_config`: `space.rules.complete_config` fills and checks it),
