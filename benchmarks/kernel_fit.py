@@ -2,7 +2,8 @@
 
     python benchmarks/kernel_fit.py [--kernels FILE] [--gpu NAME]
 
-Reads a kernel file (`../shared/data/h200_kernels.json` by default: 288 bf16 and 64 FP8 GEMMs
+Reads a kernel file (`published/h200_kernels.json` by default, the shipped copy of
+`../shared/data/h200_kernels.json`: 288 bf16 and 64 FP8 GEMMs
 of real layers and 30 causal attention cases measured on one H200, with how they were taken;
 or what `solveplan probe` writes) and reports, per kernel family:
 - the efficiency fitted from the kernels alone (`solveplan.calibration.kernel_fit`), and the
@@ -24,7 +25,7 @@ from _common import RESULTS, ROOT, code_state
 from solveplan.calibration.kernel_fit import fit_kernels, ratios_at
 from solveplan.catalog import load_gpu
 
-DEFAULT_KERNELS = ROOT.parent / "shared" / "data" / "h200_kernels.json"
+DEFAULT_KERNELS = ROOT / "published" / "h200_kernels.json"  # the shipped copy of ../shared/data's
 
 
 def _mape(ratios) -> str:
