@@ -56,8 +56,9 @@ def _check_args(workers: Optional[int], time_limit_s: float, batch_size: Optiona
 def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path, None] = None, *,
         workers: Optional[int] = None, ray: Optional[str] = None, resume: bool = False, overwrite: bool = False,
         time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: Optional[int] = None,
-        progress: bool = False) -> SweepReport:
-    """Plan every scenario of `grid` (a grid file, a mapping or a Grid); see `solveplan.sweep.sweep`."""
+        progress: bool = False, prefer: Optional[str] = None) -> SweepReport:
+    """Plan every scenario of `grid` (a grid file, a mapping or a Grid); see `solveplan.sweep.sweep`.
+    `prefer`: the grid's `prefer` for every scenario (fastest or simple), overriding the file's."""
     t0 = time.perf_counter()
     _check_args(workers, time_limit_s, batch_size)
     if ray is not None and ray != "local" and workers is not None:
@@ -69,7 +70,12 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
         from .ray_runner import import_ray, ray_session, run_tasks
 
         import_ray()  # the missing extra is named before any work
-    scenarios = expand(*load_grid(grid))
+    loaded, base = load_grid(grid)
+    if prefer is not None:
+        if prefer not in ("fastest", "simple"):
+            raise InputError("prefer", f"{prefer!r}: choose fastest or simple")
+        loaded = loaded.model_copy(update={"prefer": prefer})
+    scenarios = expand(loaded, base)
     out = Output(output, resume=resume, overwrite=overwrite) if output is not None else None
     rows: dict[str, dict] = dict(out.done()) if out is not None else {}
     rows = {s.id: rows[s.id] for s in scenarios if s.id in rows}
