@@ -256,7 +256,9 @@ def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zer
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero,
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
-    plan = plan_config(job, cfg)
+    from ..calibration.intervals import with_interval
+
+    plan = with_interval(job, plan_config(job, cfg))
     if as_json:
         click.echo(json.dumps(plan.model_dump(), indent=2))
     else:

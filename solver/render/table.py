@@ -59,13 +59,9 @@ def uncertainty_text(result) -> Optional[Text]:
     """The plan's intervals, its margins over the runner-up / fastest / textbook plan and, with
     prefer simple, the tie-break that chose it."""
     plan = result.plan
-    if plan is None or plan.step_time_interval_s is None:
+    t = interval_text(plan) if plan is not None else None
+    if t is None:
         return None
-    lo, hi = plan.step_time_interval_s
-    mlo, mhi = plan.peak_memory_interval_bytes
-    t = Text()
-    t.append(f"{plan.interval_coverage:.0%} interval: step {_fmt_s(lo)} to {_fmt_s_unit(hi)}, peak memory "
-             f"{mlo / GIB:.1f} to {mhi / GIB:.1f} GiB  ({plan.interval_basis})\n", style="cyan")
     tb = getattr(result, "tie_break", None)
     if tb is not None:
         deps = ", ".join(tb.departures) if tb.departures else "none: the textbook plan"
@@ -74,6 +70,16 @@ def uncertainty_text(result) -> Optional[Text]:
     for m in getattr(result, "margins", []):
         t.append(f"vs {m.label}: {m.statement}\n", style="yellow" if m.inside else None)
     return t
+
+
+def interval_text(plan) -> Optional[Text]:
+    """Where the measured step and peak memory lie (`Plan.step_time_interval_s`, ...)."""
+    if plan.step_time_interval_s is None:
+        return None
+    lo, hi = plan.step_time_interval_s
+    mlo, mhi = plan.peak_memory_interval_bytes
+    return Text(f"{plan.interval_coverage:.0%} interval: step {_fmt_s(lo)} to {_fmt_s_unit(hi)}, peak memory "
+                f"{mlo / GIB:.1f} to {mhi / GIB:.1f} GiB  ({plan.interval_basis})\n", style="cyan")
 
 
 def cost_text(result) -> Optional[Text]:
@@ -213,8 +219,10 @@ def _plan_tables(plan) -> list:
 
 
 def render_plan(plan) -> Group:
-    """One evaluated configuration (`solveplan evaluate`): degrees, stages, breakdown, throughput."""
-    return Group(_title(plan), *_plan_tables(plan))
+    """One evaluated configuration (`solveplan evaluate`): degrees, stages, breakdown, throughput,
+    and its intervals when attached."""
+    extra = interval_text(plan)
+    return Group(_title(plan), *_plan_tables(plan), *([extra] if extra is not None else []))
 
 
 def render_result(result) -> Group:

@@ -90,7 +90,7 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
         rows[row["scenario_id"]] = row
         if out is not None:
             out.append(row)
-        bar.advance(row["status"])
+        bar.advance(row["status"], row)
 
     kept_other = 0
     with ExitStack() as stack:
@@ -203,18 +203,22 @@ class _Progress:
     def __enter__(self):
         if self.enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
-            self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                      TextColumn("{task.description}"), console=Console(stderr=True))
+            self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                      TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"),
+                                      console=Console(stderr=True))
             self._progress.__enter__()
             self._task = self._progress.add_task("", total=self.total)
         return self
 
-    def advance(self, status: str) -> None:
+    def advance(self, status: str, row: Optional[dict] = None) -> None:
         self.counts[status] = self.counts.get(status, 0) + 1
         if self._progress is not None:
             desc = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            if row is not None and row.get("step_time_s") is not None:  # what the last scenario found
+                desc += f" | last: {row['model']} on {row['cluster']} {row['step_time_s']:.4g} s/step"
             self._progress.update(self._task, advance=1, description=desc)
 
     def __exit__(self, *exc):
