@@ -200,8 +200,9 @@ def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = Non
         out.margins.append(margin("fastest plan", out.tie_break.fastest.step_time_s, t, band))
     elif runner_up is not None:
         out.margins.append(margin("runner-up", runner_up.step_time_s, t, band))
-    if out.textbook is not None:
-        out.margins.append(margin("textbook plan", out.textbook.step_time_s, t, band))
+    tb = out.textbook
+    if tb is not None and (tb.parallel, tb.layers_per_stage) != (out.plan.parallel, out.plan.layers_per_stage):
+        out.margins.append(margin("textbook plan", tb.step_time_s, t, band))
     return out
 
 
