@@ -149,3 +149,24 @@ def test_cost_and_energy():
     assert math.isclose(c.usd_per_million_tokens, c.usd_per_step / (64 * 2048 / 1e6))
     bare = Cost.of(make_job(L=8, gpus=16, batch=64, seq=2048), res.plan)
     assert bare.usd_per_step is None and bare.energy_kwh_per_step is None
+
+
+def test_cli_prefer_simple_json(cli):
+    import json
+
+    res = cli("optimize", "--model", "gpt3-13b", "--cluster", "a100x64", "--prefer", "simple", "--json")
+    assert res.code == 0, res.err
+    d = json.loads(res.out)
+    assert d["prefer"] == "simple" and "tie-break" in d["proof"] and d["status"] == "OPTIMAL"
+    lo, hi = d["step_time_interval_s"]
+    assert lo < d["step_time_s"] < hi and d["interval_coverage"] == 0.8
+    tb = d["tie_break"]
+    assert d["step_time_s"] <= (1 + tb["tolerance_rel"]) * tb["fastest"]["step_time_s"]
+    # the textbook plan is 2.6% slower than the optimum, inside the 8.1% of Megatron on A100
+    assert d["parallel"]["vp"] == 1 and tb["departures"] == []
+    assert d["cost"]["energy_kwh_per_step"] > 0
+    fast = json.loads(cli("optimize", "--model", "gpt3-13b", "--cluster", "a100x64", "--json").out)
+    assert fast["prefer"] == "fastest" and fast["tie_break"] is None
+    assert {m["label"] for m in fast["margins"]} == {"runner-up", "textbook plan"}
+    bad = cli("optimize", "--model", "gpt3-13b", "--cluster", "a100x64", "--tolerance", "0.05")
+    assert bad.code == 2 and "--prefer simple" in bad.err
