@@ -23,7 +23,7 @@ from .errors import InputError
 from .plan import (Comparison, Cost, Margin, ParallelConfig, Plan, SearchStats, SolveResult, TieBreak, jsonable,
                    make_plan, parallel_from_row, plan_config, textbook_plan)
 from .search.candidates import Candidates, prepare
-from .search.result import MethodResult, PlanStatus
+from .search.result import FEASIBLE, OPTIMAL, MethodResult, PlanStatus
 from .specs import JobSpec
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
@@ -140,7 +140,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
                                  f"a pruning rule is not exact for this job")
     if cmp_plan is not None:
         out.compare = Comparison.of("compare", cmp_plan, plan)
-    if job.prefer == "simple" and plan is not None:
+    if job.prefer == "simple" and plan is not None:  # the job's preference (a spec field, not a status)
         _prefer_simple(job, out, method, workers, seed, t0 + float(time_limit_s), progress, prep_kwargs)
     out = _annotate(job, out, runner_up)
     out.search.wall_time_s = time.perf_counter() - t0
@@ -161,13 +161,13 @@ def _prefer_simple(job: JobSpec, out: OptimizeResult, method: str, workers: int,
     ref = reference(tb.parallel.model_dump() if tb is not None else None)
     sr = simplest(job, ref, fastest.step_time_s, tol, deadline, lambda c, s: search(c, max(0.01, s), **kw),
                   {k: v for k, v in prep_kwargs.items() if k != "top_k"}, progress)
-    chosen = _plans(job, sr.cands, sr.result, method, out.notes)[0] if sr.cands is not None else None
-    if chosen is None:  # nothing proven within the limit: keep the fastest, say so
+    found = _plans(job, sr.cands, sr.result, method, out.notes) if sr.cands is not None else []
+    if not found:  # nothing proven within the limit: keep the fastest, say so
         out.notes.append("prefer simple: the tie-break did not finish within the time limit; the fastest plan")
-        chosen, bound, status = fastest, out.bound_step_time_s, "FEASIBLE" if out.status == "OPTIMAL" else out.status
-    else:
-        bound = sr.result.bound_s
-        status = sr.status if out.status == "OPTIMAL" else "FEASIBLE"
+        chosen, bound, status = fastest, out.bound_step_time_s, FEASIBLE if out.status == OPTIMAL else out.status
+    else:  # the level's verdict checked as any other; proven only if T* and every earlier level are
+        level_status, chosen, bound = _checked_verdict(job, sr.cands, sr.result, found[0], method, out.notes)
+        status = OPTIMAL if OPTIMAL == level_status == sr.status == out.status else FEASIBLE
     row = chosen.parallel.model_dump()
     out.tie_break = TieBreak(tolerance_rel=tol, threshold_s=sr.threshold_s, fastest=fastest,
                              fastest_bound_s=out.bound_step_time_s,

@@ -37,7 +37,7 @@ from ..space.enumeration import enumerate_shapes
 from ..space.shapes import RECOMPUTE_CODES, RECOMPUTE_NAMES, Shapes
 from ..specs import JobSpec
 from .candidates import Candidates, prepare
-from .result import MethodResult, PlanStatus
+from .result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult, PlanStatus
 
 DEGREE_KNOBS = ("tp", "pp", "micro_batch_size", "recompute", "sequence_parallel", "zero")
 EXOTIC_KNOBS = ("vp", "cp")  # a value above 1 is a departure
@@ -132,14 +132,14 @@ def simplest(job: JobSpec, ref: dict, optimum_s: float, tol: float, deadline: fl
         threshold = (1 + tol) * optimum_s if a == 0 else min((1 + tol) * optimum_s, m0 / (1 + tol))
         left = deadline - time.perf_counter()
         if left <= 0:
-            return SimpleResult("FEASIBLE", None, None, threshold, levels, False, m0)
+            return SimpleResult(FEASIBLE, None, None, threshold, levels, False, m0)
         if progress is not None:
             progress({"method": "simple", "phase": f"tie-break level exotic={a} uneven={int(uneven)} changed={c}",
                       "best_s": optimum_s, "bound_s": None, "elapsed_s": None, "final": False})
         cands = prepare(job if uneven else even_job, apply_dominance=False,
                         keep=lambda sh, a=a, c=c: (exotic_count(sh) == a) & (changed_count(sh, ref) == c),
                         **(prepare_kwargs or {}))
-        lv = Level(a, uneven, c, n, "INFEASIBLE", threshold_s=threshold)
+        lv = Level(a, uneven, c, n, INFEASIBLE, threshold_s=threshold)
         levels.append(lv)
         if cands.num_survivors == 0:
             continue
@@ -153,8 +153,8 @@ def simplest(job: JobSpec, ref: dict, optimum_s: float, tol: float, deadline: fl
         if a == 0 and lv.best_s is not None:
             m0 = min(m0, lv.best_s)
         if lv.best_s is not None and lv.best_s <= threshold * (1 + 1e-12):
-            status: PlanStatus = "OPTIMAL" if (proven and res.status == "OPTIMAL") else "FEASIBLE"
+            status: PlanStatus = OPTIMAL if (proven and res.status == OPTIMAL) else FEASIBLE
             return SimpleResult(status, cands, res, threshold, levels, proven, m0 if np.isfinite(m0) else None)
-        if res.status != "OPTIMAL" and res.status != "INFEASIBLE" and (res.bound_s is None or res.bound_s <= threshold):
+        if res.status not in (OPTIMAL, INFEASIBLE) and (res.bound_s is None or res.bound_s <= threshold):
             proven = False
-    return SimpleResult("UNKNOWN", None, None, None, levels, proven, m0 if np.isfinite(m0) else None)
+    return SimpleResult(UNKNOWN, None, None, None, levels, proven, m0 if np.isfinite(m0) else None)
