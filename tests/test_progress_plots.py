@@ -77,3 +77,17 @@ def test_sweep_panels_are_readable(tmp_path):
             for b in range(a + 1, len(boxes)):
                 assert not boxes[a].overlaps(boxes[b]), (ax.get_title(), ax.texts[a].get_text(), ax.texts[b].get_text())
     real_close(fig)
+
+
+def test_calibrate_reports_its_phases(cli, tmp_path):
+    from test_calibrate import CLUSTER, GOOD_LOGS, NCCL, logs, write_steps
+
+    steps = write_steps(tmp_path / "steps.csv")
+    res = cli("calibrate", "--cluster", CLUSTER, *logs(*GOOD_LOGS), "--steps", str(steps), "-o",
+              str(tmp_path / "c.yaml"), "--progress")
+    assert res.code == 0, res.err
+    lines = [x for x in res.err.splitlines() if x.startswith("[calibrate]")]
+    assert any("reading" in x for x in lines) and any("fitting nvlink" in x for x in lines)
+    assert any("GPU efficiencies" in x and " s" in x for x in lines)
+    quiet = cli("calibrate", "--cluster", CLUSTER, *logs(*GOOD_LOGS), "-o", str(tmp_path / "d.yaml"))
+    assert "[calibrate]" not in quiet.err  # stderr is not a terminal here
