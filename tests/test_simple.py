@@ -170,3 +170,19 @@ def test_cli_prefer_simple_json(cli):
     assert {m["label"] for m in fast["margins"]} == {"runner-up", "textbook plan"}
     bad = cli("optimize", "--model", "gpt3-13b", "--cluster", "a100x64", "--tolerance", "0.05")
     assert bad.code == 2 and "--prefer simple" in bad.err
+
+
+def test_every_sweep_row_with_a_plan_carries_an_interval():
+    from solveplan import api
+
+    rows = api.sweep({"models": ["gpt3-125m", "no-such-model"], "clusters": ["a100x8", "h200x16"], "prefer": "simple"},
+                     None, workers=1, time_limit_s=30)
+    planned = [r for r in rows if r["step_time_s"] is not None]
+    assert len(planned) == 2 and all(r["prefer"] == "simple" for r in rows)
+    for r in planned:
+        assert r["step_time_lo_s"] < r["step_time_s"] < r["step_time_hi_s"] and r["interval_coverage"] == 0.8
+        assert r["step_time_s"] <= (1 + r["tolerance_rel"]) * r["fastest_step_time_s"] * (1 + 1e-12)
+    h200 = next(r for r in planned if r["gpu"] == "h200")  # no published rows: the wider band
+    a100 = next(r for r in planned if r["gpu"] != "h200")
+    assert (h200["step_time_hi_s"] - h200["step_time_lo_s"]) / h200["step_time_s"] > \
+        (a100["step_time_hi_s"] - a100["step_time_lo_s"]) / a100["step_time_s"]

@@ -126,17 +126,20 @@ def result_row(scenario: Scenario, job, result, wall_time_s: float) -> dict:
     textbook = getattr(result, "textbook", None)
     if textbook is not None and textbook.speedup is not None:
         row["speedup_over_textbook"] = textbook.speedup
-    row.update(_uncertainty(result))
+    row.update(_uncertainty(result, job))
     return finite(row)
 
 
-def _uncertainty(result) -> dict:
-    """The interval columns, the fastest plan's step and the departures (prefer simple), energy."""
+def _uncertainty(result, job) -> dict:
+    """The interval columns, the fastest plan's step and the departures (prefer simple), energy.
+    A plan the time limit left without intervals (the planner's incumbent) gets them here."""
+    from ..calibration.intervals import with_interval
+
     plan, tb, cost = result.plan, getattr(result, "tie_break", None), getattr(result, "cost", None)
-    out: dict[str, Any] = {}
-    if plan.step_time_interval_s is not None:
-        out.update(step_time_lo_s=plan.step_time_interval_s[0], step_time_hi_s=plan.step_time_interval_s[1],
-                   interval_coverage=plan.interval_coverage)
+    if plan.step_time_interval_s is None:
+        plan = with_interval(job, plan)
+    out: dict[str, Any] = {"step_time_lo_s": plan.step_time_interval_s[0],
+                           "step_time_hi_s": plan.step_time_interval_s[1], "interval_coverage": plan.interval_coverage}
     out["fastest_step_time_s"] = tb.fastest.step_time_s if tb is not None and tb.fastest else plan.step_time_s
     if tb is not None:
         out.update(departures="; ".join(tb.departures), tolerance_rel=tb.tolerance_rel)
