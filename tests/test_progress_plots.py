@@ -80,7 +80,7 @@ def test_sweep_panels_are_readable(tmp_path):
 
 
 def test_calibrate_reports_its_phases(cli, tmp_path):
-    from test_calibrate import CLUSTER, GOOD_LOGS, NCCL, logs, write_steps
+    from test_calibrate import CLUSTER, GOOD_LOGS, logs, write_steps
 
     steps = write_steps(tmp_path / "steps.csv")
     res = cli("calibrate", "--cluster", CLUSTER, *logs(*GOOD_LOGS), "--steps", str(steps), "-o",

@@ -23,7 +23,6 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
 
 COVERAGE = 0.8  # the share of measured steps an interval claims to hold
 QUANTILES = (0.1, 0.9)  # of measured / predicted: the 80% central interval
