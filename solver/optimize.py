@@ -38,8 +38,8 @@ class OptimizeResult(SolveResult):
     top_k_found: int = Field(0, description="distinct fitting configurations returned (the plan and its alternatives)")
     prefer: str = Field("fastest", description="fastest: the optimum; simple: the simplest plan within the tolerance")
     proof: str = Field("the fastest plan of the formulation", description="what status, bound and gap prove")
-    margins: list[Margin] = Field(default_factory=list, description="the plan against the runner-up, the fastest "
-                                  "plan and the textbook plan, with the error bar")
+    margins: list[Margin] = Field(default_factory=list, description="the plan against the runner-up (or the fastest "
+                                  "plan), the textbook plan and a compared configuration, with the error bar")
     tie_break: Optional[TieBreak] = None
     cost: Optional[Cost] = Field(None, description="GPU-hours, dollars (with a price) and energy (with a TDP)")
 
@@ -203,6 +203,8 @@ def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = Non
     tb = out.textbook
     if tb is not None and (tb.parallel, tb.layers_per_stage) != (out.plan.parallel, out.plan.layers_per_stage):
         out.margins.append(margin("textbook plan", tb.step_time_s, t, band))
+    if out.compare is not None:
+        out.margins.append(margin("compared configuration", out.compare.step_time_s, t, band))
     return out
 
 
