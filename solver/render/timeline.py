@@ -180,8 +180,8 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
 
     colors = {"F": "#4C72B0", "B": "#55A868", "FB": "#3E9C9C", "comm": "#DD8452", "bubble": "#E5E5E5",
               "tail": "#8172B3"}
-    fig_h = 1.2 + 0.45 * p
-    fig, ax = plt.subplots(figsize=(12, min(fig_h, 24)))
+    fig_h = min(2.4 + 0.45 * p, 24)  # the stages, a title of up to three lines, the x axis and the legend
+    fig, ax = plt.subplots(figsize=(12, fig_h))
     for i in range(p):
         ax.broken_barh([(0, pipe_end)], (i - 0.4, 0.8), facecolors=colors["bubble"])
     dense = len(ops) / p > MAX_OPS_PER_STAGE
@@ -203,7 +203,7 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
     if shown < m:
         sub.append(f"first {shown} of {m} micro-batches shown (the steady state repeats)")
     if dense:
-        sub.append(f"{len(ops) // p} operations per stage ({v} chunks x {shown} micro-batches x F/B): drawn as phases")
+        sub.append(f"{len(ops) // p} operations per stage ({v} chunk{'s' if v > 1 else ''} x {shown} micro-batches x F/B): drawn as phases")
     if sim_total is not None:
         sub.append(f"simulated pipeline {sim_total:.3f} s vs formulation {formula_pipe:.3f} s")
     ax.set_title("\n".join([title] + sub), fontsize=9)
@@ -213,8 +213,8 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
     handles.append(Patch(color=colors["bubble"], label="bubble (idle)"))
     if tail > 0 and shown == m:
         handles.append(Patch(color=colors["tail"], label="exposed DP + optimizer"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=8)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.4 / fig_h, 1, 1))  # 0.4 in at the bottom: the legend's row
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return {"path": str(path), "microbatches_shown": shown, "simulated_pipeline_s": sim_total,
