@@ -229,7 +229,8 @@ def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, worke
         if progress is not None:
             progress({"method": "joint", "phase": f"pool {view.name} alone", "elapsed_s": time.perf_counter() - t0,
                       "limit_s": float(time_limit_s), "final": False})
-        r = optimize(job.model_copy(update={"cluster": view, "prefer": "fastest"}), time_limit_s=share, workers=workers, seed=seed,
+        alone_job = job.model_copy(update={"cluster": view, "prefer": "fastest"})
+        r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed,
                      textbook=False)
         if r.plan is not None:
             alone.append((pl, r.plan))

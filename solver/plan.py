@@ -215,7 +215,8 @@ class Cost(Out):
         hours = n * t / 3600.0
         price, tdp = job.cluster.price_per_gpu_hour_usd, job.cluster.gpu.tdp_watts
         kwh = n * tdp * t / 3.6e6 if tdp is not None else None  # W x s / (3.6e6 J/kWh)
-        return cls(gpu_hours_per_step=hours, gpu_hours_per_million_tokens=gpu_hours_per_million_tokens(n, t, job.tokens_per_step),
+        return cls(gpu_hours_per_step=hours,
+                   gpu_hours_per_million_tokens=gpu_hours_per_million_tokens(n, t, job.tokens_per_step),
                    price_per_gpu_hour_usd=price, usd_per_step=price * hours if price is not None else None,
                    usd_per_million_tokens=price * hours / mtok if price is not None else None, tdp_watts=tdp,
                    energy_kwh_per_step=kwh, energy_kwh_per_million_tokens=kwh / mtok if kwh is not None else None)

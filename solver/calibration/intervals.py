@@ -71,7 +71,8 @@ def band_for(gpu_name: str, zero: int) -> Band:
         s = b["stacks"][stack]
         return Band(s["lo"], s["hi"], s["rows"], f"{stack} on every chip, left out by source (few {chip} rows)")
     u = b["unfitted_gpu"][stack]
-    return Band(u["lo"], u["hi"], u["rows"], f"{stack}, its GPU chip left out of the fit ({gpu_name} has no published rows)")
+    return Band(u["lo"], u["hi"], u["rows"],
+                f"{stack}, its GPU chip left out of the fit ({gpu_name} has no published rows)")
 
 
 def memory_band() -> Band:

@@ -203,7 +203,8 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
     if shown < m:
         sub.append(f"first {shown} of {m} micro-batches shown (the steady state repeats)")
     if dense:
-        sub.append(f"{len(ops) // p} operations per stage ({v} chunk{'s' if v > 1 else ''} x {shown} micro-batches x F/B): drawn as phases")
+        chunks = f"{v} chunk{'s' if v > 1 else ''}"
+        sub.append(f"{len(ops) // p} operations per stage ({chunks} x {shown} micro-batches x F/B): drawn as phases")
     if sim_total is not None:
         sub.append(f"simulated pipeline {sim_total:.3f} s vs formulation {formula_pipe:.3f} s")
     ax.set_title("\n".join([title] + sub), fontsize=9)
