@@ -85,8 +85,9 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     if links is not None or job.cluster.is_mixed:
         res = optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare, shortfall_budget_s,
                               progress)
-        if job.prefer == "simple":
-            res.notes.append("prefer simple is not available for the joint model: the fastest plan")
+        if job.prefer == "simple" and res.plan is not None:
+            left = float(time_limit_s) - (time.perf_counter() - t0)
+            res = _prefer_simple_pooled(job, res, links, method, left, workers, seed, progress)
         return _annotate(job, res)
     search, prep_kwargs = _search_fn(method)
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
@@ -179,6 +180,44 @@ def _prefer_simple(job: JobSpec, out: OptimizeResult, method: str, workers: int,
     out.gap = max(0.0, (chosen.step_time_s - bound) / chosen.step_time_s) if bound is not None else None
     if out.textbook is not None:
         out.textbook.speedup = out.textbook.step_time_s / chosen.step_time_s
+
+
+JOINT_STATEMENT = ("best plan without interleaving or context parallelism within the tolerance of the fastest plan, "
+                   "else the fastest (the joint model ranks only those departures)")
+
+
+def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, workers: int, seed: int, progress):
+    """prefer simple on the joint model (pools, links): the best plan with vp = cp = 1, solved
+    by the same joint model, when it is within the tolerance of the fastest plan; else the
+    fastest, which then beats every such plan by more than the tolerance. Proven when both
+    solves are, or when the plain subspace's bound is above the threshold."""
+    from .calibration.intervals import plan_band
+
+    fast = res.plan
+    tol = plan_band(job, fast.parallel.zero).half_width_rel if job.tolerance_rel is None else job.tolerance_rel
+    res.prefer, res.proof = "simple", JOINT_STATEMENT
+    if fast.parallel.vp == 1 and fast.parallel.cp == 1:
+        res.notes.append("prefer simple: the fastest plan has no interleaving or context parallelism")
+        return res
+    threshold = (1 + tol) * fast.step_time_s
+    cons = job.constraints.model_copy(update={"vp": (1,), "cp": (1,)})
+    plain_job = job.model_copy(update={"constraints": cons, "prefer": "fastest"})
+    plain = optimize_pooled(plain_job, links, method, max(0.05, left_s), workers, seed, 1, None, 0.0, progress) \
+        if left_s > 0.05 else None
+    if plain is not None and plain.plan is not None and plain.plan.step_time_s <= threshold:
+        plain.prefer, plain.proof = "simple", JOINT_STATEMENT
+        plain.status = OPTIMAL if OPTIMAL == plain.status == res.status else FEASIBLE
+        plain.notes.append(f"prefer simple: the best plan without interleaving or context parallelism is "
+                           f"{plain.plan.step_time_s / fast.step_time_s - 1:.1%} slower than the fastest "
+                           f"({fast.parallel.describe()}, {fast.step_time_s:.4g} s), within the tolerance {tol:.1%}")
+        return plain
+    proven = plain is not None and plain.bound_step_time_s is not None and plain.bound_step_time_s > threshold
+    if not proven:
+        res.status = FEASIBLE
+    best = f"{plain.plan.step_time_s:.4g} s" if plain is not None and plain.plan is not None else "none found"
+    res.notes.append(f"prefer simple: no plan without interleaving or context parallelism is within {tol:.1%} of the "
+                     f"fastest ({best}{'' if proven else '; not proven within the time limit'}): the fastest kept")
+    return res
 
 
 def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = None) -> OptimizeResult:

@@ -186,3 +186,25 @@ def test_every_sweep_row_with_a_plan_carries_an_interval():
     a100 = next(r for r in planned if r["gpu"] != "h200")
     assert (h200["step_time_hi_s"] - h200["step_time_lo_s"]) / h200["step_time_s"] > \
         (a100["step_time_hi_s"] - a100["step_time_lo_s"]) / a100["step_time_s"]
+
+
+@pytest.mark.parametrize("model, batch", [("llama2-7b", 128), ("gpt3-1.3b", 64)])
+def test_joint_model_prefers_plans_without_vp_or_cp_within_the_tolerance(model, batch):
+    """On a cluster of pools the fastest plans use cp 2 (llama2-7b) and vp 12 (gpt3-1.3b); prefer
+    simple keeps vp > 1 or cp > 1 only when the best plan without them (solved apart) is slower
+    by more than the tolerance."""
+    from solveplan.catalog import load_job
+
+    job = load_job({"model": model, "cluster": "mixed-h100-a100", "global_batch_size": batch})
+    fast = optimize(job, time_limit_s=60)
+    simple = optimize(_simple(job), time_limit_s=60)
+    cons = job.constraints.model_copy(update={"vp": (1,), "cp": (1,)})
+    plain = optimize(job.model_copy(update={"constraints": cons}), time_limit_s=60)
+    tol = band_for("h100-sxm", simple.plan.parallel.zero).half_width_rel  # the widest pool's band
+    assert fast.plan.parallel.vp > 1 or fast.plan.parallel.cp > 1
+    assert simple.prefer == "simple" and simple.status == "OPTIMAL" and simple.plan.step_time_interval_s is not None
+    if simple.plan.parallel.vp > 1 or simple.plan.parallel.cp > 1:
+        assert plain.plan.step_time_s > (1 + tol) * simple.plan.step_time_s
+    else:
+        assert math.isclose(simple.plan.step_time_s, plain.plan.step_time_s, rel_tol=1e-9)
+        assert simple.plan.step_time_s <= (1 + tol) * fast.plan.step_time_s

@@ -44,6 +44,8 @@ class JointResult(SolveResult):
     compare: Optional[Comparison] = None
     top_k_asked: int = 1  # the joint model returns the best plan only
     top_k_found: int = 0
+    prefer: str = "fastest"  # as `optimize.OptimizeResult`'s (optimize sets them for prefer simple)
+    proof: str = "the fastest plan of the formulation"
 
     @property
     def top_k_cut_short(self) -> bool:
