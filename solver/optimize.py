@@ -20,10 +20,10 @@ from pydantic import Field
 
 from .diagnose import memory_shortfall, pooled_shortfall
 from .errors import InputError
-from .plan import (Comparison, ParallelConfig, Plan, SearchStats, SolveResult, jsonable, make_plan,
-                   parallel_from_row, plan_config, textbook_plan)
+from .plan import (Comparison, Cost, Margin, ParallelConfig, Plan, SearchStats, SolveResult, TieBreak, jsonable,
+                   make_plan, parallel_from_row, plan_config, textbook_plan)
 from .search.candidates import Candidates, prepare
-from .search.result import MethodResult, PlanStatus
+from .search.result import FEASIBLE, OPTIMAL, MethodResult, PlanStatus
 from .specs import JobSpec
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
@@ -36,6 +36,12 @@ class OptimizeResult(SolveResult):
     compare: Optional[Comparison] = None
     top_k_asked: int = Field(1, description="distinct configurations asked for (--top-k)")
     top_k_found: int = Field(0, description="distinct fitting configurations returned (the plan and its alternatives)")
+    prefer: str = Field("fastest", description="fastest: the optimum; simple: the simplest plan within the tolerance")
+    proof: str = Field("the fastest plan of the formulation", description="what status, bound and gap prove")
+    margins: list[Margin] = Field(default_factory=list, description="the plan against the runner-up (or the fastest "
+                                  "plan), the textbook plan and a compared configuration, with the error bar")
+    tie_break: Optional[TieBreak] = None
+    cost: Optional[Cost] = Field(None, description="GPU-hours, dollars (with a price) and energy (with a TDP)")
 
     @property
     def top_k_cut_short(self) -> bool:
@@ -65,7 +71,11 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     configuration and report the speedup over it. `cands`: candidates prepared before (the
     admission cache's). `shortfall_budget_s`: time an INFEASIBLE verdict's fewest-GPUs search
     may take (default: what is left of the limit; 0: none, so the answer is the same at any
-    limit). `links`: measured node x node links (`placement.links.LinkMatrix`).
+    limit). `links`: measured node x node links (`placement.links.LinkMatrix`). The job's
+    `prefer`: "fastest" (the optimum) or "simple" (`search.simple`: the plan with the fewest
+    departures from the textbook plan among those within `job.tolerance_rel` of the optimum;
+    default: the optimum's interval half-width, `calibration.intervals`). Every plan carries its
+    intervals, and `margins` says whether its lead over the runner-up and the textbook plan is real.
 
     A cluster with pools, or given links, is planned by the joint model (shape, split and
     placement at once: `placement.joint.run.optimize_joint`)."""
@@ -73,23 +83,33 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
     if links is not None or job.cluster.is_mixed:
-        return optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare, shortfall_budget_s)
+        res = optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare, shortfall_budget_s,
+                              progress)
+        if job.prefer == "simple" and res.plan is not None:
+            left = float(time_limit_s) - (time.perf_counter() - t0)
+            res = _prefer_simple_pooled(job, res, links, method, left, workers, seed, progress)
+        return _annotate(job, res)
     search, prep_kwargs = _search_fn(method)
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
 
+    # one plan more than asked, for the winner's margin over the runner-up (not with candidates
+    # prepared before for fewer: their time pruning may have dropped it)
+    want = max(2, int(top_k)) if cands is None else int(top_k)
     if cands is None:
         if method == "cpsat":  # the time pruning keeps every shape that may be among the K best
-            prep_kwargs = {**prep_kwargs, "top_k": int(top_k)}
+            prep_kwargs = {**prep_kwargs, "top_k": want}
         cands = prepare(job, **prep_kwargs)
     prep_s = time.perf_counter() - t0
     left = max(0.01, float(time_limit_s) - prep_s)
-    kwargs = dict(top_k=int(top_k), progress=progress)
+    kwargs = dict(top_k=want, progress=progress)
     if method == "cpsat":
         kwargs.update(workers=int(workers), seed=int(seed))
     res = search(cands, left, **kwargs)
 
-    notes: list[str] = list(res.stats.get("notes", []))
+    notes: list[str] = [n for n in res.stats.get("notes", []) if want == int(top_k) or "distinct configuration" not in n]
     plans = _plans(job, cands, res, method, notes)
+    runner_up = plans[1] if len(plans) > 1 else None
+    plans = plans[:int(top_k)]
     status, plan, bound = _checked_verdict(job, cands, res, plans[0] if plans else None, method, notes)
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
     tolerance = res.stats.get("tolerance_s")
@@ -121,7 +141,109 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
                                  f"a pruning rule is not exact for this job")
     if cmp_plan is not None:
         out.compare = Comparison.of("compare", cmp_plan, plan)
+    if job.prefer == "simple" and plan is not None:  # the job's preference (a spec field, not a status)
+        _prefer_simple(job, out, method, workers, seed, t0 + float(time_limit_s), progress, prep_kwargs)
+    out = _annotate(job, out, runner_up)
     out.search.wall_time_s = time.perf_counter() - t0
+    return out
+
+
+def _prefer_simple(job: JobSpec, out: OptimizeResult, method: str, workers: int, seed: int, deadline: float, progress,
+                   prep_kwargs: dict) -> None:
+    """Replace the fastest plan of `out` by the simplest within the tolerance (`search.simple`);
+    status, bound and gap become those of the tie-break's proof."""
+    from .calibration.intervals import plan_band
+    from .search.simple import STATEMENT, departure_names, reference, simplest
+
+    fastest, tb = out.plan, out.textbook
+    tol = plan_band(job, fastest.parallel.zero).half_width_rel if job.tolerance_rel is None else job.tolerance_rel
+    search, _ = _search_fn(method)
+    kw = dict(workers=int(workers), seed=int(seed)) if method == "cpsat" else {}
+    ref = reference(tb.parallel.model_dump() if tb is not None else None)
+    sr = simplest(job, ref, fastest.step_time_s, tol, deadline, lambda c, s: search(c, max(0.01, s), **kw),
+                  {k: v for k, v in prep_kwargs.items() if k != "top_k"}, progress)
+    found = _plans(job, sr.cands, sr.result, method, out.notes) if sr.cands is not None else []
+    if not found:  # nothing proven within the limit: keep the fastest, say so
+        out.notes.append("prefer simple: the tie-break did not finish within the time limit; the fastest plan")
+        chosen, bound, status = fastest, out.bound_step_time_s, FEASIBLE if out.status == OPTIMAL else out.status
+    else:  # the level's verdict checked as any other; proven only if T* and every earlier level are
+        level_status, chosen, bound = _checked_verdict(job, sr.cands, sr.result, found[0], method, out.notes)
+        status = OPTIMAL if OPTIMAL == level_status == sr.status == out.status else FEASIBLE
+    row = chosen.parallel.model_dump()
+    out.tie_break = TieBreak(tolerance_rel=tol, threshold_s=sr.threshold_s, fastest=fastest,
+                             fastest_bound_s=out.bound_step_time_s,
+                             departures=departure_names(row, chosen.layers_per_stage, ref),
+                             levels=[vars(lv) for lv in sr.levels], best_without_exotic_s=sr.best_without_exotic_s,
+                             statement=STATEMENT)
+    out.prefer, out.proof, out.status, out.plan = "simple", STATEMENT, status, chosen
+    out.bound_step_time_s = bound
+    out.gap = max(0.0, (chosen.step_time_s - bound) / chosen.step_time_s) if bound is not None else None
+    if out.textbook is not None:
+        out.textbook.speedup = out.textbook.step_time_s / chosen.step_time_s
+
+
+JOINT_STATEMENT = ("best plan without interleaving or context parallelism within the tolerance of the fastest plan, "
+                   "else the fastest (the joint model ranks only those departures)")
+
+
+def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, workers: int, seed: int, progress):
+    """prefer simple on the joint model (pools, links): the best plan with vp = cp = 1, solved
+    by the same joint model, when it is within the tolerance of the fastest plan; else the
+    fastest, which then beats every such plan by more than the tolerance. Proven when both
+    solves are, or when the plain subspace's bound is above the threshold."""
+    from .calibration.intervals import plan_band
+
+    fast = res.plan
+    tol = plan_band(job, fast.parallel.zero).half_width_rel if job.tolerance_rel is None else job.tolerance_rel
+    res.prefer, res.proof = "simple", JOINT_STATEMENT
+    if fast.parallel.vp == 1 and fast.parallel.cp == 1:
+        res.notes.append("prefer simple: the fastest plan has no interleaving or context parallelism")
+        return res
+    threshold = (1 + tol) * fast.step_time_s
+    cons = job.constraints.model_copy(update={"vp": (1,), "cp": (1,)})
+    plain_job = job.model_copy(update={"constraints": cons, "prefer": "fastest"})
+    plain = optimize_pooled(plain_job, links, method, max(0.05, left_s), workers, seed, 1, None, 0.0, progress) \
+        if left_s > 0.05 else None
+    if plain is not None and plain.plan is not None and plain.plan.step_time_s <= threshold:
+        plain.prefer, plain.proof = "simple", JOINT_STATEMENT
+        plain.status = OPTIMAL if OPTIMAL == plain.status == res.status else FEASIBLE
+        plain.notes.append(f"prefer simple: the best plan without interleaving or context parallelism is "
+                           f"{plain.plan.step_time_s / fast.step_time_s - 1:.1%} slower than the fastest "
+                           f"({fast.parallel.describe()}, {fast.step_time_s:.4g} s), within the tolerance {tol:.1%}")
+        return plain
+    proven = plain is not None and plain.bound_step_time_s is not None and plain.bound_step_time_s > threshold
+    if not proven:
+        res.status = FEASIBLE
+    best = f"{plain.plan.step_time_s:.4g} s" if plain is not None and plain.plan is not None else "none found"
+    res.notes.append(f"prefer simple: no plan without interleaving or context parallelism is within {tol:.1%} of the "
+                     f"fastest ({best}{'' if proven else '; not proven within the time limit'}): the fastest kept")
+    return res
+
+
+def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = None) -> OptimizeResult:
+    """Every plan of `out` with its intervals, and the margins of the plan (`calibration.intervals`)."""
+    from .calibration.intervals import margin, plan_band, with_interval
+
+    if out.plan is None:
+        return out
+    out.plan = with_interval(job, out.plan)
+    out.alternatives = [with_interval(job, p) for p in out.alternatives]
+    if not isinstance(out, OptimizeResult):  # the joint model's result: the plan's intervals only
+        return out
+    if not job.cluster.is_mixed:
+        out.cost = Cost.of(job, out.plan)
+    band = plan_band(job, out.plan.parallel.zero)
+    t = out.plan.step_time_s
+    if out.tie_break is not None:
+        out.tie_break.fastest = with_interval(job, out.tie_break.fastest)
+        out.margins.append(margin("fastest plan", out.tie_break.fastest.step_time_s, t, band))
+    elif runner_up is not None:
+        out.margins.append(margin("runner-up", runner_up.step_time_s, t, band))
+    tb = out.textbook
+    if tb is not None and (tb.parallel, tb.layers_per_stage) != (out.plan.parallel, out.plan.layers_per_stage):
+        out.margins.append(margin("textbook plan", tb.step_time_s, t, band))
+    if out.compare is not None:
+        out.margins.append(margin("compared configuration", out.compare.step_time_s, t, band))
     return out
 
 
@@ -130,7 +252,7 @@ POOL_ALONE_SHARE, POOL_ALONE_S = 0.1, 5.0
 
 
 def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
-                    compare, shortfall_budget_s: Optional[float] = None):
+                    compare, shortfall_budget_s: Optional[float] = None, progress=None):
     """The joint model (`placement.joint.run.optimize_joint`) with each pool's own plan (today's
     model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent; on
     INFEASIBLE the shortfall of `diagnose.pooled_shortfall` (its fewest-GPUs search within
@@ -143,12 +265,17 @@ def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, worke
     alone = []
     share = min(POOL_ALONE_S, POOL_ALONE_SHARE * float(time_limit_s))
     for pl, view in enumerate(job.cluster.pool_views()):
-        r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=share, workers=workers, seed=seed,
+        if progress is not None:
+            progress({"method": "joint", "phase": f"pool {view.name} alone", "elapsed_s": time.perf_counter() - t0,
+                      "limit_s": float(time_limit_s), "final": False})
+        alone_job = job.model_copy(update={"cluster": view, "prefer": "fastest"})
+        r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed,
                      textbook=False)
         if r.plan is not None:
             alone.append((pl, r.plan))
     left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
-    res = optimize_joint(job, links, method=method, time_limit_s=left, workers=workers, seed=seed, pools_alone=alone)
+    res = optimize_joint(job, links, method=method, time_limit_s=left, workers=workers, seed=seed, pools_alone=alone,
+                         progress=progress)
     if res.status == "INFEASIBLE" and res.shortfall is None:
         left_s = max(0.0, float(time_limit_s) - (time.perf_counter() - t0))
         res.shortfall = pooled_shortfall(job, left_s if shortfall_budget_s is None else min(left_s, shortfall_budget_s))

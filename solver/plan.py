@@ -106,6 +106,12 @@ class Plan(Out):
     peak_memory_bytes: float
     capacity_bytes: float
     fits: bool
+    # error bars (`calibration.intervals`): where the measured step and memory lie with
+    # probability `interval_coverage` on the published runs; None until `optimize` attaches them
+    step_time_interval_s: Optional[list[float]] = None
+    peak_memory_interval_bytes: Optional[list[float]] = None
+    interval_coverage: Optional[float] = None
+    interval_basis: Optional[str] = None
 
 
 def parallel_from_row(job: JobSpec, row: dict) -> ParallelConfig:
@@ -182,6 +188,68 @@ class Comparison(Out):
                    peak_memory_bytes=other.peak_memory_bytes, fits=other.fits,
                    speedup=(other.step_time_s / plan.step_time_s) if plan is not None else None,
                    note=None if other.fits else "does not fit in GPU memory")
+
+
+def gpu_hours_per_million_tokens(num_gpus: int, step_time_s: float, tokens_per_step: int) -> float:
+    """GPU-hours per million tokens trained: GPUs x step time / 3600 / (tokens per step / 1e6)."""
+    return num_gpus * step_time_s / 3600.0 / (tokens_per_step / 1e6)
+
+
+class Cost(Out):
+    """What a plan's step costs: GPU-hours always; dollars when the cluster states
+    `price_per_gpu_hour_usd`; energy when the GPU states `tdp_watts` (every GPU at its board
+    power limit for the whole step: an upper bound of the GPUs' draw, hosts and cooling not
+    counted). Per step and per million tokens."""
+
+    gpu_hours_per_step: float
+    gpu_hours_per_million_tokens: float
+    price_per_gpu_hour_usd: Optional[float] = None
+    usd_per_step: Optional[float] = None
+    usd_per_million_tokens: Optional[float] = None
+    tdp_watts: Optional[float] = None
+    energy_kwh_per_step: Optional[float] = None
+    energy_kwh_per_million_tokens: Optional[float] = None
+
+    @classmethod
+    def of(cls, job: JobSpec, plan: "Plan") -> "Cost":
+        n, t = plan.num_gpus, plan.step_time_s
+        mtok = job.tokens_per_step / 1e6
+        hours = n * t / 3600.0
+        price, tdp = job.cluster.price_per_gpu_hour_usd, job.cluster.gpu.tdp_watts
+        kwh = n * tdp * t / 3.6e6 if tdp is not None else None  # W x s / (3.6e6 J/kWh)
+        return cls(gpu_hours_per_step=hours,
+                   gpu_hours_per_million_tokens=gpu_hours_per_million_tokens(n, t, job.tokens_per_step),
+                   price_per_gpu_hour_usd=price, usd_per_step=price * hours if price is not None else None,
+                   usd_per_million_tokens=price * hours / mtok if price is not None else None, tdp_watts=tdp,
+                   energy_kwh_per_step=kwh, energy_kwh_per_million_tokens=kwh / mtok if kwh is not None else None)
+
+
+class Margin(Out):
+    """The plan against another by the same formulation, with the error bar: `margin_rel` =
+    other / plan - 1 (> 0: the plan is faster); `inside`: that margin is within the interval's
+    relative half-width, so the model cannot tell the two apart."""
+
+    label: str
+    step_time_s: float
+    margin_rel: float
+    half_width_rel: float
+    inside: bool
+    statement: str
+
+
+class TieBreak(Out):
+    """How `prefer="simple"` chose the plan (`search.simple`): the fastest plan, the tolerance,
+    the threshold and the plan's departures from the textbook plan."""
+
+    prefer: Literal["simple"] = "simple"
+    tolerance_rel: float
+    threshold_s: Optional[float]
+    fastest: Optional[Plan]
+    fastest_bound_s: Optional[float]
+    departures: list[str]
+    levels: list[dict]
+    best_without_exotic_s: Optional[float] = None
+    statement: str
 
 
 class SearchStats(Out):

@@ -379,3 +379,17 @@ def test_errors_name_the_field():
         model_from_hf_config(_llama(vocab_size=0), "x")
     with pytest.raises(InputError, match="num_attention_heads \\(7\\) must divide hidden_size \\(512\\), or give head_dim"):
         model_from_hf_config(_llama(num_attention_heads=7), "x")
+
+
+def test_an_original_length_equal_to_the_window_is_the_window_rule():
+    """phi-4 (14B) states original_max_position_embeddings = max_position_embeddings = 16384
+    (microsoft/phi-4 config.json): no extension, so the window rule and its 8192 cap apply, as
+    README says; below the window it is the pre-training length (Phi-4-mini: 4096)."""
+    phi4 = {"model_type": "phi3", "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+            "num_attention_heads": 40, "num_key_value_heads": 10, "vocab_size": 100352,
+            "max_position_embeddings": 16384, "original_max_position_embeddings": 16384, "rope_scaling": None,
+            "rope_theta": 250000, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "name_or_path": "microsoft/phi-4"}
+    m = model_from_hf_config(phi4, "config.json")
+    assert m.seq_length == TRAINING_SEQ_CAP == 8192
+    assert "context window is 16384" in m.notes and "original_max_position_embeddings" not in m.notes
+    assert _load("Phi-4-mini-instruct").seq_length == 4096

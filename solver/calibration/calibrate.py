@@ -45,12 +45,19 @@ class Calibration:
 
 
 def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: Optional[str] = None,
-              name: Optional[str] = None) -> Calibration:
+              name: Optional[str] = None, progress=None) -> Calibration:
     """Fit the cluster's link parameters from nccl-tests logs (`LOG[:class][:op]`) and its
-    GPU efficiencies from a measured-steps file; returns the calibrated cluster and the fits."""
+    GPU efficiencies from a measured-steps file; returns the calibrated cluster and the fits.
+    `progress(info)`: each phase as it starts ({"method", "phase", "elapsed_s"})."""
+    def phase(text: str) -> None:
+        if progress is not None:
+            progress({"method": "calibrate", "phase": text, "final": False})
+
     if not logs and not steps:
         raise InputError("nccl_tests/steps", "nothing to fit: give nccl-tests logs and/or measured steps")
     inputs = [parse_log_arg(a) for a in logs]
+    if inputs:
+        phase(f"reading {len(inputs)} nccl-tests log(s)")
     by_class: dict[str, list[LinkLog]] = {}
     for inp in inputs:
         run = parse_nccl_log(inp.path)
@@ -61,6 +68,7 @@ def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: Optional[st
     for cls in LINK_CLASSES:  # NVLink first: the network fit's "after" uses its NVLink cap
         if cls not in by_class:
             continue
+        phase(f"fitting {cls} latency and bandwidth ({len(by_class[cls])} log(s))")
         lf = fit_link_class(cls, by_class[cls], cluster)
         links[cls] = lf
         update[lf.latency.name] = significant(lf.latency.value)
@@ -93,6 +101,7 @@ def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: Optional[st
             base_rows = build_step_rows(read_steps(steps), cluster, step_source)
             for r, b in zip(rows, base_rows):
                 r.before_s = b.before_s
+        phase(f"fitting GPU efficiencies on {len(rows)} measured steps (least squares through the formulation)")
         step_fit = fit_steps(rows, new, step_source)
         fitted = {p.name: significant(p.value) for p in step_fit.params}
         notes = (f"calibrated by solveplan calibrate on {len(rows)} measured steps ({step_source}): "

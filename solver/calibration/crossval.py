@@ -65,9 +65,11 @@ def in_sample(cases: Sequence[RowCase], values: Optional[dict] = None) -> list[P
     return [_predict(c, upd.get(c.chip)) for c in cases]
 
 
-def cross_validate(cases: Sequence[RowCase], by: str = "source", progress=None) -> tuple[list[Prediction], dict[str, FitOutcome]]:
-    """Out-of-group predictions of every row, and the fit of each fold."""
-    groups = sorted({group_of(c.row, by) for c in cases})
+def cross_validate(cases: Sequence[RowCase], by: str = "source", progress=None,
+                   only: Optional[str] = None) -> tuple[list[Prediction], dict[str, FitOutcome]]:
+    """Out-of-group predictions of every row, and the fit of each fold (`only`: that group's
+    fold alone, so that folds can run in separate processes)."""
+    groups = sorted({group_of(c.row, by) for c in cases} if only is None else {only})
     preds: list[Prediction] = []
     fits: dict[str, FitOutcome] = {}
     for g in groups:

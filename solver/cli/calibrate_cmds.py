@@ -6,12 +6,14 @@ formulation against published runs (predicted vs measured)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
 
 from ..errors import InputError
 from .options import OUTPUT
+from .plan_cmds import _StderrProgress
 
 
 @click.command()
@@ -30,7 +32,9 @@ from .options import OUTPUT
 @click.option("--report", "report", default=None, type=OUTPUT, help="Markdown report to write.")
 @click.option("--plot", "plot", default=None, type=OUTPUT, help="PNG of the fits to write.")
 @click.option("--name", "name", default=None, help="Name of the calibrated cluster (default: the output file's stem).")
-def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, name):
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="Each phase on stderr as it starts (default: when stderr is a terminal).")
+def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, name, show_progress):
     """Fit link latencies/bandwidths and GPU efficiencies to your measurements; write a cluster YAML."""
     try:  # the fitter (calibration/fit.py) is scipy's least_squares: the fit extra
         import scipy.optimize  # noqa: F401
@@ -52,7 +56,10 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
         raise InputError("-o", f"{output!r}: give a .yaml file name (the catalog loader reads .yaml/.yml/.json)")
     cluster = load_cluster(cluster_ref)
     logs = list(nccl_logs) + list(more_logs)
-    cal = fit_cluster(cluster, logs, steps, name=name or Path(output).stem)
+    if show_progress is None:
+        show_progress = sys.stderr.isatty()
+    cal = fit_cluster(cluster, logs, steps, name=name or Path(output).stem,
+                      progress=_StderrProgress() if show_progress else None)
     if Path(output).suffix.lower() == ".json":
         Path(output).write_text(json.dumps(cal.cluster_mapping(), indent=2) + "\n")
     else:

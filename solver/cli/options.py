@@ -243,13 +243,13 @@ def _constraints(flags: dict, base: Any) -> Any:
 
 def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
                 flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
-                overlap_grad_reduce=None, **constraint_flags) -> dict:
+                overlap_grad_reduce=None, prefer=None, tolerance_rel=None, **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
              "precision": precision, "flash_attention": flash_attention, "attention_kernel": attention_kernel,
              "grad_reduce_dtype": grad_reduce_dtype, "tp_comm_overlap": tp_comm_overlap,
-             "overlap_grad_reduce": overlap_grad_reduce}
+             "overlap_grad_reduce": overlap_grad_reduce, "prefer": prefer, "tolerance_rel": tolerance_rel}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

@@ -75,32 +75,44 @@ def parse_compare(text: str) -> dict:
 
 
 class _StderrProgress:
-    """Solver progress on stderr, at most every 0.5 s (and the final line)."""
+    """Progress of long work on stderr: the phase, the best plan so far (incumbent), the proven
+    bound and its gap, the elapsed time against the limit, and the shapes done where a method
+    counts them. A line when the phase changes, else at most every 0.5 s, and the final one."""
 
-    def __init__(self):
-        self.last = 0.0
+    def __init__(self, limit_s=None):
+        self.start = self.last = time.perf_counter()
+        self.limit_s, self.phase = limit_s, None
 
     def __call__(self, info):
         now = time.perf_counter()
-        final = isinstance(info, dict) and info.get("final")
-        if not final and now - self.last < 0.5:
+        if not isinstance(info, dict):
+            click.echo(str(info), err=True)
             return
-        self.last = now
-        if isinstance(info, dict):
-            parts = [f"[{info.get('method', 'search')} {info.get('elapsed_s', 0.0):.1f}s]"]
-            if info.get("status"):
-                parts.append(str(info["status"]))
-            for key, label in (("best_s", "best"), ("bound_s", "bound")):
-                if info.get(key) is not None:
-                    parts.append(f"{label} {info[key]:.6g} s")
-            if info.get("fraction") is not None:
-                parts.append(f"{info['fraction']:.1%} of the space")
-            if info.get("shapes_done") is not None:
-                parts.append(f"{info['shapes_done']}/{info.get('shapes')} shapes")
-            msg = " ".join(parts)
-        else:
-            msg = str(info)
-        click.echo(msg, err=True)
+        phase = info.get("phase")
+        if not info.get("final") and phase == self.phase and now - self.last < 0.5:
+            return
+        self.last, self.phase = now, phase
+        click.echo(progress_line(info, now - self.start, self.limit_s), err=True)
+
+
+def progress_line(info: dict, elapsed_s: float, limit_s=None) -> str:
+    """One progress event in words (see `_StderrProgress`)."""
+    parts = [f"[{info.get('method', 'search')}]"]
+    if info.get("phase"):
+        parts.append(str(info["phase"]))
+    if info.get("status"):
+        parts.append(str(info["status"]))
+    best, bound = info.get("best_s"), info.get("bound_s")
+    parts.append(f"incumbent {best:.6g} s" if best is not None else "no plan yet")
+    if bound is not None:
+        gap = f" (gap {max(0.0, best - bound) / best:.2%})" if best else ""
+        parts.append(f"bound {bound:.6g} s{gap}")
+    if info.get("shapes_done") is not None:
+        parts.append(f"{info['shapes_done']:,}/{info.get('shapes'):,} shapes")
+    if info.get("evaluations") is not None:
+        parts.append(f"{info['evaluations']:,} splits evaluated")
+    parts.append(f"{elapsed_s:.1f} s" + (f" of {limit_s:g} s" if limit_s else ""))
+    return parts[0] + " " + " | ".join(parts[1:])
 
 
 @click.command("optimize")
@@ -130,10 +142,17 @@ class _StderrProgress:
                    "of its stages together (the joint model).")
 @click.option("--hostfile", "hostfile_out", type=OUTPUT, default=None,
               help="With --links or a cluster with pools: write the hostfile that realises the placement.")
+@click.option("--prefer", type=click.Choice(["fastest", "simple"]), default=None,
+              help="fastest: the optimum. simple: among plans within --tolerance of the optimum, the one with the fewest "
+                   "departures from the textbook Megatron-LM plan (no interleaving, no CP, even split, fewest degrees "
+                   "changed), proven best under that tie-break. Default: the --job file's, else fastest.")
+@click.option("--tolerance", "tolerance_rel", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help="With --prefer simple: the relative tolerance, e.g. 0.05 (default: the half-width of the optimum's "
+                   "80% interval).")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Solver progress on stderr (default: when stderr is a terminal).")
 def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, torchtitan_version, timeline, compare,
-                     links_file, hostfile_out, show_progress, **jobkw):
+                     links_file, hostfile_out, prefer, tolerance_rel, show_progress, **jobkw):
     """The fastest parallel plan that fits, with the solver's bound."""
     from pathlib import Path
 
@@ -146,7 +165,9 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
         except ImportError:
             raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
     cmp_cfg = parse_compare(compare) if compare is not None else None
-    job = build_job(**jobkw)
+    if tolerance_rel is not None and prefer != "simple":
+        raise InputError("--tolerance", "applies to --prefer simple only; add --prefer simple or drop --tolerance")
+    job = build_job(**jobkw, prefer=prefer, tolerance_rel=tolerance_rel)
     if hostfile_out and not links_file and not job.cluster.is_mixed:
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on) or a cluster with pools")
     if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
@@ -166,7 +187,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
     if show_progress is None:
         show_progress = sys.stderr.isatty()
     result = optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
-                      compare=cmp_cfg, progress=_StderrProgress() if show_progress else None, links=links)
+                      compare=cmp_cfg, progress=_StderrProgress(time_limit) if show_progress else None, links=links)
     if hostfile_out and result.plan is not None:
         Path(hostfile_out).write_text(result.plan.hostfile)
 
@@ -239,7 +260,9 @@ def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zer
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero,
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
-    plan = plan_config(job, cfg)
+    from ..calibration.intervals import with_interval
+
+    plan = with_interval(job, plan_config(job, cfg))
     if as_json:
         click.echo(json.dumps(plan.model_dump(), indent=2))
     else:

@@ -10,6 +10,8 @@ output; --resume goes on from there).
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..errors import InputError
@@ -33,8 +35,13 @@ from .options import OUTPUT, SECONDS
 @click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=None,
               help="Scenarios per Ray task (default: automatic, at most 16).")
 @click.option("--plot", "plot_path", default=None, type=OUTPUT, help="Also write the plot (.png/.pdf/.svg; needs the plot extra).")
+@click.option("--prefer", type=click.Choice(["fastest", "simple"]), default=None,
+              help="Every scenario's preference (as `optimize --prefer`), over the grid's `prefer`.")
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="The progress bar on stderr (default: when stderr is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, default=False, help="No progress bar and no summary.")
-def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit_s, batch_size, plot_path, quiet):
+def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit_s, batch_size, plot_path, prefer,
+          show_progress, quiet):
     """Plan every scenario of GRID.yaml; write one row per scenario to -o.
 
     \b
@@ -51,7 +58,8 @@ def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit
     try:
         report = run(grid_file, output, workers=workers, ray=ray_address, resume=resume, overwrite=overwrite,
                      time_limit_s=DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s,
-                     batch_size=batch_size, progress=not quiet)
+                     batch_size=batch_size, prefer=prefer,
+                     progress=not quiet and (sys.stderr.isatty() if show_progress is None else show_progress))
     except KeyboardInterrupt:
         raise click.exceptions.Abort() from None
     if plot_path is not None:

@@ -12,7 +12,13 @@ from .torchtitan import CURRENT, torchtitan_config, torchtitan_flags
 def result_json(result, job, torchtitan_version: str = CURRENT) -> dict:
     d: dict = result.plan.model_dump() if result.plan is not None else {}
     d.update(status=result.status, bound_step_time_s=result.bound_step_time_s, gap=result.gap,
-             tolerance_s=result.tolerance_s)
+             tolerance_s=result.tolerance_s, prefer=getattr(result, "prefer", "fastest"),
+             proof=getattr(result, "proof", "the fastest plan of the formulation"))
+    d["margins"] = [m.model_dump() for m in getattr(result, "margins", [])]
+    tb = getattr(result, "tie_break", None)
+    d["tie_break"] = tb.model_dump() if tb is not None else None
+    cost = getattr(result, "cost", None)
+    d["cost"] = cost.model_dump() if cost is not None else None
     if result.plan is not None:
         ma = megatron_args(job, result.plan)
         d["megatron_args"] = ma.args

@@ -50,6 +50,49 @@ def status_line(result) -> Text:
             t.append(f"  gap {result.gap:.2e}")
         if result.tolerance_s is not None:
             t.append(f"  (tolerance {_fmt_s(result.tolerance_s)})")
+        if getattr(result, "prefer", "fastest") != "fastest":
+            t.append(f"  (prefer {result.prefer}: proven best under the tie-break within the tolerance, below)")
+    return t
+
+
+def uncertainty_text(result) -> Optional[Text]:
+    """The plan's intervals, its margins over the runner-up / fastest / textbook plan and, with
+    prefer simple, the tie-break that chose it."""
+    plan = result.plan
+    t = interval_text(plan) if plan is not None else None
+    if t is None:
+        return None
+    tb = getattr(result, "tie_break", None)
+    if tb is not None:
+        deps = ", ".join(tb.departures) if tb.departures else "none: the textbook plan"
+        t.append(f"prefer simple: {tb.statement}; tolerance {tb.tolerance_rel:.1%} of the fastest plan "
+                 f"({_fmt_s_unit(tb.fastest.step_time_s) if tb.fastest else '-'}); departures: {deps}\n")
+    for m in getattr(result, "margins", []):
+        t.append(f"vs {m.label}: {m.statement}\n", style="yellow" if m.inside else None)
+    return t
+
+
+def interval_text(plan) -> Optional[Text]:
+    """Where the measured step and peak memory lie (`Plan.step_time_interval_s`, ...)."""
+    if plan.step_time_interval_s is None:
+        return None
+    lo, hi = plan.step_time_interval_s
+    mlo, mhi = plan.peak_memory_interval_bytes
+    return Text(f"{plan.interval_coverage:.0%} interval: step {_fmt_s(lo)} to {_fmt_s_unit(hi)}, peak memory "
+                f"{mlo / GIB:.1f} to {mhi / GIB:.1f} GiB  ({plan.interval_basis})\n", style="cyan")
+
+
+def cost_text(result) -> Optional[Text]:
+    c = getattr(result, "cost", None)
+    if c is None:
+        return None
+    t = Text(f"cost: {c.gpu_hours_per_step:.4g} GPU-hours per step, {c.gpu_hours_per_million_tokens:.4g} per million tokens")
+    if c.usd_per_step is not None:
+        t.append(f"; ${c.usd_per_step:,.4g} per step, ${c.usd_per_million_tokens:,.4g} per million tokens "
+                 f"(at ${c.price_per_gpu_hour_usd:g} per GPU-hour)")
+    if c.energy_kwh_per_step is not None:
+        t.append(f"; energy {c.energy_kwh_per_step:.4g} kWh per step, {c.energy_kwh_per_million_tokens:.4g} kWh per "
+                 f"million tokens (every GPU at its {c.tdp_watts:g} W TDP: an upper bound)")
     return t
 
 
@@ -176,8 +219,10 @@ def _plan_tables(plan) -> list:
 
 
 def render_plan(plan) -> Group:
-    """One evaluated configuration (`solveplan evaluate`): degrees, stages, breakdown, throughput."""
-    return Group(_title(plan), *_plan_tables(plan))
+    """One evaluated configuration (`solveplan evaluate`): degrees, stages, breakdown, throughput,
+    and its intervals when attached."""
+    extra = interval_text(plan)
+    return Group(_title(plan), *_plan_tables(plan), *([extra] if extra is not None else []))
 
 
 def render_result(result) -> Group:
@@ -189,7 +234,7 @@ def render_result(result) -> Group:
     parts.append(status_line(result))
     if plan is not None:
         parts += _plan_tables(plan)
-        for extra in (comparisons_table(result), alternatives_table(result)):
+        for extra in (uncertainty_text(result), cost_text(result), comparisons_table(result), alternatives_table(result)):
             if extra is not None:
                 parts.append(extra)
     if getattr(result, "explanation", None):

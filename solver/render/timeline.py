@@ -22,6 +22,9 @@ from ..plan import Plan
 from ..specs import JobSpec
 
 MAX_DRAWN_MICROBATCHES = 32
+# beyond this many operations per stage, bars of single operations are thinner than a pixel
+# apart and read as a barcode: each stage is drawn as its phases instead (`phases`)
+MAX_OPS_PER_STAGE = 48
 
 
 class MissingMatplotlib(RuntimeError):
@@ -123,6 +126,34 @@ def simulate(fwd: list[float], bwd: list[float], comm: float, m: int, vp: int = 
     return ops
 
 
+@dataclass
+class Segment:
+    stage: int
+    kind: str  # "F" warm-up forwards, "FB" steady one-forward-one-backward, "B" cool-down backwards
+    start_s: float
+    end_s: float
+    ops: int
+
+
+def phases(ops: list[Op], min_gap_s: float) -> list[Segment]:
+    """Each stage's operations as its schedule's phases -- warm-up forwards, the steady state of
+    alternating forwards and backwards, cool-down backwards -- consecutive operations of one
+    phase merged unless idle for more than `min_gap_s` between them (a bubble stays visible)."""
+    out: list[Segment] = []
+    for i in sorted({o.stage for o in ops}):
+        mine = sorted((o for o in ops if o.stage == i), key=lambda o: o.start_s)
+        first_b = next(k for k, o in enumerate(mine) if o.kind == "B")
+        last_f = max(k for k, o in enumerate(mine) if o.kind == "F")
+        for k, o in enumerate(mine):
+            kind = "F" if k < first_b else "B" if k > last_f else "FB"
+            prev = out[-1] if out and out[-1].stage == i else None
+            if prev is not None and prev.kind == kind and o.start_s - prev.end_s <= min_gap_s:
+                prev.end_s, prev.ops = o.end_s, prev.ops + 1
+            else:
+                out.append(Segment(i, kind, o.start_s, o.end_s, 1))
+    return out
+
+
 def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int = MAX_DRAWN_MICROBATCHES) -> dict:
     """Write a PNG of the plan's schedule to `path`; returns what was drawn."""
     try:
@@ -147,27 +178,20 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
     tail = plan.breakdown.get("exposed_dp_s", 0.0) + plan.breakdown.get("optimizer_s", 0.0)
     formula_pipe = plan.step_time_s - tail
 
-    colors = {"F": "#4C72B0", "B": "#55A868", "comm": "#DD8452", "bubble": "#E5E5E5", "tail": "#8172B3"}
-    fig_h = 1.2 + 0.45 * p
-    fig, ax = plt.subplots(figsize=(12, min(fig_h, 24)))
+    colors = {"F": "#4C72B0", "B": "#55A868", "FB": "#3E9C9C", "comm": "#DD8452", "bubble": "#E5E5E5",
+              "tail": "#8172B3"}
+    fig_h = min(2.4 + 0.45 * p, 24)  # the stages, a title of up to three lines, the x axis and the legend
+    fig, ax = plt.subplots(figsize=(12, fig_h))
     for i in range(p):
         ax.broken_barh([(0, pipe_end)], (i - 0.4, 0.8), facecolors=colors["bubble"])
-    for kind in ("F", "B"):
-        for i in range(p):
-            bars = [(o.start_s, o.end_s - o.start_s) for o in ops if o.stage == i and o.kind == kind]
-            ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=colors[kind], edgecolor="white", linewidth=0.3)
-    for i in range(p):
-        bars = [(o.start_s - o.wait_comm_s, o.wait_comm_s) for o in ops if o.stage == i and o.wait_comm_s > 0]
-        if bars:
-            ax.broken_barh(bars, (i - 0.15, 0.3), facecolors=colors["comm"])
+    dense = len(ops) / p > MAX_OPS_PER_STAGE
+    if dense:
+        _draw_phases(ax, phases(ops, pipe_end / 400), colors, pipe_end)
+    else:
+        _draw_ops(ax, ops, p, colors, pipe_end, label=shown <= 16 and p <= 16)
     if tail > 0 and shown == m:
         for i in range(p):
             ax.broken_barh([(pipe_end, tail)], (i - 0.4, 0.8), facecolors=colors["tail"])
-    if shown <= 16 and p <= 16:
-        for o in ops:
-            if o.end_s - o.start_s > pipe_end / 120:
-                ax.text((o.start_s + o.end_s) / 2, o.stage, str(o.microbatch + 1), ha="center", va="center",
-                        fontsize=6, color="white")
     ax.set_yticks(range(p))
     ax.set_yticklabels([f"stage {i} ({s.layers} layers)" for i, s in enumerate(plan.stages)])
     ax.invert_yaxis()
@@ -178,16 +202,48 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
     sub = []
     if shown < m:
         sub.append(f"first {shown} of {m} micro-batches shown (the steady state repeats)")
+    if dense:
+        chunks = f"{v} chunk{'s' if v > 1 else ''}"
+        sub.append(f"{len(ops) // p} operations per stage ({chunks} x {shown} micro-batches x F/B): drawn as phases")
     if sim_total is not None:
         sub.append(f"simulated pipeline {sim_total:.3f} s vs formulation {formula_pipe:.3f} s")
-    ax.set_title(title + ("\n" + "; ".join(sub) if sub else ""), fontsize=9)
-    handles = [Patch(color=colors["F"], label="forward"), Patch(color=colors["B"], label="backward (+recompute)"),
-               Patch(color=colors["comm"], label="p2p communication"), Patch(color=colors["bubble"], label="bubble (idle)")]
+    ax.set_title("\n".join([title] + sub), fontsize=9)
+    handles = [Patch(color=colors["F"], label="forward"), Patch(color=colors["B"], label="backward (+recompute)")]
+    handles += ([Patch(color=colors["FB"], label="steady 1F1B (forwards and backwards alternate)")] if dense else
+                [Patch(color=colors["comm"], label="p2p communication")])
+    handles.append(Patch(color=colors["bubble"], label="bubble (idle)"))
     if tail > 0 and shown == m:
         handles.append(Patch(color=colors["tail"], label="exposed DP + optimizer"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=8)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.4 / fig_h, 1, 1))  # 0.4 in at the bottom: the legend's row
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return {"path": str(path), "microbatches_shown": shown, "simulated_pipeline_s": sim_total,
             "formulation_pipeline_s": formula_pipe}
+
+
+def _draw_ops(ax, ops: list[Op], p: int, colors: dict, pipe_end: float, label: bool) -> None:
+    """One bar per operation, the point-to-point waits before them, micro-batch numbers."""
+    for kind in ("F", "B"):
+        for i in range(p):
+            bars = [(o.start_s, o.end_s - o.start_s) for o in ops if o.stage == i and o.kind == kind]
+            ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=colors[kind], edgecolor="white", linewidth=0.3)
+    for i in range(p):
+        bars = [(o.start_s - o.wait_comm_s, o.wait_comm_s) for o in ops if o.stage == i and o.wait_comm_s > 0]
+        if bars:
+            ax.broken_barh(bars, (i - 0.15, 0.3), facecolors=colors["comm"])
+    if label:
+        for o in ops:
+            if o.end_s - o.start_s > pipe_end / 120:
+                ax.text((o.start_s + o.end_s) / 2, o.stage, str(o.microbatch + 1), ha="center", va="center",
+                        fontsize=6, color="white")
+
+
+def _draw_phases(ax, segments: list[Segment], colors: dict, pipe_end: float) -> None:
+    """One bar per phase, labelled with its operation count where it is wide enough."""
+    words = {"F": "fwd", "B": "bwd", "FB": "F+B"}
+    for sg in segments:
+        ax.broken_barh([(sg.start_s, sg.end_s - sg.start_s)], (sg.stage - 0.4, 0.8), facecolors=colors[sg.kind])
+        if sg.end_s - sg.start_s > pipe_end / 12:
+            ax.text((sg.start_s + sg.end_s) / 2, sg.stage, f"{sg.ops} {words[sg.kind]}", ha="center", va="center",
+                    fontsize=7, color="white")

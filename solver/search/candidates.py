@@ -13,7 +13,7 @@ plan at least that good, and it refutes an INFEASIBLE verdict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -99,13 +99,18 @@ def _kth(values: np.ndarray, k: int) -> float:
     return float(np.partition(fin, k - 1)[k - 1]) if len(fin) >= k else float("inf")
 
 
-def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True, top_k: int = 1) -> Candidates:
+def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True, top_k: int = 1,
+            keep: Optional[Callable[[Shapes], np.ndarray]] = None) -> Candidates:
     """Legal shapes, priced and pruned. `prune_time`: drop the shapes whose time lower bound
     exceeds the `top_k`-th best plan found (distinct shapes): none of them can be among the
-    `top_k` best. `apply_dominance`: drop dominated shapes (`formulation.job.zero0_dominated`)."""
+    `top_k` best. `apply_dominance`: drop dominated shapes (`formulation.job.zero0_dominated`).
+    `keep`: a subspace (a mask over the legal shapes; `search.simple`'s levels): the pruning
+    and the incumbent are then those of the subspace."""
     K = max(1, int(top_k))
     space = enumerate_shapes(job)
     shapes = space.shapes
+    if keep is not None:
+        shapes = shapes.take(np.flatnonzero(keep(shapes)))
     num_dominated = 0
     if apply_dominance:
         dom = zero0_dominated(job, shapes)

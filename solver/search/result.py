@@ -10,6 +10,11 @@ from typing import Literal, Optional
 # best (a time limit or a budget stopped the proof); INFEASIBLE: proven that no plan fits;
 # UNKNOWN: no plan and no proof (time ran out first).
 PlanStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
+# the statuses by name, so that code compares with these and never spells a raw string
+OPTIMAL: PlanStatus = "OPTIMAL"
+FEASIBLE: PlanStatus = "FEASIBLE"
+INFEASIBLE: PlanStatus = "INFEASIBLE"
+UNKNOWN: PlanStatus = "UNKNOWN"
 
 
 @dataclass

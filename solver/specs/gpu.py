@@ -46,6 +46,9 @@ class GPUSpec(Spec):
                                "NCCL's buffers per communicator: formulation/memory.py)")
     runtime_reserve_fraction: float = Field(
         0.08, ge=0, lt=1, description="allocator fragmentation: reserved over allocated memory, fraction (added to every stage)")
+    tdp_watts: Optional[PositiveFloat] = Field(
+        None, description="board power limit (TDP) from the datasheet, W: `optimize` reports energy at this power "
+                          "(an upper bound of the GPUs' draw; hosts, NICs and cooling not counted); optional")
     source: str = "user supplied"
     fit_notes: Optional[str] = None
 

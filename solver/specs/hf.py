@@ -18,7 +18,8 @@ carry biases, which norm, which activation):
   `rope_parameters`.
 - a model is named after the config: `name_or_path` / `_name_or_path`, else the file.
 - sequence length: the length the model was pre-trained at (`rope_scaling.original_max_position_embeddings`,
-  Phi-3's `original_max_position_embeddings`), else the context window, capped at
+  Phi-3's `original_max_position_embeddings`, where it is below the window: the length a RoPE
+  extension started from; phi-4 repeats its window there, which says nothing), else the context window, capped at
   `TRAINING_SEQ_CAP` with a note: a config's 128k window is an inference limit, not a pre-training
   recipe (pass --seq-len to plan long-context training).
 
@@ -310,6 +311,8 @@ def _seq_length(data: dict, mt: str, notes: list[str]) -> Optional[int]:
     pre = _int(rope, mt, "original_max_position_embeddings", default=None) \
         or _int(data, mt, "original_max_position_embeddings", default=None)
     window = _int(data, mt, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=None)
+    if pre is not None and window is not None and pre >= window:
+        pre = None  # no extension stated (phi-4 repeats its 16384 window there): the window rule below
     if pre is not None:
         seq, why = pre, f"the pre-training length (original_max_position_embeddings; the window is {window})"
     elif window is not None:

@@ -64,6 +64,12 @@ class JobSpec(Spec):
     overlap_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the last backward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap, Transformer Engine)")
     constraints: Constraints = Constraints()
+    prefer: Literal["fastest", "simple"] = Field(
+        "fastest", description="fastest: the optimum; simple: among plans within tolerance_rel of the optimum, the "
+                               "fewest departures from the textbook Megatron-LM plan (search/simple.py)")
+    tolerance_rel: Optional[float] = Field(
+        None, ge=0, lt=1, description="with prefer simple: the relative tolerance (default: the half-width of the "
+                                      "optimum's 80% interval, calibration/intervals.py)")
 
     @model_validator(mode="after")
     def _check(self):

@@ -47,6 +47,10 @@ class JobRequest(Request):
     tp_comm_overlap: Optional[bool] = None
     overlap_grad_reduce: Optional[bool] = None
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
+    prefer: Optional[Literal["fastest", "simple"]] = Field(None, description="fastest (default) or simple: the "
+                                                           "simplest plan within the error")
+    tolerance_rel: Optional[float] = Field(None, ge=0, lt=1, allow_inf_nan=False,
+                                           description="with prefer simple: the relative tolerance (default: the interval)")
 
     @field_validator("constraints")
     @classmethod

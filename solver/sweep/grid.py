@@ -10,6 +10,7 @@ A grid file (YAML or JSON) names lists whose product is planned, and/or explicit
     seq_lengths: [2048]                  # optional (default: each model's recipe)
     precisions: [bf16, fp8]              # optional (default: bf16; also fp16)
     constraints: [{}, {tp: [8], recompute: [selective]}]   # optional constraint sets ({} = none)
+    prefer: simple                       # optional: fastest (default) or simple, every scenario
     scenarios:                           # optional explicit scenarios, planned after the product
       - {model: gpt3-175b, cluster: a100x1024, global_batch_size: 1536, constraints: {pp: [8]}}
 
@@ -80,6 +81,7 @@ class ScenarioSpec(_Strict):
     precision: Optional[Precision] = None
     constraints: Optional[dict[str, Any]] = None
     price_per_gpu_hour_usd: Optional[PositiveFloat] = None
+    prefer: Optional[Literal["fastest", "simple"]] = None
 
 
 class Grid(_Strict):
@@ -90,6 +92,7 @@ class Grid(_Strict):
     precisions: Optional[list[Precision]] = None
     constraints: Optional[list[dict[str, Any]]] = None
     scenarios: Optional[list[ScenarioSpec]] = None
+    prefer: Optional[Literal["fastest", "simple"]] = None  # every scenario's (a scenario's own wins)
 
 
 PRODUCT_KEYS = ("models", "clusters", "global_batch_sizes", "seq_lengths", "precisions", "constraints")
@@ -98,7 +101,7 @@ PRODUCT_KEYS = ("models", "clusters", "global_batch_sizes", "seq_lengths", "prec
 @dataclass(frozen=True)
 class Scenario:
     """One planning question. `inputs` are canonical (keys left out when not given):
-    model, cluster, global_batch_size, seq_length, precision, constraints, price_per_gpu_hour_usd."""
+    model, cluster, global_batch_size, seq_length, precision, constraints, price_per_gpu_hour_usd, prefer."""
 
     index: int
     id: str
@@ -211,9 +214,9 @@ def _no_repeats(values: list, where: str) -> None:
         seen[key] = i
 
 
-def _inputs(model, cluster, price, gbs, seq, precision, constraints) -> dict:
+def _inputs(model, cluster, price, gbs, seq, precision, constraints, prefer=None) -> dict:
     raw = {"model": model, "cluster": cluster, "global_batch_size": gbs, "seq_length": seq,
-           "precision": precision, "constraints": constraints, "price_per_gpu_hour_usd": price}
+           "precision": precision, "constraints": constraints, "price_per_gpu_hour_usd": price, "prefer": prefer}
     return {k: v for k, v in raw.items() if v is not None}
 
 
@@ -237,11 +240,11 @@ def expand(grid: Grid, base_dir: str = ".") -> list[Scenario]:
         for model, (cluster, price), gbs, seq, prec, con in itertools.product(
                 grid.models, clusters, grid.global_batch_sizes or [None], grid.seq_lengths or [None],
                 grid.precisions or [None], cons):
-            rows.append(("product", _inputs(model, cluster, price, gbs, seq, prec, con)))
+            rows.append(("product", _inputs(model, cluster, price, gbs, seq, prec, con, grid.prefer)))
     for i, sc in enumerate(grid.scenarios or []):
         con = _constraints(sc.constraints, f"scenarios[{i}].constraints")
         rows.append((f"scenarios[{i}]", _inputs(sc.model, sc.cluster, sc.price_per_gpu_hour_usd, sc.global_batch_size,
-                                                sc.seq_length, sc.precision, con)))
+                                                sc.seq_length, sc.precision, con, sc.prefer or grid.prefer)))
     out: list[Scenario] = []
     seen: dict[str, int] = {}
     for index, (where, inputs) in enumerate(rows):

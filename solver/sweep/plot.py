@@ -15,6 +15,9 @@ from pathlib import Path
 from ..errors import InputError
 
 PLOT_EXTRA = "plots need matplotlib: pip install 'solveplan[plot]'"
+LOG_Y_MIN_RATIO = 10.0  # a log y axis only over at least a decade (over 2% it hides the differences)
+# label offsets tried in turn (points) until one overlaps no label placed before; else it is left out
+OFFSETS = ((4, 4), (4, -11), (-4, 4), (-4, -11), (4, 15), (4, -22))
 VARYING = ("global_batch_size", "seq_length", "precision", "constraints")
 
 
@@ -77,6 +80,7 @@ def plot_rows(rows: list[dict], path: str | Path, field: str = "--plot") -> Path
     by_model = _lines(planned)
     gpus = sorted({r["gpu"] for r in planned})
     variants = sorted({v for lines in by_model.values() for _, v in lines})
+    labels_todo: dict[int, tuple] = {}
     colors, markers, styles = plt.get_cmap("tab10"), ["o", "s", "^", "D", "v", "P", "X", "*"], ["-", "--", ":", "-."]
     fig, axes = plt.subplots(len(by_model), 2, figsize=(15, 3.6 * len(by_model) + 0.8), squeeze=False,
                              layout="constrained")
@@ -92,23 +96,55 @@ def plot_rows(rows: list[dict], path: str | Path, field: str = "--plot") -> Path
                 xs, ys = [r["num_gpus"] for r in pts], [r[metric] for r in pts]
                 ax.plot(xs, ys, linestyle=styles[vi % len(styles)], marker=markers[vi % len(markers)], color=color,
                         label=label)
-                for r, x, y in zip(pts, xs, ys):
-                    ax.annotate(degrees_label(r), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                                color=color)
+                labels_todo.setdefault(id(ax), (ax, []))[1].extend(
+                    (degrees_label(r), x, y, color) for r, x, y in zip(pts, xs, ys))
         for ax, ylabel in zip(row_axes, ("tokens/s", right_label)):
             ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
+            ys = [y for line in ax.get_lines() for y in line.get_ydata() if y and y > 0]
+            if ys and max(ys) / min(ys) >= LOG_Y_MIN_RATIO:
+                ax.set_yscale("log")
+            else:
+                ax.ticklabel_format(axis="y", style="plain", useOffset=False)
             ax.set_xlabel("GPUs")
             ax.set_ylabel(ylabel)
             ax.set_title(f"{model}: {ylabel}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
         handles, labels = row_axes[0].get_legend_handles_labels()  # every line has throughput; not every one a cost
         row_axes[1].legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.canvas.draw()  # settle the layout: labels are placed in display coordinates
+    left_out = sum(_place_labels(ax, todo) for ax, todo in labels_todo.values())
     no_plan = len(rows) - len(planned)
     fig.suptitle(f"solveplan sweep: {len(planned)} planned scenarios"
                  + (f" ({no_plan} without a plan not shown)" if no_plan else "")
                  + "; points labelled with the chosen degrees (t=TP, p=PP, d=DP, c=CP, v=virtual stages)"
+                 + (f" ({left_out} labels left out where they would overlap)" if left_out else "")
                  + ("" if priced else "; no prices given"), fontsize=10)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def _place_labels(ax, todo: list[tuple]) -> int:
+    """Annotate each point (text, x, y, color) at the first of OFFSETS where its box overlaps no
+    label placed before; returns how many found no room."""
+    fig = ax.figure
+    scale = fig.dpi / 72.0  # points -> pixels
+    marker = 4 * scale  # every point's marker is an obstacle too
+    placed = [(px - marker, py - marker, px + marker, py + marker)
+              for px, py in (ax.transData.transform((x, y)) for _, x, y, _ in todo)]
+    left_out = 0
+    for text, x, y, color in todo:
+        px, py = ax.transData.transform((x, y))
+        w, h = (4.3 * len(text) + 2) * scale, 9 * scale
+        for dx, dy in OFFSETS:
+            x0 = px + dx * scale - (w if dx < 0 else 0)
+            y0 = py + dy * scale
+            box = (x0, y0, x0 + w, y0 + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                placed.append(box)
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, color=color,
+                            ha="right" if dx < 0 else "left")
+                break
+        else:
+            left_out += 1
+    return left_out

@@ -18,6 +18,7 @@ import time
 from typing import Any, Optional
 
 from ..errors import InputError
+from ..plan import gpu_hours_per_million_tokens
 from .grid import Scenario, canonical_json
 
 POLL_S = 0.2  # how often a waiting driver (process pool or Ray) looks for Ctrl-C
@@ -39,6 +40,8 @@ COLUMNS: dict[str, type] = {
     "peak_memory_bytes": float, "capacity_bytes": float,
     "gpu_hours_per_million_tokens": float, "price_per_gpu_hour_usd": float, "cost_per_million_tokens_usd": float,
     "speedup_over_textbook": float,
+    "prefer": str, "step_time_lo_s": float, "step_time_hi_s": float, "interval_coverage": float,
+    "fastest_step_time_s": float, "tolerance_rel": float, "departures": str, "energy_kwh_per_million_tokens": float,
     "wall_time_s": float,
 }
 TIMING_COLUMNS = ("wall_time_s",)
@@ -79,10 +82,10 @@ def base_row(scenario: Scenario, job=None) -> dict:
     row.update(scenario_id=scenario.id, model=_label(inp["model"]), cluster=_label(inp["cluster"]),
                global_batch_size=inp.get("global_batch_size"), seq_length=inp.get("seq_length"),
                precision=inp.get("precision"), price_per_gpu_hour_usd=inp.get("price_per_gpu_hour_usd"),
-               constraints=canonical_json(inp.get("constraints") or {}))
+               constraints=canonical_json(inp.get("constraints") or {}), prefer=inp.get("prefer"))
     if job is not None:
-        row.update(global_batch_size=job.global_batch_size, seq_length=job.seq_length, precision=job.precision,
-                   gpu=job.cluster.gpu.name, num_gpus=job.cluster.num_gpus,
+        row.update(prefer=job.prefer, global_batch_size=job.global_batch_size, seq_length=job.seq_length,
+                   precision=job.precision, gpu=job.cluster.gpu.name, num_gpus=job.cluster.num_gpus,
                    price_per_gpu_hour_usd=job.cluster.price_per_gpu_hour_usd)
     return row
 
@@ -95,10 +98,6 @@ def invalid_row(scenario: Scenario, exc: InputError) -> dict:
 
 def failed_row(scenario: Scenario, job, reason: str) -> dict:
     return {**base_row(scenario, job), "status": "FAILED", "reason": one_line(reason)}
-
-
-def gpu_hours_per_million_tokens(num_gpus: int, step_time_s: float, tokens_per_step: int) -> float:
-    return num_gpus * step_time_s / 3600.0 / (tokens_per_step / 1e6)
 
 
 def result_row(scenario: Scenario, job, result, wall_time_s: float) -> dict:
@@ -127,7 +126,26 @@ def result_row(scenario: Scenario, job, result, wall_time_s: float) -> dict:
     textbook = getattr(result, "textbook", None)
     if textbook is not None and textbook.speedup is not None:
         row["speedup_over_textbook"] = textbook.speedup
+    row.update(_uncertainty(result, job))
     return finite(row)
+
+
+def _uncertainty(result, job) -> dict:
+    """The interval columns, the fastest plan's step and the departures (prefer simple), energy.
+    A plan the time limit left without intervals (the planner's incumbent) gets them here."""
+    from ..calibration.intervals import with_interval
+
+    plan, tb, cost = result.plan, getattr(result, "tie_break", None), getattr(result, "cost", None)
+    if plan.step_time_interval_s is None:
+        plan = with_interval(job, plan)
+    out: dict[str, Any] = {"step_time_lo_s": plan.step_time_interval_s[0],
+                           "step_time_hi_s": plan.step_time_interval_s[1], "interval_coverage": plan.interval_coverage}
+    out["fastest_step_time_s"] = tb.fastest.step_time_s if tb is not None and tb.fastest else plan.step_time_s
+    if tb is not None:
+        out.update(departures="; ".join(tb.departures), tolerance_rel=tb.tolerance_rel)
+    if cost is not None:
+        out["energy_kwh_per_million_tokens"] = cost.energy_kwh_per_million_tokens
+    return out
 
 
 def finite(row: dict) -> dict:

@@ -56,8 +56,9 @@ def _check_args(workers: Optional[int], time_limit_s: float, batch_size: Optiona
 def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path, None] = None, *,
         workers: Optional[int] = None, ray: Optional[str] = None, resume: bool = False, overwrite: bool = False,
         time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: Optional[int] = None,
-        progress: bool = False) -> SweepReport:
-    """Plan every scenario of `grid` (a grid file, a mapping or a Grid); see `solveplan.sweep.sweep`."""
+        progress: bool = False, prefer: Optional[str] = None) -> SweepReport:
+    """Plan every scenario of `grid` (a grid file, a mapping or a Grid); see `solveplan.sweep.sweep`.
+    `prefer`: the grid's `prefer` for every scenario (fastest or simple), overriding the file's."""
     t0 = time.perf_counter()
     _check_args(workers, time_limit_s, batch_size)
     if ray is not None and ray != "local" and workers is not None:
@@ -69,7 +70,12 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
         from .ray_runner import import_ray, ray_session, run_tasks
 
         import_ray()  # the missing extra is named before any work
-    scenarios = expand(*load_grid(grid))
+    loaded, base = load_grid(grid)
+    if prefer is not None:
+        if prefer not in ("fastest", "simple"):
+            raise InputError("prefer", f"{prefer!r}: choose fastest or simple")
+        loaded = loaded.model_copy(update={"prefer": prefer})
+    scenarios = expand(loaded, base)
     out = Output(output, resume=resume, overwrite=overwrite) if output is not None else None
     rows: dict[str, dict] = dict(out.done()) if out is not None else {}
     rows = {s.id: rows[s.id] for s in scenarios if s.id in rows}
@@ -84,7 +90,7 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
         rows[row["scenario_id"]] = row
         if out is not None:
             out.append(row)
-        bar.advance(row["status"])
+        bar.advance(row["status"], row)
 
     kept_other = 0
     with ExitStack() as stack:
@@ -197,18 +203,22 @@ class _Progress:
     def __enter__(self):
         if self.enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
-            self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                      TextColumn("{task.description}"), console=Console(stderr=True))
+            self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                      TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"),
+                                      console=Console(stderr=True))
             self._progress.__enter__()
             self._task = self._progress.add_task("", total=self.total)
         return self
 
-    def advance(self, status: str) -> None:
+    def advance(self, status: str, row: Optional[dict] = None) -> None:
         self.counts[status] = self.counts.get(status, 0) + 1
         if self._progress is not None:
             desc = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            if row is not None and row.get("step_time_s") is not None:  # what the last scenario found
+                desc += f" | last: {row['model']} on {row['cluster']} {row['step_time_s']:.4g} s/step"
             self._progress.update(self._task, advance=1, description=desc)
 
     def __exit__(self, *exc):

@@ -44,6 +44,8 @@ class JointResult(SolveResult):
     compare: Optional[Comparison] = None
     top_k_asked: int = 1  # the joint model returns the best plan only
     top_k_found: int = 0
+    prefer: str = "fastest"  # as `optimize.OptimizeResult`'s (optimize sets them for prefer simple)
+    proof: str = "the fastest plan of the formulation"
 
     @property
     def top_k_cut_short(self) -> bool:
@@ -53,9 +55,9 @@ class JointResult(SolveResult):
 
 def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
                    time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
-                   pools_alone: Sequence[tuple[int, Plan]] = ()) -> JointResult:
+                   pools_alone: Sequence[tuple[int, Plan]] = (), progress=None) -> JointResult:
     """The fastest plan over shapes, splits and placements (see the module docstring).
-    `pools_alone`: (pool index, plan of that pool alone) pairs."""
+    `pools_alone`: (pool index, plan of that pool alone) pairs; `progress(info)`: phases."""
     if method not in METHODS:
         raise InputError("method", f"{method!r} does not plan a mixed cluster or measured links; use "
                                    f"{' or '.join(METHODS)}")
@@ -71,9 +73,12 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
         plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
             {"evaluations": evals}
     else:
+        if progress is not None:
+            progress({"method": "joint", "phase": f"bounding shapes on {len(nodes.classes)} node classes",
+                      "elapsed_s": 0.0, "limit_s": float(time_limit_s), "final": False})
         cands = prepare_joint(job, nodes, seeds, deadline=t0 + PREPARE_SHARE * float(time_limit_s))
         left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
-        out = solve_joint(cands, left, workers, seed)
+        out = solve_joint(cands, left, workers, seed, progress=progress)
         status, plan_a, bound, tol, solver = out.status, out.plan, out.bound_s, out.tolerance_s, out.stats
         notes += out.notes
     plan = placed_plan(job, cands.prices, plan_a) if plan_a is not None else None

@@ -115,7 +115,7 @@ def batches(cands: JointCandidates, ks: np.ndarray, budget_rows: int) -> list[np
 
 
 def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, seed: int = 0,
-                fixed_layers: Optional[tuple[int, ...]] = None) -> JointOutcome:
+                fixed_layers: Optional[tuple[int, ...]] = None, progress=None) -> JointOutcome:
     """The fastest plan among the candidates (module docstring); `fixed_layers`: place a plan
     whose shape (the candidates' only one) and split are given.
 
@@ -124,7 +124,8 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     capped at the best plan so far; shapes whose bound passes the best plan are dropped. The
     bound returned is the least of: the best plan, each solved model's optimum (or CP-SAT's
     bound where it stopped short), the relaxation's bound of every shape not yet in a model,
-    and the candidates' `outside_bound_s` -- a valid bound over the whole joint space."""
+    and the candidates' `outside_bound_s` -- a valid bound over the whole joint space.
+    `progress(info)`: before each model, the phase, the best plan and that bound so far."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
     pr = cands.prices
@@ -160,6 +161,12 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
                          f"modelled: their relaxation bounds stand")
             break
         batch = np.sort(batch)
+        if progress is not None:
+            progress({"method": "joint", "phase": f"CP-SAT model {stats['models'] + 1} ({len(batch)} shapes; "
+                                                  f"{stats['shapes_in_model']} of {len(pending)} modelled)",
+                      "best_s": best_q * q if best_q is not None else None,
+                      "bound_s": min(bounds_s + [float(lb[batch].min())]), "elapsed_s": time.perf_counter() - t0,
+                      "limit_s": float(time_limit_s), "final": False})
         hint = (int(np.flatnonzero(batch == best.k)[0]), best) if best is not None and best.k in batch else None
         t_build = time.perf_counter()
         jm = build_joint_model(cands, int_tables(cands, batch, q), best_q, rank[batch], hint=hint,

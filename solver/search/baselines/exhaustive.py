@@ -143,8 +143,11 @@ def search(
 ) -> MethodResult:
     """Enumerate every (shape, split) of `cands`; return the best fitting plan(s).
 
-    progress(info) is called about every 0.5 s and at the end with info = {"method",
-    "evaluations", "space", "fraction", "best_s", "elapsed_s"}.
+    progress(info) is called about every 0.5 s and at the end with info = {"method", "phase",
+    "evaluations", "space", "fraction", "shapes_done", "shapes", "best_s", "bound_s", "elapsed_s"}:
+    `bound_s` is the least of the best plan and the time lower bounds of the shapes not done
+    (a valid bound of the optimum at any moment); the fraction of splits is tiny on deep
+    pipelines, the shapes done say more.
     """
     if distinct not in ("plan", "shape"):
         raise ValueError(f"distinct must be 'plan' or 'shape', not {distinct!r}")
@@ -164,15 +167,20 @@ def search(
     # shapes by pipeline degree so that a block's rows share a width (stable: ties keep order)
     shape_order = np.argsort(cands.shapes.pp, kind="stable")
 
+    done = 0  # shapes of shape_order whose every split is scored
+
     def report(final=False):
         if progress is None:
             return
         best = float(top.obj[0]) if len(top.obj) else None
         if distinct == "shape" and np.isfinite(shape_best).any():
             best = float(shape_best.min())
-        progress({"method": "exhaustive", "evaluations": evaluations, "space": space,
-                  "fraction": evaluations / space if space else 1.0, "best_s": best,
-                  "elapsed_s": time.perf_counter() - t0, "final": final})
+        rest = cands.time_lb_s[shape_order[done:]] if done < n_shapes else np.zeros(0)
+        bound = min([x for x in (best, float(rest.min()) if len(rest) else None) if x is not None], default=None)
+        progress({"method": "exhaustive", "phase": "every split of each shape", "evaluations": evaluations,
+                  "space": space, "fraction": evaluations / space if space else 1.0, "shapes_done": done,
+                  "shapes": n_shapes, "best_s": best, "bound_s": bound, "elapsed_s": time.perf_counter() - t0,
+                  "final": final})
 
     def score_block(idx_parts, lay_parts, order_parts):
         nonlocal evaluations
@@ -218,7 +226,8 @@ def search(
             report()
         return "time_limit" if now - t0 >= time_limit_s else None
 
-    for j in shape_order.tolist():
+    for pos, j in enumerate(shape_order.tolist()):
+        done = pos  # the shapes before this one are in the scored or the pending rows
         p = int(cands.shapes.pp[j])
         target = min(block_rows, max(256, BLOCK_ELEMENTS // p))  # shapes come in ascending pp
         stream = _splits(L, p, uneven)
@@ -241,6 +250,8 @@ def search(
             break
     if buf["rows"]:
         flush()
+    if not stopped:
+        done = n_shapes
     finished = evaluations == space
     if finished:
         stopped = None
