@@ -177,13 +177,13 @@ def _plans(job: JobSpec, cands: Candidates, res: MethodResult, method: str, note
     if res.best is not None and (not choices or choices[0] is not res.best):
         choices = [res.best] + [c for c in choices if c is not res.best]
     plans = []
-    L = job.model.num_layers
+    L = job.model.num_pipeline_units
     for i, ch in enumerate(choices):
         if sum(ch.layers) != L or min(ch.layers, default=0) < 1:
             notes.append(f"plan {i + 1}'s split {list(ch.layers)} does not place each of the {L} layers on a stage: dropped")
             continue
         par = parallel_from_row(job, cands.shapes.row(ch.index))
-        p = make_plan(job, par, ch.layers)
+        p = make_plan(job, par, job.model.units_to_layers(ch.layers))
         if not p.fits:
             notes.append(f"plan {i + 1} ({par.describe()}) does not fit under the float formulation: dropped")
             continue
@@ -204,7 +204,7 @@ def _checked_verdict(job: JobSpec, cands: Candidates, res: MethodResult, plan: O
         status = "UNKNOWN"
     if status == "INFEASIBLE" and cands.incumbent_index is not None:
         par = parallel_from_row(job, cands.shapes.row(cands.incumbent_index))
-        plan = make_plan(job, par, cands.incumbent_layers)
+        plan = make_plan(job, par, job.model.units_to_layers(cands.incumbent_layers))
         notes.append(f"{method} answered INFEASIBLE but {par.describe()} with layers {cands.incumbent_layers} fits: "
                      f"verdict refuted, returning that plan without a bound")
         status, bound = "FEASIBLE", None
