@@ -135,8 +135,8 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     peak, lay = least_memory_splits(job_coefficients(job, shapes), L)
     k = int(np.argmin(peak))
     par = parallel_from_row(job, rows[k])
-    split = [int(x) for x in lay[k, :par.pp]]
-    plan = make_plan(job, par, job.model.units_to_layers(split))
+    split = job.model.units_to_layers([int(x) for x in lay[k, :par.pp]])
+    plan = make_plan(job, par, split)
     stage = max(plan.stages, key=lambda s: s.memory_bytes.total)
     need, cap = stage.memory_bytes.total, plan.capacity_bytes
     mb = stage.memory_bytes
