@@ -28,11 +28,12 @@ def moe_job(model, cluster="a100x16", B=32, s=1024, **cons):
 def test_moe_config_rules_agree_with_the_enumeration():
     """`config_violations` and `enumerate_shapes` accept exactly the same MoE configurations
     (etp named, so the enumeration tries every etp value checked here)."""
-    from solveplan.space.enumeration import enumerate_shapes
+    from solveplan.space.enumeration import enumerate_shapes, space_size
     from solveplan.space.rules import config_violations
 
     job = moe_job(tiny_moe(), etp=(1, 2, 4))
     shapes = enumerate_shapes(job).shapes
+    assert space_size(job).shapes == len(shapes)
     legal = {tuple(shapes.row(i).values()) for i in range(len(shapes))}
     assert {r[-2] for r in legal} == {1, 2, 4, 8} and {r[-1] for r in legal} == {1, 2, 4}
     for tp in (1, 2, 4):
@@ -49,6 +50,42 @@ def test_moe_config_rules_agree_with_the_enumeration():
                                             sequence_parallel=sp, zero=z, ep=ep, etp=etp)
                                         key = (tp, pp, dp, cp, 1, mbs, rc, sp, z, ep, etp)
                                         assert (not errs) == (key in legal), (key, errs)
+
+
+def test_a2a_overlap_rules_agree_with_the_enumeration():
+    """With Megatron's --overlap-moe-expert-parallel-comm (moe_a2a_overlap): ep > 1, no full
+    recompute, vp > 1 with pp > 1 -- the same in `config_violations` and the enumeration."""
+    from solveplan.space.enumeration import enumerate_shapes, space_size
+    from solveplan.space.rules import config_violations
+
+    job = moe_job(tiny_moe(L=8)).model_copy(update={"moe_a2a_overlap": True})
+    shapes = enumerate_shapes(job).shapes
+    assert space_size(job).shapes == len(shapes) > 0
+    legal = {tuple(shapes.row(i).values()) for i in range(len(shapes))}
+    assert min(shapes.ep) > 1 and 2 not in set(shapes.recompute.tolist())
+    for pp in (1, 2, 4):
+        for vp in (1, 2):
+            for rc in ("none", "selective", "full"):
+                for ep in (1, 2, 4):
+                    dp, errs = config_violations(job, tp=1, pp=pp, cp=1, vp=vp, micro_batch_size=1, recompute=rc,
+                                                 sequence_parallel=False, zero=1, ep=ep, etp=1)
+                    assert (not errs) == ((1, pp, dp, 1, vp, 1, rc, False, 1, ep, 1) in legal), (pp, vp, rc, ep, errs)
+
+
+def test_a2a_overlap_hides_the_all_to_all_behind_compute():
+    from solveplan.formulation.coefficients import stage_coefficients
+    from solveplan.space.shapes import Shapes
+
+    m = load_model(str(MOE / "qwen3-30b-a3b.yaml"))
+    kw = dict(global_batch_size=256, seq_length=4096)
+    sh = Shapes.single(dp=64, ep=16)
+    off = stage_coefficients(m, load_cluster("h100x64"), sh, **kw)
+    on = stage_coefficients(m, load_cluster("h100x64"), sh, moe_a2a_overlap=True, **kw)
+    assert 0 < float(on.layer_ep_s[0]) < float(off.layer_ep_s[0])
+    assert float(on.layer_compute_s[0]) == float(off.layer_compute_s[0])
+    with pytest.raises(ValueError, match="moe_a2a_overlap"):
+        JobSpec(model=load_model("gpt3-1.3b"), cluster=load_cluster("a100x8"), global_batch_size=8, seq_length=512,
+                moe_a2a_overlap=True)
 
 
 @pytest.mark.parametrize("cfg,field", [

@@ -184,6 +184,7 @@ def stage_coefficients(
     overlap_grad_reduce: bool = True,
     tp_comm_overlap: bool = False,
     moe_load_imbalance: float = 1.0,
+    moe_a2a_overlap: bool = False,
 ) -> StageCoefficients:
     gpu = cluster.gpu
     t = shapes.tp.astype(np.float64)
@@ -378,7 +379,7 @@ def stage_coefficients(
                 attn_gemm_bwd=gemm_bwd - mlp_bwd, core_fwd=core_fwd, tp_pass=tp_pass, hidden=hidden,
                 tp_comm_overlap=tp_comm_overlap, layer_cp=layer_cp, dp_step=dp_step, opt_per_param=opt_per_param,
                 window=window, state_bytes=(pb, gb, ob), grad_bytes=grad_bytes, act_kw=act_kw,
-                adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm,
+                adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
                 imbalance=moe_load_imbalance)
         proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)

@@ -17,7 +17,7 @@ from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_b
 def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
                attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, imbalance,
-               adam_s_per_param) -> dict:
+               adam_s_per_param, a2a_overlap: bool = False) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation;
@@ -25,7 +25,11 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       SP-gathered tokens, Megatron `SharedExpertMLP`), the ETP gather/scatter of the routed
       copies; exposed, or behind the layer's GEMMs with --tp-comm-overlap, as the dense layer's;
     - expert-parallel all-to-alls: dispatch + combine per pass (forward, backward, and the
-      recomputed forward under full recomputation), exposed (`moe.py`: overlap off);
+      recomputed forward under full recomputation), exposed (`moe.py`: overlap off); with the
+      job's `moe_a2a_overlap` (Megatron's --overlap-moe-expert-parallel-comm: the forward of one
+      micro-batch runs beside the backward of another, each one's all-to-alls behind the
+      other's compute) hidden behind the layer's forward + backward compute, slowing it by the
+      collective's SMs (`hidden`);
     - data parallelism: the non-expert parameters as the dense layer's (over dp x cp, stride
       tp), the local experts' gradients over the expert-data-parallel group (edp ranks etp*ep
       apart) and their optimizer state sharded over it by the distributed optimizer;
@@ -58,7 +62,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
     block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance) + latent_bytes
     return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=np.zeros(len(z)),
-                ep=a2a * (2 + (rc == 2)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
+                ep=hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
                 dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
                 window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
                 optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
