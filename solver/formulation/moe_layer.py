@@ -77,8 +77,10 @@ def fold_layers(model: ModelSpec, dense: dict, moe_layer, ends: dict, mtp_extra:
     layers) and the stage extras: the k leading dense layers on the first stage, the MTP
     modules on the last (Megatron places them after the decoder, with the LM head): each one
     layer of the last layer's kind, its 2h -> h projection and a second LM-head pass with its
-    logits (Megatron-LM megatron/core/transformer/multi_token_prediction.py). Every cost stays
-    linear in the units a stage holds, so each split searched is priced exactly."""
+    logits (Megatron-LM megatron/core/transformer/multi_token_prediction.py); the MTP layer's
+    activations are counted once, as the last stage's logits are (one micro-batch in flight
+    under 1F1B; with interleaving the last stage holds more: an under-count there). Every cost
+    stays linear in the units a stage holds, so each split searched is priced exactly."""
     k, d_u, m_u, units = model.pipeline_units
     keys = dense.keys()
     unit = dense if moe_layer is None else {key: d_u * dense[key] + m_u * moe_layer[key] for key in keys}
