@@ -193,6 +193,28 @@ def test_ep_all_to_all_inside_a_node_and_across_nodes():
     assert float(comm.all_to_all_s(S, c, 1, 1)) == 0.0
 
 
+def test_flex_dispatcher_sends_each_token_once_per_remote_node():
+    """Qwen3-30B-A3B (128 experts, top-8) with EP 16 over two nodes: a token reaches the other
+    node with probability 1 - C(64, 8)/C(128, 8); the flex dispatcher sends it there once, the
+    alltoall dispatcher each of its ~4 copies bound there; inside one node both are the same."""
+    import math
+
+    from solveplan.formulation.moe import moe_comm_pass_s, remote_nodes_per_token
+
+    m = load_model(str(MOE / "qwen3-30b-a3b.yaml"))
+    want = 1 - math.comb(64, 8) / math.comb(128, 8)
+    assert float(remote_nodes_per_token(m, 2)) == pytest.approx(want, rel=1e-12)
+    assert float(remote_nodes_per_token(m, 1)) == 0.0
+    c = load_cluster("h100x64")
+    a2a, _ = moe_comm_pass_s(m, c, 4096, 1, 16, 1, 1.0)
+    flex, _ = moe_comm_pass_s(m, c, 4096, 1, 16, 1, 1.0, "flex")
+    out = 2 * 4096 * 2048 * 2 * want * 8 / min(c.nvlink_bytes_per_s, 8 * c.nic_bytes_per_s)
+    assert float(flex) == pytest.approx(2 * c.network_latency_s + out, rel=1e-9)
+    assert float(flex) < float(a2a) / 3
+    inside = [float(moe_comm_pass_s(m, c, 4096, 1, 8, 1, 1.0, d)[0]) for d in ("alltoall", "flex")]
+    assert inside[0] == pytest.approx(inside[1], rel=1e-12)
+
+
 def test_grouped_gemm_tile_quantisation_of_few_tokens_per_expert():
     """On tensor cores 64 tokens per expert cost what 128 cost (the tile's rows are computed
     whole); at HBM speed they are bound by reading the experts' weights; a grouped GEMM of G

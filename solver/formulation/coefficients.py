@@ -185,6 +185,7 @@ def stage_coefficients(
     tp_comm_overlap: bool = False,
     moe_load_imbalance: float = 1.0,
     moe_a2a_overlap: bool = False,
+    moe_token_dispatcher: str = "alltoall",
 ) -> StageCoefficients:
     gpu = cluster.gpu
     t = shapes.tp.astype(np.float64)
@@ -380,6 +381,7 @@ def stage_coefficients(
                 tp_comm_overlap=tp_comm_overlap, layer_cp=layer_cp, dp_step=dp_step, opt_per_param=opt_per_param,
                 window=window, state_bytes=(pb, gb, ob), grad_bytes=grad_bytes, act_kw=act_kw,
                 adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
+                dispatcher=moe_token_dispatcher,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
                 imbalance=moe_load_imbalance)
         proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)

@@ -17,7 +17,7 @@ from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_b
 def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
                attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, imbalance,
-               adam_s_per_param, a2a_overlap: bool = False) -> dict:
+               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall") -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation;
@@ -41,7 +41,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm)
     fwd, bwd = attn_fwd + mf, attn_bwd + mb
     rfwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
-    a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance)
+    a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
     tp_moe = tp_pass / 2 * (1 + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
     if tp_comm_overlap:
         tp_f, tp_b = hidden(tp_moe, attn_gemm_fwd + gf), hidden(tp_moe, attn_gemm_bwd + gbw)

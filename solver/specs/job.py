@@ -79,6 +79,9 @@ class JobSpec(Spec):
         False, description="MoE: expert-parallel all-to-alls overlapped with the other micro-batch's compute "
                            "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute); needs ep > 1, no full "
                            "recompute, interleaving with pp > 1, at most one MTP module")
+    moe_token_dispatcher: Literal["alltoall", "flex"] = Field(
+        "alltoall", description="MoE token dispatcher for ep > 1 (Megatron --moe-token-dispatcher-type): alltoall "
+                                "(NCCL, every routed copy sent) or flex (DeepEP / HybridEP: each token once per node)")
     constraints: Constraints = Constraints()
 
     @model_validator(mode="after")
