@@ -109,11 +109,17 @@ def catalog_gpus() -> dict[str, GPUSpec]:
 
 
 def load_gpu(ref: str | dict, field: str = "gpu") -> GPUSpec:
+    """A catalog name, a GPU mapping, or a GPU file (YAML/JSON, e.g. what `solveplan probe`
+    writes; named after the file unless it states a name; read under the file policy)."""
     if isinstance(ref, dict):
         return build(GPUSpec, ref, field)
     gpus = _entries("gpus")
     if str(ref).lower() in gpus:
         return _catalog_entry("gpus", str(ref).lower())
+    if is_file_ref(str(ref)):
+        data = read_mapping(str(ref), field)
+        data.setdefault("name", Path(str(ref)).stem)
+        return build(GPUSpec, data, field)
     raise _unknown(field, "gpu", str(ref), list(gpus))
 
 
