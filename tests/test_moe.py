@@ -366,3 +366,18 @@ def test_ep_flags(cli):
     skew = json.loads(cli("evaluate", "--model", m, "--cluster", "h100x16", "--ep", "8", "--moe-load-imbalance", "1.25",
                           "--json").out)
     assert one["parallel"]["ep"] == 8 and skew["step_time_s"] > one["step_time_s"]
+
+
+def test_moe_placement_on_measured_links_is_refused_naming_links():
+    from solveplan.errors import InputError
+    from solveplan.optimize import optimize
+    from solveplan.placement.place import place
+    from solveplan.plan import plan_config
+
+    job = moe_job(tiny_moe())
+    with pytest.raises(InputError) as e:
+        place(job, plan_config(job, dict(ep=2)).parallel, links=None)
+    assert e.value.field == "links" and "mixture-of-experts" in e.value.message
+    with pytest.raises(InputError) as e:
+        optimize(job, links=object())
+    assert e.value.field == "links"
