@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from ..errors import InputError
+from ..specs.writing import PLOT_SUFFIXES, check_output
 from .options import OUTPUT, SECONDS
 
 
@@ -34,7 +35,10 @@ from .options import OUTPUT, SECONDS
               help="Scenarios per Ray task (default: automatic, at most 16).")
 @click.option("--plot", "plot_path", default=None, type=OUTPUT, help="Also write the plot (.png/.pdf/.svg; needs the plot extra).")
 @click.option("-q", "--quiet", is_flag=True, default=False, help="No progress bar and no summary.")
-def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit_s, batch_size, plot_path, quiet):
+@click.option("--max-scenarios", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
+              help="The most scenarios the grid may span (counted before any is built).")
+def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit_s, batch_size, plot_path, quiet,
+          max_scenarios):
     """Plan every scenario of GRID.yaml; write one row per scenario to -o.
 
     \b
@@ -46,12 +50,12 @@ def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit
     from ..sweep import DEFAULT_TIME_LIMIT_S, run
     from ..sweep.plot import plot_rows
 
-    if plot_path is not None and not plot_path.lower().endswith((".png", ".pdf", ".svg")):
-        raise InputError("--plot", f"{plot_path!r}: name the plot .png, .pdf or .svg")
+    if plot_path is not None:
+        check_output(plot_path, "--plot", PLOT_SUFFIXES)
     try:
         report = run(grid_file, output, workers=workers, ray=ray_address, resume=resume, overwrite=overwrite,
                      time_limit_s=DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s,
-                     batch_size=batch_size, progress=not quiet)
+                     batch_size=batch_size, progress=not quiet, max_scenarios=max_scenarios)
     except KeyboardInterrupt:
         raise click.exceptions.Abort() from None
     if plot_path is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 from ..plan import Plan
 from ..specs import JobSpec
 
@@ -123,8 +124,11 @@ def simulate(fwd: list[float], bwd: list[float], comm: float, m: int, vp: int = 
     return ops
 
 
-def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int = MAX_DRAWN_MICROBATCHES) -> dict:
-    """Write a PNG of the plan's schedule to `path`; returns what was drawn."""
+def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int = MAX_DRAWN_MICROBATCHES,
+                    field: str = "timeline") -> dict:
+    """Write a picture of the plan's schedule to `path` (PNG, PDF or SVG by its suffix, written
+    whole: `specs.writing.atomic_output`); returns what was drawn."""
+    check_output(path, field, PLOT_SUFFIXES)
     try:
         import matplotlib
 
@@ -187,7 +191,10 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
         handles.append(Patch(color=colors["tail"], label="exposed DP + optimizer"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_output(path, field, PLOT_SUFFIXES) as tmp:
+            fig.savefig(tmp, dpi=120, format=tmp.suffix[1:].lower())
+    finally:
+        plt.close(fig)
     return {"path": str(path), "microbatches_shown": shown, "simulated_pipeline_s": sim_total,
             "formulation_pipeline_s": formula_pipe}

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
+from ..specs.writing import atomic_output
 from ..errors import InputError
 from .rows import COLUMNS
 
@@ -119,7 +120,11 @@ def write_rows(path: str | Path, rows: list[dict]) -> None:
     """Write every row (atomically) in the format the suffix names."""
     path = Path(path)
     fmt = output_format(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    with atomic_output(path, "output") as tmp:
+        _write_rows(tmp, fmt, rows)
+
+
+def _write_rows(tmp: Path, fmt: str, rows: list[dict]) -> None:
     if fmt == "csv":
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(COLUMNS), lineterminator="\n")
@@ -135,7 +140,6 @@ def write_rows(path: str | Path, rows: list[dict]) -> None:
         schema = pa.schema([(c, types[t]) for c, t in COLUMNS.items()])
         table = pa.Table.from_pylist([{c: r.get(c) for c in COLUMNS} for r in rows], schema=schema)
         pa.parquet.write_table(table, tmp)
-    os.replace(tmp, path)
 
 
 class Output:

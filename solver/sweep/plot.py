@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 from ..errors import InputError
 
 PLOT_EXTRA = "plots need matplotlib: pip install 'solveplan[plot]'"
@@ -64,9 +65,7 @@ def plot_rows(rows: list[dict], path: str | Path, field: str = "--plot") -> Path
         import matplotlib.pyplot as plt
     except ImportError:
         raise InputError(field, PLOT_EXTRA) from None
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise InputError(field, f"{str(path)!r}: name the plot .png, .pdf or .svg")
+    path = check_output(path, field, PLOT_SUFFIXES)
     planned = [r for r in rows if r.get("tokens_per_s") is not None and r.get("num_gpus")]
     if not planned:
         raise InputError(field, f"nothing to plot: none of the {len(rows)} rows has a plan")
@@ -109,6 +108,9 @@ def plot_rows(rows: list[dict], path: str | Path, field: str = "--plot") -> Path
                  + (f" ({no_plan} without a plan not shown)" if no_plan else "")
                  + "; points labelled with the chosen degrees (t=TP, p=PP, d=DP, c=CP, v=virtual stages)"
                  + ("" if priced else "; no prices given"), fontsize=10)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        with atomic_output(path, field, PLOT_SUFFIXES) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format=tmp.suffix[1:].lower())
+    finally:
+        plt.close(fig)
     return path
