@@ -29,6 +29,7 @@ METHODS = ("cpsat", "exhaustive")
 # the share of the time limit preparation may take before the shapes it has not bounded yet are
 # left out (with their cheaper bounds): the rest is the models'
 PREPARE_SHARE = 0.5
+PREPARE_SHARE_UNSEEDED = 0.9
 
 
 class JointResult(SolveResult):
@@ -75,7 +76,10 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
         plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
             {"evaluations": evals}
     else:
-        cands = prepare_joint(job, nodes, seeds, deadline=dl.within(PREPARE_SHARE * dl.left_s()))
+        # without a seed plan, a preparation cut short has nothing to hand the models: it gets
+        # almost all the time (the heuristic inside it finds the incumbent)
+        share = PREPARE_SHARE if seeds else PREPARE_SHARE_UNSEEDED
+        cands = prepare_joint(job, nodes, seeds, deadline=dl.within(share * dl.left_s()))
         out = solve_joint(cands, max(0.05, dl.left_s()), workers, seed, deadline=dl)
         status, plan_a, bound, tol, solver = out.status, out.plan, out.bound_s, out.tolerance_s, out.stats
         notes += out.notes
