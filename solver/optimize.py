@@ -134,8 +134,9 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     return out
 
 
-# the share of the time limit each pool's own plan may take (`pools_alone`), at most POOL_ALONE_S
-POOL_ALONE_SHARE, POOL_ALONE_S = 0.1, 5.0
+# the share of the time limit each pool's own plan may take (`pools_alone`), at most POOL_ALONE_S;
+# below POOL_ALONE_MIN_S a pool's enumeration alone would overrun it, and none is planned
+POOL_ALONE_SHARE, POOL_ALONE_S, POOL_ALONE_MIN_S = 0.1, 5.0, 0.2
 
 
 def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
@@ -152,7 +153,7 @@ def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, worke
     dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
     alone = []
     share = min(POOL_ALONE_S, POOL_ALONE_SHARE * float(time_limit_s))
-    for pl, view in enumerate(job.cluster.pool_views()):
+    for pl, view in enumerate(job.cluster.pool_views() if share >= POOL_ALONE_MIN_S else ()):
         r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=share, workers=workers, seed=seed,
                      textbook=False, deadline=dl)
         if r.plan is not None:
