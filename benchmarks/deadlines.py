@@ -97,7 +97,7 @@ import json, sys, time
 from solveplan.catalog import load_job
 from solveplan.optimize import optimize
 job = load_job({"model": "gpt3-13b", "cluster": sys.argv[1]})
-optimize(load_job({"model": "gpt3-13b", "cluster": "a100x8"}), time_limit_s=1)  # imports and warm-up
+optimize(load_job({"model": "gpt3-1.3b", "cluster": "mixed-h100-a100"}), time_limit_s=2)  # imports, warm-up
 t0 = time.monotonic()
 res = optimize(job, time_limit_s=float(sys.argv[2]))
 print(json.dumps({"wall_s": time.monotonic() - t0, "status": res.status}))
