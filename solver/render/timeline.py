@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 from ..plan import Plan
 from ..specs import JobSpec
+from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 
 MAX_DRAWN_MICROBATCHES = 32
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..specs.writing import PLOT_SUFFIXES, atomic_output
 from ..calibration.crossval import Prediction
+from ..specs.writing import PLOT_SUFFIXES, atomic_output
 
 
 def _pct(x: Optional[float], sign: bool = False) -> str:

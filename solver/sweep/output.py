@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..specs.writing import atomic_output
 from ..errors import InputError
+from ..specs.writing import atomic_output
 from .rows import COLUMNS
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}

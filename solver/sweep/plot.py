@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 from ..errors import InputError
+from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 
 PLOT_EXTRA = "plots need matplotlib: pip install 'solveplan[plot]'"
 VARYING = ("global_batch_size", "seq_length", "precision", "constraints")
