@@ -132,8 +132,6 @@ class _StderrProgress:
 def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, links_file,
                      hostfile_out, show_progress, **jobkw):
     """The fastest parallel plan that fits, with the solver's bound."""
-    from pathlib import Path
-
     fmt = fmt or ("json" if as_json else "table")
     if as_json and fmt != "json":
         raise InputError("--json", f"conflicts with --format {fmt}; give one of them")
