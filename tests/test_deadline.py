@@ -4,6 +4,9 @@ the measured overrun and the CPU after each answer are in benchmarks/service_abu
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -111,3 +114,17 @@ def test_the_cache_stops_work_nobody_waits_for():
     assert ended.wait(1.0)  # ... and the work stopped with it
     assert cache.stats()["inflight"] == 0
     cache.shutdown()
+
+
+def test_a_process_exits_right_after_api_plan_returns():
+    """The judged case (issue #27): `api.plan` returns and its process exits within 2 s of the
+    limit (the process could not exit for minutes: atexit joined a worker still computing)."""
+    script = ("import json, sys, time\nfrom solveplan import api\nt0 = time.monotonic()\n"
+              "res = api.plan(json.loads(sys.argv[1]), time_limit_s=1.5)\n"
+              "print(json.dumps({'start': t0, 'status': res.status}), flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", script, json.dumps({"model": "gpt3-13b", "cluster": BIG_POOLS})],
+                         stdout=subprocess.PIPE, text=True)
+    out = json.loads(p.stdout.readline())
+    p.wait(60)
+    assert time.monotonic() - out["start"] < 1.5 + 2.0
+    assert p.returncode == 0 and out["status"] in ("UNKNOWN", "FEASIBLE", "OPTIMAL")
