@@ -157,6 +157,8 @@ class _Search:
 
     def __post_init__(self):
         cands = self.cands
+        # the loops' deadline (exact optima, model building): the search's limit, stopped with the caller's
+        self.work = self.stop.within(self.deadline - time.perf_counter())
         self.L = cands.num_layers
         self.uneven = cands.job.constraints.uneven_split
         self.form = cands.form
@@ -204,7 +206,7 @@ class _Search:
             look = iform.objective_floor(self.L) <= math.floor(ref / self.q)
         self.optimum = np.full(len(iform.pp), NO_SPLIT, dtype=np.int64)
         try:
-            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.deadline)
+            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.work)
         except TimeoutError as exc:
             self.timed_out = str(exc)
         self.reach = self.optimum < NO_SPLIT
@@ -253,7 +255,7 @@ class _Search:
         tb = time.perf_counter()
         try:  # the known plan is hinted by solve_round
             m = build_model(iform, in_model, self.L, cap, uneven=self.uneven, symmetry=self.symmetry,
-                            deadline=self.deadline)
+                            deadline=self.work)
         except TimeoutError as exc:
             self.notes.append(str(exc))
             return None, cap
