@@ -174,7 +174,7 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
         ma.args, ma.env = mutate(list(ma.args), dict(ma.env))
     row = dict(label=label, model=job.model.name, cluster=cluster, par=par, layers=list(plan.layers_per_stage),
                env=ma.env, nargs=len(ma.args))
-    arch = gpu_arch(job.cluster.gpu.name)
+    arch = gpu_arch(job.cluster.gpu)
     M["arguments"].get_device_arch_version = lambda: arch
     saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS")}
     os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")

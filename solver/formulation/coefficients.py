@@ -11,7 +11,8 @@ evaluation (`pipeline.py`), the CP-SAT encoding and the baselines all consume th
 is exactly one formula for every cost. Its parts:
 - kernels (`kernels.py`): GEMMs by their per-GPU shapes (wave and K quantisation), flash
   attention (tensor-core matmuls plus special-function exponentials, overlapped on Hopper by
-  fused kernels), memory-bound elementwise work, FP8 casts, a per-layer launch overhead;
+  fused kernels), memory-bound elementwise work, a per-layer launch overhead; the precision
+  recipe's GEMM rate and quantisation traffic (`precision.py`);
 - communication (`comm.py`): NCCL ring/tree on each group's links, node NICs shared by the
   rings that cross them;
 - overlap, each term explicit: TP collectives exposed (or hidden behind the GEMMs with
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
+from .precision import matmul_rate, quantize_bytes_per_element
 from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
 from .memory import (
     BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
@@ -44,10 +46,6 @@ ADAM_STEP_BYTES_PER_PARAM = 38
 # Cross entropy over the vocabulary, bytes per logit (fp32 upcast, exp, normalise; backward).
 CROSS_ENTROPY_BYTES_FWD = 16
 CROSS_ENTROPY_BYTES_BWD = 8
-# Transformer Engine FP8 linear layer: the input is cast to FP8 with its transpose for the
-# weight gradient (read bf16 2 + write 1 + 1) in forward; the output gradient likewise in
-# backward. Bytes per element of the input (forward) and of the output gradient (backward).
-FP8_CAST_BYTES = 4.0
 # ZeRO-2/3 (FSDP) per micro-batch: the layer's unsharded bf16 gradient is cast into the
 # reduce-dtype buffer (read 2, write g) and pre-divided by the group size (read g, write g)
 # before the reduce-scatter (PyTorch FSDP `_reduce_grad` / `_div_if_needed`): 2 + 3g bytes per
@@ -187,22 +185,16 @@ def stage_coefficients(
 
     # ---------------- compute per layer per micro-batch (one GPU) ----------------
     hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-    fp8 = precision == "fp8"
-    if fp8:
-        mm = dict(flop_per_s=gpu.peak_fp8_tflops * 1e12, efficiency=gpu.fp8_matmul_efficiency or gpu.matmul_efficiency,
-                  num_sms=gpu.num_sms, hbm_bytes_per_s=hbm, in_bytes=1)
-    else:
-        mm = dict(flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency, num_sms=gpu.num_sms,
-                  hbm_bytes_per_s=hbm)
+    mm = matmul_rate(gpu, precision, hbm)  # the precision recipe's GEMM rate (precision.py)
+    cast_bytes = quantize_bytes_per_element(precision)  # and its quantisation traffic
     M = b * s / c  # tokens of a micro-batch on this GPU
     linears = [((hq + 2 * hkv) / t, h), (h, hq / t), (f * (model.mlp_matrices - 1) / t, h), (h, f / t)]  # (N, K)
     gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = 0.0
     for N, K in linears:
         fw, bw = linear_s(M, N, K, **mm)
         gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
-        if fp8:
-            cast_fwd = cast_fwd + FP8_CAST_BYTES * M * K / hbm
-            cast_bwd = cast_bwd + FP8_CAST_BYTES * M * N / hbm
+        cast_fwd = cast_fwd + cast_bytes * M * K / hbm
+        cast_bwd = cast_bwd + cast_bytes * M * N / hbm
     heads_gpu = a / t
     if flash_attention:
         fused = attention_kernel == "cudnn"

@@ -3,8 +3,8 @@
 - Model state per parameter (`model_state_bytes_per_param`): bf16/fp8 training keeps a bf16
   weight (2), an fp32 main gradient (4) and fp32 Adam state (master weight, m, v: 12) = 18
   bytes (Megatron-LM distributed-optimizer docs, "bf16 params, fp32 grads"); fp16 training
-  (Megatron's fp16 optimizer) has fp16 gradients: 16 (ZeRO paper Sec. 3.1); FP8 adds the
-  cached FP8 weight and its transpose (Transformer Engine keeps both: 2). Sharding over the
+  (Megatron's fp16 optimizer) has fp16 gradients: 16 (ZeRO paper Sec. 3.1); an FP8 recipe adds
+  the cached FP8 weight in both layouts and its scales (precision.py: 2, mxfp8 2.06). Sharding over the
   d data-parallel ranks (x cp): ZeRO-1 / distributed optimizer divides the Adam state, ZeRO-2
   the gradients too, ZeRO-3 / FSDP everything (Rajbhandari et al. 2020).
 - Activations per layer per micro-batch (`layer_activation_bytes`): Korthikanti et al. 2022
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .precision import weight_copy_bytes_per_param
+
 BF16_BYTES = 2
 FP32_BYTES = 4
 LOGIT_BYTES = 4 + 2  # fp32 softmax (gradient in place), bf16 gradient for the head
@@ -50,7 +52,7 @@ def model_state_bytes_per_param(zero, shard, precision: str):
     """(weights, gradients, optimizer) bytes per parameter of one GPU (see the module docstring)."""
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
-    weight = BF16_BYTES + (2.0 if precision == "fp8" else 0.0)
+    weight = BF16_BYTES + weight_copy_bytes_per_param(precision)  # FP8 copies of the recipe (precision.py)
     grad = 2.0 if precision == "fp16" else FP32_BYTES
     params = np.where(zero >= 3, weight / shard, weight)
     grads = np.where(zero >= 2, grad / shard, grad)

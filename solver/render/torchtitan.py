@@ -20,7 +20,9 @@ How the plan maps (torchtitan's parallelisms are FSDP2-based, not Megatron's):
   (torchtitan's decoder FQNs `tok_embeddings`, `layers.<i>`, `norm`, `output`), one part per
   stage, stage k on rank k mod pp as looped schedules place them.
 - recompute none/selective/full -> activation_checkpoint mode none / selective ("op") / full.
-- precision fp8 -> the float8 linear converter, tensorwise scaling with float8 all-gather under FSDP.
+- precision fp8 / fp8-tensorwise -> the float8 linear converter, tensorwise scaling with float8
+  all-gather under FSDP; fp8-blockwise and mxfp8 are said in a note, not configured.
+- AMD Instinct: torchtitan on ROCm takes the same sections; nothing CUDA-specific is emitted.
 """
 
 from __future__ import annotations
@@ -93,7 +95,13 @@ def torchtitan_config(job: JobSpec, plan: Plan) -> tuple[dict[str, dict], list[s
     ac = {"none": {"mode": "none"}, "selective": {"mode": "selective", "selective_ac_option": "op"},
           "full": {"mode": "full"}}[par.recompute]
     sections: dict[str, dict] = {"training": training, "parallelism": parallelism, "activation_checkpoint": ac}
-    if job.precision == "fp8":
+    if job.precision in ("fp8-blockwise", "mxfp8"):
+        notes.append(f"the planned {job.precision} recipe is not expressed here: torchtitan's float8 converter scales "
+                     f"per tensor or per row; launch with Megatron-LM's flags, or configure torchtitan's MX converter")
+    if job.precision in ("fp8", "fp8-tensorwise"):
+        if job.precision == "fp8":
+            notes.append("torchtitan's float8 tensorwise recipe scales per tensor from the current amax (current "
+                         "scaling), not from an amax history (delayed): same GEMMs, one more pass per cast")
         sections["model"] = {"converters": ["quantize.linear.float8"]}
         fsdp = par.zero >= 1
         sections["quantize.linear.float8"] = {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": fsdp,
