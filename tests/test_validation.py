@@ -38,11 +38,21 @@ def shipped():
 
 
 def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
-    assert len(ROWS) == 223
+    assert len(ROWS) == 392
     skipped = [r for r in ROWS if r.skipped]
-    assert {r.id for r in skipped} == {"korthikanti2022-abstract-530B-2240-sel+sp",
-                                       "korthikanti2022-abstract-530B-2240-full"}
-    assert all("global batch not stated" in r.skipped for r in skipped)
+    dense_old = [r for r in skipped if r.source in ("korthikanti2022", "narayanan2021", "megatron_2020_readme",
+                                                     "megatron_core_h100_2024", "dgxc_v24111", "mosaic_llmfoundry")]
+    assert {r.id for r in dense_old} == {"korthikanti2022-abstract-530B-2240-sel+sp",
+                                         "korthikanti2022-abstract-530B-2240-full"}
+    assert all("global batch not stated" in r.skipped for r in dense_old)
+    # the new-GPU file: MoE rows set aside in one place with one reason, the rest read or skipped with theirs
+    moe = [r for r in skipped if r.skipped == "mixture-of-experts: see issue #22"]
+    assert len(moe) == 106 and all(r.raw.get("category") == "A" or (r.raw["parallel"].get("ep") or 1) > 1 for r in moe)
+    reasons = {r.skipped.split(":")[0].split(" (")[0] for r in skipped}
+    assert reasons <= {"global batch not stated", "mixture-of-experts", "nvfp4", "sft", "lora",
+                       "pp x vp = 128 virtual stages for 126 layers"}, reasons
+    blackwell = [r for r in ROWS if not r.skipped and r.gpu in ("b200", "gb200", "b300", "gb300")]
+    assert len(blackwell) == 45 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8"}
     # vp 12 (one layer per virtual stage), FP8, CP with TP and GQA, FSDP: all evaluated
     ids = {r.id for r in ROWS if not r.skipped}
     assert "dgxc-v24.11.1-nemotron4-340b-fp8-128" in ids and "dgxc-v24.11.1-llama3.1-405b-bf16-576" in ids
@@ -50,7 +60,7 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
 
 def test_in_sample_errors_with_the_shipped_parameters(shipped):
     lines = {ln["group"]: ln for ln in summary(shipped, "source")}
-    assert lines["all"]["rows"] == 221
+    assert lines["all"]["rows"] == 266
     assert lines["all"]["mape"] <= 0.07, lines["all"]
     for group, ln in lines.items():
         assert ln["mape"] <= 0.20, (group, ln)
@@ -64,8 +74,11 @@ def test_ranking_inside_measured_sweeps_is_right_where_the_formulation_is(shippe
     assert len(rank["groups"]) >= 20
     # the only wrong picks are DeepSpeed's ZeRO-3 of 2021 against PTD-P (a sharding implementation the
     # formulation does not model: README, "Known limits")
-    wrong = [g for g in rank["groups"] if g["regret"] > 0.03]
+    wrong = [g for g in rank["groups"] if g["regret"] > 0.03 and g["gpu"] not in ("b200", "gb200", "b300", "gb300")]
     assert all("zero3" in g["picked"] for g in wrong), wrong
+    # Blackwell "sweeps" mix FP8 recipes and software releases of one job: the misses there are stated in the
+    # README (Megatron-FSDP against pipelining on 70B, container to container on 8B/405B), none beyond 15%
+    assert all(g["regret"] <= 0.15 for g in rank["groups"] if g["gpu"] in ("b200", "gb200", "b300", "gb300"))
     assert rank["median_regret"] <= 0.03
 
 
@@ -96,6 +109,11 @@ def test_gpu_names_and_software_eras():
     assert gpu_of("NVIDIA A100 80GB") == ("a100-80gb", "a100")
     assert gpu_of("H100 SXM5 80GB HBM3") == ("h100-sxm", "h100")
     assert gpu_of("TPU v4") is None
+    assert [gpu_of(g)[0] for g in ("GB200", "B200", "GB300", "B300")] == ["gb200", "b200", "gb300", "b300"]
+    from solveplan.calibration.rows import precision_of
+    assert [precision_of(t) for t in ("fp8-cs", "mxfp8 (32x32 granularity per note)", "fp8-blockwise (128x128 w)",
+                                      "fp8 (quantization recipe not stated)", "bf16")] == \
+        ["fp8-tensorwise", "mxfp8", "fp8-blockwise", "fp8", "bf16"]
     assert era_of("x", "Megatron-DeepSpeed, 2022")["flash"] is False
     assert era_of("x", "Megatron-DeepSpeed, 2022")["overlap_grad_reduce"] is False
     assert era_of("x", "Megatron-DeepSpeed, 2022")["sequence_parallel"] == (False,)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
-from .precision import matmul_rate, quantize_bytes_per_element
+from .precision import matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
 from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
 from .memory import (
     BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
@@ -318,10 +318,11 @@ def stage_coefficients(
         layer_window = first_window = last_window = np.zeros(len(z))
 
     # ---------------- memory ----------------
-    pb, gb, ob = model_state_bytes_per_param(z, shard, precision)
+    pb, gb, ob = model_state_bytes_per_param(z, shard, precision, grad_reduce_dtype)
     layer_act, working = layer_activation_bytes(
         tokens=M, hidden=h, q_width=hq, kv_width=hkv, ffn=f, mlp_matrices=model.mlp_matrices, heads=a,
-        seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0)
+        seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0,
+        linear_input_bytes=saved_linear_input_bytes(precision))
     working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * (BF16_BYTES + grad_bytes), 0.0)
     first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
     last_act = 4.0 * M * h / rep + LOGIT_BYTES * M * V / t  # final norm, head input, logits

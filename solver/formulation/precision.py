@@ -22,7 +22,11 @@
 - **Weight copies** (`weight_copy_bytes_per_param`): Megatron keeps the BF16 weight (no
   --fp8-param-gather) and TE caches its FP8 copy in both layouts for the iteration: 2 bytes per
   parameter, plus the scales: mxfp8 2/32, blockwise 2 x 4/16384 (negligible), per-tensor none.
-  Activations saved for backward are counted in BF16 (an upper bound: TE may save the FP8 input).
+- **Saved activations** (`saved_linear_input_bytes`): a TE linear layer under FP8 saves for backward
+  the quantised copy of its input that the weight-gradient GEMM reads (transformer_engine/pytorch/
+  module/linear.py and layernorm_linear.py: `saved_inputmat` is the FP8 tensor when FP8 is on):
+  1 byte per element instead of 2 for the inputs of QKV, the attention projection, fc1 and fc2
+  (memory.layer_activation_bytes); the other saved tensors stay BF16.
 """
 
 from __future__ import annotations
@@ -71,3 +75,8 @@ def weight_copy_bytes_per_param(precision: str) -> float:
 def peak_flop_per_s(gpu: GPUSpec, precision: str) -> float:
     """The peak MFU is measured against: FP8 for an FP8 recipe, else BF16."""
     return gpu.peak_fp8_tflops * 1e12 if is_fp8(precision) else gpu.peak_flop_per_s
+
+
+def saved_linear_input_bytes(precision: str) -> float:
+    """Bytes per element of a linear layer's input saved for backward (1 under FP8, else 2)."""
+    return 1.0 if is_fp8(precision) else float(BF16_BYTES)
