@@ -176,3 +176,12 @@ def test_validate_command_reports_the_in_sample_errors(cli):
 def test_validate_command_names_a_missing_data_file(cli, tmp_path):
     res = cli("validate", "--data", str(tmp_path / "nope.json"))
     assert res.code == 2 and "--data" in res.err and len(res.err.strip().splitlines()) == 1, res.err
+
+
+def test_cross_validation_refits_only_the_parameters_a_fold_depends_on():
+    from solveplan.calibration.crossval import coupled_params
+
+    params, chips = coupled_params({"b200"})
+    assert chips == {"b200"} and {p.key.split(".")[0] for p in params} == {"b200"}
+    params, chips = coupled_params({"a100"})  # FSDP hooks shared with H100; V100 borrows A100's overhead
+    assert chips == {"a100", "h100", "v100"} and "sharded_layer_overhead_us" in {p.key for p in params}
