@@ -75,7 +75,11 @@ FIT_PARAMS: tuple[FitParam, ...] = (
              "cuBLAS on Volta tensor cores"),
     *(p for chip, name in (("b200", "B200/GB200"), ("b300", "B300/GB300")) for p in (
         FitParam(f"{chip}.matmul_efficiency", (chip,), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
-                 f"cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs ({name}: BF16 attention and LM head)"),
+                 f"cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs ({name}: only the BF16 LM head "
+                 f"in FP8 rows)"),
+        FitParam(f"{chip}.attention_efficiency", (chip,), "attention_efficiency", 0.6, 0.15, 0.1, 1.0,
+                 "fused (cuDNN) attention: about 60% of the BF16 peak, as fused attention on Hopper (FlashAttention-3, "
+                 "Shah et al. 2024: 740 of 989 TFLOP/s forward)"),
         FitParam(f"{chip}.fp8_matmul_efficiency", (chip,), "fp8_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,
                  "Transformer Engine per-tensor FP8 GEMMs: ~60% of the FP8 peak (H100's prior)"),
         FitParam(f"{chip}.mxfp8_matmul_efficiency", (chip,), "mxfp8_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,
