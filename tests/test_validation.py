@@ -185,3 +185,16 @@ def test_cross_validation_refits_only_the_parameters_a_fold_depends_on():
     assert chips == {"b200"} and {p.key.split(".")[0] for p in params} == {"b200"}
     params, chips = coupled_params({"a100"})  # FSDP hooks shared with H100; V100 borrows A100's overhead
     assert chips == {"a100", "h100", "v100"} and "sharded_layer_overhead_us" in {p.key for p in params}
+
+
+def test_rows_of_the_new_gpu_file_read_what_they_state():
+    by_id = {r.id: r for r in ROWS}
+    r = by_id["mbridge_perf-26.06-llama3.1-405b-gb300-fp8-cs-256"]
+    assert r.job.precision == "fp8-tensorwise" and r.job.cluster.gpu.name == "gb300"
+    assert r.job.cluster.gpus_per_node == 4 and r.job.cluster.domain_gpus == 64  # 256 GPUs: 64 per NVL72 rack
+    assert r.job.constraints.zero is None  # "no (DDP)" is not FSDP: the optimizer sharding is left free
+    assert r.job.constraints.sequence_parallel is None or r.job.constraints.sequence_parallel == (True,)
+    assert r.job.grad_reduce_dtype == "bf16"  # Megatron-Bridge's performance scripts (cited in rows.py)
+    fsdp = by_id["mbridge_perf-26.04.01-llama3-70b-gb200-fp8-cs-64"]
+    assert fsdp.job.constraints.zero == (3,) and fsdp.job.attention_kernel == "cudnn"  # Megatron-FSDP, not PyTorch's
+    assert by_id["mbridge_perf-26.06-llama3.1-405b-gb300-nvfp4-256"].skipped.startswith("nvfp4")
