@@ -188,6 +188,12 @@ def skip_reason(raw: dict) -> Optional[str]:
         return "mixture-of-experts: see issue #22"
     if str(raw.get("precision", "")).lower().startswith("nvfp4"):
         return "nvfp4: FP4 training recipes are not modelled (precision bf16 / fp8 recipes only)"
+    gpu = str((raw.get("hardware") or {}).get("gpu", "")).lower()
+    if (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
+            and gpu.startswith(("gb200", "gb300"))):
+        # Megatron-Bridge scripts/performance/configs/llama/*_workload_base_configs.py (v0.2.0-v0.5.x): every
+        # use_megatron_fsdp=True GB200/GB300 preset also sets cpu_offloading_num_layers (5 to 92 layers)
+        return "activations offloaded to the Grace CPU (the source's Megatron-FSDP presets): not modelled"
     if raw.get("task") not in (None, "pretrain"):
         return f"{raw.get('task')} (fine-tuning): packed/frozen-weight steps, not the pre-training step priced here"
     if str(m.get("arch", "")).strip().lower() == "not stated":
