@@ -76,8 +76,8 @@ def test_ranking_inside_measured_sweeps_is_right_where_the_formulation_is(shippe
     # formulation does not model: README, "Known limits")
     wrong = [g for g in rank["groups"] if g["regret"] > 0.03 and g["gpu"] not in ("b200", "gb200", "b300", "gb300")]
     assert all("zero3" in g["picked"] for g in wrong), wrong
-    # Blackwell "sweeps" mix FP8 recipes and software releases of one job: the misses there are stated in the
-    # README (Megatron-FSDP against pipelining on 70B, container to container on 8B/405B), none beyond 15%
+    # Blackwell "sweeps" mix FP8 recipes and software releases of one job: the misses there (container to
+    # container, recipe to recipe) are stated in the README, none beyond 15%
     assert all(g["regret"] <= 0.15 for g in rank["groups"] if g["gpu"] in ("b200", "gb200", "b300", "gb300"))
     assert rank["median_regret"] <= 0.03
 
