@@ -199,3 +199,23 @@ def test_rows_of_the_new_gpu_file_read_what_they_state():
     assert fsdp.job.constraints.zero == (3,) and fsdp.job.attention_kernel == "cudnn"  # Megatron-FSDP, not PyTorch's
     assert by_id["mbridge_perf-26.04.01-llama3-70b-gb200-fp8-cs-64"].skipped.startswith("activations offloaded")
     assert by_id["mbridge_perf-26.06-llama3.1-405b-gb300-nvfp4-256"].skipped.startswith("nvfp4")
+
+
+def test_gb200_rows_of_another_source_in_their_own_words(tmp_path):
+    """A held-out file: an NVL72 rack written as a 72-GPU node, the recipe in words, the fabric per tray."""
+    import json
+
+    row = {"id": "x", "source": "other", "precision": "FP8 (MXFP8 recipe)", "task": "pretrain",
+           "model": {"name": "Llama 3 70B", "key": "llama3-70b", "layers": 80, "hidden": 8192, "heads": 64,
+                     "kv_heads": 8, "ffn_hidden": 28672, "vocab": None, "seq_len": 8192, "arch": "dense, GQA, SwiGLU"},
+           "hardware": {"gpu": "NVIDIA GB200 NVL72", "gpus_per_node": 72,
+                        "inter_node": "4x ConnectX-7 400 Gb/s per compute tray"},
+           "parallel": {"num_gpus": 144, "tp": 2, "pp": 4, "cp": 1, "mbs": 1, "gbs": 144},
+           "measured": {"tokens_per_s_per_gpu": 3000}}
+    path = tmp_path / "gb200.json"
+    path.write_text(json.dumps({"sources": {}, "measurements": [row, {**row, "id": "y", "precision": "NVFP4"}]}))
+    r, fp4 = published_rows([str(path)])
+    assert r.skipped is None and fp4.skipped.startswith("nvfp4")
+    cl = r.job.cluster
+    assert r.job.precision == "mxfp8" and cl.gpu.name == "gb200" and cl.gpus_per_node == 4 and cl.domain_gpus == 72
+    assert in_sample(row_cases([r]))[0].predicted_s > 0

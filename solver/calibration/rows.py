@@ -175,8 +175,9 @@ def precision_of(text) -> str:
     including '16-bit' and 'not stated': the same tensor-core peak). NVFP4 rows are skipped before
     (`skip_reason`)."""
     t = str(text).lower()
-    for key, recipe in (("mxfp8", "mxfp8"), ("fp8-blockwise", "fp8-blockwise"), ("fp8-cs", "fp8-tensorwise")):
-        if t.startswith(key):
+    for keys, recipe in ((("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
+                         (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise")):
+        if any(k in t for k in keys):
             return recipe
     return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
 
@@ -186,7 +187,7 @@ def skip_reason(raw: dict) -> Optional[str]:
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
     if raw.get("category") == "A" or m.get("num_experts") or (p.get("ep") or 1) > 1 or "moe" in (raw.get("tags") or []):
         return "mixture-of-experts: see issue #22"
-    if str(raw.get("precision", "")).lower().startswith("nvfp4"):
+    if any(k in str(raw.get("precision", "")).lower() for k in ("nvfp4", "mxfp4")):
         return "nvfp4: FP4 training recipes are not modelled (precision bf16 / fp8 recipes only)"
     gpu = str((raw.get("hardware") or {}).get("gpu", "")).lower()
     if (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
@@ -255,6 +256,11 @@ def _cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
     fam.pop("description", None)
     fam.pop("gpu", None)
     per_node = int(hw.get("gpus_per_node") or fam.get("gpus_per_node", 8))
+    if fam.get("nvlink_domain_gpus") and per_node > int(fam["gpus_per_node"]):
+        # a rack described as one "node" of up to 72 GPUs: its trays are the family's, one NVLink domain
+        assumed.append(f"{per_node} GPUs per node read as one NVLink domain of {fam['gpus_per_node']}-GPU trays")
+        fam["nvlink_domain_gpus"] = min(per_node, int(fam["nvlink_domain_gpus"]))
+        per_node = int(fam["gpus_per_node"])
     nic = nic_gbit_per_gpu(hw.get("inter_node"), per_node)
     if nic is None:
         if num_gpus > per_node:
@@ -273,7 +279,8 @@ def _cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
 def _rack_share(num_gpus: int, domain: int, per_node: int) -> int:
     """GPUs of a job per NVLink domain: the largest whole-tray divisor of the job's GPUs that fits in
     one domain (a 256-GPU job on 72-GPU racks: 64 per rack, 16 of the 18 trays)."""
-    return max(d for d in range(per_node, min(domain, num_gpus) + 1, per_node) if num_gpus % d == 0)
+    return max((d for d in range(per_node, min(domain, num_gpus) + 1, per_node) if num_gpus % d == 0),
+               default=per_node)
 
 
 def model_family(name: str) -> str:
