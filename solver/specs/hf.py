@@ -1,4 +1,5 @@
-"""Hugging Face `config.json` -> ModelSpec, for the dense decoder families the spec can describe.
+"""Hugging Face `config.json` -> ModelSpec, for the decoder families the spec can describe: dense
+decoders and the mixture-of-experts families below.
 
 Field names and per-family defaults follow the `transformers` configuration classes (4.51:
 `models/<family>/configuration_<family>.py`: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
@@ -21,7 +22,31 @@ carry biases, which norm, which activation):
   `TRAINING_SEQ_CAP` with a note: a config's 128k window is an inference limit, not a pre-training
   recipe (pass --seq-len to plan long-context training).
 
-Mixture-of-experts and multimodal configs, and every other `model_type`, are refused in one line.
+Mixture-of-experts families (transformers configuration and modelling classes of the same names:
+MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig, DeepseekV2Config, DeepseekV3Config, GptOssConfig,
+Llama4TextConfig; DeepSeek-MoE's own remote-code `modeling_deepseek.py` for `deepseek`), `_moe`:
+
+- experts `num_local_experts` (Mixtral, GPT-OSS, Llama 4) / `num_experts` (Qwen) /
+  `n_routed_experts` (DeepSeek); top-k `num_experts_per_tok`; one expert's FFN `moe_intermediate_size`
+  (Qwen, DeepSeek) or `intermediate_size` (Mixtral, GPT-OSS, Llama 4, whose dense layers use
+  `intermediate_size_mlp`).
+- shared experts: Qwen2-MoE `shared_expert_intermediate_size` behind a sigmoid gate; DeepSeek
+  `n_shared_experts` x `moe_intermediate_size`; Llama 4 one shared expert of `intermediate_size`.
+- which layers are MoE, as the modelling code builds them: Qwen `(i + 1) % decoder_sparse_step == 0`
+  and i not in `mlp_only_layers`; DeepSeek `i >= first_k_dense_replace` and `i % moe_layer_freq == 0`;
+  Llama 4 `moe_layers`, else `range(interleave_moe_layer_step - 1, L, interleave_moe_layer_step)`
+  (Llama4TextConfig.__post_init__); Mixtral and GPT-OSS every layer. A pattern other than "every
+  layer" is stated per layer (`moe_layer_pattern`): Megatron's integer --moe-layer-freq counts from
+  layer 0 and would put Maverick's MoE layers on the wrong half.
+- router: DeepSeek `scoring_func` (sigmoid in V3), `topk_method` noaux_tc -> expert bias,
+  group-limited routing (`n_group`, `topk_group`) for noaux_tc / group_limited_greedy; Llama 4 sigmoid;
+  the others softmax. Multi-latent attention (DeepSeek V2/V3): `q_lora_rank` (null: full-rank Q),
+  `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; MTP `num_nextn_predict_layers`.
+- Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (the
+  vision encoder and projector are not); a bare `llama4_text` config is accepted too.
+
+Other multimodal configs, other mixture-of-experts families and every other `model_type` are refused
+in one line.
 """
 
 from __future__ import annotations
@@ -87,6 +112,52 @@ _FAMILIES: dict[str, _Family] = {
                    bias=True, qkv_bias=True, act="relu"),
     "bloom": _Family(gated=False, tied=True, position="alibi", normalization="LayerNorm", eps=1e-5, bias=True,
                      qkv_bias=True, act="gelu", caveats=("LayerNorm after the embedding",)),
+    # ---- mixture of experts (see _MOE for the expert part)
+    "mixtral": _LLAMA,
+    "qwen2_moe": _Family(gated=True, tied=False, qkv_bias=True),
+    "qwen3_moe": _Family(gated=True, tied=False, qk_norm=True),
+    "deepseek": _Family(gated=True, tied=False),
+    "deepseek_v2": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    "deepseek_v3": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    "gpt_oss": _Family(gated=True, tied=False, bias=True, qkv_bias=True, head_dim=64, rope_theta=150000.0, eps=1e-5,
+                       caveats=("attention sinks (one learned logit per head)",
+                                "sliding-window attention (128 tokens) on every other layer (layer_types), costed as "
+                                "full causal attention",
+                                "clamped SwiGLU (alpha 1.702, limit 7) costed as SwiGLU",
+                                "router bias (one per expert)")),
+    "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5,
+                           caveats=("no RoPE on every 4th layer (no_rope_layers)",
+                                    "chunked attention (attention_chunk_size) on the RoPE layers, costed as full "
+                                    "causal attention (the same up to the chunk size)",
+                                    "weightless L2 norm of queries and keys on RoPE layers (use_qk_norm)",
+                                    "attention temperature tuning")),
+}
+
+
+@dataclass(frozen=True)
+class _Moe:
+    experts: tuple[str, ...]  # keys of the routed-expert count
+    expert_ffn: str  # key of one expert's FFN hidden size
+    dense_ffn: Optional[str]  # key of the dense layers' MLP size (None: every layer is MoE)
+    layers: str  # how the modelling code picks MoE layers: all | qwen | deepseek | llama4
+    shared: str = "none"  # none | qwen2 (gated) | deepseek (n_shared_experts x expert) | llama4 (one expert)
+    score: str = "softmax"  # default router score function
+    mla: bool = False
+
+
+_MOE: dict[str, _Moe] = {
+    "mixtral": _Moe(("num_local_experts",), "intermediate_size", None, "all"),
+    "qwen2_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2"),
+    "qwen3_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen"),
+    "deepseek": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
+                     shared="deepseek"),
+    "deepseek_v2": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
+                        shared="deepseek", mla=True),
+    "deepseek_v3": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
+                        shared="deepseek", score="sigmoid", mla=True),
+    "gpt_oss": _Moe(("num_local_experts", "num_experts"), "intermediate_size", None, "all"),
+    "llama4_text": _Moe(("num_local_experts",), "intermediate_size", "intermediate_size_mlp", "llama4",
+                        shared="llama4", score="sigmoid"),
 }
 
 _ARCHITECTURES = {
@@ -95,6 +166,9 @@ _ARCHITECTURES = {
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
     "Olmo2ForCausalLM": "olmo2", "NemotronForCausalLM": "nemotron", "GPTNeoXForCausalLM": "gpt_neox",
     "GPT2LMHeadModel": "gpt2", "OPTForCausalLM": "opt", "BloomForCausalLM": "bloom",
+    "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekForCausalLM": "deepseek", "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss", "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
 }
 _EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon")
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
@@ -104,6 +178,7 @@ _ACTS = {"silu": ("swiglu", None), "swish": ("swiglu", None), "gelu": ("geglu", 
          "relu": (None, "relu"), "relu2": (None, "squared_relu")}
 
 SUPPORTED = tuple(_FAMILIES)
+SUPPORTED_MOE = tuple(_MOE)
 
 
 def is_hf_config(data: Any) -> bool:
@@ -122,16 +197,39 @@ def _model_type(data: dict) -> str:
     if mt is None and archs:
         mt = _ARCHITECTURES.get(str(archs[0]), str(archs[0]))
     shown = mt if mt is not None else "?"
-    moe = [k for k in _MOE_KEYS if data.get(k)] or (["moe"] if isinstance(mt, str) and "moe" in mt else [])
-    if moe:
-        raise _fail(f"'{shown}' is a mixture-of-experts model ({moe[0]}); solveplan plans dense decoders only")
     if isinstance(data.get("text_config"), dict) or isinstance(data.get("vision_config"), dict):
         raise _fail(f"'{shown}' is a multimodal model; solveplan plans the text decoder alone: save its "
                     f"text_config as config.json")
     if not isinstance(mt, str) or mt not in _FAMILIES:
+        moe = [k for k in _MOE_KEYS if data.get(k)] or (["moe"] if isinstance(mt, str) and "moe" in mt else [])
+        if moe:
+            raise _fail(f"'{shown}' is a mixture-of-experts model ({moe[0]}) of a family solveplan does not map; "
+                        f"supported mixture-of-experts families: {', '.join(SUPPORTED_MOE)}")
         raise _fail(f"unsupported architecture '{shown}'; supported: {', '.join(SUPPORTED)} "
-                    f"(dense decoders with standard attention)")
+                    f"(decoders with standard or multi-latent attention)")
     return mt
+
+
+def _text_config(data: dict, notes: list[str]) -> dict:
+    """A Llama4ForConditionalGeneration config: its text decoder (`text_config`), named after the
+    whole config; the vision encoder and projector are left out (and said so)."""
+    archs = data.get("architectures") or []
+    archs = [archs] if isinstance(archs, str) else archs
+    is_llama4 = data.get("model_type") == "llama4" or (data.get("model_type") is None and archs
+                                                        and archs[0] == "Llama4ForConditionalGeneration")
+    if not is_llama4:
+        return data
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        raise _fail("(llama4) has no text_config object: give the Llama4ForConditionalGeneration config.json "
+                    "with its text_config, or the text config alone (model_type llama4_text)")
+    notes.append("the text decoder (text_config) of a Llama4ForConditionalGeneration config; the vision encoder "
+                 "and projector are not planned")
+    out = {**text, "model_type": text.get("model_type", "llama4_text")}
+    for key in ("name_or_path", "_name_or_path", "architectures"):
+        if key in data:
+            out[key] = data[key]
+    return out
 
 
 def _int(data: dict, mt: str, *keys: str, default: Any = ...) -> Optional[int]:
@@ -182,6 +280,12 @@ def _shape(data: dict, mt: str) -> tuple[int, int, int, int]:
             _int(data, mt, "intermediate_size"))
 
 
+def _moe_shape(data: dict, mt: str) -> tuple[int, int, int, int]:
+    """(layers, hidden, heads, 0): the MLP sizes of a mixture-of-experts family come from `_moe`."""
+    return (_int(data, mt, "num_hidden_layers"), _int(data, mt, "hidden_size"), _int(data, mt, "num_attention_heads"),
+            0)
+
+
 def _rope(data: dict, mt: str, fam: _Family, notes: list[str]) -> dict:
     if fam.position != "rope":
         return {"position_embedding": fam.position}
@@ -228,6 +332,88 @@ def _name(data: dict, path_name: str) -> str:
     return path_name
 
 
+def _int_list(data: dict, mt: str, key: str) -> Optional[list[int]]:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
+        raise _fail(f"({mt}) '{key}' must be a list of layer indices (got {value!r})")
+    return value
+
+
+def _moe_layers(data: dict, mt: str, kind: str, layers: int) -> list[int]:
+    """1 (MoE) or 0 (dense) for each layer, as the family's modelling code builds them (module docstring)."""
+    if kind == "all":
+        return [1] * layers
+    if kind == "qwen":
+        step = _int(data, mt, "decoder_sparse_step", default=1)
+        only = set(_int_list(data, mt, "mlp_only_layers") or [])
+        return [int(i not in only and (i + 1) % step == 0) for i in range(layers)]
+    if kind == "deepseek":
+        first = data.get("first_k_dense_replace", 0)
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise _fail(f"({mt}) 'first_k_dense_replace' must be a non-negative integer (got {first!r})")
+        freq = _int(data, mt, "moe_layer_freq", default=1)
+        return [int(i >= first and i % freq == 0) for i in range(layers)]
+    listed = _int_list(data, mt, "moe_layers")  # llama4: moe_layers overrides interleave_moe_layer_step
+    if listed is None:
+        step = _int(data, mt, "interleave_moe_layer_step", default=1)
+        listed = list(range(step - 1, layers, step))
+    return [int(i in set(listed)) for i in range(layers)]
+
+
+def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
+    """The mixture-of-experts and multi-latent-attention fields of a family in `_MOE` (module docstring)."""
+    fam = _MOE[mt]
+    experts = _int(data, mt, *fam.experts)
+    topk = _int(data, mt, "num_experts_per_tok", "experts_per_token")
+    expert_ffn = _int(data, mt, fam.expert_ffn)
+    if topk > experts:
+        raise _fail(f"({mt}) num_experts_per_tok ({topk}) exceeds the {experts} experts ({fam.experts[0]})")
+    out: dict[str, Any] = dict(num_experts=experts, moe_router_topk=topk, moe_ffn_hidden_size=expert_ffn)
+    out["ffn_hidden_size"] = _int(data, mt, fam.dense_ffn) if fam.dense_ffn else expert_ffn
+    if fam.shared == "qwen2":
+        shared = _int(data, mt, "shared_expert_intermediate_size", default=None)
+        if shared:
+            out.update(moe_shared_expert_intermediate_size=shared, moe_shared_expert_gate=True)
+    elif fam.shared == "deepseek":
+        n_shared = data.get("n_shared_experts")
+        if n_shared is not None and (isinstance(n_shared, bool) or not isinstance(n_shared, int) or n_shared < 0):
+            raise _fail(f"({mt}) 'n_shared_experts' must be a non-negative integer (got {n_shared!r})")
+        if n_shared:
+            out["moe_shared_expert_intermediate_size"] = n_shared * expert_ffn
+    elif fam.shared == "llama4":
+        out["moe_shared_expert_intermediate_size"] = expert_ffn
+    pattern = _moe_layers(data, mt, fam.layers, layers)
+    if not any(pattern):
+        raise _fail(f"({mt}) no layer is mixture-of-experts under this config's layer settings; "
+                    f"plan it as a dense model instead")
+    if not all(pattern):
+        out["moe_layer_pattern"] = tuple(pattern)
+    score = data.get("scoring_func", fam.score) if mt.startswith("deepseek") else fam.score
+    if score not in ("softmax", "sigmoid"):
+        raise _fail(f"({mt}) 'scoring_func' must be softmax or sigmoid (got {score!r})")
+    out["moe_router_score_function"] = score
+    method = data.get("topk_method")
+    if mt.startswith("deepseek"):
+        out["moe_router_enable_expert_bias"] = method == "noaux_tc"
+        groups = _int(data, mt, "n_group", default=1)
+        if method in ("noaux_tc", "group_limited_greedy") and groups > 1:
+            out.update(moe_router_num_groups=groups, moe_router_group_topk=_int(data, mt, "topk_group"))
+        mtp = data.get("num_nextn_predict_layers", 0)
+        if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+            raise _fail(f"({mt}) 'num_nextn_predict_layers' must be a non-negative integer (got {mtp!r})")
+        out["mtp_num_layers"] = mtp
+    if fam.mla:
+        out.update(multi_latent_attention=True, q_lora_rank=_int(data, mt, "q_lora_rank", default=None),
+                   kv_lora_rank=_int(data, mt, "kv_lora_rank"), qk_head_dim=_int(data, mt, "qk_nope_head_dim"),
+                   qk_pos_emb_head_dim=_int(data, mt, "qk_rope_head_dim"), v_head_dim=_int(data, mt, "v_head_dim"))
+    shown = "every layer" if all(pattern) else f"{sum(pattern)} of {layers} layers"
+    notes.append(f"mixture of experts: {experts} experts, top-{topk}, on {shown}; token dropping is not "
+                 f"configured (dropless)")
+    return out
+
+
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop", "dropout",
                 "attention_probs_dropout_prob", "hidden_dropout_prob")
 
@@ -244,9 +430,11 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     the model unless the config carries `name_or_path`."""
     if not isinstance(data, dict):
         raise _fail("must hold a JSON object")
+    notes: list[str] = []
+    data = _text_config(data, notes)
     mt = _model_type(data)
     fam = _FAMILIES[mt]
-    layers, hidden, heads, ffn = _shape(data, mt)
+    layers, hidden, heads, ffn = _shape(data, mt) if mt not in _MOE else _moe_shape(data, mt)
     kv_heads = _int(data, mt, "num_key_value_heads", default=None)
     if mt == "opt" and data.get("word_embed_proj_dim") not in (None, hidden):
         raise _fail(f"(opt) word_embed_proj_dim {data['word_embed_proj_dim']} differs from hidden_size {hidden}: "
@@ -264,7 +452,6 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     if activation is None:
         raise _fail(f"({mt}) activation '{hidden_act}' is not one solveplan models "
                     f"({'silu or gelu' if fam.gated else 'gelu, relu or relu2'} for this family)")
-    notes: list[str] = []
     eps = next((_num(data, mt, k, None) for k in _EPS_KEYS if data.get(k) is not None), None)
     bias = fam.bias
     if "attention_bias" in data or "mlp_bias" in data or "enable_bias" in data:
@@ -290,12 +477,15 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     )
     if heads * head_dim != hidden:
         spec["kv_channels"] = head_dim
+    if mt in _MOE:
+        spec.update(_moe(data, mt, layers, notes))
     seq = _seq_length(data, mt, notes)
     if seq is not None:
         spec["seq_length"] = seq
     window = data.get("sliding_window")
     if isinstance(window, int) and not isinstance(window, bool) and 0 < window < (seq or 0) \
-            and mt not in ("gemma2", "gemma3_text") and _bool(data, mt, "use_sliding_window", mt != "qwen2"):
+            and mt not in ("gemma2", "gemma3_text", "gpt_oss") \
+            and _bool(data, mt, "use_sliding_window", mt not in ("qwen2", "qwen2_moe", "qwen3_moe")):
         notes.append(f"sliding-window attention ({window}) is costed as full causal attention")
     archs = data.get("architectures")
     arch = archs if isinstance(archs, str) else (archs[0] if isinstance(archs, list) and archs else mt)
