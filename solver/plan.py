@@ -53,20 +53,23 @@ class ParallelConfig(Out):
     recompute: Literal["none", "selective", "full"]
     sequence_parallel: bool
     zero: int
+    ep: int = 1  # expert parallelism (MoE; 1 for a dense model)
+    etp: int = 1  # expert tensor parallelism
 
     def shapes(self) -> Shapes:
         return Shapes.single(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vp=self.vp,
                              micro_batch_size=self.micro_batch_size, recompute=self.recompute,
-                             sequence_parallel=self.sequence_parallel, zero=self.zero)
+                             sequence_parallel=self.sequence_parallel, zero=self.zero, ep=self.ep, etp=self.etp)
 
     def key(self) -> tuple:
         """Canonical order used to break ties deterministically."""
         return (self.tp, self.cp, self.pp, self.vp, self.micro_batch_size,
-                RECOMPUTE_CODES[self.recompute], int(self.sequence_parallel), self.zero)
+                RECOMPUTE_CODES[self.recompute], int(self.sequence_parallel), self.zero, self.ep, self.etp)
 
     def describe(self) -> str:
+        experts = f" ep={self.ep} etp={self.etp}" if self.ep > 1 or self.etp > 1 else ""
         return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} vp={self.vp} mbs={self.micro_batch_size} "
-                f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}")
+                f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}{experts}")
 
 
 class StageMemory(Out):
@@ -109,7 +112,8 @@ class Plan(Out):
 def parallel_from_row(job: JobSpec, row: dict) -> ParallelConfig:
     m = job.global_batch_size // (row["dp"] * row["micro_batch_size"])
     return ParallelConfig(num_microbatches=m, **{k: row[k] for k in (
-        "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")})
+        "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")},
+                          ep=row.get("ep", 1), etp=row.get("etp", 1))
 
 
 def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan:

@@ -22,14 +22,16 @@ import numpy as np
 from ..errors import InputError, path
 from ..specs import JobSpec
 from .enumeration import enumerate_shapes
+from .experts import default_etp, ep_violations, tp_split_widths
 from .shapes import RECOMPUTE_CODES, Shapes
 
-CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "layers", "dp",
-               "num_microbatches")
+CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "ep", "etp",
+               "layers", "dp", "num_microbatches")
 
 
 def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro_batch_size: int,
-                      recompute: str, sequence_parallel: bool, zero: int) -> tuple[int, list[tuple[str, str]]]:
+                      recompute: str, sequence_parallel: bool, zero: int, ep: int = 1,
+                      etp: int = 1) -> tuple[int, list[tuple[str, str]]]:
     """The derived dp and every rule of `enumerate_shapes` an explicit configuration breaks,
     each as (field, 'what is wrong; the fix'): fields are the configuration's knobs (`tp`,
     `tp/cp/pp` for their product), and `global_batch_size` for the job's batch. The same rules
@@ -45,8 +47,10 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("tp", f"{tp} does not divide num_attention_heads {model.num_attention_heads}"))
     if model.num_kv_heads % tp:
         errs.append(("tp", f"{tp} does not divide num_kv_heads {model.num_kv_heads} (Megatron needs query groups divisible by tp)"))
-    if model.ffn_hidden_size % tp:
-        errs.append(("tp", f"{tp} does not divide ffn_hidden_size {model.ffn_hidden_size}"))
+    for width in tp_split_widths(model):
+        if width % tp:
+            errs.append(("tp", f"{tp} does not divide the FFN width {width} (ffn_hidden_size or "
+                               f"moe_shared_expert_intermediate_size)"))
     if cp > 1 and not job.flash_attention:
         errs.append(("cp", "context parallelism needs flash attention; turn flash attention on or use cp = 1"))
     if cp > 1 and s % (2 * cp):
@@ -72,6 +76,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("zero", f"optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use zero = 0"))
     if zero == 3 and pp > 1:
         errs.append(("zero", "ZeRO-3 is not combined with pipeline parallelism; use zero = 1 or pp = 1"))
+    errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, zero=zero)
     return dp, errs
 
 
@@ -94,7 +99,7 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     job_field = field if job_field is None else job_field
     unknown = sorted(set(cfg) - set(CONFIG_KEYS))
     if unknown:
-        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:9])}")
+        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:11])}")
     tp, pp, cp, vp = (_int(cfg, k, 1, field) for k in ("tp", "pp", "cp", "vp"))
     mbs = _int(cfg, "micro_batch_size", 1, field)
     recompute = cfg.get("recompute") or "selective"
@@ -105,8 +110,9 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     N = job.cluster.num_gpus
     divides = N % (tp * cp * pp) == 0
     zero = _int(cfg, "zero", 1 if divides and N // (tp * cp * pp) * cp > 1 else 0, field, least=0)
+    ep, etp = _int(cfg, "ep", 1, field), _int(cfg, "etp", default_etp(job.model, tp), field)
     dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute,
-                                 sequence_parallel=sp, zero=zero)
+                                 sequence_parallel=sp, zero=zero, ep=ep, etp=etp)
     if cfg.get("dp") is not None and not errs and int(cfg["dp"]) != dp:
         errs.append(("dp", f"{cfg['dp']} but tp*cp*pp*dp must equal the {N} GPUs (dp = {dp})"))
     if errs:
@@ -124,7 +130,7 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
         if sum(layers) != L:
             raise InputError(where, f"counts sum to {sum(layers)} but the model has {L} layers")
     row = dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute, sequence_parallel=sp,
-               zero=zero)
+               zero=zero, ep=ep, etp=etp)
     return row, layers
 
 

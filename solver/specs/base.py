@@ -55,7 +55,7 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     "seq_length": (1, 1 << 24), "global_batch_size": (1, 1 << 24),
     # constraints (values of a list, and the bounds)
     **{k: (1, 1 << 30) for k in ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "tp_max", "pp_max", "dp_max",
-                                 "cp_max", "vp_max", "micro_batch_size_max")},
+                                 "cp_max", "vp_max", "micro_batch_size_max", "ep", "etp", "ep_max", "etp_max")},
 }
 MAX_INT = 1 << 53  # any other integer field
 

@@ -27,12 +27,19 @@ class Constraints(Spec):
     cp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
     vp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
     micro_batch_size: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
+    ep: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = Field(
+        None, description="expert-parallel sizes (MoE models; Megatron --expert-model-parallel-size)")
+    etp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = Field(
+        None, description="expert tensor-parallel sizes (MoE; Megatron --expert-tensor-parallel-size); "
+                          "unset: the search tries 1 and tp")
     tp_max: Optional[PositiveInt] = None
     pp_max: Optional[PositiveInt] = None
     dp_max: Optional[PositiveInt] = None
     cp_max: Optional[PositiveInt] = None
     vp_max: Optional[PositiveInt] = None
     micro_batch_size_max: Optional[PositiveInt] = None
+    ep_max: Optional[PositiveInt] = None
+    etp_max: Optional[PositiveInt] = None
     recompute: Optional[Annotated[tuple[Recompute, ...], NONEMPTY]] = None
     sequence_parallel: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = None
     zero: Optional[Annotated[tuple[Literal[0, 1, 2, 3], ...], NONEMPTY]] = None
@@ -63,6 +70,11 @@ class JobSpec(Spec):
                             "FSDP MixedPrecision.reduce_dtype); fp16 training reduces fp16 gradients")
     overlap_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the last backward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap, Transformer Engine)")
+    moe_load_imbalance: float = Field(
+        1.0, ge=1.0, le=64.0,
+        description="MoE: tokens of the busiest expert rank over the balanced share (1.0: balanced routing, as "
+                    "published benchmarks force it with --moe-router-force-load-balancing); scales the expert "
+                    "GEMMs and the all-to-all of every MoE layer")
     constraints: Constraints = Constraints()
 
     @model_validator(mode="after")
