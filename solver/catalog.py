@@ -229,6 +229,21 @@ JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce
                 "overlap_grad_reduce")
 
 
+def refuse_unpriced_moe(model: ModelSpec, field: str) -> None:
+    """Refuse a mixture-of-experts model in one line until the formulation prices it.
+
+    The catalog and the Hugging Face mapping describe MoE models (experts, top-k, shared experts,
+    MLA), but the time and memory formulation still prices every layer as a dense MLP of
+    ffn_hidden_size: a plan for an MoE model would be a plan for a different model. This is the one
+    place a job with such a model is stopped (`load_job`: CLI, API, service, sweeps); remove it when
+    the formulation prices MoE layers and expert parallelism (issue 22, branch moecore)."""
+    if model.is_moe:
+        mla = ", multi-latent attention" if model.multi_latent_attention else ""
+        raise InputError(field, f"'{model.name}' is a mixture-of-experts model ({model.num_experts} experts, "
+                                f"top-{model.moe_router_topk}{mla}); optimize and evaluate do not price MoE layers "
+                                f"yet (expert parallelism is in progress): `solveplan show` describes it")
+
+
 def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
     """The JobSpec of a job mapping (`specs.request.JobRequest`): model and cluster resolved
     (catalog names, files, inline mappings), global batch and sequence from the model's recipe
@@ -241,6 +256,7 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
         if getattr(data, key) is None:
             raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
     model = load_model(data.model, path(field, "model"))
+    refuse_unpriced_moe(model, path(field, "model"))
     cluster = load_cluster(data.cluster, path(field, "cluster"))
     job: dict[str, Any] = {
         "model": model,

@@ -44,3 +44,17 @@ def cli(capsys):
         return Result(code, captured.out, captured.err)
 
     return _run
+
+
+def llama4_vision_params() -> int:
+    """Weights of Llama 4's vision encoder, adapter and projector, which solveplan does not plan (it
+    plans the text decoder): transformers' Llama4VisionModel and Llama4MultiModalProjector built from
+    the Scout/Maverick checkpoints' vision_config (hidden 1408, MLP 5632, 34 layers, patch 14 on
+    336-pixel images, pixel-shuffle ratio 0.5 -> adapter 5632 -> 4096 -> 4096, projector 4096 -> text
+    hidden 5120; biases on the encoder's linear layers, LayerNorms with bias)."""
+    h, f, layers, patch, image, out = 1408, 5632, 34, 14, 336, 4096
+    layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
+    patches = (image // patch) ** 2 + 1  # + the class token
+    encoder = 3 * patch * patch * h + h + patches * h + 2 * 2 * h + layers * layer
+    adapter = (4 * h) * out + out * out
+    return encoder + adapter + out * 5120

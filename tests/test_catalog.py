@@ -8,6 +8,7 @@ import json
 import pytest
 import yaml
 
+from conftest import DATA, llama4_vision_params
 from solveplan.catalog import (_catalog_dir, catalog_clusters, catalog_families, catalog_gpus, catalog_models,
                                family_cluster, load_cluster, load_model)
 from solveplan.errors import InputError
@@ -18,6 +19,9 @@ from solveplan.specs import ClusterSpec, GPUSpec, ModelSpec
 # not count): GPT-3 and GPT-2 (Radford et al. 2019), Megatron-LM GPT (Narayanan et al. Eq. 2
 # counts s*h), OPT. Their notes say so; the check adds those weights back before comparing.
 LEARNED_POSITIONS = ("gpt3-", "megatron-", "gpt2", "opt-")
+# Llama 4 is multimodal: Meta's totals (109B, 400B) include the vision encoder and projector, which
+# the spec (the text decoder) leaves out; their notes say so and the check adds them back.
+MULTIMODAL = ("llama4-",)
 
 
 def _models():
@@ -67,6 +71,9 @@ def test_model_entry(name):
     if name.startswith(LEARNED_POSITIONS):
         assert "position embeddings" in m.notes
         params += m.seq_length * m.hidden_size
+    if name.startswith(MULTIMODAL):
+        assert "vision encoder" in m.notes
+        params += llama4_vision_params()
     assert abs(params / 1e9 - m.nominal_params_b) <= 0.01 * m.nominal_params_b, (params / 1e9, m.nominal_params_b)
     assert load_model(name) is m and load_model(name.upper()) is m
 
@@ -270,3 +277,56 @@ def test_a_lookup_reads_only_its_files():
             "print(_catalog_entry.cache_info().currsize)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert int(out) == 3  # the model, the family, its GPU
+
+
+def test_show_moe_model(cli):
+    """`show` prints total and active parameters and the MoE structure, in the table and --json."""
+    m = catalog_models()["deepseek-v3"]
+    d = json.loads(cli("show", "deepseek-v3", "--json").out)["derived"]
+    assert d["num_params"] == m.num_params and d["num_active_params"] == m.num_active_params < m.num_params
+    assert d["flops_per_token"] == 6 * m.num_active_params + 12 * 61 * 7168 * m.seq_length
+    moe = d["moe"]
+    assert (moe["num_experts"], moe["moe_router_topk"], moe["shared_expert_ffn"]) == (256, 8, 2048)
+    assert (moe["num_moe_layers"], moe["num_dense_layers"], moe["layer_pattern"]) == (58, 3, "dense 0-2, MoE 3-60")
+    assert moe["router"] == "sigmoid + expert bias, 4 of 8 groups" and moe["mtp_num_layers"] == 1
+    assert moe["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64,
+                          "v_head_dim": 128}
+    out = cli("show", "deepseek-v3").out
+    for text in ("active per token", "37.55B", "256 routed of 2048, top-8; shared 2048", "dense 0-2, MoE 3-60",
+                 "kv_lora_rank 512", "6*active params"):
+        assert text in out, text
+    mav = json.loads(cli("show", "llama4-maverick", "--json").out)["derived"]["moe"]
+    assert mav["layer_pattern"] == "MoE every 2 layers from layer 1" and mav["mla"] is None
+    assert "moe" not in json.loads(cli("show", "gpt3-175b", "--json").out)["derived"]
+
+
+def test_models_lists_moe_total_and_active(cli):
+    rows = {r["name"]: r for r in json.loads(cli("models", "--json").out)}
+    for name in ("mixtral-8x7b", "mixtral-8x22b", "deepseek-v2-lite", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b",
+                 "gpt-oss-20b", "gpt-oss-120b", "llama4-scout", "llama4-maverick", "grok-1"):
+        m = catalog_models()[name]
+        assert rows[name]["num_active_params"] == m.num_active_params < rows[name]["num_params"] == m.num_params
+        assert rows[name]["moe"]["num_experts"] == m.num_experts
+    assert rows["llama2-7b"]["num_active_params"] == rows["llama2-7b"]["num_params"]
+    out = cli("models").out
+    assert "mixtral-8x7b" in out and "8/2" in out and "12.88B" in out
+
+
+@pytest.mark.parametrize("args", [
+    ("optimize", "--model", "mixtral-8x7b", "--cluster", "h100x64"),
+    ("evaluate", "--model", "deepseek-v3", "--cluster", "h100x64", "--tp", "2"),
+    ("optimize", "--model", "{hf}", "--cluster", "h100x64", "--json"),
+])
+def test_moe_jobs_are_refused_in_one_line(cli, args):
+    """Until the formulation prices MoE layers (catalog.refuse_unpriced_moe), a job on an MoE model is
+    bad input: one line naming the model, exit 2, nothing on stdout."""
+    r = cli(*(a.format(hf=DATA / "hf" / "Qwen3-30B-A3B" / "config.json") for a in args))
+    assert r.code == 2 and r.out == ""
+    assert "mixture-of-experts model" in r.err and "do not price MoE" in r.err and r.err.count("\n") == 1
+
+
+def test_moe_job_refused_through_the_api():
+    from solveplan.api import as_job
+
+    with pytest.raises(InputError, match="job.model: 'grok-1' is a mixture-of-experts model"):
+        as_job({"model": "grok-1", "cluster": "h100x64"})

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, llama4_vision_params
 from solveplan.catalog import catalog_models, load_model, read_mapping
 from solveplan.errors import InputError
 from solveplan.specs.hf import SUPPORTED, SUPPORTED_MOE, TRAINING_SEQ_CAP, is_hf_config, model_from_hf_config
@@ -55,10 +55,8 @@ MOE_PUBLISHED_LOOSE = {
     "DeepSeek-V2-Lite": (15.7, 2.4, True, 0.025, "deepseek-ai/DeepSeek-V2-Lite model card: 15.7B total, 2.4B active "
                                                  "(we count 2.45B with the head, DeepSeek's V3 convention)"),
 }
-# Llama 4 Scout: Meta's 109B counts the vision encoder, which is not planned; the check adds it back,
-# computed from the checkpoint's vision_config (hidden 1408, MLP 5632, 34 layers, patch 14 on 336-pixel
-# images, pixel-shuffle adapter 5632 -> 4096 -> 4096, projector 4096 -> 5120; biases on its linear
-# layers, LayerNorms with bias) as transformers' Llama4VisionModel builds it.
+# Llama 4 Scout: Meta's 109B counts the vision encoder, which is not planned; the check adds it back
+# (conftest.llama4_vision_params).
 
 # "Model size" on each model's Hugging Face page (billions, 3 significant digits), and the head
 # dimension each file gives apart from hidden / heads
@@ -163,15 +161,6 @@ def test_catalog_files_are_not_hf_configs():
     assert not is_hf_config([1, 2]) and not is_hf_config(None)
 
 
-def _llama4_vision_params() -> int:
-    h, f, layers, patch, image, out = 1408, 5632, 34, 14, 336, 4096
-    layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
-    patches = (image // patch) ** 2 + 1  # + the class token
-    encoder = 3 * patch * patch * h + h + patches * h + 2 * 2 * h + layers * layer
-    adapter = (4 * h) * out + out * out  # pixel shuffle 0.5: 4x channels
-    return encoder + adapter + out * 5120
-
-
 def _active(m, without_input_embedding: bool) -> int:
     return m.num_active_params - (m.embedding_params if without_input_embedding else 0)
 
@@ -202,7 +191,7 @@ def test_moe_configs_published_to_two_digits(name):
 def test_llama4_scout_with_its_vision_encoder():
     """Meta's 109B total / 17B active (Llama 4 model card) for Scout includes the vision encoder."""
     m = _load("Llama-4-Scout-17B-16E-Instruct")
-    vision = _llama4_vision_params()
+    vision = llama4_vision_params()
     assert 0.8e9 < vision < 0.95e9
     assert abs((m.num_params + vision) / 1e9 - 109) <= 0.01 * 109, m.num_params + vision
     assert _close(m.num_active_params / 1e9, 17, 0.01)
@@ -242,6 +231,26 @@ def test_moe_structures():
     assert oss.seq_length == 4096 and "attention sinks" in oss.notes and "every other layer" in oss.notes
     mix = _load("Mixtral-8x22B-v0.1")
     assert (mix.num_experts, mix.moe_router_topk, mix.ffn_hidden_size, mix.moe_ffn_hidden_size) == (8, 2, 16384, 16384)
+
+
+MOE_TWINS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "mixtral-8x22b": "Mixtral-8x22B-v0.1",
+             "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3", "qwen3-30b-a3b": "Qwen3-30B-A3B",
+             "qwen3-235b-a22b": "Qwen3-235B-A22B", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+             "llama4-scout": "Llama-4-Scout-17B-16E-Instruct", "llama4-maverick": "Llama-4-Maverick-17B-128E-Instruct"}
+MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
+            "moe_shared_expert_gate", "moe_layer_freq", "moe_layer_pattern", "moe_router_score_function",
+            "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
+            "moe_expert_capacity_factor", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+            "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "kv_channels", "norm_epsilon")
+
+
+@pytest.mark.parametrize("entry", sorted(MOE_TWINS))
+def test_moe_catalog_entries_match_their_configs(entry):
+    """Each MoE catalog entry states what its cited config.json maps to (Grok-1 has no config.json)."""
+    m, c = _load(MOE_TWINS[entry]), catalog_models()[entry]
+    fields = SHAPE + ARCH + MOE_SPEC
+    assert {f: getattr(m, f) for f in fields} == {f: getattr(c, f) for f in fields}
+    assert m.num_params == c.num_params and m.num_active_params == c.num_active_params
 
 
 def _moe_cfg(**kw):

@@ -5,12 +5,16 @@ the entry point prints as one line on stderr with exit code 2.
 
 Derived model facts printed by `show` (per token of training, forward + backward):
 
-    flops_per_token = 6 * num_params + 12 * num_layers * hidden_size * seq_length
+    flops_per_token = 6 * num_active_params + 12 * num_layers * hidden_size * seq_length
 
 6 FLOPs per parameter per token is the weight matmuls (2 forward, 4 backward); the second term
 is the attention score and value matmuls (QK^T and AV: 2 * 2 * s * h forward per layer per token,
 times 3 for forward + backward), without causal-mask savings and without activation recomputation
 (Kaplan et al. 2020 Sec. 2.1; Narayanan et al. 2021 Sec. 5.1 / Eq. 3 before its 4x recompute factor).
+A dense model's active parameters are all its parameters; a mixture-of-experts model's are those one
+token uses (top-k routed experts, shared experts, router, attention, embeddings: Fedus et al. 2022,
+Sec. 2, count FLOPs per token by the experts a token is routed to). The attention term keeps h as the
+query width, which multi-latent attention and a head dimension set apart only approximate.
 """
 
 from __future__ import annotations
@@ -31,17 +35,66 @@ _KINDS = ("model", "gpu", "cluster", "job")
 
 # ----------------------------------------------------------------- facts
 def model_facts(m) -> dict[str, Any]:
-    """Derived numbers for a ModelSpec (see the module docstring for the FLOPs formula)."""
-    n = m.num_params
-    return {
+    """Derived numbers for a ModelSpec (see the module docstring for the FLOPs formula); a
+    mixture-of-experts model adds `moe` (its structure, `moe_facts`)."""
+    n, active = m.num_params, m.num_active_params
+    facts = {
         "num_params": n,
+        "num_active_params": active,
         "params_per_layer": m.params_per_layer,
         "embedding_params": m.embedding_params,
         "head_dim": m.head_dim,
         "kv_hidden_size": m.kv_hidden_size,
-        "flops_per_token": 6 * n + 12 * m.num_layers * m.hidden_size * m.seq_length,
+        "flops_per_token": 6 * active + 12 * m.num_layers * m.hidden_size * m.seq_length,
         "tokens_per_step": m.global_batch_size * m.seq_length,
         "weights_bf16_gib": 2 * n / GIB,
+    }
+    if m.is_moe:
+        facts["moe"] = moe_facts(m)
+    return facts
+
+
+def layer_pattern_summary(mask) -> str:
+    """'all 48 layers MoE', 'dense 0-2, MoE 3-60', 'MoE every 2 layers from layer 1', or the runs."""
+    n, moe = len(mask), [i for i, v in enumerate(mask) if v]
+    if len(moe) == n:
+        return f"all {n} layers MoE"
+    runs, start = [], 0
+    for i in range(1, n + 1):
+        if i == n or mask[i] != mask[start]:
+            kind = "MoE" if mask[start] else "dense"
+            runs.append(f"{kind} {start}" + (f"-{i - 1}" if i - 1 > start else ""))
+            start = i
+    if len(runs) <= 4:
+        return ", ".join(runs)
+    step = moe[1] - moe[0] if len(moe) > 1 else 0
+    if step > 1 and moe == list(range(moe[0], n, step)):
+        return f"MoE every {step} layers from layer {moe[0]}"
+    return f"{len(moe)} of {n} layers MoE: " + ", ".join(runs)
+
+
+def moe_facts(m) -> dict[str, Any]:
+    """The mixture-of-experts structure `show` prints: experts, top-k, shared experts, which layers,
+    router, multi-latent attention ranks, MTP."""
+    return {
+        "num_experts": m.num_experts,
+        "moe_router_topk": m.moe_router_topk,
+        "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
+        "shared_expert_ffn": m.moe_shared_expert_intermediate_size,
+        "num_moe_layers": m.num_moe_layers,
+        "num_dense_layers": m.num_dense_layers,
+        "layer_pattern": layer_pattern_summary(m.moe_layer_mask),
+        "moe_layer_params": m.moe_layer_params,
+        "moe_layer_active_params": m.moe_layer_active_params,
+        "dense_layer_params": m.dense_layer_params if m.num_dense_layers else None,
+        "router": m.moe_router_score_function + (" + expert bias" if m.moe_router_enable_expert_bias else "")
+                  + (f", {m.moe_router_group_topk} of {m.moe_router_num_groups} groups"
+                     if m.moe_router_num_groups else ""),
+        "capacity_factor": m.moe_expert_capacity_factor,
+        "mla": {"q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "qk_head_dim": m.qk_head_dim,
+                "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim, "v_head_dim": m.v_head_dim}
+        if m.multi_latent_attention else None,
+        "mtp_num_layers": m.mtp_num_layers,
     }
 
 
@@ -103,18 +156,19 @@ def _b(n: float) -> str:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="JSON list instead of a table")
 def models(as_json: bool) -> None:
-    """List the catalog's models: shape, parameter count, training recipe."""
+    """List the catalog's models: shape, parameter count (MoE: total and active), training recipe."""
     from ..catalog import catalog_models
 
     ms = list(catalog_models().values())
     if as_json:
         _json([_model_row(m) for m in ms])
         return
-    _table("models (catalog names; pass one as --model)",
-           ["name", "layers", "hidden", "heads", "kv", "ffn", "vocab", "mlp", "params", "seq", "batch"],
+    _table("models (catalog names; pass one as --model; MoE: experts/top-k and parameters active per token)",
+           ["name", "layers", "hidden", "heads", "kv", "ffn", "mlp", "experts", "params", "active", "seq", "batch"],
            [[m.name, m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size,
-             m.vocab_size, "gated" if m.gated_mlp else "2-mat", _b(m.num_params), m.seq_length,
-             m.global_batch_size] for m in ms])
+             "gated" if m.gated_mlp else "2-mat", f"{m.num_experts}/{m.moe_router_topk}" if m.is_moe else None,
+             _b(m.num_params),
+             _b(m.num_active_params) if m.is_moe else None, m.seq_length, m.global_batch_size] for m in ms])
 
 
 @click.command()
@@ -249,16 +303,43 @@ def show(name: str, as_json: bool) -> None:
             _json({"kind": "model", "name": obj.name, "spec": obj.model_dump(mode="json"), "derived": facts})
             return
         s = obj
-        _print_pairs(f"model {s.name}", [
+        moe = facts.get("moe")
+        rows = [
             ("layers", s.num_layers), ("hidden", s.hidden_size),
             ("heads (kv)", f"{s.num_attention_heads} ({s.num_kv_heads}), head_dim {s.head_dim}"),
-            ("ffn", f"{s.ffn_hidden_size} ({'gated, 3 matrices' if s.gated_mlp else '2 matrices'})"),
+            ("ffn", f"{s.ffn_hidden_size} ({'gated, 3 matrices' if s.gated_mlp else '2 matrices'})"
+                    + (" in the dense layers" if moe and moe["num_dense_layers"] else "")),
             ("vocab", f"{s.vocab_size} ({'tied' if s.tied_embeddings else 'untied'} embeddings)"),
             ("parameters", f"{facts['num_params']:,} ({_b(facts['num_params'])})"
                            + (f"; source states {s.nominal_params_b:g}B" if s.nominal_params_b else "")),
-            ("per layer", f"{facts['params_per_layer']:,}"),
+        ]
+        if moe:
+            rows += [
+                ("active per token", f"{facts['num_active_params']:,} ({_b(facts['num_active_params'])}; "
+                                     f"{_b(facts['num_active_params'] - facts['embedding_params'])} without the "
+                                     f"input embedding)"),
+                ("experts", f"{moe['num_experts']} routed of {moe['moe_ffn_hidden_size']}, top-{moe['moe_router_topk']}"
+                            + (f"; shared {moe['shared_expert_ffn']}" + (" (gated)" if s.moe_shared_expert_gate else "")
+                               if moe["shared_expert_ffn"] else "; no shared expert")),
+                ("MoE layers", f"{moe['layer_pattern']} ({moe['num_moe_layers']} MoE, {moe['num_dense_layers']} dense)"),
+                ("router", moe["router"] + ("; dropless" if moe["capacity_factor"] is None
+                                            else f"; capacity factor {moe['capacity_factor']:g}")),
+            ]
+            if moe["mla"]:
+                mla = moe["mla"]
+                rows.append(("multi-latent attention",
+                             f"q_lora_rank {mla['q_lora_rank'] or '- (full-rank Q)'}, kv_lora_rank {mla['kv_lora_rank']}, "
+                             f"qk {mla['qk_head_dim']} + rope {mla['qk_pos_emb_head_dim']}, v {mla['v_head_dim']}"))
+            if moe["mtp_num_layers"]:
+                rows.append(("MTP modules", f"{moe['mtp_num_layers']} (not in the parameter count)"))
+            rows.append(("per layer", f"MoE {moe['moe_layer_params']:,} (active {moe['moe_layer_active_params']:,})"
+                                      + (f", dense {moe['dense_layer_params']:,}" if moe["dense_layer_params"] else "")))
+        else:
+            rows.append(("per layer", f"{facts['params_per_layer']:,}"))
+        _print_pairs(f"model {s.name}", rows + [
             ("embedding", f"{facts['embedding_params']:,}"),
-            ("FLOPs/token (train)", f"{facts['flops_per_token']:.4g}  = 6*params + 12*layers*hidden*seq"),
+            ("FLOPs/token (train)", f"{facts['flops_per_token']:.4g}  = 6*{'active ' if moe else ''}params + "
+                                    f"12*layers*hidden*seq"),
             ("recipe", f"seq {s.seq_length}, global batch {s.global_batch_size} "
                        f"({facts['tokens_per_step']:,} tokens/step)"),
             ("weights (bf16)", f"{facts['weights_bf16_gib']:.1f} GiB"),
