@@ -58,6 +58,7 @@ def test_mixtral_experts_topk_ffn_ep_etp():
     # validate_args defaults ETP to TP (2 here): the planner's etp=1 must be said
     assert f["--expert-tensor-parallel-size"] == "1"
     assert f["--moe-token-dispatcher-type"] == "alltoall" and "--moe-grouped-gemm" in f
+    assert _launch("Mixtral-8x7B-v0.1", "h100x64", tp=2, ep=1, etp=2).flags()["--moe-token-dispatcher-type"] == "allgather"
     assert f["--moe-router-load-balancing-type"] == "aux_loss"
     assert "--moe-shared-expert-intermediate-size" not in f and "--multi-latent-attention" not in f
 

@@ -332,7 +332,9 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
     - `--moe-router-enable-expert-bias` only with sigmoid scores (TransformerConfig).
     - `--moe-expert-capacity-factor` only with aux_loss / seq_aux_loss / global_aux_loss / none
       balancing (TransformerConfig).
-    - `--moe-shared-expert-overlap` only with the alltoall or flex dispatcher (TransformerConfig).
+    - `--moe-token-dispatcher-type alltoall` with EP (what the formulation prices), `allgather`
+      (Megatron's default) without; `--moe-shared-expert-overlap` only with alltoall or flex
+      (TransformerConfig).
     - MLA excludes `--group-query-attention` (validate_args); MLATransformerConfig defaults to YaRN
       RoPE (factor 40), so the model's plain RoPE is `--rope-type rope`.
     - `--mtp-num-layers` in a pipeline layout: `m` in the last virtual stage (validate_layer_layout).
@@ -342,7 +344,9 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
     if model.is_moe:
         ep, etp = _expert_parallel(plan)
         par = plan.parallel
-        dispatcher = getattr(job, "moe_token_dispatcher", None) or "alltoall"
+        # the formulation prices all-to-all dispatch with EP (solver/space/experts.py); without EP,
+        # Megatron's default allgather dispatcher
+        dispatcher = getattr(job, "moe_token_dispatcher", None) or ("alltoall" if ep > 1 else "allgather")
         a += ["--num-experts", str(model.num_experts), "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size),
               "--moe-router-topk", str(model.moe_router_topk), "--moe-layer-freq", moe_layer_freq_arg(model),
               "--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", str(etp),
