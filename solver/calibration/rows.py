@@ -31,7 +31,7 @@ from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
 from ..specs.reading import read_data
 
-DATA_FILES = ("published_runs.json", "published_runs_more.json")
+DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
 # hardware.gpu text -> (GPU catalog entry, family template for links), first match wins
 GPU_PATTERNS = (
@@ -226,6 +226,10 @@ def model_family(name: str) -> str:
 
 def row_job(raw: dict) -> Row:
     """Map one measurement row to a job whose constraints hold what the row states."""
+    from .moe_rows import is_moe_file_row, moe_row_job  # the MoE / new-GPU file: its own reader
+
+    if is_moe_file_row(raw):
+        return moe_row_job(raw)
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
     row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
               model_family=model_family(str(m.get("name", ""))), raw=raw)
