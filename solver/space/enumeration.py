@@ -101,7 +101,7 @@ class SpaceSize:
 def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
     """The number of legal shapes `enumerate_shapes` would build, counted with the same rules
     without building them (O(divisor triples), stopping once over `stop_above`)."""
-    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
     S, Z = (x.ravel() for x in np.meshgrid(np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool),
                                            np.array(_allowed(cons, "zero", (0, 1, 2, 3)), dtype=np.int64), indexing="ij"))
     n_rc = len(_allowed(cons, "recompute", ("none", "selective", "full")))
@@ -141,7 +141,7 @@ def check_space(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stages: in
 def _degrees(job: JobSpec):
     """(tp, cp, pp, dp) combinations that pass the divisibility and head rules."""
     model, cons, N = job.model, job.constraints, job.cluster.num_gpus
-    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    B, s, L = job.global_batch_size, job.seq_length, model.num_pipeline_units
     widths = tp_split_widths(model)
     for tp in _allowed(cons, "tp", divisors(N)):
         if model.num_attention_heads % tp or model.num_kv_heads % tp or any(w % tp for w in widths):
@@ -160,7 +160,7 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     """The legal shapes of `job`; a job whose space is over the limits is refused before
     anything is built (`check_space`)."""
     check_space(job, max_shapes, max_shape_stages)
-    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
     empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11))), 0)
     rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)

@@ -8,7 +8,8 @@
   sequence parallelism when tp > 1, the distributed optimizer (zero = 1) when dp*cp > 1 else
   plain data parallelism (zero = 0);
 - `textbook_shapes`: the usual Megatron-LM configuration (TP inside a node, no CP, no
-  interleaving, selective recomputation, SP with TP, the distributed optimizer), each default
+  interleaving, selective recomputation, SP with TP, the distributed optimizer; for a MoE
+  model etp = 1 and the EP group inside a node, as the Megatron MoE README recommends), each default
   giving way only where the job's constraints exclude it;
 - `least_memory_job`: the job restricted to the least-memory value of every knob.
 """
@@ -37,7 +38,8 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     `tp/cp/pp` for their product), and `global_batch_size` for the job's batch. The same rules
     as the enumeration (a test checks that both agree)."""
     model, N = job.model, job.cluster.num_gpus
-    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    B, s, L = job.global_batch_size, job.seq_length, model.num_pipeline_units  # layers of a dense model
+    units = "layers" if L == model.num_layers else "pipeline units of whole layers (ModelSpec.pipeline_units)"
     errs: list[tuple[str, str]] = []
     if N % (tp * cp * pp):
         return 0, [("tp/cp/pp", f"tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide the {N} GPUs of "
@@ -56,7 +58,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     if cp > 1 and s % (2 * cp):
         errs.append(("cp", f"seq length {s} must be divisible by 2*cp = {2 * cp}"))
     if pp > L:
-        errs.append(("pp", f"{pp} stages for {L} layers; use pp <= {L}"))
+        errs.append(("pp", f"{pp} stages for {L} {units}; use pp <= {L}"))
     if B % dp:
         errs.append(("global_batch_size", f"{B} is not divisible by the derived dp = {N}/({tp}*{cp}*{pp}) = {dp}"))
     elif (B // dp) % micro_batch_size:
@@ -67,7 +69,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
             if pp < 2:
                 errs.append(("vp", "interleaving needs pp >= 2"))
             if pp * vp > L:
-                errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} layers"))
+                errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} {units}"))
             if m % pp:
                 errs.append(("vp", f"interleaving needs the {m} micro-batches to be divisible by pp = {pp}"))
     if sequence_parallel and tp == 1:
@@ -141,7 +143,8 @@ def textbook_shapes(job: JobSpec) -> Shapes:
     mask = np.ones(len(shapes), dtype=bool)
     for keep in (shapes.cp == 1, shapes.vp == 1, shapes.recompute == RECOMPUTE_CODES["selective"],
                  shapes.tp <= job.cluster.gpus_per_node, shapes.sequence_parallel == (shapes.tp > 1),
-                 shapes.zero == np.where(shapes.dp * shapes.cp > 1, 1, 0)):
+                 shapes.zero == np.where(shapes.dp * shapes.cp > 1, 1, 0),
+                 shapes.etp == 1, shapes.ep * shapes.etp <= job.cluster.gpus_per_node):
         if (mask & keep).any():
             mask &= keep
     return shapes.take(np.flatnonzero(mask))

@@ -46,6 +46,8 @@ class JobRequest(Request):
     grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = None
     tp_comm_overlap: Optional[bool] = None
     overlap_grad_reduce: Optional[bool] = None
+    moe_load_imbalance: Optional[float] = Field(None, ge=1.0, le=64.0, allow_inf_nan=False,
+                                                description="MoE: busiest expert rank's tokens over the balanced share")
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
 
     @field_validator("constraints")
