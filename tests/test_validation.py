@@ -20,6 +20,9 @@ from solveplan.calibration.runs_fit import FitParam, fit, predictions, row_cases
 DATA_DIR = Path(__file__).parent / "data" / "published"
 DATA = [str(DATA_DIR / name) for name in DATA_FILES]
 ROWS = published_rows(DATA)
+# the dense files' rows: the fit and its guards below (the MoE file's rows: tests/test_moe_rows.py and
+# benchmarks/moe_validation.py)
+DENSE = [r for r in ROWS if "category" not in r.raw]
 
 
 def test_the_test_copy_is_the_shared_data():
@@ -34,13 +37,12 @@ def test_the_test_copy_is_the_shared_data():
 
 @pytest.fixture(scope="module")
 def shipped():
-    return in_sample(row_cases(ROWS))
+    return in_sample(row_cases(DENSE))
 
 
 def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
-    dense = [r for r in ROWS if "category" not in r.raw]  # the MoE / new-GPU file: tests/test_moe_rows.py
-    assert len(dense) == 223 and len(ROWS) == 223 + 169
-    skipped = [r for r in dense if r.skipped]
+    assert len(DENSE) == 223 and len(ROWS) == 223 + 169
+    skipped = [r for r in DENSE if r.skipped]
     assert {r.id for r in skipped} == {"korthikanti2022-abstract-530B-2240-sel+sp",
                                        "korthikanti2022-abstract-530B-2240-full"}
     assert all("global batch not stated" in r.skipped for r in skipped)

@@ -197,15 +197,12 @@ def moe_row_job(raw: dict) -> Row:
 
 
 def unpriced_reason(model) -> Optional[str]:
-    """Why the formulation cannot predict this MoE model yet (catalog.refuse_unpriced_moe, the one
-    place that stops MoE jobs until the formulation prices them), or None."""
-    from .. import catalog
+    """Why the formulation cannot predict this MoE model, or None: it prices MoE layers once it has
+    its expert terms (solver/formulation/moe.py, composed by coefficients.stage_coefficients).
+    (`catalog.refuse_unpriced_moe` stops MoE jobs at the CLI until the two branches meet; rows do
+    not go through it.)"""
+    import importlib.util
 
-    refuse = getattr(catalog, "refuse_unpriced_moe", None)
-    if refuse is None:
-        return None
-    try:
-        refuse(model, "model")
-    except InputError:
+    if model.is_moe and importlib.util.find_spec(f"{__package__.rsplit('.', 1)[0]}.formulation.moe") is None:
         return "the formulation does not price mixture-of-experts layers yet"
     return None

@@ -355,7 +355,9 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
             a += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_intermediate_size)]
             if model.moe_shared_expert_gate:
                 a.append("--moe-shared-expert-gate")
-            if getattr(job, "moe_shared_expert_overlap", True) and dispatcher in ("alltoall", "flex"):
+            # off unless the job asks: the formulation prices the shared experts on the critical path
+            # (formulation/moe.py: overlap is a stated default, off, as the Megatron-Bridge recipes)
+            if getattr(job, "moe_shared_expert_overlap", False) and dispatcher in ("alltoall", "flex"):
                 a.append("--moe-shared-expert-overlap")
         if arch >= 8:
             a.append("--moe-grouped-gemm")
