@@ -162,6 +162,14 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append(f"token dropping at capacity factor {CAPACITY_FACTOR_DROP:g} (the label states dropping, "
                        f"not the factor)")
     model = model.model_copy(update=update)
+    # what the matched recipe runs that the formulation prices otherwise (formulation/moe.py: NCCL
+    # all-to-all on the critical path), said so that a row's error can be read
+    if recipe.get("moe_a2a_overlap") is True or recipe.get("overlap_moe_expert_parallel_comm") is True:
+        assumed.append("the recipe overlaps the EP all-to-all with compute (overlap_moe_expert_parallel_comm): "
+                       "priced exposed")
+    backend = recipe.get("moe_flex_dispatcher_backend")
+    if backend and (recipe.get("moe_token_dispatcher_type") in (None, "flex")):
+        assumed.append(f"the recipe's flex dispatcher ({backend}) priced as NCCL all-to-all")
     if layout:
         assumed.append(f"pipeline layout {layout} costed with the balanced split")
     try:
