@@ -133,6 +133,22 @@ MOE_CASES = [
      dict(tp=2, pp=1, ep=8, etp=2), {"global_batch_size": 256, "seq_length": 4096},
      {"moe_expert_capacity_factor": 1.0}),
 ]
+# optimize's own plans (cfg None: `optimize`, 60 s limit, on the MoE-priced formulation): the jobs
+# issue 22 judges (Qwen3-30B-A3B's real config on h100x64, DeepSeek-V3 on h100x1024, Mixtral 8x22B on
+# a100x256) and a few more
+MOE_CASES += [
+    ("optimize: Qwen3-30B-A3B config.json", HFM("Qwen3-30B-A3B"), "h100x64", None,
+     {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("optimize: DeepSeek-V3", "deepseek-v3", "h100x1024", None, {"global_batch_size": 8192, "seq_length": 4096}, {}),
+    ("optimize: Mixtral 8x22B", "mixtral-8x22b", "a100x256", None, {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("optimize: Qwen3-235B-A22B", "qwen3-235b-a22b", "h100x256", None,
+     {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("optimize: GPT-OSS 120B", "gpt-oss-120b", "h100x64", None, {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("optimize: Llama 4 Maverick", "llama4-maverick", "h100x512", None,
+     {"global_batch_size": 1024, "seq_length": 8192}, {}),
+    ("optimize: DeepSeek-V2-Lite", "deepseek-v2-lite", "h100x32", None, {"global_batch_size": 512, "seq_length": 4096},
+     {}),
+]
 # MoE controls: one rule broken each; Megatron must refuse or build another model/parallelism
 MOE_CONTROLS = [
     (7, "GPT-OSS (linear biases) with etp 2", lambda a, e: (_set(a, "--expert-tensor-parallel-size", "2"), e)),
@@ -349,7 +365,13 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
         if updates:
             model = model.model_copy(update=updates)
         job = JobSpec(model=model, cluster=load_cluster(cluster), **extras)
-        plan = moe_plan(job, cfg)
+        if cfg is None:
+            res = optimize(job, time_limit_s=60, textbook=False)
+            if res.plan is None:
+                return dict(label=label, cluster=cluster, error=f"no plan ({res.status})", ok=False)
+            plan = res.plan
+        else:
+            plan = moe_plan(job, cfg)
     except Exception as exc:  # a configuration the planner refuses is a result, not a crash
         return dict(label=label, cluster=cluster, error=f"no plan: {type(exc).__name__}: {exc}", ok=False)
     par = plan.parallel
@@ -359,6 +381,7 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
     ep, etp = (int(getattr(par, k, 1)) for k in ("ep", "etp"))
     name = Path(model_ref).parent.name if str(model_ref).endswith(".json") else job.model.name
     row = dict(label=label, model=name, cluster=cluster, par=par, ep=ep, etp=etp,
+               status=str(getattr(res, "status", "")) if cfg is None else "explicit",
                layers=list(plan.layers_per_stage), env=ma.env, nargs=len(ma.args), layout=ma.layout,
                freq=f"`{ma.flags().get('--moe-layer-freq', '-')}`")
     arch = gpu_arch(job.cluster.gpu.name)
@@ -411,13 +434,14 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
 def moe_report(rows, controls) -> list[str]:
     ok = sum(1 for r in rows if r.get("ok"))
     lines = ["", "## Mixture-of-experts plans", "",
-             "Explicit configurations (evaluate-style, EP and ETP stated) rendered by `megatron_args` and run through "
+             "Explicit configurations (evaluate-style, EP and ETP stated, checked by `plan_config`) and `optimize`'s "
+             "own plans (60 s limit) rendered by `megatron_args` and run through "
              "the same calls; Megatron's TransformerConfig is compared with the plan (experts, top-k, MoE FFN, shared "
              "experts, the MoE layer pattern, router, capacity, EP, ETP, MLA dimensions, MTP) and with the layer split; "
              "the expert grid is Megatron's own `RankGenerator` (nodes one EP group spans).", "",
              f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism.", "",
-             "| plan | model | cluster | tp pp cp vp dp | ep etp | EP group spans nodes | layers per stage (plan = Megatron) | "
-             "--moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|"]
+             "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
+             "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         par = r.get("par")
         deg = f"{par.tp} {par.pp} {par.cp} {par.vp} {par.dp}" if par else "-"
@@ -426,7 +450,8 @@ def moe_report(rows, controls) -> list[str]:
             split += " vs " + ":".join(map(str, r["megatron_split"]))
         freq = "-"
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('arch_diff')}")
-        lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {deg} | "
+        src = "optimize " + r["status"].split(".")[-1] if r.get("status", "explicit") != "explicit" else "explicit"
+        lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {src} | {deg} | "
                      f"{r.get('ep', '-')} {r.get('etp', '-')} | {r.get('ep_nodes', '-')} | {split} | "
                      f"{r.get('freq', freq)} | {res} |")
     denied = sum(1 for c in controls if not c.get("ok"))
