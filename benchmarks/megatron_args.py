@@ -246,7 +246,7 @@ def planned_architecture(model) -> dict:
 
 
 def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
-    job = load_job({"model": model_ref, "cluster": cluster, "constraints": constraints, **extras})
+    job = load_job({"model": model_ref, "cluster": cluster, **({"constraints": constraints} if constraints else {}), **extras})
     res = optimize(job, time_limit_s=60, textbook=False)
     if res.plan is None:
         return dict(label=label, error=f"no plan ({res.status})")
