@@ -438,7 +438,9 @@ def moe_report(rows, controls) -> list[str]:
              "own plans (60 s limit) rendered by `megatron_args` and run through "
              "the same calls; Megatron's TransformerConfig is compared with the plan (experts, top-k, MoE FFN, shared "
              "experts, the MoE layer pattern, router, capacity, EP, ETP, MLA dimensions, MTP) and with the layer split; "
-             "the expert grid is Megatron's own `RankGenerator` (nodes one EP group spans).", "",
+             "the expert grid is Megatron's own `RankGenerator` (nodes one EP group spans). Stubbed in addition: "
+             "`torch.cuda.get_device_capability` (validate_args reads it for `--moe-grouped-gemm`) returns the "
+             "planned GPU's compute capability.", "",
              f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism.", "",
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
              "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
