@@ -226,7 +226,8 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
 # ---------------------------------------------------------------- jobs
 # the job's software settings a mapping may give (JobSpec fields of the same names)
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
-                "overlap_grad_reduce", "moe_load_imbalance")
+                "overlap_grad_reduce", "moe_load_imbalance", "moe_a2a_overlap",
+                "moe_token_dispatcher")
 
 
 def refuse_unpriced_moe(model: ModelSpec, field: str) -> None:

@@ -96,7 +96,8 @@ def jobs(draw) -> JobSpec:
 def moe_jobs(draw) -> JobSpec:
     """A drawn job whose model is made a mixture of experts: 4 or 8 experts, top-1 or 2, all
     layers MoE, the first dense or every other one dense, a shared expert, biases (etp = 1
-    only) or multi-latent attention and an MTP module sometimes; ep and etp free, or etp named."""
+    only) or multi-latent attention and an MTP module sometimes; ep and etp free, or etp named;
+    imbalance, the all-to-all overlap and the flex dispatcher sometimes."""
     job = draw(jobs())
     m = job.model
     L = m.num_layers
@@ -117,7 +118,9 @@ def moe_jobs(draw) -> JobSpec:
     if draw(st.booleans()):
         cons["etp"] = tuple(draw(st.sets(st.sampled_from([1, 2, 4]), min_size=1)))
     return job.model_copy(update={"model": model, "constraints": Constraints(**cons),
-                                  "moe_load_imbalance": draw(st.sampled_from([1.0, 1.0, 1.5]))})
+                                  "moe_load_imbalance": draw(st.sampled_from([1.0, 1.0, 1.5])),
+                                  "moe_a2a_overlap": draw(st.integers(0, 3)) == 0,
+                                  "moe_token_dispatcher": draw(st.sampled_from(["alltoall", "flex"]))})
 
 
 DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time

@@ -24,7 +24,8 @@ from ..specs import JobSpec
 FLAGS = {
     "job": "--job", "model": "--model", "cluster": "--cluster", "global_batch_size": "--global-batch-size",
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
-    "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
+    "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
+    "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "layers": "--layers-per-stage", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
     "top_k": "--top-k", "workers": "--workers", "links": "--links", "hostfile": "--hostfile",
@@ -160,6 +161,11 @@ _BASE = [
                  help="Data-parallel reduction behind the backward (Megatron --overlap-grad-reduce; default on)."),
     click.option("--moe-load-imbalance", type=float, default=None,
                  help="MoE: busiest expert rank's tokens over the balanced share (default 1.0: balanced routing)."),
+    click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
+                 help="MoE: EP all-to-alls behind the other micro-batch's compute (Megatron "
+                      "--overlap-moe-expert-parallel-comm; default off)."),
+    click.option("--moe-token-dispatcher", type=click.Choice(["alltoall", "flex"]), default=None,
+                 help="MoE dispatcher for ep > 1: alltoall (default) or flex (DeepEP/HybridEP, one send per node)."),
 ]
 
 _CONSTRAINTS = [
@@ -253,13 +259,15 @@ def _constraints(flags: dict, base: Any) -> Any:
 
 def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
                 flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
-                overlap_grad_reduce=None, moe_load_imbalance=None, **constraint_flags) -> dict:
+                overlap_grad_reduce=None, moe_load_imbalance=None, moe_a2a_overlap=None, moe_token_dispatcher=None,
+                **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
              "precision": precision, "flash_attention": flash_attention, "attention_kernel": attention_kernel,
              "grad_reduce_dtype": grad_reduce_dtype, "tp_comm_overlap": tp_comm_overlap,
-             "overlap_grad_reduce": overlap_grad_reduce, "moe_load_imbalance": moe_load_imbalance}
+             "overlap_grad_reduce": overlap_grad_reduce, "moe_load_imbalance": moe_load_imbalance,
+             "moe_a2a_overlap": moe_a2a_overlap, "moe_token_dispatcher": moe_token_dispatcher}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

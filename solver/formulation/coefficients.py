@@ -31,8 +31,8 @@ import numpy as np
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
 from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
-from .moe import (attention_geometry, moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes,
-                  moe_mlp_compute_s)
+from .moe import attention_geometry, moe_layer_params_per_gpu
+from .moe_layer import fold_layers, moe_layer_terms
 from .memory import (
     BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
     runtime_bytes,
@@ -83,7 +83,7 @@ def distributed_optimizer_dominates(model: ModelSpec, cluster: ClusterSpec, tp, 
     optimizer step is sharded and its memory smaller. The all-reduce may be NCCL's tree, whose
     latency is logarithmic in the nodes: across nodes with small parts it beats the two rings.
     A MoE model's parts add the MoE layers' non-expert parameters (over dp x cp) and their local
-    experts (over the expert-data-parallel group, `_moe_layer`), each reduced on its own."""
+    experts (over the expert-data-parallel group, `moe_layer.moe_layer_terms`), each reduced on its own."""
     shard = np.asarray(dp, dtype=np.float64) * np.asarray(cp, dtype=np.float64)
     g = grad_reduce_bytes(precision, grad_reduce_dtype)
     ok = np.ones(np.broadcast(shard, np.asarray(tp), np.asarray(ep)).shape, dtype=bool)
@@ -184,6 +184,8 @@ def stage_coefficients(
     overlap_grad_reduce: bool = True,
     tp_comm_overlap: bool = False,
     moe_load_imbalance: float = 1.0,
+    moe_a2a_overlap: bool = False,
+    moe_token_dispatcher: str = "alltoall",
 ) -> StageCoefficients:
     gpu = cluster.gpu
     t = shapes.tp.astype(np.float64)
@@ -373,15 +375,17 @@ def stage_coefficients(
                                                            rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
             attn_fwd = fwd - mlp_fwd - M * (el_fwd - el0_fwd) / hbm  # the layer without its MLP
             attn_bwd = bwd - mlp_bwd - M * (el_bwd - el0_bwd) / hbm
-            moe_layer = _moe_layer(
+            moe_layer = moe_layer_terms(
                 model, cluster, shapes, M=M, attn_fwd=attn_fwd, attn_bwd=attn_bwd, attn_gemm_fwd=gemm_fwd - mlp_fwd,
                 attn_gemm_bwd=gemm_bwd - mlp_bwd, core_fwd=core_fwd, tp_pass=tp_pass, hidden=hidden,
                 tp_comm_overlap=tp_comm_overlap, layer_cp=layer_cp, dp_step=dp_step, opt_per_param=opt_per_param,
                 window=window, state_bytes=(pb, gb, ob), grad_bytes=grad_bytes, act_kw=act_kw,
+                adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
+                dispatcher=moe_token_dispatcher,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
                 imbalance=moe_load_imbalance)
         proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
-        unit, units, ends = _fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
+        unit, units, ends = fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
             fwd=proj_f + head_fwd, bwd=proj_b + head_bwd, params=2 * h * h / t, state=state, opt=opt_per_param,
             dp_step=dp_step, logits=LOGIT_BYTES * M * V / t))
 
@@ -419,96 +423,3 @@ def stage_coefficients(
         layer_ep_s=unit["ep"],
         **ends,
     )
-
-
-def _moe_layer(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
-               attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
-               state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, imbalance) -> dict:
-    """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
-    dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
-    - compute: router, grouped expert GEMMs, shared experts, (un)permutation;
-    - TP collectives: attention's gather/scatter pair, the shared experts' (they run on the
-      SP-gathered tokens, Megatron `SharedExpertMLP`), the ETP gather/scatter of the routed
-      copies; exposed, or behind the layer's GEMMs with --tp-comm-overlap, as the dense layer's;
-    - expert-parallel all-to-alls: dispatch + combine per pass (forward, backward, and the
-      recomputed forward under full recomputation), exposed (`moe.py`: overlap off);
-    - data parallelism: the non-expert parameters as the dense layer's (over dp x cp, stride
-      tp), the local experts' gradients over the expert-data-parallel group (edp ranks etp*ep
-      apart) and their optimizer state sharded over it by the distributed optimizer;
-    - memory: attention's activations (`layer_activation_bytes` without an MLP) plus the MoE
-      block's (`moe.moe_mlp_activation_bytes`), none kept under full recomputation (one layer
-      rebuilt at a time)."""
-    t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
-    ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
-    mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm)
-    fwd, bwd = attn_fwd + mf, attn_bwd + mb
-    rfwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
-    a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance)
-    tp_moe = tp_pass / 2 * (1 + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
-    if tp_comm_overlap:
-        tp_f, tp_b = hidden(tp_moe, attn_gemm_fwd + gf), hidden(tp_moe, attn_gemm_bwd + gbw)
-    else:
-        tp_f = tp_b = tp_moe
-    ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
-    edp = t * c * d / (ep * etp)
-    pb, gb, ob = state_bytes
-    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision)
-
-    def ex_collective(kind, size):
-        return comm.collective_s(kind, size, cluster, edp, etp * ep)
-
-    red_ne, ag_ne = dp_step(ne)
-    red_ex = np.where(z == 0, ex_collective("all_reduce", ex * grad_bytes), ex_collective("reduce_scatter", ex * grad_bytes))
-    ag_ex = np.where(z == 1, ex_collective("all_gather", ex * BF16_BYTES), 0.0)
-    opt_ex = ex * ADAM_STEP_BYTES_PER_PARAM / hbm / np.where(z >= 1, edp, 1.0)
-    att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
-    block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance) + latent_bytes
-    return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=np.zeros(len(z)),
-                ep=a2a * (2 + (rc == 2)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
-                dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
-                window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
-                optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
-                working=att_working + np.where(rc == 2, block, 0.0))
-
-
-LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep")
-
-
-def _fold_layers(model: ModelSpec, dense: dict, moe_layer, ends: dict, mtp_extra: dict):
-    """The coefficients of one pipeline unit (`ModelSpec.pipeline_units`: d dense and m MoE
-    layers) and the stage extras: the k leading dense layers on the first stage, the MTP
-    modules on the last (Megatron places them after the decoder, with the LM head): each one
-    layer of the last layer's kind, its 2h -> h projection and a second LM-head pass with its
-    logits (Megatron-LM megatron/core/transformer/multi_token_prediction.py). Every cost stays
-    linear in the units a stage holds, so each split searched is priced exactly."""
-    k, d_u, m_u, units = model.pipeline_units
-    keys = dense.keys()
-    unit = dense if moe_layer is None else {key: d_u * dense[key] + m_u * moe_layer[key] for key in keys}
-    if moe_layer is not None:
-        unit["working"] = np.maximum(dense["working"], moe_layer["working"])
-    ends = dict(ends)
-
-    def add(prefix: str, layer: dict, n):
-        ends[f"{prefix}_s"] = ends[f"{prefix}_s"] + n * sum(layer[x] for x in LAYER_TIME_KEYS)
-        ends[f"{prefix}_dp_step_s"] = ends[f"{prefix}_dp_step_s"] + n * layer["dp_step"]
-        ends[f"{prefix}_optimizer_step_s"] = ends[f"{prefix}_optimizer_step_s"] + n * layer["opt"]
-        ends[f"{prefix}_window_s"] = ends[f"{prefix}_window_s"] + n * layer["window"]
-        ends[f"{prefix}_static_bytes"] = ends[f"{prefix}_static_bytes"] + n * (layer["params"] + layer["grads"] + layer["optim"])
-        ends[f"{prefix}_act_bytes"] = ends[f"{prefix}_act_bytes"] + n * layer["act"]
-
-    if k:
-        add("first", dense, k)
-        ends["first_fwd_s"] = ends["first_fwd_s"] + k * dense["fwd"]
-    n = model.mtp_num_layers
-    if n:
-        layer = moe_layer if moe_layer is not None and model.moe_layer_mask[-1] else dense
-        add("last", layer, n)
-        x = mtp_extra
-        ends["last_s"] = ends["last_s"] + n * (x["fwd"] + x["bwd"])
-        ends["last_bwd_s"] = ends["last_bwd_s"] + n * (layer["bwd"] + x["bwd"])
-        red, ag = x["dp_step"](x["params"])
-        ends["last_dp_step_s"] = ends["last_dp_step_s"] + n * (red + ag)
-        ends["last_optimizer_step_s"] = ends["last_optimizer_step_s"] + n * x["params"] * x["opt"]
-        ends["last_static_bytes"] = ends["last_static_bytes"] + n * x["params"] * x["state"]
-        ends["last_act_bytes"] = ends["last_act_bytes"] + n * x["logits"]
-    return unit, units, ends

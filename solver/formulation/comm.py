@@ -124,3 +124,19 @@ def all_to_all_s(send_bytes, cluster: ClusterSpec, n, stride):
     out = send_bytes * r * (n - r) / np.maximum(n, 1.0) / bw
     t = lat + np.where(intra, nvl, np.maximum(nvl, out))
     return np.where(n > 1, t, 0.0)
+
+
+def node_dedup_all_to_all_s(token_bytes, copies, remote_nodes, cluster: ClusterSpec, n, stride):
+    """A dispatch (or combine) that sends each token once to every other node it is routed to
+    and forwards it to the ranks there over NVLink (DeepEP / HybridEP, Megatron's `flex` token
+    dispatcher): a rank's `token_bytes * remote_nodes` leave the node (the r ranks of a node
+    together over the group's links, as in `all_to_all_s`), while NVLink carries every copy
+    bound for another rank, `token_bytes * copies * (n-1)/n`, at the same time: the slower of
+    the two, plus one latency. Inside one node it is `all_to_all_s` of the copies."""
+    n = np.asarray(n, dtype=np.float64)
+    r, _ = placement(cluster, n, stride)
+    bw, lat, intra = group_links(cluster, n, stride)
+    nvl = token_bytes * copies * (n - 1) / np.maximum(n, 1.0) / cluster.nvlink_bytes_per_s
+    out = token_bytes * remote_nodes * r / bw
+    t = lat + np.where(intra, nvl, np.maximum(nvl, out))
+    return np.where(n > 1, t, 0.0)

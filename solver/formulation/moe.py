@@ -104,17 +104,39 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     return gemm_f + el / hbm_bytes_per_s, gemm_b + 2 * el / hbm_bytes_per_s, gemm_f, gemm_b
 
 
-def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp, imbalance: float):
+def remote_nodes_per_token(model: ModelSpec, nodes):
+    """Other nodes a token is routed to, on average, when its top-k experts are drawn uniformly
+    (balanced routing) from E experts spread evenly over `nodes` nodes:
+    (nodes - 1) * (1 - C(E - E/nodes, k) / C(E, k)). Group-limited routing (DeepSeek-V3's top-4
+    of 8 groups) would send to fewer: not modelled (an upper bound)."""
+    E, k = model.num_experts, model.moe_router_topk
+    nodes = np.asarray(nodes, dtype=np.float64)
+    per_node = E / np.maximum(nodes, 1.0)
+    miss = np.ones_like(nodes)
+    for j in range(k):  # no expert of the node among the k drawn without replacement
+        miss = miss * np.clip((E - per_node - j) / (E - j), 0.0, 1.0)
+    return (nodes - 1) * (1 - miss)
+
+
+def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp, imbalance: float,
+                    dispatcher: str = "alltoall"):
     """(all-to-all, ETP collectives) of one pass (forward or backward) of one MoE layer: the
-    dispatch and the combine all-to-all of the busiest rank's k*T_r*imbalance copies of h bf16
-    values over the EP group (`comm.all_to_all_s`: NVLink inside the group's nodes, NICs
-    across), and with etp > 1 the all-gather of the received copies and the reduce-scatter of
-    the experts' output over the ETP group (ranks 1 apart)."""
+    dispatch and the combine of the busiest rank's k*T_r*imbalance copies of h bf16 values over
+    the EP group -- Megatron's `alltoall` dispatcher sends every copy (`comm.all_to_all_s`:
+    NVLink inside the group's nodes, NICs across), the `flex` one (DeepEP / HybridEP) each token
+    once per other node it is routed to (`comm.node_dedup_all_to_all_s`,
+    `remote_nodes_per_token`) -- and with etp > 1 the all-gather of the received copies and the
+    reduce-scatter of the experts' output over the ETP group (ranks 1 apart)."""
     t = np.asarray(tp, dtype=np.float64)
-    h = model.hidden_size
+    h, k = model.hidden_size, model.moe_router_topk
     T_r = tokens / t
-    send = imbalance * model.moe_router_topk * T_r * h * BF16_BYTES
-    a2a = 2 * comm.all_to_all_s(send, cluster, ep, etp)
+    send = imbalance * k * T_r * h * BF16_BYTES
+    if dispatcher == "flex":
+        _, nodes = comm.placement(cluster, ep, etp)
+        token_bytes = imbalance * T_r * h * BF16_BYTES
+        a2a = 2 * comm.node_dedup_all_to_all_s(token_bytes, k, remote_nodes_per_token(model, nodes), cluster, ep, etp)
+    else:
+        a2a = 2 * comm.all_to_all_s(send, cluster, ep, etp)
     _, copies = routed_tokens(model, T_r, ep, etp, imbalance)
     gathered = copies * h * BF16_BYTES  # the full buffer of an ETP all-gather
     etp_s = (comm.collective_s("all_gather", gathered, cluster, etp, 1)

@@ -70,6 +70,11 @@ def interleavings(num_layers: int, pp: int, named=None) -> list[int]:
     return [v for v in range(2, num_layers // pp + 1) if num_layers % (pp * v) == 0]
 
 
+def _recomputes(job: JobSpec) -> tuple[str, ...]:
+    """Recomputation modes of the space: Megatron's EP all-to-all overlap refuses full (`space.experts`)."""
+    return ("none", "selective") if job.moe_a2a_overlap else ("none", "selective", "full")
+
+
 def _allowed(cons, knob, values):
     return [v for v in values if cons.allows(knob, v)]
 
@@ -104,7 +109,7 @@ def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
     cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
     S, Z = (x.ravel() for x in np.meshgrid(np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool),
                                            np.array(_allowed(cons, "zero", (0, 1, 2, 3)), dtype=np.int64), indexing="ij"))
-    n_rc = len(_allowed(cons, "recompute", ("none", "selective", "full")))
+    n_rc = len(_allowed(cons, "recompute", _recomputes(job)))
     total, max_pp = 0, 0
     moe = job.model.is_moe
     for tp, cp, pp, dp in _degrees(job):
@@ -112,7 +117,7 @@ def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
         if knobs == 0:
             continue
         vps = [v for v in (interleavings(L, pp, cons.vp) if pp >= 2 else []) if cons.allows("vp", v)]
-        with_vp1 = int(cons.allows("vp", 1))
+        with_vp1 = int(cons.allows("vp", 1) and not (job.moe_a2a_overlap and pp > 1))
         for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
             n = with_vp1 + (len(vps) if (B // (dp * mbs)) % pp == 0 else 0)
             if n:
@@ -162,7 +167,7 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     check_space(job, max_shapes, max_shape_stages)
     cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
     empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11))), 0)
-    rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
+    rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", _recomputes(job))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
     z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
     if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
@@ -174,6 +179,8 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
         for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
             m = B // (dp * mbs)
             vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and m % pp == 0 else [])
+            if job.moe_a2a_overlap and pp > 1:  # Megatron's EP overlap needs a virtual pipeline
+                vps = vps[1:]
             base.extend((tp, pp, dp, cp, vp, mbs, ep, etp) for vp in _allowed(cons, "vp", vps) for ep, etp in experts)
     if not base:
         return empty

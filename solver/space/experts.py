@@ -19,7 +19,10 @@ edp = tp * cp * dp / (etp * ep). Rules, as Megatron-LM d98e8a6 enforces them:
 - training a MoE model with tp > 1 needs sequence parallelism (moe_layer.py `MoELayer.forward`
   raises "MoE and tensor parallelism are enabled without also enabling sequence parallelism");
 - the token dispatcher is `alltoall` for ep > 1 (what the formulation prices; `allgather`, the
-  default, for ep = 1), which every (ep, etp) above accepts.
+  default, for ep = 1), which every (ep, etp) above accepts;
+- with the job's `moe_a2a_overlap` (`--overlap-moe-expert-parallel-comm`), transformer_config.py
+  asserts ep > 1, no full recomputation and a virtual pipeline size when pp > 1 (vp > 1 here);
+  at most one MTP module (checked on the job).
 
 Product restriction (not a Megatron rule, stated): a MoE model is planned with ZeRO 0 or 1
 (the distributed optimizer, which Megatron shards over dp x cp for the dense parameters and
@@ -47,7 +50,8 @@ def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
 
 
 def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: int, sequence_parallel: bool,
-                  zero: int) -> list[tuple[str, str]]:
+                  zero: int, pp: int = 1, vp: int = 1, recompute: str = "none",
+                  a2a_overlap: bool = False) -> list[tuple[str, str]]:
     """Every rule of the module docstring a configuration breaks, as (field, 'what; the fix')."""
     errs: list[tuple[str, str]] = []
     if not model.is_moe:
@@ -71,6 +75,21 @@ def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: 
                                           "turn it on"))
     if zero >= 2:
         errs.append(("zero", "ZeRO-2/3 with experts is not modelled; use zero = 0 or 1"))
+    if a2a_overlap:
+        errs += a2a_overlap_violations(ep=ep, pp=pp, vp=vp, recompute=recompute)
+    return errs
+
+
+def a2a_overlap_violations(*, ep: int, pp: int, vp: int, recompute: str) -> list[tuple[str, str]]:
+    """What Megatron's --overlap-moe-expert-parallel-comm asserts of a configuration
+    (transformer_config.py `__post_init__`)."""
+    errs = []
+    if ep == 1:
+        errs.append(("ep", "the all-to-all overlap (moe_a2a_overlap) needs ep > 1"))
+    if recompute == "full":
+        errs.append(("recompute", "the all-to-all overlap (moe_a2a_overlap) refuses full recomputation"))
+    if pp > 1 and vp == 1:
+        errs.append(("vp", "the all-to-all overlap (moe_a2a_overlap) needs interleaving (vp > 1) with pp > 1"))
     return errs
 
 
@@ -85,7 +104,7 @@ def expert_degrees(job: JobSpec, tp: int, cp: int, dp: int) -> list[tuple[int, i
     etps = cons.etp if cons.etp is not None else sorted({1, tp})
     g = math.gcd(stage, model.num_experts)
     out = []
-    for ep in range(1, g + 1):
+    for ep in range(1 + job.moe_a2a_overlap, g + 1):
         if g % ep or not cons.allows("ep", ep):
             continue
         for etp in etps:

@@ -75,12 +75,24 @@ class JobSpec(Spec):
         description="MoE: tokens of the busiest expert rank over the balanced share (1.0: balanced routing, as "
                     "published benchmarks force it with --moe-router-force-load-balancing); scales the expert "
                     "GEMMs and the all-to-all of every MoE layer")
+    moe_a2a_overlap: bool = Field(
+        False, description="MoE: expert-parallel all-to-alls overlapped with the other micro-batch's compute "
+                           "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute); needs ep > 1, no full "
+                           "recompute, interleaving with pp > 1, at most one MTP module")
+    moe_token_dispatcher: Literal["alltoall", "flex"] = Field(
+        "alltoall", description="MoE token dispatcher for ep > 1 (Megatron --moe-token-dispatcher-type): alltoall "
+                                "(NCCL, every routed copy sent) or flex (DeepEP / HybridEP: each token once per node)")
     constraints: Constraints = Constraints()
 
     @model_validator(mode="after")
     def _check(self):
         if self.precision == "fp8" and self.cluster.gpu.peak_fp8_tflops is None:
             raise ValueError(f"precision fp8 needs a GPU with FP8 tensor cores; {self.cluster.gpu.name} has none (use bf16)")
+        if self.moe_a2a_overlap and not self.model.is_moe:
+            raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
+        if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
+            raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
+                             f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
         return self
 
     @property

@@ -48,6 +48,8 @@ class JobRequest(Request):
     overlap_grad_reduce: Optional[bool] = None
     moe_load_imbalance: Optional[float] = Field(None, ge=1.0, le=64.0, allow_inf_nan=False,
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
+    moe_a2a_overlap: Optional[bool] = None
+    moe_token_dispatcher: Optional[Literal["alltoall", "flex"]] = None
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
 
     @field_validator("constraints")
