@@ -159,3 +159,17 @@ def test_grouped_gemm_needs_ampere():
     """validate_args: --moe-grouped-gemm asserts compute capability >= 8."""
     v = _launch("Mixtral-8x7B-v0.1", "v100x64", ep=8)
     assert "--moe-grouped-gemm" not in v.flags() and any("grouped GEMM" in n for n in v.notes)
+
+
+def test_flex_dispatcher_and_a2a_overlap_follow_the_job():
+    """The job's dispatcher with EP (flex: DeepEP; HybridEP only where an NVLink domain spans nodes,
+    TransformerConfig), allgather without EP; the all-to-all overlap as Megatron spells it."""
+    f = _launch("Qwen3-30B-A3B", "h100x64", ep=16, moe_token_dispatcher="flex").flags()
+    assert f["--moe-token-dispatcher-type"] == "flex" and f["--moe-flex-dispatcher-backend"] == "deepep"
+    assert _launch("Qwen3-30B-A3B", "h100x64", ep=1, moe_token_dispatcher="flex").flags()[
+        "--moe-token-dispatcher-type"] == "allgather"
+    o = _launch("DeepSeek-V3", "h100x1024", pp=8, vp=2, ep=64, layers=[7, 8, 8, 8, 8, 8, 8, 6], gbs=8192,
+                moe_a2a_overlap=True)
+    fo = o.flags()
+    assert "--overlap-moe-expert-parallel-comm" in fo and "--delay-wgrad-compute" in fo
+    assert "--moe-shared-expert-overlap" not in fo  # TransformerConfig: not with the all-to-all overlap

@@ -344,20 +344,37 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
     if model.is_moe:
         ep, etp = _expert_parallel(plan)
         par = plan.parallel
-        # the formulation prices all-to-all dispatch with EP (solver/space/experts.py); without EP,
-        # Megatron's default allgather dispatcher
-        dispatcher = getattr(job, "moe_token_dispatcher", None) or ("alltoall" if ep > 1 else "allgather")
+        # with EP the job's dispatcher (alltoall: NCCL; flex: DeepEP/HybridEP, as the formulation prices
+        # them); without EP, Megatron's default allgather dispatcher
+        dispatcher = (getattr(job, "moe_token_dispatcher", None) or "alltoall") if ep > 1 else "allgather"
         a += ["--num-experts", str(model.num_experts), "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size),
               "--moe-router-topk", str(model.moe_router_topk), "--moe-layer-freq", moe_layer_freq_arg(model),
               "--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", str(etp),
               "--moe-token-dispatcher-type", dispatcher]
+        if dispatcher == "flex":
+            # TransformerConfig: "only hybridep backend supports the MNNVL case" (an NVLink domain wider
+            # than a node, GB200/GB300 NVL72); DeepEP (the default backend) elsewhere
+            domain = getattr(job.cluster, "nvlink_domain_gpus", None) or job.cluster.gpus_per_node
+            backend = "hybridep" if domain > job.cluster.gpus_per_node else "deepep"
+            a += ["--moe-flex-dispatcher-backend", backend]
+            notes.append(f"the flex dispatcher needs the {'HybridEP' if backend == 'hybridep' else 'DeepEP'} "
+                         f"library installed")
+        if getattr(job, "moe_a2a_overlap", False):
+            # TransformerConfig: ep > 1, alltoall/flex, no full recompute, vp with pp > 1, bf16/fp16, no
+            # shared-expert overlap, at most one MTP module (the space and the job enforce these);
+            # --delay-wgrad-compute asserts overlap_moe_expert_parallel_comm (and, with
+            # --overlap-grad-reduce, Transformer Engine >= 2.8: validate_args)
+            a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+            notes.append("--overlap-moe-expert-parallel-comm --delay-wgrad-compute need Transformer Engine 2.8 or "
+                         "newer with --overlap-grad-reduce")
         if model.moe_shared_expert_intermediate_size is not None:
             a += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_intermediate_size)]
             if model.moe_shared_expert_gate:
                 a.append("--moe-shared-expert-gate")
             # off unless the job asks: the formulation prices the shared experts on the critical path
             # (formulation/moe.py: overlap is a stated default, off, as the Megatron-Bridge recipes)
-            if getattr(job, "moe_shared_expert_overlap", False) and dispatcher in ("alltoall", "flex"):
+            if (getattr(job, "moe_shared_expert_overlap", False) and dispatcher in ("alltoall", "flex")
+                    and not getattr(job, "moe_a2a_overlap", False)):
                 a.append("--moe-shared-expert-overlap")
         if arch >= 8:
             a.append("--moe-grouped-gemm")
