@@ -92,3 +92,16 @@ def test_rows_wait_for_moe_pricing_and_say_so():
         assert not any(r.skipped for r in readable)
     else:
         assert all(r.skipped == "the formulation does not price mixture-of-experts layers yet" for r in readable)
+
+
+def test_recipe_dispatcher_and_overlap_become_job_settings():
+    """The matched recipe's flex dispatcher (a named backend) and all-to-all overlap are what the row
+    runs; a row without a recipe leaves both to the best legal value, said in `assumed`."""
+    if "moe_token_dispatcher" not in JobSpec.model_fields:
+        pytest.skip("the job schema has no MoE dispatcher setting")
+    ds = BY_ID["mbridge_perf-26.04.01-deepseek-v3-b200-mxfp8-256"]
+    assert ds.job.moe_token_dispatcher == "flex" and ds.job.moe_a2a_overlap is True
+    q = BY_ID["mbridge_perf-26.04.01-qwen3-235b-a22b-b200-mxfp8-256"]  # recipe: no backend, overlap off
+    assert q.job.moe_token_dispatcher == "alltoall" and q.job.moe_a2a_overlap is False
+    bare = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]
+    assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" in a and "best legal" in a for a in bare.assumed)

@@ -162,14 +162,33 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append(f"token dropping at capacity factor {CAPACITY_FACTOR_DROP:g} (the label states dropping, "
                        f"not the factor)")
     model = model.model_copy(update=update)
-    # what the matched recipe runs that the formulation prices otherwise (formulation/moe.py: NCCL
-    # all-to-all on the critical path), said so that a row's error can be read
-    if recipe.get("moe_a2a_overlap") is True or recipe.get("overlap_moe_expert_parallel_comm") is True:
-        assumed.append("the recipe overlaps the EP all-to-all with compute (overlap_moe_expert_parallel_comm): "
-                       "priced exposed")
+    # the matched recipe's token dispatcher and all-to-all overlap, as job settings where the job schema
+    # has them (JobSpec.moe_token_dispatcher / moe_a2a_overlap); Megatron-Bridge's perf recipes run the
+    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes)
+    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes). A row
+    # without a matched recipe states neither: like its other unstated knobs, they take the best value.
+    settings: dict = {}
+    fields = JobSpec.model_fields
     backend = recipe.get("moe_flex_dispatcher_backend")
-    if backend and (recipe.get("moe_token_dispatcher_type") in (None, "flex")):
+    flex = recipe.get("moe_token_dispatcher_type") == "flex" or (
+        backend and recipe.get("moe_token_dispatcher_type") in (None, "flex"))
+    overlap_keys = [k for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm") if isinstance(recipe.get(k), bool)]
+    overlap = any(recipe[k] for k in overlap_keys)
+    unstated_settings = []
+    if "moe_token_dispatcher" in fields:
+        if recipe:
+            settings["moe_token_dispatcher"] = "flex" if flex else "alltoall"
+        else:
+            unstated_settings.append("moe_token_dispatcher")
+    elif flex:
         assumed.append(f"the recipe's flex dispatcher ({backend}) priced as NCCL all-to-all")
+    if "moe_a2a_overlap" in fields:
+        if overlap_keys:
+            settings["moe_a2a_overlap"] = overlap
+        else:
+            unstated_settings.append("moe_a2a_overlap")
+    elif overlap:
+        assumed.append("the recipe overlaps the EP all-to-all with compute: priced exposed")
     if layout:
         assumed.append(f"pipeline layout {layout} costed with the balanced split")
     try:
@@ -189,11 +208,16 @@ def moe_row_job(raw: dict) -> Row:
         vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
         recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
     )
-    free = [k for k, v in knobs.items() if v is None] + ["zero"]
+    free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))
-    row.job = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-                      precision=precision, constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None},
-                                                                   uneven_split=False))
+    base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
+                   precision=precision, constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None},
+                                                                uneven_split=False), **settings)
+    row.job = _best_settings(base, unstated_settings, row)
+    if row.job is None:
+        row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
+                       "enforces them)")
+        return row
     row.measured_s, row.basis = measured_step_s(raw, row.job)
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
@@ -202,6 +226,34 @@ def moe_row_job(raw: dict) -> Row:
     if unpriced:
         row.skipped = unpriced
     return row
+
+
+def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[JobSpec]:
+    """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap) at
+    the values whose best legal configuration the formulation predicts fastest (the shipped GPU
+    parameters), as `evaluate.best_config` does for a row's unstated knobs, among those whose
+    configuration fits in memory when any does; None when no configuration is legal."""
+    from itertools import product
+
+    from ..space.enumeration import enumerate_shapes
+    from .runs_fit import RowCase
+
+    choices = {"moe_token_dispatcher": ("alltoall", "flex"), "moe_a2a_overlap": (False, True)}
+    best, best_s = None, (2, float("inf"))  # a setting whose configuration fits in memory first: the run ran
+    for values in product(*(choices[k] for k in unstated)):
+        try:
+            job = base.model_copy(update=dict(zip(unstated, values))) if unstated else base
+            if unstated:
+                job = JobSpec.model_validate(job.model_dump())  # the job's own rules on the settings
+        except ValueError:
+            continue
+        if not len(enumerate_shapes(job).shapes):
+            continue
+        trial = Row(id=row.id, source=row.source, gpu=row.gpu, family=row.family, num_gpus=row.num_gpus, job=job)
+        step, _, fits = RowCase(trial).predict() if unstated else (0.0, 0, True)
+        if (0 if fits else 1, step) < best_s:
+            best, best_s = job, (0 if fits else 1, step)
+    return best
 
 
 def unpriced_reason(model) -> Optional[str]:
