@@ -85,3 +85,14 @@ def test_an_unflavoured_size_is_said():
     sections, notes = torchtitan_config(job, make_plan(job, par, [24]))
     assert sections["model"] == {"name": "qwen3"} and any("no flavor" in n for n in notes)
     assert sections["parallelism"]["expert_parallel_degree"] == 8
+
+
+def test_flex_and_overlap_are_said_not_set():
+    m, c = load_model("tests/data/hf/Qwen3-30B-A3B/config.json"), load_cluster("h100x64")
+    job = JobSpec(model=m, cluster=c, global_batch_size=256, seq_length=4096, moe_token_dispatcher="flex",
+                  moe_a2a_overlap=True)
+    par = _Par(tp=1, pp=1, dp=64, cp=1, vp=1, micro_batch_size=1, num_microbatches=4, recompute="selective",
+               sequence_parallel=False, zero=1, ep=8, etp=1)
+    sections, notes = torchtitan_config(job, make_plan(job, par, [48]))
+    assert sections["parallelism"]["expert_parallel_degree"] == 8
+    assert any("moe_comm_backend" in n for n in notes) and any("overlap" in n for n in notes)

@@ -185,4 +185,11 @@ def torchtitan_moe(job: JobSpec, plan: Plan) -> tuple[dict, dict, list[str]]:
     if (dp_shard * par.cp * par.tp) % ep:
         return out_model, {}, notes + [f"torchtitan needs expert_parallel_degree ({ep}) to divide dp_shard x cp x tp "
                                        f"({dp_shard} x {par.cp} x {par.tp}): this plan's EP is not expressible there"]
+    if getattr(job, "moe_token_dispatcher", "alltoall") == "flex" and ep > 1:
+        notes.append(f"the flex dispatcher is torchtitan's moe_comm_backend (deepep or hybridep), an argument of "
+                     f"{family}'s model_registry, not a job-config field")
+    if getattr(job, "moe_a2a_overlap", False):
+        notes.append("torchtitan has no job-config switch for Megatron's --overlap-moe-expert-parallel-comm "
+                     "(its EP/compute overlap comes with the DualPipeV schedule): the plan's all-to-all overlap is "
+                     "not expressed here")
     return out_model, {"expert_parallel_degree": ep}, notes
