@@ -296,25 +296,11 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
 
 
 def moe_plan(job, cfg: dict):
-    """The plan of one explicit configuration with expert parallelism: through `plan_config`
-    (every legality rule of the space) once the space knows ep/etp, else built directly."""
-    from solveplan.plan import ParallelConfig, make_plan, plan_config
-    from solveplan.space.rules import CONFIG_KEYS
+    """The plan of one explicit configuration with expert parallelism, through `plan_config`: every
+    legality rule of the space (space/experts.py: Megatron's EP/ETP rules) applies."""
+    from solveplan.plan import plan_config
 
-    if "ep" in CONFIG_KEYS:
-        return plan_config(job, cfg)
-    fields = ParallelConfig.model_fields
-    cls = ParallelConfig if "ep" in fields else type("ParallelConfigEP", (ParallelConfig,), {
-        "__annotations__": {"ep": int, "etp": int}, "ep": 1, "etp": 1})
-    tp, pp, cp, vp = (cfg.get(k, 1) for k in ("tp", "pp", "cp", "vp"))
-    dp = job.cluster.num_gpus // (tp * pp * cp)
-    mbs = cfg.get("micro_batch_size", 1)
-    par = cls(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=mbs, num_microbatches=job.global_batch_size // (dp * mbs),
-              recompute=cfg.get("recompute", "selective"), sequence_parallel=tp > 1, zero=cfg.get("zero", 1),
-              ep=cfg.get("ep", 1), etp=cfg.get("etp", 1))
-    from solveplan.formulation.splits import balanced_split
-
-    return make_plan(job, par, cfg.get("layers") or balanced_split(job.model.num_layers, pp))
+    return plan_config(job, cfg)
 
 
 def expert_grid(M, world: int, pp: int, ep: int, etp: int, gpus_per_node: int) -> dict:

@@ -16,12 +16,7 @@ from solveplan.specs import JobSpec
 
 HF = "tests/data/hf/{}/config.json"
 
-if "ep" in ParallelConfig.model_fields:
-    _Par = ParallelConfig
-else:  # the space does not carry ep/etp yet: a plan states them all the same
-    class _Par(ParallelConfig):
-        ep: int = 1
-        etp: int = 1
+_Par = ParallelConfig
 
 
 def _model(name, **update):

@@ -14,12 +14,7 @@ from solveplan.plan import ParallelConfig, make_plan
 from solveplan.render.torchtitan import render_torchtitan, torchtitan_config
 from solveplan.specs import JobSpec
 
-if "ep" in ParallelConfig.model_fields:
-    _Par = ParallelConfig
-else:  # until the space carries ep/etp
-    class _Par(ParallelConfig):
-        ep: int = 1
-        etp: int = 1
+_Par = ParallelConfig
 
 
 def _tt(name, cluster, *, tp=1, pp=1, cp=1, ep=1, etp=1, zero=1):
