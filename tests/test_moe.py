@@ -211,6 +211,12 @@ def test_flex_dispatcher_sends_each_token_once_per_remote_node():
     out = 2 * 4096 * 2048 * 2 * want * 8 / min(c.nvlink_bytes_per_s, 8 * c.nic_bytes_per_s)
     assert float(flex) == pytest.approx(2 * c.network_latency_s + out, rel=1e-9)
     assert float(flex) < float(a2a) / 3
+    # DeepSeek-V3's group-limited routing, EP 64 over 8 nodes of one group each: a node is hit
+    # when its group is among the 4 chosen (1/2) and one of the 8 experts drawn from those
+    # 4 x 32 lands on it: 7 * 1/2 * (1 - C(96, 8)/C(128, 8)) other nodes per token
+    ds = load_model(str(MOE / "deepseek-v3.yaml"))
+    assert float(remote_nodes_per_token(ds, 8)) == pytest.approx(7 * 0.5 * (1 - math.comb(96, 8) / math.comb(128, 8)),
+                                                                 rel=1e-12)
     inside = [float(moe_comm_pass_s(m, c, 4096, 1, 8, 1, 1.0, d)[0]) for d in ("alltoall", "flex")]
     assert inside[0] == pytest.approx(inside[1], rel=1e-12)
 

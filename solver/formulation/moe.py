@@ -104,18 +104,43 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     return gemm_f + el / hbm_bytes_per_s, gemm_b + 2 * el / hbm_bytes_per_s, gemm_f, gemm_b
 
 
+def _miss(pool: float, taken, k: int):
+    """Probability that none of `taken` given items of a pool of `pool` is among k drawn
+    without replacement: C(pool - taken, k) / C(pool, k)."""
+    out = np.ones_like(np.asarray(taken, dtype=np.float64))
+    for j in range(k):
+        out = out * np.clip((pool - taken - j) / (pool - j), 0.0, 1.0)
+    return out
+
+
 def remote_nodes_per_token(model: ModelSpec, nodes):
-    """Other nodes a token is routed to, on average, when its top-k experts are drawn uniformly
-    (balanced routing) from E experts spread evenly over `nodes` nodes:
-    (nodes - 1) * (1 - C(E - E/nodes, k) / C(E, k)). Group-limited routing (DeepSeek-V3's top-4
-    of 8 groups) would send to fewer: not modelled (an upper bound)."""
+    """Other nodes a token is routed to, on average, with balanced routing over E experts spread
+    evenly over `nodes` nodes: (nodes - 1) * P(a given other node is hit). Top-k among all
+    experts: 1 - C(E - E/nodes, k) / C(E, k). Group-limited routing (DeepSeek-V3: top-4 of 8
+    groups, Megatron --moe-router-num-groups / --moe-router-group-topk), when each node holds
+    whole groups: the node's G/nodes groups are among the g chosen s times (hypergeometric),
+    then none of the k experts drawn from the chosen groups' g*E/G is on it."""
     E, k = model.num_experts, model.moe_router_topk
-    nodes = np.asarray(nodes, dtype=np.float64)
-    per_node = E / np.maximum(nodes, 1.0)
-    miss = np.ones_like(nodes)
-    for j in range(k):  # no expert of the node among the k drawn without replacement
-        miss = miss * np.clip((E - per_node - j) / (E - j), 0.0, 1.0)
-    return (nodes - 1) * (1 - miss)
+    scalar = np.ndim(nodes) == 0
+    nodes = np.atleast_1d(np.asarray(nodes, dtype=np.float64))
+    G, g = model.moe_router_num_groups, model.moe_router_group_topk
+    hit = 1 - _miss(E, E / np.maximum(nodes, 1.0), k)
+    if G is not None:
+        for i, n in enumerate(nodes.tolist()):
+            if n > 1 and G % n == 0:
+                on_node = G // int(n)
+                pool = g * E / G
+                miss = sum(_pmf(G, on_node, g, s_) * float(_miss(pool, s_ * E / G, k)) for s_ in range(min(on_node, g) + 1))
+                hit[i] = 1 - miss
+    out = (nodes - 1) * hit
+    return out[0] if scalar else out
+
+
+def _pmf(total: int, marked: int, drawn: int, s: int) -> float:
+    """Hypergeometric: s marked among `drawn` of `total` with `marked` marked."""
+    from math import comb
+
+    return comb(marked, s) * comb(total - marked, drawn - s) / comb(total, drawn)
 
 
 def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp, imbalance: float,
