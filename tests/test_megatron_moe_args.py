@@ -168,3 +168,12 @@ def test_flex_dispatcher_and_a2a_overlap_follow_the_job():
     fo = o.flags()
     assert "--overlap-moe-expert-parallel-comm" in fo and "--delay-wgrad-compute" in fo
     assert "--moe-shared-expert-overlap" not in fo  # TransformerConfig: not with the all-to-all overlap
+
+
+def test_what_the_catalog_does_not_model_is_said_not_launched():
+    from solveplan.catalog import load_model as lm
+
+    ma = _launch(lm("gpt-oss-120b"), "h100x64", tp=2, ep=8)
+    said = [n for n in ma.notes if n.startswith("not launched")]
+    assert len(said) == 1 and "attention sinks" in said[0]
+    assert not [n for n in _launch(lm("mixtral-8x7b"), "h100x64", ep=8).notes if n.startswith("not launched")]

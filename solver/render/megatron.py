@@ -424,6 +424,11 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
                 notes.append("multi-latent attention takes YaRN scaling (--rope-type yarn --rotary-scaling-factor), "
                              "not Llama 3's: the plan trains with plain RoPE")
                 a = _drop_flag(_drop_flag(a, "--use-rope-scaling", 0), "--rope-scaling-factor", 1)
+    if "Not modelled:" in (model.notes or ""):  # the catalog entry says what its spec leaves out
+        missing = model.notes.split("Not modelled:", 1)[1].strip().split(". ")[0]
+        if len(missing) > 160:
+            missing = missing[:160].rsplit(",", 1)[0] + ", ..."
+        notes.append(f"not launched, as not modelled ({model.name}'s catalog notes): {missing}")
     if model.mtp_num_layers:
         a += ["--mtp-num-layers", str(model.mtp_num_layers)]
         if layout is not None:
