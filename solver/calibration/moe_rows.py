@@ -32,7 +32,7 @@ from typing import Optional
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec
-from .rows import Row, measured_step_s, recompute_of
+from .rows import ROW_READERS, Row, measured_step_s, recompute_of
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # the row's hardware.gpu -> (GPU catalog entry, cluster family)
@@ -254,6 +254,9 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[Job
         if (0 if fits else 1, step) < best_s:
             best, best_s = job, (0 if fits else 1, step)
     return best
+
+
+ROW_READERS.append((is_moe_file_row, moe_row_job))
 
 
 def unpriced_reason(model) -> Optional[str]:

@@ -224,12 +224,15 @@ def model_family(name: str) -> str:
     return "gpt"  # Megatron's GPT-style models of Narayanan / Korthikanti / 2020 README
 
 
+# (accepts(raw), read(raw) -> Row) of data files read by a module of their own, registered on import
+ROW_READERS: list = []
+
+
 def row_job(raw: dict) -> Row:
     """Map one measurement row to a job whose constraints hold what the row states."""
-    from .moe_rows import is_moe_file_row, moe_row_job  # the MoE / new-GPU file: its own reader
-
-    if is_moe_file_row(raw):
-        return moe_row_job(raw)
+    for accepts, read in ROW_READERS:  # a file with a reader of its own (moe_rows registers one)
+        if accepts(raw):
+            return read(raw)
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
     row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
               model_family=model_family(str(m.get("name", ""))), raw=raw)
