@@ -1,6 +1,6 @@
 """solveplan: provably optimal parallel training plans for LLMs on GPU clusters.
 
-The folders are the flow, in one direction (DESIGN.md section 2; README "Layout"); a module
+The folders are the flow, in one direction (docs/DESIGN.md section 2; README "Layout"); a module
 imports only its own stage or an earlier one (tests/test_architecture.py checks it):
 
     errors.py        InputError: bad input named by its spec path

@@ -109,11 +109,17 @@ def catalog_gpus() -> dict[str, GPUSpec]:
 
 
 def load_gpu(ref: str | dict, field: str = "gpu") -> GPUSpec:
+    """A catalog name, a GPU mapping, or a GPU file (YAML/JSON, e.g. what `solveplan probe`
+    writes; named after the file unless it states a name; read under the file policy)."""
     if isinstance(ref, dict):
         return build(GPUSpec, ref, field)
     gpus = _entries("gpus")
     if str(ref).lower() in gpus:
         return _catalog_entry("gpus", str(ref).lower())
+    if is_file_ref(str(ref)):
+        data = read_mapping(str(ref), field)
+        data.setdefault("name", Path(str(ref)).stem)
+        return build(GPUSpec, data, field)
     raise _unknown(field, "gpu", str(ref), list(gpus))
 
 
@@ -230,21 +236,6 @@ JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce
                 "moe_token_dispatcher")
 
 
-def refuse_unpriced_moe(model: ModelSpec, field: str) -> None:
-    """Refuse a mixture-of-experts model in one line until the formulation prices it.
-
-    The catalog and the Hugging Face mapping describe MoE models (experts, top-k, shared experts,
-    MLA), but the time and memory formulation still prices every layer as a dense MLP of
-    ffn_hidden_size: a plan for an MoE model would be a plan for a different model. This is the one
-    place a job with such a model is stopped (`load_job`: CLI, API, service, sweeps); remove it when
-    the formulation prices MoE layers and expert parallelism (issue 22, branch moecore)."""
-    if model.is_moe:
-        mla = ", multi-latent attention" if model.multi_latent_attention else ""
-        raise InputError(field, f"'{model.name}' is a mixture-of-experts model ({model.num_experts} experts, "
-                                f"top-{model.moe_router_topk}{mla}); optimize and evaluate do not price MoE layers "
-                                f"yet (expert parallelism is in progress): `solveplan show` describes it")
-
-
 def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
     """The JobSpec of a job mapping (`specs.request.JobRequest`): model and cluster resolved
     (catalog names, files, inline mappings), global batch and sequence from the model's recipe
@@ -257,7 +248,6 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
         if getattr(data, key) is None:
             raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
     model = load_model(data.model, path(field, "model"))
-    refuse_unpriced_moe(model, path(field, "model"))
     cluster = load_cluster(data.cluster, path(field, "cluster"))
     job: dict[str, Any] = {
         "model": model,

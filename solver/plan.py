@@ -1,6 +1,6 @@
 """The plan: one value type for every method's answer and every configuration evaluated.
 Its times and memory are always recomputed with the float formulation (`make_plan`), never
-read back from a solver's scaled integer objective (DESIGN.md section 2).
+read back from a solver's scaled integer objective (docs/DESIGN.md section 2).
 
 Three ways to a plan, each through `make_plan`: a search method's choice (`optimize`), an
 explicit configuration (`plan_config`: `space.rules.complete_config` fills and checks it),
@@ -16,6 +16,7 @@ from typing import Any, Literal, Mapping, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from .formulation.flops import FLOP_CONVENTION
 from .formulation.job import job_coefficients, throughput
 from .formulation.pipeline import evaluate_split, step_time_batch
 from .formulation.splits import balanced_layers_matrix, balanced_split
@@ -103,6 +104,7 @@ class Plan(Out):
     mfu: float
     model_tflops_per_gpu: float
     hardware_tflops_per_gpu: float
+    flop_convention: str = FLOP_CONVENTION  # how mfu and the TFLOP/s count FLOPs (formulation/flops.py)
     breakdown: dict[str, float]
     stages: list[Stage]
     peak_memory_bytes: float

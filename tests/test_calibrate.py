@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -328,6 +329,61 @@ def test_cli_needs_something_to_fit(cli, tmp_path):
     res = cli("calibrate", "--cluster", CLUSTER, "-o", str(tmp_path / "x.yaml"))
     assert res.code == 2 and "nothing to fit" in res.err
 
+
+def _all_reduce_16(tmp_path, name, sizes, times):
+    p = tmp_path / name
+    p.write_text(format_nccl_log(synthetic_run("all_reduce", 16, sizes, times, hosts=("node-a", "node-b"),
+                                               in_place_factor=1.004)))
+    return p
+
+
+def test_bus_bandwidth_8x_below_the_prior_is_fitted_and_said(tmp_path):
+    """Issue 24: a 16-rank all-reduce up to 1 GiB measuring 40 GB/s of bus bandwidth where the
+    cluster file predicts 320 (8 NICs x 50 GB/s x 0.8). At the prior efficiency its largest
+    messages look latency-bound; in the data their time grows with size. The fit uses the data
+    and says the cluster file is contradicted."""
+    from solveplan.calibration.calibrate import calibrate
+    from solveplan.catalog import load_cluster
+
+    sizes = [8 * 2**i for i in range(28)]  # 8 B .. 1 GiB
+    p = _all_reduce_16(tmp_path, "all_reduce_perf_slow.log", sizes, alpha_beta_us("all_reduce", 16, 5.5, 40, sizes))
+    base = load_cluster(CLUSTER)
+    cal = calibrate(base, [str(p)])
+    assert cal.cluster.network_efficiency == pytest.approx(40 / (8 * NIC_GBS), rel=0.02)
+    assert cal.links["network"].rms < 0.05
+    assert not any("latency-bound" in n for n in cal.notes)
+    note = next(n for n in cal.notes if "contradict" in n)
+    assert "8.0x" in note and "network_efficiency" in note
+
+
+def test_kept_prior_that_leaves_large_residuals_is_refused(tmp_path):
+    """A log that stops at 16 KiB (latency-dominated at the top, so the efficiency cannot be
+    fitted) whose times the kept prior cannot follow: refused with the reason, not a
+    silent 'kept'."""
+    from solveplan.calibration.calibrate import calibrate
+    from solveplan.catalog import load_cluster
+
+    sizes = [2**k for k in range(3, 15)]
+    p = _all_reduce_16(tmp_path, "all_reduce_perf_16k.log", sizes, [20.0 + 2e-3 * s for s in sizes])
+    assert p.read_text().count("\n") > 12
+    with pytest.raises(InputError, match="contradicts the data.*-e 1G"):
+        calibrate(load_cluster(CLUSTER), [str(p)])
+
+
+def test_cli_says_the_contradiction(cli, tmp_path):
+    sizes = [8 * 2**i for i in range(28)]
+    p = _all_reduce_16(tmp_path, "all_reduce_perf_slow.log", sizes, alpha_beta_us("all_reduce", 16, 5.5, 40, sizes))
+    out = tmp_path / "c.yaml"
+    res = cli("calibrate", "--cluster", CLUSTER, "--nccl-tests", str(p), "-o", str(out))
+    assert res.code == 0, res.err
+    assert "contradict" in res.out + res.err
+    assert yaml.safe_load(out.read_text())["network_efficiency"] == pytest.approx(0.1, rel=0.02)
+
+def test_cli_without_scipy_names_the_extra(cli, tmp_path, monkeypatch):
+    for mod in ("scipy", "scipy.optimize"):
+        monkeypatch.setitem(sys.modules, mod, None)  # import raises ImportError
+    res = cli("calibrate", "--cluster", CLUSTER, "--nccl-tests", str(NCCL / GOOD_LOGS[0]), "-o", str(tmp_path / "x.yaml"))
+    assert res.code == 2 and res.err.count("\n") == 1 and "solveplan[fit]" in res.err
 
 if __name__ == "__main__":
     NCCL.mkdir(parents=True, exist_ok=True)

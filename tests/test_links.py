@@ -202,3 +202,40 @@ def test_import_refuses_a_log_that_names_no_test(tmp_path):
         import_nccl_logs([q])
     lm = import_nccl_logs([f"{q}:sendrecv"])
     assert lm.hosts == ("hostA", "hostB") and lm.bandwidth_gbit_per_s[0, 1] > 0
+
+
+def _stop_at(src: Path, dest: Path, max_bytes: int) -> Path:
+    """A real-format sendrecv_perf log cut after its `max_bytes` row (as `-e 4K` would end it)."""
+    lines = []
+    for line in src.read_text().splitlines():
+        cells = line.split()
+        if cells and cells[0].isdigit() and int(cells[0]) > max_bytes:
+            continue
+        lines.append(line.replace("maxBytes 1073741824", f"maxBytes {max_bytes}"))
+    dest.write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def test_import_refuses_a_log_that_stops_below_the_bandwidth_regime(tmp_path):
+    """Issue 24: a sendrecv log that stops at 4 KB showed 1.04 Gbit/s and was written as the
+    link's bandwidth. Refused, naming the file and the size; written only with the override,
+    and said."""
+    src = DATA / "nccl" / "sendrecv_perf_2nodes.log"
+    short = _stop_at(src, tmp_path / "node-a__node-b.log", 4096)
+    with pytest.raises(InputError, match="stops at 4096 bytes below the bandwidth regime.*--allow-latency-bound") as e:
+        import_nccl_logs([short])
+    assert "node-a__node-b.log" in str(e.value)
+    notes: list[str] = []
+    lm = import_nccl_logs([short], allow_latency_bound=True, notes=notes)
+    assert lm.pair_gbit_per_s()[0, 1] < 10 and len(notes) == 1 and "written anyway" in notes[0]
+    full = import_nccl_logs([src])  # the whole log is in the bandwidth regime at 1 GiB
+    assert full.pair_gbit_per_s()[0, 1] > 300
+
+
+def test_cli_import_latency_bound_exit_2_and_override(cli, tmp_path):
+    short = _stop_at(DATA / "nccl" / "sendrecv_perf_2nodes.log", tmp_path / "node-a__node-b.log", 4096)
+    out = tmp_path / "l.json"
+    r = cli("links", "import", str(short), "-o", str(out))
+    assert r.code == 2 and r.err.count("\n") == 1 and "bandwidth regime" in r.err and not out.exists()
+    r = cli("links", "import", str(short), "-o", str(out), "--allow-latency-bound")
+    assert r.code == 0 and "warning:" in r.err and out.exists()

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+import solveplan.catalog_published
 from solveplan.calibration.moe_rows import moe_row_job, unpriced_reason
 from solveplan.calibration.rows import published_rows
 from solveplan.specs import JobSpec
 
-PATH = Path(__file__).parent / "data" / "published" / "published_runs_moe_newgpu.json"
+PATH = Path(solveplan.catalog_published.__file__).parent / "published_runs_moe_newgpu.json"  # the shipped copy
 RAW = json.loads(PATH.read_text())["measurements"]
 ROWS = published_rows([str(PATH)])
 BY_ID = {r.id: r for r in ROWS}

@@ -1,6 +1,6 @@
 """The integer-scaling guard of the CP-SAT encoding.
 
-DESIGN.md section 4: ortools 9.15 answers wrongly on enforced linear rows whose coefficients
+docs/DESIGN.md section 4: ortools 9.15 answers wrongly on enforced linear rows whose coefficients
 reach ~4e8. Smallest reproduction: two booleans, exactly one true; 64 layer counts in
 [1, 126] summing to 126; `pipe` in [0, 128c]; `pipe >= (c + k) * l_s` for every stage s,
 enforced by boolean k; minimise `pipe`. With c = 4e8 it answered INFEASIBLE (3e8: OPTIMAL);
@@ -48,7 +48,7 @@ def test_design_reproduction_is_rejected_by_the_guard():
     # k0 gives pipe = 2c. The right answer is OPTIMAL with objective 2c.
     verdict = solver.status_name(status)
     right = status == cp_model.OPTIMAL and solver.objective_value == 2 * c
-    print(f"ortools on the DESIGN.md reproduction (c=4e8): {verdict}; correct={right}")
+    print(f"ortools on the docs/DESIGN.md section 4 reproduction (c=4e8): {verdict}; correct={right}")
     sc = cpsat.model_scaling(model)
     assert sc["max_coefficient"] >= c
     with pytest.raises(cpsat.ScalingError):

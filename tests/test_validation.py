@@ -1,5 +1,6 @@
 """The formulation against the published runs (../shared/data/published_runs*.json, read from
-the identical copy in tests/data/published so that a checkout without ../shared runs them too).
+the identical copy shipped in the package, published/, so that a clean clone or an installed
+wheel without ../shared runs them too).
 
 The generalisation numbers (fit on all sources but one, predict the one left out) take ~10
 minutes and live in benchmarks/cross_validate.py and its committed result; here: every row is
@@ -7,32 +8,65 @@ read, the shipped parameters predict the rows in sample, the memory estimate is 
 bound of the published memory points, and the fitter recovers known parameters.
 """
 
+import hashlib
+import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import solveplan.catalog_published
 from solveplan.calibration.crossval import in_sample, memory_points, ranking, summary
 from solveplan.calibration.rows import DATA_FILES, era_of, find_data, gpu_of, load_rows, nic_gbit_per_gpu, published_rows
 from solveplan.errors import InputError
+from conftest import run_subprocess
 from solveplan.calibration.runs_fit import FitParam, fit, predictions, row_cases
 
-DATA_DIR = Path(__file__).parent / "data" / "published"
+DATA_DIR = Path(solveplan.catalog_published.__file__).parent  # the shipped copy (published/)
 DATA = [str(DATA_DIR / name) for name in DATA_FILES]
 ROWS = published_rows(DATA)
 # the dense files' rows: the fit and its guards below (the MoE file's rows: tests/test_moe_rows.py and
 # benchmarks/moe_validation.py)
 DENSE = [r for r in ROWS if "category" not in r.raw]
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data beside the checkout
+SHIPPED = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json", "h200_kernels.json")
 
 
-def test_the_test_copy_is_the_shared_data():
-    try:
-        shared = find_data()
-    except InputError:
+def test_the_shipped_copy_is_the_shared_data():
+    if not SHARED.is_dir():
         pytest.skip("../shared/data is not beside this checkout")
-    assert [p.name for p in shared] == list(DATA_FILES)
-    for path in shared:
-        assert path.read_bytes() == (DATA_DIR / path.name).read_bytes(), path
+    for name in SHIPPED:
+        assert (DATA_DIR / name).read_bytes() == (SHARED / name).read_bytes(), name
+    readme = (DATA_DIR / "README.md").read_text()
+    for name in SHIPPED:  # provenance and checksum of every shipped file
+        assert hashlib.sha256((DATA_DIR / name).read_bytes()).hexdigest() in readme, name
+
+
+def test_default_data_is_the_shipped_copy_and_a_folder_is_accepted(tmp_path):
+    assert find_data() == [DATA_DIR / name for name in DATA_FILES]
+    for name in DATA_FILES:
+        (tmp_path / name).write_bytes((DATA_DIR / name).read_bytes())
+    assert find_data([str(tmp_path)]) == [tmp_path / name for name in DATA_FILES]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="holds none of"):
+        find_data([str(tmp_path / "empty")])
+
+
+def test_validate_runs_from_an_installed_copy_without_shared(tmp_path):
+    """`solveplan validate` from a folder with no ../shared beside it, the package imported from
+    the checkout as an installed wheel would be: it reads the shipped copy."""
+    res = run_subprocess("validate", "--json", cwd=tmp_path)
+    assert res.code == 0, res.err
+    d = json.loads(res.out)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows, mape = re.search(r"\| \*\*all\*\* \| (\d+) \| \*\*([\d.]+)%\*\*", readme).groups()
+    # README's first table is the dense files' rows (the MoE file's rows: its second table, from
+    # benchmarks/results/moe_validation.json)
+    moe_ids = {r.id for r in ROWS if "category" in r.raw}
+    dense = [r for r in d["rows"] if r["id"] not in moe_ids]
+    assert len(dense) == int(rows) and len([s for s in d["skipped"] if s["id"] not in moe_ids]) == 2
+    assert round(100 * float(np.mean([abs(r["error"]) for r in dense])), 1) == float(mape)
 
 
 @pytest.fixture(scope="module")

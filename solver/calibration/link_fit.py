@@ -18,9 +18,21 @@ a class are fitted together for its two ClusterSpec fields: latency `a` ->
 `e` above 1 (the log beats the datasheet) sets the efficiency to 1 and raises the nominal
 bandwidth, said in the report.
 
+A parameter the log cannot identify keeps the cluster's value, said in a note: the latency
+when even the smallest message is bandwidth-bound; the efficiency when even the largest is
+latency-bound. Whether the largest messages are latency-bound is read from the data (the time's
+growth with size over the top quarter of sizes, `NcclRun.top_slope`: 1 when the time is proportional
+to the size, 0 when flat), not from the prior alone: a log whose bus bandwidth is 8x below the
+prior looks latency-bound at the prior efficiency, and keeping the prior there is what
+issue 24 caught (40 GB/s measured, 320 predicted, "latency-bound", 113% rms). A fitted value
+more than PRIOR_TOLERANCE times away from the cluster's (either way) is a contradiction of the
+prior: the data's value is used and a note says by how much.
+
 Refusals (`InputError`, one line saying what to measure next): fewer than 3 message sizes
 in a class; time falling with message size beyond the noise seen between out-of-place and
-in-place; a latency fitted to zero, or a parameter pinned at a bound, with large residuals.
+in-place; a latency fitted to zero, or a parameter pinned at a bound, with large residuals;
+a kept parameter that leaves large residuals (the prior contradicts the data and the data
+cannot set it).
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ from ..formulation import comm
 from ..specs import ClusterSpec
 from ..specs.units import GBIT_BYTES
 from .fit import BAD_FIT_RMS, Param, fit_least_squares, fmt_bytes
-from .nccl_tests import NcclRun, canonical_op
+from .nccl_tests import BANDWIDTH_REGIME_SLOPE, NcclRun, canonical_op
 
 LINK_CLASSES = ("nvlink", "network")
 FITTABLE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
@@ -46,6 +58,7 @@ MIN_SIZES = 3
 # size cannot be fitted: the parameter is kept at its current value and the report says so.
 MIN_TERM_SHARE = 0.25
 LATENCY_FLOOR_US = 1e-3  # ClusterSpec latencies are positive
+PRIOR_TOLERANCE = 2.0  # a fitted latency or efficiency beyond 2x (or 1/2x) the cluster's contradicts it
 
 
 @dataclass
@@ -290,7 +303,16 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
     pred = model_us(fit.values)
     lat_share = float(np.max(ka * lat.value / pred))
     bw_share = float(np.max(1 - ka * lat.value / pred))
-    bw_share = min(bw_share, float(np.max(kb * S / (eff0 * B) * 1e6 / t)))
+    prior_bw_share = float(np.max(kb * S / (eff0 * B) * 1e6 / t))
+    slopes = [lg.run.top_slope() for lg in logs]
+    data_bw_regime = any(x >= BANDWIDTH_REGIME_SLOPE for x in slopes if not math.isnan(x))
+    if not data_bw_regime:
+        bw_share = min(bw_share, prior_bw_share)
+    elif prior_bw_share < MIN_TERM_SHARE:
+        out.notes.append(f"{cls}: the largest messages are bandwidth-bound in the data (time grows as "
+                         f"size^{max(x for x in slopes if not math.isnan(x)):.2f}) although at the prior efficiency "
+                         f"{eff0:g} the bandwidth term would be {prior_bw_share:.0%} of their time: the link is far "
+                         f"slower than the cluster file says; the efficiency is fitted from the data.")
     if lat_share < MIN_TERM_SHARE:
         lat.fixed, lat.value, lat.sd = True, lat0, math.nan
         lat.note = "kept: not identifiable"
@@ -305,6 +327,21 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
                          f"bandwidth; kept efficiency {eff0:g}. Measure up to 1 GiB (-e 1G) to fit it.")
         fit = fit_least_squares(resid, [lat, eff])
     refuse_if_contradictory(fit)
+    for p in (lat, eff):
+        if p.fixed and fit.rms > BAD_FIT_RMS:
+            raise InputError("nccl_tests", (
+                f"{cls}: the log cannot set {p.name} (kept at {p.before:g}) and with it the fit leaves {fit.rms:.0%} "
+                f"rms error in {names} (tolerance {BAD_FIT_RMS:.0%}): the cluster's value contradicts the data; "
+                f"measure from 8 B to 1 GiB (-b 8 -e 1G -f 2) so that both terms can be fitted"))
+        if not p.fixed and p.before > 0 and not (1 / PRIOR_TOLERANCE <= p.value / p.before <= PRIOR_TOLERANCE):
+            what = (f"measured bus bandwidth {p.value * np.median(B) / 1e9:.4g} GB/s against the "
+                    f"{p.before * np.median(B) / 1e9:.4g} GB/s of efficiency {p.before:g}" if p is eff
+                    else f"latency {p.value:.3g} us against {p.before:g} us")
+            out.notes.append(f"{cls}: the data contradict the cluster file by {max(p.value / p.before, p.before / p.value):.1f}x "
+                             f"(more than the {PRIOR_TOLERANCE:g}x tolerance): {what}; {p.name} is set from the data "
+                             f"to {p.value:.4g}. " + ("Check the fabric (NIC count, GPUDirect RDMA, link speed) if that is "
+                                                        "unexpected." if p is eff else "Check that the log measures "
+                                                        "the link you meant if that is unexpected."))
     out.rms = fit.rms
     if fit.rms > 0.35:
         out.notes.append(f"{cls}: the alpha-beta line leaves {fit.rms:.0%} rms error on these logs (NCCL switches "

@@ -67,6 +67,11 @@ _OP_ALIASES = {
 }
 _PERF_RE = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|sendrecv|alltoall|broadcast|reduce|gather|scatter|hypercube)_perf\b")
 _RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
+# A log's largest messages are in the bandwidth regime when their time grows at least this fast
+# with size (NcclRun.top_slope). Under alpha-beta, t = a + S/B grows as S^(S/(S + aB)): 0.7 is
+# reached at 2.3x the half-bandwidth size aB, where the measured bus bandwidth is 70% of B.
+# Below it the log's bus bandwidth says more about the latency than about the link.
+BANDWIDTH_REGIME_SLOPE = 0.7
 _NRANKS_RE = re.compile(r"\bnranks\s+(\d+)\b")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
@@ -122,6 +127,27 @@ class NcclRun:
     @property
     def sizes(self) -> list[int]:
         return sorted({r.size_bytes for r in self.out_of_place})
+
+    def top_slope(self) -> float:
+        """d log t / d log S between the largest message and the largest one at most a quarter
+        of its size (time: geometric mean of out-of-place and in-place where both are printed);
+        nan when the sizes span less than 4x. 1 when the time grows in proportion to the size
+        (the bandwidth regime), 0 when it is flat (latency-bound); see BANDWIDTH_REGIME_SLOPE."""
+        rows = []
+        for i, a in enumerate(self.out_of_place):
+            b = self.in_place[i] if i < len(self.in_place) else a
+            ta, tb = a.time_us, b.time_us
+            if a.size_bytes > 0 and ta > 0:
+                rows.append((a.size_bytes, math.sqrt(ta * tb) if tb > 0 else ta))
+        rows.sort()
+        if not rows:
+            return math.nan
+        s_max, t_max = rows[-1]
+        lower = [(sz, t) for sz, t in rows if sz <= s_max / 4]
+        if not lower:
+            return math.nan
+        s_q, t_q = lower[-1]
+        return math.log(t_max / t_q) / math.log(s_max / s_q)
 
     def ratio_nranks(self, op: Optional[str] = None) -> Optional[int]:
         """Rank count implied by busbw/algbw of the largest message for `op` (default: the

@@ -84,19 +84,25 @@ def era_of(source: str, text: str) -> dict:
 
 
 def find_data(paths: Optional[list[str]] = None) -> list[Path]:
-    """The data files: `paths` when given, else both published files from ../shared/data."""
-    if paths:
-        out = [Path(p) for p in paths]
-        for p in out:
-            if not p.is_file():
-                raise InputError("data", f"file {str(p)!r} does not exist")
-        return out
-    here = Path(__file__).resolve()
-    for base in (here.parents[3] / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"):
-        found = [base / f for f in DATA_FILES if (base / f).is_file()]
-        if found:
-            return found
-    raise InputError("data", "published_runs.json not found; pass --data PATH (it lives in ../shared/data/)")
+    """The data files: `paths` when given (files, or a folder holding DATA_FILES such as
+    ../shared/data), else the copies shipped in the package (`solveplan.catalog_published`,
+    the repository's published/: identical to ../shared/data, tests/test_validation.py)."""
+    if not paths:
+        from .. import catalog_published
+
+        paths = [str(Path(catalog_published.__file__).parent)]
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = [p / f for f in DATA_FILES if (p / f).is_file()]
+            if not found:
+                raise InputError("data", f"folder {str(p)!r} holds none of {', '.join(DATA_FILES)}")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise InputError("data", f"file {str(p)!r} does not exist")
+    return out
 
 
 def load_rows(paths: Optional[list[str]] = None) -> tuple[list[dict], dict]:

@@ -1,7 +1,7 @@
 """`solveplan` command line: click only. The commands live in modules by topic and are
 imported lazily (ortools and numpy are only loaded by the commands that need them):
 `catalog_cmds` (models, gpus, clusters, show, schema), `plan_cmds` (optimize, evaluate),
-`links_cmds` (links import/generate/show/place), `calibrate_cmds` (calibrate, validate),
+`links_cmds` (links import/generate/show/place), `calibrate_cmds` (calibrate, validate), `probe_cmds` (probe),
 `admission_cmds` (admit, serve); `options` maps flags to spec paths and back.
 
 Exit codes: 0 success, 2 bad input, 3 infeasible, 4 no plan within the time limit.
@@ -35,6 +35,7 @@ COMMANDS = {
     "links": "links_cmds:links",
     "calibrate": "calibrate_cmds:calibrate",
     "validate": "calibrate_cmds:validate",
+    "probe": "probe_cmds:probe",
     "admit": "admission_cmds:admit",
     "fewest-gpus": "admission_cmds:fewest_gpus_command",
     "serve": "admission_cmds:serve",

@@ -32,6 +32,15 @@ from .options import OUTPUT
 @click.option("--name", "name", default=None, help="Name of the calibrated cluster (default: the output file's stem).")
 def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, name):
     """Fit link latencies/bandwidths and GPU efficiencies to your measurements; write a cluster YAML."""
+    try:  # the fitter (calibration/fit.py) is scipy's least_squares: the fit extra
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        raise InputError("calibrate", "needs scipy: pip install 'solveplan[fit]'") from None
+    if plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("--plot", "needs matplotlib: pip install 'solveplan[plot]'") from None
     from ..calibration.calibrate import calibrate as fit_cluster
     from ..catalog import load_cluster
     from ..render.calibration_report import plot as plot_fits, report_markdown, write_yaml
@@ -72,7 +81,8 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
 
 
 @click.command()
-@click.option("--data", multiple=True, help="Published-runs JSON file (repeatable; default: both files in ../shared/data).")
+@click.option("--data", multiple=True, help="Published-runs JSON file, or a folder holding them such as ../shared/data "
+                                           "(repeatable; default: the copies shipped in the package).")
 @click.option("--cross-validate", "by", type=click.Choice(["source", "model", "gpu"]), default=None,
               help="Fit on every group but one and predict the one left out (minutes: one fit per group).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

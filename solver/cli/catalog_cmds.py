@@ -3,18 +3,10 @@
 Listings are a rich table on stdout (a JSON list with `--json`); errors are `InputError`s that
 the entry point prints as one line on stderr with exit code 2.
 
-Derived model facts printed by `show` (per token of training, forward + backward):
-
-    flops_per_token = 6 * num_active_params + 12 * num_layers * hidden_size * seq_length
-
-6 FLOPs per parameter per token is the weight matmuls (2 forward, 4 backward); the second term
-is the attention score and value matmuls (QK^T and AV: 2 * 2 * s * h forward per layer per token,
-times 3 for forward + backward), without causal-mask savings and without activation recomputation
-(Kaplan et al. 2020 Sec. 2.1; Narayanan et al. 2021 Sec. 5.1 / Eq. 3 before its 4x recompute factor).
-A dense model's active parameters are all its parameters; a mixture-of-experts model's are those one
-token uses (top-k routed experts, shared experts, router, attention, embeddings: Fedus et al. 2022,
-Sec. 2, count FLOPs per token by the experts a token is routed to). The attention term keeps h as the
-query width, which multi-latent attention and a head dimension set apart only approximate.
+Derived model facts printed by `show`: `flops_per_token`, the model FLOPs of training per token
+(forward + backward, no recomputation) at the recipe's sequence length, in the one convention MFU
+and TFLOP/s are reported in (`formulation.flops.FLOP_CONVENTION`: Megatron-LM's
+num_floating_point_operations, causal attention counted as executed).
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from ..formulation.flops import reported_flop_per_step
 from ..specs.units import GIB
 
 _KINDS = ("model", "gpu", "cluster", "job")
@@ -45,7 +38,7 @@ def model_facts(m) -> dict[str, Any]:
         "embedding_params": m.embedding_params,
         "head_dim": m.head_dim,
         "kv_hidden_size": m.kv_hidden_size,
-        "flops_per_token": 6 * active + 12 * m.num_layers * m.hidden_size * m.seq_length,
+        "flops_per_token": reported_flop_per_step(m, 1, m.seq_length, 0)[0] / m.seq_length,
         "tokens_per_step": m.global_batch_size * m.seq_length,
         "weights_bf16_gib": 2 * n / GIB,
     }
@@ -338,8 +331,7 @@ def show(name: str, as_json: bool) -> None:
             rows.append(("per layer", f"{facts['params_per_layer']:,}"))
         _print_pairs(f"model {s.name}", rows + [
             ("embedding", f"{facts['embedding_params']:,}"),
-            ("FLOPs/token (train)", f"{facts['flops_per_token']:.4g}  = 6*{'active ' if moe else ''}params + "
-                                    f"12*layers*hidden*seq"),
+            ("FLOPs/token (train)", f"{facts['flops_per_token']:.4g}  (Megatron-LM's count, causal attention)"),
             ("recipe", f"seq {s.seq_length}, global batch {s.global_batch_size} "
                        f"({facts['tokens_per_step']:,} tokens/step)"),
             ("weights (bf16)", f"{facts['weights_bf16_gib']:.1f} GiB"),

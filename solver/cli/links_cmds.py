@@ -53,16 +53,24 @@ def links():
 @click.option("-o", "--output", required=True, type=OUTPUT, help="Write the matrix (JSON) here.")
 @click.option("--hosts", default=None, help="Comma-separated host order (node i = i-th host); default: order of appearance.")
 @click.option("--one-way", is_flag=True, help="Do not mirror pairs measured in one direction only.")
-def import_(logs, output, hosts, one_way):
+@click.option("--allow-latency-bound", is_flag=True,
+              help="Write the bandwidth of logs that stop below the bandwidth regime (refused by default: their "
+                   "bus bandwidth is the latency's, far below the link's).")
+def import_(logs, output, hosts, one_way, allow_latency_bound):
     """Build a measured matrix from nccl-tests sendrecv_perf logs, one per node pair.
 
     The pair of each log: a line '# solveplan-pair: SRC DST' in it, else the file name
     SRC__DST.log, else the two hosts of its device lines. Bandwidth is the bus bandwidth at
-    the largest size; latency the time of the smallest."""
+    the largest size, which must be in the bandwidth regime (else refused, unless
+    --allow-latency-bound); latency the time of the smallest."""
     from ..placement.topology import describe, import_nccl_logs
 
     order = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None
-    lm = import_nccl_logs(list(logs), hosts=order, symmetric=not one_way)
+    notes: list[str] = []
+    lm = import_nccl_logs(list(logs), hosts=order, symmetric=not one_way, allow_latency_bound=allow_latency_bound,
+                          notes=notes)
+    for n in notes:
+        click.echo(f"warning: {n}", err=True)
     lm.write(output)
     d = describe(lm)
     click.echo(f"wrote {output}: {d['hosts']} hosts, {len(d['levels_gbit_per_s'])} bandwidth levels")

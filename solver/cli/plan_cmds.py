@@ -116,7 +116,11 @@ class _StderrProgress:
               help="Return the K best distinct parallel configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron", "torchtitan"]), default=None,
-              help="table (default), json, megatron (the launch arguments only) or torchtitan (job-config sections).")
+              help="table (default), json, megatron (the launch arguments only) or torchtitan (the job config: a "
+                   "Python config module for torchtitan 0.3, TOML sections for 0.2).")
+@click.option("--torchtitan-version", "torchtitan_version", type=click.Choice(["0.3", "0.2"]), default="0.3",
+              show_default=True, help="The torchtitan release whose config format --format torchtitan (and the "
+                                      "JSON's torchtitan block) follows: 0.3 (current) or 0.2 (the last TOML one).")
 @click.option("--timeline", type=OUTPUT, default=None,
               help="Write a PNG of the plan's pipeline schedule (needs matplotlib: the plot extra).")
 @click.option("--compare", "compare", default=None,
@@ -128,8 +132,8 @@ class _StderrProgress:
               help="With --links or a cluster with pools: write the hostfile that realises the placement.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Solver progress on stderr (default: when stderr is a terminal).")
-def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, timeline, compare, links_file,
-                     hostfile_out, show_progress, **jobkw):
+def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, torchtitan_version, timeline, compare,
+                     links_file, hostfile_out, show_progress, **jobkw):
     """The fastest parallel plan that fits, with the solver's bound."""
     from pathlib import Path
 
@@ -175,7 +179,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
     if fmt == "json":
         from ..render.json import result_json
 
-        d = result_json(result, job)
+        d = result_json(result, job, torchtitan_version)
         if drawn is not None:
             d["timeline"] = drawn
         click.echo(json.dumps(d, indent=2))
@@ -188,7 +192,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
         if result.plan is not None:
             from ..render.torchtitan import render_torchtitan
 
-            click.echo(render_torchtitan(job, result.plan), nl=False)
+            click.echo(render_torchtitan(job, result.plan, torchtitan_version), nl=False)
     else:
         from rich.console import Console
 

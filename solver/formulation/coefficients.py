@@ -1,7 +1,7 @@
 """Per-shape coefficients of the stage-time and stage-memory model.
 
 Once a shape (tp, pp, dp, cp, vp, micro-batch, recompute, SP, ZeRO) is fixed, every cost of
-pipeline stage i is linear in its layer count l_i (DESIGN.md section 3):
+pipeline stage i is linear in its layer count l_i (docs/DESIGN.md section 3):
 
     tau_i = l_i*layer_s + [i=0]*first_s + [i=p-1]*last_s          (per micro-batch, fwd+bwd)
     mem_i = l_i*(layer_static + mu_i*layer_act) + [i=0]*(...) + [i=p-1]*(...) + const

@@ -15,7 +15,7 @@ on each of k = n / r nodes.
 - Inside one node: NVLink, `b = nvlink_gbyte_per_s * nvlink_efficiency` per GPU.
 - Across nodes: NCCL builds one ring per NIC ("rail"), and every ring crosses each node
   boundary once, so the S bytes of a collective go through a node's NICs together, not once
-  per rank (DESIGN.md section 3). The r ranks of a group on a node drive r NICs, while the
+  per rank (docs/DESIGN.md section 3). The r ranks of a group on a node drive r NICs, while the
   other g/r groups on that node drive the rest: a node's g NICs are shared by the g/r groups
   that run at once (the data-parallel groups of the TP ranks, all-gathers of every FSDP
   rank). So `b = min(NVLink, r * nic_gbit_per_s/8 * network_efficiency)`, divided by the

@@ -4,11 +4,23 @@ Per layer, forward, per micro-batch of b sequences of length s (T = b*s tokens):
 QKV `2*T*h*(h_q + 2*h_kv)`, projection `2*T*h_q*h`, attention scores and values `4*b*s^2*h_q`,
 MLP `2*T*h*f*(3 if gated else 2)`; LM head `2*T*h*V`. Backward = 2x forward.
 
-*Model FLOPs* (for MFU) count forward + backward once, attention as the full `4bs^2h`
-(the convention of Megatron-LM and the published MFU figures, which do not halve for the
-causal mask). *Hardware FLOPs* add the recomputed forward: full recompute repeats every
-layer's forward, selective the attention core. For GPT (MHA, f=4h) the hardware FLOPs with
-full recompute equal Eq. (3): 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)).
+*Model FLOPs* (for MFU) count forward + backward once; *hardware FLOPs* add the recomputed
+forward: full recompute repeats every layer's forward, selective the attention core.
+
+Two conventions for the attention core, one keyword (`causal`):
+- `causal=True`, the one solveplan REPORTS (MFU, model and hardware TFLOP/s; named by
+  FLOP_CONVENTION in the output's JSON): Megatron-LM's current
+  `megatron/training/training.py:num_floating_point_operations`, which halves the attention
+  term (`seq_length / hidden_size / 2`: "Only half of the attention matrix is non-zero and needs
+  to be multiplied with V"), i.e. the causal attention counted as the kernels execute it
+  (`kernels.flash_attention_s` times half the score blocks). Counting the full square while
+  timing half of it let a 131k-token plan claim 877 hardware TFLOP/s of H100's 989, above the
+  GEMM efficiency the formulation itself assumes (issue 24).
+- `causal=False`, the full `4bs^2h` of Narayanan et al. 2021 Eq. (3) and of the published MFU
+  figures (Megatron-LM 2020-2023, MosaicML's llm-foundry benchmarks): used only to read those
+  figures back into step times (`calibration/rows.py`) and to check Eq. (3). For GPT (MHA,
+  f=4h) the hardware FLOPs with full recompute then equal Eq. (3):
+  96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)).
 
 Mixture of experts (Megatron-LM megatron/training/training.py `num_floating_point_operations`,
 `moe_layer_flops`): an MoE layer's MLP costs the top-k routed experts and the shared experts,
@@ -16,8 +28,8 @@ Mixture of experts (Megatron-LM megatron/training/training.py `num_floating_poin
 attention (DeepSeek-V2 Sec. 2.1): the GEMMs of its projections, 2 FLOPs per weight and token
 (`ModelSpec.attention_params` without the two latent norms), and a core of QK^T at
 d_qk = d_nope + d_rope and PV at d_v: `2*b*s^2*a*(d_qk + d_v)` (= 4*b*s^2*h_q for standard
-attention). Each MTP module (Megatron's `mtp_num_layers`) adds one layer of the last layer's
-kind, its 2h -> h projection and a second LM head.
+attention), halved with `causal`. Each MTP module (Megatron's `mtp_num_layers`) adds one layer of
+the last layer's kind, its 2h -> h projection and a second LM head.
 """
 
 from __future__ import annotations
@@ -48,14 +60,20 @@ def moe_layer_gemm_fwd_flop(model: ModelSpec, tokens):
     return np.asarray(tokens, dtype=np.float64) * per_token
 
 
-def attention_core_fwd_flop(model: ModelSpec, batch, seq_len):
-    """QK^T and attention-times-V, full (non-causal) count: 2*b*s^2*a*(d_qk + d_v) (4*b*s^2*h_q
-    when both are the head dimension)."""
+FLOP_CONVENTION = ("Megatron-LM num_floating_point_operations: forward + backward = 3x forward, "
+                   "causal attention counted as executed (half of 4*b*s^2*h_q); hardware FLOPs add "
+                   "the recomputed forward")
+
+
+def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = False):
+    """QK^T and attention-times-V: 2*b*s^2*a*(d_qk + d_v) (4*b*s^2*h_q when both are the head
+    dimension), half of it with `causal` (module docstring)."""
     if model.multi_latent_attention:
         d = model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim
     else:
         d = 2 * model.head_dim
-    return 2.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.num_attention_heads * d
+    full = 2.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.num_attention_heads * d
+    return full * 0.5 if causal else full
 
 
 def lm_head_fwd_flop(model: ModelSpec, tokens):
@@ -76,22 +94,31 @@ def _attention_layers(model: ModelSpec) -> int:
     return model.num_layers + model.mtp_num_layers
 
 
-def model_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int) -> float:
-    """Forward + backward model FLOPs of one optimizer step (no recomputation)."""
+def model_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, causal: bool = False) -> float:
+    """Forward + backward model FLOPs of one optimizer step (no recomputation); `causal`: the
+    reported convention, else the published figures' (module docstring)."""
     tokens = global_batch_size * seq_len
-    core = attention_core_fwd_flop(model, global_batch_size, seq_len) * _attention_layers(model)
+    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal) * _attention_layers(model)
     heads = (1 + model.mtp_num_layers) * lm_head_fwd_flop(model, tokens)
     return float(3 * (layers_gemm_fwd_flop(model, tokens) + core + heads))
 
 
-def hardware_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute) -> np.ndarray:
+def hardware_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute,
+                           causal: bool = False) -> np.ndarray:
     """Model FLOPs plus the recomputed forward (recompute: RECOMPUTE_CODES array or int)."""
     tokens = global_batch_size * seq_len
-    core = attention_core_fwd_flop(model, global_batch_size, seq_len) * _attention_layers(model)
+    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal) * _attention_layers(model)
     full = layers_gemm_fwd_flop(model, tokens) + core
     rc = np.asarray(recompute)
     extra = np.where(rc == 2, full, np.where(rc == 1, core, 0.0))
-    return model_flop_per_step(model, global_batch_size, seq_len) + extra
+    return model_flop_per_step(model, global_batch_size, seq_len, causal) + extra
+
+
+def reported_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute) -> tuple[float, float]:
+    """(model, hardware) FLOPs of one step in the reported convention (FLOP_CONVENTION): the one
+    place MFU and TFLOP/s take their FLOPs from (`job.throughput`, the joint placement's plan)."""
+    return (model_flop_per_step(model, global_batch_size, seq_len, causal=True),
+            float(hardware_flop_per_step(model, global_batch_size, seq_len, recompute, causal=True)))
 
 
 def megatron_eq3_flop(model: ModelSpec, global_batch_size: int, seq_len: int) -> float:

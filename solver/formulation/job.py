@@ -1,5 +1,6 @@
 """The formulation applied to a `JobSpec`: its coefficients, the shapes another shape dominates,
-and a step time's throughput and MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak))."""
+and a step time's throughput and MFU (Narayanan et al. 2021: MFU = model FLOPs / (T N peak); FLOPs
+in the reported convention, `flops.FLOP_CONVENTION`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import JobSpec, require_uniform
 from .coefficients import StageCoefficients, distributed_optimizer_dominates, stage_coefficients
-from .flops import hardware_flop_per_step, model_flop_per_step
+from .flops import reported_flop_per_step
 
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
@@ -60,8 +61,7 @@ class Throughput:
 
 def throughput(job: JobSpec, step_time_s: float, recompute_code: int) -> Throughput:
     n = job.cluster.num_gpus
-    mf = model_flop_per_step(job.model, job.global_batch_size, job.seq_length)
-    hf = float(hardware_flop_per_step(job.model, job.global_batch_size, job.seq_length, recompute_code))
+    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, recompute_code)
     peak = job.cluster.gpu.peak_fp8_tflops * 1e12 if job.precision == "fp8" else job.cluster.gpu.peak_flop_per_s
     return Throughput(
         tokens_per_s=job.tokens_per_step / step_time_s,

@@ -1,4 +1,4 @@
-"""The step time and stage memory of every shape in its linear form (DESIGN.md section 4).
+"""The step time and stage memory of every shape in its linear form (docs/DESIGN.md section 4).
 
 Once a shape is chosen, every term of `pipeline.stage_arrays` is linear in a stage's layer
 count l_i, with w = m - 1/v and `slot_i = l_i*layer_s + [i=0]first_s + [i=p-1]last_s + v*boundary_s`:

@@ -1,5 +1,5 @@
 """The one composition of stage time and stage memory from the per-shape coefficients
-(DESIGN.md section 3): `stage_arrays` for explicit layer splits, `stage_memory_bytes` (the
+(docs/DESIGN.md section 3): `stage_arrays` for explicit layer splits, `stage_memory_bytes` (the
 stage memory sum) and `pipeline_s` (the 1F1B pipeline time). Every consumer -- the float
 evaluation below, the linear form and its memory limits, the splits, the Alpa-style DP,
 placement pricing -- composes through these three.

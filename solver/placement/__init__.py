@@ -1,5 +1,5 @@
 """Placement: which node hosts which (pipeline stage, data-parallel replica) on a cluster whose
-links are not all equal (DESIGN.md sections 1 and 4; Pipette's fine-grained assignment).
+links are not all equal (docs/DESIGN.md sections 1 and 4; Pipette's fine-grained assignment).
 
 Unit and grid. A (stage, replica) slot is a model-parallel group of `tp*cp` GPUs, kept inside
 one node (TP and CP on NVLink; groups that span nodes are out of scope). A node then holds

@@ -1,4 +1,4 @@
-"""Measured or generated node-to-node links: the input of placement (DESIGN.md sections 1, 4).
+"""Measured or generated node-to-node links: the input of placement (docs/DESIGN.md sections 1, 4).
 
 A `LinkMatrix` holds, for `n` nodes (hosts), the bandwidth of one GPU pair between node `i`
 and node `j` in one direction, in Gbit/s (`bandwidth_gbit_per_s[i][j]`, traffic from `i` to

@@ -13,7 +13,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from ..calibration.nccl_tests import parse_nccl_log
+from ..calibration.nccl_tests import BANDWIDTH_REGIME_SLOPE, parse_nccl_log
 from ..catalog import read_text
 from ..errors import InputError
 from ..specs.base import PLAUSIBLE
@@ -107,7 +107,8 @@ def pair_of_log(path: Path, text: str, log_hosts: Sequence[str] = ()) -> tuple[s
 
 
 def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]] = None,
-                     symmetric: bool = True) -> LinkMatrix:
+                     symmetric: bool = True, allow_latency_bound: bool = False,
+                     notes: Optional[list[str]] = None) -> LinkMatrix:
     """Measured matrix from nccl-tests `sendrecv_perf` logs, one run per node pair (two ranks,
     one GPU on each node: `mpirun -np 2 -H A,B sendrecv_perf -b 8 -e 1G -f 2 -g 1`).
 
@@ -118,6 +119,12 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     A pair measured one way only is used both ways unless `symmetric=False`; a pair measured
     twice keeps the slower run. Every ordered pair of the hosts must be covered. Logs are
     read by `calibration.nccl_tests.parse_nccl_log`.
+
+    A log must reach the bandwidth regime to set a bandwidth: its time must grow with size over
+    its top quarter of sizes at least as fast as `BANDWIDTH_REGIME_SLOPE` (`NcclRun.top_slope`).
+    A log that stops earlier (at 4 KB a 400 Gbit/s link shows about 1 Gbit/s, its latency) is
+    refused, naming the file and the size it stops at, unless `allow_latency_bound`; then its
+    bandwidth is written and a line is added to `notes`.
     """
     if not paths:
         raise InputError("logs", "give at least one sendrecv_perf log")
@@ -148,6 +155,18 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
         small = min(rows, key=lambda r: (r.size_bytes, r.time_us))
         if not (big.busbw_gbs > 0 and math.isfinite(big.busbw_gbs)):
             raise InputError(str(p), f"bus bandwidth at {big.size_bytes} bytes is {big.busbw_gbs}; the run moved no data")
+        slope = run.top_slope()
+        if not slope >= BANDWIDTH_REGIME_SLOPE:  # nan (under 4x of sizes) too
+            growth = (f"its time grows as size^{slope:.2f} over the top quarter of sizes, under the "
+                      f"{BANDWIDTH_REGIME_SLOPE:g} of the bandwidth regime" if not math.isnan(slope)
+                      else "its sizes span less than 4x, too few to tell the bandwidth regime")
+            msg = (f"stops at {big.size_bytes} bytes below the bandwidth regime ({growth}): its "
+                   f"{big.busbw_gbs * 8.0:.4g} Gbit/s is latency, not the link's bandwidth")
+            if not allow_latency_bound:
+                raise InputError(str(p), f"{msg}; rerun sendrecv_perf up to 1 GiB (-b 8 -e 1G -f 2), or pass "
+                                         f"--allow-latency-bound to write it anyway")
+            if notes is not None:
+                notes.append(f"{p}: {msg}; written anyway (--allow-latency-bound)")
         val = (big.busbw_gbs * 8.0, small.time_us)
         for h in (a, b):
             if h not in names:

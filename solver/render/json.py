@@ -6,10 +6,10 @@ measurements: wall times, branch counts)."""
 from __future__ import annotations
 
 from .megatron import megatron_args
-from .torchtitan import torchtitan_config
+from .torchtitan import CURRENT, torchtitan_config, torchtitan_flags
 
 
-def result_json(result, job) -> dict:
+def result_json(result, job, torchtitan_version: str = CURRENT) -> dict:
     d: dict = result.plan.model_dump() if result.plan is not None else {}
     d.update(status=result.status, bound_step_time_s=result.bound_step_time_s, gap=result.gap,
              tolerance_s=result.tolerance_s)
@@ -18,7 +18,9 @@ def result_json(result, job) -> dict:
         d["megatron_args"] = ma.args
         d["megatron_env"] = ma.env
         d["megatron_notes"] = ma.notes
-        d["torchtitan"], d["torchtitan_notes"] = torchtitan_config(job, result.plan)
+        d["torchtitan_version"] = torchtitan_version
+        d["torchtitan"], d["torchtitan_notes"] = torchtitan_config(job, result.plan, torchtitan_version)
+        d["torchtitan_flags"] = torchtitan_flags(job, result.plan, torchtitan_version)
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
     for key in ("pools_alone", "default_order"):  # the joint model's comparisons

@@ -1,38 +1,65 @@
-"""torchtitan job-config sections that launch a plan (pure: returns strings).
+"""torchtitan job configs that launch a plan (pure: returns strings), for two releases
+(`--torchtitan-version`, default the current one, CURRENT):
 
-Section and field names follow torchtitan's `torchtitan/config/job_config.py` as of its last
-TOML-era revision (pytorch/torchtitan @ 9810191bb^, 2026-02): `[training]` local_batch_size,
-global_batch_size, seq_len; `[parallelism]` data_parallel_replicate_degree,
-data_parallel_shard_degree, fsdp_reshard_after_forward, tensor_parallel_degree,
-context_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
-pipeline_parallel_microbatch_size, module_fqns_per_model_part; `[activation_checkpoint]` mode,
-selective_ac_option; `[model] converters = ["quantize.linear.float8"]` with
-`[quantize.linear.float8]` (components/quantization/float8.py registers that converter name).
-Newer torchtitan builds the same `ParallelismConfig` fields from a Python configuration function
-(torchtitan/config/configs.py) and still accepts them as `--parallelism.<field>` flags.
+- **0.3** (pytorch/torchtitan v0.3.0, PyPI `torchtitan==0.3.0`): no TOML. The job is a Python
+  function returning a `Trainer.Config`, selected by `--module M --config F`
+  (`torchtitan/config/manager.py:ConfigManager._load_config`); CLI flags `--section.field`
+  (tyro, underscores or dashes) override it. `activation_checkpoint` is a subcommand
+  (`activation_checkpoint:selective|full|none`, `distributed/activation_checkpoint.py`:
+  ActivationCheckpointingConfig), which must come after the other flags. Float8 is a model
+  converter on `model_spec` (`components/quantization/float8.py:Float8LinearConverter`, recipes
+  rowwise / rowwise_with_gw_hp), and `model_spec` is not a CLI field: only a config function
+  sets it. The output is therefore a Python module with one config function that starts from
+  torchtitan's own config of the model (`models/llama3/config_registry.py`) and sets the plan;
+  its docstring gives the launch line and the same plan as flags on the stock config (all but
+  float8). The output module of the decoder is `lm_head`; `ParallelismConfig` gained
+  `enable_sequence_parallel`, and refuses pipeline parallelism unless `training.disable_cuda_graphs`
+  (`Trainer.Config._validate_cuda_graphs`), which a pipelined plan sets.
+- **0.2** (v0.2.2, the last TOML release; `torchtitan/config/job_config.py`): `[training]`
+  local_batch_size, global_batch_size, seq_len; `[parallelism]` data_parallel_replicate_degree,
+  data_parallel_shard_degree, fsdp_reshard_after_forward, tensor_parallel_degree,
+  context_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
+  pipeline_parallel_microbatch_size, module_fqns_per_model_part; `[activation_checkpoint]` mode,
+  selective_ac_option; `[model] converters = ["quantize.linear.float8"]` with
+  `[quantize.linear.float8]`; the output module is `output`. Loaded with `--job.config_file`.
 
-How the plan maps (torchtitan's parallelisms are FSDP2-based, not Megatron's):
+How the plan maps (torchtitan's parallelisms are FSDP2-based, not Megatron's), both releases:
 - dp: zero=0 -> DDP (`data_parallel_replicate_degree = dp`); zero>=1 -> FSDP over dp
   (`data_parallel_shard_degree = dp`); zero=3 reshards parameters after forward ("always"),
   zero 1/2 keep them ("never", ZeRO-2-like; torchtitan has no optimizer-only sharding).
-- tp with sequence parallelism (torchtitan always shards the sequence between TP regions).
+- tp with sequence parallelism (0.2 always shards the sequence between TP regions; 0.3 follows
+  the plan).
 - pp: `1F1B`, or `Interleaved1F1B` with vp > 1; the planned split as `module_fqns_per_model_part`
-  (torchtitan's decoder FQNs `tok_embeddings`, `layers.<i>`, `norm`, `output`), one part per
-  stage, stage k on rank k mod pp as looped schedules place them.
-- recompute none/selective/full -> activation_checkpoint mode none / selective ("op") / full.
-- precision fp8 -> the float8 linear converter, tensorwise scaling with float8 all-gather under FSDP.
+  (torchtitan's decoder FQNs `tok_embeddings`, `layers.<i>`, `norm`, and the output module),
+  one part per stage, stage k on rank k mod pp as looped schedules place them.
+- recompute none/selective/full -> activation checkpointing none / selective (per-op) / full.
+- precision fp8 -> the float8 linear converter (0.2: tensorwise scaling with float8 all-gather
+  under FSDP; 0.3: rowwise, the recipes it has), the output projection left in bf16.
 """
 
 from __future__ import annotations
 
+from ..errors import InputError
 from ..plan import Plan
 from ..specs import JobSpec
 from .megatron import _chunks
 
-SOURCE = "pytorch/torchtitan torchtitan/config/job_config.py (9810191bb^)"
+SOURCES = {
+    "0.3": "pytorch/torchtitan v0.3.0: torchtitan/config/configs.py, manager.py, trainer.py",
+    "0.2": "pytorch/torchtitan v0.2.2: torchtitan/config/job_config.py",
+}
+VERSIONS = tuple(SOURCES)
+CURRENT = "0.3"
+OUTPUT_FQN = {"0.3": "lm_head", "0.2": "output"}  # the decoder's output projection
+# torchtitan 0.3's own config functions for the catalog's models (models/llama3/config_registry.py,
+# flavors of models/llama3/__init__.py:llama3_configs); other models start from the 8B one
+BASE_CONFIGS = {"llama3.1-8b": ("llama3_8b", "8B"), "llama3.1-70b": ("llama3_70b", "70B"),
+                "llama3.1-405b": ("llama3_405b", "405B")}
+MODULE_NAME = "solveplan_job"  # the module (file) and config function the 0.3 output defines
 
 
-def module_fqns_per_model_part(layers: list[int], vp: int, num_layers: int) -> list[list[str]]:
+def module_fqns_per_model_part(layers: list[int], vp: int, num_layers: int,
+                               output_fqn: str = OUTPUT_FQN[CURRENT]) -> list[list[str]]:
     """One FQN list per pipeline stage, in stage order (stage k = chunk k // pp of rank k % pp)."""
     pp = len(layers)
     chunks = [_chunks(n, vp) for n in layers]  # per rank, per virtual stage
@@ -45,7 +72,7 @@ def module_fqns_per_model_part(layers: list[int], vp: int, num_layers: int) -> l
         if k == 0:
             part.insert(0, "tok_embeddings")
         if k == pp * vp - 1:
-            part += ["norm", "output"]
+            part += ["norm", output_fqn]
         parts.append(part)
     assert nxt == num_layers, (nxt, num_layers)
     return parts
@@ -61,8 +88,16 @@ def _toml(value) -> str:
     return str(value)
 
 
-def torchtitan_config(job: JobSpec, plan: Plan) -> tuple[dict[str, dict], list[str]]:
-    """({section: {field: value}}, notes) for `plan` of `job`."""
+def check_version(version: str) -> str:
+    if version not in SOURCES:
+        raise InputError("--torchtitan-version", f"{version!r} is not one of {', '.join(VERSIONS)} (torchtitan "
+                                                 f"releases whose config format this knows)")
+    return version
+
+
+def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple[dict[str, dict], list[str]]:
+    """({section: {field: value}}, notes) for `plan` of `job` in torchtitan `version`'s fields."""
+    check_version(version)
     par, model = plan.parallel, job.model
     notes: list[str] = []
     local = job.global_batch_size // par.dp  # per data-parallel rank
@@ -82,12 +117,21 @@ def torchtitan_config(job: JobSpec, plan: Plan) -> tuple[dict[str, dict], list[s
         parallelism.update(pipeline_parallel_schedule="Interleaved1F1B" if par.vp > 1 else "1F1B",
                            pipeline_parallel_microbatch_size=par.micro_batch_size,
                            module_fqns_per_model_part=module_fqns_per_model_part(
-                               list(plan.layers_per_stage), par.vp, model.num_layers))
+                               list(plan.layers_per_stage), par.vp, model.num_layers, OUTPUT_FQN[version]))
     else:
         training["local_batch_size"] = par.micro_batch_size  # gradient accumulation makes up the rest
         if par.num_microbatches > 1:
             notes.append(f"global_batch_size / (local_batch_size x dp) = {par.num_microbatches} gradient-accumulation "
                          f"steps")
+    if version == "0.3":
+        if par.tp > 1:
+            parallelism["enable_sequence_parallel"] = par.sequence_parallel
+        if par.pp > 1:  # trainer.py Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline parallelism"
+            training["disable_cuda_graphs"] = True
+        sections, notes = _sections_03(job, par, training, parallelism, notes)
+        if model.is_moe:
+            moe_sections_03(job, plan, sections, notes)
+        return sections, notes
     if par.tp > 1 and not par.sequence_parallel:
         notes.append("torchtitan always shards the sequence between TP regions (sequence parallelism on)")
     ac = {"none": {"mode": "none"}, "selective": {"mode": "selective", "selective_ac_option": "op"},
@@ -111,10 +155,110 @@ def torchtitan_config(job: JobSpec, plan: Plan) -> tuple[dict[str, dict], list[s
     return sections, notes
 
 
-def render_torchtitan(job: JobSpec, plan: Plan) -> str:
-    """The TOML sections (with the equivalent --section.field flags as a comment)."""
-    sections, notes = torchtitan_config(job, plan)
-    out = [f"# torchtitan job config for {job.model.name} on {job.cluster.name} ({SOURCE})"]
+def _sections_03(job: JobSpec, par, training: dict, parallelism: dict, notes: list[str]):
+    """torchtitan 0.3: the base config function, training, parallelism, the activation
+    checkpointing subcommand and the float8 converter's fields."""
+    model = job.model
+    base, flavor = BASE_CONFIGS.get(model.name, ("llama3_8b", "8B"))
+    if model.name not in BASE_CONFIGS:
+        notes.append(f"torchtitan 0.3 has no config of {model.name}: the job starts from llama3_8b's; put your "
+                     f"model's config function and model_spec in its place")
+    sections: dict[str, dict] = {"base": {"module": "llama3", "config": base, "flavor": flavor},
+                                 "training": training, "parallelism": parallelism,
+                                 "activation_checkpoint": {"subcommand": par.recompute}}
+    if base == "llama3_405b" and job.precision != "fp8":
+        notes.append("torchtitan's llama3_405b config trains in float8: the flags on it do too (this module does not)")
+    if job.precision == "fp8":
+        sections["float8"] = {"recipe_name": "rowwise", "filter_fqns": [OUTPUT_FQN["0.3"]]}
+        notes.append("torchtitan 0.3 sets float8 only in a config function (Float8LinearConverter on model_spec; "
+                     "rowwise scaling, it has no tensorwise recipe): the flags on the stock config run in bf16")
+    if model.position_embedding != "rope" or not model.gated_mlp or model.normalization != "RMSNorm":
+        notes.append(f"torchtitan's decoders are Llama-style (RoPE, RMSNorm, SwiGLU); {model.name} is "
+                     f"{model.position_embedding}/{model.normalization}/{model.activation}: pick a matching model")
+    return sections, notes
+
+
+def torchtitan_flags(job: JobSpec, plan: Plan, version: str = CURRENT) -> list[str]:
+    """The command-line arguments of `torchtitan.train` that load the plan: 0.3 `--module/--config`
+    of torchtitan's own config and the plan's fields as flags (float8 excepted, module docstring);
+    0.2 the same `--section.field` flags over its defaults."""
+    sections, _ = torchtitan_config(job, plan, version)
+    out: list[str] = []
+    if version == "0.3":
+        out += ["--module", sections["base"]["module"], "--config", sections["base"]["config"]]
+    for name, fields in sections.items():
+        if name in ("base", "float8", "activation_checkpoint") and version == "0.3":
+            continue
+        for k, v in fields.items():
+            flag = f"--{name}.{k}"
+            if isinstance(v, bool):
+                out.append(flag if v else f"--{name}.no_{k}")
+            elif isinstance(v, list) and v and isinstance(v[0], list):  # list[list[str]]: one comma list per part
+                out += [flag, *(",".join(part) for part in v)]
+            elif isinstance(v, list):
+                out += [flag, ",".join(v)]
+            else:
+                out += [flag, str(v)]
+    if version == "0.3":
+        # a list of lists takes every argument up to the next flag, the subcommand included: list
+        # flags go before the others; the subcommand (tyro) after every other flag
+        starts = [i for i, a in enumerate(out) if a.startswith("--")] + [len(out)]
+        groups = [out[a:b] for a, b in zip(starts, starts[1:])]
+        head, groups = groups[:2], groups[2:]  # --module, --config
+        out = [a for g in head + [g for g in groups if len(g) > 2] + [g for g in groups if len(g) <= 2] for a in g]
+        out.append(f"activation_checkpoint:{sections['activation_checkpoint']['subcommand']}")
+    return out
+
+
+def _render_03(job: JobSpec, plan: Plan, sections: dict, notes: list[str]) -> str:
+    par = plan.parallel
+    base = sections["base"]
+    c = job.cluster
+    launch = f"torchrun --nnodes {c.num_nodes} --nproc_per_node {c.gpus_per_node} -m torchtitan.train"
+    ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[par.recompute]
+    flags = " ".join(_quote(a) for a in torchtitan_flags(job, plan, "0.3"))
+    out = [f'"""torchtitan 0.3 job config for {job.model.name} on {c.name}, written by solveplan',
+           f"({SOURCES['0.3']}).", "",
+           f"Save as {MODULE_NAME}.py and launch from its folder:",
+           f"    PYTHONPATH=. {launch} --module {MODULE_NAME} --config {MODULE_NAME}",
+           "The same plan as flags on torchtitan's own config"
+           + (" (in bf16: float8 is set only here)" if "float8" in sections else "") + ":",
+           f"    {launch} {flags}"]
+    out += [""] + [f"Note: {n}" for n in notes] if notes else []
+    out += ['"""', ""]
+    if "float8" in sections:
+        out.append("from torchtitan.components.quantization import Float8LinearConverter")
+    out += ["from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401",
+            f"from torchtitan.models.{base['module']} import model_registry"]
+    out += [f"from torchtitan.models.{base['module']}.config_registry import {base['config']}", "", "",
+            f"def {MODULE_NAME}():", f"    config = {base['config']}()"]
+    for name in ("training", "parallelism"):
+        out += [f"    config.{name}.{k} = {v!r}" for k, v in sections[name].items()]
+    out.append(f"    config.activation_checkpoint = {ac}")
+    if "float8" in sections:
+        f8 = sections["float8"]
+        out += ['    compiled = config.compile.enable and "model" in config.compile.components',
+                f"    config.model_spec = model_registry({base['flavor']!r}, converters=[Float8LinearConverter.Config(",
+                f"        recipe_name={f8['recipe_name']!r}, filter_fqns={f8['filter_fqns']!r}, "
+                f"model_compile_enabled=compiled)])"]
+    else:  # the plan's precision, whatever the stock config's (llama3_405b's is float8)
+        out.append(f"    config.model_spec = model_registry({base['flavor']!r})")
+    out.append("    return config")
+    return "\n".join(out) + "\n"
+
+
+def _quote(arg: str) -> str:
+    return arg if arg and all(ch.isalnum() or ch in "-_.,:=/" for ch in arg) else f"'{arg}'"
+
+
+def render_torchtitan(job: JobSpec, plan: Plan, version: str = CURRENT) -> str:
+    """0.3: the Python config module; 0.2: the TOML sections (with the equivalent --section.field
+    flags as a comment)."""
+    sections, notes = torchtitan_config(job, plan, version)
+    if version == "0.3":
+        return _render_03(job, plan, sections, notes)
+    out = [f"# torchtitan 0.2 job config for {job.model.name} on {job.cluster.name} ({SOURCES['0.2']}); "
+           f"load with --job.config_file"]
     out += [f"# {n}" for n in notes]
     flags = []
     for name, fields in sections.items():
@@ -125,7 +269,7 @@ def render_torchtitan(job: JobSpec, plan: Plan) -> str:
 
 
 # ---- mixture of experts ------------------------------------------------------------------------
-# pytorch/torchtitan at b5bcd76 (2026-08-21): the MoE decoders are torchtitan/models/qwen3 (flavors
+# pytorch/torchtitan 0.3.0 (and HEAD b5bcd76, 2026-08-21, the same for MoE): the MoE decoders are torchtitan/models/qwen3 (flavors
 # 30B-A3B, 235B-A22B), deepseek_v3 (MLA + MoE: 16B = DeepSeek-V2-Lite's dimensions, 236B, 671B) and
 # gpt_oss (20b, 120b); Mixtral, Llama 4 and Qwen2-MoE have no torchtitan model. The one expert knob
 # is `ParallelismConfig.expert_parallel_degree` (torchtitan/config/configs.py), and
@@ -134,13 +278,42 @@ def render_torchtitan(job: JobSpec, plan: Plan) -> str:
 # when EP > 1 and TP-sharded like the dense MLP when EP = 1 (torchtitan/models/common/MOE_SHARDING.md):
 # expert tensor parallelism is 1 with EP, the TP degree without it. (The TOML-era job_config.py at
 # 9810191bb^ had expert_tensor_parallel_degree with the same two forms, etp 1 its default.)
-TORCHTITAN_MOE_SOURCE = "pytorch/torchtitan @ b5bcd76: models/{qwen3,deepseek_v3,gpt_oss}, distributed/parallel_dims.py"
+TORCHTITAN_MOE_SOURCE = "pytorch/torchtitan 0.3.0: models/{qwen3,deepseek_v3,gpt_oss}, distributed/parallel_dims.py"
 # family -> {flavor: (layers, hidden size, routed experts)} from each family's __init__.py
 TORCHTITAN_MOE_FLAVORS = {
     "qwen3": {"30B-A3B": (48, 2048, 128), "235B-A22B": (94, 4096, 128)},
     "deepseek_v3": {"16B": (27, 2048, 64), "236B": (60, 5120, 160), "671B": (61, 7168, 256)},
     "gpt_oss": {"20b": (24, 2880, 32), "120b": (36, 2880, 128)},
 }
+
+
+# torchtitan 0.3.0's config functions of these flavors (models/<family>/config_registry.py); a flavor
+# without one starts from its family's first (its model_spec then set to the flavor)
+TORCHTITAN_MOE_CONFIGS = {
+    "qwen3": {"30B-A3B": "qwen3_30b_a3b"},
+    "deepseek_v3": {"16B": "deepseek_v3_16b", "671B": "deepseek_v3_671b"},
+    "gpt_oss": {"20b": "gpt_oss_20b", "120b": "gpt_oss_120b"},
+}
+
+
+def moe_sections_03(job: JobSpec, plan: Plan, sections: dict, notes: list[str]) -> None:
+    """torchtitan 0.3: an MoE plan starts from its torchtitan family's config function with the
+    flavor's model_spec, and sets expert_parallel_degree (`torchtitan_moe`) and, with EP, disables
+    CUDA graphs; `sections` and `notes` are updated in place."""
+    out_model, par_fields, moe_notes = torchtitan_moe(job, plan)
+    sections["parallelism"].update(par_fields)
+    if par_fields.get("expert_parallel_degree", 1) > 1:
+        # trainer.py Trainer.Config._validate_cuda_graphs: with EP, CUDA graphs only with a dispatcher
+        # free of CPU synchronisation (MinimalAsyncEP, HybridEP with a capacity factor); the standard
+        # all-to-all is not, so the graphs go (found by torchtitan's own ConfigManager, tested)
+        sections["training"]["disable_cuda_graphs"] = True
+    family, flavor = out_model.get("name"), out_model.get("flavor")
+    if family is not None and flavor is not None:
+        configs = TORCHTITAN_MOE_CONFIGS[family]
+        sections["base"] = {"module": family, "config": configs.get(flavor, next(iter(configs.values()))),
+                            "flavor": flavor}
+        notes[:] = [n for n in notes if not n.startswith("torchtitan 0.3 has no config of")]
+    notes += moe_notes
 
 
 def torchtitan_moe_family(model) -> str | None:

@@ -1,4 +1,4 @@
-"""Bounds that let the search drop shapes before building a model (DESIGN.md section 4).
+"""Bounds that let the search drop shapes before building a model (docs/DESIGN.md section 4).
 
 Both bounds hold for every layer split (layers >= 1 per stage, summing to L):
 - memory: some stage holds at least ceil(L/p) layers, and every stage keeps at least one

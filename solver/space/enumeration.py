@@ -1,4 +1,4 @@
-"""Legal parallel shapes of a job, enumerated in numpy (DESIGN.md section 4).
+"""Legal parallel shapes of a job, enumerated in numpy (docs/DESIGN.md section 4).
 
 A shape fixes tp, cp, pp, dp (tp*cp*pp*dp = GPUs), vp, micro-batch size, recompute, sequence
 parallelism and the ZeRO stage; the layer split is chosen later. Legality follows

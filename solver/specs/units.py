@@ -1,4 +1,4 @@
-"""Unit constants. SI inside the code, the unit in every quantity's name (DESIGN.md section 6);
+"""Unit constants. SI inside the code, the unit in every quantity's name (docs/DESIGN.md section 6);
 catalog keys carry their human unit and are converted once, at the spec boundary (the specs'
 properties); reports use the same constants to show bytes as GiB."""
 

@@ -1,6 +1,6 @@
 """The joint model (issue #13): the parallel shape, the layer split and which nodes of which
 pool host every pipeline stage, in one CP-SAT model, on clusters of several GPU types and on
-unequal links (DESIGN.md sections 1 and 4).
+unequal links (docs/DESIGN.md sections 1 and 4).
 
 The space: every legal shape on any number of whole nodes; each stage's tp*cp*dp GPUs fill
 whole nodes of one pool; nodes left over stay idle. The price of a plan is the formulation's

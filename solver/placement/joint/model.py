@@ -1,5 +1,5 @@
 """The joint CP-SAT model: shape, pool and nodes of every stage, and the layer split, in one
-model (issue #13; DESIGN.md section 4).
+model (issue #13; docs/DESIGN.md section 4).
 
 Variables (s a stage, c a class of interchangeable nodes, j a shape in the model):
 - x_j: the shape (one true); act_s: stage s exists (the shape's pp > s);

@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...formulation.flops import hardware_flop_per_step, model_flop_per_step
+from ...formulation.flops import reported_flop_per_step
 from ...plan import Plan, Stage, StageMemory, parallel_from_row
 from ...space.shapes import RECOMPUTE_CODES
 from ...specs import JobSpec
@@ -59,8 +59,7 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
     peak_flop_per_s = sum((p.gpu.peak_fp8_tflops if job.precision == "fp8" else p.gpu.peak_bf16_tflops) * 1e12 * g
                           for st, pl in zip(a.nodes, a.pools) for p in [pools[pl]] for _ in st)
     T = ev.step_time_s
-    mf = model_flop_per_step(job.model, job.global_batch_size, job.seq_length)
-    hf = float(hardware_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute]))
+    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute])
     stages = []
     for s, st in enumerate(ev.stages):
         pool = pools[a.pools[s]]

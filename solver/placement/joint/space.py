@@ -1,5 +1,5 @@
 """The joint space and its valid bounds: every legal shape on any number of whole nodes, each
-stage on whole nodes of one pool (DESIGN.md section 4, issue #13).
+stage on whole nodes of one pool (docs/DESIGN.md section 4, issue #13).
 
 Shapes. A shape is what `space.enumeration` makes legal for a cluster of n_used nodes, for
 every n_used from 1 to the cluster's nodes (a plan may leave nodes idle: when that is faster,

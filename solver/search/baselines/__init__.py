@@ -1,4 +1,4 @@
-"""Yardsticks over the same space and formulation as the CP-SAT encoding (DESIGN.md section 5):
+"""Yardsticks over the same space and formulation as the CP-SAT encoding (docs/DESIGN.md section 5):
 `exhaustive` (every shape x every layer split), `branch_bound` (the same, with the pruning's
 bounds) and `alpa_dp` (Alpa's inter-operator DP).
 

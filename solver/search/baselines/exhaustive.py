@@ -1,6 +1,6 @@
 """Exhaustive search: every candidate shape x every layer split, evaluated with the float
 formulation (`step_time_batch`), in vectorised blocks. The ground truth where it finishes
-(DESIGN.md section 5).
+(docs/DESIGN.md section 5).
 
 Space. For a shape with `pp` stages the splits are the compositions of L layers into pp
 positive parts: C(L-1, pp-1) of them (`count_space`); an even-split job (`uneven_split`

@@ -1,5 +1,5 @@
 """CP-SAT encoding of the plan search: which surviving shape, and how its layers are split
-over the pipeline stages (DESIGN.md section 4). Modules, in the order a search uses them:
+over the pipeline stages (docs/DESIGN.md section 4). Modules, in the order a search uses them:
 `ortools_cp` (ortools' cp_model without pandas), `integer` (the linear form in integer quanta,
 the canonical split), `exact` (each shape's exact optimum in those quanta), `model` (the CP-SAT
 model), `scaling` (the guard every model passes before it is solved), `solve` (`search`: the
@@ -30,8 +30,8 @@ The model (one boolean per shape, exactly one true):
   before the model is built, and the model keeps only the shapes that can win.
 
 Integer scaling. One time quantum q per instance: q = incumbent / 2^23, so the objective
-domain, every coefficient and every constant stay below 2^23 ~ 8.4e6 (< 1e7: DESIGN.md warns
-that ortools 9.15 answers wrongly with enforced rows whose coefficients reach ~4e8). Every
+domain, every coefficient and every constant stay below 2^23 ~ 8.4e6 (< 1e7: docs/DESIGN.md section 4:
+ortools 9.15 answers wrongly with enforced rows whose coefficients reach ~4e8). Every
 coefficient is rounded DOWN, so the integer objective never exceeds the float one: the
 solver's bound times q is a valid lower bound of the float optimum, and the plan it returns is
 within (2*L + 3) quanta of the optimum (`tolerance_s`; the realised gap is usually far

@@ -1,4 +1,4 @@
-"""The scaling guard (DESIGN.md section 4): ortools 9.15 answers wrongly with enforced rows
+"""The scaling guard (docs/DESIGN.md section 4): ortools 9.15 answers wrongly with enforced rows
 whose coefficients reach about 4e8, so every model is measured before it is solved and
 refused beyond the safe limits."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .ortools_cp import cp_model
 
-SAFE_COEFFICIENT = 10_000_000  # DESIGN.md: keep every coefficient below ~1e7
+SAFE_COEFFICIENT = 10_000_000  # docs/DESIGN.md section 4: keep every coefficient below ~1e7
 SAFE_ACTIVITY = 1 << 33  # |coef|*|bound| summed over a row: 6x below the smallest known failure (4.8e10)
 OBJECTIVE_UNITS = 1 << 23  # the scaling incumbent's step time, in quanta
 

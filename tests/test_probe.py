@@ -1,0 +1,100 @@
+"""The GPU probe and the kernel fit: the fit recovers efficiencies the formulation itself
+generated, reads the real H200 measurements, and `solveplan probe` runs on a CPU (tiny shapes)
+and writes a GPU file that a cluster file can name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from solveplan.calibration.kernel_fit import _attention_s, fit_kernels, ratios_at
+from solveplan.calibration.probe import layer_gemm_shapes
+from solveplan.catalog import load_cluster, load_gpu, load_model
+from solveplan.formulation.kernels import gemm_s
+
+H200_KERNELS = Path(__file__).resolve().parents[2] / "shared" / "data" / "h200_kernels.json"
+
+
+def _synthetic(gpu, matmul: float, cudnn: float, flash: float) -> dict:
+    """Kernels timed by the formulation's own model at known efficiencies."""
+    shapes = [r for tp in (1, 2, 8) for r in layer_gemm_shapes(load_model("llama3.1-70b"), tp, 4096)]
+    gemms = [{**r, "s": float(gemm_s(r["m"], r["n"], r["k"], flop_per_s=gpu.peak_flop_per_s, efficiency=matmul,
+                                     num_sms=gpu.num_sms, hbm_bytes_per_s=gpu.hbm_bytes_per_s))} for r in shapes]
+    attention = []
+    for backend, value in (("cudnn", cudnn), ("flash", flash)):
+        for b, heads, seq in ((1, 32, 4096), (2, 8, 16384), (1, 64, 2048)):
+            row = dict(backend=backend, b=b, heads=heads, seq=seq, head_dim=128)
+            overlap = gpu.exp_overlaps_matmul and backend == "cudnn"
+            attention.append({**row, "fwd_bwd_s": _attention_s(row, gpu, value, overlap)})
+    return {"gemm_bf16": gemms, "attention": attention}
+
+
+def test_kernel_fit_recovers_the_efficiencies_the_model_generated():
+    gpu = load_gpu("h100-sxm")
+    fits = {f.field: f for f in fit_kernels(_synthetic(gpu, 0.71, 0.45, 0.27), gpu)}
+    assert fits["matmul_efficiency"].value == pytest.approx(0.71, rel=1e-6)
+    assert fits["attention_efficiency"].value == pytest.approx(0.45, rel=1e-6)
+    assert fits["flash2_attention_efficiency"].value == pytest.approx(0.27, rel=1e-6)
+    assert all(f.mape < 1e-6 for f in fits.values())
+
+
+def test_layer_gemm_shapes_are_the_formulations_linears():
+    model = load_model("llama3.1-8b")
+    rows = layer_gemm_shapes(model, 2, 4096)
+    fwd = {r["gemm"]: (r["m"], r["n"], r["k"]) for r in rows if r["pass_"] == "fwd"}
+    assert fwd["qkv"] == (4096, (4096 + 2 * 1024) // 2, 4096)
+    assert fwd["fc1"] == (4096, 14336, 4096)  # gated: 2 x 14336 / tp 2
+    wgrad = {r["gemm"]: (r["m"], r["n"], r["k"]) for r in rows if r["pass_"] == "wgrad"}
+    assert wgrad["fc2"] == (14336 // 2, 4096, 4096)
+
+
+@pytest.mark.skipif(not H200_KERNELS.exists(), reason="../shared/data/h200_kernels.json is not beside the checkout")
+def test_h200_measurements_fit_the_gemm_model_within_ten_percent():
+    """The GEMM model (waves, short K) follows the 288 bf16 GEMMs measured on an H200 to within
+    10% MAPE at its fitted efficiency, and that efficiency is physical (0.5-0.9 of peak)."""
+    data = json.loads(H200_KERNELS.read_text())
+    gpu = load_gpu("h200")
+    fits = {f.field: f for f in fit_kernels(data, gpu)}
+    gemm = fits["matmul_efficiency"]
+    assert gemm.count == len(data["gemm_bf16"]) and 0.5 < gemm.value < 0.9 and gemm.mape < 0.10
+    assert len(ratios_at(data, gpu, "flash2_attention_efficiency", 0.2)) == 10
+
+
+def test_probe_on_cpu_writes_a_gpu_file_a_cluster_can_name(tmp_path, cli):
+    pytest.importorskip("torch")
+    out = tmp_path / "my-gpu.yaml"
+    res = cli("probe", "-o", str(out), "--device", "cpu", "--tiny", "--base-gpu", "h100-sxm", "--min-time", "0.001")
+    assert res.code == 0, res.err
+    kernels = json.loads((tmp_path / "my-gpu.kernels.json").read_text())
+    assert len(kernels["gemm_bf16"]) == 2 * 12 and kernels["hbm"] and kernels["env"]["device"] == "cpu"
+    assert all(r["s"] > 0 for r in kernels["gemm_bf16"])
+    spec = yaml.safe_load(out.read_text())
+    assert spec["peak_bf16_tflops"] == load_gpu("h100-sxm").peak_bf16_tflops  # the datasheet is kept
+    assert spec["matmul_efficiency"] != load_gpu("h100-sxm").matmul_efficiency  # the fit replaced it
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump({"name": "mine", "gpu": str(out), "num_nodes": 2, "gpus_per_node": 8,
+                                            "nvlink_gbyte_per_s": 450, "nic_gbit_per_s": 400}))
+    cluster = load_cluster(str(cluster_file))
+    assert cluster.gpu.name == "my-gpu" and np.isclose(cluster.gpu.matmul_efficiency, spec["matmul_efficiency"])
+
+
+def test_probe_without_a_gpu_says_so_in_one_line(tmp_path, cli):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    res = cli("probe", "-o", str(tmp_path / "g.yaml"), "--device", "cuda")
+    assert res.code == 2 and "--device cpu" in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_probe_without_torch_names_the_extra(tmp_path, cli, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    res = cli("probe", "-o", str(tmp_path / "g.yaml"), "--device", "cpu", "--tiny")
+    assert res.code == 2 and "solveplan[probe]" in res.err and len(res.err.strip().splitlines()) == 1
