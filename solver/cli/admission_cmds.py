@@ -174,7 +174,7 @@ def fewest_gpus_command(tokens_per_s, deadline_s, token_budget, time_limit, as_j
               help="Seconds a connection may take to send a request head (and its body).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Open connections; more get 429 and are closed.")
-@click.option("--max-incomplete", type=click.IntRange(min=1), default=256, show_default=True,
+@click.option("--max-incomplete", type=click.IntRange(min=1), default=512, show_default=True,
               help="Connections holding no complete request (idle, half-sent); beyond it the oldest is closed.")
 @click.option("--max-client-incomplete", type=click.IntRange(min=1), default=8, show_default=True,
               help="The same per client address; beyond it that address's oldest is closed.")
