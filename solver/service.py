@@ -35,8 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import api
 from .catalog import SpecFiles, file_policy, parse_data
-from .admission.http_guards import BearerToken, HostCheck, IncompleteConnections, reject as _reject
-from .errors import InputError
+from .admission.http_guards import BearerToken, HostCheck, IncompleteConnections, require_unicode
+from .admission.http_guards import reject as _reject
+from .errors import MAX_MESSAGE_CHARS, InputError, escape_text
 from .specs.request import JobRequest, Target
 
 try:  # at module level: FastAPI resolves the handlers' (string) annotations in these globals
@@ -103,7 +104,7 @@ def field_loc(field: str, root: str = "body") -> list:
 
 def input_error_detail(exc: InputError) -> list[dict]:
     field = exc.field or ""
-    return [{"loc": field_loc(field), "msg": exc.message, "type": "input_error"}]
+    return [{"loc": field_loc(field), "msg": escape_text(exc.message, MAX_MESSAGE_CHARS), "type": "input_error"}]
 
 
 class Guard:
@@ -181,9 +182,10 @@ class Guard:
             return None
         if body.strip():
             try:
-                parse_data(_decoded(body), "body", "the request body", "json")
+                data = parse_data(_decoded(body), "body", "the request body", "json")
+                require_unicode(data, "the request body")
             except InputError as exc:
-                await _reject(send, 422, "input_error", exc.message)
+                await _reject(send, 422, "input_error", escape_text(exc.message, MAX_MESSAGE_CHARS))
                 return None
         return body
 
@@ -262,7 +264,8 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
     async def _validation_error(request: Request, exc: RequestValidationError):
         detail = []
         for err in exc.errors():
-            item = {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "invalid")), "type": err.get("type", "")}
+            item = {"loc": [escape_text(x, 80) if isinstance(x, str) else x for x in err.get("loc", ())],
+                    "msg": escape_text(str(err.get("msg", "invalid")), MAX_MESSAGE_CHARS), "type": err.get("type", "")}
             detail.append(item)  # drop 'input'/'ctx': they may hold what cannot be serialised
         return JSONResponse(status_code=422, content={"detail": detail})
 

@@ -10,7 +10,7 @@ import hmac
 import json
 from typing import Optional
 
-from ..errors import InputError
+from ..errors import InputError, escape_text
 
 
 async def reject(send, status: int, kind: str, msg: str, extra_headers: Optional[list] = None) -> None:
@@ -142,3 +142,19 @@ class IncompleteConnections:
         self.evicted += 1
         conn.evict()
 
+
+
+def require_unicode(data, name: str) -> None:
+    """Refuse a string (key or value) of parsed JSON that holds a lone surrogate (JSON's
+    "\\ud800" escape is valid syntax but no Unicode text): it could not be printed or answered."""
+    stack = [data]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list):
+            stack.extend(obj)
+        elif isinstance(obj, str) and any("\ud800" <= ch <= "\udfff" for ch in obj):
+            raise InputError("body", f"{name} holds a lone surrogate in {escape_text(repr(obj), 60)}; "
+                                     f"text must be valid Unicode")

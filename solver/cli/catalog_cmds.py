@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, escape_markup
 from ..specs.units import GIB
 
 _KINDS = ("model", "gpu", "cluster", "job")
@@ -77,7 +77,7 @@ def _console():
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape_markup(title, 1000), title_justify="left")
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows:
@@ -88,7 +88,7 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    return f"{v:g}" if isinstance(v, float) else escape_markup(str(v), 1000)  # names print as written
 
 
 def _json(obj: Any) -> None:
@@ -217,7 +217,7 @@ def _resolve_file(path: Path) -> tuple[str, Any]:
 def _print_pairs(title: str, pairs: list[tuple[str, Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", show_header=False)
+    table = Table(title=escape_markup(title, 1000), title_justify="left", show_header=False)
     table.add_column("field", no_wrap=True)
     table.add_column("value")
     for k, v in pairs:

@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, escape_text, host_name_reason
 from ..specs.units import GBIT_BYTES
 
 
@@ -55,6 +55,14 @@ class LinkMatrix:
     measured: bool = False
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        """Every host name is one a hostfile and a launcher accept (no newline to add lines to
+        a hostfile, no space, not empty), whichever reader built the matrix."""
+        for i, host in enumerate(self.hosts):
+            reason = host_name_reason(str(host))
+            if reason:
+                raise InputError(f"hosts[{i}]", f"{escape_text(repr(host), 60)}: {reason}")
 
     @property
     def n(self) -> int:

@@ -16,15 +16,35 @@ import types
 from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from ..errors import InputError, path, validation_error
+from ..errors import InputError, host_name_reason, path, unsafe_name_reason, validation_error
 
 
 class Spec(BaseModel):
     """Base of every spec: frozen, unknown keys rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _printable(name: str) -> str:
+    reason = unsafe_name_reason(name)
+    if reason:
+        raise ValueError(f"the name {reason}")
+    return name
+
+
+def _host(name: str) -> str:
+    reason = host_name_reason(name)
+    if reason:
+        raise ValueError(reason)
+    return name
+
+
+# A model, GPU or cluster name: printable text (no ANSI escapes, newlines or format characters)
+Name = Annotated[str, AfterValidator(_printable)]
+# A node or pool name: what hostfiles and launchers accept (a pool's name prefixes its node names)
+HostName = Annotated[str, AfterValidator(_host)]
 
 
 # Plausible range (inclusive) of each quantity a spec or a job mapping states, by field name.

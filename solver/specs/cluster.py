@@ -16,7 +16,7 @@ from typing import Any, Optional
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from ..errors import InputError
-from .base import Spec
+from .base import HostName, Name, Spec
 from .units import GBIT_BYTES
 from .gpu import GPUSpec
 
@@ -44,7 +44,7 @@ class NodeFabric(Spec):
     network_efficiency: float = Field(0.8, gt=0, le=1, description="attained fraction of NIC bandwidth by NCCL")
     nodes_per_leaf: Optional[PositiveInt] = Field(None, description="nodes behind one leaf switch (rack)")
     spine_oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription, e.g. 4 for 4:1")
-    node_names: tuple[str, ...] = Field((), description="host names of the nodes, in order (optional)")
+    node_names: tuple[HostName, ...] = Field((), description="host names of the nodes, in order (optional)")
     price_per_gpu_hour_usd: Optional[PositiveFloat] = Field(
         None, description="what one GPU-hour costs, USD (optional; sweeps report cost per million tokens from it)")
 
@@ -85,11 +85,11 @@ FABRIC_FIELDS = tuple(NodeFabric.model_fields)
 class PoolSpec(NodeFabric):
     """A pool of identical nodes inside a mixed cluster."""
 
-    name: str
+    name: HostName
 
 
 class ClusterSpec(NodeFabric):
-    name: str
+    name: Name
     link_overrides: tuple[LinkOverride, ...] = ()
     pools: tuple[PoolSpec, ...] = Field(
         (), description="pools of nodes of different GPU types (a mixed cluster); the top-level node fields are pool 0's")

@@ -7,12 +7,12 @@ from typing import Optional
 
 from pydantic import Field, PositiveFloat
 
-from .base import Spec
+from .base import Name, Spec
 from .units import GIB
 
 
 class GPUSpec(Spec):
-    name: str
+    name: Name
     peak_bf16_tflops: PositiveFloat = Field(description="dense BF16/FP16 tensor-core peak, TFLOP/s")
     peak_fp8_tflops: Optional[PositiveFloat] = Field(None, description="dense FP8 peak, TFLOP/s, where it exists")
     hbm_gib: PositiveFloat
