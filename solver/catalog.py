@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from .errors import InputError, path
+from .errors import InputError, escape_text, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
 # the safe reader of user files, re-exported: callers read files through the catalog
@@ -71,9 +71,10 @@ def _catalog(kind: str) -> dict:
 
 
 def _unknown(field: str, what: str, name: str, known: list[str]) -> InputError:
-    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+    """'unknown model ...' with the closest known names; the name shown escaped and cut."""
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5) if len(name) <= 100 else []
     hint = f"; did you mean {', '.join(close)}?" if close else f"; see `solveplan {what}s`"
-    return InputError(field, f"unknown {what} {name!r}{hint}")
+    return InputError(field, f"unknown {what} {escape_text(repr(name), 80)}{hint}")
 
 
 # ---------------------------------------------------------------- models
@@ -149,7 +150,7 @@ def catalog_clusters() -> dict[str, ClusterSpec]:
     return _catalog("clusters")
 
 
-_FAMILY_RE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9.\-]*?)x(?P<n>\d+)$")
+_FAMILY_RE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9.\-]*?)x(?P<n>\d{1,18})$")  # 18 digits: past any size
 
 
 def family_name(name: str) -> Optional[tuple[str, int]]:

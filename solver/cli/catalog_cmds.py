@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from ..errors import InputError, escape_markup
+from ..errors import InputError, escape_markup, escape_text
 from ..specs.units import GIB
 
 _KINDS = ("model", "gpu", "cluster", "job")
@@ -185,7 +185,7 @@ def _resolve(name: str) -> tuple[str, Any]:
         raise InputError("NAME", f"unknown cluster family {fam[0]!r} in {name!r}{hint}")
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see `solveplan models`, `gpus`, `clusters`"
-    raise InputError("NAME", f"unknown name {name!r}: not a model, GPU, cluster or existing file{hint}")
+    raise InputError("NAME", f"unknown name {escape_text(repr(name), 80)}: not a model, GPU, cluster or existing file{hint}")
 
 
 def _resolve_file(path: Path) -> tuple[str, Any]:

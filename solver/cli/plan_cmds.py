@@ -230,12 +230,13 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tim
 def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero, layers_per_stage, as_json, **base):
     """Predict step time, throughput, MFU and per-stage memory of one configuration."""
     from ..plan import plan_config
+    from ..space.rules import constrained_config
 
     job = build_job(**base)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero,
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
-    plan = plan_config(job, cfg)
+    plan = plan_config(job, constrained_config(job, cfg))
     if as_json:
         click.echo(json.dumps(plan.model_dump(), indent=2))
     else:

@@ -129,6 +129,7 @@ class ClusterSpec(NodeFabric):
 
     @model_validator(mode="after")
     def _check_links(self):
+        seen: dict[tuple[int, int], tuple[int, LinkOverride]] = {}
         for i, link in enumerate(self.link_overrides):
             for end in ("src", "dst"):
                 node = getattr(link, end)
@@ -136,6 +137,13 @@ class ClusterSpec(NodeFabric):
                     raise ValueError(
                         f"link_overrides[{i}].{end} is node {node} but the cluster has nodes 0..{self.num_nodes - 1}"
                     )
+            if link.src == link.dst:
+                raise ValueError(f"link_overrides[{i}] links node {link.src} to itself; inside a node NVLink is used: "
+                                 f"remove it")
+            first = seen.setdefault((link.src, link.dst), (i, link))
+            if first[1] != link:
+                raise ValueError(f"link_overrides[{i}] and [{first[0]}] both give {link.src} -> {link.dst}, with "
+                                 f"different values; keep one")
         if len(set(self.node_names)) != len(self.node_names):
             raise ValueError("node names repeat across pools; give each node its own name")
         return self

@@ -69,6 +69,9 @@ class JobSpec(Spec):
     def _check(self):
         if self.precision == "fp8" and self.cluster.gpu.peak_fp8_tflops is None:
             raise ValueError(f"precision fp8 needs a GPU with FP8 tensor cores; {self.cluster.gpu.name} has none (use bf16)")
+        if self.attention_kernel == "flash2" and not self.flash_attention:
+            raise ValueError("attention_kernel flash2 is a flash-attention kernel but flash_attention is false: "
+                             "drop one of the two")
         return self
 
     @property
