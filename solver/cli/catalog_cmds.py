@@ -208,10 +208,10 @@ def _resolve_file(path: Path) -> tuple[str, Any]:
         return "model", load_model(str(path))
     if "peak_bf16_tflops" in data:
         return "gpu", build(GPUSpec, {"name": path.stem, **data}, "gpu")
-    if "gpu" in data or "num_nodes" in data:
+    if "gpu" in data or "num_nodes" in data or "pools" in data:
         return "cluster", load_cluster(str(path))
     raise InputError("NAME", f"{path.name} is not a model, GPU or cluster spec: a model has num_layers (or is a "
-                             f"Hugging Face config.json), a GPU has peak_bf16_tflops, a cluster has gpu")
+                             f"Hugging Face config.json), a GPU has peak_bf16_tflops, a cluster has gpu or pools")
 
 
 def _print_pairs(title: str, pairs: list[tuple[str, Any]]) -> None:
