@@ -85,23 +85,28 @@ def catalog_models() -> dict[str, ModelSpec]:
 def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
     """A catalog name, a YAML/JSON ModelSpec file, a Hugging Face config.json, or a mapping."""
     if isinstance(ref, dict):
-        return build(ModelSpec, {"name": "custom", **ref}, field)
+        return _model_from_mapping(ref, field, "custom", "custom")
     models = _entries("models")
     for name in (ref, ref.lower()):
         if name in models:
             return _catalog_entry("models", name)
     if is_file_ref(ref):
-        data = read_mapping(ref, field)
-        from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
-
-        if is_hf_config(data):
-            try:  # named after the config (name_or_path) or the file
-                return model_from_hf_config(data, name=ref)
-            except InputError as exc:  # the converter names paths under its own root, "model"
-                raise InputError(path(field, exc.field.removeprefix(HF_FIELD).lstrip(".")), exc.message) from None
-        data.setdefault("name", Path(ref).stem)
-        return build(ModelSpec, data, field)
+        return _model_from_mapping(read_mapping(ref, field), field, ref, Path(ref).stem)
     raise _unknown(field, "model", ref, list(models))
+
+
+def _model_from_mapping(data: dict, field: str, hf_name: str, default_name: str) -> ModelSpec:
+    """A model mapping -- a Hugging Face config.json (named after its name_or_path, else
+    `hf_name`) or a ModelSpec mapping (named `default_name` unless it has a name) -- whether it
+    came from a file or inline (an API call, an HTTP body): both take the same forms."""
+    from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
+
+    if is_hf_config(data):
+        try:
+            return model_from_hf_config(data, name=hf_name)
+        except InputError as exc:  # the converter names paths under its own root, "model"
+            raise InputError(path(field, exc.field.removeprefix(HF_FIELD).lstrip(".")), exc.message) from None
+    return build(ModelSpec, {"name": default_name, **data}, field)
 
 
 # ---------------------------------------------------------------- GPUs

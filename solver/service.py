@@ -29,7 +29,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,7 +38,7 @@ from .catalog import SpecFiles, file_policy, parse_data
 from .admission.http_guards import BearerToken, HostCheck, IncompleteConnections, require_unicode
 from .admission.http_guards import reject as _reject
 from .errors import MAX_MESSAGE_CHARS, InputError, escape_text
-from .specs.request import JobRequest, Target
+from .specs.request import ClusterRef, JobRequest, Target
 
 try:  # at module level: FastAPI resolves the handlers' (string) annotations in these globals
     from starlette.requests import Request
@@ -72,7 +72,7 @@ class JobCall(_In):
 
 class FewestGpusCall(_In):
     job: JobRequest
-    cluster: Optional[Union[str, dict]] = Field(
+    cluster: Optional[ClusterRef] = Field(
         None, description="a family (h100), <gpu>x<N> (the largest allocation) or a cluster; default: the job's cluster")
     target: Target
     time_limit_s: Optional[float] = _LIMIT
@@ -80,7 +80,7 @@ class FewestGpusCall(_In):
 
 class AdmitCall(_In):
     jobs: list[Any] = Field(description="jobs with num_gpus, cluster or target each; a malformed one is decided INVALID")
-    cluster: Union[str, dict] = Field(description="the free cluster")
+    cluster: ClusterRef = Field(description="the free cluster")
     time_limit_s: Optional[float] = _LIMIT
 
 

@@ -144,3 +144,52 @@ def test_no_docs_page_loads_third_party_scripts():
     c = TestClient(create_app(api.ResultCache()))
     assert c.get("/docs").status_code == 404 and c.get("/redoc").status_code == 404
     assert c.get("/openapi.json").status_code == 200
+
+
+# ------------------------------------------------------------------ the service accepts what the CLI accepts (#24)
+def test_an_inline_hugging_face_config_and_pooled_cluster_are_served_as_the_library_serves_them():
+    import json
+
+    from conftest import DATA
+
+    cache = api.ResultCache()
+    c = TestClient(create_app(cache))
+    hf = json.loads((DATA / "hf" / "Llama-3.2-3B" / "config.json").read_text())
+    job = {"model": hf, "cluster": "a100x16"}
+    r = c.post("/v1/check", json={"job": job, "time_limit_s": 5})
+    assert r.status_code == 200, r.text
+    assert r.json()["feasible"] == api.check(job, time_limit_s=5, cache=api.ResultCache()).feasible
+    pools = {"name": "mix", "inter_pool_gbit_per_s": 100, "link_overrides": [{"src": 0, "dst": 1, "gbit_per_s": 50}],
+             "pools": [{"name": "h100", "gpu": "h100-sxm", "num_nodes": 1, "nvlink_gbyte_per_s": 450, "nic_gbit_per_s": 400},
+                       {"name": "a100", "gpu": "a100-80gb", "num_nodes": 1, "nvlink_gbyte_per_s": 300,
+                        "nic_gbit_per_s": 200}]}
+    r = c.post("/v1/check", json={"job": {"model": "gpt3-1.3b", "cluster": pools}, "time_limit_s": 5})
+    assert r.status_code == 200, r.text
+
+
+def test_the_openapi_schema_types_model_cluster_and_constraints():
+    schema = TestClient(create_app(api.ResultCache())).get("/openapi.json").json()
+    job = schema["components"]["schemas"]["JobRequest"]["properties"]
+    text = str(job["model"])
+    assert "num_layers" in text and "HuggingFaceConfig" in text
+    assert "pools" in str(job["cluster"]) and "peak_bf16_tflops" in str(job["cluster"])
+    assert "pp_max" in str(job["constraints"])
+
+
+@pytest.mark.parametrize("job, needle", [
+    ({"model": "gpt3-1.3b", "cluster": {"gpu": "a100-80gb", "num_nodes": 2, "nvlink_gbyte_per_s": 300,
+                                        "nic_gbit_per_s": 200, "node_names": ["a", "evil\nslots=64"]}}, "host name"),
+    ({"model": "gpt3-1.3b", "cluster": "a100x8", "id": "x\ud800"}, "lone surrogate"),
+    ({"model": {"name": "m\x1b[31m", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                "ffn_hidden_size": 256, "vocab_size": 100, "seq_length": 128}, "cluster": "a100x8"}, "control character"),
+    ({"model": "gpt3-1.3b", "cluster": "a100x8", "flash_attention": False, "attention_kernel": "flash2"}, "flash2"),
+])
+def test_hostile_names_and_knobs_are_422_with_an_escaped_message(job, needle):
+    import json
+
+    c = TestClient(create_app(api.ResultCache()))
+    body = json.dumps({"job": job, "time_limit_s": 2}, ensure_ascii=True)
+    r = c.post("/v1/check", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    msg = " ".join(d["msg"] for d in r.json()["detail"])
+    assert needle in msg and "\x1b" not in msg and "\n" not in msg and "non-finite" not in msg
