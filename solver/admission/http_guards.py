@@ -89,12 +89,12 @@ def read_token(path: str) -> str:
     at least MIN_TOKEN_CHARS characters; surrounding whitespace (a final newline) is dropped."""
     from ..specs.reading import read_text
 
-    token = read_text(path, "token-file").strip()
+    token = read_text(path, "token_file").strip()
     if len(token) < MIN_TOKEN_CHARS:
-        raise InputError("token-file", f"the token has {len(token)} characters; give at least {MIN_TOKEN_CHARS} "
+        raise InputError("token_file", f"the token has {len(token)} characters; give at least {MIN_TOKEN_CHARS} "
                                        f"(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
     if not all(33 <= ord(c) < 127 for c in token):
-        raise InputError("token-file", "the token must be printable ASCII without spaces")
+        raise InputError("token_file", "the token must be printable ASCII without spaces")
     return token
 
 
