@@ -24,7 +24,6 @@ Bad input never yields a 5xx.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -110,7 +109,8 @@ def input_error_detail(exc: InputError) -> list[dict]:
 class Guard:
     """ASGI middleware between the network and the handlers, so that no request can hold the
     service: per client (peer address) at most `max_client_requests` requests in flight and at
-    most `max_requests` in all (429 beyond); the body read whole within `body_timeout_s` (408)
+    most `max_requests` in all (429 beyond), a request counted once its body has arrived (a
+    half-sent one holds no slot); the body read whole within `body_timeout_s` (408)
     and at most `max_bytes` (413); a body that is not safe JSON (`specs.reading.parse_data`:
     duplicate keys, deep nesting, huge integers) is 422 before FastAPI parses it; every
     request runs under the service's file policy; a client that disconnects sets the
