@@ -39,6 +39,8 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHO
 
 def cli_case(argv: list[str], tmp: Path) -> str | None:
     """What is wrong with the CLI's answer to `argv` (None: exit 2, one line, no traceback)."""
+    if any("\0" in a for a in argv):
+        return None  # no real command line holds a NUL byte (exec refuses it); the in-process test covers it
     try:
         r = subprocess.run([sys.executable, "-m", "solveplan.cli", *argv], cwd=tmp, env=ENV, capture_output=True,
                            timeout=120, stdin=subprocess.DEVNULL)
