@@ -39,8 +39,6 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHO
 
 def cli_case(argv: list[str], tmp: Path) -> str | None:
     """What is wrong with the CLI's answer to `argv` (None: exit 2, one line, no traceback)."""
-    if any("\0" in a for a in argv):
-        return None  # no real command line holds a NUL byte (exec refuses it); the in-process test covers it
     try:
         r = subprocess.run([sys.executable, "-m", "solveplan.cli", *argv], cwd=tmp, env=ENV, capture_output=True,
                            timeout=120, stdin=subprocess.DEVNULL)
@@ -64,6 +62,7 @@ def run_cli(limit: int | None, workers: int) -> tuple[int, list[str]]:
     (tmp / "jobs.jsonl").write_text(json.dumps({"id": 1, "model": "gpt3-1.3b", "num_gpus": 8}) + "\n")
     cases = [_argv(SLOTS[slot], tmp, name) for slot, name in FILE_CASES] + [_argv(a, tmp) for a in FLAG_CASES]
     cases = cases[:limit] if limit else cases
+    cases = [a for a in cases if not any("\0" in x for x in a)]  # no exec takes a NUL byte: tested in-process
     with ThreadPoolExecutor(workers) as pool:
         verdicts = list(pool.map(lambda a: cli_case(a, tmp), cases))
     return len(cases), [f"`{' '.join(a)[:120]}`: {v}" for a, v in zip(cases, verdicts) if v]
