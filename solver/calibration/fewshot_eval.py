@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from ..specs import JobSpec
 from .crossval import Prediction
-from .fewshot import FewShotFit, RowFacts, calibrated_job, fit_few_shot
+from .fewshot import RowFacts, calibrated_job, fit_few_shot
 from .runs_fit import RowCase, fit, gpu_updates
 
 BASES = ("shipped", "left-out")
@@ -82,19 +82,32 @@ def predict_rows(cases: Sequence[RowCase], jobs: Sequence[JobSpec], factors: dic
     return np.array([c.predict_job(calibrated_job(j, factors) if factors else j)[0] for c, j in zip(cases, jobs)])
 
 
-def calibrate_on(cases: Sequence[RowCase], jobs: Sequence[JobSpec]) -> FewShotFit:
-    """The few-shot fit on these rows (their jobs on the base parameters)."""
+@dataclass
+class Calibrated:
+    """What a fit on K rows gives: the knobs it moved and how it maps a job onto the calibrated cluster."""
+
+    free: list[str]
+    factors: dict[str, float]
+    apply: Callable[[JobSpec], JobSpec]
+
+
+Fitter = Callable[[Sequence[RowCase], Sequence[JobSpec]], Calibrated]
+
+
+def calibrate_on(cases: Sequence[RowCase], jobs: Sequence[JobSpec]) -> Calibrated:
+    """The few-shot fit (`fewshot.fit_few_shot`, as `calibrate --steps` runs it) on these rows."""
     facts = []
     for c, j in zip(cases, jobs):
         _, k, _ = c.predict_job(j)
         facts.append(RowFacts.of(j, c.shapes.row(k)["zero"]))
-    return fit_few_shot(lambda f: predict_rows(cases, jobs, f), [c.row.measured_s for c in cases], facts)
+    f = fit_few_shot(lambda fs: predict_rows(cases, jobs, fs), [c.row.measured_s for c in cases], facts)
+    return Calibrated(f.free, f.factors, lambda job: calibrated_job(job, f.factors))
 
 
 @dataclass
 class Draw:
     train: list[int]  # indices into the group
-    fit: FewShotFit
+    fit: Calibrated
     predicted_s: np.ndarray  # every row of the group, calibrated
     zero_shot_s: np.ndarray
 
@@ -104,15 +117,17 @@ class Draw:
         return pred[test] / measured[test] - 1.0
 
 
-def run_group(cases: Sequence[RowCase], jobs: Sequence[JobSpec], k: int, draws: int, seed: int) -> list[Draw]:
+def run_group(cases: Sequence[RowCase], jobs: Sequence[JobSpec], k: int, draws: int, seed: int,
+              fitter: Fitter = calibrate_on) -> list[Draw]:
     meas = [c.row.measured_s for c in cases]
     ids = [c.row.id for c in cases]
     zero = predict_rows(cases, jobs, {})
     out = []
     for d in range(draws):
         train = draw_rows(meas, ids, k, d, seed)
-        f = calibrate_on([cases[i] for i in train], [jobs[i] for i in train])
-        out.append(Draw(train, f, predict_rows(cases, jobs, f.factors), zero))
+        cal = fitter([cases[i] for i in train], [jobs[i] for i in train])
+        pred = np.array([c.predict_job(cal.apply(j))[0] for c, j in zip(cases, jobs)])
+        out.append(Draw(train, cal, pred, zero))
     return out
 
 
@@ -125,7 +140,7 @@ def group_line(key: tuple[str, str, str], cases: Sequence[RowCase], draws: Seque
     per_draw = [_mape(d.errors(meas)) for d in draws]
     zero = [_mape(d.errors(meas, zero_shot=True)) for d in draws]
     knobs = Counter(n for d in draws for n in d.fit.free)
-    scales = [d.fit.factors["time_scale"] for d in draws]
+    scales = [d.fit.factors.get("time_scale", 1.0) for d in draws]
     return {"source": key[0], "gpu": key[1], "stack": key[2], "rows": len(cases), "draws": len(draws),
             "zero_shot_mape": float(np.median(zero)), "mape_median": float(np.median(per_draw)),
             "mape_worst": float(max(per_draw)), "mape_per_draw": per_draw,
@@ -148,12 +163,40 @@ def pooled_line(name: str, parts: Sequence[tuple[Sequence[RowCase], Sequence[Dra
             "mape_worst": float(max(per_draw))}
 
 
-def calibrated_predictions(cases: Sequence[RowCase], draw: Draw) -> list[Prediction]:
-    return [Prediction(c.row, float(t), {}, True) for c, t in zip(cases, draw.predicted_s)]
+def calibrated_predictions(cases: Sequence[RowCase], jobs: Sequence[JobSpec], draw: Draw) -> list[Prediction]:
+    """Every row of a group on the cluster one draw calibrated (with the shape chosen)."""
+    out = []
+    for c, j in zip(cases, jobs):
+        t, k, fits = c.predict_job(draw.fit.apply(j))
+        out.append(Prediction(c.row, t, c.shapes.row(k), fits))
+    return out
+
+
+def few_shot_sweeps(result: dict) -> list[dict]:
+    """The pick inside each published sweep after few-shot calibration of its group(s): per
+    sweep, the regret of every draw, its median and worst (`sweeps.sweep_lines`). Rows of
+    groups too small to calibrate are left out."""
+    from .sweeps import sweep_lines
+
+    by_sweep: dict[tuple, list[dict]] = defaultdict(list)
+    for d in range(result["draws"]):  # a sweep may span two stacks (Narayanan's ZeRO-3 vs PTD-P): each row on its own
+        preds = [p for cases, jobs, draws in result["_runs"].values() for p in calibrated_predictions(cases, jobs, draws[d])]
+        for line in sweep_lines(preds):
+            by_sweep[(line["source"], line["model"], line["gpu"], line["num_gpus"], line["global_batch_size"],
+                      line["seq_length"])].append(line)
+    out = []
+    for key, lines in sorted(by_sweep.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        regrets = [x["regret"] for x in lines]
+        out.append({**{k: lines[0][k] for k in ("source", "model", "gpu", "num_gpus", "global_batch_size",
+                                                  "seq_length", "configs", "best")},
+                    "regret_median": float(np.median(regrets)), "regret_worst": float(max(regrets)),
+                    "within_3pct": bool(np.median(regrets) <= 0.03), "draws": len(lines)})
+    return out
 
 
 def few_shot(cases: Sequence[RowCase], k: int, base: str = "left-out", draws: int = DEFAULT_DRAWS,
-             seed: int = DEFAULT_SEED, jobs: Optional[Sequence[JobSpec]] = None, progress=None) -> dict:
+             seed: int = DEFAULT_SEED, jobs: Optional[Sequence[JobSpec]] = None, progress=None,
+             fitter: Fitter = calibrate_on) -> dict:
     """Few-shot validation on every (source, GPU) group with at least K + 2 rows: per group,
     per source (its groups pooled) and overall, median and worst MAPE over draws, the
     zero-shot MAPE on the same rows, and the draws themselves (for the sweep ranking)."""
@@ -169,15 +212,16 @@ def few_shot(cases: Sequence[RowCase], k: int, base: str = "left-out", draws: in
                             "reason": f"fewer than K + 2 = {k + 2} rows"})
             continue
         gc = [cases[i] for i in idx]
-        ds = run_group(gc, [jobs[i] for i in idx], k, draws, seed)
-        runs[key] = (gc, ds)
+        ds = run_group(gc, [jobs[i] for i in idx], k, draws, seed, fitter)
+        gj = [jobs[i] for i in idx]
+        runs[key] = (gc, gj, ds)
         lines.append(group_line(key, gc, ds))
         if progress is not None:
             progress(key, len(idx))
     by_source: dict[str, list] = defaultdict(list)
-    for (src, _, _), part in runs.items():
-        by_source[src].append(part)
+    for (src, _, _), (gc, _, ds) in runs.items():
+        by_source[src].append((gc, ds))
     sources = [pooled_line(src, parts) for src, parts in sorted(by_source.items())]
-    overall = pooled_line("all", list(runs.values())) if runs else None
+    overall = pooled_line("all", [(gc, ds) for gc, _, ds in runs.values()]) if runs else None
     return {"k": k, "base": base, "draws": draws, "seed": seed, "groups": lines, "sources": sources, "all": overall,
             "skipped": skipped, "_runs": runs}
