@@ -18,13 +18,14 @@ import argparse
 import itertools
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
 from _common import RESULTS, code_state
 from solveplan.calibration.crossval import Prediction
 from solveplan.calibration.fewshot_eval import (DEFAULT_DRAWS, DEFAULT_SEED, Calibrated, base_jobs, few_shot,
-                                                few_shot_sweeps)
+                                                few_shot_sweeps, left_out_values)
 from solveplan.calibration.fit import Param, fit_least_squares
 from solveplan.calibration.rows import published_rows
 from solveplan.calibration.runs_fit import row_cases
@@ -64,6 +65,16 @@ def legacy_fitter(cases, jobs) -> Calibrated:
     return Calibrated(names, {}, lambda job: _with_gpu(job, update))
 
 
+def folds(cases, cache) -> dict:
+    """The left-out-by-source GPU parameters (one fit per source), from `cache` when given and present."""
+    if cache and Path(cache).is_file():
+        return json.loads(Path(cache).read_text())
+    out = left_out_values(cases, lambda s, n: print(f"left-out: fit without {s} ({n} rows)", flush=True))
+    if cache:
+        Path(cache).write_text(json.dumps(out, indent=1))
+    return out
+
+
 def strip(result: dict) -> dict:
     return {k: v for k, v in result.items() if not k.startswith("_")}
 
@@ -76,6 +87,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--base", nargs="+", default=["left-out", "shipped"], choices=["left-out", "shipped"])
     ap.add_argument("--no-legacy", action="store_true", help="skip the fit calibrate --steps ran before")
+    ap.add_argument("--fold-cache", default=None,
+                    help="JSON file of the left-out fits (read if it exists, else written): they depend only on the "
+                         "formulation and runs_fit, not on the few-shot fit; delete it when those change")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = published_rows(args.data)
@@ -89,7 +103,7 @@ def main() -> None:
           "median (worst) over draws. Zero-shot: the base parameters on the same rows.", ""]
     blob: dict = {"commit": state, "k": args.k, "draws": args.draws, "seed": args.seed, "bases": {}}
     for base in args.base:
-        jobs = base_jobs(cases, base, progress=lambda s, n: print(f"{base}: fold without {s} ({n} rows)", flush=True))
+        jobs = base_jobs(cases, base, folds=folds(cases, args.fold_cache) if base == "left-out" else None)
         zero = [Prediction(c.row, c.predict_job(j)[0], c.shapes.row(c.predict_job(j)[1]), True) for c, j in zip(cases, jobs)]
         blob["bases"][base] = out = {"zero_shot_sweeps": sweep_report(zero), "structured": {}, "legacy": {}}
         md += [f"## Base: {base}", ""]

@@ -15,9 +15,10 @@ K points identify few parameters, so the fit is structured, not a free fit of ev
   first (README "Accuracy against published runs": per-source median errors of -12% to +16%).
 - One more knob at a time joins, the one the residuals point to, only if (a) the K rows
   identify it: moving it by its prior sd changes the rows' times *relative to each other*
-  (the part the knobs already free cannot mimic) by more than the noise the rows show after
-  the current fit (`residual_noise`); (b) it improves the fit
-  by Schwarz's criterion (BIC: `K ln(SS_before / SS_after) > ln K`); and (c) at least one
+  (the part the knobs already free cannot mimic) by more than the noise the rows show once
+  it is fitted too (`residual_noise`): the data then pin it more tightly than its prior; (b) it improves the fit
+  by Schwarz's criterion (BIC: `K ln(SS_before / SS_after) > ln K`, SS never counted below
+  K measurement repeatabilities); and (c) at least one
   measurement stays beyond the parameter count (`K - 1` parameters at most), so that the
   residual still says whether the model holds. A knob the rows do not use (FP8 efficiency
   without FP8 rows) is never a candidate; a knob not identified is reported, not moved.
@@ -181,6 +182,12 @@ def residual_noise(residuals: np.ndarray, n_free: int) -> float:
     return max(MEASUREMENT_NOISE_LOG, float(np.sqrt(np.sum(residuals**2) / dof)))
 
 
+def _explained_ss(residuals: np.ndarray) -> float:
+    """Sum of squared residuals, never below K repeatabilities: a knob gains nothing for
+    explaining residuals a repeated measurement would not reproduce."""
+    return max(float(np.sum(residuals**2)), len(residuals) * MEASUREMENT_NOISE_LOG**2)
+
+
 def identified(predict: Predict, factors: dict[str, float], name: str, noise: float) -> bool:
     """Whether the rows tell `name` apart from the knobs already free: its sensitivity, with
     the part the free knobs can mimic projected out, moves the rows relative to each other by
@@ -204,14 +211,13 @@ def fit_few_shot(predict: Predict, measured: Sequence[float], facts: Sequence[Ro
     pool = [n for n in candidates if n != "time_scale" and KNOB_BY_NAME[n].used(facts)]
     while len(names) < K - 1 and pool:
         factors = {n: math.exp(res.values[n]) for n in names}
-        ss = float(np.sum(res.residuals**2))
-        noise = residual_noise(res.residuals, len(names))
+        ss = _explained_ss(res.residuals)
         best = None
         for n in pool:
-            if not identified(predict, factors, n, noise):
+            trial = _fit(predict, log_meas, names + [n])
+            if not identified(predict, factors, n, residual_noise(trial.residuals, len(names) + 1)):
                 continue
-            trial = _fit(predict, log_meas, names + [n], noise)
-            gain = K * math.log(max(ss, 1e-12) / max(float(np.sum(trial.residuals**2)), 1e-12))
+            gain = K * math.log(ss / _explained_ss(trial.residuals))
             if gain > math.log(K) and (best is None or trial.rms < best[1].rms):
                 best = (n, trial)
         if best is None:

@@ -53,22 +53,26 @@ def draw_rows(measured: Sequence[float], ids: Sequence[str], k: int, draw: int, 
     return sorted(int(stratum[rng.integers(len(stratum))]) for stratum in np.array_split(order, k))
 
 
-def base_jobs(cases: Sequence[RowCase], base: str, progress=None) -> list[JobSpec]:
-    """Each row's job on the GPU parameters the calibration starts from."""
+def left_out_values(cases: Sequence[RowCase], progress=None) -> dict[str, dict]:
+    """Per source, the GPU parameters fitted on every other source (`runs_fit.fit`)."""
+    out = {}
+    for src in sorted({c.row.source for c in cases}):
+        train = [c for c in cases if c.row.source != src]
+        out[src] = fit(train).values
+        if progress is not None:
+            progress(src, len(train))
+    return out
+
+
+def base_jobs(cases: Sequence[RowCase], base: str, progress=None, folds: Optional[dict] = None) -> list[JobSpec]:
+    """Each row's job on the GPU parameters the calibration starts from (`folds`: the
+    `left_out_values` when already computed)."""
     if base not in BASES:
         raise ValueError(f"unknown base {base!r}; use one of {', '.join(BASES)}")
     if base == "shipped":
         return [c.row.job for c in cases]
-    out: list[Optional[JobSpec]] = [None] * len(cases)
-    for src in sorted({c.row.source for c in cases}):
-        train = [c for c in cases if c.row.source != src]
-        upd = gpu_updates(fit(train).values)
-        for i, c in enumerate(cases):
-            if c.row.source == src:
-                out[i] = _with_gpu(c.row.job, upd.get(c.chip, {}))
-        if progress is not None:
-            progress(src, len(train))
-    return out
+    folds = folds if folds is not None else left_out_values(cases, progress)
+    return [_with_gpu(c.row.job, gpu_updates(folds[c.row.source]).get(c.chip, {})) for c in cases]
 
 
 def _with_gpu(job: JobSpec, update: dict) -> JobSpec:
