@@ -17,8 +17,8 @@ K points identify few parameters, so the fit is structured, not a free fit of ev
   identify it: moving it by its prior sd changes the rows' times *relative to each other*
   (the part the knobs already free cannot mimic) by more than the noise the rows show once
   it is fitted too (`residual_noise`): the data then pin it more tightly than its prior; (b) it improves the fit
-  by Schwarz's criterion (BIC: `K ln(SS_before / SS_after) > ln K`, SS never counted below
-  K measurement repeatabilities); and (c) at least one
+  by Schwarz's criterion (BIC: `K ln(SS_before / SS_after) > ln K`, SS in the fit's robust
+  loss and never counted below K measurement repeatabilities); and (c) at least one
   measurement stays beyond the parameter count (`K - 1` parameters at most), so that the
   residual still says whether the model holds. A knob the rows do not use (FP8 efficiency
   without FP8 rows) is never a candidate; a knob not identified is reported, not moved.
@@ -175,17 +175,25 @@ def _sensitivity(predict: Predict, factors: dict[str, float], name: str, h: floa
     return (moved - base) / h
 
 
+def robust_ss(residuals: np.ndarray) -> float:
+    """Sum of squares in the fit's own robust loss (soft_l1 at scale NOISE_LOG): r^2 for a
+    small residual, growing linearly beyond the noise, so one row the model cannot explain
+    weighs in model choice as little as it pulls in the fit."""
+    z = (np.asarray(residuals) / NOISE_LOG) ** 2
+    return float(NOISE_LOG**2 * np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+
 def residual_noise(residuals: np.ndarray, n_free: int) -> float:
-    """The noise the rows show once the free knobs are fitted (rms with K - p degrees of
-    freedom), at least the repeatability of a measured step (`MEASUREMENT_NOISE_LOG`)."""
+    """The noise the rows show once the free knobs are fitted (robust rms with K - p degrees
+    of freedom), at least the repeatability of a measured step (`MEASUREMENT_NOISE_LOG`)."""
     dof = max(1, len(residuals) - n_free)
-    return max(MEASUREMENT_NOISE_LOG, float(np.sqrt(np.sum(residuals**2) / dof)))
+    return max(MEASUREMENT_NOISE_LOG, math.sqrt(robust_ss(residuals) / dof))
 
 
 def _explained_ss(residuals: np.ndarray) -> float:
     """Sum of squared residuals, never below K repeatabilities: a knob gains nothing for
     explaining residuals a repeated measurement would not reproduce."""
-    return max(float(np.sum(residuals**2)), len(residuals) * MEASUREMENT_NOISE_LOG**2)
+    return max(robust_ss(residuals), len(residuals) * MEASUREMENT_NOISE_LOG**2)
 
 
 def identified(predict: Predict, factors: dict[str, float], name: str, noise: float) -> bool:
