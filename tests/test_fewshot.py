@@ -183,3 +183,15 @@ def test_few_shot_sweeps_rank_each_row_on_its_own_groups_calibration(korthikanti
     lines = few_shot_sweeps(res)
     assert {x["model"] for x in lines} == {c.row.job.model.name for c in group}  # 4 sweeps of 2 recompute modes
     assert all(x["draws"] == 2 and x["regret_worst"] >= x["regret_median"] >= 0 for x in lines)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (("--few-shot", "1"), "--few-shot"),
+    (("--few-shot", "3", "--cross-validate", "source"), "--few-shot"),
+    (("--few-shot", "3", "--draws", "0"), "--draws"),
+])
+def test_validate_few_shot_bad_input_is_one_line_and_exit_2(cli, argv, field):
+    code, out, err = cli("validate", *argv)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], err

@@ -100,13 +100,13 @@ def validate(data, by, few_shot, base, draws, as_json):
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
         return
-    from ..render.validation import memory_table, ranking_table, summary_table, worst_rows_table
+    from ..render.validation import memory_table, summary_table, sweeps_table, worst_rows_table
 
     click.echo(f"# Step time, {result['mode']}: {len(result['rows'])} rows ({len(result['skipped'])} skipped)\n")
     for g in result["groupings"]:
         click.echo(summary_table(result["summary"][g], g) + "\n")
     click.echo("## Worst rows\n\n" + worst_rows_table(result["worst"]) + "\n")
-    click.echo("## The formulation's pick inside measured sweeps\n\n" + ranking_table(result["ranking"]) + "\n")
+    click.echo("## The formulation's pick inside each published sweep\n\n" + sweeps_table(result["ranking"]) + "\n")
     click.echo("## Memory per GPU, first stage (Korthikanti et al. 2022 Fig. 1)\n\n" + memory_table(result["memory"]))
     for r in result["skipped"]:
         click.echo(f"skipped {r['id']}: {r['reason']}")
