@@ -66,12 +66,13 @@ def _spread(x: np.ndarray) -> float:
     return float(x.max() / x.min() - 1.0)
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+def _spearman(x: np.ndarray, y: np.ndarray):
+    """Rank correlation of predicted and measured times; None below 3 configurations (JSON-safe)."""
     if len(x) < 3:
-        return float("nan")
+        return None
     rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
     c = np.corrcoef(rx, ry)[0, 1]
-    return float(c) if np.isfinite(c) else float("nan")
+    return float(c) if np.isfinite(c) else None
 
 
 def sweep_lines(preds: Sequence) -> list[dict]:
