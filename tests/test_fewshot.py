@@ -195,3 +195,17 @@ def test_validate_few_shot_bad_input_is_one_line_and_exit_2(cli, argv, field):
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and field in lines[0], err
+
+
+def test_a_flash2_stack_says_so_and_only_its_attention_knob_is_a_candidate():
+    from solveplan.calibration.fewshot import KNOB_BY_NAME
+    from solveplan.calibration.step_fit import build_step_rows
+    from solveplan.catalog import load_cluster
+
+    rows = build_step_rows([{"model": "llama2-7b", "tp": "1", "pp": "1", "dp": "16", "zero": "3",
+                             "attention_kernel": "flash2", "step_time_s": "9.0"}], load_cluster("h100x16"), "s.csv")
+    facts = [RowFacts.of(rows[0].job, rows[0].parallel.zero)]
+    assert rows[0].job.attention_kernel == "flash2"
+    used = {n for n, k in KNOB_BY_NAME.items() if k.used(facts)}
+    assert {"flash2_attention_efficiency", "sharded_layer_overhead_us", "network_efficiency"} <= used
+    assert not {"attention_efficiency", "fp8_matmul_efficiency"} & used
