@@ -6,9 +6,11 @@ K points identify few parameters, so the fit is structured, not a free fit of ev
   value as its prior mean (log-multiplier 0) and a prior standard deviation stated with its
   reason. Residuals are `log(predicted / measured)`; the prior rows weigh `noise * x / sd`,
   so one prior standard deviation weighs as much as one measurement off by the noise: the
-  data outweigh the prior as K grows (Gaussian MAP estimate). The noise is `NOISE_LOG` for
-  the time scale alone, then what the rows show once it is fitted (`residual_noise`, at
-  least a measurement's repeatability): consistent rows earn a weaker prior (empirical Bayes).
+  data outweigh the prior as K grows (Gaussian MAP estimate). The noise is `NOISE_LOG` while
+  knobs are chosen; the final estimate uses the rows' own noise pooled with `NOISE_LOG`
+  (`pooled_noise`): many consistent rows earn a weaker prior, three rows do not.
+- Of the candidates that pass, the one with the lowest posterior cost (robust data cost
+  plus prior cost) joins: the smallest departure from the priors that explains the rows.
 - `time_scale` is always free: one factor on every GPU-local term of the stack (all
   tensor-core efficiencies and the HBM efficiency times s, the per-layer overheads divided by
   s; links untouched: nccl-tests calibrate those). It is what the published sources differ by
@@ -46,6 +48,9 @@ NOISE_LOG = 0.05
 # Repeatability of a measured step time averaged over 20+ steps on an idle cluster (~1%):
 # the smallest noise an identification test assumes, however well the rows fit.
 MEASUREMENT_NOISE_LOG = 0.01
+# Weight of NOISE_LOG in the final noise estimate, in rows (`pooled_noise`): two, so that the
+# rows' own noise counts for more as soon as they have more than two degrees of freedom left.
+NOISE_PSEUDO_ROWS = 2
 EFFICIENCY_FIELDS = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
                      "flash2_attention_efficiency", "hbm_efficiency")
 OVERHEAD_FIELDS = ("layer_overhead_us", "sharded_layer_overhead_us")
@@ -190,6 +195,23 @@ def residual_noise(residuals: np.ndarray, n_free: int) -> float:
     return max(MEASUREMENT_NOISE_LOG, math.sqrt(robust_ss(residuals) / dof))
 
 
+def pooled_noise(residuals: np.ndarray, n_free: int) -> float:
+    """The noise the final estimate weighs the priors against: the rows' own (`residual_noise`)
+    pooled with `NOISE_PSEUDO_ROWS` rows at `NOISE_LOG` (the conjugate scaled-inverse-chi^2
+    prior of a Gaussian noise): with one degree of freedom left the rows cannot claim a noise
+    of 1% and so free the knobs from their priors; with many they can."""
+    dof = max(0, len(residuals) - n_free)
+    s2 = residual_noise(residuals, n_free) ** 2
+    return math.sqrt((NOISE_PSEUDO_ROWS * NOISE_LOG**2 + dof * s2) / (NOISE_PSEUDO_ROWS + dof))
+
+
+def _posterior_cost(res, names: Sequence[str]) -> float:
+    """Data (robust) plus prior cost of a fit at the model noise: of two knobs that fit the
+    rows alike, the one that needs the smaller departure from its prior wins."""
+    prior = sum((NOISE_LOG * res.values[n] / KNOB_BY_NAME[n].prior_sd_log) ** 2 for n in names)
+    return robust_ss(res.residuals) + prior
+
+
 def _explained_ss(residuals: np.ndarray) -> float:
     """Sum of squared residuals, never below K repeatabilities: a knob gains nothing for
     explaining residuals a repeated measurement would not reproduce."""
@@ -226,15 +248,16 @@ def fit_few_shot(predict: Predict, measured: Sequence[float], facts: Sequence[Ro
             if not identified(predict, factors, n, residual_noise(trial.residuals, len(names) + 1)):
                 continue
             gain = K * math.log(ss / _explained_ss(trial.residuals))
-            if gain > math.log(K) and (best is None or trial.rms < best[1].rms):
-                best = (n, trial)
+            cost = _posterior_cost(trial, names + [n])
+            if gain > math.log(K) and (best is None or cost < best[2]):
+                best = (n, trial, cost)
         if best is None:
             break
         names.append(best[0])
         pool.remove(best[0])
         res = best[1]
     if len(names) > 1:  # the final estimate weighs the priors against the noise these rows show
-        res = _fit(predict, log_meas, names, residual_noise(res.residuals, len(names)))
+        res = _fit(predict, log_meas, names, pooled_noise(res.residuals, len(names)))
     left = [n for n in pool if n not in names]
     if left:
         notes.append(f"not moved (the {K} measurements do not identify them or they do not improve the fit): "
