@@ -103,13 +103,14 @@ def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: Optional[st
                 r.before_s = b.before_s
         phase(f"fitting GPU efficiencies on {len(rows)} measured steps (least squares through the formulation)")
         step_fit = fit_steps(rows, new, step_source)
-        fitted = {p.name: significant(p.value) for p in step_fit.params}
+        fitted = {k: significant(v) for k, v in step_fit.gpu_update.items()}
         notes = (f"calibrated by solveplan calibrate on {len(rows)} measured steps ({step_source}): "
-                 + ", ".join(f"{k}={v:.4g}" for k, v in fitted.items())
-                 + f"; rms error {step_fit.rms_before:.1%} -> {step_fit.rms_after:.1%}")
+                 + ", ".join(f"{p.name} x{p.value:.4g}" for p in step_fit.params) + " ("
+                 + ", ".join(f"{k}={v:.4g}" for k, v in {**fitted, **step_fit.cluster_update}.items())
+                 + f"); rms error {step_fit.rms_before:.1%} -> {step_fit.rms_after:.1%}")
         gpu = new.gpu.model_copy(update={**fitted, "fit_notes": notes, "efficiencies_assumed_from": None,
                                          "source": f"{new.gpu.source.strip()} Efficiencies: {notes}."})
-        new = new.model_copy(update={"gpu": gpu})
+        new = new.model_copy(update={"gpu": gpu, **{k: significant(v) for k, v in step_fit.cluster_update.items()}})
         parts.append(f"GPU efficiencies from {step_source}")
     new = new.model_copy(update={"source": f"{cluster.name} calibrated by solveplan calibrate: " + "; ".join(parts)})
     # re-validate through the spec (model_copy does not)

@@ -6,10 +6,11 @@
   another cluster, software stack or model will see. Only the parameters that move the group's
   chips are refitted (`coupled_params`: the fit is separable by chip), on those chips' rows.
 - `summary` / `worst`: MAPE per group, the rows furthest off.
-- `ranking`: the planner's choice inside measured sweeps. For every set of rows with the same
-  model, GPU count, global batch and sequence length (several configurations of one job),
-  how much slower the configuration the formulation ranks first measured than the measured
-  best (0 when it picks the best).
+- `ranking`: the planner's choice inside measured sweeps (`sweeps.py`). For every set of a
+  source's rows with the same model, GPU, GPU count, global batch and sequence length
+  (several configurations of one job), how much slower the configuration the formulation
+  ranks first measured than the measured best (0 when it picks the best), the spreads and
+  the structural terms in which pick and best differ.
 - `memory_points`: per-GPU memory of Korthikanti et al. 2022 Fig. 1 (first stage).
 - `validation`: all of it for the published files, as data (what `solveplan validate` shows).
 """
@@ -123,23 +124,10 @@ def worst(preds: Sequence[Prediction], n: int = 10) -> list[Prediction]:
 
 
 def ranking(preds: Sequence[Prediction]) -> dict:
-    """The planner's pick inside measured sweeps (see the module docstring)."""
-    groups: dict[tuple, list[Prediction]] = defaultdict(list)
-    for p in preds:
-        j = p.row.job
-        groups[(j.model.name, p.row.num_gpus, j.global_batch_size, j.seq_length, p.row.gpu)].append(p)
-    lines = []
-    for (model, n, gbs, seq, gpu), ps in sorted(groups.items()):
-        if len(ps) < 2:
-            continue
-        pick = min(ps, key=lambda p: p.predicted_s)
-        best = min(ps, key=lambda p: p.row.measured_s)
-        lines.append({"model": model, "gpu": gpu, "num_gpus": n, "global_batch_size": gbs, "seq_length": seq,
-                      "configs": len(ps), "picked": pick.row.id, "best": best.row.id,
-                      "regret": pick.row.measured_s / best.row.measured_s - 1.0})
-    regrets = np.array([x["regret"] for x in lines]) if lines else np.zeros(0)
-    return {"groups": lines, "median_regret": float(np.median(regrets)) if len(regrets) else None,
-            "max_regret": float(regrets.max()) if len(regrets) else None}
+    """The planner's pick inside measured sweeps, per sweep (`sweeps.sweep_report`)."""
+    from .sweeps import sweep_report
+
+    return sweep_report(preds)
 
 
 def memory_points(memory_datapoints: dict, rows: Sequence[Row], values: Optional[dict] = None) -> list[dict]:

@@ -113,6 +113,11 @@ class RowCase:
         if gpu_update:
             cl = job.cluster
             job = job.model_copy(update={"cluster": cl.model_copy(update={"gpu": cl.gpu.model_copy(update=gpu_update)})})
+        return self.predict_job(job)
+
+    def predict_job(self, job) -> tuple[float, int, bool]:
+        """`predict` for the row's job on another cluster (a calibrated one): the fastest
+        shape that fits, among the row's candidate shapes."""
         step, _, fits = step_time_batch(job_coefficients(job, self.shapes), self.layers)
         pool = np.where(fits, step, np.inf) if fits.any() else step
         k = int(np.argmin(pool))

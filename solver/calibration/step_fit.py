@@ -1,14 +1,14 @@
-"""GPU efficiencies, from measured steps of known configurations: matmul_efficiency,
-layer_overhead_us and, when any configuration uses flash attention, attention_efficiency,
-predicted through the real formulation (`plan.make_plan` on each row's configuration,
-completed once by `plan.plan_config` like `solveplan evaluate`'s), on the cluster with the
-fitted links. The step time is piecewise smooth in these parameters (bottleneck stage,
-exposed overlap), so the fit starts from the best point of a coarse grid (as
-benchmarks/fit_published.py does) and refines with least squares (`fit.fit_least_squares`).
+"""GPU efficiencies, from measured steps of known configurations, predicted through the real
+formulation (`plan.make_plan` on each row's configuration, completed once by
+`plan.plan_config` like `solveplan evaluate`'s), on the cluster with the fitted links. The
+fit is the few-shot fit of `fewshot.py`: the stack's time scale (every GPU-local term) from
+2 or more measurements, and one more knob at a time (GEMM, FP8 or attention efficiency,
+per-layer or FSDP overhead, network efficiency) only where the measurements identify it and
+it improves the fit by BIC, each with the cluster's value as its prior.
 
-Refusals (`InputError`, one line saying what to measure next): fewer step measurements than
-parameters; the same configuration measured twice with >25% different times; a GPU
-parameter pinned at a bound with large residuals (the points do not follow the model).
+Refusals (`InputError`, one line saying what to measure next): fewer than 2 step
+measurements; the same configuration measured twice with >25% different times; a knob
+pinned at a bound with large residuals (the points do not follow the model).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from ..errors import InputError
 from ..plan import ParallelConfig, make_plan, plan_config
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import build
-from .fit import BAD_FIT_RMS, Param, fit_least_squares
+from .fewshot import KNOB_BY_NAME, FewShotFit, RowFacts, calibrated_fields, calibrated_job, fit_few_shot
+from .fit import BAD_FIT_RMS, Param
 
 DUPLICATE_SPREAD = 1.25
 
@@ -35,7 +36,8 @@ DUPLICATE_SPREAD = 1.25
 STEP_COLUMNS = ("model", "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
                 "global_batch_size", "seq_length", "step_time_s")
 _OPTIONAL = ("dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "global_batch_size",
-             "seq_length", "num_gpus", "flash_attention", "precision", "tp_comm_overlap", "label", "name", "id")
+             "seq_length", "num_gpus", "flash_attention", "attention_kernel", "precision", "tp_comm_overlap", "label",
+             "name", "id")
 _ALIASES = {"mbs": "micro_batch_size", "gbs": "global_batch_size", "seq_len": "seq_length", "seq": "seq_length",
             "step_time": "step_time_s", "iteration_time_s": "step_time_s", "sp": "sequence_parallel",
             "zero_stage": "zero", "flash": "flash_attention"}
@@ -62,6 +64,8 @@ class StepFit:
     rms_after: float
     dof: int
     notes: list[str] = field(default_factory=list)
+    gpu_update: dict = field(default_factory=dict)  # GPU fields of the calibrated cluster
+    cluster_update: dict = field(default_factory=dict)  # cluster fields (network_efficiency)
 
 
 def _bool(v, where):
@@ -146,7 +150,7 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
         unknown = sorted(set(r) - set(STEP_COLUMNS) - set(_OPTIONAL))
         if unknown:
             raise InputError("steps", f"{where}: unknown column {unknown[0]!r}; columns are {', '.join(STEP_COLUMNS)} "
-                                      "(+ num_gpus, flash_attention, precision, tp_comm_overlap, label)")
+                                      "(+ num_gpus, flash_attention, attention_kernel, precision, tp_comm_overlap, label)")
         for req in ("model", "tp", "pp", "step_time_s"):
             if req not in r:
                 raise InputError("steps", f"{where}: missing {req}")
@@ -187,6 +191,8 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
                       tp_comm_overlap=_bool(r.get("tp_comm_overlap", False), f"{where} tp_comm_overlap"))
         if "precision" in r:
             job_kw["precision"] = str(r["precision"]).lower()
+        if "attention_kernel" in r:  # flash2 for PyTorch FSDP / llm-foundry stacks (the few-shot fit moves its efficiency)
+            job_kw["attention_kernel"] = str(r["attention_kernel"]).lower()
         job = build(JobSpec, job_kw, where)
         try:
             plan = plan_config(job, cfg)
@@ -201,54 +207,18 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
     return out
 
 
-GPU_PARAMS = {  # name: (lower, upper, scale, unit)
-    "matmul_efficiency": (0.02, 1.0, 0.1, ""),
-    "layer_overhead_us": (0.0, 20000.0, 100.0, "us"),
-    "attention_efficiency": (0.02, 1.0, 0.1, ""),
-}
-GPU_GRID = {
-    "matmul_efficiency": (0.3, 0.5, 0.7, 0.9),
-    "layer_overhead_us": (0.0, 100.0, 400.0, 1500.0),
-    "attention_efficiency": (0.2, 0.45, 0.7),
-}
+MIN_STEPS = 2  # one to fit the stack's time scale, one to check it (fewshot.py: K - 1 parameters at most)
 
 
-def gpu_params(base_gpu, names: Sequence[str], bounds: Optional[dict] = None) -> list[Param]:
-    out = []
-    for name in names:
-        lo, hi, scale, unit = (bounds or {}).get(name, GPU_PARAMS[name])
-        before = base_gpu.fused_attention_efficiency if name == "attention_efficiency" else getattr(base_gpu, name)
-        out.append(Param(name, float(before), lo, hi, scale, unit))
-    return out
+def predict_steps(rows: list[StepRow], factors: dict) -> np.ndarray:
+    """The formulation's step time of every row on the cluster calibrated by `factors`
+    (few-shot knob -> multiplier, `fewshot.calibrated_job`)."""
+    return np.array([make_plan(calibrated_job(r.job, factors) if factors else r.job, r.parallel, r.layers).step_time_s
+                     for r in rows])
 
 
-def grid_seeds(params: Sequence[Param]) -> list[dict]:
-    import itertools
-
-    free = [p for p in params if not p.fixed]
-    return [dict(zip([p.name for p in free], combo)) for combo in itertools.product(*(GPU_GRID[p.name] for p in free))]
-
-
-def predict_steps(rows: list[StepRow], gpu_update: dict) -> np.ndarray:
-    """The formulation's step time of every row with the GPU parameters `gpu_update`."""
-    out = np.empty(len(rows))
-    for k, row in enumerate(rows):
-        c = row.job.cluster
-        job = row.job.model_copy(update={"cluster": c.model_copy(update={"gpu": c.gpu.model_copy(update=gpu_update)})})
-        out[k] = make_plan(job, row.parallel, row.layers).step_time_s
-    return out
-
-
-def fit_steps(rows: list[StepRow], cluster: ClusterSpec, source: str) -> StepFit:
-    names = ["matmul_efficiency", "layer_overhead_us"]
-    if any(r.job.flash_attention for r in rows):
-        names.append("attention_efficiency")
-    if len(rows) < len(names):
-        raise InputError("steps", (
-            f"{len(rows)} measured step(s) in {source} for {len(names)} parameters ({', '.join(names)}); measure at "
-            f"least {len(names) - len(rows)} more configuration(s), e.g. the same model at another micro-batch size "
-            "and another sequence length"))
-    # the same configuration measured twice must agree
+def _check_duplicates(rows: list[StepRow], source: str) -> None:
+    """The same configuration measured twice must agree."""
     seen: dict[tuple, StepRow] = {}
     for r in rows:
         key = (r.job.model.name, r.job.cluster.num_gpus, r.job.global_batch_size, r.job.seq_length,
@@ -262,37 +232,51 @@ def fit_steps(rows: list[StepRow], cluster: ClusterSpec, source: str) -> StepFit
                     f"and {r.measured_s:.4g} s; remeasure it (skip warm-up steps, average 20+ steps on an idle cluster)"))
         else:
             seen[key] = r
-    params = gpu_params(cluster.gpu, names)
+
+
+def _knob_params(fit: FewShotFit) -> list[Param]:
+    """The knobs the fit moved, as multipliers of the cluster's values (1 = unchanged)."""
+    out = []
+    for name, f in fit.factors.items():
+        b = KNOB_BY_NAME[name].bound_log
+        p = Param(name, 1.0, math.exp(-b), math.exp(b), 0.1, "x", value=f, sd=f * fit.sd_log.get(name, math.nan))
+        out.append(p)
+    return out
+
+
+def fit_steps(rows: list[StepRow], cluster: ClusterSpec, source: str) -> StepFit:
+    """The few-shot fit (`fewshot.fit_few_shot`) on the measured steps: the stack's time scale,
+    then only the knobs these measurements identify."""
+    if len(rows) < MIN_STEPS:
+        raise InputError("steps", (
+            f"{len(rows)} measured step(s) in {source}: measure at least {MIN_STEPS} configurations (one fits the "
+            "stack's time scale, the other checks it), e.g. the same model at another micro-batch size"))
+    _check_duplicates(rows, source)
     meas = np.array([r.measured_s for r in rows])
-
-    def resid(v):
-        return np.log(predict_steps(rows, v) / meas)
-
-    fit = fit_least_squares(resid, params, seeds=grid_seeds(params), diff_step=1e-6)
-    before = np.array([r.before_s for r in rows])
-    after = predict_steps(rows, fit.values)
-    for r, a in zip(rows, after):
+    facts = [RowFacts.of(r.job, r.parallel.zero) for r in rows]
+    fit = fit_few_shot(lambda f: predict_steps(rows, f), meas, facts)
+    for r, a in zip(rows, predict_steps(rows, fit.factors)):
         r.after_s = float(a)
+    before = np.array([r.before_s for r in rows])
+    gpu_update, cluster_update = calibrated_fields(cluster, fit.factors)
+    params = _knob_params(fit)
     out = StepFit(rows, params, rms_before=float(np.sqrt(np.mean(np.log(before / meas) ** 2))),
-                  rms_after=fit.rms, dof=fit.dof)
+                  rms_after=fit.rms_after, dof=len(rows) - len(params), notes=list(fit.notes),
+                  gpu_update=gpu_update, cluster_update=cluster_update)
     for p in params:
         if p.at_bound:
-            side = "upper" if p.value >= p.upper - 1e-9 * max(1, p.upper) else "lower"
-            if fit.rms > BAD_FIT_RMS:
-                faster = side == "upper" if p.name != "layer_overhead_us" else side == "lower"
+            side = "upper" if p.value >= p.upper * (1 - 1e-6) else "lower"
+            if fit.rms_after > BAD_FIT_RMS:
+                slower = (side == "lower") == (p.name != "layer_overhead_us" and p.name != "sharded_layer_overhead_us")
                 raise InputError("steps", (
-                    f"{p.name} is pinned at its {side} bound {p.lower if side == 'lower' else p.upper:g} with "
-                    f"{fit.rms:.0%} rms error: the measured steps in {source} are "
-                    f"{'faster' if faster else 'slower'} than the formulation can explain; check the GPU type, the "
+                    f"{p.name} is pinned at its {side} bound (x{p.lower if side == 'lower' else p.upper:.3g}) with "
+                    f"{fit.rms_after:.0%} rms error: the measured steps in {source} are "
+                    f"{'slower' if slower else 'faster'} than the formulation can explain; check the GPU type, the "
                     "cluster size and each row's tp/pp/micro-batch/recompute, then measure again"))
-            out.notes.append(f"{p.name} sits at its {side} bound ({p.value:g}); the fit is still within "
-                             f"{fit.rms:.1%} rms, so it is kept, but the value is a limit, not an estimate.")
-        if not p.fixed and not math.isfinite(p.sd) and fit.dof > 0:
-            out.notes.append(f"{p.name} is not determined by these measurements (its effect is confounded with the "
-                             "others); vary the sequence length and the micro-batch size to separate them.")
-    if fit.dof == 0:
-        out.notes.append("as many measurements as parameters: an exact fit with no uncertainty estimate; add "
-                         "measurements to get one.")
+            out.notes.append(f"{p.name} sits at its {side} bound (x{p.value:.3g}); the fit is still within "
+                             f"{fit.rms_after:.1%} rms, so it is kept, but the value is a limit, not an estimate.")
+    if out.dof == 0:
+        out.notes.append("as many measurements as parameters: an exact fit with no check; add measurements.")
     for r in rows:
         if r.fits_memory is False:
             out.notes.append(f"row {r.index} ({r.label}): the formulation's memory estimate says this configuration "

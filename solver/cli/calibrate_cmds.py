@@ -27,7 +27,8 @@ from .plan_cmds import _StderrProgress
 @click.argument("more_logs", nargs=-1, metavar="[LOG]...")
 @click.option("--steps", "steps", default=None, type=click.Path(dir_okay=False),
               help="Measured step times (CSV or JSON): model, tp, pp, dp, cp, vp, micro_batch_size, recompute, "
-                   "sequence_parallel, zero, global_batch_size, seq_length, step_time_s.")
+                   "sequence_parallel, zero, global_batch_size, seq_length, step_time_s (+ precision, "
+                   "attention_kernel cudnn|flash2). 2 or more: the stack's time scale, then only what they identify.")
 @click.option("-o", "--output", "output", required=True, type=OUTPUT,
               help="Calibrated cluster YAML to write.")
 @click.option("--report", "report", default=None, type=OUTPUT, help="Markdown report to write.")
@@ -93,11 +94,22 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
                                            "(repeatable; default: the copies shipped in the package).")
 @click.option("--cross-validate", "by", type=click.Choice(["source", "model", "gpu"]), default=None,
               help="Fit on every group but one and predict the one left out (minutes: one fit per group).")
+@click.option("--few-shot", "few_shot", type=int, default=None, metavar="K",
+              help="Calibrate on K rows of each source, GPU and stack (as calibrate --steps does), predict the "
+                   "group's other rows: MAPE per source and group, median and worst over draws.")
+@click.option("--base", "base", type=click.Choice(["left-out", "shipped"]), default="left-out",
+              help="With --few-shot: start from GPU parameters fitted without the group's source (left-out, "
+                   "minutes: one fit per source) or from the shipped ones.")
+@click.option("--draws", "draws", type=int, default=5, help="With --few-shot: draws of K rows per group (seed 0).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def validate(data, by, as_json):
+def validate(data, by, few_shot, base, draws, as_json):
     """Predicted vs measured step time of every published run: MAPE per source, GPU and model
     family, the worst rows, the pick inside measured sweeps, and the memory points."""
     from ..calibration.crossval import validation
+
+    if few_shot is not None:
+        _validate_few_shot(list(data) or None, few_shot, base, draws, by, as_json)
+        return
 
     def note(group, n_train, n_test):
         if not as_json:
@@ -107,13 +119,42 @@ def validate(data, by, as_json):
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
         return
-    from ..render.validation import memory_table, ranking_table, summary_table, worst_rows_table
+    from ..render.validation import memory_table, summary_table, sweeps_table, worst_rows_table
 
     click.echo(f"# Step time, {result['mode']}: {len(result['rows'])} rows ({len(result['skipped'])} skipped)\n")
     for g in result["groupings"]:
         click.echo(summary_table(result["summary"][g], g) + "\n")
     click.echo("## Worst rows\n\n" + worst_rows_table(result["worst"]) + "\n")
-    click.echo("## The formulation's pick inside measured sweeps\n\n" + ranking_table(result["ranking"]) + "\n")
+    click.echo("## The formulation's pick inside each published sweep\n\n" + sweeps_table(result["ranking"]) + "\n")
     click.echo("## Memory per GPU, first stage (Korthikanti et al. 2022 Fig. 1)\n\n" + memory_table(result["memory"]))
     for r in result["skipped"]:
         click.echo(f"skipped {r['id']}: {r['reason']}")
+
+
+def _validate_few_shot(data, k, base, draws, by, as_json):
+    """`validate --few-shot K` (calibration/fewshot_eval.py)."""
+    from ..calibration.fewshot_eval import few_shot, few_shot_sweeps
+    from ..calibration.rows import published_rows
+    from ..calibration.runs_fit import row_cases
+
+    if by:
+        raise InputError("--few-shot", "give either --few-shot K or --cross-validate, not both")
+    if k < 2:
+        raise InputError("--few-shot", f"K = {k}: calibrate needs at least 2 measured steps; give --few-shot 2 or more")
+    if draws < 1:
+        raise InputError("--draws", f"{draws}: give at least 1 draw")
+    note = (lambda g, n: None) if as_json else (lambda g, n: click.echo(f"calibrated {' '.join(g)} ({n} rows)", err=True))
+    result = few_shot(row_cases(published_rows(data)), k, base, draws, progress=note)
+    result["sweeps"] = few_shot_sweeps(result)
+    result.pop("_runs")
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=float))
+        return
+    from ..render.validation import few_shot_table
+
+    click.echo(f"# Few-shot calibration, K = {k}, base {base}, {draws} draws: MAPE of the rows not drawn\n")
+    click.echo(few_shot_table(result) + "\n")
+    click.echo("## The pick inside each published sweep after calibration (median (worst) regret over draws)\n")
+    for s in result["sweeps"]:
+        click.echo(f"- {s['source']} {s['model']}, {s['num_gpus']} x {s['gpu']}: {s['regret_median']:.1%} "
+                   f"({s['regret_worst']:.1%})")

@@ -226,9 +226,9 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
             con.print("[bold]Megatron-LM launch arguments[/]")
             con.print(megatron_args(job, result.plan).command(), markup=False, highlight=False, end="")
         if drawn is not None:
-            con.print(f"timeline written to {drawn['path']}")
+            con.print(f"timeline written to {drawn['path']}", markup=False)
         if hostfile_out and result.plan is not None:
-            con.print(f"hostfile written to {hostfile_out} (Megatron-LM rank order tp-cp-dp-pp)")
+            con.print(f"hostfile written to {hostfile_out} (Megatron-LM rank order tp-cp-dp-pp)", markup=False)
 
     if result.status == "INFEASIBLE":
         sf = result.shortfall

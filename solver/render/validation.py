@@ -113,3 +113,73 @@ def plot_by_gpu(series: dict[str, Sequence[Prediction]], path_prefix: str) -> li
             plt.close(fig)
         paths.append(path)
     return paths
+
+
+def few_shot_table(result: dict, legacy: Optional[dict] = None) -> str:
+    """`fewshot_eval.few_shot` as markdown: per source (its groups pooled), then per group
+    (source, GPU, stack): zero-shot and few-shot MAPE of the rows not drawn, median (worst) over
+    draws; `legacy`: another fitter's result on the same draws."""
+    leg = {}
+    if legacy:
+        leg = {("src", x["source"]): x for x in legacy["sources"]}
+        leg.update({("grp", x["source"], x["gpu"], x["stack"]): x for x in legacy["groups"]})
+        leg["all"] = legacy["all"]
+
+    def cells(x, key):
+        old = leg.get(key)
+        return (f"{_pct(x['zero_shot_mape'])} | {_pct(x['mape_median'])} ({_pct(x['mape_worst'])})"
+                + (f" | {_pct(old['mape_median'])} ({_pct(old['mape_worst'])})" if legacy else ""))
+
+    head = "| source | groups | rows | zero-shot | few-shot K={k} |" + (" before (old fit) |" if legacy else "")
+    out = [head.format(k=result["k"]), "|---|---:|---:|---:|---:|" + ("---:|" if legacy else "")]
+    for x in result["sources"] + ([result["all"]] if result["all"] else []):
+        name = "**all**" if x["source"] == "all" else x["source"]
+        out.append(f"| {name} | {x['groups']} | {x['rows']} | " + cells(x, "all" if x["source"] == "all" else ("src", x["source"])) + " |")
+    out += ["", "| source | GPU | stack | rows | zero-shot | few-shot | " + ("before | " if legacy else "")
+            + "knobs freed (draws) | time scale |",
+            "|---|---|---|---:|---:|---:|" + ("---:|" if legacy else "") + "---|---:|"]
+    for x in result["groups"]:
+        knobs = ", ".join(f"{n} {c}" for n, c in x["knobs_freed"].items() if n != "time_scale") or "time scale only"
+        out.append(f"| {x['source']} | {x['gpu']} | {x['stack']} | {x['rows']} | "
+                   + cells(x, ("grp", x["source"], x["gpu"], x["stack"])) + f" | {knobs} | {x['time_scale_median']:.3f} |")
+    for x in result["skipped"]:
+        out.append(f"\n{x['source']} {x['gpu']} {x['stack']} ({x['rows']} rows): {x['reason']}")
+    return "\n".join(out)
+
+
+def sweeps_table(report: dict) -> str:
+    """`sweeps.sweep_report` as markdown: per sweep the pick, the best, the regret, the measured
+    and predicted spread and the terms in which pick and best differ."""
+    out = ["| source | job (model, GPUs, batch x seq) | configs | pick slower by | measured spread | predicted spread "
+           "| pick vs best differ in |", "|---|---|---:|---:|---:|---:|---|"]
+    for g in report["groups"]:
+        out.append(f"| {g['source']} | {g['model']}, {g['num_gpus']} x {g['gpu']}, {g['global_batch_size']} x "
+                   f"{g['seq_length']} | {g['configs']} | {_pct(g['regret'])} | {_pct(g['measured_spread'])} | "
+                   f"{_pct(g['predicted_spread'])} | {', '.join(g['terms']) or '-'} |")
+    out.append(f"\n{report['within_3pct']} of {report['sweeps']} sweeps within 3%; median {_pct(report['median_regret'])}, "
+               f"worst {_pct(report['max_regret'])}. Terms the misses differ in: "
+               + (", ".join(f"{t} ({n})" for t, n in report["terms_of_misses"].items()) or "none") + ".")
+    return "\n".join(out)
+
+
+def few_shot_sweeps_table(zero: dict, after: dict) -> str:
+    """Per sweep: zero-shot regret, then the median (worst) regret over draws after few-shot
+    calibration with each K (`after`: K -> `fewshot_eval.few_shot_sweeps`)."""
+    ks = sorted(after)
+    index = {k: {(x["source"], x["model"], x["gpu"], x["num_gpus"], x["global_batch_size"], x["seq_length"]): x
+                 for x in after[k]} for k in ks}
+    out = ["| source | job | configs | zero-shot | " + " | ".join(f"K={k}" for k in ks) + " |",
+           "|---|---|---:|---:|" + "---:|" * len(ks)]
+    for g in zero["groups"]:
+        key = (g["source"], g["model"], g["gpu"], g["num_gpus"], g["global_batch_size"], g["seq_length"])
+        cells = [f"{_pct(index[k][key]['regret_median'])} ({_pct(index[k][key]['regret_worst'])})" if key in index[k]
+                 else "n/a" for k in ks]
+        out.append(f"| {g['source']} | {g['model']}, {g['num_gpus']} x {g['gpu']}, {g['global_batch_size']} x "
+                   f"{g['seq_length']} | {g['configs']} | {_pct(g['regret'])} | " + " | ".join(cells) + " |")
+    for k in ks:
+        med = [x["regret_median"] for x in after[k]]
+        ok = sum(x["within_3pct"] for x in after[k])
+        out.append(f"\nK={k}: {ok} of {len(med)} sweeps within 3% at the median draw; worst median regret "
+                   f"{_pct(max(med) if med else None)}.")
+    out.append(f"Zero-shot: {zero['within_3pct']} of {zero['sweeps']} within 3%.")
+    return "\n".join(out)

@@ -52,125 +52,18 @@ in one line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
+from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _Family
 from .model import ModelSpec
 
 FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
 TRAINING_SEQ_CAP = 8192  # Llama 3 pre-training length; longer windows come from a late extension phase
 
 
-@dataclass(frozen=True)
-class _Family:
-    gated: bool
-    tied: bool  # tie_word_embeddings when the file does not say
-    position: str = "rope"
-    rope_theta: float = 10000.0
-    rotary_percent: float = 1.0
-    normalization: str = "RMSNorm"
-    zero_centered: bool = False  # Gemma's RMSNorm (1 + w), Nemotron's LayerNorm1P
-    eps: float = 1e-6
-    bias: bool = False  # add_bias_linear
-    qkv_bias: bool = False
-    qk_norm: bool = False
-    act: str = "silu"  # hidden_act default
-    head_dim: Optional[int] = None  # the class default when the file has none
-    caveats: tuple[str, ...] = field(default_factory=tuple)  # what the spec (and Megatron-LM) does not model
-
-
-_LLAMA = _Family(gated=True, tied=False)
-_FAMILIES: dict[str, _Family] = {
-    "llama": _LLAMA,  # Llama 1-3.x, DeepSeek LLM (dense), CodeLlama, Yi
-    "mistral": _LLAMA,
-    "qwen2": _Family(gated=True, tied=False, qkv_bias=True),
-    "qwen3": _Family(gated=True, tied=False, qk_norm=True, head_dim=128),
-    "gemma": _Family(gated=True, tied=True, zero_centered=True, act="gelu_pytorch_tanh", head_dim=256,
-                     caveats=("embeddings scaled by sqrt(hidden_size)",)),
-    "gemma2": _Family(gated=True, tied=True, zero_centered=True, act="gelu_pytorch_tanh", head_dim=256,
-                      caveats=("embeddings scaled by sqrt(hidden_size)", "extra post-attention and post-MLP norms",
-                               "logit soft-capping", "sliding-window attention on alternate layers (costed as full)")),
-    "gemma3_text": _Family(gated=True, tied=True, zero_centered=True, qk_norm=True, act="gelu_pytorch_tanh",
-                           head_dim=256, rope_theta=1e6,
-                           caveats=("embeddings scaled by sqrt(hidden_size)", "extra post-attention and post-MLP norms",
-                                    "local layers use RoPE theta rope_local_base_freq and a sliding window "
-                                    "(costed as full attention)")),
-    "phi3": _Family(gated=True, tied=False, eps=1e-5),
-    "olmo": _Family(gated=True, tied=False, normalization="LayerNorm", eps=1e-5,
-                    caveats=("non-parametric LayerNorm (no weights)",)),
-    "olmo2": _Family(gated=True, tied=False, eps=1e-5, qk_norm=True,
-                     caveats=("norms after attention and MLP (reordered), QK norm over the whole projection",)),
-    "nemotron": _Family(gated=False, tied=False, normalization="LayerNorm", zero_centered=True, eps=1e-5,
-                        rotary_percent=0.5, act="relu2"),
-    "gpt_neox": _Family(gated=False, tied=False, normalization="LayerNorm", eps=1e-5, bias=True, qkv_bias=True,
-                        rotary_percent=0.25, act="gelu", caveats=("parallel attention and MLP residual",)),
-    "gpt2": _Family(gated=False, tied=True, position="learned_absolute", normalization="LayerNorm", eps=1e-5,
-                    bias=True, qkv_bias=True, act="gelu_new"),
-    "opt": _Family(gated=False, tied=True, position="learned_absolute", normalization="LayerNorm", eps=1e-5,
-                   bias=True, qkv_bias=True, act="relu"),
-    "bloom": _Family(gated=False, tied=True, position="alibi", normalization="LayerNorm", eps=1e-5, bias=True,
-                     qkv_bias=True, act="gelu", caveats=("LayerNorm after the embedding",)),
-    # ---- mixture of experts (see _MOE for the expert part)
-    "mixtral": _LLAMA,
-    "qwen2_moe": _Family(gated=True, tied=False, qkv_bias=True),
-    "qwen3_moe": _Family(gated=True, tied=False, qk_norm=True),
-    "deepseek": _Family(gated=True, tied=False),
-    "deepseek_v2": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
-    "deepseek_v3": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
-    "gpt_oss": _Family(gated=True, tied=False, bias=True, qkv_bias=True, head_dim=64, rope_theta=150000.0, eps=1e-5,
-                       caveats=("attention sinks (one learned logit per head)",
-                                "sliding-window attention (128 tokens) on every other layer (layer_types), costed as "
-                                "full causal attention",
-                                "clamped SwiGLU (alpha 1.702, limit 7) costed as SwiGLU",
-                                "router bias (one per expert)")),
-    "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5,
-                           caveats=("no RoPE on every 4th layer (no_rope_layers)",
-                                    "chunked attention (attention_chunk_size) on the RoPE layers, costed as full "
-                                    "causal attention (the same up to the chunk size)",
-                                    "weightless L2 norm of queries and keys on RoPE layers (use_qk_norm)",
-                                    "attention temperature tuning")),
-}
-
-
-@dataclass(frozen=True)
-class _Moe:
-    experts: tuple[str, ...]  # keys of the routed-expert count
-    expert_ffn: str  # key of one expert's FFN hidden size
-    dense_ffn: Optional[str]  # key of the dense layers' MLP size (None: every layer is MoE)
-    layers: str  # how the modelling code picks MoE layers: all | qwen | deepseek | llama4
-    shared: str = "none"  # none | qwen2 (gated) | deepseek (n_shared_experts x expert) | llama4 (one expert)
-    score: str = "softmax"  # default router score function
-    mla: bool = False
-
-
-_MOE: dict[str, _Moe] = {
-    "mixtral": _Moe(("num_local_experts",), "intermediate_size", None, "all"),
-    "qwen2_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2"),
-    "qwen3_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen"),
-    "deepseek": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                     shared="deepseek"),
-    "deepseek_v2": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                        shared="deepseek", mla=True),
-    "deepseek_v3": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                        shared="deepseek", score="sigmoid", mla=True),
-    "gpt_oss": _Moe(("num_local_experts", "num_experts"), "intermediate_size", None, "all"),
-    "llama4_text": _Moe(("num_local_experts",), "intermediate_size", "intermediate_size_mlp", "llama4",
-                        shared="llama4", score="sigmoid"),
-}
-
-_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
-    "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
-    "Olmo2ForCausalLM": "olmo2", "NemotronForCausalLM": "nemotron", "GPTNeoXForCausalLM": "gpt_neox",
-    "GPT2LMHeadModel": "gpt2", "OPTForCausalLM": "opt", "BloomForCausalLM": "bloom",
-    "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
-    "DeepseekForCausalLM": "deepseek", "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
-    "GptOssForCausalLM": "gpt_oss", "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
-}
 _EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon")
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
 # hidden_act -> (activation of a gated MLP, of a plain one)
