@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Union
 from .errors import InputError, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
+from .specs.frameworks import narrow_constraints
 # the safe reader of user files, re-exported: callers read files through the catalog
 from .specs.reading import (SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping,  # noqa: F401
                             read_text)
@@ -232,7 +233,7 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
 # ---------------------------------------------------------------- jobs
 # the job's software settings a mapping may give (JobSpec fields of the same names)
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
-                "overlap_grad_reduce", "prefer", "tolerance_rel")
+                "overlap_grad_reduce", "prefer", "tolerance_rel", "framework")
 
 
 def refuse_unpriced_moe(model: ModelSpec, field: str) -> None:
@@ -248,6 +249,17 @@ def refuse_unpriced_moe(model: ModelSpec, field: str) -> None:
         raise InputError(field, f"'{model.name}' is a mixture-of-experts model ({model.num_experts} experts, "
                                 f"top-{model.moe_router_topk}{mla}); optimize and evaluate do not price MoE layers "
                                 f"yet (expert parallelism is in progress): `solveplan show` describes it")
+
+
+def framework_constraints(framework: Optional[str], constraints: Optional[Mapping], field: str) -> dict:
+    """The job's constraints narrowed to what its software stack runs (`formulation.frameworks`):
+    transformers plans data parallelism only, torchtitan has no ZeRO-1; a value the user forced
+    that the stack cannot run is bad input naming the knob."""
+    try:
+        return narrow_constraints(framework or "megatron", dict(constraints or {}))
+    except ValueError as e:
+        knob, message = e.args
+        raise InputError(path(field, "constraints", knob), message) from None
 
 
 def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
@@ -269,7 +281,8 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
         "cluster": cluster,
         "global_batch_size": model.global_batch_size if data.global_batch_size is None else data.global_batch_size,
         "seq_length": model.seq_length if data.seq_length is None else data.seq_length,
-        "constraints": build(Constraints, {} if data.constraints is None else data.constraints, path(field, "constraints")),
+        "constraints": build(Constraints, framework_constraints(data.framework, data.constraints, field),
+                             path(field, "constraints")),
     }
     for key in JOB_SETTINGS:
         if getattr(data, key) is not None:

@@ -29,12 +29,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
-from . import comm
-from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
-from .memory import (
-    BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
-    runtime_bytes,
-)
+from . import comm, frameworks
+from .kernels import flash_attention_s, linear_s, unfused_attention_s
+from .memory import BF16_BYTES, FP32_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes
 from ..space.shapes import Shapes
 
 GIB = 1024**3
@@ -168,8 +165,10 @@ def stage_coefficients(
     grad_reduce_dtype: str = "fp32",
     overlap_grad_reduce: bool = True,
     tp_comm_overlap: bool = False,
+    framework: str = "megatron",
 ) -> StageCoefficients:
     gpu = cluster.gpu
+    stack = frameworks.profile(framework)  # the software stack's terms (frameworks.py); megatron: none
     t = shapes.tp.astype(np.float64)
     c = shapes.cp.astype(np.float64)
     d = shapes.dp.astype(np.float64)
@@ -216,12 +215,14 @@ def stage_coefficients(
         core_fwd, core_bwd = unfused_attention_s(
             batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=model.head_dim, flop_per_s=gpu.peak_flop_per_s,
             efficiency=gpu.matmul_efficiency, hbm_bytes_per_s=hbm)
-    el_fwd, el_bwd = elementwise_bytes_per_token(hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
-                                                 rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
+    el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
+        stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
+        rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
     # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
     overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
     fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
     bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
+    fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm)
     recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
     layer_compute = fwd + bwd + recompute_fwd
 
@@ -326,13 +327,14 @@ def stage_coefficients(
         layer_window = first_window = last_window = np.zeros(len(z))
 
     # ---------------- memory ----------------
-    pb, gb, ob = model_state_bytes_per_param(z, shard, precision)
-    layer_act, working = layer_activation_bytes(
-        tokens=M, hidden=h, q_width=hq, kv_width=hkv, ffn=f, mlp_matrices=model.mlp_matrices, heads=a,
-        seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0)
-    working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * (BF16_BYTES + grad_bytes), 0.0)
+    pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision)
+    layer_act, working = frameworks.layer_activation_bytes(
+        stack, gated=model.gated_mlp, tokens=M, hidden=h, q_width=hq, kv_width=hkv, ffn=f,
+        mlp_matrices=model.mlp_matrices, heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0)
+    working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu
+                                  * frameworks.zero3_live_bytes_per_param(stack, grad_bytes), 0.0)
     first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
-    last_act = 4.0 * M * h / rep + LOGIT_BYTES * M * V / t  # final norm, head input, logits
+    last_act = frameworks.last_stage_act_bytes(stack, M, h, V, t, rep)  # final norm, head input, logits
 
     state = pb + gb + ob
     return StageCoefficients(

@@ -22,7 +22,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         global_batch_size=job.global_batch_size, seq_length=job.seq_length,
         precision=job.precision, flash_attention=job.flash_attention, attention_kernel=job.attention_kernel,
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
-        tp_comm_overlap=job.tp_comm_overlap,
+        tp_comm_overlap=job.tp_comm_overlap, framework=job.framework,
     )
 
 

@@ -8,6 +8,7 @@ from pydantic import Field, PositiveInt, model_validator
 
 from .base import Spec
 from .cluster import ClusterSpec
+from .frameworks import narrow_constraints
 from .model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -63,6 +64,10 @@ class JobSpec(Spec):
                             "FSDP MixedPrecision.reduce_dtype); fp16 training reduces fp16 gradients")
     overlap_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the last backward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap, Transformer Engine)")
+    framework: Literal["megatron", "torchtitan", "transformers"] = Field(
+        "megatron", description="the software stack that runs the plan (formulation/frameworks.py): megatron "
+                                "(Megatron-LM/Core, fused kernels), torchtitan (FSDP2 + TP + PP + CP, eager) or "
+                                "transformers (Hugging Face, fp32 weights under bf16 autocast, data parallel only)")
     constraints: Constraints = Constraints()
     prefer: Literal["fastest", "simple"] = Field(
         "fastest", description="fastest: the optimum; simple: among plans within tolerance_rel of the optimum, the "
@@ -70,6 +75,21 @@ class JobSpec(Spec):
     tolerance_rel: Optional[float] = Field(
         None, ge=0, lt=1, description="with prefer simple: the relative tolerance (default: the half-width of the "
                                       "optimum's 80% interval, calibration/intervals.py)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _narrow(cls, data):
+        """The constraints narrowed to what the framework runs (specs/frameworks.py), however the
+        job is built (catalog.load_job narrows first, naming the knob of a conflict)."""
+        if not isinstance(data, dict) or data.get("framework", "megatron") == "megatron":
+            return data
+        cons = data.get("constraints", {})
+        given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons)
+        try:
+            narrowed = narrow_constraints(data["framework"], given)
+        except ValueError as e:
+            raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
+        return {**data, "constraints": Constraints(**narrowed)}
 
     @model_validator(mode="after")
     def _check(self):

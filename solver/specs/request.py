@@ -46,6 +46,8 @@ class JobRequest(Request):
     grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = None
     tp_comm_overlap: Optional[bool] = None
     overlap_grad_reduce: Optional[bool] = None
+    framework: Optional[Literal["megatron", "torchtitan", "transformers"]] = Field(
+        None, description="the software stack: megatron (default), torchtitan or transformers")
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
     prefer: Optional[Literal["fastest", "simple"]] = Field(None, description="fastest (default) or simple: the "
                                                            "simplest plan within the error")

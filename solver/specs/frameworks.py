@@ -1,0 +1,47 @@
+"""Which parallelisms each software stack runs (`JobSpec.framework`): the one table the
+planner's space is narrowed by (`narrow_constraints`, applied by `catalog.load_job` and by
+`JobSpec` itself). What each stack costs is priced in `formulation/frameworks.py`.
+
+- megatron: Megatron-LM / Megatron-Core runs every knob the planner has (TP, SP, PP with
+  interleaving, CP, EP, distributed optimizer and Megatron-FSDP, selective and full recompute).
+- torchtitan (docs/fsdp.md, torchtitan/models/llama3/parallelize.py, distributed/
+  activation_checkpoint.py): FSDP2 (`fully_shard`, resharding after forward or not) or DDP,
+  TP with or without sequence parallelism, PP (1F1B, Interleaved1F1B), CP, EP for MoE,
+  selective and full activation checkpointing. It has no ZeRO-1 (FSDP2 always shards
+  gradients): zero 0, 2, 3.
+- transformers (Trainer with accelerate: DDP, DeepSpeed ZeRO 1-3 or FSDP): data parallelism
+  only in the planner (no Megatron-style TP, PP or CP), gradient checkpointing (full
+  recompute) or none, and its MoE layers run every expert on every rank (no EP).
+"""
+
+from __future__ import annotations
+
+FRAMEWORKS = ("megatron", "torchtitan", "transformers")
+
+# knob -> the values the stack runs (absent: any)
+ALLOWED: dict[str, dict[str, tuple]] = {
+    "megatron": {},
+    "torchtitan": {"zero": (0, 2, 3)},
+    "transformers": {"tp": (1,), "pp": (1,), "cp": (1,), "vp": (1,), "ep": (1,), "recompute": ("none", "full")},
+}
+
+
+def narrow_constraints(framework: str, cons: dict) -> dict:
+    """The constraint mapping with the stack's limits applied; ValueError((knob, message)) when
+    the user forced a value the stack cannot run."""
+    out = dict(cons)
+    for knob, allowed in ALLOWED[framework].items():
+        given = out.get(knob)
+        if given is not None:
+            bad = [v for v in given if v not in allowed]
+            if bad:
+                runs = ", ".join(str(v) for v in allowed)
+                raise ValueError(knob, f"{knob} {bad[0]} is not run by framework {framework} ({knob} {runs} only); "
+                                       f"leave {knob} free or use framework megatron")
+            continue
+        if knob == "ep":
+            continue  # a knob of the MoE formulation: narrowed where the constraints have it
+        bound = out.get(f"{knob}_max")
+        kept = tuple(v for v in allowed if bound is None or not isinstance(v, int) or v <= bound)
+        out[knob] = kept or allowed
+    return out
