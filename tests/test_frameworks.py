@@ -290,3 +290,13 @@ def test_torchtitan_layer_activations_bound_the_saved_tensors():
     est = float(coefficients(spec, "torchtitan", b, s).layer_act_bytes[0])
     # the profile counts torch's composite RMSNorm (fp32 upcast and fp32 output kept): an upper bound
     assert acts <= est <= 1.3 * acts, (acts, est)
+
+
+def test_api_and_sweep_take_the_framework():
+    from solveplan import api
+    plan = api.plan({"model": "gpt3-1.3b", "cluster": "a100x8", "framework": "transformers"})
+    assert plan.plan.framework == "transformers" and plan.plan.parallel.tp == 1
+    rows = api.sweep({"models": ["gpt3-1.3b"], "clusters": ["a100x8"], "frameworks": ["megatron", "transformers"]},
+                     workers=1)
+    assert [r["framework"] for r in rows] == ["megatron", "transformers"]
+    assert rows[1]["tp"] == 1 and rows[1]["pp"] == 1 and rows[1]["peak_memory_bytes"] > 0
