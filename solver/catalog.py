@@ -251,15 +251,19 @@ def refuse_unpriced_moe(model: ModelSpec, field: str) -> None:
                                 f"yet (expert parallelism is in progress): `solveplan show` describes it")
 
 
-def framework_constraints(framework: Optional[str], constraints: Optional[Mapping], field: str) -> dict:
-    """The job's constraints narrowed to what its software stack runs (`formulation.frameworks`):
+def framework_constraints(framework: Optional[str], constraints: Constraints, field: str) -> Constraints:
+    """The job's constraints narrowed to what its software stack runs (`specs/frameworks.py`):
     transformers plans data parallelism only, torchtitan has no ZeRO-1; a value the user forced
     that the stack cannot run is bad input naming the knob."""
+    if framework in (None, "megatron"):
+        return constraints
     try:
-        return narrow_constraints(framework or "megatron", dict(constraints or {}))
+        narrowed = narrow_constraints(framework, constraints.model_dump(exclude_defaults=True),
+                                      Constraints.model_fields)
     except ValueError as e:
         knob, message = e.args
         raise InputError(path(field, "constraints", knob), message) from None
+    return Constraints(**narrowed)
 
 
 def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
@@ -281,8 +285,9 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
         "cluster": cluster,
         "global_batch_size": model.global_batch_size if data.global_batch_size is None else data.global_batch_size,
         "seq_length": model.seq_length if data.seq_length is None else data.seq_length,
-        "constraints": build(Constraints, framework_constraints(data.framework, data.constraints, field),
-                             path(field, "constraints")),
+        "constraints": framework_constraints(
+            data.framework, build(Constraints, {} if data.constraints is None else data.constraints,
+                                  path(field, "constraints")), field),
     }
     for key in JOB_SETTINGS:
         if getattr(data, key) is not None:

@@ -301,8 +301,9 @@ def stage_coefficients(
     emb_bwd = (emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm  # dense gradient of the table
     head_f, head_b = linear_s(M, V / t, h, **{**mm, "flop_per_s": gpu.peak_flop_per_s,
                                               "efficiency": gpu.matmul_efficiency, "in_bytes": BF16_BYTES})
-    head_fwd = head_f + M * V / t * CROSS_ENTROPY_BYTES_FWD / hbm
-    head_bwd = head_b + M * V / t * CROSS_ENTROPY_BYTES_BWD / hbm
+    ce_fwd, ce_bwd = stack.cross_entropy_bytes or (CROSS_ENTROPY_BYTES_FWD, CROSS_ENTROPY_BYTES_BWD)
+    head_fwd = head_f + M * V / t * ce_fwd / hbm
+    head_bwd = head_b + M * V / t * ce_bwd / hbm
 
     # ---------------- pipeline boundaries ----------------
     # each TP rank sends its 1/t of the activations (sequence parallelism, or Megatron's

@@ -87,6 +87,7 @@ class Framework:
     traffic: Optional[EagerTraffic] = None  # None: Megatron's fused kernels
     weight_cast_bytes: tuple[float, float] = (0.0, 0.0)  # per parameter per micro-batch (fwd, bwd)
     weight_cast_zero_max: int = 3  # autocast casts the weights at ZeRO stages up to this one
+    cross_entropy_bytes: Optional[tuple[float, float]] = None  # per logit (fwd, bwd); None: Megatron's fused
     ops_per_layer: tuple[int, int] = (0, 0)  # aten ops dispatched by one layer (fwd, bwd)
     dispatch_us_per_op: float = 0.0
 
@@ -144,6 +145,11 @@ TRANSFORMERS_TRAFFIC = EagerTraffic(per_h=2 * 28 + 5 * 6 + 2 * 10, per_q=36, per
 TORCHTITAN_TRAFFIC = EagerTraffic(per_h=2 * 36 + 2 * 6, per_q=20, per_kv=20, per_f_gated=10, per_f_plain=4,
                                   source="the ops of TORCHTITAN_SAVED's layer, counted by aten op")
 
+# Eager cross-entropy traffic per logit (the loss code cited at `logit_bytes` below): forward,
+# `.float()` (r2 w4) and log_softmax (its max and sum passes r4 r4, then r4 w4) = 22; backward,
+# nll_loss's gradient (w4), log_softmax's (r4 r4 w4) and the cast back to bf16 (r4 w2) = 22.
+EAGER_CROSS_ENTROPY_BYTES = (22.0, 22.0)
+
 # CPU cost of one eager aten op (Python, dispatcher, autograd, kernel launch): a prior of
 # 10 us (H. He, "Making Deep Learning Go Brrrr From First Principles", 2022: eager PyTorch
 # overhead is on the order of microseconds per operator, independent of its size; measured
@@ -160,14 +166,14 @@ TORCHTITAN = Framework(
     saved=TORCHTITAN_SAVED, logit_bytes=12.0, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
     optimizer_bytes=8.0, ddp_bucket_bytes=FP32_BYTES, zero3_live_bytes=BF16_BYTES + BF16_BYTES + FP32_BYTES,
     traffic=TORCHTITAN_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
-    weight_cast_zero_max=0, ops_per_layer=(81, 146), dispatch_us_per_op=EAGER_DISPATCH_US)
+    weight_cast_zero_max=0, cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(81, 146), dispatch_us_per_op=EAGER_DISPATCH_US)
 TRANSFORMERS = Framework(
     name="transformers", summary="Hugging Face transformers (Trainer / accelerate): fp32 weights under bf16 autocast, "
                                  "eager ops, fp32 logits; data parallelism only (DDP, DeepSpeed ZeRO, FSDP)",
     saved=TRANSFORMERS_SAVED, logit_bytes=12.0, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
     optimizer_bytes=8.0, ddp_bucket_bytes=FP32_BYTES, zero3_live_bytes=FP32_BYTES + BF16_BYTES + FP32_BYTES,
     traffic=TRANSFORMERS_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
-    ops_per_layer=(91, 162), dispatch_us_per_op=EAGER_DISPATCH_US)
+    cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(91, 162), dispatch_us_per_op=EAGER_DISPATCH_US)
 PROFILES = {f.name: f for f in (MEGATRON, TORCHTITAN, TRANSFORMERS)}
 
 

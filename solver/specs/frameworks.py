@@ -26,11 +26,14 @@ ALLOWED: dict[str, dict[str, tuple]] = {
 }
 
 
-def narrow_constraints(framework: str, cons: dict) -> dict:
-    """The constraint mapping with the stack's limits applied; ValueError((knob, message)) when
-    the user forced a value the stack cannot run."""
+def narrow_constraints(framework: str, cons: dict, knobs) -> dict:
+    """The constraint mapping with the stack's limits applied to the `knobs` the constraints
+    have (`Constraints.model_fields`: expert parallelism only where the MoE formulation adds
+    it); ValueError((knob, message)) when the user forced a value the stack cannot run."""
     out = dict(cons)
     for knob, allowed in ALLOWED[framework].items():
+        if knob not in knobs:
+            continue
         given = out.get(knob)
         if given is not None:
             bad = [v for v in given if v not in allowed]
@@ -39,8 +42,6 @@ def narrow_constraints(framework: str, cons: dict) -> dict:
                 raise ValueError(knob, f"{knob} {bad[0]} is not run by framework {framework} ({knob} {runs} only); "
                                        f"leave {knob} free or use framework megatron")
             continue
-        if knob == "ep":
-            continue  # a knob of the MoE formulation: narrowed where the constraints have it
         bound = out.get(f"{knob}_max")
         kept = tuple(v for v in allowed if bound is None or not isinstance(v, int) or v <= bound)
         out[knob] = kept or allowed

@@ -86,7 +86,7 @@ class JobSpec(Spec):
         cons = data.get("constraints", {})
         given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons)
         try:
-            narrowed = narrow_constraints(data["framework"], given)
+            narrowed = narrow_constraints(data["framework"], given, Constraints.model_fields)
         except ValueError as e:
             raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
         return {**data, "constraints": Constraints(**narrowed)}
