@@ -300,3 +300,20 @@ def test_api_and_sweep_take_the_framework():
                      workers=1)
     assert [r["framework"] for r in rows] == ["megatron", "transformers"]
     assert rows[1]["tp"] == 1 and rows[1]["pp"] == 1 and rows[1]["peak_memory_bytes"] > 0
+
+
+def test_service_answers_422_naming_the_knob():
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    import warnings
+    from solveplan import api
+    from solveplan.service import create_app
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    client = TestClient(create_app(api.ResultCache(maxsize=8), max_body_bytes=64 * 1024, max_time_limit_s=30))
+    body = {"job": {"model": "gpt3-1.3b", "cluster": "a100x8", "framework": "transformers", "constraints": {"pp": [2]}}}
+    r = client.post("/v1/check", json=body)
+    assert r.status_code == 422
+    assert any(d["loc"][:4] == ["body", "job", "constraints", "pp"] for d in r.json()["detail"]), r.text
+    ok = client.post("/v1/plan", json={"job": {"model": "gpt3-1.3b", "cluster": "a100x8", "framework": "torchtitan"}})
+    assert ok.status_code == 200, ok.text
