@@ -208,7 +208,7 @@ def catalog_cases():
     from solveplan.catalog import catalog_models
 
     for name, m in sorted(catalog_models().items()):
-        if m.is_moe:  # not planned yet (catalog.refuse_unpriced_moe); MoE launch arguments are issue 22 item 5
+        if m.is_moe:  # MoE launch arguments are issue 22 item 5 (branch moelaunch)
             continue
         p = m.num_params / 1e9
         yield (name, name, "a100x64" if p < 20 else "a100x256" if p < 80 else "h100x1024", {}, {})

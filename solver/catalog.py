@@ -233,22 +233,8 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
 # ---------------------------------------------------------------- jobs
 # the job's software settings a mapping may give (JobSpec fields of the same names)
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
-                "overlap_grad_reduce", "prefer", "tolerance_rel", "framework")
-
-
-def refuse_unpriced_moe(model: ModelSpec, field: str) -> None:
-    """Refuse a mixture-of-experts model in one line until the formulation prices it.
-
-    The catalog and the Hugging Face mapping describe MoE models (experts, top-k, shared experts,
-    MLA), but the time and memory formulation still prices every layer as a dense MLP of
-    ffn_hidden_size: a plan for an MoE model would be a plan for a different model. This is the one
-    place a job with such a model is stopped (`load_job`: CLI, API, service, sweeps); remove it when
-    the formulation prices MoE layers and expert parallelism (issue 22, branch moecore)."""
-    if model.is_moe:
-        mla = ", multi-latent attention" if model.multi_latent_attention else ""
-        raise InputError(field, f"'{model.name}' is a mixture-of-experts model ({model.num_experts} experts, "
-                                f"top-{model.moe_router_topk}{mla}); optimize and evaluate do not price MoE layers "
-                                f"yet (expert parallelism is in progress): `solveplan show` describes it")
+                "overlap_grad_reduce", "prefer", "tolerance_rel", "moe_load_imbalance", "moe_a2a_overlap",
+                "moe_token_dispatcher", "framework")
 
 
 def framework_constraints(framework: Optional[str], constraints: Constraints, field: str) -> Constraints:
@@ -278,7 +264,9 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
         if getattr(data, key) is None:
             raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
     model = load_model(data.model, path(field, "model"))
-    refuse_unpriced_moe(model, path(field, "model"))
+    if model.is_moe and data.framework not in (None, "megatron"):
+        raise InputError(path(field, "framework"), f"'{model.name}' is a mixture-of-experts model; its expert layers "
+                                                   f"are priced as Megatron-Core runs them only: use framework megatron")
     cluster = load_cluster(data.cluster, path(field, "cluster"))
     job: dict[str, Any] = {
         "model": model,

@@ -129,13 +129,13 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     micro-batch, more GPUs (searched for within `budget_s`)."""
     if cands.num_legal - cands.num_dominated <= 0:
         return shape_shortfall(job)
-    gpu, L = job.cluster.gpu, job.model.num_layers
+    gpu, L = job.cluster.gpu, job.model.num_pipeline_units
     shapes = cands.least_memory_shapes
     rows = [shapes.row(i) for i in range(len(shapes))]
     peak, lay = least_memory_splits(job_coefficients(job, shapes), L)
     k = int(np.argmin(peak))
     par = parallel_from_row(job, rows[k])
-    split = [int(x) for x in lay[k, :par.pp]]
+    split = job.model.units_to_layers([int(x) for x in lay[k, :par.pp]])
     plan = make_plan(job, par, split)
     stage = max(plan.stages, key=lambda s: s.memory_bytes.total)
     need, cap = stage.memory_bytes.total, plan.capacity_bytes

@@ -49,6 +49,15 @@ class OptimizeResult(SolveResult):
         return self.top_k_found < self.top_k_asked and not self.search.finished
 
 
+def refuse_moe_placement(job: JobSpec, field: str) -> None:
+    """Placement on measured links and clusters of pools price dense layers only: a mixture-of-
+    experts model is bad input there, named by the field that asked for it."""
+    if job.model.is_moe:
+        raise InputError(field, f"{job.model.name} is a mixture-of-experts model; placement on measured links and "
+                                f"clusters of pools do not price expert parallelism yet: plan it on a cluster of one "
+                                f"GPU type without --links")
+
+
 def _search_fn(method: str):
     """The search function of `method` (imported on first use) and how to prepare its candidates."""
     if method == "cpsat":
@@ -83,6 +92,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
     if links is not None or job.cluster.is_mixed:
+        refuse_moe_placement(job, "links" if links is not None else "cluster.pools")
         res = optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare, shortfall_budget_s,
                               progress)
         if job.prefer == "simple" and res.plan is not None:
@@ -304,13 +314,13 @@ def _plans(job: JobSpec, cands: Candidates, res: MethodResult, method: str, note
     if res.best is not None and (not choices or choices[0] is not res.best):
         choices = [res.best] + [c for c in choices if c is not res.best]
     plans = []
-    L = job.model.num_layers
+    L = job.model.num_pipeline_units
     for i, ch in enumerate(choices):
         if sum(ch.layers) != L or min(ch.layers, default=0) < 1:
             notes.append(f"plan {i + 1}'s split {list(ch.layers)} does not place each of the {L} layers on a stage: dropped")
             continue
         par = parallel_from_row(job, cands.shapes.row(ch.index))
-        p = make_plan(job, par, ch.layers)
+        p = make_plan(job, par, job.model.units_to_layers(ch.layers))
         if not p.fits:
             notes.append(f"plan {i + 1} ({par.describe()}) does not fit under the float formulation: dropped")
             continue
@@ -331,7 +341,7 @@ def _checked_verdict(job: JobSpec, cands: Candidates, res: MethodResult, plan: O
         status = "UNKNOWN"
     if status == "INFEASIBLE" and cands.incumbent_index is not None:
         par = parallel_from_row(job, cands.shapes.row(cands.incumbent_index))
-        plan = make_plan(job, par, cands.incumbent_layers)
+        plan = make_plan(job, par, job.model.units_to_layers(cands.incumbent_layers))
         notes.append(f"{method} answered INFEASIBLE but {par.describe()} with layers {cands.incumbent_layers} fits: "
                      f"verdict refuted, returning that plan without a bound")
         status, bound = "FEASIBLE", None

@@ -23,6 +23,7 @@ from .formulation.splits import balanced_layers_matrix, balanced_split
 from .search.result import PlanStatus
 from .space.rules import complete_config, textbook_shapes
 from .space.shapes import RECOMPUTE_CODES, Shapes
+from .errors import InputError, path
 from .specs import JobSpec
 
 
@@ -54,20 +55,23 @@ class ParallelConfig(Out):
     recompute: Literal["none", "selective", "full"]
     sequence_parallel: bool
     zero: int
+    ep: int = 1  # expert parallelism (MoE; 1 for a dense model)
+    etp: int = 1  # expert tensor parallelism
 
     def shapes(self) -> Shapes:
         return Shapes.single(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vp=self.vp,
                              micro_batch_size=self.micro_batch_size, recompute=self.recompute,
-                             sequence_parallel=self.sequence_parallel, zero=self.zero)
+                             sequence_parallel=self.sequence_parallel, zero=self.zero, ep=self.ep, etp=self.etp)
 
     def key(self) -> tuple:
         """Canonical order used to break ties deterministically."""
         return (self.tp, self.cp, self.pp, self.vp, self.micro_batch_size,
-                RECOMPUTE_CODES[self.recompute], int(self.sequence_parallel), self.zero)
+                RECOMPUTE_CODES[self.recompute], int(self.sequence_parallel), self.zero, self.ep, self.etp)
 
     def describe(self) -> str:
+        experts = f" ep={self.ep} etp={self.etp}" if self.ep > 1 or self.etp > 1 else ""
         return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} vp={self.vp} mbs={self.micro_batch_size} "
-                f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}")
+                f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}{experts}")
 
 
 class StageMemory(Out):
@@ -115,16 +119,33 @@ class Plan(Out):
     interval_basis: Optional[str] = None
 
 
+def unit_rule(model) -> str:
+    """What a layer split of `model` must respect (`ModelSpec.pipeline_units`), in words."""
+    k, d, m, _ = model.pipeline_units
+    lead = f"the first stage holds the {k} leading dense layers, then " if k else ""
+    return f"{lead}every stage holds whole units of {d + m} layers ({d} dense, {m} MoE)"
+
+
 def parallel_from_row(job: JobSpec, row: dict) -> ParallelConfig:
     m = job.global_batch_size // (row["dp"] * row["micro_batch_size"])
     return ParallelConfig(num_microbatches=m, **{k: row[k] for k in (
-        "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")})
+        "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")},
+                          ep=row.get("ep", 1), etp=row.get("etp", 1))
 
 
 def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan:
-    """Evaluate `parallel` with `layers` per stage using the float formulation."""
+    """Evaluate `parallel` with `layers` per stage using the float formulation. The formulation
+    prices a split in pipeline units (`ModelSpec.pipeline_units`: a layer each for a dense
+    model); a split that cuts a unit is a ValueError (`plan_config` names it as bad input)."""
+    units = job.model.layers_to_units(layers)
+    if units is None:
+        raise ValueError(f"layers {list(layers)} cut a pipeline unit of {job.model.name} ({unit_rule(job.model)})")
     co = job_coefficients(job, parallel.shapes())
-    ev = evaluate_split(co, 0, layers)
+    ev = evaluate_split(co, 0, units)
+    for st, n in zip(ev.stages, layers):
+        st["layers"] = int(n)
+    if not job.model.is_moe:  # a dense plan's breakdown keeps its keys
+        ev.breakdown.pop("ep_comm_s", None)
     tp_ = throughput(job, ev.step_time_s, RECOMPUTE_CODES[parallel.recompute])
     return Plan(
         model=job.model.name, cluster=job.cluster.name, num_gpus=job.cluster.num_gpus,
@@ -143,7 +164,9 @@ def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field
     under `field` when the configuration is illegal for the job."""
     row, layers = complete_config(job, cfg, field, job_field)
     if layers is None:
-        layers = balanced_split(job.model.num_layers, row["pp"])
+        layers = job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, row["pp"]))
+    elif job.model.layers_to_units(layers) is None:
+        raise InputError(path(field, "layers"), f"{layers} cuts a pipeline unit: {unit_rule(job.model)}")
     # with vp > 1 a rank holding fewer than vp layers has empty virtual chunks: legal in
     # Megatron Core's --pipeline-model-parallel-layout ("E||t|L": empty stages are allowed)
     return make_plan(job, parallel_from_row(job, row), layers)
@@ -157,7 +180,7 @@ def textbook_plan(job: JobSpec) -> Optional[Plan]:
     if len(shapes) == 0:
         return None
     co = job_coefficients(job, shapes)
-    step, _, fits = step_time_batch(co, balanced_layers_matrix(job.model.num_layers, shapes.pp))
+    step, _, fits = step_time_batch(co, balanced_layers_matrix(job.model.num_pipeline_units, shapes.pp))
     step = np.where(fits, step, np.inf)
     if not np.isfinite(step).any():
         return None
@@ -165,7 +188,7 @@ def textbook_plan(job: JobSpec) -> Optional[Plan]:
     best = min(np.flatnonzero(step == step.min()).tolist(),
                key=lambda k: parallel_from_row(job, shapes.row(k)).key())
     par = parallel_from_row(job, shapes.row(best))
-    return make_plan(job, par, balanced_split(job.model.num_layers, par.pp))
+    return make_plan(job, par, job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, par.pp)))
 
 
 class Comparison(Out):

@@ -92,6 +92,37 @@ def jobs(draw) -> JobSpec:
                    seq_length=draw(st.sampled_from([512, 1024, 2048, 4096])), constraints=Constraints(**cons))
 
 
+@st.composite
+def moe_jobs(draw) -> JobSpec:
+    """A drawn job whose model is made a mixture of experts: 4 or 8 experts, top-1 or 2, all
+    layers MoE, the first dense or every other one dense, a shared expert, biases (etp = 1
+    only) or multi-latent attention and an MTP module sometimes; ep and etp free, or etp named;
+    imbalance, the all-to-all overlap and the flex dispatcher sometimes."""
+    job = draw(jobs())
+    m = job.model
+    L = m.num_layers
+    pattern = draw(st.sampled_from(["all", "first", "alternate"]))
+    mask = {"all": None, "first": (0,) + (1,) * (L - 1), "alternate": tuple((i + 1) % 2 for i in range(L))}[pattern]
+    extra = {}
+    if draw(st.booleans()):
+        extra["moe_shared_expert_intermediate_size"] = m.hidden_size
+    if draw(st.integers(0, 3)) == 0:
+        extra.update(multi_latent_attention=True, q_lora_rank=m.hidden_size // 2, kv_lora_rank=m.hidden_size // 4,
+                     qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64)
+    model = ModelSpec(**{**m.model_dump(exclude={"moe_layer_pattern"}), "num_experts": draw(st.sampled_from([4, 8])),
+                         "moe_ffn_hidden_size": draw(st.sampled_from([m.hidden_size, m.hidden_size // 2])),
+                         "moe_router_topk": draw(st.sampled_from([1, 2])), "moe_layer_pattern": mask,
+                         "add_bias_linear": draw(st.booleans()), "mtp_num_layers": draw(st.sampled_from([0, 0, 1])),
+                         **extra})
+    cons = job.constraints.model_dump(exclude_none=True)
+    if draw(st.booleans()):
+        cons["etp"] = tuple(draw(st.sets(st.sampled_from([1, 2, 4]), min_size=1)))
+    return job.model_copy(update={"model": model, "constraints": Constraints(**cons),
+                                  "moe_load_imbalance": draw(st.sampled_from([1.0, 1.0, 1.5])),
+                                  "moe_a2a_overlap": draw(st.integers(0, 3)) == 0,
+                                  "moe_token_dispatcher": draw(st.sampled_from(["alltoall", "flex"]))})
+
+
 DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time
 
 
@@ -99,7 +130,7 @@ def _balanced_only(job, res) -> None:
     """An even-split job's plans hold the balanced split."""
     if not job.constraints.uneven_split:
         for c in res.top or ([res.best] if res.best else []):
-            assert c.layers == balanced_split(job.model.num_layers, len(c.layers)), c.layers
+            assert c.layers == balanced_split(job.model.num_pipeline_units, len(c.layers)), c.layers
 
 
 def _exhaustive(job, prepare_kwargs=PREPARE_KWARGS):
@@ -221,7 +252,7 @@ def _check_cpsat(job, cands, ex):
     q = _quantum(res)
     ev = evaluate_split(cands.coeffs, res.best.index, res.best.layers)
     assert ev.fits, "CP-SAT's plan does not fit under the float formulation"
-    assert sum(res.best.layers) == job.model.num_layers and min(res.best.layers) >= 1
+    assert sum(res.best.layers) == job.model.num_pipeline_units and min(res.best.layers) >= 1
     # what CP-SAT reports is what the float formulation computes for its plan
     assert _close(res.best.objective_s, ev.step_time_s, q), (res.best.objective_s, ev.step_time_s, q)
     # and it is the optimum: never better than the exhaustive (that would be a plan outside the
@@ -274,3 +305,43 @@ def test_optimize_cpsat_equals_exhaustive(job):
     if sol.bound_step_time_s is not None:
         assert sol.bound_step_time_s <= ex.best.objective_s + max(q, 1e-9 * ex.best.objective_s)
     assert math.isfinite(sol.plan.step_time_s)
+
+
+MOE_SETTINGS = settings(SETTINGS, max_examples=max(5, EXAMPLES // 2))
+
+
+@pytest.mark.skipif(_cpsat is None, reason=_CPSAT_WHY)
+@MOE_SETTINGS
+@given(moe_jobs())
+def test_moe_cpsat_search_equals_exhaustive(job):
+    """MoE instances: CP-SAT over the exhaustive search's own candidates (ep and etp in the shapes)."""
+    cands, ex = _exhaustive(job)
+    _check_cpsat(job, cands, ex)
+
+
+@MOE_SETTINGS
+@given(moe_jobs())
+def test_moe_alpa_and_branch_and_bound_equal_exhaustive(job):
+    cands, ex = _exhaustive(job)
+    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
+        assert res.finished and res.status == ex.status
+        if ex.status == "OPTIMAL":
+            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+
+
+@pytest.mark.skipif(_optimize is None, reason=_OPT_WHY)
+@MOE_SETTINGS
+@given(moe_jobs())
+def test_moe_optimize_equals_exhaustive_over_the_legal_space(job):
+    """`optimize(job)` end to end (dominance with its MoE parts, pruning, CP-SAT) against the
+    exhaustive optimum of every legal MoE shape."""
+    _, ex = _exhaustive(job)
+    sol = _optimize(job, method="cpsat", time_limit_s=60)
+    if ex.status == "INFEASIBLE":
+        assert sol.status == "INFEASIBLE" and sol.plan is None
+        return
+    assert sol.status == "OPTIMAL", f"exhaustive found {ex.best.objective_s} s; optimize says {sol.status}"
+    q = _quantum(sol)
+    assert sol.plan.fits and sum(sol.plan.layers_per_stage) == job.model.num_layers
+    assert sol.plan.step_time_s >= ex.best.objective_s * (1 - 1e-12)
+    assert _close(sol.plan.step_time_s, ex.best.objective_s, q), (sol.plan.step_time_s, ex.best.objective_s, q)

@@ -285,7 +285,16 @@ def test_show_moe_model(cli):
     m = catalog_models()["deepseek-v3"]
     d = json.loads(cli("show", "deepseek-v3", "--json").out)["derived"]
     assert d["num_params"] == m.num_params and d["num_active_params"] == m.num_active_params < m.num_params
-    assert d["flops_per_token"] == 6 * m.num_active_params + 12 * 61 * 7168 * m.seq_length
+    # Megatron-LM's count by hand (formulation.flops): MLA projections at 2 FLOPs per weight,
+    # causal core 2*s*a*(d_qk + d_v)/2 per token, 3 dense layers, 58 MoE (router, 8 routed +
+    # 1 shared expert), the MTP module (a MoE layer, its 2h x h projection, a second head)
+    h, s, V = 7168, m.seq_length, m.vocab_size
+    proj = 2 * (h * 1536 + 1536 * 128 * 192 + h * 576 + 512 * 128 * 256 + 128 * 128 * h)
+    core = 2 * s * 128 * (192 + 128) / 2
+    dense, moe_ = proj + core + 2 * h * 18432 * 3, proj + core + 2 * h * 256 + 2 * h * 3 * 9 * 2048
+    assert m.mtp_num_layers == 1
+    assert d["flops_per_token"] == pytest.approx(3 * (3 * dense + 58 * moe_ + 2 * 2 * h * V + moe_ + 2 * 2 * h * h),
+                                                 rel=1e-12)
     moe = d["moe"]
     assert (moe["num_experts"], moe["moe_router_topk"], moe["shared_expert_ffn"]) == (256, 8, 2048)
     assert (moe["num_moe_layers"], moe["num_dense_layers"], moe["layer_pattern"]) == (58, 3, "dense 0-2, MoE 3-60")
@@ -294,7 +303,7 @@ def test_show_moe_model(cli):
                           "v_head_dim": 128}
     out = cli("show", "deepseek-v3").out
     for text in ("active per token", "37.55B", "256 routed of 2048, top-8; shared 2048", "dense 0-2, MoE 3-60",
-                 "kv_lora_rank 512", "6*active params"):
+                 "kv_lora_rank 512", "FLOPs/token"):
         assert text in out, text
     mav = json.loads(cli("show", "llama4-maverick", "--json").out)["derived"]["moe"]
     assert mav["layer_pattern"] == "MoE every 2 layers from layer 1" and mav["mla"] is None
@@ -314,20 +323,21 @@ def test_models_lists_moe_total_and_active(cli):
 
 
 @pytest.mark.parametrize("args", [
-    ("optimize", "--model", "mixtral-8x7b", "--cluster", "h100x64"),
-    ("evaluate", "--model", "deepseek-v3", "--cluster", "h100x64", "--tp", "2"),
+    ("optimize", "--model", "mixtral-8x7b", "--cluster", "h100x64", "--json"),
+    ("evaluate", "--model", "deepseek-v3", "--cluster", "h100x1024", "--tp", "2", "--pp", "16", "--ep", "64",
+     "--etp", "1", "--recompute", "full", "--json"),
     ("optimize", "--model", "{hf}", "--cluster", "h100x64", "--json"),
 ])
-def test_moe_jobs_are_refused_in_one_line(cli, args):
-    """Until the formulation prices MoE layers (catalog.refuse_unpriced_moe), a job on an MoE model is
-    bad input: one line naming the model, exit 2, nothing on stdout."""
+def test_moe_jobs_are_planned_with_expert_parallelism(cli, args):
+    """MoE models from the catalog and Hugging Face configs are priced and planned (issue 22):
+    the JSON carries ep and etp."""
     r = cli(*(a.format(hf=DATA / "hf" / "Qwen3-30B-A3B" / "config.json") for a in args))
-    assert r.code == 2 and r.out == ""
-    assert "mixture-of-experts model" in r.err and "do not price MoE" in r.err and r.err.count("\n") == 1
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["fits"] and d["parallel"]["ep"] >= 1 and "etp" in d["parallel"] and "ep_comm_s" in d["breakdown"]
 
 
-def test_moe_job_refused_through_the_api():
+def test_moe_job_through_the_api():
     from solveplan.api import as_job
 
-    with pytest.raises(InputError, match="job.model: 'grok-1' is a mixture-of-experts model"):
-        as_job({"model": "grok-1", "cluster": "h100x64"})
+    assert as_job({"model": "grok-1", "cluster": "h100x64"}).model.is_moe

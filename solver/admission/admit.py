@@ -158,5 +158,6 @@ def _decide_job(ident, job: JobSpec, clock: Clock, cache: ResultCache) -> Decisi
                         f"fits; optimal plan {res.plan.step_time_s:.3f} s per step")
     # feasible by the witness, no solver plan in time: the witness's plan
     w = verdict.witness
-    p = make_plan(job, w, verdict.witness_layers_per_stage or balanced_split(job.model.num_layers, w.pp))
+    p = make_plan(job, w, verdict.witness_layers_per_stage
+                  or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, w.pp)))
     return Decision(id=ident, admitted=True, status="FEASIBLE", num_gpus=n, cluster=name, plan=p, reason=verdict.reason)

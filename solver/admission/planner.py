@@ -122,7 +122,8 @@ def _fallback(job: JobSpec, clock: Clock, cache: ResultCache, why: str) -> Solve
     if sc.witness is None:
         return OptimizeResult(status="UNKNOWN", search=stats,
                               notes=[f"{why}; no plan known yet (the work continues in the background: retry)"])
-    layers = sc.witness_layers or balanced_split(job.model.num_layers, sc.witness["pp"])
+    layers = sc.witness_layers or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units,
+                                                                           sc.witness["pp"]))
     plan_ = make_plan(job, parallel_from_row(job, sc.witness), layers)
     bound = sc.bound_step_s
     gap = (plan_.step_time_s - bound) / plan_.step_time_s if plan_.step_time_s > 0 else None

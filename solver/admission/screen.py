@@ -24,7 +24,7 @@ class Screen:
     num_shapes: int  # after dominance
     num_memory_ok: int  # shapes not excluded by memory (an upper bound on the shapes that fit)
     witness: Optional[dict]  # shape row of the incumbent (the best fitting plan prepare found)
-    witness_layers: Optional[list[int]]  # its layer split
+    witness_layers: Optional[list[int]]  # its layer split (layers, not pipeline units)
     witness_step_s: float  # inf without a witness
     bound_step_s: float  # least time lower bound over the shapes that may fit (valid for every split)
 
@@ -34,8 +34,10 @@ def screen(cands: Candidates) -> Screen:
     over the survivors (and the incumbent) bounds the optimum."""
     witness = cands.shapes.row(cands.incumbent_index) if cands.incumbent_index is not None else None
     bound = float(cands.time_lb_s.min()) if cands.num_survivors else math.inf
+    units = cands.incumbent_layers
+    layers = cands.job.model.units_to_layers(units) if units is not None else None
     return Screen(cands.num_legal, cands.num_legal - cands.num_dominated, cands.num_survivors + cands.num_pruned_time,
-                  witness, cands.incumbent_layers, float(cands.incumbent_step_s),
+                  witness, layers, float(cands.incumbent_step_s),
                   min(bound, float(cands.incumbent_step_s)))
 
 

@@ -14,7 +14,7 @@ from pydantic import Field
 from ..catalog import catalog_families, cluster_family, family_cluster, load_cluster, resize_cluster
 from ..diagnose import fewest_nodes
 from ..errors import InputError
-from ..formulation.flops import layer_gemm_fwd_flop, lm_head_fwd_flop
+from ..formulation.flops import layers_gemm_fwd_flop, lm_head_fwd_flop
 from ..plan import Out, SolveResult
 from ..search.result import PlanStatus
 from ..specs import ClusterSpec, JobSpec
@@ -102,10 +102,10 @@ def sizer(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster
 
 def flop_per_token(model) -> float:
     """FLOPs every plan does per trained token at least: the GEMMs of a step, 3 x (layers x
-    GEMMs + LM head) per token (the attention core is left out so causal savings cannot break
-    the bound)."""
+    GEMMs + LM head) per token, active parameters for MoE (the attention core is left out so
+    causal savings cannot break the bound)."""
     m = model
-    return 3.0 * (m.num_layers * float(layer_gemm_fwd_flop(m, 1)) + float(lm_head_fwd_flop(m, 1)))
+    return 3.0 * (float(layers_gemm_fwd_flop(m, 1)) + (1 + m.mtp_num_layers) * float(lm_head_fwd_flop(m, 1)))
 
 
 def peak_flop_per_s(gpu) -> float:

@@ -140,7 +140,7 @@ def memory_points(memory_datapoints: dict, rows: Sequence[Row], values: Optional
             job = job.model_copy(update={"cluster": cl.model_copy(update={"gpu": cl.gpu.model_copy(update=upd["a100"])})})
         shapes = Shapes.single(tp=cfg["tp"], pp=cfg["pp"], dp=1, vp=cfg["vp"], micro_batch_size=cfg["mbs"],
                                recompute="selective" if sel else "none", sequence_parallel=sel, zero=0)
-        ev = evaluate_split(job_coefficients(job, shapes), 0, balanced_split(job.model.num_layers, cfg["pp"]))
+        ev = evaluate_split(job_coefficients(job, shapes), 0, balanced_split(job.model.num_pipeline_units, cfg["pp"]))
         mem = ev.stages[0]["memory_bytes"]
         state = (mem["params"] + mem["grads"] + mem["optimizer"]) / GIB
         act = mem["activations"] / GIB

@@ -85,7 +85,7 @@ class RowCase:
         self.row = row
         self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
         self.shapes = enumerate_shapes(row.job).shapes
-        self.layers = balanced_layers_matrix(row.job.model.num_layers, self.shapes.pp)
+        self.layers = balanced_layers_matrix(row.job.model.num_pipeline_units, self.shapes.pp)
         if max_shapes and len(self.shapes) > max_shapes:
             step, _, fits = step_time_batch(job_coefficients(row.job, self.shapes), self.layers)
             keep = np.argsort(np.where(fits, step, np.inf), kind="stable")[:max_shapes]

@@ -135,7 +135,7 @@ def show(file, as_json):
 @click.option("--hostfile", "hostfile_out", default=None, type=OUTPUT, help="Write the hostfile here.")
 @click.option("--ranks", is_flag=True, help="Print the RANK -> (stage, replica, cp, tp) table.")
 @click.option("--json", "as_json", is_flag=True)
-def place_cmd(links_file, tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero, dp, layers_per_stage,
+def place_cmd(links_file, tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_parallel, zero, dp, layers_per_stage,
               method, time_limit, hostfile_out, ranks, as_json, **base):
     """Place a plan's (stage, replica) groups on nodes with unequal links."""
     from ..placement.links import load_links
@@ -144,7 +144,7 @@ def place_cmd(links_file, tp, pp, cp, vp, micro_batch_size, recompute, sequence_
     from ..render.hostfile import render_placement, render_rank_table, result_hostfile, result_rank_table
 
     job = build_job(**base)
-    plan = plan_config(job, dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=micro_batch_size,
+    plan = plan_config(job, dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, ep=ep, etp=etp, micro_batch_size=micro_batch_size,
                                  recompute=recompute, sequence_parallel=sequence_parallel, zero=zero,
                                  layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None))
     lm = load_links(links_file, cluster=job.cluster)

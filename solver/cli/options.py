@@ -24,7 +24,8 @@ from ..specs import JobSpec
 FLAGS = {
     "job": "--job", "model": "--model", "cluster": "--cluster", "global_batch_size": "--global-batch-size",
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
-    "tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
+    "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
+    "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "layers": "--layers-per-stage", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
     "top_k": "--top-k", "workers": "--workers", "links": "--links", "hostfile": "--hostfile",
@@ -164,6 +165,13 @@ _BASE = [
                  help="TP collectives pipelined with the GEMMs (Megatron --tp-comm-overlap; default off)."),
     click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,
                  help="Data-parallel reduction behind the backward (Megatron --overlap-grad-reduce; default on)."),
+    click.option("--moe-load-imbalance", type=float, default=None,
+                 help="MoE: busiest expert rank's tokens over the balanced share (default 1.0: balanced routing)."),
+    click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
+                 help="MoE: EP all-to-alls behind the other micro-batch's compute (Megatron "
+                      "--overlap-moe-expert-parallel-comm; default off)."),
+    click.option("--moe-token-dispatcher", type=click.Choice(["alltoall", "flex"]), default=None,
+                 help="MoE dispatcher for ep > 1: alltoall (default) or flex (DeepEP/HybridEP, one send per node)."),
 ]
 
 _CONSTRAINTS = [
@@ -172,6 +180,9 @@ _CONSTRAINTS = [
     click.option("--dp", type=INT_LIST, default=None, help="Allowed data-parallel sizes."),
     click.option("--cp", type=INT_LIST, default=None, help="Allowed context-parallel sizes."),
     click.option("--vp", type=INT_LIST, default=None, help="Allowed virtual pipeline stages per rank."),
+    click.option("--ep", type=INT_LIST, default=None, help="Allowed expert-parallel sizes (MoE models), e.g. 8,16."),
+    click.option("--etp", type=INT_LIST, default=None,
+                 help="Allowed expert tensor-parallel sizes (MoE; default: the search tries 1 and tp)."),
     click.option("--micro-batch-size", type=INT_LIST, default=None, help="Allowed micro-batch sizes."),
     click.option("--tp-max", type=click.IntRange(min=1), default=None),
     click.option("--pp-max", type=click.IntRange(min=1), default=None),
@@ -179,14 +190,16 @@ _CONSTRAINTS = [
     click.option("--cp-max", type=click.IntRange(min=1), default=None),
     click.option("--vp-max", type=click.IntRange(min=1), default=None),
     click.option("--micro-batch-size-max", type=click.IntRange(min=1), default=None),
+    click.option("--ep-max", type=click.IntRange(min=1), default=None),
     click.option("--recompute", type=ChoiceList(("none", "selective", "full")), default=None, help="Allowed recomputation modes."),
     click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Fix sequence parallelism on or off."),
     click.option("--zero", type=ChoiceList(("0", "1", "2", "3")), default=None, help="Allowed optimizer sharding: 0 plain DP, 1 distributed optimizer, 2, 3."),
     click.option("--even-split", is_flag=True, default=False, help="Only even (balanced) layer splits."),
 ]
 
-CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "tp_max", "pp_max", "dp_max", "cp_max",
-                   "vp_max", "micro_batch_size_max", "recompute", "sequence_parallel", "zero", "even_split")
+CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "vp", "ep", "etp", "micro_batch_size", "tp_max", "pp_max", "dp_max",
+                   "cp_max", "vp_max", "micro_batch_size_max", "ep_max", "recompute", "sequence_parallel", "zero",
+                   "even_split")
 
 
 # One explicit configuration (evaluate, links place); the defaults are space.rules.complete_config's.
@@ -195,6 +208,9 @@ _CONFIG = [
     click.option("--pp", type=click.IntRange(min=1), default=None, help="Pipeline-parallel size (default 1)."),
     click.option("--cp", type=click.IntRange(min=1), default=None, help="Context-parallel size (default 1)."),
     click.option("--vp", type=click.IntRange(min=1), default=None, help="Virtual pipeline stages per rank (default 1)."),
+    click.option("--ep", type=click.IntRange(min=1), default=None, help="Expert-parallel size (MoE; default 1)."),
+    click.option("--etp", type=click.IntRange(min=1), default=None,
+                 help="Expert tensor-parallel size (MoE; default tp where legal, else 1)."),
     click.option("--micro-batch-size", type=click.IntRange(min=1), default=None, help="Default 1."),
     click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None, help="Default: selective."),
     click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1."),
@@ -249,14 +265,16 @@ def _constraints(flags: dict, base: Any) -> Any:
 
 def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
                 flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
-                overlap_grad_reduce=None, prefer=None, tolerance_rel=None, framework=None, **constraint_flags) -> dict:
+                overlap_grad_reduce=None, prefer=None, tolerance_rel=None, moe_load_imbalance=None,
+                moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
              "precision": precision, "flash_attention": flash_attention, "attention_kernel": attention_kernel,
              "grad_reduce_dtype": grad_reduce_dtype, "tp_comm_overlap": tp_comm_overlap,
              "overlap_grad_reduce": overlap_grad_reduce, "prefer": prefer, "tolerance_rel": tolerance_rel,
-             "framework": framework}
+             "moe_load_imbalance": moe_load_imbalance, "moe_a2a_overlap": moe_a2a_overlap,
+             "moe_token_dispatcher": moe_token_dispatcher, "framework": framework}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

@@ -29,7 +29,7 @@ from .options import OUTPUT, SECONDS, build_job, config_options, job_base_option
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
             "tp": "tp", "pp": "pp", "cp": "cp", "vp": "vp", "dp": "dp", "zero": "zero", "recompute": "recompute",
-            "layers": "layers"}
+            "layers": "layers", "ep": "ep", "etp": "etp"}
 _TRUE = {"on", "true", "yes", "1"}
 _FALSE = {"off", "false", "no", "0"}
 
@@ -47,7 +47,7 @@ def parse_compare(text: str) -> dict:
         val = val.strip()
         if not sep or key not in _ALIASES:
             raise InputError("--compare", f"{item!r}: give key=value pairs with keys tp, pp, cp, vp, mbs, recompute, sp, "
-                                          f"zero, layers (e.g. \"tp=8,pp=2,mbs=1\")")
+                                          f"zero, ep, etp, layers (e.g. \"tp=8,pp=2,mbs=1\")")
         name = _ALIASES[key]
         if name in cfg:
             raise InputError("--compare", f"{item!r}: {name} is given twice; give each key once")
@@ -252,12 +252,13 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
 @config_options
 @click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def evaluate(tp, pp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero, layers_per_stage, as_json, **base):
+def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_parallel, zero, layers_per_stage, as_json,
+             **base):
     """Predict step time, throughput, MFU and per-stage memory of one configuration."""
     from ..plan import plan_config
 
     job = build_job(**base)
-    cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
+    cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, etp=etp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero,
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
     from ..calibration.intervals import with_interval

@@ -30,8 +30,13 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
-from .kernels import flash_attention_s, linear_s, unfused_attention_s
-from .memory import BF16_BYTES, FP32_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes
+from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
+from .moe import attention_geometry, moe_layer_params_per_gpu
+from .moe_layer import fold_layers, moe_layer_terms
+from .memory import (
+    BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
+    runtime_bytes,
+)
 from ..space.shapes import Shapes
 
 GIB = 1024**3
@@ -69,20 +74,28 @@ def reduced_params_per_gpu(model: ModelSpec, tp, pp):
 
 
 def distributed_optimizer_dominates(model: ModelSpec, cluster: ClusterSpec, tp, cp, dp, pp, *,
-                                    precision: str = "bf16", grad_reduce_dtype: str = "fp32") -> np.ndarray:
+                                    precision: str = "bf16", grad_reduce_dtype: str = "fp32", ep=1,
+                                    etp=1) -> np.ndarray:
     """Where zero=1 is no slower than zero=0 with every other knob the same, exactly under this
     formulation: its reduce-scatter + all-gather (each a ring) take no longer than zero=0's
     all-reduce for each of the three parts a stage reduces (`reduced_params_per_gpu`), its
     overlap window is a superset (the all-gather also hides behind the next forward), its
     optimizer step is sharded and its memory smaller. The all-reduce may be NCCL's tree, whose
-    latency is logarithmic in the nodes: across nodes with small parts it beats the two rings."""
+    latency is logarithmic in the nodes: across nodes with small parts it beats the two rings.
+    A MoE model's parts add the MoE layers' non-expert parameters (over dp x cp) and their local
+    experts (over the expert-data-parallel group, `moe_layer.moe_layer_terms`), each reduced on its own."""
     shard = np.asarray(dp, dtype=np.float64) * np.asarray(cp, dtype=np.float64)
     g = grad_reduce_bytes(precision, grad_reduce_dtype)
-    ok = np.ones(np.broadcast(shard, np.asarray(tp)).shape, dtype=bool)
-    for params in reduced_params_per_gpu(model, tp, pp):
-        ar = comm.collective_s("all_reduce", params * g, cluster, shard, tp)
-        two = (comm.collective_s("reduce_scatter", params * g, cluster, shard, tp)
-               + comm.collective_s("all_gather", params * BF16_BYTES, cluster, shard, tp))
+    ok = np.ones(np.broadcast(shard, np.asarray(tp), np.asarray(ep)).shape, dtype=bool)
+    parts = [(params, shard, tp) for params in reduced_params_per_gpu(model, tp, pp)]
+    if model.is_moe:
+        ep, etp = np.asarray(ep, dtype=np.float64), np.asarray(etp, dtype=np.float64)
+        ne, ex = moe_layer_params_per_gpu(model, tp, ep, etp)
+        parts += [(ne, shard, tp), (ex, np.asarray(tp) * shard / (ep * etp), ep * etp)]
+    for params, n, stride in parts:
+        ar = comm.collective_s("all_reduce", params * g, cluster, n, stride)
+        two = (comm.collective_s("reduce_scatter", params * g, cluster, n, stride)
+               + comm.collective_s("all_gather", params * BF16_BYTES, cluster, n, stride))
         ok &= two <= ar * (1 + 1e-12)
     return ok
 
@@ -134,10 +147,15 @@ class StageCoefficients:
     fragmentation: float  # the allocator's reserve over allocated memory (fraction)
     runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
+    layer_ep_s: np.ndarray = None  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
+
+    def __post_init__(self):
+        if self.layer_ep_s is None:
+            object.__setattr__(self, "layer_ep_s", np.zeros(len(self.pp)))
 
     @property
     def layer_s(self) -> np.ndarray:
-        return self.layer_compute_s + self.layer_tp_s + self.layer_cp_s + self.layer_zero3_s
+        return self.layer_compute_s + self.layer_tp_s + self.layer_cp_s + self.layer_zero3_s + self.layer_ep_s
 
     @property
     def layer_static_bytes(self) -> np.ndarray:
@@ -165,6 +183,9 @@ def stage_coefficients(
     grad_reduce_dtype: str = "fp32",
     overlap_grad_reduce: bool = True,
     tp_comm_overlap: bool = False,
+    moe_load_imbalance: float = 1.0,
+    moe_a2a_overlap: bool = False,
+    moe_token_dispatcher: str = "alltoall",
     framework: str = "megatron",
 ) -> StageCoefficients:
     gpu = cluster.gpu
@@ -179,7 +200,7 @@ def stage_coefficients(
     rc = shapes.recompute
     z = shapes.zero
     h, f, V, a = model.hidden_size, model.ffn_hidden_size, model.vocab_size, model.num_attention_heads
-    hq, hkv = model.q_hidden_size, model.kv_hidden_size
+    # q and kv widths: attention_geometry below
     s = float(seq_length)
     m = shapes.num_microbatches(global_batch_size)
     rep = np.where(sp, t, 1.0)  # norms, residuals and dropout are replicated over TP unless SP
@@ -194,26 +215,32 @@ def stage_coefficients(
         mm = dict(flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency, num_sms=gpu.num_sms,
                   hbm_bytes_per_s=hbm)
     M = b * s / c  # tokens of a micro-batch on this GPU
-    linears = [((hq + 2 * hkv) / t, h), (h, hq / t), (f * (model.mlp_matrices - 1) / t, h), (h, f / t)]  # (N, K)
+    # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
+    attn_linears, hq, hkv, head_dim, latent_width = attention_geometry(model, t)
+    mlp_linears = [(f * (model.mlp_matrices - 1) / t, h), (h, f / t)]  # (N, K)
     gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = 0.0
-    for N, K in linears:
+    mlp_fwd = mlp_bwd = 0.0  # the MLP's share (GEMMs and FP8 casts): what a MoE layer replaces
+    for i, (N, K) in enumerate(attn_linears + mlp_linears):
         fw, bw = linear_s(M, N, K, **mm)
         gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
+        cf = FP8_CAST_BYTES * M * K / hbm if fp8 else 0.0
+        cb = FP8_CAST_BYTES * M * N / hbm if fp8 else 0.0
         if fp8:
-            cast_fwd = cast_fwd + FP8_CAST_BYTES * M * K / hbm
-            cast_bwd = cast_bwd + FP8_CAST_BYTES * M * N / hbm
+            cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
+        if i >= len(attn_linears):
+            mlp_fwd, mlp_bwd = mlp_fwd + fw + cf, mlp_bwd + bw + cb
     heads_gpu = a / t
     if flash_attention:
         fused = attention_kernel == "cudnn"
         core_fwd, core_bwd = flash_attention_s(
-            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=model.head_dim, causal=True,
+            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=head_dim, causal=True,
             flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,
             efficiency=gpu.fused_attention_efficiency if fused
             else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency),
             overlap_exp=gpu.exp_overlaps_matmul and fused)
     else:
         core_fwd, core_bwd = unfused_attention_s(
-            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=model.head_dim, flop_per_s=gpu.peak_flop_per_s,
+            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=head_dim, flop_per_s=gpu.peak_flop_per_s,
             efficiency=gpu.matmul_efficiency, hbm_bytes_per_s=hbm)
     el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
         stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
@@ -299,29 +326,24 @@ def stage_coefficients(
     # ---------------- first / last stage extras ----------------
     emb_fwd = M * h * BF16_BYTES * 3 / hbm  # gather + dropout
     emb_bwd = (emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm  # dense gradient of the table
-    head_f, head_b = linear_s(M, V / t, h, **{**mm, "flop_per_s": gpu.peak_flop_per_s,
-                                              "efficiency": gpu.matmul_efficiency, "in_bytes": BF16_BYTES})
+    bf16mm = {**mm, "flop_per_s": gpu.peak_flop_per_s, "efficiency": gpu.matmul_efficiency, "in_bytes": BF16_BYTES}
+    head_f, head_b = linear_s(M, V / t, h, **bf16mm)
     ce_fwd, ce_bwd = stack.cross_entropy_bytes or (CROSS_ENTROPY_BYTES_FWD, CROSS_ENTROPY_BYTES_BWD)
     head_fwd = head_f + M * V / t * ce_fwd / hbm
     head_bwd = head_b + M * V / t * ce_bwd / hbm
-
-    # ---------------- pipeline boundaries ----------------
-    # each TP rank sends its 1/t of the activations (sequence parallelism, or Megatron's
-    # scatter-gather optimisation: Narayanan et al. 2021 Sec. 4.1), over its own NIC
-    pp_bw, pp_lat = comm.p2p_link(cluster, t * c * d)
-    p2p = 2 * comm.p2p_s(act_msg / t, pp_bw, pp_lat)
-    # interleaved: Megatron overlaps the sends with the other chunk's compute (default on)
-    chunk_work = (fwd + bwd) * model.num_layers / np.maximum(p * v, 1)
-    boundary = np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
 
     # ---------------- overlap windows of the step-level DP traffic ----------------
     # The reduction hides behind the stage's last backward (all chunks: Megatron reduces each
     # model chunk's gradients once its last backward ends, while the others' run); the
     # distributed optimizer's all-gather behind the next step's first forward.
+    bwd_hides = (z <= 1) & overlap_grad_reduce
+    fwd_hides = ((z == 1) | (z == 2)) & overlap_grad_reduce
+
+    def window(fwd_s, bwd_s):
+        return np.where(bwd_hides, bwd_s, 0.0) + np.where(fwd_hides, fwd_s, 0.0)
+
     if overlap_grad_reduce:
-        bwd_hides = z <= 1
-        fwd_hides = (z == 1) | (z == 2)
-        layer_window = np.where(bwd_hides, bwd + tp_exposed_bwd, 0.0) + np.where(fwd_hides, fwd + tp_exposed_fwd, 0.0)
+        layer_window = window(fwd + tp_exposed_fwd, bwd + tp_exposed_bwd)
         first_window = np.where(fwd_hides, emb_fwd, 0.0)
         last_window = np.where(bwd_hides, head_bwd, 0.0)
     else:
@@ -329,49 +351,81 @@ def stage_coefficients(
 
     # ---------------- memory ----------------
     pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision)
-    layer_act, working = frameworks.layer_activation_bytes(
-        stack, gated=model.gated_mlp, tokens=M, hidden=h, q_width=hq, kv_width=hkv, ffn=f,
-        mlp_matrices=model.mlp_matrices, heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0)
+    act_kw = dict(tokens=M, hidden=h, q_width=hq, kv_width=hkv, mlp_matrices=model.mlp_matrices, heads=a,
+                  seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0)
+    layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=f, **act_kw)
+    if latent_width:  # multi-latent attention: the latents, kept on every TP rank
+        layer_act = layer_act + np.where(rc == 2, 0.0, latent_width * M)
+        working = working + np.where(rc == 2, latent_width * M, 0.0)
     working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu
                                   * frameworks.zero3_live_bytes_per_param(stack, grad_bytes), 0.0)
     first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
     last_act = frameworks.last_stage_act_bytes(stack, M, h, V, t, rep)  # final norm, head input, logits
 
     state = pb + gb + ob
+    dense = dict(compute=layer_compute, tp=layer_tp, cp=layer_cp, zero3=layer_zero3, ep=np.zeros(len(z)),
+                 fwd=fwd + tp_exposed_fwd, bwd=bwd + tp_exposed_bwd, work=fwd + bwd, dp_step=layer_red + layer_ag,
+                 opt=layer_params_gpu * opt_per_param, window=layer_window, params=layer_params_gpu * pb,
+                 grads=layer_params_gpu * gb, optim=layer_params_gpu * ob, act=layer_act, working=working)
+    ends = dict(first_s=emb_fwd + emb_bwd + z_edges, last_s=head_fwd + head_bwd, first_fwd_s=emb_fwd,
+                last_bwd_s=head_bwd, first_dp_step_s=emb_red + emb_ag + tied, last_dp_step_s=head_red + head_ag + tied,
+                first_optimizer_step_s=emb_params_gpu * opt_per_param,
+                last_optimizer_step_s=head_params_gpu * opt_per_param, first_window_s=first_window,
+                last_window_s=last_window, first_static_bytes=emb_params_gpu * state,
+                last_static_bytes=head_params_gpu * state, first_act_bytes=first_act, last_act_bytes=last_act)
+    unit, units = dense, model.num_layers
+    if model.is_moe or model.mtp_num_layers:
+        moe_layer = None
+        if model.is_moe:
+            el0_fwd, el0_bwd = elementwise_bytes_per_token(hidden=h, q_width=hq, kv_width=hkv, ffn=0, gated=model.gated_mlp,
+                                                           rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
+            attn_fwd = fwd - mlp_fwd - M * (el_fwd - el0_fwd) / hbm  # the layer without its MLP
+            attn_bwd = bwd - mlp_bwd - M * (el_bwd - el0_bwd) / hbm
+            moe_layer = moe_layer_terms(
+                model, cluster, shapes, M=M, attn_fwd=attn_fwd, attn_bwd=attn_bwd, attn_gemm_fwd=gemm_fwd - mlp_fwd,
+                attn_gemm_bwd=gemm_bwd - mlp_bwd, core_fwd=core_fwd, tp_pass=tp_pass, hidden=hidden,
+                tp_comm_overlap=tp_comm_overlap, layer_cp=layer_cp, dp_step=dp_step, opt_per_param=opt_per_param,
+                window=window, state_bytes=(pb, gb, ob), grad_bytes=grad_bytes, act_kw=act_kw,
+                adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
+                dispatcher=moe_token_dispatcher,
+                latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
+                imbalance=moe_load_imbalance)
+        proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
+        unit, units, ends = fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
+            fwd=proj_f + head_fwd, bwd=proj_b + head_bwd, params=2 * h * h / t, state=state, opt=opt_per_param,
+            dp_step=dp_step, logits=LOGIT_BYTES * M * V / t))
+
+    # ---------------- pipeline boundaries ----------------
+    # each TP rank sends its 1/t of the activations (sequence parallelism, or Megatron's
+    # scatter-gather optimisation: Narayanan et al. 2021 Sec. 4.1), over its own NIC
+    pp_bw, pp_lat = comm.p2p_link(cluster, t * c * d)
+    p2p = 2 * comm.p2p_s(act_msg / t, pp_bw, pp_lat)
+    # interleaved: Megatron overlaps the sends with the other chunk's compute (default on)
+    chunk_work = unit["work"] * units / np.maximum(p * v, 1)
+    boundary = np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
+
     return StageCoefficients(
         num_microbatches=m,
         pp=p,
         vp=v,
-        layer_compute_s=layer_compute,
-        layer_tp_s=layer_tp,
-        layer_cp_s=layer_cp,
-        layer_zero3_s=layer_zero3,
-        layer_fwd_s=fwd + tp_exposed_fwd,
-        layer_bwd_s=bwd + tp_exposed_bwd,
-        first_s=emb_fwd + emb_bwd + z_edges,
-        last_s=head_fwd + head_bwd,
-        first_fwd_s=emb_fwd,
-        last_bwd_s=head_bwd,
+        layer_compute_s=unit["compute"],
+        layer_tp_s=unit["tp"],
+        layer_cp_s=unit["cp"],
+        layer_zero3_s=unit["zero3"],
+        layer_fwd_s=unit["fwd"],
+        layer_bwd_s=unit["bwd"],
         boundary_s=boundary,
-        layer_dp_step_s=layer_red + layer_ag,
-        first_dp_step_s=emb_red + emb_ag + tied,
-        last_dp_step_s=head_red + head_ag + tied,
-        layer_optimizer_step_s=layer_params_gpu * opt_per_param,
-        first_optimizer_step_s=emb_params_gpu * opt_per_param,
-        last_optimizer_step_s=head_params_gpu * opt_per_param,
-        layer_window_s=layer_window,
-        first_window_s=first_window,
-        last_window_s=last_window,
-        layer_params_bytes=layer_params_gpu * pb,
-        layer_grads_bytes=layer_params_gpu * gb,
-        layer_optimizer_bytes=layer_params_gpu * ob,
-        layer_act_bytes=layer_act,
-        first_static_bytes=emb_params_gpu * state,
-        last_static_bytes=head_params_gpu * state,
-        first_act_bytes=first_act,
-        last_act_bytes=last_act,
-        const_bytes=working,
+        layer_dp_step_s=unit["dp_step"],
+        layer_optimizer_step_s=unit["opt"],
+        layer_window_s=unit["window"],
+        layer_params_bytes=unit["params"],
+        layer_grads_bytes=unit["grads"],
+        layer_optimizer_bytes=unit["optim"],
+        layer_act_bytes=unit["act"],
+        const_bytes=unit["working"],
         fragmentation=float(gpu.runtime_reserve_fraction),
-        runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p),
+        runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=shapes.ep, etp=shapes.etp),
         capacity_bytes=float(gpu.hbm_bytes),
+        layer_ep_s=unit["ep"],
+        **ends,
     )

@@ -107,3 +107,36 @@ def collective_s(kind: str, size_bytes, cluster: ClusterSpec, n, stride):
         _, k = placement(cluster, n, stride)
         return allreduce_s(size_bytes, n, bw, lat, nodes=k, cluster=cluster)
     return allgather_s(size_bytes, n, bw, lat)
+
+
+def all_to_all_s(send_bytes, cluster: ClusterSpec, n, stride):
+    """All-to-all in which each of n ranks `stride` apart sends `send_bytes` in total, 1/n to
+    each rank (itself included): NCCL runs it as grouped point-to-point sends, all at once, so
+    one latency (Megatron's EP dispatch/combine, `torch.distributed.all_to_all_single`). With
+    r ranks of the group on each of k nodes (`placement`), a rank's (r-1)/n share goes over
+    NVLink and its (n-r)/n share leaves the node; the r ranks of a node send r times that over
+    the group's links across nodes (`group_links`: r NICs, spine oversubscription), while NVLink
+    carries the rest at the same time: the slower of the two."""
+    n = np.asarray(n, dtype=np.float64)
+    r, k = placement(cluster, n, stride)
+    bw, lat, intra = group_links(cluster, n, stride)
+    nvl = send_bytes * (r - 1) / np.maximum(n, 1.0) / cluster.nvlink_bytes_per_s
+    out = send_bytes * r * (n - r) / np.maximum(n, 1.0) / bw
+    t = lat + np.where(intra, nvl, np.maximum(nvl, out))
+    return np.where(n > 1, t, 0.0)
+
+
+def node_dedup_all_to_all_s(token_bytes, copies, remote_nodes, cluster: ClusterSpec, n, stride):
+    """A dispatch (or combine) that sends each token once to every other node it is routed to
+    and forwards it to the ranks there over NVLink (DeepEP / HybridEP, Megatron's `flex` token
+    dispatcher): a rank's `token_bytes * remote_nodes` leave the node (the r ranks of a node
+    together over the group's links, as in `all_to_all_s`), while NVLink carries every copy
+    bound for another rank, `token_bytes * copies * (n-1)/n`, at the same time: the slower of
+    the two, plus one latency. Inside one node it is `all_to_all_s` of the copies."""
+    n = np.asarray(n, dtype=np.float64)
+    r, _ = placement(cluster, n, stride)
+    bw, lat, intra = group_links(cluster, n, stride)
+    nvl = token_bytes * copies * (n - 1) / np.maximum(n, 1.0) / cluster.nvlink_bytes_per_s
+    out = token_bytes * remote_nodes * r / bw
+    t = lat + np.where(intra, nvl, np.maximum(nvl, out))
+    return np.where(n > 1, t, 0.0)

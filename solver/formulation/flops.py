@@ -21,6 +21,15 @@ Two conventions for the attention core, one keyword (`causal`):
   figures back into step times (`calibration/rows.py`) and to check Eq. (3). For GPT (MHA,
   f=4h) the hardware FLOPs with full recompute then equal Eq. (3):
   96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)).
+
+Mixture of experts (Megatron-LM megatron/training/training.py `num_floating_point_operations`,
+`moe_layer_flops`): an MoE layer's MLP costs the top-k routed experts and the shared experts,
+`2*T*h*(2|3)*(k*f_e + f_s)`, plus the router `2*T*h*E`; only active parameters count. Multi-latent
+attention (DeepSeek-V2 Sec. 2.1): the GEMMs of its projections, 2 FLOPs per weight and token
+(`ModelSpec.attention_params` without the two latent norms), and a core of QK^T at
+d_qk = d_nope + d_rope and PV at d_v: `2*b*s^2*a*(d_qk + d_v)` (= 4*b*s^2*h_q for standard
+attention), halved with `causal`. Each MTP module (Megatron's `mtp_num_layers`) adds one layer of
+the last layer's kind, its 2h -> h projection and a second LM head.
 """
 
 from __future__ import annotations
@@ -30,9 +39,24 @@ import numpy as np
 from ..specs import ModelSpec
 
 
+def _attention_gemm_per_token(model: ModelSpec) -> float:
+    """2 FLOPs per attention weight (standard: QKV 2h(h_q + 2h_kv) and projection 2h_q h)."""
+    norms = ((model.q_lora_rank or 0) + model.kv_lora_rank) if model.multi_latent_attention else 0
+    return 2.0 * (model.attention_params - norms)
+
+
 def layer_gemm_fwd_flop(model: ModelSpec, tokens):
-    h, f, hq = model.hidden_size, model.ffn_hidden_size, model.q_hidden_size
-    per_token = 2 * h * (hq + 2 * model.kv_hidden_size) + 2 * hq * h + 2 * h * f * model.mlp_matrices
+    """Forward GEMM FLOPs of one dense layer (attention projections and the MLP)."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    per_token = _attention_gemm_per_token(model) + 2 * h * f * model.mlp_matrices
+    return np.asarray(tokens, dtype=np.float64) * per_token
+
+
+def moe_layer_gemm_fwd_flop(model: ModelSpec, tokens):
+    """Forward GEMM FLOPs of one MoE layer: attention, router, top-k routed and shared experts."""
+    h, E, k = model.hidden_size, model.num_experts, model.moe_router_topk
+    ffn = k * model.moe_ffn_hidden_size + (model.moe_shared_expert_intermediate_size or 0)
+    per_token = _attention_gemm_per_token(model) + 2 * h * E + 2 * h * ffn * model.mlp_matrices
     return np.asarray(tokens, dtype=np.float64) * per_token
 
 
@@ -42,8 +66,13 @@ FLOP_CONVENTION = ("Megatron-LM num_floating_point_operations: forward + backwar
 
 
 def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = False):
-    """QK^T and attention-times-V: 4*b*s^2*h_q, half of it with `causal` (module docstring)."""
-    full = 4.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.q_hidden_size
+    """QK^T and attention-times-V: 2*b*s^2*a*(d_qk + d_v) (4*b*s^2*h_q when both are the head
+    dimension), half of it with `causal` (module docstring)."""
+    if model.multi_latent_attention:
+        d = model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim
+    else:
+        d = 2 * model.head_dim
+    full = 2.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.num_attention_heads * d
     return full * 0.5 if causal else full
 
 
@@ -51,22 +80,37 @@ def lm_head_fwd_flop(model: ModelSpec, tokens):
     return 2.0 * np.asarray(tokens, dtype=np.float64) * model.hidden_size * model.vocab_size
 
 
+def layers_gemm_fwd_flop(model: ModelSpec, tokens):
+    """Forward GEMM FLOPs of every decoder layer and MTP layer (not the LM heads)."""
+    dense = model.num_dense_layers * layer_gemm_fwd_flop(model, tokens)
+    moe = model.num_moe_layers * moe_layer_gemm_fwd_flop(model, tokens) if model.is_moe else 0.0
+    last_moe = model.is_moe and model.moe_layer_mask[-1]
+    mtp_layer = moe_layer_gemm_fwd_flop(model, tokens) if last_moe else layer_gemm_fwd_flop(model, tokens)
+    proj = 2.0 * np.asarray(tokens, dtype=np.float64) * 2 * model.hidden_size * model.hidden_size
+    return dense + moe + model.mtp_num_layers * (mtp_layer + proj)
+
+
+def _attention_layers(model: ModelSpec) -> int:
+    return model.num_layers + model.mtp_num_layers
+
+
 def model_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, causal: bool = False) -> float:
     """Forward + backward model FLOPs of one optimizer step (no recomputation); `causal`: the
     reported convention, else the published figures' (module docstring)."""
     tokens = global_batch_size * seq_len
-    layer = layer_gemm_fwd_flop(model, tokens) + attention_core_fwd_flop(model, global_batch_size, seq_len, causal)
-    return float(3 * (model.num_layers * layer + lm_head_fwd_flop(model, tokens)))
+    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal) * _attention_layers(model)
+    heads = (1 + model.mtp_num_layers) * lm_head_fwd_flop(model, tokens)
+    return float(3 * (layers_gemm_fwd_flop(model, tokens) + core + heads))
 
 
 def hardware_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute,
                            causal: bool = False) -> np.ndarray:
     """Model FLOPs plus the recomputed forward (recompute: RECOMPUTE_CODES array or int)."""
     tokens = global_batch_size * seq_len
-    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal)
-    full = layer_gemm_fwd_flop(model, tokens) + core
+    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal) * _attention_layers(model)
+    full = layers_gemm_fwd_flop(model, tokens) + core
     rc = np.asarray(recompute)
-    extra = np.where(rc == 2, full, np.where(rc == 1, core, 0.0)) * model.num_layers
+    extra = np.where(rc == 2, full, np.where(rc == 1, core, 0.0))
     return model_flop_per_step(model, global_batch_size, seq_len, causal) + extra
 
 

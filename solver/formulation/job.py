@@ -22,7 +22,8 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         global_batch_size=job.global_batch_size, seq_length=job.seq_length,
         precision=job.precision, flash_attention=job.flash_attention, attention_kernel=job.attention_kernel,
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
-        tp_comm_overlap=job.tp_comm_overlap, framework=job.framework,
+        tp_comm_overlap=job.tp_comm_overlap, moe_load_imbalance=job.moe_load_imbalance,
+        moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
     )
 
 
@@ -37,14 +38,15 @@ def zero0_dominated(job: JobSpec, shapes: Shapes) -> np.ndarray:
     rows = np.flatnonzero((shapes.zero == 0) & (shapes.dp * shapes.cp > 1))
     if job.constraints.zero is not None or not len(rows):
         return out
-    degrees = [shapes.tp[rows], shapes.cp[rows], shapes.dp[rows], shapes.pp[rows] > 1]
+    degrees = [shapes.tp[rows], shapes.cp[rows], shapes.dp[rows], shapes.pp[rows] > 1, shapes.ep[rows], shapes.etp[rows]]
     order = np.lexsort(degrees)  # the rule depends on the degrees only: evaluate once per combination
     new = np.ones(len(rows), dtype=bool)
     new[1:] = np.any([d[order][1:] != d[order][:-1] for d in degrees], axis=0)
     first = order[new]
     beats = distributed_optimizer_dominates(job.model, job.cluster, *(d[first] for d in degrees[:3]),
                                             np.where(degrees[3][first], 2, 1), precision=job.precision,
-                                            grad_reduce_dtype=job.grad_reduce_dtype)
+                                            grad_reduce_dtype=job.grad_reduce_dtype, ep=degrees[4][first],
+                                            etp=degrees[5][first])
     out[rows[order]] = beats[np.cumsum(new) - 1]
     return out
 

@@ -58,6 +58,32 @@ def linear_s(M, N, K, **kw):
     return fwd, bwd
 
 
+def grouped_gemm_s(groups, M, N, K, *, flop_per_s, efficiency, num_sms, hbm_bytes_per_s, in_bytes=BF16_BYTES,
+                   out_bytes=BF16_BYTES):
+    """Time of a grouped GEMM: `groups` independent (M x K) @ (K x N) products in one kernel
+    (Megatron's --moe-grouped-gemm, TE GroupedLinear / CUTLASS grouped GEMM), as `gemm_s` with
+    the tiles of every group scheduled together over the SMs (one wave quantisation for all) and
+    tile quantisation of each group's short M (its last TILE_M rows computed whole: NVIDIA's
+    guide, "Tile quantization") -- the small per-expert token counts of fine-grained MoE."""
+    G, M, N, K = (np.asarray(x, dtype=np.float64) for x in (groups, M, N, K))
+    tiles = G * np.ceil(M / TILE_M) * np.ceil(N / TILE_N)
+    waves = np.ceil(tiles / num_sms)
+    u_wave = tiles / np.maximum(waves * num_sms, 1.0)
+    u_tile = np.where(M > 0, M / np.maximum(np.ceil(M / TILE_M) * TILE_M, 1.0), 1.0)
+    u_k = K / (K + K_HALF)
+    compute = 2.0 * G * M * N * K / (flop_per_s * efficiency * u_wave * u_k * u_tile)
+    traffic = G * (in_bytes * (M * K + K * N) + out_bytes * M * N) / hbm_bytes_per_s
+    return np.maximum(compute, traffic)
+
+
+def grouped_linear_s(groups, M, N, K, **kw):
+    """(forward, backward) of `groups` linear layers (one per local expert) of M tokens each,
+    as `linear_s`: data gradient (M x N)(N x K), weight gradient (K x M)(M x N), grouped."""
+    fwd = grouped_gemm_s(groups, M, N, K, **kw)
+    bwd = grouped_gemm_s(groups, M, K, N, **kw) + grouped_gemm_s(groups, K, N, M, **kw)
+    return fwd, bwd
+
+
 def flash_attention_s(*, batch, heads, s_q, s_k, head_dim, causal, flop_per_s, efficiency, exp_per_s, overlap_exp):
     """(forward, backward) time of FlashAttention for `batch` sequences, `heads` heads on this
     GPU, `s_q` queries against `s_k` keys each."""

@@ -39,10 +39,12 @@ ZERO3_LIVE_LAYERS = 2
 NCCL_COMM_BYTES = 0.5 * 1024**3
 
 
-def runtime_bytes(reserve_gib: float, tp, cp, dp, pp) -> np.ndarray:
-    """CUDA context and workspaces, plus NCCL buffers per communicator (module docstring)."""
+def runtime_bytes(reserve_gib: float, tp, cp, dp, pp, ep=1, etp=1) -> np.ndarray:
+    """CUDA context and workspaces, plus NCCL buffers per communicator (module docstring); a MoE
+    shape adds its EP, ETP and expert-data-parallel communicators."""
+    ep, etp = np.asarray(ep), np.asarray(etp)
     comms = ((np.asarray(tp) > 1).astype(np.float64) + (np.asarray(cp) > 1) + (np.asarray(dp) * np.asarray(cp) > 1)
-             + 2.0 * (np.asarray(pp) > 1))
+             + 2.0 * (np.asarray(pp) > 1)) + (ep > 1) + (etp > 1) + (ep * etp > 1)
     return reserve_gib * 1024**3 + NCCL_COMM_BYTES * comms
 
 

@@ -54,6 +54,9 @@ def place(job: JobSpec, parallel: ParallelConfig, links: LinkMatrix, *, layers=N
     formulation's step time. `method`: "cpsat", "exhaustive" (<= 8 nodes) or "auto" (CP-SAT).
     Returns the placement priced exactly against the default rank order and whole-server
     pipelines, with an explanation."""
+    from ..optimize import refuse_moe_placement
+
+    refuse_moe_placement(job, "links")
     t0 = time.perf_counter()
     prob = Problem(job, parallel, links, layers)
     g = prob.grid

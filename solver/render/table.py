@@ -99,10 +99,13 @@ def cost_text(result) -> Optional[Text]:
 def degrees_table(plan) -> Table:
     par = plan.parallel
     t = Table(title="parallel plan", title_justify="left")
-    cols = ("tp", "pp", "dp", "cp", "vp", "micro-batch", "micro-batches", "recompute", "seq. parallel", "zero")
+    moe = "ep_comm_s" in plan.breakdown or par.ep > 1 or par.etp > 1  # a MoE model's plan
+    cols = ("tp", "pp", "dp", "cp", "vp") + (("ep", "etp") if moe else ()) + (
+        "micro-batch", "micro-batches", "recompute", "seq. parallel", "zero")
     for c in cols:
         t.add_column(c, justify="right")
-    t.add_row(str(par.tp), str(par.pp), str(par.dp), str(par.cp), str(par.vp), str(par.micro_batch_size),
+    experts = (str(par.ep), str(par.etp)) if moe else ()
+    t.add_row(str(par.tp), str(par.pp), str(par.dp), str(par.cp), str(par.vp), *experts, str(par.micro_batch_size),
               str(par.num_microbatches), par.recompute, "on" if par.sequence_parallel else "off", str(par.zero))
     return t
 

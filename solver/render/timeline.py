@@ -50,8 +50,9 @@ def stage_times(job: JobSpec, plan: Plan) -> tuple[list[float], list[float], flo
     co = job_coefficients(job, plan.parallel.shapes())
     p = plan.parallel.pp
     fwd, bwd = [], []
+    units = job.model.layers_to_units(plan.layers_per_stage) or [s.layers for s in plan.stages]
     for i, s in enumerate(plan.stages):
-        f = s.layers * float(co.layer_fwd_s[0]) + (float(co.first_fwd_s[0]) if i == 0 else 0.0)
+        f = units[i] * float(co.layer_fwd_s[0]) + (float(co.first_fwd_s[0]) if i == 0 else 0.0)
         tau = s.time_per_microbatch_s
         f = min(f, tau)
         fwd.append(f)

@@ -62,7 +62,7 @@ class Candidates:
 
     @property
     def num_layers(self) -> int:
-        return self.job.model.num_layers
+        return self.job.model.num_pipeline_units
 
     @property
     def form(self) -> LinearForm:
@@ -116,7 +116,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
         dom = zero0_dominated(job, shapes)
         num_dominated = int(dom.sum())
         shapes = shapes.take(np.flatnonzero(~dom)) if num_dominated else shapes
-    L = job.model.num_layers
+    L = job.model.num_pipeline_units
     if len(shapes) == 0:
         return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"), None,
                           space.num_legal, num_dominated, 0, 0, float("inf"), shapes)

@@ -11,7 +11,10 @@ Megatron-LM's checks:
   that split the layers into equal chunks (`--num-layers-per-virtual-pipeline-stage`), any
   vp a constraint names (uneven chunks go through `--pipeline-model-parallel-layout`);
 - sequence parallelism only with tp > 1; optimizer sharding only with dp*cp > 1;
-  ZeRO-3 only without pipelining.
+  ZeRO-3 only without pipelining;
+- a mixture-of-experts model adds expert parallelism (ep, etp) with Megatron-Core's parallel
+  folding and its rules (`space.experts`): SP whenever tp > 1, ZeRO 0/1; a dense model keeps
+  ep = etp = 1.
 User constraints (`Constraints`) filter every knob. `space.rules.config_violations` checks
 the same rules on one explicit configuration (a test checks that both agree).
 
@@ -28,6 +31,7 @@ from typing import Optional
 
 import numpy as np
 
+from .experts import expert_degrees, tp_split_widths
 from .shapes import RECOMPUTE_CODES, Shapes
 from ..errors import InputError
 from ..specs import JobSpec
@@ -66,14 +70,23 @@ def interleavings(num_layers: int, pp: int, named=None) -> list[int]:
     return [v for v in range(2, num_layers // pp + 1) if num_layers % (pp * v) == 0]
 
 
+def _recomputes(job: JobSpec) -> tuple[str, ...]:
+    """Recomputation modes of the space: Megatron's EP all-to-all overlap refuses full (`space.experts`)."""
+    return ("none", "selective") if job.moe_a2a_overlap else ("none", "selective", "full")
+
+
 def _allowed(cons, knob, values):
     return [v for v in values if cons.allows(knob, v)]
 
 
-def _knobs_legal(tp, pp, dp, cp, S, Z):
+def _knobs_legal(tp, pp, dp, cp, S, Z, moe: bool = False):
     """Which (sequence parallel, ZeRO) knobs a degree combination allows: SP needs tp > 1,
-    optimizer sharding dp*cp > 1, ZeRO-3 no pipelining (scalars or numpy arrays)."""
-    return ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
+    optimizer sharding dp*cp > 1, ZeRO-3 no pipelining (scalars or numpy arrays); a MoE model
+    needs SP with tp > 1 and ZeRO <= 1 (`space.experts`)."""
+    ok = ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
+    if moe:
+        ok = ok & ~(~S & (tp > 1)) & (Z <= 1)
+    return ok
 
 
 @dataclass(frozen=True)
@@ -93,17 +106,18 @@ class SpaceSize:
 def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
     """The number of legal shapes `enumerate_shapes` would build, counted with the same rules
     without building them (O(divisor triples), stopping once over `stop_above`)."""
-    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
     S, Z = (x.ravel() for x in np.meshgrid(np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool),
                                            np.array(_allowed(cons, "zero", (0, 1, 2, 3)), dtype=np.int64), indexing="ij"))
-    n_rc = len(_allowed(cons, "recompute", ("none", "selective", "full")))
+    n_rc = len(_allowed(cons, "recompute", _recomputes(job)))
     total, max_pp = 0, 0
+    moe = job.model.is_moe
     for tp, cp, pp, dp in _degrees(job):
-        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z).sum())
+        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, moe).sum()) * len(expert_degrees(job, tp, cp, dp))
         if knobs == 0:
             continue
         vps = [v for v in (interleavings(L, pp, cons.vp) if pp >= 2 else []) if cons.allows("vp", v)]
-        with_vp1 = int(cons.allows("vp", 1))
+        with_vp1 = int(cons.allows("vp", 1) and not (job.moe_a2a_overlap and pp > 1))
         for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
             n = with_vp1 + (len(vps) if (B // (dp * mbs)) % pp == 0 else 0)
             if n:
@@ -132,9 +146,10 @@ def check_space(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stages: in
 def _degrees(job: JobSpec):
     """(tp, cp, pp, dp) combinations that pass the divisibility and head rules."""
     model, cons, N = job.model, job.constraints, job.cluster.num_gpus
-    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    B, s, L = job.global_batch_size, job.seq_length, model.num_pipeline_units
+    widths = tp_split_widths(model)
     for tp in _allowed(cons, "tp", divisors(N)):
-        if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
+        if model.num_attention_heads % tp or model.num_kv_heads % tp or any(w % tp for w in widths):
             continue
         for cp in _allowed(cons, "cp", divisors(N // tp)):
             if cp > 1 and (not job.flash_attention or s % (2 * cp)):
@@ -150,20 +165,23 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     """The legal shapes of `job`; a job whose space is over the limits is refused before
     anything is built (`check_space`)."""
     check_space(job, max_shapes, max_shape_stages)
-    cons, B, L = job.constraints, job.global_batch_size, job.model.num_layers
-    empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))), 0)
-    rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", ("none", "selective", "full"))])
+    cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
+    empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11))), 0)
+    rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", _recomputes(job))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
     z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
     if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
         return empty
-    # degrees and micro-batching (tp, pp, dp, cp, vp, mbs): a short Python loop
+    # degrees, expert degrees and micro-batching (tp, pp, dp, cp, vp, mbs, ep, etp): a short Python loop
     base = []
     for tp, cp, pp, dp in _degrees(job):
+        experts = expert_degrees(job, tp, cp, dp)
         for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
             m = B // (dp * mbs)
             vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and m % pp == 0 else [])
-            base.extend((tp, pp, dp, cp, vp, mbs) for vp in _allowed(cons, "vp", vps))
+            if job.moe_a2a_overlap and pp > 1:  # Megatron's EP overlap needs a virtual pipeline
+                vps = vps[1:]
+            base.extend((tp, pp, dp, cp, vp, mbs, ep, etp) for vp in _allowed(cons, "vp", vps) for ep, etp in experts)
     if not base:
         return empty
     # cross product with the knob grid (recompute x SP x ZeRO), vectorised
@@ -172,6 +190,6 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     deg = np.repeat(np.array(base, dtype=np.int64), nk, axis=0)
     R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
-    ok = _knobs_legal(tp, pp, dp, cp, S, Z)
-    arr = np.column_stack([deg[ok], R[ok], S[ok].astype(np.int64), Z[ok]])
-    return Space(Shapes(*(arr[:, i] for i in range(9))), int(ok.sum()))
+    ok = _knobs_legal(tp, pp, dp, cp, S, Z, job.model.is_moe)
+    arr = np.column_stack([deg[ok][:, :6], R[ok], S[ok].astype(np.int64), Z[ok], deg[ok][:, 6:]])
+    return Space(Shapes(*(arr[:, i] for i in range(11))), int(ok.sum()))

@@ -8,7 +8,8 @@
   sequence parallelism when tp > 1, the distributed optimizer (zero = 1) when dp*cp > 1 else
   plain data parallelism (zero = 0);
 - `textbook_shapes`: the usual Megatron-LM configuration (TP inside a node, no CP, no
-  interleaving, selective recomputation, SP with TP, the distributed optimizer), each default
+  interleaving, selective recomputation, SP with TP, the distributed optimizer; for a MoE
+  model etp = 1 and the EP group inside a node, as the Megatron MoE README recommends), each default
   giving way only where the job's constraints exclude it;
 - `least_memory_job`: the job restricted to the least-memory value of every knob.
 """
@@ -22,20 +23,23 @@ import numpy as np
 from ..errors import InputError, path
 from ..specs import JobSpec
 from .enumeration import enumerate_shapes
+from .experts import default_etp, ep_violations, tp_split_widths
 from .shapes import RECOMPUTE_CODES, Shapes
 
-CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "layers", "dp",
-               "num_microbatches")
+CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "ep", "etp",
+               "layers", "dp", "num_microbatches")
 
 
 def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro_batch_size: int,
-                      recompute: str, sequence_parallel: bool, zero: int) -> tuple[int, list[tuple[str, str]]]:
+                      recompute: str, sequence_parallel: bool, zero: int, ep: int = 1,
+                      etp: int = 1) -> tuple[int, list[tuple[str, str]]]:
     """The derived dp and every rule of `enumerate_shapes` an explicit configuration breaks,
     each as (field, 'what is wrong; the fix'): fields are the configuration's knobs (`tp`,
     `tp/cp/pp` for their product), and `global_batch_size` for the job's batch. The same rules
     as the enumeration (a test checks that both agree)."""
     model, N = job.model, job.cluster.num_gpus
-    B, s, L = job.global_batch_size, job.seq_length, model.num_layers
+    B, s, L = job.global_batch_size, job.seq_length, model.num_pipeline_units  # layers of a dense model
+    units = "layers" if L == model.num_layers else "pipeline units of whole layers (ModelSpec.pipeline_units)"
     errs: list[tuple[str, str]] = []
     if N % (tp * cp * pp):
         return 0, [("tp/cp/pp", f"tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide the {N} GPUs of "
@@ -45,14 +49,16 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("tp", f"{tp} does not divide num_attention_heads {model.num_attention_heads}"))
     if model.num_kv_heads % tp:
         errs.append(("tp", f"{tp} does not divide num_kv_heads {model.num_kv_heads} (Megatron needs query groups divisible by tp)"))
-    if model.ffn_hidden_size % tp:
-        errs.append(("tp", f"{tp} does not divide ffn_hidden_size {model.ffn_hidden_size}"))
+    for width in tp_split_widths(model):
+        if width % tp:
+            errs.append(("tp", f"{tp} does not divide the FFN width {width} (ffn_hidden_size or "
+                               f"moe_shared_expert_intermediate_size)"))
     if cp > 1 and not job.flash_attention:
         errs.append(("cp", "context parallelism needs flash attention; turn flash attention on or use cp = 1"))
     if cp > 1 and s % (2 * cp):
         errs.append(("cp", f"seq length {s} must be divisible by 2*cp = {2 * cp}"))
     if pp > L:
-        errs.append(("pp", f"{pp} stages for {L} layers; use pp <= {L}"))
+        errs.append(("pp", f"{pp} stages for {L} {units}; use pp <= {L}"))
     if B % dp:
         errs.append(("global_batch_size", f"{B} is not divisible by the derived dp = {N}/({tp}*{cp}*{pp}) = {dp}"))
     elif (B // dp) % micro_batch_size:
@@ -63,7 +69,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
             if pp < 2:
                 errs.append(("vp", "interleaving needs pp >= 2"))
             if pp * vp > L:
-                errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} layers"))
+                errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} {units}"))
             if m % pp:
                 errs.append(("vp", f"interleaving needs the {m} micro-batches to be divisible by pp = {pp}"))
     if sequence_parallel and tp == 1:
@@ -72,6 +78,8 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("zero", f"optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use zero = 0"))
     if zero == 3 and pp > 1:
         errs.append(("zero", "ZeRO-3 is not combined with pipeline parallelism; use zero = 1 or pp = 1"))
+    errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, zero=zero,
+                          pp=pp, vp=vp, recompute=recompute, a2a_overlap=job.moe_a2a_overlap)
     return dp, errs
 
 
@@ -94,7 +102,7 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     job_field = field if job_field is None else job_field
     unknown = sorted(set(cfg) - set(CONFIG_KEYS))
     if unknown:
-        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:9])}")
+        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:11])}")
     tp, pp, cp, vp = (_int(cfg, k, 1, field) for k in ("tp", "pp", "cp", "vp"))
     mbs = _int(cfg, "micro_batch_size", 1, field)
     recompute = cfg.get("recompute") or "selective"
@@ -105,8 +113,9 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     N = job.cluster.num_gpus
     divides = N % (tp * cp * pp) == 0
     zero = _int(cfg, "zero", 1 if divides and N // (tp * cp * pp) * cp > 1 else 0, field, least=0)
+    ep, etp = _int(cfg, "ep", 1, field), _int(cfg, "etp", default_etp(job.model, tp), field)
     dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute,
-                                 sequence_parallel=sp, zero=zero)
+                                 sequence_parallel=sp, zero=zero, ep=ep, etp=etp)
     if cfg.get("dp") is not None and not errs and int(cfg["dp"]) != dp:
         errs.append(("dp", f"{cfg['dp']} but tp*cp*pp*dp must equal the {N} GPUs (dp = {dp})"))
     if errs:
@@ -124,7 +133,7 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
         if sum(layers) != L:
             raise InputError(where, f"counts sum to {sum(layers)} but the model has {L} layers")
     row = dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute, sequence_parallel=sp,
-               zero=zero)
+               zero=zero, ep=ep, etp=etp)
     return row, layers
 
 
@@ -135,7 +144,8 @@ def textbook_shapes(job: JobSpec) -> Shapes:
     mask = np.ones(len(shapes), dtype=bool)
     for keep in (shapes.cp == 1, shapes.vp == 1, shapes.recompute == RECOMPUTE_CODES["selective"],
                  shapes.tp <= job.cluster.gpus_per_node, shapes.sequence_parallel == (shapes.tp > 1),
-                 shapes.zero == np.where(shapes.dp * shapes.cp > 1, 1, 0)):
+                 shapes.zero == np.where(shapes.dp * shapes.cp > 1, 1, 0),
+                 shapes.etp == 1, shapes.ep * shapes.etp <= job.cluster.gpus_per_node):
         if (mask & keep).any():
             mask &= keep
     return shapes.take(np.flatnonzero(mask))

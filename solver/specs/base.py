@@ -51,12 +51,12 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     "moe_router_num_groups": (1, 1 << 16), "moe_router_group_topk": (1, 1 << 16),
     "moe_expert_capacity_factor": (0.01, 1e3), "q_lora_rank": (1, 1 << 20), "kv_lora_rank": (1, 1 << 20),
     "qk_head_dim": (1, 1 << 20), "qk_pos_emb_head_dim": (1, 1 << 20), "v_head_dim": (1, 1 << 20),
-    "mtp_num_layers": (0, 64),
+    "mtp_num_layers": (0, 64), "moe_load_imbalance": (1.0, 64.0),
     # job
     "seq_length": (1, 1 << 24), "global_batch_size": (1, 1 << 24),
     # constraints (values of a list, and the bounds)
     **{k: (1, 1 << 30) for k in ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "tp_max", "pp_max", "dp_max",
-                                 "cp_max", "vp_max", "micro_batch_size_max")},
+                                 "cp_max", "vp_max", "micro_batch_size_max", "ep", "etp", "ep_max", "etp_max")},
 }
 MAX_INT = 1 << 53  # any other integer field
 

@@ -28,12 +28,19 @@ class Constraints(Spec):
     cp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
     vp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
     micro_batch_size: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
+    ep: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = Field(
+        None, description="expert-parallel sizes (MoE models; Megatron --expert-model-parallel-size)")
+    etp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = Field(
+        None, description="expert tensor-parallel sizes (MoE; Megatron --expert-tensor-parallel-size); "
+                          "unset: the search tries 1 and tp")
     tp_max: Optional[PositiveInt] = None
     pp_max: Optional[PositiveInt] = None
     dp_max: Optional[PositiveInt] = None
     cp_max: Optional[PositiveInt] = None
     vp_max: Optional[PositiveInt] = None
     micro_batch_size_max: Optional[PositiveInt] = None
+    ep_max: Optional[PositiveInt] = None
+    etp_max: Optional[PositiveInt] = None
     recompute: Optional[Annotated[tuple[Recompute, ...], NONEMPTY]] = None
     sequence_parallel: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = None
     zero: Optional[Annotated[tuple[Literal[0, 1, 2, 3], ...], NONEMPTY]] = None
@@ -68,6 +75,18 @@ class JobSpec(Spec):
         "megatron", description="the software stack that runs the plan (formulation/frameworks.py): megatron "
                                 "(Megatron-LM/Core, fused kernels), torchtitan (FSDP2 + TP + PP + CP, eager) or "
                                 "transformers (Hugging Face, fp32 weights under bf16 autocast, data parallel only)")
+    moe_load_imbalance: float = Field(
+        1.0, ge=1.0, le=64.0,
+        description="MoE: tokens of the busiest expert rank over the balanced share (1.0: balanced routing, as "
+                    "published benchmarks force it with --moe-router-force-load-balancing); scales the expert "
+                    "GEMMs and the all-to-all of every MoE layer")
+    moe_a2a_overlap: bool = Field(
+        False, description="MoE: expert-parallel all-to-alls overlapped with the other micro-batch's compute "
+                           "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute); needs ep > 1, no full "
+                           "recompute, interleaving with pp > 1, at most one MTP module")
+    moe_token_dispatcher: Literal["alltoall", "flex"] = Field(
+        "alltoall", description="MoE token dispatcher for ep > 1 (Megatron --moe-token-dispatcher-type): alltoall "
+                                "(NCCL, every routed copy sent) or flex (DeepEP / HybridEP: each token once per node)")
     constraints: Constraints = Constraints()
     prefer: Literal["fastest", "simple"] = Field(
         "fastest", description="fastest: the optimum; simple: among plans within tolerance_rel of the optimum, the "
@@ -95,6 +114,11 @@ class JobSpec(Spec):
     def _check(self):
         if self.precision == "fp8" and self.cluster.gpu.peak_fp8_tflops is None:
             raise ValueError(f"precision fp8 needs a GPU with FP8 tensor cores; {self.cluster.gpu.name} has none (use bf16)")
+        if self.moe_a2a_overlap and not self.model.is_moe:
+            raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
+        if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
+            raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
+                             f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
         return self
 
     @property

@@ -271,6 +271,49 @@ class ModelSpec(Spec):
         return tuple(i % self.moe_layer_freq == 0 for i in range(self.num_layers))
 
     @property
+    def pipeline_units(self) -> tuple[int, int, int, int]:
+        """How the layers are split over pipeline stages, so that every split searched is priced
+        exactly by costs linear in one count per stage: (k, d, m, n) = k dense layers held by
+        the first stage, then n identical units of d dense and m MoE layers each (the periodic
+        remainder of `moe_layer_mask`). A dense model: (0, 1, 0, num_layers), a unit per layer;
+        all layers MoE (Mixtral, Qwen3-MoE): (0, 0, 1, L); DeepSeek-V3's first 3 dense:
+        (3, 0, 1, 58); Llama 4 Maverick's alternation: (0, 1, 1, 24). Of the two readings (no
+        prefix, or the leading dense layers as the prefix) the one with more units is taken;
+        a pattern with no period is one unit (a single pipeline stage)."""
+        mask = self.moe_layer_mask
+        if not self.is_moe:
+            return 0, 1, 0, self.num_layers
+        lead = next(i for i, v in enumerate(mask) if v)
+        best = None
+        for k in sorted({0, lead}):
+            rest = mask[k:]
+            q = next(q for q in range(1, len(rest) + 1) if len(rest) % q == 0 and rest == rest[:q] * (len(rest) // q))
+            m = sum(rest[:q])
+            cand = (k, q - m, m, len(rest) // q)
+            if best is None or cand[3] > best[3]:
+                best = cand
+        return best
+
+    @property
+    def num_pipeline_units(self) -> int:
+        """What a layer split divides over the stages (`pipeline_units`; num_layers for a dense model)."""
+        return self.pipeline_units[3]
+
+    def units_to_layers(self, units) -> list[int]:
+        """Layers per stage of a split given in pipeline units (`pipeline_units`)."""
+        k, d, m, _ = self.pipeline_units
+        return [int(u) * (d + m) + (k if i == 0 else 0) for i, u in enumerate(units)]
+
+    def layers_to_units(self, layers) -> Optional[list[int]]:
+        """The split in pipeline units of `layers` per stage; None when it cuts a unit or does
+        not give the first stage the leading dense layers."""
+        k, d, m, _ = self.pipeline_units
+        out = [int(x) - (k if i == 0 else 0) for i, x in enumerate(layers)]
+        if any(x < 0 or x % (d + m) for x in out):
+            return None
+        return [x // (d + m) for x in out]
+
+    @property
     def num_moe_layers(self) -> int:
         return sum(self.moe_layer_mask)
 

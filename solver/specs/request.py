@@ -48,6 +48,10 @@ class JobRequest(Request):
     overlap_grad_reduce: Optional[bool] = None
     framework: Optional[Literal["megatron", "torchtitan", "transformers"]] = Field(
         None, description="the software stack: megatron (default), torchtitan or transformers")
+    moe_load_imbalance: Optional[float] = Field(None, ge=1.0, le=64.0, allow_inf_nan=False,
+                                                description="MoE: busiest expert rank's tokens over the balanced share")
+    moe_a2a_overlap: Optional[bool] = None
+    moe_token_dispatcher: Optional[Literal["alltoall", "flex"]] = None
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
     prefer: Optional[Literal["fastest", "simple"]] = Field(None, description="fastest (default) or simple: the "
                                                            "simplest plan within the error")

@@ -35,7 +35,7 @@ COLUMNS: dict[str, type] = {
     "status": str, "reason": str,
     "step_time_s": float, "bound_step_time_s": float, "gap": float,
     "tp": int, "pp": int, "dp": int, "cp": int, "vp": int, "micro_batch_size": int, "num_microbatches": int,
-    "recompute": str, "sequence_parallel": bool, "zero": int, "layers_per_stage": str,
+    "recompute": str, "sequence_parallel": bool, "zero": int, "ep": int, "etp": int, "layers_per_stage": str,
     "tokens_per_s": float, "mfu": float, "model_tflops_per_gpu": float,
     "peak_memory_bytes": float, "capacity_bytes": float,
     "gpu_hours_per_million_tokens": float, "price_per_gpu_hour_usd": float, "cost_per_million_tokens_usd": float,
@@ -49,7 +49,7 @@ TIMING_COLUMNS = ("wall_time_s",)
 # resolve (unknown model, bad cluster size, ...); FAILED: planning crashed or its task was lost.
 STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "INVALID", "FAILED")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "num_microbatches", "recompute",
-                 "sequence_parallel", "zero")
+                 "sequence_parallel", "zero", "ep", "etp")
 
 
 def one_line(text: str) -> str:

@@ -218,7 +218,7 @@ def _cut_short(job: JobSpec, nodes: NodeSet, best_row, best, outside: float, n_s
     shape alone, and the least compute bound of the rest as `outside_bound_s`; the `n_shapes`
     counted so far are all the legal ones known (none set aside as dominated yet)."""
     if best is None:
-        pr = Prices(job, nodes, Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9))))
+        pr = Prices(job, nodes, Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11))))
         return JointCandidates(job, nodes, pr, np.zeros(0, dtype=np.int64), np.zeros(0), None, float("inf"),
                                n_shapes, n_shapes, 0, n_time, outside)
     pr = Prices(job, nodes, _single(best_row))

@@ -94,7 +94,7 @@ def base_shapes(job: JobSpec) -> tuple[JointShapes, np.ndarray]:
         keep, _ = _placeable(job, sh)
         if keep.any():
             parts.append(sh.take(np.flatnonzero(keep)))
-    shapes = Shapes.concat(parts) if parts else Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
+    shapes = Shapes.concat(parts) if parts else Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11)))
     return JointShapes(shapes, _placeable(job, shapes)[1], 0, 0), shapes.tp * shapes.cp * shapes.pp * shapes.dp
 
 
@@ -127,7 +127,7 @@ def expand_shapes(job: JobSpec, base: Shapes) -> JointShapes:
         legal += space.num_legal
         if hit.any():
             parts.append(sh.take(np.flatnonzero(hit)))
-    shapes = Shapes.concat(parts) if parts else Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
+    shapes = Shapes.concat(parts) if parts else Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11)))
     return JointShapes(shapes, _placeable(job, shapes)[1], legal, 0)
 
 

@@ -177,7 +177,7 @@ def search(
         raise ValueError(f"mode must be 'minmax' or 'sum', not {mode!r}")
     t0 = time.perf_counter()
     co = cands.coeffs
-    L = cands.job.model.num_layers
+    L = cands.job.model.num_pipeline_units
     uneven = cands.job.constraints.uneven_split
     n = len(cands.shapes)
     k = max(1, int(top_k))

@@ -63,7 +63,7 @@ def count_space_pp(num_layers: int, pp, uneven: bool = True) -> int:
 
 def count_space(cands: Candidates) -> int:
     """Number of (shape, layer split) combinations in `cands` (exact big int)."""
-    return count_space_pp(cands.job.model.num_layers, cands.shapes.pp, cands.job.constraints.uneven_split)
+    return count_space_pp(cands.job.model.num_pipeline_units, cands.shapes.pp, cands.job.constraints.uneven_split)
 
 
 def _splits(num_layers: int, pp: int, uneven: bool = True):
@@ -152,7 +152,7 @@ def search(
     if distinct not in ("plan", "shape"):
         raise ValueError(f"distinct must be 'plan' or 'shape', not {distinct!r}")
     t0 = time.perf_counter()
-    L = cands.job.model.num_layers
+    L = cands.job.model.num_pipeline_units
     uneven = cands.job.constraints.uneven_split
     n_shapes = len(cands.shapes)
     space = count_space(cands)

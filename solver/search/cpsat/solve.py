@@ -101,11 +101,12 @@ def _phase_stats(phase: str, solver, status, m: Model) -> dict:
 
 def shape_ranks(cands: Candidates) -> np.ndarray:
     """rank[k]: position of shape k in `ParallelConfig.key()` order (the canonical tie-break):
-    (tp, cp, pp, vp, micro_batch_size, recompute code, sequence_parallel, zero); shapes are
-    distinct in these, dp and the micro-batch count being derived. A test checks the order
+    (tp, cp, pp, vp, micro_batch_size, recompute code, sequence_parallel, zero, ep, etp); shapes
+    are distinct in these, dp and the micro-batch count being derived. A test checks the order
     against ParallelConfig.key()."""
     sh = cands.shapes
-    keys = (sh.tp, sh.cp, sh.pp, sh.vp, sh.micro_batch_size, sh.recompute, sh.sequence_parallel.astype(np.int64), sh.zero)
+    keys = (sh.tp, sh.cp, sh.pp, sh.vp, sh.micro_batch_size, sh.recompute, sh.sequence_parallel.astype(np.int64), sh.zero,
+            sh.ep, sh.etp)
     order = np.lexsort(tuple(reversed(keys)))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))

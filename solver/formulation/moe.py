@@ -1,0 +1,198 @@
+"""Mixture-of-experts and multi-latent attention terms of one layer on one GPU (pure numpy),
+composed into the stage coefficients by `coefficients.stage_coefficients`.
+
+Parallel folding (Megatron-Core, Liu et al. 2025 arXiv:2504.14960): attention runs on
+tp x cp x dp, the experts on etp x ep x edp over the same GPUs of a stage, expert ranks in the
+order tp-ep-dp (megatron/core/parallel_state.py): an EP group is `ep` ranks `etp` apart, an
+expert-data-parallel group `edp` ranks `etp*ep` apart.
+
+Tokens (Megatron's `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/token_dispatcher.py):
+with sequence parallelism (required with tp > 1, `space.experts`) a rank routes its own
+`T_r = b*s/(cp*tp)` tokens; each token goes to top-k experts, so `k*T_r` copies are sent by
+an all-to-all over the EP group (dispatch) and come back by a second one (combine); with
+etp > 1 the received copies are all-gathered over the ETP group before the experts and
+reduce-scattered after. Balanced routing puts `k*T_r*etp*ep/E` tokens on each of the E/ep
+local experts of a rank; the busiest rank holds `imbalance` times that (the job's
+`moe_load_imbalance`, 1.0 = balanced, as published benchmarks force it with
+`--moe-router-force-load-balancing`): it paces the step, so expert GEMMs and all-to-all volumes
+are scaled by it.
+
+Overlap (stated defaults): Megatron's `--overlap-moe-expert-parallel-comm` (batch-level A2A
+overlap, which needs vp with pp > 1 and no full recompute) and `--moe-shared-expert-overlap`
+are off: the all-to-alls and the shared experts run on the critical path, as in the published
+Megatron-Bridge recipes that do not set them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..specs import ClusterSpec, ModelSpec
+from . import comm
+from .kernels import BF16_BYTES, grouped_linear_s, linear_s
+
+ROUTER_BYTES_PER_EXPERT = 16.0  # fp32 logits written, read by softmax/sigmoid, scores written, read by top-k
+PERMUTE_BYTES_PER_ELEMENT = 4.0 * BF16_BYTES  # (un)permute: read + write a copy, each way (dispatch, combine)
+
+
+def attention_geometry(model: ModelSpec, tp):
+    """The attention block of one layer on one GPU: (linears [(N, K)] per token, width of Q and
+    of the attention output, width of K and of V, head dimension of the core, replicated latent
+    width). Standard (GQA) attention: QKV ((h_q + 2 h_kv)/t, h) and the projection (h, h_q/t).
+    Multi-latent attention (DeepSeek-V2 Sec. 2.1; Megatron `MLASelfAttention`): the down
+    projections are replicated over TP (h -> r_q, h -> r_kv + d_rope), the up projections and the
+    output projection split their heads (r_q -> a d_qk / t, r_kv -> a (d_nope + d_v) / t,
+    a d_v / t -> h); the core computes QK^T at d_qk = d_nope + d_rope and PV at d_v: the FLOPs
+    of a head dimension (d_qk + d_v)/2; Q, K of width a*d_qk and V, the output of a*d_v are the
+    same bytes as widths a*(d_qk + d_v)/2. The latents (and their norm inputs) are kept for
+    backward on every TP rank."""
+    t = np.asarray(tp, dtype=np.float64)
+    h, a = model.hidden_size, model.num_attention_heads
+    if not model.multi_latent_attention:
+        hq, hkv = model.q_hidden_size, model.kv_hidden_size
+        return [((hq + 2 * hkv) / t, h), (h, hq / t)], hq, hkv, model.head_dim, 0.0
+    d_qk = model.qk_head_dim + model.qk_pos_emb_head_dim
+    r_q, r_kv, d_v = model.q_lora_rank, model.kv_lora_rank, model.v_head_dim
+    q = [(r_q + 0 * t, h), (a * d_qk / t, r_q)] if r_q else [(a * d_qk / t, h)]
+    kv = [(r_kv + model.qk_pos_emb_head_dim + 0 * t, h), (a * (model.qk_head_dim + d_v) / t, r_kv)]
+    width = a * (d_qk + d_v) / 2
+    latent = (r_q or 0) + r_kv + model.qk_pos_emb_head_dim
+    return q + kv + [(h, a * d_v / t)], width, width / 1.0, (d_qk + d_v) / 2, 2.0 * latent
+
+
+def routed_tokens(model: ModelSpec, tokens_rank, ep, etp, imbalance: float):
+    """(tokens per local expert on the busiest rank, routed copies that rank computes): with
+    balanced routing k*T_r*etp*ep/E per expert and k*T_r*etp in all (module docstring)."""
+    E, k = model.num_experts, model.moe_router_topk
+    ep, etp = (np.asarray(x, dtype=np.float64) for x in (ep, etp))
+    per_expert = imbalance * k * tokens_rank * etp * ep / E
+    return per_expert, per_expert * E / ep
+
+
+def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *, mm: dict, bf16: dict,
+                      hbm_bytes_per_s: float):
+    """(forward, backward, FP8-cast-free GEMM forward, backward) time of the MoE block of one
+    layer for `tokens` (b s / cp) on this GPU:
+    - router: a (T_r x h) @ (h x E) GEMM in bf16 (Megatron keeps the router out of FP8) and
+      its scores/top-k, memory bound (ROUTER_BYTES_PER_EXPERT per token and expert);
+    - routed experts: grouped GEMMs (`kernels.grouped_linear_s`, Megatron --moe-grouped-gemm)
+      of E/ep groups at the busiest rank's per-expert token count: fc1 (M_e x h) @
+      (h x (2|1) f_e/etp), fc2 (M_e x f_e/etp) @ (f_e/etp x h); their activation over the
+      routed copies, memory bound;
+    - (un)permutation of the copies before and after each all-to-all, memory bound;
+    - shared experts: a dense MLP of width f_s split over tp on all `tokens` (after the SP
+      all-gather), gated like the experts.
+    Backward: data- and weight-gradient GEMMs (`linear_s`), twice the forward's memory traffic."""
+    t = np.asarray(tp, dtype=np.float64)
+    h, E, f_e, mats = model.hidden_size, model.num_experts, model.moe_ffn_hidden_size, model.mlp_matrices
+    T_r = tokens / t
+    per_expert, copies = routed_tokens(model, T_r, ep, etp, imbalance)
+    groups = E / np.asarray(ep, dtype=np.float64)
+    e_t = np.asarray(etp, dtype=np.float64)
+    r_f, r_b = linear_s(T_r, E, h, **bf16)
+    f1_f, f1_b = grouped_linear_s(groups, per_expert, (mats - 1) * f_e / e_t, h, **mm)
+    f2_f, f2_b = grouped_linear_s(groups, per_expert, h, f_e / e_t, **mm)
+    gemm_f, gemm_b = r_f + f1_f + f2_f, r_b + f1_b + f2_b
+    f_s = model.moe_shared_expert_intermediate_size or 0
+    if f_s:
+        for N, K in (((mats - 1) * f_s / t, h), (h, f_s / t)):
+            fw, bw = linear_s(tokens, N, K, **mm)
+            gemm_f, gemm_b = gemm_f + fw, gemm_b + bw
+    sent = model.moe_router_topk * T_r
+    el = (ROUTER_BYTES_PER_EXPERT * E * T_r + PERMUTE_BYTES_PER_ELEMENT * h * (sent + copies)
+          + BF16_BYTES * mats * f_e * copies / e_t + BF16_BYTES * mats * f_s * tokens / t)
+    return gemm_f + el / hbm_bytes_per_s, gemm_b + 2 * el / hbm_bytes_per_s, gemm_f, gemm_b
+
+
+def _miss(pool: float, taken, k: int):
+    """Probability that none of `taken` given items of a pool of `pool` is among k drawn
+    without replacement: C(pool - taken, k) / C(pool, k)."""
+    out = np.ones_like(np.asarray(taken, dtype=np.float64))
+    for j in range(k):
+        out = out * np.clip((pool - taken - j) / (pool - j), 0.0, 1.0)
+    return out
+
+
+def remote_nodes_per_token(model: ModelSpec, nodes):
+    """Other nodes a token is routed to, on average, with balanced routing over E experts spread
+    evenly over `nodes` nodes: (nodes - 1) * P(a given other node is hit). Top-k among all
+    experts: 1 - C(E - E/nodes, k) / C(E, k). Group-limited routing (DeepSeek-V3: top-4 of 8
+    groups, Megatron --moe-router-num-groups / --moe-router-group-topk), when each node holds
+    whole groups: the node's G/nodes groups are among the g chosen s times (hypergeometric),
+    then none of the k experts drawn from the chosen groups' g*E/G is on it."""
+    E, k = model.num_experts, model.moe_router_topk
+    scalar = np.ndim(nodes) == 0
+    nodes = np.atleast_1d(np.asarray(nodes, dtype=np.float64))
+    G, g = model.moe_router_num_groups, model.moe_router_group_topk
+    hit = 1 - _miss(E, E / np.maximum(nodes, 1.0), k)
+    if G is not None:
+        for i, n in enumerate(nodes.tolist()):
+            if n > 1 and G % n == 0:
+                on_node = G // int(n)
+                pool = g * E / G
+                miss = sum(_pmf(G, on_node, g, s_) * float(_miss(pool, s_ * E / G, k)) for s_ in range(min(on_node, g) + 1))
+                hit[i] = 1 - miss
+    out = (nodes - 1) * hit
+    return out[0] if scalar else out
+
+
+def _pmf(total: int, marked: int, drawn: int, s: int) -> float:
+    """Hypergeometric: s marked among `drawn` of `total` with `marked` marked."""
+    from math import comb
+
+    return comb(marked, s) * comb(total - marked, drawn - s) / comb(total, drawn)
+
+
+def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp, imbalance: float,
+                    dispatcher: str = "alltoall"):
+    """(all-to-all, ETP collectives) of one pass (forward or backward) of one MoE layer: the
+    dispatch and the combine of the busiest rank's k*T_r*imbalance copies of h bf16 values over
+    the EP group -- Megatron's `alltoall` dispatcher sends every copy (`comm.all_to_all_s`:
+    NVLink inside the group's nodes, NICs across), the `flex` one (DeepEP / HybridEP) each token
+    once per other node it is routed to (`comm.node_dedup_all_to_all_s`,
+    `remote_nodes_per_token`) -- and with etp > 1 the all-gather of the received copies and the
+    reduce-scatter of the experts' output over the ETP group (ranks 1 apart)."""
+    t = np.asarray(tp, dtype=np.float64)
+    h, k = model.hidden_size, model.moe_router_topk
+    T_r = tokens / t
+    send = imbalance * k * T_r * h * BF16_BYTES
+    if dispatcher == "flex":
+        _, nodes = comm.placement(cluster, ep, etp)
+        token_bytes = imbalance * T_r * h * BF16_BYTES
+        a2a = 2 * comm.node_dedup_all_to_all_s(token_bytes, k, remote_nodes_per_token(model, nodes), cluster, ep, etp)
+    else:
+        a2a = 2 * comm.all_to_all_s(send, cluster, ep, etp)
+    _, copies = routed_tokens(model, T_r, ep, etp, imbalance)
+    gathered = copies * h * BF16_BYTES  # the full buffer of an ETP all-gather
+    etp_s = (comm.collective_s("all_gather", gathered, cluster, etp, 1)
+             + comm.collective_s("reduce_scatter", gathered, cluster, etp, 1))
+    return a2a, etp_s
+
+
+def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
+    """(non-expert, expert) parameters of one MoE layer on one GPU: attention, shared experts and
+    norms split over tp (the router h*E (+E biases) is replicated: Megatron's `TopKRouter`
+    weight is not TP-split); the E/ep local experts split over etp."""
+    t = np.asarray(tp, dtype=np.float64)
+    h, E = model.hidden_size, model.num_experts
+    router = h * E + (E if model.moe_router_enable_expert_bias else 0)
+    routed = E * model.mlp_matrices * h * model.moe_ffn_hidden_size
+    rest = model.moe_layer_params - routed - router
+    experts = routed / (np.asarray(ep, dtype=np.float64) * np.asarray(etp, dtype=np.float64))
+    return rest / t + router, experts
+
+
+def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
+    """Activations the MoE block of one layer keeps for backward on one GPU, per micro-batch:
+    router logits and scores (fp32, E per routed token of the rank); per routed copy on the
+    busiest rank (the top-k dispatched copies): the experts' input (2h), fc1 output and
+    activation (2 (2|1) f_e/etp + 2 f_e/etp, as Korthikanti Table 2's MLP terms) and fc2 output
+    kept for the combine's probability weighting (2h); the shared experts as a dense MLP of
+    width f_s over tp. (The block's input and norm are the layer's replicated terms.)"""
+    t = np.asarray(tp, dtype=np.float64)
+    h, E, mats = model.hidden_size, model.num_experts, model.mlp_matrices
+    T_r = tokens / t
+    _, copies = routed_tokens(model, T_r, ep, etp, imbalance)
+    per_copy = BF16_BYTES * (2 * h + mats * model.moe_ffn_hidden_size / np.asarray(etp, dtype=np.float64))
+    f_s = model.moe_shared_expert_intermediate_size or 0
+    return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t

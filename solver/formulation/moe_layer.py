@@ -1,0 +1,114 @@
+"""One MoE layer's terms in the stage coefficients, and the composition of dense and MoE layers
+into pipeline units (`ModelSpec.pipeline_units`) with the first and last stages' extras; called
+by `coefficients.stage_coefficients`, whose dense layer they extend (the MoE-specific formulas
+are in `moe.py`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..space.shapes import Shapes
+from ..specs import ClusterSpec, ModelSpec
+from . import comm
+from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
+from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s
+
+
+def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
+               attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
+               state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, imbalance,
+               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall") -> dict:
+    """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
+    dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
+    - compute: router, grouped expert GEMMs, shared experts, (un)permutation;
+    - TP collectives: attention's gather/scatter pair, the shared experts' (they run on the
+      SP-gathered tokens, Megatron `SharedExpertMLP`), the ETP gather/scatter of the routed
+      copies; exposed, or behind the layer's GEMMs with --tp-comm-overlap, as the dense layer's;
+    - expert-parallel all-to-alls: dispatch + combine per pass (forward, backward, and the
+      recomputed forward under full recomputation), exposed (`moe.py`: overlap off); with the
+      job's `moe_a2a_overlap` (Megatron's --overlap-moe-expert-parallel-comm: the forward of one
+      micro-batch runs beside the backward of another, each one's all-to-alls behind the
+      other's compute) hidden behind the layer's forward + backward compute, slowing it by the
+      collective's SMs (`hidden`);
+    - data parallelism: the non-expert parameters as the dense layer's (over dp x cp, stride
+      tp), the local experts' gradients over the expert-data-parallel group (edp ranks etp*ep
+      apart) and their optimizer state sharded over it by the distributed optimizer;
+    - memory: attention's activations (`layer_activation_bytes` without an MLP) plus the MoE
+      block's (`moe.moe_mlp_activation_bytes`), none kept under full recomputation (one layer
+      rebuilt at a time)."""
+    t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
+    ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
+    mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm)
+    fwd, bwd = attn_fwd + mf, attn_bwd + mb
+    rfwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
+    a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
+    tp_moe = tp_pass / 2 * (1 + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
+    if tp_comm_overlap:
+        tp_f, tp_b = hidden(tp_moe, attn_gemm_fwd + gf), hidden(tp_moe, attn_gemm_bwd + gbw)
+    else:
+        tp_f = tp_b = tp_moe
+    ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
+    edp = t * c * d / (ep * etp)
+    pb, gb, ob = state_bytes
+    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision)
+
+    def ex_collective(kind, size):
+        return comm.collective_s(kind, size, cluster, edp, etp * ep)
+
+    red_ne, ag_ne = dp_step(ne)
+    red_ex = np.where(z == 0, ex_collective("all_reduce", ex * grad_bytes), ex_collective("reduce_scatter", ex * grad_bytes))
+    ag_ex = np.where(z == 1, ex_collective("all_gather", ex * BF16_BYTES), 0.0)
+    opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
+    att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
+    block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance) + latent_bytes
+    return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=np.zeros(len(z)),
+                ep=hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
+                dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
+                window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
+                optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
+                working=att_working + np.where(rc == 2, block, 0.0))
+
+
+LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep")
+
+
+def fold_layers(model: ModelSpec, dense: dict, moe_layer, ends: dict, mtp_extra: dict):
+    """The coefficients of one pipeline unit (`ModelSpec.pipeline_units`: d dense and m MoE
+    layers) and the stage extras: the k leading dense layers on the first stage, the MTP
+    modules on the last (Megatron places them after the decoder, with the LM head): each one
+    layer of the last layer's kind, its 2h -> h projection and a second LM-head pass with its
+    logits (Megatron-LM megatron/core/transformer/multi_token_prediction.py); the MTP layer's
+    activations are counted once, as the last stage's logits are (one micro-batch in flight
+    under 1F1B; with interleaving the last stage holds more: an under-count there). Every cost
+    stays linear in the units a stage holds, so each split searched is priced exactly."""
+    k, d_u, m_u, units = model.pipeline_units
+    keys = dense.keys()
+    unit = dense if moe_layer is None else {key: d_u * dense[key] + m_u * moe_layer[key] for key in keys}
+    if moe_layer is not None:
+        unit["working"] = np.maximum(dense["working"], moe_layer["working"])
+    ends = dict(ends)
+
+    def add(prefix: str, layer: dict, n):
+        ends[f"{prefix}_s"] = ends[f"{prefix}_s"] + n * sum(layer[x] for x in LAYER_TIME_KEYS)
+        ends[f"{prefix}_dp_step_s"] = ends[f"{prefix}_dp_step_s"] + n * layer["dp_step"]
+        ends[f"{prefix}_optimizer_step_s"] = ends[f"{prefix}_optimizer_step_s"] + n * layer["opt"]
+        ends[f"{prefix}_window_s"] = ends[f"{prefix}_window_s"] + n * layer["window"]
+        ends[f"{prefix}_static_bytes"] = ends[f"{prefix}_static_bytes"] + n * (layer["params"] + layer["grads"] + layer["optim"])
+        ends[f"{prefix}_act_bytes"] = ends[f"{prefix}_act_bytes"] + n * layer["act"]
+
+    if k:
+        add("first", dense, k)
+        ends["first_fwd_s"] = ends["first_fwd_s"] + k * dense["fwd"]
+    n = model.mtp_num_layers
+    if n:
+        layer = moe_layer if moe_layer is not None and model.moe_layer_mask[-1] else dense
+        add("last", layer, n)
+        x = mtp_extra
+        ends["last_s"] = ends["last_s"] + n * (x["fwd"] + x["bwd"])
+        ends["last_bwd_s"] = ends["last_bwd_s"] + n * (layer["bwd"] + x["bwd"])
+        red, ag = x["dp_step"](x["params"])
+        ends["last_dp_step_s"] = ends["last_dp_step_s"] + n * (red + ag)
+        ends["last_optimizer_step_s"] = ends["last_optimizer_step_s"] + n * x["params"] * x["opt"]
+        ends["last_static_bytes"] = ends["last_static_bytes"] + n * x["params"] * x["state"]
+        ends["last_act_bytes"] = ends["last_act_bytes"] + n * x["logits"]
+    return unit, units, ends

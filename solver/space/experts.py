@@ -1,0 +1,122 @@
+"""Expert parallelism of a mixture-of-experts model: the rules on (ep, etp), written once for the
+enumeration (`enumeration.enumerate_shapes`) and the check of one configuration
+(`rules.config_violations`).
+
+Megatron-Core's MoE parallel folding (Liu et al. 2025, arXiv:2504.14960; Megatron-LM
+megatron/core/transformer/moe/README.md "MoE Parallel Folding"): attention runs on
+tp x cp x dp x pp, the experts on etp x ep x edp x pp over the *same* GPUs of a pipeline stage,
+so etp * ep must divide the stage's tp * cp * dp GPUs and the expert-data-parallel degree is
+edp = tp * cp * dp / (etp * ep). Rules, as Megatron-LM d98e8a6 enforces them:
+
+- ep > 1 only for a MoE model, and num_experts % ep == 0 (megatron/training/arguments.py,
+  "Number of experts should be a multiple of expert model parallel_size");
+- world % (etp * ep * pp) == 0 (megatron/core/parallel_state.py `initialize_model_parallel`,
+  the expert rank generator "tp-ep-dp-pp"): with world = tp*cp*dp*pp, etp*ep divides tp*cp*dp;
+- etp divides moe_ffn_hidden_size (the experts' column-parallel fc1 / row-parallel fc2 split
+  their FFN width over etp: `divide()` in megatron/core/tensor_parallel/layers.py);
+- linear biases with MoE need etp == 1 (transformer_config.py: "Bias in Moe is only supported
+  when ETP==1");
+- training a MoE model with tp > 1 needs sequence parallelism (moe_layer.py `MoELayer.forward`
+  raises "MoE and tensor parallelism are enabled without also enabling sequence parallelism");
+- the token dispatcher is `alltoall` for ep > 1 (what the formulation prices; `allgather`, the
+  default, for ep = 1), which every (ep, etp) above accepts;
+- with the job's `moe_a2a_overlap` (`--overlap-moe-expert-parallel-comm`), transformer_config.py
+  asserts ep > 1, no full recomputation and a virtual pipeline size when pp > 1 (vp > 1 here);
+  at most one MTP module (checked on the job).
+
+Product restriction (not a Megatron rule, stated): a MoE model is planned with ZeRO 0 or 1
+(the distributed optimizer, which Megatron shards over dp x cp for the dense parameters and
+over edp for the experts); ZeRO-2/3 (Megatron-FSDP) are not priced for experts.
+
+Which etp the search tries (like the vp it tries, `enumeration.interleavings`): 1 (the Megatron
+MoE README's recommendation for fine-grained experts) and tp (Megatron's default,
+`args.expert_tensor_parallel_size = args.tensor_model_parallel_size`), or every legal value a
+constraint names.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..specs import JobSpec, ModelSpec
+
+
+def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
+    """The FFN widths tp must divide: the dense layers' MLP (when the model has dense layers) and
+    the shared experts (Megatron splits both over the attention's tp)."""
+    dense = (model.ffn_hidden_size,) if model.num_dense_layers else ()
+    shared = (model.moe_shared_expert_intermediate_size,) if model.moe_shared_expert_intermediate_size else ()
+    return dense + shared
+
+
+def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: int, sequence_parallel: bool,
+                  zero: int, pp: int = 1, vp: int = 1, recompute: str = "none",
+                  a2a_overlap: bool = False) -> list[tuple[str, str]]:
+    """Every rule of the module docstring a configuration breaks, as (field, 'what; the fix')."""
+    errs: list[tuple[str, str]] = []
+    if not model.is_moe:
+        if ep != 1:
+            errs.append(("ep", f"expert parallelism ({ep}) needs a mixture-of-experts model; use ep = 1"))
+        if etp != 1:
+            errs.append(("etp", f"expert tensor parallelism ({etp}) needs a mixture-of-experts model; use etp = 1"))
+        return errs
+    E, stage = model.num_experts, tp * cp * dp
+    if E % ep:
+        errs.append(("ep", f"{ep} does not divide num_experts {E} (Megatron: experts must be a multiple of ep)"))
+    if stage % (ep * etp):
+        errs.append(("ep", f"etp*ep = {etp}*{ep} does not divide the {stage} GPUs of a pipeline stage "
+                           f"(tp*cp*dp = {tp}*{cp}*{dp}); choose ep and etp whose product divides {stage}"))
+    if model.moe_ffn_hidden_size % etp:
+        errs.append(("etp", f"{etp} does not divide moe_ffn_hidden_size {model.moe_ffn_hidden_size}"))
+    if etp > 1 and model.add_bias_linear:
+        errs.append(("etp", "linear biases in MoE layers need etp = 1 (Megatron: bias in MoE only with ETP == 1)"))
+    if tp > 1 and not sequence_parallel:
+        errs.append(("sequence_parallel", "a MoE model with tp > 1 needs sequence parallelism (Megatron MoELayer); "
+                                          "turn it on"))
+    if zero >= 2:
+        errs.append(("zero", "ZeRO-2/3 with experts is not modelled; use zero = 0 or 1"))
+    if a2a_overlap:
+        errs += a2a_overlap_violations(ep=ep, pp=pp, vp=vp, recompute=recompute)
+    return errs
+
+
+def a2a_overlap_violations(*, ep: int, pp: int, vp: int, recompute: str) -> list[tuple[str, str]]:
+    """What Megatron's --overlap-moe-expert-parallel-comm asserts of a configuration
+    (transformer_config.py `__post_init__`)."""
+    errs = []
+    if ep == 1:
+        errs.append(("ep", "the all-to-all overlap (moe_a2a_overlap) needs ep > 1"))
+    if recompute == "full":
+        errs.append(("recompute", "the all-to-all overlap (moe_a2a_overlap) refuses full recomputation"))
+    if pp > 1 and vp == 1:
+        errs.append(("vp", "the all-to-all overlap (moe_a2a_overlap) needs interleaving (vp > 1) with pp > 1"))
+    return errs
+
+
+def expert_degrees(job: JobSpec, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """The (ep, etp) the search tries for the degrees (tp, cp, dp): every legal pair allowed by
+    the constraints, etp among 1 and tp unless a constraint names etp values (module docstring).
+    A dense model: [(1, 1)] when the constraints allow it."""
+    model, cons = job.model, job.constraints
+    if not model.is_moe:
+        return [(1, 1)] if cons.allows("ep", 1) and cons.allows("etp", 1) else []
+    stage = tp * cp * dp
+    etps = cons.etp if cons.etp is not None else sorted({1, tp})
+    g = math.gcd(stage, model.num_experts)
+    out = []
+    for ep in range(1 + job.moe_a2a_overlap, g + 1):
+        if g % ep or not cons.allows("ep", ep):
+            continue
+        for etp in etps:
+            if (cons.allows("etp", etp) and not ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
+                                                              sequence_parallel=True, zero=0)):
+                out.append((ep, etp))
+    return out
+
+
+def default_etp(model: ModelSpec, tp: int) -> int:
+    """etp when a configuration leaves it out: Megatron's default (= tp) where that is legal for
+    the model (it divides the expert FFN, no linear biases), else 1."""
+    if not model.is_moe or model.add_bias_linear or model.moe_ffn_hidden_size % tp:
+        return 1
+    return tp
