@@ -184,8 +184,8 @@ def test_transformers_layer_activations_equal_the_saved_tensors(case):
 @pytest.mark.parametrize("case", ["llama-gqa", "qwen2"])
 def test_transformers_full_memory_is_an_upper_bound_of_the_counted_tensors(case):
     """Weights, gradients and AdamW state of a real step plus the autocast copies and saved
-    activations: the estimate (before the allocator's reserve) is at least their sum and at most
-    the transient loss peak above it."""
+    activations: the estimate (before the allocator's reserve) is at least the peak they make
+    together and at most their sum plus the loss's transient."""
     import torch
     b, s = 2, 100
     cfg, model, (acts, copies) = _measure(case, 2, b, s)
@@ -198,14 +198,17 @@ def test_transformers_full_memory_is_an_upper_bound_of_the_counted_tensors(case)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
     state = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values() if v.dim() > 0)
-    counted = weights + grads + state + copies + acts
+    # One micro-batch per step and .grad set to None before it: a layer's gradient appears only
+    # once its saved tensors are freed, so the peak is at one end of the backward (layers alike)
+    peak = weights + state + copies + max(acts, grads)
+    everything = weights + grads + state + copies + acts
     spec = model_from_hf_config(cfg.to_dict(), name=case)
     co = coefficients(spec, "transformers", b, s)
     L = spec.num_layers
     est = float(L * (co.layer_static_bytes[0] + co.layer_act_bytes[0]) + co.first_static_bytes[0]
                 + co.last_static_bytes[0] + co.first_act_bytes[0] + co.last_act_bytes[0] + co.const_bytes[0])
     logits_transient = (frameworks.profile("transformers").logit_bytes - 4) * b * s * spec.vocab_size
-    assert counted <= est <= counted + logits_transient + 0.02 * counted, (counted, est)
+    assert peak <= est <= everything + logits_transient, (peak, everything, est)
 
 
 def test_transformers_op_count_matches_dispatch_profile():

@@ -366,7 +366,9 @@ def stage_coefficients(
     dense = dict(compute=layer_compute, tp=layer_tp, cp=layer_cp, zero3=layer_zero3, ep=np.zeros(len(z)),
                  fwd=fwd + tp_exposed_fwd, bwd=bwd + tp_exposed_bwd, work=fwd + bwd, dp_step=layer_red + layer_ag,
                  opt=layer_params_gpu * opt_per_param, window=layer_window, params=layer_params_gpu * pb,
-                 grads=layer_params_gpu * gb, optim=layer_params_gpu * ob, act=layer_act, working=working)
+                 grads=frameworks.layer_grads_at_peak_bytes(stack, z, shard, layer_params_gpu, layer_params_gpu * gb,
+                                                         layer_act, m),
+                 optim=layer_params_gpu * ob, act=layer_act, working=working)
     ends = dict(first_s=emb_fwd + emb_bwd + z_edges, last_s=head_fwd + head_bwd, first_fwd_s=emb_fwd,
                 last_bwd_s=head_bwd, first_dp_step_s=emb_red + emb_ag + tied, last_dp_step_s=head_red + head_ag + tied,
                 first_optimizer_step_s=emb_params_gpu * opt_per_param,

@@ -208,6 +208,23 @@ def model_state_bytes_per_param(fw: Framework, zero, shard, precision: str):
     return params, grads, opt
 
 
+def layer_grads_at_peak_bytes(fw: Framework, zero, shard, params_gpu, grads_bytes, act_bytes, num_microbatches):
+    """A layer's gradient bytes that can coexist with its saved activations. Megatron's fp32
+    main-gradient buffers persist (all of `grads_bytes`). Eager stacks free `.grad` before each
+    step (`optimizer.zero_grad(set_to_none=True)`, torch's default since 2.0; transformers'
+    Trainer and torchtitan call it): with one micro-batch per step a layer's gradient is created
+    in backward only once its saved tensors are freed, so the peak holds at most the larger of
+    the two per layer (the smaller is left out here; summed over layers this bounds every moment
+    of the backward); with gradient accumulation the gradients persist and count whole. DDP's
+    buckets persist either way."""
+    if fw.fused:
+        return grads_bytes
+    grad_tensor = params_gpu * np.where(np.asarray(zero) >= 2, fw.grad_bytes / np.asarray(shard, dtype=np.float64),
+                                        fw.grad_bytes)
+    freed = np.minimum(grad_tensor, act_bytes)
+    return np.where(np.asarray(num_microbatches) == 1, grads_bytes - freed, grads_bytes)
+
+
 def zero3_live_bytes_per_param(fw: Framework, grad_bytes: float) -> float:
     """Bytes per parameter of a ZeRO-3 layer being computed or prefetched (gathered weight, its
     bf16 copy under autocast, its unsharded gradient)."""
