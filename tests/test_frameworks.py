@@ -320,3 +320,13 @@ def test_service_answers_422_naming_the_knob():
     assert any(d["loc"][:4] == ["body", "job", "constraints", "pp"] for d in r.json()["detail"]), r.text
     ok = client.post("/v1/plan", json={"job": {"model": "gpt3-1.3b", "cluster": "a100x8", "framework": "torchtitan"}})
     assert ok.status_code == 200, ok.text
+
+
+def test_calibrate_steps_take_the_stack_they_were_measured_on():
+    from solveplan.calibration.step_fit import build_step_rows
+    rows = [{"model": "gpt3-1.3b", "tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 4, "recompute": "none", "zero": 0,
+             "global_batch_size": 4, "seq_length": 2048, "step_time_s": 0.3, "framework": fw}
+            for fw in ("megatron", "transformers")]
+    meg, tf = build_step_rows(rows, load_cluster("h100x8"), "steps.csv")
+    assert (meg.job.framework, tf.job.framework) == ("megatron", "transformers")
+    assert tf.before_s > meg.before_s  # the same configuration, priced for each stack
