@@ -330,3 +330,11 @@ def test_calibrate_steps_take_the_stack_they_were_measured_on():
     meg, tf = build_step_rows(rows, load_cluster("h100x8"), "steps.csv")
     assert (meg.job.framework, tf.job.framework) == ("megatron", "transformers")
     assert tf.before_s > meg.before_s  # the same configuration, priced for each stack
+
+
+def test_a_stack_without_published_rows_gets_the_widest_band():
+    from solveplan.calibration.intervals import plan_band
+    meg = load_job({"model": "gpt3-1.3b", "cluster": "a100x8"})
+    tf = load_job({"model": "gpt3-1.3b", "cluster": "a100x8", "framework": "transformers"})
+    a, b = plan_band(meg, 0), plan_band(tf, 0)
+    assert b.hi - b.lo > a.hi - a.lo and "transformers" in b.basis
