@@ -1,9 +1,10 @@
 """Python API for admission control, a thin facade over `admission/`: `plan`, `check`,
 `fewest_gpus` and `admit`, each with a time limit it honours and a status it can act on.
 
-Every call takes `time_limit_s` and returns within it (measured from the call; work that
-cannot be interrupted runs in the cache's worker threads, finishes in the background and is
-cached, so the next call is fast). When time runs out the answer says so: `plan` returns
+Every call takes `time_limit_s` and returns within it (measured from the call; the work runs
+in the cache's worker threads under a deadline it checks, and is stopped when the answer is
+given: no work goes on after a call returns, and a process can exit right after it; final
+results are cached, so the next call is fast). When time runs out the answer says so: `plan` returns
 status FEASIBLE with the best plan known so far and its gap to a proven bound (or UNKNOWN
 with no plan), `check` returns status UNKNOWN, `fewest_gpus` the smallest allocation verified
 so far.

@@ -27,6 +27,7 @@ from .plan import Shortfall, make_plan, parallel_from_row
 from .search.candidates import Candidates, prepare
 from .space.rules import least_memory_job
 from .specs import JobSpec
+from .specs.deadline import Deadline, DeadlineExpired
 from .specs.units import GIB
 
 FEWEST_GPUS_MAX = 65536  # the search for the fewest GPUs that fit stops here
@@ -62,10 +63,11 @@ def fewest_nodes(meets: Callable[[int], Optional[bool]], start: int, max_nodes: 
     return hi, lo
 
 
-def job_fits(job: JobSpec) -> bool:
+def job_fits(job: JobSpec, deadline: Optional[Deadline] = None) -> bool:
     """Does any plan of `job` fit in memory (exactly: some shape has a fitting split)? Decided
-    on the least-memory knobs only (`space.rules.least_memory_job`)."""
-    cands = prepare(least_memory_job(job), prune_time=False)
+    on the least-memory knobs only (`space.rules.least_memory_job`). Raises DeadlineExpired
+    when `deadline` passes first."""
+    cands = prepare(least_memory_job(job), prune_time=False, deadline=deadline)
     if cands.incumbent_index is not None:
         return True
     return cands.num_survivors > 0 and bool(cands.feasible.any())
@@ -79,12 +81,16 @@ def fewest_gpus_that_fit(job: JobSpec, deadline: float) -> tuple[Optional[int], 
     fam = cluster_family(cl)
     label = f"{fam}x<N>" if fam else f"{cl.name} with more nodes"
     seen: dict[int, bool] = {}
+    dl = Deadline.after(deadline - time.perf_counter())
 
     def fits(nodes: int) -> Optional[bool]:
-        if time.perf_counter() > deadline:
+        if dl.expired():
             return None
         if nodes not in seen:
-            seen[nodes] = job_fits(job.model_copy(update={"cluster": resize_cluster(cl, nodes)}))
+            try:
+                seen[nodes] = job_fits(job.model_copy(update={"cluster": resize_cluster(cl, nodes)}), dl)
+            except DeadlineExpired:
+                return None
         return seen[nodes]
 
     hit, _ = fewest_nodes(fits, 2 * cl.num_nodes, FEWEST_GPUS_MAX // cl.gpus_per_node,

@@ -25,6 +25,7 @@ from .plan import (Comparison, Cost, Margin, ParallelConfig, Plan, SearchStats, 
 from .search.candidates import Candidates, prepare
 from .search.result import FEASIBLE, OPTIMAL, MethodResult, PlanStatus
 from .specs import JobSpec
+from .specs.deadline import Deadline, DeadlineExpired
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
 
@@ -72,7 +73,8 @@ def _search_fn(method: str):
 def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, workers: int = 1, top_k: int = 1,
              seed: int = 0, compare: Union[ParallelConfig, Mapping[str, Any], None] = None,
              progress: Optional[Callable[[dict], None]] = None, textbook: bool = True,
-             cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None, links=None):
+             cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None, links=None,
+             deadline: Optional[Deadline] = None):
     """The fastest plan of `job` that fits, by `method` within `time_limit_s` (including
     enumeration and model building). `compare`: a configuration to compare the plan with
     (ParallelConfig, or a mapping of tp, pp, cp, vp, micro_batch_size, recompute,
@@ -80,7 +82,9 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     configuration and report the speedup over it. `cands`: candidates prepared before (the
     admission cache's). `shortfall_budget_s`: time an INFEASIBLE verdict's fewest-GPUs search
     may take (default: what is left of the limit; 0: none, so the answer is the same at any
-    limit). `links`: measured node x node links (`placement.links.LinkMatrix`). The job's
+    limit). `links`: measured node x node links (`placement.links.LinkMatrix`). `deadline`: the
+    caller's (`specs.deadline`): the call keeps to the earlier of it and `time_limit_s`, and
+    stopping it stops the work at once (the answer is then UNKNOWN or the best plan known). The job's
     `prefer`: "fastest" (the optimum) or "simple" (`search.simple`: the plan with the fewest
     departures from the textbook plan among those within `job.tolerance_rel` of the optimum;
     default: the optimum's interval half-width, `calibration.intervals`). Every plan carries its
@@ -91,13 +95,13 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     t0 = time.perf_counter()
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
+    dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
     if links is not None or job.cluster.is_mixed:
         refuse_moe_placement(job, "links" if links is not None else "cluster.pools")
         res = optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare, shortfall_budget_s,
-                              progress)
+                              progress, dl)
         if job.prefer == "simple" and res.plan is not None:
-            left = float(time_limit_s) - (time.perf_counter() - t0)
-            res = _prefer_simple_pooled(job, res, links, method, left, workers, seed, progress)
+            res = _prefer_simple_pooled(job, res, links, method, dl.left_s(), workers, seed, progress, dl)
         return _annotate(job, res)
     search, prep_kwargs = _search_fn(method)
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
@@ -108,12 +112,15 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     if cands is None:
         if method == "cpsat":  # the time pruning keeps every shape that may be among the K best
             prep_kwargs = {**prep_kwargs, "top_k": want}
-        cands = prepare(job, **prep_kwargs)
+        try:
+            cands = prepare(job, **prep_kwargs, deadline=dl)
+        except DeadlineExpired:
+            return out_of_time(method, t0, int(top_k), "the time limit was spent preparing the candidates: no plan")
     prep_s = time.perf_counter() - t0
-    left = max(0.01, float(time_limit_s) - prep_s)
+    left = max(0.01, dl.left_s())
     kwargs = dict(top_k=want, progress=progress)
     if method == "cpsat":
-        kwargs.update(workers=int(workers), seed=int(seed))
+        kwargs.update(workers=int(workers), seed=int(seed), deadline=dl)
     res = search(cands, left, **kwargs)
 
     notes: list[str] = [n for n in res.stats.get("notes", []) if want == int(top_k) or "distinct configuration" not in n]
@@ -136,11 +143,11 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     if plan is not None and out.top_k_cut_short:
         notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
     if status == "INFEASIBLE":
-        left_s = max(0.0, float(time_limit_s) - (time.perf_counter() - t0))
+        left_s = dl.left_s()
         out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None
                                          else min(left_s, shortfall_budget_s))
     if plan is not None and textbook:
-        if time.perf_counter() - t0 > float(time_limit_s):
+        if dl.expired():
             notes.append("textbook comparison skipped: the time limit is spent")
         else:
             tb = textbook_plan(job)
@@ -152,7 +159,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     if cmp_plan is not None:
         out.compare = Comparison.of("compare", cmp_plan, plan)
     if job.prefer == "simple" and plan is not None:  # the job's preference (a spec field, not a status)
-        _prefer_simple(job, out, method, workers, seed, t0 + float(time_limit_s), progress, prep_kwargs)
+        _prefer_simple(job, out, method, workers, seed, time.perf_counter() + dl.left_s(), progress, prep_kwargs)
     out = _annotate(job, out, runner_up)
     out.search.wall_time_s = time.perf_counter() - t0
     return out
@@ -196,7 +203,8 @@ JOINT_STATEMENT = ("best plan without interleaving or context parallelism within
                    "else the fastest (the joint model ranks only those departures)")
 
 
-def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, workers: int, seed: int, progress):
+def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, workers: int, seed: int, progress,
+                          deadline: Optional[Deadline] = None):
     """prefer simple on the joint model (pools, links): the best plan with vp = cp = 1, solved
     by the same joint model, when it is within the tolerance of the fastest plan; else the
     fastest, which then beats every such plan by more than the tolerance. Proven when both
@@ -212,7 +220,8 @@ def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, 
     threshold = (1 + tol) * fast.step_time_s
     cons = job.constraints.model_copy(update={"vp": (1,), "cp": (1,)})
     plain_job = job.model_copy(update={"constraints": cons, "prefer": "fastest"})
-    plain = optimize_pooled(plain_job, links, method, max(0.05, left_s), workers, seed, 1, None, 0.0, progress) \
+    plain = optimize_pooled(plain_job, links, method, max(0.05, left_s), workers, seed, 1, None, 0.0, progress,
+                            deadline) \
         if left_s > 0.05 else None
     if plain is not None and plain.plan is not None and plain.plan.step_time_s <= threshold:
         plain.prefer, plain.proof = "simple", JOINT_STATEMENT
@@ -257,43 +266,54 @@ def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = Non
     return out
 
 
-# the share of the time limit each pool's own plan may take (`pools_alone`), at most POOL_ALONE_S
-POOL_ALONE_SHARE, POOL_ALONE_S = 0.1, 5.0
+# the share of the time limit each pool's own plan may take (`pools_alone`), at most POOL_ALONE_S;
+# below POOL_ALONE_MIN_S a pool's enumeration alone would overrun it, and none is planned
+POOL_ALONE_SHARE, POOL_ALONE_S, POOL_ALONE_MIN_S = 0.1, 5.0, 0.2
 
 
 def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
-                    compare, shortfall_budget_s: Optional[float] = None, progress=None):
+                    compare, shortfall_budget_s: Optional[float] = None, progress=None,
+                    deadline: Optional[Deadline] = None):
     """The joint model (`placement.joint.run.optimize_joint`) with each pool's own plan (today's
     model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent; on
     INFEASIBLE the shortfall of `diagnose.pooled_shortfall` (its fewest-GPUs search within
-    `shortfall_budget_s`, as `optimize`)."""
+    `shortfall_budget_s`, as `optimize`). All within `deadline` (`optimize`'s)."""
     from .placement.joint.run import optimize_joint
 
     if compare is not None:
         raise InputError("compare", "a configuration to compare with needs a cluster of one GPU type with equal links")
     t0 = time.perf_counter()
+    dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
     alone = []
     share = min(POOL_ALONE_S, POOL_ALONE_SHARE * float(time_limit_s))
-    for pl, view in enumerate(job.cluster.pool_views()):
+    for pl, view in enumerate(job.cluster.pool_views() if share >= POOL_ALONE_MIN_S else ()):
         if progress is not None:
             progress({"method": "joint", "phase": f"pool {view.name} alone", "elapsed_s": time.perf_counter() - t0,
                       "limit_s": float(time_limit_s), "final": False})
         alone_job = job.model_copy(update={"cluster": view, "prefer": "fastest"})
-        r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed,
-                     textbook=False)
+        r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed, textbook=False, deadline=dl)
         if r.plan is not None:
             alone.append((pl, r.plan))
-    left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
-    res = optimize_joint(job, links, method=method, time_limit_s=left, workers=workers, seed=seed, pools_alone=alone,
-                         progress=progress)
+    if dl.expired():  # the joint model's node set alone takes ~0.3 s at 1,024 nodes
+        return out_of_time(f"{method} (joint)", t0, int(top_k), "the time limit was spent before the joint model "
+                                                                 "started: no plan")
+    res = optimize_joint(job, links, method=method, time_limit_s=max(0.05, dl.left_s()), workers=workers, seed=seed,
+                         pools_alone=alone, progress=progress, deadline=dl)
     if res.status == "INFEASIBLE" and res.shortfall is None:
-        left_s = max(0.0, float(time_limit_s) - (time.perf_counter() - t0))
+        left_s = dl.left_s()
         res.shortfall = pooled_shortfall(job, left_s if shortfall_budget_s is None else min(left_s, shortfall_budget_s))
     if int(top_k) > 1:
         res.notes.append("top-k is not available for the joint model: the best plan only")
         res.top_k_asked = int(top_k)
     res.search.wall_time_s = time.perf_counter() - t0
     return res
+
+
+def out_of_time(method: str, t0: float, top_k: int, why: str) -> OptimizeResult:
+    """The answer when the deadline passes before there is anything to search: UNKNOWN."""
+    stats = SearchStats(method=method, wall_time_s=time.perf_counter() - t0, shapes_legal=0, shapes_dominated=0,
+                        shapes_pruned_memory=0, shapes_pruned_time=0, shapes_searched=0, finished=False)
+    return OptimizeResult(status="UNKNOWN", search=stats, notes=[why], top_k_asked=top_k)
 
 
 def _check_arguments(method: str, time_limit_s, top_k, workers) -> None:

@@ -2,13 +2,14 @@
 single flight (`ResultCache`), and the clock every call measures its time limit on (`Clock`,
 `wait`).
 
-Work that cannot be interrupted -- enumerating shapes, building coefficients, a solve -- runs
-in the cache's worker threads; the caller stops waiting at its deadline or when it is
-cancelled (`wait`: the service cancels a request whose client left). Work is owned by its
-waiters: queued work that no caller waits for any more is dropped before it starts; work that
-started finishes (a solve within the time limit it was given) and, when its result is final,
-is cached. At exit the workers are stopped: queued work dropped, running work joined (a C++
-solve still running when the interpreter tears down would abort the process).
+Work -- enumerating shapes, building coefficients, a solve -- runs in the cache's worker
+threads under a `Deadline` (`specs.deadline`) it checks; the caller stops waiting at its
+deadline or when it is cancelled (`wait`: the service cancels a request whose client left).
+Work is owned by its waiters: queued work that no caller waits for any more is dropped before
+it starts, and work that started is stopped (its deadline's stop flag: CP-SAT's StopSearch,
+the preparation loops' checks) the moment its last waiter leaves, so no work goes on after
+the answer. A result that is final is cached. At exit the workers are stopped the same way and
+joined (a C++ solve still running when the interpreter tears down would abort the process).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Optional
 
 from ..errors import InputError
+from ..specs.deadline import Deadline
 
 # Default time limits (seconds) of each call.
 DEFAULT_TIME_LIMIT_S = {"plan": 10.0, "check": 2.0, "fewest_gpus": 30.0, "admit": 30.0}
@@ -60,6 +62,7 @@ class ResultCache:
         self._data: OrderedDict = OrderedDict()
         self._inflight: dict = {}
         self._waiters: dict = {}  # key -> callers waiting for its computation
+        self._deadlines: dict = {}  # key -> the deadline its computation runs under (stopped when unwanted)
         self._queues: dict[str, queue.SimpleQueue] = {}
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -98,9 +101,10 @@ class ResultCache:
             self.evictions += 1
 
     def run(self, key, fn: Callable[[], Any], store: Callable[[Any], bool] = lambda v: True,
-            lane: str = "prepare") -> Future:
+            lane: str = "prepare", deadline: Optional[Deadline] = None) -> Future:
         """The future of `fn()` for `key`: the cached value, the computation in flight, or a new
-        one queued for the workers (stored in the cache when `store(value)`)."""
+        one queued for the workers (stored in the cache when `store(value)`). `deadline`: the one
+        `fn` runs under; the cache stops it when no caller waits for the result any more."""
         with self._lock:
             if key in self._data:
                 self._data.move_to_end(key)
@@ -120,6 +124,8 @@ class ResultCache:
             fut = Future()
             self._inflight[key] = fut
             self._waiters[key] = 1
+            if deadline is not None:
+                self._deadlines[key] = deadline
             q = self._queues.get(lane)
             if q is None:
                 q = self._queues[lane] = queue.SimpleQueue()
@@ -131,19 +137,27 @@ class ResultCache:
         return fut
 
     def release(self, key) -> None:
-        """A caller of `run(key)` stopped waiting (answered, timed out or cancelled)."""
+        """A caller of `run(key)` stopped waiting (answered, timed out or cancelled). When it was
+        the last, the computation is stopped and forgotten: a later caller starts a new one."""
+        stop = None
         with self._lock:
             n = self._waiters.get(key, 0) - 1
             if n > 0:
                 self._waiters[key] = n
             else:
                 self._waiters.pop(key, None)
+                stop = self._deadlines.pop(key, None)
+                if stop is not None:
+                    self._inflight.pop(key, None)
+        if stop is not None:
+            stop.stop()
 
     def fetch(self, key, fn: Callable[[], Any], clock: Optional["Clock"], store: Callable[[Any], bool] = lambda v: True,
-              lane: str = "prepare", reserve: bool = True):
+              lane: str = "prepare", reserve: bool = True, deadline: Optional[Deadline] = None):
         """`run` and wait for the value: None at the clock's deadline (or cancellation); with no
-        clock, until it is computed. Raises Busy, Dropped or what `fn` raised."""
-        fut = self.run(key, fn, store, lane)
+        clock, until it is computed. Raises Busy, Dropped or what `fn` raised (DeadlineExpired
+        when `deadline` passed before `fn` had an answer)."""
+        fut = self.run(key, fn, store, lane, deadline)
         try:
             return fut.result() if clock is None else wait(fut, clock, reserve)
         finally:
@@ -156,9 +170,9 @@ class ResultCache:
                 return
             key, fn, fut, store = item
             with self._lock:
-                unwanted = self._closed or not self._waiters.get(key)
+                unwanted = self._closed or self._inflight.get(key) is not fut or not self._waiters.get(key)
                 if unwanted:
-                    self._inflight.pop(key, None)
+                    self._forget(key, fut)
                     self.dropped += 1
             if unwanted:
                 fut.set_exception(Dropped("no caller waits for it"))
@@ -167,26 +181,37 @@ class ResultCache:
                 value = fn()
             except BaseException as exc:  # handed to every waiter
                 with self._lock:
-                    self._inflight.pop(key, None)
+                    self._forget(key, fut)
                 fut.set_exception(exc)
                 continue
             with self._lock:
-                self._inflight.pop(key, None)
+                current = self._inflight.get(key) is fut
+                self._forget(key, fut)
                 self.computed += 1
-                if store(value):
+                if current and store(value):
                     self._put(key, value)
             fut.set_result(value)
+
+    def _forget(self, key, fut: Future) -> None:
+        """Drop `key`'s in-flight entry if it is still `fut`'s (a stopped computation's key may
+        already belong to a new one). Called with the lock held."""
+        if self._inflight.get(key) is fut:
+            del self._inflight[key]
+            self._deadlines.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
 
     def shutdown(self) -> None:
-        """Stop the workers: queued work is dropped, running work finishes (within its time
-        limit) and the threads are joined. The cache cannot compute afterwards."""
+        """Stop the workers: queued work is dropped, running work is stopped (its deadline) and
+        the threads are joined. The cache cannot compute afterwards."""
         with self._lock:
             self._closed = True
             queues, threads = list(self._queues.values()), list(self._threads)
+            running = list(self._deadlines.values())
+        for dl in running:
+            dl.stop()
         for q in queues:
             for _ in range(self.workers):
                 q.put(None)
@@ -226,6 +251,12 @@ class Clock:
     def sub(self, limit: float) -> "Clock":
         """A clock of `limit` seconds from now, cancelled with this one."""
         return Clock(max(0.0, limit), 0.0, self.cancel)
+
+    def work(self, at: Optional[float] = None) -> Deadline:
+        """The deadline of a computation on this clock's behalf: `at` (monotonic seconds; default
+        this clock's deadline), with its own stop flag (the cache stops it when its last waiter
+        leaves)."""
+        return Deadline(self.deadline if at is None else min(at, self.deadline))
 
     @property
     def cancelled(self) -> bool:

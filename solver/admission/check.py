@@ -98,8 +98,8 @@ def timed_check(job: JobSpec, clock: Clock, cache: ResultCache) -> CheckResult:
     except Busy as exc:
         return _unknown(f"busy ({exc}); retry")
     if cands is None:
-        return _unknown(f"time limit {clock.limit:g} s reached while enumerating shapes; the work "
-                        f"continues in the background and a retry will be fast")
+        return _unknown(f"time limit {clock.limit:g} s reached while enumerating shapes; retry with a longer "
+                        f"time limit")
     sc = screen(cands)
     verdict = verdict_of_screen(job, cands, sc)
     if verdict is not None:

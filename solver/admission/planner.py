@@ -17,6 +17,7 @@ from ..optimize import OptimizeResult, optimize
 from ..plan import SearchStats, SolveResult, make_plan, parallel_from_row
 from ..search.candidates import Candidates, prepare
 from ..specs import JobSpec
+from ..specs.deadline import Deadline, DeadlineExpired
 from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, Dropped, ResultCache
 from .limits import JobLike, as_job
 from .screen import screen, screen_shortfall
@@ -36,7 +37,7 @@ def _counts(cands: Optional[Candidates]) -> dict:
                 shapes_searched=0)
 
 
-def _solve(job: JobSpec, time_limit_s: float, cands: Candidates) -> SolveResult:
+def _solve(job: JobSpec, cands: Candidates, work: Deadline) -> SolveResult:
     """optimize() on the cached candidates. When the memory bounds already exclude every shape
     the answer is INFEASIBLE without a search, and the shortfall (with its fewest-GPUs
     suggestion) gets the budget instead of optimize's fixed 20 s."""
@@ -46,8 +47,8 @@ def _solve(job: JobSpec, time_limit_s: float, cands: Candidates) -> SolveResult:
         stats = SearchStats(method="cpsat", wall_time_s=time.monotonic() - t0, **_counts(cands))
         return OptimizeResult(status="INFEASIBLE", shortfall=sf, search=stats,
                               notes=["no legal shape survives the memory lower bound: nothing to search"])
-    return optimize(job, method="cpsat", time_limit_s=max(0.01, time_limit_s), workers=1, top_k=1, seed=0,
-                    cands=cands, shortfall_budget_s=0.0)
+    return optimize(job, method="cpsat", time_limit_s=max(0.01, work.left_s()), workers=1, top_k=1, seed=0,
+                    cands=cands, shortfall_budget_s=0.0, deadline=work)
 
 
 def final(res: SolveResult) -> bool:
@@ -80,26 +81,31 @@ def bounded_plan(job: JobSpec, clock: Clock, cache: ResultCache) -> SolveResult:
     if budget <= 0.02 or clock.cancelled:
         return _fallback(job, clock, cache, f"time limit {clock.limit:g} s too short to start the solver")
 
+    work = clock.work(solver_deadline)  # stopped by the cache when nobody waits for the answer
+
     def compute():
         if job.cluster.is_mixed:  # the joint model (shape, split and placement): no shared candidates
-            left = solver_deadline - time.monotonic()
-            res = optimize(job, time_limit_s=left, workers=1, seed=0, shortfall_budget_s=0.0) if left > 0.02 else None
+            left = work.left_s()
+            res = optimize(job, time_limit_s=left, workers=1, seed=0, shortfall_budget_s=0.0,
+                           deadline=work) if left > 0.02 else None
             if res is not None and final(res):
                 cache.put(key, res)
             return res
-        cands = cache.fetch(("cands", job), lambda: prepare(job), None)
-        left = solver_deadline - time.monotonic()
-        if left <= 0.02:
+        cands = cache.fetch(("cands", job), lambda: prepare(job, deadline=work), None, deadline=work)
+        if work.left_s() <= 0.02:
             return None
-        res = _solve(job, left, cands)
+        res = _solve(job, cands, work)
         if final(res):
             cache.put(key, res)
         return res
 
     try:  # single flight per (job, budget to 0.1 s)
-        res = cache.fetch(("solve", job, round(budget, 1)), compute, clock, store=lambda v: False, lane="solve")
+        res = cache.fetch(("solve", job, round(budget, 1)), compute, clock, store=lambda v: False, lane="solve",
+                          deadline=work)
     except (Busy, Dropped) as exc:
         return _fallback(job, clock, cache, f"busy ({exc})")
+    except DeadlineExpired:
+        return _fallback(job, clock, cache, f"time limit {clock.limit:g} s reached while preparing the candidates")
     if res is not None:
         return res.model_copy(deep=True)
     return _fallback(job, clock, cache, f"time limit {clock.limit:g} s reached before the solver returned")
@@ -113,7 +119,7 @@ def _fallback(job: JobSpec, clock: Clock, cache: ResultCache, why: str) -> Solve
     stats = SearchStats(method="cpsat", wall_time_s=clock.elapsed(), finished=False, **_counts(cands))
     if cands is None:
         return OptimizeResult(status="UNKNOWN", search=stats,
-                              notes=[f"{why}; no plan known yet (the work continues in the background: retry)"])
+                              notes=[f"{why}; no plan known yet (retry with a longer time limit)"])
     sc = screen(cands)
     sf = screen_shortfall(job, cands, sc)
     if sf is not None:
@@ -121,7 +127,7 @@ def _fallback(job: JobSpec, clock: Clock, cache: ResultCache, why: str) -> Solve
                               notes=[f"{why}; the memory lower bounds exclude every shape" if sc.num_shapes else why])
     if sc.witness is None:
         return OptimizeResult(status="UNKNOWN", search=stats,
-                              notes=[f"{why}; no plan known yet (the work continues in the background: retry)"])
+                              notes=[f"{why}; no plan known yet (retry with a longer time limit)"])
     layers = sc.witness_layers or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units,
                                                                            sc.witness["pp"]))
     plan_ = make_plan(job, parallel_from_row(job, sc.witness), layers)

@@ -38,6 +38,7 @@ from ..errors import InputError
 from ..plan import SolveResult
 from ..specs import ClusterSpec, JobSpec
 from ..specs.cluster import FABRIC_FIELDS, LinkOverride, pool_node_names
+from ..specs.deadline import DeadlineExpired
 from ..specs.request import Target
 from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Clock, ResultCache
 from .limits import JobLike, check_limits, with_cluster
@@ -198,7 +199,12 @@ def fewest_pool_nodes(job: JobLike, cluster: ClusterSpec, target: Target, clock:
         if clock.left() <= clock.reserve():
             cut = f"time limit {clock.limit:g} s reached at {total * g} GPUs; larger allocations were not probed"
             break
-        if not job_fits(base.model_copy(update={"cluster": resize_cluster(roomiest, total)})):
+        try:
+            fits = job_fits(base.model_copy(update={"cluster": resize_cluster(roomiest, total)}), clock.work())
+        except DeadlineExpired:
+            cut = f"time limit {clock.limit:g} s reached at {total * g} GPUs; larger allocations were not probed"
+            break
+        if not fits:
             memory_skipped.append(total)
             continue
         if (many := count_at(total, sizes)) > MAX_VECTORS_PER_TOTAL:

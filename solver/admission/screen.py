@@ -13,6 +13,7 @@ from ..diagnose import memory_shortfall, shape_shortfall
 from ..plan import Shortfall
 from ..search.candidates import Candidates, prepare
 from ..specs import JobSpec
+from ..specs.deadline import DeadlineExpired
 from .cache import Clock, Dropped, ResultCache
 
 
@@ -42,10 +43,12 @@ def screen(cands: Candidates) -> Screen:
 
 
 def candidates(job: JobSpec, clock: Clock, cache: ResultCache) -> Optional[Candidates]:
-    """The job's candidates (cached, computed once), or None at the deadline."""
+    """The job's candidates (cached, computed once), or None at the deadline (the preparation
+    stops there too)."""
+    work = clock.work()
     try:
-        return cache.fetch(("cands", job), lambda: prepare(job), clock)
-    except Dropped:
+        return cache.fetch(("cands", job), lambda: prepare(job, deadline=work), clock, deadline=work)
+    except (Dropped, DeadlineExpired):
         return None
 
 

@@ -14,6 +14,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..errors import InputError
 from ..specs.units import GIB
 
 BAD_FIT_RMS = 0.20  # log-residual rms beyond which a parameter at a bound means the model cannot explain the points
@@ -66,7 +67,10 @@ def fit_least_squares(residuals: Callable[[dict], np.ndarray], params: Sequence[
     identify stays at its prior (`Param.before`); `loss`/`loss_scale` a robust loss of
     scipy's; `jacobian(values)` the data rows' Jacobian (columns: the free params) when the
     caller can compute it cheaper than finite differences. Uncertainties use the data rows."""
-    from scipy.optimize import least_squares
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:  # the `fit` extra: one line, not a traceback
+        raise InputError("calibrate", "fitting needs scipy: pip install 'solveplan[fit]'") from None
 
     free = [p for p in params if not p.fixed]
     fixed = {p.name: p.value for p in params if p.fixed}

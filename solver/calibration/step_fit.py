@@ -86,9 +86,15 @@ def _int(v, where, lo=1):
     return int(f)
 
 
+# measured steps one calibration fits (each is re-evaluated by the formulation at every step
+# of the least-squares fit: 50,000 rows ran for minutes); the published runs are 223
+MAX_STEP_ROWS = 1000
+
+
 def read_steps(path: str | Path) -> list[dict]:
     """Rows of a CSV (header line) or JSON (a list, or {'measurements'|'steps': [...]}) file,
-    keys normalised (lower case, '-' -> '_', common aliases), empty cells dropped."""
+    keys normalised (lower case, '-' -> '_', common aliases), empty cells dropped; at most
+    MAX_STEP_ROWS rows."""
     path = Path(path)
     text = read_text(path, "steps")
     if path.suffix.lower() == ".json":
@@ -103,6 +109,9 @@ def read_steps(path: str | Path) -> list[dict]:
         if not reader.fieldnames:
             raise InputError("steps", f"{path.name}: empty file; expected a header line with {', '.join(STEP_COLUMNS)}")
         rows = list(reader)
+    if len(rows) > MAX_STEP_ROWS:
+        raise InputError("steps", f"{path.name} holds {len(rows):,} rows; at most {MAX_STEP_ROWS:,} measured steps are "
+                                  f"fitted (give a representative subset)")
     out = []
     for r in rows:
         norm = {}

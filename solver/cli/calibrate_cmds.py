@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..specs.writing import PLOT_SUFFIXES, check_output, write_text
 from .options import OUTPUT
 from .plan_cmds import _StderrProgress
 
@@ -50,8 +51,8 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
     from ..render.calibration_report import plot as plot_fits, report_markdown, write_yaml
 
     for path, flag in ((output, "-o"), (report, "--report"), (plot, "--plot")):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise InputError(flag, f"directory of {path!r} does not exist")
+        if path:
+            check_output(path, flag, PLOT_SUFFIXES if flag == "--plot" else None)
     if output and Path(output).suffix.lower() not in (".yaml", ".yml", ".json"):
         raise InputError("-o", f"{output!r}: give a .yaml file name (the catalog loader reads .yaml/.yml/.json)")
     cluster = load_cluster(cluster_ref)
@@ -61,15 +62,15 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
     cal = fit_cluster(cluster, logs, steps, name=name or Path(output).stem,
                       progress=_StderrProgress() if show_progress else None)
     if Path(output).suffix.lower() == ".json":
-        Path(output).write_text(json.dumps(cal.cluster_mapping(), indent=2) + "\n")
+        write_text(output, json.dumps(cal.cluster_mapping(), indent=2) + "\n", "-o")
     else:
-        write_yaml(cal, output)
+        write_yaml(cal, output, "-o")
     # what we wrote must load back as a cluster
     load_cluster(str(output))
     if report:
-        Path(report).write_text(report_markdown(cal))
+        write_text(report, report_markdown(cal), "--report")
     if plot:
-        plot_fits(cal, plot)
+        plot_fits(cal, plot, "--plot")
 
     c = cal.cluster
     for cls, lf in cal.links.items():

@@ -9,6 +9,7 @@ import re
 import click
 
 from ..errors import InputError
+from ..specs.writing import write_text
 from ..placement.topology import MAX_GENERATED_NODES
 from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, parse_ints
 
@@ -71,7 +72,7 @@ def import_(logs, output, hosts, one_way, allow_latency_bound):
                           notes=notes)
     for n in notes:
         click.echo(f"warning: {n}", err=True)
-    lm.write(output)
+    lm.write(output, "-o")
     d = describe(lm)
     click.echo(f"wrote {output}: {d['hosts']} hosts, {len(d['levels_gbit_per_s'])} bandwidth levels")
 
@@ -97,7 +98,7 @@ def generate(nodes, nodes_per_leaf, oversubscription, nic_gbit_per_s, latency_us
                         nic_gbit_per_s=nic_gbit_per_s, latency_us=latency_us, rack_order=rack_order,
                         degraded_nodes=[parse_degraded_node(x) for x in degraded_nodes],
                         degraded_links=[parse_degraded_link(x) for x in degraded_links], host_prefix=host_prefix)
-    lm.write(output)
+    lm.write(output, "-o")
     click.echo(f"wrote {output}: {lm.source}" + (f"; {', '.join(lm.notes)}" if lm.notes else ""))
 
 
@@ -150,8 +151,7 @@ def place_cmd(links_file, tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, 
     lm = load_links(links_file, cluster=job.cluster)
     res = place(job, plan.parallel, lm, layers=plan.layers_per_stage, method=method, time_limit_s=time_limit)
     if hostfile_out:
-        with open(hostfile_out, "w") as fh:
-            fh.write(result_hostfile(res))
+        write_text(hostfile_out, result_hostfile(res), "--hostfile")
     if as_json:
         d = res.model_dump()
         d["hostfile"] = result_hostfile(res)

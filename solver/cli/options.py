@@ -35,7 +35,7 @@ FLAGS = {
     "degraded_links": "--degraded-link", "attention_kernel": "--attention-kernel", "framework": "--framework",
     "grad_reduce_dtype": "--grad-reduce-dtype", "tp_comm_overlap": "--tp-comm-overlap",
     "overlap_grad_reduce": "--overlap-grad-reduce", "resume": "--resume", "output": "--output", "ray": "--ray",
-    "batch_size": "--batch-size", "target": "--tokens-per-s / --deadline with --token-budget",
+    "batch_size": "--batch-size", "max_scenarios": "--max-scenarios", "target": "--tokens-per-s / --deadline with --token-budget",
     "target.tokens_per_s": "--tokens-per-s", "target.deadline_s": "--deadline", "target.token_budget": "--token-budget",
 }
 
@@ -130,8 +130,8 @@ class OutputPath(click.ParamType):
             why = "empty; give a file name"
         elif st is not None and stat.S_ISDIR(st.st_mode):
             why = "is a directory; give a file name"
-        elif st is not None and stat.S_ISFIFO(st.st_mode):
-            why = "is a FIFO; give a regular file"
+        elif st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+            why = "is a FIFO or another special file; give a regular file"
         elif not parent.is_dir():
             why = f"directory {str(parent)!r} does not exist"
         elif not os.access(p if st is not None else parent, os.W_OK):

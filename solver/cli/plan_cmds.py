@@ -23,6 +23,7 @@ import time
 import click
 
 from ..errors import InputError
+from ..specs.writing import PLOT_SUFFIXES, check_output, write_text
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
 from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints
 
@@ -154,12 +155,11 @@ def progress_line(info: dict, elapsed_s: float, limit_s=None) -> str:
 def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, torchtitan_version, timeline, compare,
                      links_file, hostfile_out, prefer, tolerance_rel, show_progress, **jobkw):
     """The fastest parallel plan that fits, with the solver's bound."""
-    from pathlib import Path
-
     fmt = fmt or ("json" if as_json else "table")
     if as_json and fmt != "json":
         raise InputError("--json", f"conflicts with --format {fmt}; give one of them")
     if timeline is not None:
+        check_output(timeline, "--timeline", PLOT_SUFFIXES)  # before any work: no plan lost to a bad name
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -189,13 +189,13 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
     result = optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
                       compare=cmp_cfg, progress=_StderrProgress(time_limit) if show_progress else None, links=links)
     if hostfile_out and result.plan is not None:
-        Path(hostfile_out).write_text(result.plan.hostfile)
+        write_text(hostfile_out, result.plan.hostfile, "--hostfile")
 
     drawn = None
     if timeline is not None and result.plan is not None:
         from ..render.timeline import render_timeline
 
-        drawn = render_timeline(job, result.plan, timeline)
+        drawn = render_timeline(job, result.plan, timeline, field="--timeline")
 
     if fmt == "json":
         from ..render.json import result_json

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import click
 import yaml
 
 from ..errors import InputError
+from ..specs.writing import write_text
 from .options import OUTPUT, parse_ints
 
 # Layers whose GEMMs are timed by default: a small, a large and a very wide dense model.
@@ -46,16 +46,6 @@ def _base_gpu(base: str | None, env: dict):
         raise InputError("base_gpu", f"no catalog GPU matches the device {env.get('device')!r}; name its datasheet "
                                      f"with --base-gpu (see `solveplan gpus`)")
     return load_gpu(max(scores, key=lambda name: (scores[name], -len(name))), "base_gpu")
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError("output", f"cannot write {path}: {exc.strerror}") from None
 
 
 @click.command()
@@ -96,8 +86,9 @@ def probe(output, device, base_gpu, models, tps, tokens, tiny, step, min_time_s)
     base = _base_gpu(base_gpu, measured["env"])
     path = Path(output)
     gpu = probed_gpu(base, measured, path.stem)
-    _write(path.with_name(f"{path.stem}.kernels.json"), json.dumps(measured, indent=1, allow_nan=False) + "\n")
-    _write(path, yaml.safe_dump(gpu, sort_keys=False))
+    write_text(path.with_name(f"{path.stem}.kernels.json"), json.dumps(measured, indent=1, allow_nan=False) + "\n",
+               "output")
+    write_text(path, yaml.safe_dump(gpu, sort_keys=False), "output")
     click.echo(f"wrote {path} ({gpu['fit_notes']})")
     for what, why in measured["unavailable"].items():
         click.echo(f"  {what}: not measured ({why})", err=True)

@@ -15,6 +15,7 @@ import sys
 import click
 
 from ..errors import InputError
+from ..specs.writing import PLOT_SUFFIXES, check_output
 from .options import OUTPUT, SECONDS
 
 
@@ -40,8 +41,10 @@ from .options import OUTPUT, SECONDS
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="The progress bar on stderr (default: when stderr is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, default=False, help="No progress bar and no summary.")
+@click.option("--max-scenarios", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
+              help="The most scenarios the grid may span (counted before any is built).")
 def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit_s, batch_size, plot_path, prefer,
-          show_progress, quiet):
+          show_progress, quiet, max_scenarios):
     """Plan every scenario of GRID.yaml; write one row per scenario to -o.
 
     \b
@@ -53,13 +56,14 @@ def sweep(grid_file, output, workers, ray_address, resume, overwrite, time_limit
     from ..sweep import DEFAULT_TIME_LIMIT_S, run
     from ..sweep.plot import plot_rows
 
-    if plot_path is not None and not plot_path.lower().endswith((".png", ".pdf", ".svg")):
-        raise InputError("--plot", f"{plot_path!r}: name the plot .png, .pdf or .svg")
+    if plot_path is not None:
+        check_output(plot_path, "--plot", PLOT_SUFFIXES)
     try:
         report = run(grid_file, output, workers=workers, ray=ray_address, resume=resume, overwrite=overwrite,
                      time_limit_s=DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s,
                      batch_size=batch_size, prefer=prefer,
-                     progress=not quiet and (sys.stderr.isatty() if show_progress is None else show_progress))
+                     progress=not quiet and (sys.stderr.isatty() if show_progress is None else show_progress),
+                     max_scenarios=max_scenarios)
     except KeyboardInterrupt:
         raise click.exceptions.Abort() from None
     if plot_path is not None:

@@ -26,6 +26,17 @@ import numpy as np
 
 from ..errors import InputError
 
+# hosts of a link matrix (as `links generate` writes at most): the joint model's node set and
+# placement price n^2 pairs, and a larger matrix is refused before it is read cell by cell
+MAX_LINK_HOSTS = 1024
+MAX_LINK_ELEMENTS = 3 * MAX_LINK_HOSTS ** 2  # of a link file: bandwidth, latency and a few keys
+
+
+def check_hosts(n: int, name: str) -> None:
+    """Refuse a matrix of more than MAX_LINK_HOSTS hosts."""
+    if n > MAX_LINK_HOSTS:
+        raise InputError(name, f"{n:,} hosts; a link matrix holds at most {MAX_LINK_HOSTS:,} hosts")
+
 GBIT = 1.0
 UNITS = {  # unit -> Gbit/s per unit
     "gbit/s": GBIT, "gbps": GBIT, "gbit_per_s": GBIT,
@@ -104,8 +115,9 @@ def node_matrix(names: list, raw, field: str) -> tuple[tuple[str, ...], np.ndarr
         for j, v in enumerate(row):
             if node_of[i] != node_of[j]:  # inside a node: ignored
                 full[i, j] = _cell(v, f"{field}bandwidth[{i}][{j}]")
-    hidx = np.array([hosts.index(h) for h in node_of])
     n = len(hosts)
+    check_hosts(n, f"{field}gpus")
+    hidx = np.array([hosts.index(h) for h in node_of])
     bw = np.full((n, n), np.nan)
     for a in range(n):
         for b in range(n):

@@ -45,6 +45,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..specs.units import GBIT_BYTES
+from ..specs.writing import write_text
+from .link_formats import MAX_LINK_ELEMENTS, MAX_LINK_HOSTS, check_hosts
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,9 @@ class LinkMatrix:
             out["notes"] = list(self.notes)
         return out
 
-    def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+    def write(self, path: str | Path, field: str = "output") -> None:
+        """The matrix as JSON, written whole (`specs.writing`)."""
+        write_text(path, json.dumps(self.to_json(), indent=1) + "\n", field)
 
 
 def json_number(x: float):
@@ -134,7 +137,8 @@ def _fmt(v) -> str:
 def check_matrix(values, n: int, name: str, *, allow_missing_diagonal: bool = True) -> np.ndarray:
     """An n x n float matrix from nested lists; every off-diagonal cell a positive finite
     number, else an InputError naming the cell (`bandwidth[3][5]: must be a positive number
-    (got nan)`)."""
+    (got nan)`). At most MAX_LINK_HOSTS hosts."""
+    check_hosts(n, name)
     if not isinstance(values, (list, tuple)):
         raise InputError(name, f"must be a list of {n} rows (got {type(values).__name__})")
     if len(values) != n:
@@ -246,6 +250,9 @@ def _parse_cell(text: str, where: str):
 
 
 def links_from_csv(text: str, source: str = "", cluster=None) -> LinkMatrix:
+    if text.count(",") > (MAX_LINK_HOSTS + 1) ** 2:  # before the cells are split
+        raise InputError("links", f"the CSV file holds more than {(MAX_LINK_HOSTS + 1) ** 2:,} cells; a link matrix "
+                                  f"holds at most {MAX_LINK_HOSTS:,} hosts")
     rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r) and not r[0].lstrip().startswith("#")]
     if not rows:
         raise InputError("links", "the CSV file is empty")
@@ -297,5 +304,6 @@ def load_links(path: str | Path, hosts: Optional[Sequence[str]] = None, cluster=
     if path.suffix.lower() in (".csv", ".tsv", ".txt"):
         lm = links_from_csv(text if path.suffix.lower() != ".tsv" else text.replace("\t", ","), str(path), cluster)
     else:
-        lm = links_from_mapping(parse_data(text, "links", path.name, "json"), str(path), cluster)
+        lm = links_from_mapping(parse_data(text, "links", path.name, "json", max_elements=MAX_LINK_ELEMENTS),
+                                str(path), cluster)
     return lm.reordered(hosts) if hosts is not None else lm

@@ -236,20 +236,17 @@ def twin_classes(M: np.ndarray) -> list[list[int]]:
     twins when M[u][w] == M[v][w] for every other w. The relation is an equivalence (and all
     pairs inside a class share one value), so nodes of a class can swap freely."""
     n = len(M)
-    cls_of = [-1] * n
+    unassigned = np.ones(n, dtype=bool)
     classes: list[list[int]] = []
-    idx = np.arange(n)
-    for u in range(n):
-        if cls_of[u] >= 0:
+    for u in range(n):  # one vectorised comparison per class: rows equal to u's off u and w
+        if not unassigned[u]:
             continue
-        cls_of[u] = len(classes)
-        members = [u]
-        for w in range(u + 1, n):
-            if cls_of[w] >= 0:
-                continue
-            mask = (idx != u) & (idx != w)
-            if np.array_equal(M[u, mask], M[w, mask]):
-                cls_of[w] = cls_of[u]
-                members.append(w)
+        rest = np.flatnonzero(unassigned)
+        rest = rest[rest > u]
+        eq = M[rest] == M[u][None, :]
+        eq[:, u] = True
+        eq[np.arange(len(rest)), rest] = True
+        members = [u] + rest[eq.all(axis=1)].tolist()
+        unassigned[members] = False
         classes.append(members)
     return classes

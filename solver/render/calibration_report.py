@@ -13,15 +13,16 @@ from ..calibration.calibrate import Calibration
 from ..calibration.fit import fmt_bytes, rms_log
 from ..calibration.link_fit import LinkFit, formulation_time_us
 from ..errors import InputError
+from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output, write_text
 
 
-def write_yaml(cal: Calibration, path: str | Path) -> None:
+def write_yaml(cal: Calibration, path: str | Path, field: str = "output") -> None:
     """The calibrated cluster as a YAML file `--cluster` accepts, with a header saying where it came from."""
     header = (f"# Calibrated by `solveplan calibrate` from {cal.base.name}"
               + (f"; links from {', '.join(cal.log_inputs)}" if cal.log_inputs else "")
               + (f"; GPU efficiencies from {cal.step_source}" if cal.steps else "") + ".\n"
               "# Use it as --cluster with optimize, evaluate and the API.\n")
-    Path(path).write_text(header + yaml.safe_dump(cal.cluster_mapping(), sort_keys=False, width=110))
+    write_text(path, header + yaml.safe_dump(cal.cluster_mapping(), sort_keys=False, width=110), field)
 
 
 def report_markdown(cal: Calibration) -> str:
@@ -82,9 +83,10 @@ def report_markdown(cal: Calibration) -> str:
         L += ["## Notes", ""] + [f"- {n}" for n in cal.notes] + [""]
     return "\n".join(L)
 
-def plot(cal: Calibration, path: str | Path) -> None:
+def plot(cal: Calibration, path: str | Path, field: str = "plot") -> None:
     """Links: time and bus bandwidth against message size (measured, before, fitted);
     steps: predicted against measured, and each row's error before and after."""
+    check_output(path, field, PLOT_SUFFIXES)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,5 +141,8 @@ def plot(cal: Calibration, path: str | Path) -> None:
             bottom.set_ylabel("error (%)")
             bottom.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_output(path, field, PLOT_SUFFIXES) as tmp:
+            fig.savefig(tmp, dpi=100, format=tmp.suffix[1:].lower())
+    finally:
+        plt.close(fig)

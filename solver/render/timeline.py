@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..plan import Plan
 from ..specs import JobSpec
+from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 
 MAX_DRAWN_MICROBATCHES = 32
 # beyond this many operations per stage, bars of single operations are thinner than a pixel
@@ -155,8 +156,11 @@ def phases(ops: list[Op], min_gap_s: float) -> list[Segment]:
     return out
 
 
-def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int = MAX_DRAWN_MICROBATCHES) -> dict:
-    """Write a PNG of the plan's schedule to `path`; returns what was drawn."""
+def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int = MAX_DRAWN_MICROBATCHES,
+                    field: str = "timeline") -> dict:
+    """Write a picture of the plan's schedule to `path` (PNG, PDF or SVG by its suffix, written
+    whole: `specs.writing.atomic_output`); returns what was drawn."""
+    check_output(path, field, PLOT_SUFFIXES)
     try:
         import matplotlib
 
@@ -217,8 +221,11 @@ def render_timeline(job: JobSpec, plan: Plan, path: str, max_microbatches: int =
         handles.append(Patch(color=colors["tail"], label="exposed DP + optimizer"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.4 / fig_h, 1, 1))  # 0.4 in at the bottom: the legend's row
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_output(path, field, PLOT_SUFFIXES) as tmp:
+            fig.savefig(tmp, dpi=120, format=tmp.suffix[1:].lower())
+    finally:
+        plt.close(fig)
     return {"path": str(path), "microbatches_shown": shown, "simulated_pipeline_s": sim_total,
             "formulation_pipeline_s": formula_pipe}
 

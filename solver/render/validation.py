@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..calibration.crossval import Prediction
+from ..specs.writing import PLOT_SUFFIXES, atomic_output
 
 
 def _pct(x: Optional[float], sign: bool = False) -> str:
@@ -105,7 +106,10 @@ def plot_by_gpu(series: dict[str, Sequence[Prediction]], path_prefix: str) -> li
         ax.legend(fontsize=6, loc="upper left")
         fig.tight_layout()
         path = f"{path_prefix}{gpu}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        try:
+            with atomic_output(path, "plot", PLOT_SUFFIXES) as tmp:
+                fig.savefig(tmp, dpi=110, format="png")
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths

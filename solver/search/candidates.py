@@ -25,6 +25,7 @@ from ..formulation.splits import balanced_layers_matrix, balanced_split, heurist
 from ..space.enumeration import enumerate_shapes
 from ..space.shapes import Shapes
 from ..specs import JobSpec
+from ..specs.deadline import Deadline
 from .pruning import memory_lower_bound_bytes, time_lower_bound_s
 
 LEAST_MEMORY_SHAPES = 64  # shapes kept for an INFEASIBLE verdict's explanation (`diagnose`)
@@ -100,14 +101,17 @@ def _kth(values: np.ndarray, k: int) -> float:
 
 
 def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True, top_k: int = 1,
-            keep: Optional[Callable[[Shapes], np.ndarray]] = None) -> Candidates:
+            keep: Optional[Callable[[Shapes], np.ndarray]] = None, deadline: Optional[Deadline] = None) -> Candidates:
     """Legal shapes, priced and pruned. `prune_time`: drop the shapes whose time lower bound
     exceeds the `top_k`-th best plan found (distinct shapes): none of them can be among the
     `top_k` best. `apply_dominance`: drop dominated shapes (`formulation.job.zero0_dominated`).
     `keep`: a subspace (a mask over the legal shapes; `search.simple`'s levels): the pruning
-    and the incumbent are then those of the subspace."""
+    and the incumbent are then those of the subspace. Raises DeadlineExpired when `deadline`
+    passes (checked between the steps and chunks)."""
+    dl = deadline if deadline is not None else Deadline()
     K = max(1, int(top_k))
     space = enumerate_shapes(job)
+    dl.check()
     shapes = space.shapes
     if keep is not None:
         shapes = shapes.take(np.flatnonzero(keep(shapes)))
@@ -121,6 +125,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
         return Candidates(job, shapes, job_coefficients(job, shapes), np.zeros(0), None, float("inf"), None,
                           space.num_legal, num_dominated, 0, 0, float("inf"), shapes)
     co = job_coefficients(job, shapes)
+    dl.check()
     mem_lb = memory_lower_bound_bytes(co, L)
     fit = mem_lb <= co.capacity_bytes
     least = np.argsort(mem_lb, kind="stable")[:LEAST_MEMORY_SHAPES]
@@ -138,6 +143,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
     for start in range(0, len(order), chunk):
         if t_lb[order[start]] > _kth(known, K):
             break
+        dl.check()
         sel = order[start:start + chunk]
         step, _, fits = step_time_batch(co.take(sel), balanced_layers_matrix(L, shapes.pp[sel]))
         known[sel] = np.where(fits, step, np.inf)
@@ -147,6 +153,7 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
         inc_layers = balanced_split(L, int(shapes.pp[k]))
     n_time = 0
     derived = None
+    dl.check()
     if prune_time and len(shapes):
         if np.isfinite(known).any():
             keep = t_lb <= _kth(known, K) * (1 + 1e-9)

@@ -29,6 +29,11 @@ from ..errors import InputError
 MAX_FILE_BYTES = 32 << 20
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 20
+# elements (list items, mapping entries, scalars) of one file or body: a spec holds hundreds, a
+# link matrix of 1,024 hosts two million (its reader raises the limit); 4M small YAML items
+# took 200 s and 2 GB to parse before this limit
+MAX_ELEMENTS = 200_000
+MAX_STRING_CHARS = 1 << 16  # characters of one string scalar
 
 
 @dataclass(frozen=True)
@@ -196,13 +201,15 @@ def _depth(data) -> int:
     return deepest
 
 
-def parse_data(text: str, field: str, name: str, fmt: str = "yaml") -> Any:
-    """JSON (`fmt` "json") or YAML text -> data, refusing what `read_text`'s comment lists."""
+def parse_data(text: str, field: str, name: str, fmt: str = "yaml", max_elements: int = MAX_ELEMENTS) -> Any:
+    """JSON (`fmt` "json") or YAML text -> data, refusing what `read_text`'s comment lists, and
+    text of more than `max_elements` elements or strings over MAX_STRING_CHARS (`_bounded`)."""
+    check_element_count(text, field, name, fmt, max_elements)
     try:
         if fmt == "json":
             data = json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_json_int)
         else:
-            data = yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
+            data = yaml.load(text, Loader=_bounded_yaml_loader(max_elements))  # noqa: S506 - a SafeLoader subclass
     except _Refused as exc:
         raise InputError(field, f"{name}: {exc}") from None
     except RecursionError:
@@ -218,7 +225,56 @@ def parse_data(text: str, field: str, name: str, fmt: str = "yaml") -> Any:
         raise InputError(field, f"{name}: {str(exc)[:120]}") from None
     if _depth(data) > MAX_DEPTH:
         raise InputError(field, f"{name} is nested too deeply (at most {MAX_DEPTH} levels)")
+    _check_strings(data, field, name)
     return data
+
+
+# ------------------------------------------------------------------ bounded work (issue #27)
+def _elements_upper_bound(text: str, fmt: str) -> int:
+    """An upper bound of the elements the text can parse to, counted without parsing: in JSON
+    every element but the first of a container follows a comma, so elements <= commas +
+    containers + 1; in YAML block elements also start lines (flow ones follow commas)."""
+    n = text.count(",") + text.count("[") + text.count("{") + 1
+    return n + text.count("\n") if fmt != "json" else n
+
+
+def check_element_count(text: str, field: str, name: str, fmt: str, max_elements: int = MAX_ELEMENTS) -> None:
+    """Refuse, before parsing, text that may hold more than `max_elements` elements (parsing
+    them would cost seconds and gigabytes per few megabytes). One line naming the limit."""
+    if len(text) > max_elements and _elements_upper_bound(text, fmt) > max_elements:
+        raise InputError(field, f"{name} holds more than {max_elements:,} elements (list items, keys and values), "
+                                f"the most a file or request may hold")
+
+
+def _bounded_yaml_loader(max_elements: int):
+    """The strict YAML loader that also counts the nodes it composes and stops past
+    `max_elements` (the guard during parsing, should the count before it be passed)."""
+
+    class _Bounded(_StrictYamlLoader):
+        def compose_node(self, parent, index):
+            self._nodes = getattr(self, "_nodes", 0) + 1
+            if self._nodes > max_elements:
+                raise _Refused(f"more than {max_elements:,} elements (list items, keys and values), the most "
+                               f"a file or request may hold")
+            return super().compose_node(parent, index)
+
+    return _Bounded
+
+
+def _check_strings(data, field: str, name: str) -> None:
+    """Refuse a string (key or value) of more than MAX_STRING_CHARS characters."""
+    stack = [data]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, str):
+            if len(obj) > MAX_STRING_CHARS:
+                raise InputError(field, f"{name} holds a string of {len(obj):,} characters (at most "
+                                        f"{MAX_STRING_CHARS:,})")
+        elif isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list):
+            stack.extend(obj)
 
 
 def read_data(path: str | Path, field: str) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from .grid import Grid, Scenario, expand, load_grid
+from .grid import MAX_SCENARIOS, Grid, Scenario, expand, load_grid
 from .rows import COLUMNS, STATUSES, TIMING_COLUMNS
 from .run import DEFAULT_TIME_LIMIT_S, SweepReport, run
 
@@ -23,7 +23,7 @@ from .run import DEFAULT_TIME_LIMIT_S, SweepReport, run
 def sweep(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path, None] = None, *,
           workers: Optional[int] = None, ray: Optional[str] = None, resume: bool = False, overwrite: bool = False,
           time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: Optional[int] = None,
-          progress: bool = False) -> list[dict]:
+          progress: bool = False, max_scenarios: int = MAX_SCENARIOS) -> list[dict]:
     """One row (a dict of `COLUMNS`) per scenario of `grid`, in scenario order.
 
     grid: a grid file (YAML/JSON), a mapping of the same keys, or a Grid.
@@ -34,13 +34,14 @@ def sweep(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Pa
         `ray="local"`.
     ray: None (local), "local" (start Ray here) or the address of a Ray cluster.
     time_limit_s: per scenario. batch_size: scenarios per Ray task (default: automatic).
-    progress: a progress bar on stderr.
+    progress: a progress bar on stderr. max_scenarios: the most scenarios the grid may span
+        (default MAX_SCENARIOS, 10,000; counted before any is built).
 
     Raises InputError (naming the field) for a bad grid or arguments; a scenario that cannot be
     planned is a row (INVALID, INFEASIBLE, FAILED), never an exception.
     """
     return run(grid, output, workers=workers, ray=ray, resume=resume, overwrite=overwrite, time_limit_s=time_limit_s,
-               batch_size=batch_size, progress=progress).rows
+               batch_size=batch_size, progress=progress, max_scenarios=max_scenarios).rows
 
 
 __all__ = ["sweep", "run", "SweepReport", "Grid", "Scenario", "load_grid", "expand", "COLUMNS", "STATUSES",

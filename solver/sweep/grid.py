@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Optional, Union
@@ -224,9 +225,15 @@ def _inputs(model, cluster, price, gbs, seq, precision, constraints, prefer=None
     return {k: v for k, v in raw.items() if v is not None}
 
 
-def expand(grid: Grid, base_dir: str = ".") -> list[Scenario]:
+# scenarios of one sweep unless the caller raises it (`max_scenarios`, the CLI's --max-scenarios):
+# a grid of a million scenarios is a typo more often than a plan, and is counted before it is built
+MAX_SCENARIOS = 10_000
+
+
+def expand(grid: Grid, base_dir: str = ".", max_scenarios: int = MAX_SCENARIOS) -> list[Scenario]:
     """The scenarios of a grid, in order: the product (models x clusters x batches x sequences
-    x precisions x constraint sets, the last varying fastest), then the explicit scenarios."""
+    x precisions x constraint sets, the last varying fastest), then the explicit scenarios; at
+    most `max_scenarios` of them (InputError naming `max_scenarios` beyond)."""
     given = [k for k in PRODUCT_KEYS if getattr(grid, k) is not None]
     if given and (grid.models is None or grid.clusters is None):
         missing = "models" if grid.models is None else "clusters"
@@ -240,6 +247,10 @@ def expand(grid: Grid, base_dir: str = ".") -> list[Scenario]:
                 _no_repeats(getattr(grid, key), key)
         clusters = _clusters(grid.clusters, "clusters")
         _no_repeats([c for c, _ in clusters], "clusters (after pools are expanded)")
+        _check_count(math.prod(len(x) for x in (grid.models, clusters, grid.global_batch_sizes or [None],
+                                                 grid.seq_lengths or [None], grid.precisions or [None],
+                                                 grid.frameworks or [None], grid.constraints or [None]))
+                     + len(grid.scenarios or []), max_scenarios)
         cons = [_constraints(c, f"constraints[{i}]") for i, c in enumerate(grid.constraints or [None])]
         for model, (cluster, price), gbs, seq, prec, fw, con in itertools.product(
                 grid.models, clusters, grid.global_batch_sizes or [None], grid.seq_lengths or [None],
@@ -250,6 +261,7 @@ def expand(grid: Grid, base_dir: str = ".") -> list[Scenario]:
         rows.append((f"scenarios[{i}]", _inputs(sc.model, sc.cluster, sc.price_per_gpu_hour_usd, sc.global_batch_size,
                                                 sc.seq_length, sc.precision, con, sc.prefer or grid.prefer,
                                                 sc.framework)))
+    _check_count(len(rows), max_scenarios)
     out: list[Scenario] = []
     seen: dict[str, int] = {}
     for index, (where, inputs) in enumerate(rows):
@@ -259,3 +271,9 @@ def expand(grid: Grid, base_dir: str = ".") -> list[Scenario]:
         seen[sid] = index
         out.append(Scenario(index=index, id=sid, inputs=inputs, base_dir=base_dir))
     return out
+
+
+def _check_count(n: int, max_scenarios: int) -> None:
+    if n > max_scenarios:
+        raise InputError("max_scenarios", f"the grid spans {n:,} scenarios; a sweep plans at most {max_scenarios:,} "
+                                          f"unless this limit is raised")

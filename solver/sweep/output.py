@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import Iterable, Optional
 
 from ..errors import InputError
+from ..specs.writing import atomic_output
 from .rows import COLUMNS
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -119,7 +119,11 @@ def write_rows(path: str | Path, rows: list[dict]) -> None:
     """Write every row (atomically) in the format the suffix names."""
     path = Path(path)
     fmt = output_format(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    with atomic_output(path, "output") as tmp:
+        _write_rows(tmp, fmt, rows)
+
+
+def _write_rows(tmp: Path, fmt: str, rows: list[dict]) -> None:
     if fmt == "csv":
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(COLUMNS), lineterminator="\n")
@@ -135,7 +139,6 @@ def write_rows(path: str | Path, rows: list[dict]) -> None:
         schema = pa.schema([(c, types[t]) for c, t in COLUMNS.items()])
         table = pa.Table.from_pylist([{c: r.get(c) for c in COLUMNS} for r in rows], schema=schema)
         pa.parquet.write_table(table, tmp)
-    os.replace(tmp, path)
 
 
 class Output:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from ..errors import InputError
+from ..specs.writing import PLOT_SUFFIXES, atomic_output, check_output
 
 PLOT_EXTRA = "plots need matplotlib: pip install 'solveplan[plot]'"
 LOG_Y_MIN_RATIO = 10.0  # a log y axis only over at least a decade (over 2% it hides the differences)
@@ -67,9 +68,7 @@ def plot_rows(rows: list[dict], path: str | Path, field: str = "--plot") -> Path
         import matplotlib.pyplot as plt
     except ImportError:
         raise InputError(field, PLOT_EXTRA) from None
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise InputError(field, f"{str(path)!r}: name the plot .png, .pdf or .svg")
+    path = check_output(path, field, PLOT_SUFFIXES)
     planned = [r for r in rows if r.get("tokens_per_s") is not None and r.get("num_gpus")]
     if not planned:
         raise InputError(field, f"nothing to plot: none of the {len(rows)} rows has a plan")
@@ -119,8 +118,11 @@ def plot_rows(rows: list[dict], path: str | Path, field: str = "--plot") -> Path
                  + "; points labelled with the chosen degrees (t=TP, p=PP, d=DP, c=CP, v=virtual stages)"
                  + (f" ({left_out} labels left out where they would overlap)" if left_out else "")
                  + ("" if priced else "; no prices given"), fontsize=10)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        with atomic_output(path, field, PLOT_SUFFIXES) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format=tmp.suffix[1:].lower())
+    finally:
+        plt.close(fig)
     return path
 
 

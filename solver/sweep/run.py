@@ -12,9 +12,12 @@ how far the solver got depends on the load).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
+import os
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
 
 from ..errors import InputError
-from .grid import Grid, Scenario, expand, load_grid
+from .grid import MAX_SCENARIOS, Grid, Scenario, expand, load_grid
 from .output import Output
 from .rows import POLL_S, default_workers, failed_row, invalid_row, plan_one, resolve
 
@@ -56,7 +59,7 @@ def _check_args(workers: Optional[int], time_limit_s: float, batch_size: Optiona
 def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path, None] = None, *,
         workers: Optional[int] = None, ray: Optional[str] = None, resume: bool = False, overwrite: bool = False,
         time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: Optional[int] = None,
-        progress: bool = False, prefer: Optional[str] = None) -> SweepReport:
+        progress: bool = False, prefer: Optional[str] = None, max_scenarios: int = MAX_SCENARIOS) -> SweepReport:
     """Plan every scenario of `grid` (a grid file, a mapping or a Grid); see `solveplan.sweep.sweep`.
     `prefer`: the grid's `prefer` for every scenario (fastest or simple), overriding the file's."""
     t0 = time.perf_counter()
@@ -75,7 +78,7 @@ def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path
         if prefer not in ("fastest", "simple"):
             raise InputError("prefer", f"{prefer!r}: choose fastest or simple")
         loaded = loaded.model_copy(update={"prefer": prefer})
-    scenarios = expand(loaded, base)
+    scenarios = expand(loaded, base, max_scenarios=max_scenarios)
     out = Output(output, resume=resume, overwrite=overwrite) if output is not None else None
     rows: dict[str, dict] = dict(out.done()) if out is not None else {}
     rows = {s.id: rows[s.id] for s in scenarios if s.id in rows}
@@ -139,7 +142,8 @@ def run_local(items: list[Item], workers: int, time_limit_s: float, on_row: OnRo
         return
     # spawn, not fork: this process may hold threads (the progress bar, the API's cache workers)
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx, initializer=_init_worker,
+                               initargs=(os.getpid(),))
     try:
         futures = {pool.submit(plan_one, s, job, time_limit_s): (s, job) for s, job in items}
         pending = set(futures)
@@ -154,23 +158,48 @@ def run_local(items: list[Item], workers: int, time_limit_s: float, on_row: OnRo
                 on_row(row)
             check()
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop_pool(pool)
         raise
     pool.shutdown(wait=True)
 
 
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the driver, which stops the sweep and writes the rows done."""
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool now (Ctrl-C, SIGTERM, an error): queued scenarios are cancelled and the
+    workers planning one are terminated, not waited for (a plan may take its whole time
+    limit), so nothing outlives the sweep."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError):
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError, AssertionError):
+            p.join(5)
+
+
+def _init_worker(parent_pid: int) -> None:
+    """Pool workers leave Ctrl-C to the driver, which stops the sweep and writes the rows done;
+    and they die with the driver even when it is killed with SIGKILL (Linux: the parent-death
+    signal), so no worker -- nor the resource tracker they keep alive -- outlives it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the driver died before the signal was armed
+        os._exit(1)
 
 
 class _Interrupt:
-    """Ctrl-C sets a flag that `check()` turns into KeyboardInterrupt between rows, so it never
-    lands inside a lock of the pool's machinery; a second Ctrl-C interrupts at once."""
+    """Ctrl-C or SIGTERM sets a flag that `check()` turns into KeyboardInterrupt between rows,
+    so it never lands inside a lock of the pool's machinery (the sweep then stops its workers
+    and writes the rows done); a second signal interrupts at once."""
 
     def __init__(self):
         self.flag = threading.Event()
-        self.previous = None
+        self.previous: dict = {}
 
     def _handler(self, signum, frame):
         if self.flag.is_set():
@@ -183,12 +212,13 @@ class _Interrupt:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handler)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handler)
         return self
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
         return False
 
 

@@ -18,6 +18,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ...formulation.splits import balanced_split, fill, waterfill
+from ...specs.deadline import Deadline
 from .nodes import NodeSet
 from .prices import Prices, StageCosts
 
@@ -93,15 +94,18 @@ def stage_nodes(orders: list[list[int]], pattern, per_stage: int) -> tuple[tuple
     return tuple(out)
 
 
-def repair(nodes: NodeSet, pattern, node_lists, orders: list[list[int]], score, rounds: int = REPAIR_ROUNDS
-           ) -> tuple[tuple[int, ...], ...]:
+def repair(nodes: NodeSet, pattern, node_lists, orders: list[list[int]], score, rounds: int = REPAIR_ROUNDS,
+           deadline: Optional[Deadline] = None) -> tuple[tuple[int, ...], ...]:
     """The stages' nodes after trades that lower `score(node_lists)` (a plan's step time): each
     round, a node of the slowest pair of the slowest ring or boundary may trade places with an
     idle node of its pool or a node of another stage of its pool, or a stage of that ring or
     boundary with another stage of its pool (its position in the pipeline); the REPAIR_TRIES trades that
     leave the rings and boundaries they touch fastest (least level, then sum) are scored, the
     best is made if it lowers the score. A degraded pair inside a stage costs its data-parallel
-    traffic the degraded rate, and across a boundary its p2p: contiguous blocks see neither."""
+    traffic the degraded rate, and across a boundary its p2p: contiguous blocks see neither.
+    Past `deadline` the trades made so far are returned (each round costs O(nodes^2) at
+    hundreds of nodes)."""
+    dl = deadline if deadline is not None else Deadline()
     stages = [list(st) for st in node_lists]
     if len(stages[0]) < 2:
         return tuple(tuple(st) for st in stages)
@@ -111,6 +115,8 @@ def repair(nodes: NodeSet, pattern, node_lists, orders: list[list[int]], score, 
     current = score(tuple(tuple(st) for st in stages))
     p = len(stages)
     for _ in range(rounds):
+        if dl.expired():
+            break
         # the slowest ring or boundary, and the nodes of its slowest pairs
         elems = [(nodes.group_level(st), (s,)) for s, st in enumerate(stages)] + \
             [(nodes.cross_level(stages[b], stages[b + 1]), (b, b + 1)) for b in range(p - 1)]
@@ -127,7 +133,11 @@ def repair(nodes: NodeSet, pattern, node_lists, orders: list[list[int]], score, 
 
         cands = []
         for s, i in bad:
+            if dl.expired():
+                return tuple(tuple(sorted(st)) for st in stages)
             for y in idle[pattern[s]]:
+                if dl.expired():
+                    return tuple(tuple(sorted(st)) for st in stages)
                 trial = list(stages)
                 trial[s] = [x for x in stages[s] if x != i] + [y]
                 cands.append((affected(trial, (s,)), s, i, y, None))
@@ -185,13 +195,15 @@ def best_splits(costs: StageCosts, num_layers: int, uneven: bool) -> np.ndarray:
 
 
 def heuristic_plans(prices: Prices, stage_nodes_of: np.ndarray, shapes_idx, uneven: bool,
-                    layers: Optional[tuple[int, ...]] = None, extra: Optional[dict] = None
-                    ) -> list[Optional[Assignment]]:
+                    layers: Optional[tuple[int, ...]] = None, extra: Optional[dict] = None,
+                    deadline: Optional[Deadline] = None) -> list[Optional[Assignment]]:
     """The best contiguous-block plan of each shape in `shapes_idx` (None where none fits);
     shapes with the same pipeline depth and stage size share their patterns and nodes.
     `layers`: a split every plan keeps (the shapes then share one pipeline depth). `extra`:
     shape -> pools of its stages, one more pattern tried for its group (e.g. where its bound
-    reaches its largest slot: `bounds.bound_and_patterns`)."""
+    reaches its largest slot: `bounds.bound_and_patterns`). Past `deadline` the plans found so
+    far are returned."""
+    dl = deadline if deadline is not None else Deadline()
     nodes = prices.nodes
     P = len(prices.views)
     orders = [node_order(nodes, pl) for pl in range(P)]
@@ -209,6 +221,8 @@ def heuristic_plans(prices: Prices, stage_nodes_of: np.ndarray, shapes_idx, unev
                 pats.append(pat)
         tried = []
         for pat in pats:
+            if dl.expired():
+                break
             node_lists = stage_nodes(orders, pat, n)
             obj, lay = _place(prices, ks, pat, node_lists, uneven, layers)
             tried.append((float(np.min(obj)), pat, node_lists, lay))
@@ -217,9 +231,11 @@ def heuristic_plans(prices: Prices, stage_nodes_of: np.ndarray, shapes_idx, unev
         repairs = sorted(tried, key=lambda x: x[0])[:REPAIR_PATTERNS] + \
             [x for x in tried if extra and any(extra.get(int(k)) == x[1] for k in ks)]
         for _v, pat, node_lists, lay in repairs:
+            if dl.expired():
+                break
             i0 = int(np.argmin(_place(prices, ks, pat, node_lists, uneven, layers)[0]))
             score = lambda nl: float(_place(prices, ks[i0:i0 + 1], pat, nl, uneven, lay[i0:i0 + 1])[0][0])  # noqa: E731
-            fixed = repair(nodes, pat, node_lists, orders, score)
+            fixed = repair(nodes, pat, node_lists, orders, score, deadline=dl)
             if fixed != node_lists:
                 obj, lay2 = _place(prices, ks, pat, fixed, uneven, layers)
                 _keep(best, ks, pat, fixed, obj, lay2)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ...space.shapes import Shapes
 from ...specs import JobSpec
+from ...specs.deadline import Deadline, DeadlineExpired
 from .bounds import bound_and_patterns as _bound
 from .heuristic import Assignment, heuristic_plans, node_order, stage_nodes
 from .nodes import NodeSet
@@ -95,56 +96,76 @@ def _index(shapes: Shapes, row: dict) -> Optional[int]:
 
 
 def _try(prices: Prices, per_stage: np.ndarray, lb: np.ndarray, ok: np.ndarray, uneven: bool,
-         best: Optional[Assignment], patterns: Optional[list] = None) -> Optional[Assignment]:
-    """Heuristic plans of the shapes in order of their bound, until the bound passes the best;
-    `patterns`: per shape, one more pattern of pools to try (`heuristic_plans`' extra)."""
+         best: Optional[Assignment], patterns: Optional[list] = None,
+         deadline: Optional[Deadline] = None) -> Optional[Assignment]:
+    """Heuristic plans of the shapes in order of their bound, until the bound passes the best
+    or the deadline; `patterns`: per shape, one more pattern of pools to try (`heuristic_plans`'
+    extra)."""
     order = [int(i) for i in np.argsort(lb, kind="stable") if ok[i]]
     extra = {k: p for k, p in enumerate(patterns) if p is not None} if patterns is not None else None
     for start in range(0, len(order), CHUNK):
         chunk = order[start:start + CHUNK]
         if best is not None and lb[chunk[0]] > best.objective_s:
             break
-        for a in heuristic_plans(prices, per_stage, chunk, uneven, extra=extra):
+        if deadline is not None and deadline.expired():
+            break
+        for a in heuristic_plans(prices, per_stage, chunk, uneven, extra=extra, deadline=deadline):
             if a is not None and (best is None or a.objective_s < best.objective_s):
                 best = a
     return best
 
 
-def _probe(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, best, best_row):
+def _probe(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, best, best_row, deadline: Deadline):
     """Heuristic plans of the shapes most promising by their bounds: the PROBE_BASE best base
     tuples, expanded, the PROBE best of those by the cheap bound."""
     pool_nodes = [p.num_nodes for p in job.cluster.pool_specs()]
-    few = expand_shapes(job, base.take(np.argsort(lbb, kind="stable")[:PROBE_BASE]).shapes)
+    few = expand_shapes(job, base.take(np.argsort(lbb, kind="stable")[:PROBE_BASE]).shapes, deadline)
     top = np.sort(np.argsort(cheap_bound_s(job, few.shapes, few.stage_nodes, nodes), kind="stable")[:PROBE])
     pr = Prices(job, nodes, few.shapes.take(top))
     lb, ok = relaxed_bound_s(pr, few.stage_nodes[top], pool_nodes)
-    found = _try(pr, few.stage_nodes[top], lb, ok, job.constraints.uneven_split, None)
+    found = _try(pr, few.stage_nodes[top], lb, ok, job.constraints.uneven_split, None, deadline=deadline)
     if found is not None and (best is None or found.objective_s < best.objective_s):
         return pr.shapes.row(found.k), found
     return best_row, best
 
 
 def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prune_time: bool = True,
-                  deadline: Optional[float] = None) -> JointCandidates:
-    """The candidates of a joint search (module docstring). `deadline` (`time.perf_counter()`
-    seconds): past it, the shapes not yet bounded by the relaxation are left out of the
-    candidates, and the least of their compute and cheap bounds becomes `outside_bound_s`."""
-    uneven = job.constraints.uneven_split
-    pool_nodes = [p.num_nodes for p in job.cluster.pool_specs()]
-    late = lambda: deadline is not None and time.perf_counter() >= deadline  # noqa: E731
+                  deadline: Optional[Deadline] = None) -> JointCandidates:
+    """The candidates of a joint search (module docstring). Past `deadline`, the shapes not yet
+    bounded by the relaxation are left out of the candidates, and the least of their compute and
+    cheap bounds becomes `outside_bound_s` (0 when the deadline passes before the shapes are
+    enumerated: nothing is known of them)."""
+    dl = deadline if deadline is not None else Deadline()
     seeded = seed_plans(job, nodes, seeds)
     best_row, best = min(seeded, key=lambda x: x[1].objective_s) if seeded else (None, None)
-    base, _ = base_shapes(job)
-    lbb = compute_bound_s(job, base.shapes, base.stage_nodes)
+    try:
+        base, _ = base_shapes(job, dl)
+        lbb = compute_bound_s(job, base.shapes, base.stage_nodes)
+    except DeadlineExpired:
+        return _cut_short(job, nodes, best_row, best, 0.0, 0, 0)
+    try:
+        return _prepare(job, nodes, base, lbb, best_row, best, prune_time, dl)
+    except DeadlineExpired:  # while expanding the base shapes: their compute bounds stand
+        return _cut_short(job, nodes, best_row, best, float(np.min(lbb, initial=np.inf)), len(base.shapes),
+                          len(base.shapes))
+
+
+def _prepare(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, best_row, best, prune_time: bool,
+             dl: Deadline) -> JointCandidates:
+    """`prepare_joint` from the base shapes and their compute bounds `lbb` on; raises
+    DeadlineExpired when the deadline passes while the shapes are expanded."""
+    uneven = job.constraints.uneven_split
+    pool_nodes = [p.num_nodes for p in job.cluster.pool_specs()]
+    late = dl.expired
     if prune_time and len(base.shapes) and not late():
-        best_row, best = _probe(job, nodes, base, lbb, best, best_row)
+        best_row, best = _probe(job, nodes, base, lbb, best, best_row, dl)
     cut = lambda lb: lb <= (best.objective_s * (1 + 1e-9) if best is not None else np.inf)  # noqa: E731
     if prune_time:
         base = base.take(np.flatnonzero(cut(lbb)))
         if late():
             return _cut_short(job, nodes, best_row, best, float(np.min(lbb[cut(lbb)], initial=np.inf)),
                               len(base.shapes), len(base.shapes))
-    js = expand_shapes(job, base.shapes)
+    js = expand_shapes(job, base.shapes, dl)
     n_shapes = len(js.shapes)
     bound = np.zeros(n_shapes)
     if prune_time:
@@ -187,7 +208,7 @@ def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prun
             at = np.flatnonzero(mine[keep])
             local = Assignment(int(at[0]), best.pools, best.nodes, best.layers, best.objective_s) if len(at) else None
             found = _try(pr.take(keep), js.stage_nodes[chunk[keep]], lb[keep], np.ones(len(keep), dtype=bool),
-                         uneven, local, pats)
+                         uneven, local, pats, deadline=dl)
             if found is not None and found is not local and (best is None or found.objective_s < best.objective_s):
                 k_inc = int(chunk[keep[found.k]])
                 best_row, best = js.shapes.row(k_inc), found

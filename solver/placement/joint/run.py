@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 from ...errors import InputError
 from ...plan import Comparison, Plan, SearchStats, SolveResult, jsonable
 from ...specs import JobSpec
+from ...specs.deadline import Deadline
 from ..links import LinkMatrix
 from .exhaustive import solve_exhaustive
 from .heuristic import Assignment
@@ -28,6 +29,7 @@ METHODS = ("cpsat", "exhaustive")
 # the share of the time limit preparation may take before the shapes it has not bounded yet are
 # left out (with their cheaper bounds): the rest is the models'
 PREPARE_SHARE = 0.5
+PREPARE_SHARE_UNSEEDED = 0.9
 
 
 class JointResult(SolveResult):
@@ -55,19 +57,23 @@ class JointResult(SolveResult):
 
 def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
                    time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
-                   pools_alone: Sequence[tuple[int, Plan]] = (), progress=None) -> JointResult:
+                   pools_alone: Sequence[tuple[int, Plan]] = (), progress=None,
+                   deadline: Optional[Deadline] = None) -> JointResult:
     """The fastest plan over shapes, splits and placements (see the module docstring).
-    `pools_alone`: (pool index, plan of that pool alone) pairs; `progress(info)`: phases."""
+    `pools_alone`: (pool index, plan of that pool alone) pairs; `progress(info)`: phases.
+    `deadline`: the caller's; the search keeps to the earlier of it and `time_limit_s`."""
     if method not in METHODS:
         raise InputError("method", f"{method!r} does not plan a mixed cluster or measured links; use "
                                    f"{' or '.join(METHODS)}")
     t0 = time.perf_counter()
+    dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
     nodes = node_set(job.cluster, links)
     seeds = [(p.parallel.model_dump(), (pl,) * p.parallel.pp, tuple(p.layers_per_stage)) for pl, p in pools_alone]
     notes: list[str] = []
     if method == "exhaustive":
-        cands = prepare_joint(job, nodes, prune_time=False)
-        best, evals, finished = solve_exhaustive(job, nodes, time_limit_s=time_limit_s, cands=cands)
+        cands = prepare_joint(job, nodes, prune_time=False, deadline=dl)
+        best, evals, finished = solve_exhaustive(job, nodes, time_limit_s=dl.left_s(), cands=cands)
+        finished = finished and math.isinf(cands.outside_bound_s)
         status = ("OPTIMAL" if finished else "FEASIBLE") if best is not None else ("INFEASIBLE" if finished
                                                                                   else "UNKNOWN")
         plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
@@ -76,9 +82,11 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
         if progress is not None:
             progress({"method": "joint", "phase": f"bounding shapes on {len(nodes.classes)} node classes",
                       "elapsed_s": 0.0, "limit_s": float(time_limit_s), "final": False})
-        cands = prepare_joint(job, nodes, seeds, deadline=t0 + PREPARE_SHARE * float(time_limit_s))
-        left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
-        out = solve_joint(cands, left, workers, seed, progress=progress)
+        # without a seed plan, a preparation cut short has nothing to hand the models: it gets
+        # almost all the time (the heuristic inside it finds the incumbent)
+        share = PREPARE_SHARE if seeds else PREPARE_SHARE_UNSEEDED
+        cands = prepare_joint(job, nodes, seeds, deadline=dl.within(share * dl.left_s()))
+        out = solve_joint(cands, max(0.05, dl.left_s()), workers, seed, progress=progress, deadline=dl)
         status, plan_a, bound, tol, solver = out.status, out.plan, out.bound_s, out.tolerance_s, out.stats
         notes += out.notes
     plan = placed_plan(job, cands.prices, plan_a) if plan_a is not None else None

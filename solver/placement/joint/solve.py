@@ -31,6 +31,7 @@ from ...search.cpsat.ortools_cp import cp_model
 from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
 from ...search.result import PlanStatus
+from ...specs.deadline import Deadline
 from .heuristic import Assignment
 from .model import JointModel, build_joint_model, int_tables, objective_q
 from .prepare import JointCandidates
@@ -115,9 +116,11 @@ def batches(cands: JointCandidates, ks: np.ndarray, budget_rows: int) -> list[np
 
 
 def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, seed: int = 0,
-                fixed_layers: Optional[tuple[int, ...]] = None, progress=None) -> JointOutcome:
+                fixed_layers: Optional[tuple[int, ...]] = None, progress=None,
+                deadline: Optional[Deadline] = None) -> JointOutcome:
     """The fastest plan among the candidates (module docstring); `fixed_layers`: place a plan
-    whose shape (the candidates' only one) and split are given.
+    whose shape (the candidates' only one) and split are given; `deadline`: the caller's (the
+    limit is at most what it leaves; stopping it stops the solves).
 
     Branch and bound over shapes: the candidates in order of their bound, in models of at most
     MODEL_ROWS estimated rows (a larger model's presolve alone overran the time limit), each
@@ -127,7 +130,8 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     and the candidates' `outside_bound_s` -- a valid bound over the whole joint space.
     `progress(info)`: before each model, the phase, the best plan and that bound so far."""
     t0 = time.perf_counter()
-    deadline = t0 + float(time_limit_s)
+    dl = deadline if deadline is not None else Deadline()
+    deadline = t0 + min(float(time_limit_s), dl.left_s())
     pr = cands.prices
     stats: dict = {"shapes_in_model": 0, "models": 0}
     notes: list[str] = []
@@ -181,7 +185,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
             notes.append("the time limit was spent building a model: the relaxation bounds of its shapes stand")
             break
         stats.update(check_scaling(jm.model))
-        solver, st = solve_model(jm.model, deadline - FINISH_S - time.perf_counter(), workers, seed)
+        solver, st = solve_model(jm.model, deadline - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
         _phase("optimize", solver, st, stats)
         status = plan_status(st)
         if status == "OPTIMAL":
@@ -211,7 +215,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     if status == "OPTIMAL" and best_jm is not None:
         jm, batch = best_jm
         local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)
-        plan = _global(_canonical(jm, cands, local, best_q, deadline, workers, seed, stats, notes), batch)
+        plan = _global(_canonical(jm, cands, local, best_q, deadline, workers, seed, stats, notes, dl), batch)
     ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
     if not ev.fits:
         notes.append("the model's plan does not fit under the float formulation: returning the incumbent unproven")
@@ -237,13 +241,13 @@ def _global(a: Assignment, batch: np.ndarray) -> Assignment:
 
 
 def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: float, workers: int, seed: int,
-               stats: dict, notes: list[str]) -> Assignment:
+               stats: dict, notes: list[str], dl: Deadline) -> Assignment:
     """Phases 2 and 3 (module docstring): the same answer across seeds and worker counts."""
     md = jm.model
     md.add(jm.obj <= value)
     if len(jm.x) > 1 and deadline - FINISH_S - time.perf_counter() > 0.05:
         md.minimize(jm.rank_expr)
-        s2, st2 = solve_model(md, deadline - FINISH_S - time.perf_counter(), workers, seed)
+        s2, st2 = solve_model(md, deadline - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
         _phase("canonical-shape", s2, st2, stats)
         if st2 == cp_model.OPTIMAL:
             plan = read_plan(jm, s2, cands)
@@ -255,13 +259,8 @@ def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: fl
     md.minimize(sum((pl * (jm.num_stages - s)) * av for s, row in enumerate(jm.a) for pl, av in enumerate(row)
                     if av is not None and pl))
     md.clear_hints()
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.num_workers, prm.random_seed = 1, 0
-    prm.max_deterministic_time = PHASE3_DETERMINISTIC_S
-    prm.max_time_in_seconds = max(0.05, deadline - FINISH_S - time.perf_counter())
-    prm.catch_sigint_signal = False
-    st3 = solver.solve(md)
+    solver, st3 = solve_model(md, max(0.05, deadline - FINISH_S - time.perf_counter()), 1, 0,
+                              deterministic_s=PHASE3_DETERMINISTIC_S, deadline=dl)
     _phase("canonical-placement", solver, st3, stats)
     if st3 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return read_plan(jm, solver, cands)

@@ -21,6 +21,7 @@ A shape is memory-feasible only if a split fits within those largest limits.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Optional
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from ...search.pruning import time_lower_bound_s
 from ...space.enumeration import enumerate_shapes
 from ...space.shapes import Shapes
 from ...specs import JobSpec
+from ...specs.deadline import Deadline
 from ...specs.job import Constraints
 from ..pricing import cluster_at_link
 from .nodes import NodeSet
@@ -79,10 +81,12 @@ def _placeable(job: JobSpec, shapes: Shapes) -> tuple[np.ndarray, np.ndarray]:
     return (stage_gpus % g == 0) & (hosts >= shapes.pp), per
 
 
-def base_shapes(job: JobSpec) -> tuple[JointShapes, np.ndarray]:
+def base_shapes(job: JobSpec, deadline: Optional[Deadline] = None) -> tuple[JointShapes, np.ndarray]:
     """One shape per (tp, cp, pp, dp, micro-batch, vp, SP) on 1..N nodes with the knobs of least
     computation (no or least recompute, no ZeRO sharding): what the compute bound ranks before
-    the knobs are expanded (`expand_shapes`). Also the GPUs each uses."""
+    the knobs are expanded (`expand_shapes`). Also the GPUs each uses. Raises DeadlineExpired
+    when `deadline` passes (one enumeration per node count: 5 s at 1,024 nodes)."""
+    dl = deadline if deadline is not None else Deadline()
     cons = job.constraints
     least_rc = next(r for r in RECOMPUTE_BY_COST if cons.allows("recompute", r)) \
         if any(cons.allows("recompute", r) for r in RECOMPUTE_BY_COST) else "none"
@@ -90,6 +94,7 @@ def base_shapes(job: JobSpec) -> tuple[JointShapes, np.ndarray]:
     c = cons.model_copy(update={"recompute": (least_rc,), "zero": zero})
     parts = []
     for n_used in range(1, sum(p.num_nodes for p in job.cluster.pool_specs()) + 1):
+        dl.check()
         sh = enumerate_shapes(_on_nodes(job, n_used, c)).shapes
         keep, _ = _placeable(job, sh)
         if keep.any():
@@ -102,16 +107,19 @@ def _base_keys(shapes: Shapes) -> np.ndarray:
     return np.column_stack([getattr(shapes, k) for k in BASE_KEYS])
 
 
-def expand_shapes(job: JobSpec, base: Shapes) -> JointShapes:
+def expand_shapes(job: JobSpec, base: Shapes, deadline: Optional[Deadline] = None) -> JointShapes:
     """Every legal shape (all knobs) whose (tp, cp, pp, dp, micro-batch, vp) is one of `base`'s.
     No dominance: the single-type rule (`formulation.job.zero0_dominated`) depends on the links
-    of one cluster, and a joint stage may sit on any pool and link level."""
+    of one cluster, and a joint stage may sit on any pool and link level. Raises
+    DeadlineExpired when `deadline` passes."""
+    dl = deadline if deadline is not None else Deadline()
     g = uniform_gpus_per_node(job)
     cons = job.constraints
     keys = _base_keys(base)
     gpus = base.tp * base.cp * base.pp * base.dp
     parts, legal = [], 0
     for n_gpus in np.unique(gpus).tolist():
+        dl.check()
         sel = keys[gpus == n_gpus]
         narrow = {}
         for i, k in enumerate(("tp", "cp", "pp", "dp", "micro_batch_size")):

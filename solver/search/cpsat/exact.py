@@ -30,13 +30,13 @@ the model. An even-split job has one split per shape: its objective, if it fits.
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import numpy as np
 
 from ...formulation.linear import FIRST, LAST, MID, pp_blocks
 from ...formulation.splits import balanced_layers_matrix
+from ...specs.deadline import Deadline
 from .integer import IntegerForm
 
 NO_SPLIT = np.iinfo(np.int64).max // 4  # the value of a shape none of whose splits fits
@@ -133,11 +133,11 @@ def _block_optima(form: IntegerForm, ks: np.ndarray, p: int, L: int) -> np.ndarr
 
 
 def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True,
-                 deadline: Optional[float] = None) -> np.ndarray:
+                 deadline: Optional[Deadline] = None) -> np.ndarray:
     """Per shape of `shapes` (indices into `form`): the least objective over its splits that fit
     (NO_SPLIT where none fits). With `uneven=False` the only split is the balanced one. Shapes
-    go in chunks of at most CHUNK_CELLS (shape, Y) pairs; TimeoutError once `time.perf_counter()`
-    passes `deadline` (tens of thousands of shapes take seconds)."""
+    go in chunks of at most CHUNK_CELLS (shape, Y) pairs; TimeoutError once `deadline` passes or
+    is stopped (tens of thousands of shapes take seconds)."""
     ks = np.asarray(shapes, dtype=np.int64)
     out = np.full(len(ks), NO_SPLIT, dtype=np.int64)
     L = num_layers
@@ -147,7 +147,7 @@ def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True
         if uneven:
             step = max(1, CHUNK_CELLS // (3 * L + 1))
             for i in range(0, len(rows), step):
-                if deadline is not None and time.perf_counter() > deadline:
+                if deadline is not None and deadline.expired():
                     raise TimeoutError("time limit reached while computing the shapes' exact optima")
                 out[rows[i:i + step]] = _block_optima(form, ks[rows[i:i + step]], p, L)
             continue

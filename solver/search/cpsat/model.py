@@ -3,7 +3,6 @@ rows): `build_model` over the shapes of an `IntegerForm`, `add_hint` for a known
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -12,6 +11,7 @@ from .ortools_cp import cp_model
 
 from ...formulation.linear import stage_class
 from ...formulation.splits import balanced_split
+from ...specs.deadline import Deadline
 from .integer import IntegerForm
 from .scaling import OBJECTIVE_UNITS
 
@@ -43,10 +43,10 @@ def _row(model, var, slope: int, lvar, const: int, lit) -> None:
 
 def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Optional[int], *,
                 uneven: bool = True, symmetry: bool = True, hint: Optional[tuple[int, list[int]]] = None,
-                deadline: Optional[float] = None) -> Model:
+                deadline: Optional[Deadline] = None) -> Model:
     """The CP-SAT model over `shapes` (indices into the integer form) with the objective capped
-    at `cap` quanta (None: uncapped, domain 64x the scaling units). TimeoutError once
-    `time.perf_counter()` passes `deadline` (a model of tens of thousands of shapes takes seconds)."""
+    at `cap` quanta (None: uncapped, domain 64x the scaling units). TimeoutError once `deadline`
+    passes or is stopped (a model of tens of thousands of shapes takes seconds)."""
     L = num_layers
     model = cp_model.CpModel()
     ub = int(cap) if cap is not None else OBJECTIVE_UNITS * 64
@@ -88,7 +88,7 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     tail = model.new_int_var(0, ub, "tail")
     obj = model.new_int_var(0, ub, "objective")
     for j, k in enumerate(shapes):
-        if deadline is not None and j % 256 == 0 and time.perf_counter() > deadline:
+        if deadline is not None and j % 256 == 0 and deadline.expired():
             raise TimeoutError(f"time limit reached while building the model ({j} of {len(shapes)} shapes)")
         p = int(form.pp[k])
         lit = x[j]

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...formulation.linear import middle_limits_sorted, pp_blocks
 from ...formulation.pipeline import step_time_batch
+from ...specs.deadline import Deadline
 from ..candidates import Candidates
 from ..result import Choice, MethodResult, PlanStatus
 from .exact import NO_SPLIT, shape_optima
@@ -49,16 +50,19 @@ def plan_status(cp_status: int) -> PlanStatus:
 
 
 def solve_model(model: cp_model.CpModel, time_s: float, workers: int, seed: int, presolve: bool = True,
-                callback=None, deterministic_s: Optional[float] = None) -> tuple[cp_model.CpSolver, int]:
+                callback=None, deterministic_s: Optional[float] = None,
+                deadline: Optional[Deadline] = None) -> tuple[cp_model.CpSolver, int]:
     """Solve with the given limits; returns the solver (for values and statistics) and its status.
     `deterministic_s` also limits CP-SAT's deterministic time (work units, the same on any
     machine), so that one worker's answer does not depend on the load while it stays under
-    both limits."""
+    both limits. `deadline`: the solve gets at most the time it leaves, and stops (StopSearch)
+    when it is stopped. Every CP-SAT solve of the package goes through here."""
     solver = cp_model.CpSolver()
     prm = solver.parameters
     if deterministic_s is not None:
         prm.max_deterministic_time = max(0.01, float(deterministic_s))
-    prm.max_time_in_seconds = max(0.01, float(time_s))
+    dl = deadline if deadline is not None else Deadline()
+    prm.max_time_in_seconds = dl.solver_s(max(0.01, float(time_s)))
     prm.num_workers = max(1, int(workers))
     prm.random_seed = int(seed)
     # CP-SAT's own Ctrl-C handler is left at SIG_DFL after a solve: Ctrl-C then killed the whole
@@ -66,7 +70,8 @@ def solve_model(model: cp_model.CpModel, time_s: float, workers: int, seed: int,
     prm.catch_sigint_signal = False
     if not presolve:
         prm.cp_model_presolve = False
-    status = solver.solve(model, callback) if callback is not None else solver.solve(model)
+    with dl.stopping(solver.stop_search):
+        status = solver.solve(model, callback) if callback is not None else solver.solve(model)
     return solver, status
 
 
@@ -149,9 +154,12 @@ class _Search:
     t0: float
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    stop: Deadline = field(default_factory=Deadline)  # the caller's: stops the solves when it is stopped
 
     def __post_init__(self):
         cands = self.cands
+        # the loops' deadline (exact optima, model building): the search's limit, stopped with the caller's
+        self.work = self.stop.within(self.deadline - time.perf_counter())
         self.L = cands.num_layers
         self.uneven = cands.job.constraints.uneven_split
         self.form = cands.form
@@ -199,7 +207,7 @@ class _Search:
             look = iform.objective_floor(self.L) <= math.floor(ref / self.q)
         self.optimum = np.full(len(iform.pp), NO_SPLIT, dtype=np.int64)
         try:
-            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.deadline)
+            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.work)
         except TimeoutError as exc:
             self.timed_out = str(exc)
         self.reach = self.optimum < NO_SPLIT
@@ -248,7 +256,7 @@ class _Search:
         tb = time.perf_counter()
         try:  # the known plan is hinted by solve_round
             m = build_model(iform, in_model, self.L, cap, uneven=self.uneven, symmetry=self.symmetry,
-                            deadline=self.deadline)
+                            deadline=self.work)
         except TimeoutError as exc:
             self.notes.append(str(exc))
             return None, cap
@@ -274,7 +282,8 @@ class _Search:
                               "(its exact optimum is the shapes' bound)")
             return known
         cb = _Progress(self.progress, self.q, self.t0, "optimize") if self.progress is not None else None
-        solver, st = solve_model(m.model, left, self.workers, self.seed, presolve=self.presolve, callback=cb)
+        solver, st = solve_model(m.model, left, self.workers, self.seed, presolve=self.presolve, callback=cb,
+                                 deadline=self.stop)
         self.stats["phases"].append(_phase_stats(f"round{round_no}", solver, st, m))
         if st == cp_model.INFEASIBLE and known is not None and not self.refuted:
             self.refuted = True
@@ -282,7 +291,7 @@ class _Search:
             self.notes.append(f"CP-SAT answered INFEASIBLE although a fitting plan is known (shape {k_known}): "
                               f"verdict refuted; re-solved with presolve {'on' if self.presolve else 'off'}")
             solver, st = solve_model(m.model, max(0.01, self.deadline - time.perf_counter()), self.workers, self.seed,
-                                     presolve=self.presolve)
+                                     presolve=self.presolve, deadline=self.stop)
             self.stats["phases"].append(_phase_stats(f"round{round_no}-presolve-{'on' if self.presolve else 'off'}",
                                                      solver, st, m))
         status = plan_status(st)
@@ -345,7 +354,8 @@ class _Search:
 
 
 def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int = 1, seed: int = 0,
-           progress: Optional[Callable[[dict], None]] = None, prune: bool = True) -> MethodResult:
+           progress: Optional[Callable[[dict], None]] = None, prune: bool = True,
+           deadline: Optional[Deadline] = None) -> MethodResult:
     """The fastest fitting (shape, split) of `cands` by CP-SAT, with the solver's bound; with
     `top_k` > 1 the K best distinct shapes (each with its canonical split), best first.
 
@@ -353,7 +363,8 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     returned plan; `bound_s` a proven lower bound of the optimum (q x the solver's bound);
     `stats` the solver statistics, the quantum (`time_quantum_s`), the optimality tolerance
     (`tolerance_s`), `top_k_asked` / `top_k_found` and `notes`. A top-k stopped by the time
-    limit before K plans is FEASIBLE and not finished. `prune=False` keeps every shape that fits in
+    limit before K plans is FEASIBLE and not finished. `deadline`: the caller's (the limit is
+    at most what it leaves; its stop flag stops the solves). `prune=False` keeps every shape that fits in
     the model, uncapped (the cost without pruning against the incumbent: `benchmarks/search_cost.py`)."""
     t0 = time.perf_counter()
     K = max(1, int(top_k))
@@ -364,7 +375,9 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         stats.update(shapes_in_model=0, shapes_memory_infeasible=0)
         notes.append("no legal shape survives the memory lower bound: nothing to search")
         return _finish(stats, t0, progress, "INFEASIBLE", None, None, [])
-    s = _Search(cands, t0 + float(time_limit_s), int(workers), int(seed), progress, t0, notes, stats)
+    dl = deadline if deadline is not None else Deadline()
+    s = _Search(cands, t0 + min(float(time_limit_s), dl.left_s()), int(workers), int(seed), progress, t0, notes,
+                stats, dl)
     stats["shapes_memory_infeasible"] = int((~s.mem_ok).sum())
     s.scale(K, prune)
     if s.timed_out:
