@@ -338,3 +338,18 @@ def test_a_stack_without_published_rows_gets_the_widest_band():
     tf = load_job({"model": "gpt3-1.3b", "cluster": "a100x8", "framework": "transformers"})
     a, b = plan_band(meg, 0), plan_band(tf, 0)
     assert b.hi - b.lo > a.hi - a.lo and "transformers" in b.basis
+
+
+def test_fsdp2_without_resharding_gathers_every_micro_batch():
+    """torchtitan's FSDP2 reshards after backward: with 8 micro-batches its zero 2 gathers the
+    weights in every forward (per micro-batch cost), none once per step; Megatron-FSDP's zero 2
+    gathers once per step after the optimizer."""
+    job = load_job({"model": "llama3.1-8b", "cluster": "h100x64", "global_batch_size": 512})
+    one = np.ones(1, dtype=np.int64)
+    sh = Shapes(tp=one, pp=one, dp=one * 64, cp=one, vp=one, micro_batch_size=one, recompute=one * 0,
+                sequence_parallel=np.zeros(1, bool), zero=one * 2)
+    kw = dict(global_batch_size=512, seq_length=4096)
+    meg = stage_coefficients(job.model, job.cluster, sh, **kw)
+    tt = stage_coefficients(job.model, job.cluster, sh, framework="torchtitan", **kw)
+    assert tt.layer_dp_step_s[0] == 0.0 < meg.layer_dp_step_s[0]
+    assert tt.layer_zero3_s[0] > meg.layer_zero3_s[0]

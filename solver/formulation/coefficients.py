@@ -300,10 +300,13 @@ def stage_coefficients(
     # (behind that layer's backward); its weights are gathered once per step after the
     # optimizer, behind the next forward (Megatron-FSDP optim_grads; PyTorch FSDP
     # SHARD_GRAD_OP gathers them every micro-batch, the same with one micro-batch per step).
-    z2_exposed = hidden(rs3, bwd_window) + grad_copy
+    # FSDP2 without resharding after forward (torchtitan's "never") reshards after backward: its
+    # weights are gathered before every micro-batch's forward, none once per step.
+    z2_mb = stack.zero2_gathers_every_microbatch
+    z2_exposed = hidden(rs3, bwd_window) + grad_copy + (hidden(ag, fwd) if z2_mb else 0.0)
     layer_zero3 = np.where(z == 3, z3_exposed, np.where(z == 2, z2_exposed, 0.0))
     # the first gather of a micro-batch and the last reduce-scatter have nothing to hide behind
-    z_edges = np.where(z == 3, ag + rs3, np.where(z == 2, rs3, 0.0))
+    z_edges = np.where(z == 3, ag + rs3, np.where(z == 2, rs3 + (ag if z2_mb else 0.0), 0.0))
 
     def dp_step(params_gpu):
         """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters."""
@@ -312,7 +315,7 @@ def stage_coefficients(
         rs = dp_collective("reduce_scatter", grads)
         ag_step = dp_collective("all_gather", params_gpu * BF16_BYTES)
         red = np.where(z == 0, ar, np.where(z >= 2, 0.0, rs))
-        gat = np.where((z == 1) | (z == 2), ag_step, 0.0)
+        gat = np.where((z == 1) | ((z == 2) & (not z2_mb)), ag_step, 0.0)
         return red, gat
 
     layer_red, layer_ag = dp_step(layer_params_gpu)
@@ -337,7 +340,7 @@ def stage_coefficients(
     # model chunk's gradients once its last backward ends, while the others' run); the
     # distributed optimizer's all-gather behind the next step's first forward.
     bwd_hides = (z <= 1) & overlap_grad_reduce
-    fwd_hides = ((z == 1) | (z == 2)) & overlap_grad_reduce
+    fwd_hides = ((z == 1) | ((z == 2) & (not z2_mb))) & overlap_grad_reduce
 
     def window(fwd_s, bwd_s):
         return np.where(bwd_hides, bwd_s, 0.0) + np.where(fwd_hides, fwd_s, 0.0)

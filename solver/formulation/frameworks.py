@@ -82,6 +82,7 @@ class Framework:
     grad_bytes: float = FP32_BYTES
     optimizer_bytes: float = 12.0
     ddp_bucket_bytes: float = 0.0  # DDP's gradient buckets (zero 0 with dp x cp > 1)
+    zero2_gathers_every_microbatch: bool = False  # FSDP2 reshards after backward (torchtitan)
     zero3_live_bytes: Optional[float] = None  # per parameter of a live ZeRO-3 layer (None: bf16 + grad)
     # time
     traffic: Optional[EagerTraffic] = None  # None: Megatron's fused kernels
@@ -160,11 +161,18 @@ EAGER_DISPATCH_US = 10.0
 MEGATRON = Framework(
     name="megatron", summary="Megatron-LM / Megatron-Core with Transformer Engine: fused kernels, TP/PP/CP/EP, "
                              "distributed optimizer, vocab-parallel cross-entropy")
+# torchtitan's FSDP2 (torchtitan/distributed/fsdp.py: fully_shard per block, reshard_after_forward
+# from `fsdp_reshard_after_forward` "default"/"always"/"never", i.e. zero 3 / zero 2 here):
+# fully_shard prefetches the next block's all-gather in forward and backward (one layer ahead:
+# memory.ZERO3_LIVE_LAYERS), and reshards every block after its backward, so without resharding
+# after forward the weights are still gathered once per micro-batch; torchtitan keeps gradient
+# sync on every micro-batch (it turns it off only for the loss's lm_head, components/loss.py).
 TORCHTITAN = Framework(
     name="torchtitan", summary="torchtitan (eager, compile off): FSDP2 + TP + PP + CP, "
                                "fp32 sharded weights gathered in bf16, eager elementwise ops, fp32 cross-entropy",
     saved=TORCHTITAN_SAVED, logit_bytes=12.0, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
     optimizer_bytes=8.0, ddp_bucket_bytes=FP32_BYTES, zero3_live_bytes=BF16_BYTES + BF16_BYTES + FP32_BYTES,
+    zero2_gathers_every_microbatch=True,
     traffic=TORCHTITAN_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
     weight_cast_zero_max=0, cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(81, 146), dispatch_us_per_op=EAGER_DISPATCH_US)
 TRANSFORMERS = Framework(
