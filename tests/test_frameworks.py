@@ -353,3 +353,12 @@ def test_fsdp2_without_resharding_gathers_every_micro_batch():
     tt = stage_coefficients(job.model, job.cluster, sh, framework="torchtitan", **kw)
     assert tt.layer_dp_step_s[0] == 0.0 < meg.layer_dp_step_s[0]
     assert tt.layer_zero3_s[0] > meg.layer_zero3_s[0]
+
+
+def test_an_explicit_configuration_is_checked_against_the_stack(cli):
+    r = cli("evaluate", "--model", "gpt3-1.3b", "--cluster", "a100x8", "--framework", "transformers", "--pp", "2")
+    assert r.code == 2 and "--pp" in r.err and "transformers" in r.err
+    r = cli("evaluate", "--model", "gpt3-1.3b", "--cluster", "a100x8", "--framework", "torchtitan", "--json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["framework"] == "torchtitan" and d["parallel"]["zero"] == 2  # its fallback for the distributed optimizer

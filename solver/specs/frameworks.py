@@ -46,3 +46,27 @@ def narrow_constraints(framework: str, cons: dict, knobs) -> dict:
         kept = tuple(v for v in allowed if bound is None or not isinstance(v, int) or v <= bound)
         out[knob] = kept or allowed
     return out
+
+
+# The value an explicit configuration takes for a knob it leaves out when the usual default
+# (selective recompute, zero 1: space/rules.py) is one the stack does not run: transformers
+# trains without gradient checkpointing unless asked, torchtitan's nearest to the distributed
+# optimizer is FSDP2 without resharding after forward (zero 2).
+FALLBACK = {"recompute": "none", "zero": 2}
+
+
+def default_for(framework: str, knob: str, value):
+    """`value`, or the stack's fallback for `knob` when the stack does not run `value`."""
+    allowed = ALLOWED[framework].get(knob)
+    return value if allowed is None or value in allowed else FALLBACK[knob]
+
+
+def config_conflicts(framework: str, config: dict) -> list[tuple[str, str]]:
+    """(knob, message) for each value of an explicit configuration the stack does not run."""
+    out = []
+    for knob, allowed in ALLOWED[framework].items():
+        if knob in config and config[knob] not in allowed:
+            runs = ", ".join(str(v) for v in allowed)
+            out.append((knob, f"{config[knob]} is not run by framework {framework} ({knob} {runs} only); "
+                              f"use framework megatron"))
+    return out
