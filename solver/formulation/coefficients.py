@@ -19,7 +19,9 @@ is exactly one formula for every cost. Its parts:
   gathers prefetched behind the previous layer and reduce-scatters behind the backward, the
   data-parallel reduction behind the last micro-batch's backward, pipeline sends behind the
   other chunk's work when interleaved (Megatron's --overlap-p2p-communication);
-- memory (`memory.py`).
+- memory (`memory.py`);
+- the software stack (`frameworks.py`, `framework=`): eager stacks' saved tensors, logits, model
+  state, elementwise traffic, weight casts and per-op dispatch; megatron leaves every term as is.
 """
 
 from __future__ import annotations
