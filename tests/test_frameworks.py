@@ -142,7 +142,8 @@ HF_CASES = {
 
 
 def _hf(case: str, layers: int, autocast: bool):
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    transformers = pytest.importorskip("transformers",
+                                       reason="transformers is not installed (pip install transformers)")
     import torch
     cls_name, kw = HF_CASES[case]
     cfg = getattr(transformers, cls_name)(num_hidden_layers=layers, vocab_size=1000, max_position_embeddings=4096,
@@ -262,7 +263,8 @@ def _torchtitan_block(dim: int, heads: int, kv_heads: int, ffn: int):
 
         def attention(self, x, freqs):
             T = x.shape[:-1]
-            q, k, v = self.wq(x).view(*T, heads, hd), self.wk(x).view(*T, kv_heads, hd), self.wv(x).view(*T, kv_heads, hd)
+            q = self.wq(x).view(*T, heads, hd)
+            k, v = self.wk(x).view(*T, kv_heads, hd), self.wv(x).view(*T, kv_heads, hd)
             q = torch.view_as_real(torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2)) * freqs)
             k = torch.view_as_real(torch.view_as_complex(k.float().reshape(*k.shape[:-1], -1, 2)) * freqs)
             q, k = q.flatten(3).type_as(v), k.flatten(3).type_as(v)

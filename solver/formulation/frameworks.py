@@ -8,7 +8,7 @@ and launches more kernels. Each profile states, with its source, what differs:
 
 - which parallelisms it runs is `specs/frameworks.py` (the planner's space is narrowed to
   them; a forced unsupported knob is one line naming it);
-- **saved activations** of one eager decoder layer (`eager_layer_activation_bytes`), counted
+- **saved activations** of one eager decoder layer (`layer_activation_bytes`), counted
   from the modelling code op by op (what each autograd node saves, `SavedTensors`); the counts
   are tested against PyTorch's own `saved_tensors_hooks` on a real transformers Llama on CPU
   (tests/test_frameworks.py: equal to the byte, per layer);
@@ -18,7 +18,7 @@ and launches more kernels. Each profile states, with its source, what differs:
 - **time**: eager elementwise traffic (every op reads and writes its tensors in HBM:
   `EagerTraffic`), autocast's per-forward weight casts and bf16->fp32 gradient accumulation,
   and the CPU's per-op dispatch, which bounds a layer's time from below when the GPU work is
-  short (`dispatch_s`).
+  short (`eager_layer_s`); FSDP2's gathers without resharding after forward.
 
 The default profile `megatron` changes nothing: every hook returns the formulation's own
 Megatron terms (tests/test_frameworks.py checks the coefficients are identical).
@@ -146,7 +146,15 @@ TRANSFORMERS_TRAFFIC = EagerTraffic(per_h=2 * 28 + 5 * 6 + 2 * 10, per_q=36, per
 TORCHTITAN_TRAFFIC = EagerTraffic(per_h=2 * 36 + 2 * 6, per_q=20, per_kv=20, per_f_gated=10, per_f_plain=4,
                                   source="the ops of TORCHTITAN_SAVED's layer, counted by aten op")
 
-# Eager cross-entropy traffic per logit (the loss code cited at `logit_bytes` below): forward,
+# Peak bytes per logit of the loss, eager (transformers loss/loss_utils.py ForCausalLMLoss:
+# `logits = logits.float()` then `nn.functional.cross_entropy`; torchtitan components/loss.py
+# `cross_entropy(pred.float(), ...)`, vocab-sharded under TP by its loss-parallel path): forward,
+# the bf16 logits (2), their fp32 copy (4) and the log-softmax that cross_entropy saves (4);
+# backward, the saved log-softmax (4), nll_loss's fp32 gradient (4) and log_softmax's (4) = 12.
+# Megatron: memory.LOGIT_BYTES (its fused vocab-parallel cross-entropy works in place).
+EAGER_LOGIT_BYTES = 12.0
+
+# Eager cross-entropy traffic per logit (the loss code cited at EAGER_LOGIT_BYTES): forward,
 # `.float()` (r2 w4) and log_softmax (its max and sum passes r4 r4, then r4 w4) = 22; backward,
 # nll_loss's gradient (w4), log_softmax's (r4 r4 w4) and the cast back to bf16 (r4 w2) = 22.
 EAGER_CROSS_ENTROPY_BYTES = (22.0, 22.0)
@@ -167,18 +175,21 @@ MEGATRON = Framework(
 # memory.ZERO3_LIVE_LAYERS), and reshards every block after its backward, so without resharding
 # after forward the weights are still gathered once per micro-batch; torchtitan keeps gradient
 # sync on every micro-batch (it turns it off only for the loss's lm_head, components/loss.py).
+# Without FSDP (zero 0: DDP or one GPU) torchtitan trains fp32 weights under torch.autocast
+# (config/configs.py `mixed_precision_param`): autocast's weight copies and casts, as transformers.
 TORCHTITAN = Framework(
     name="torchtitan", summary="torchtitan (eager, compile off): FSDP2 + TP + PP + CP, "
                                "fp32 sharded weights gathered in bf16, eager elementwise ops, fp32 cross-entropy",
-    saved=TORCHTITAN_SAVED, logit_bytes=12.0, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
+    saved=TORCHTITAN_SAVED, logit_bytes=EAGER_LOGIT_BYTES, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
     optimizer_bytes=8.0, ddp_bucket_bytes=FP32_BYTES, zero3_live_bytes=BF16_BYTES + BF16_BYTES + FP32_BYTES,
     zero2_gathers_every_microbatch=True,
     traffic=TORCHTITAN_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
-    weight_cast_zero_max=0, cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(81, 146), dispatch_us_per_op=EAGER_DISPATCH_US)
+    weight_cast_zero_max=0, cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(81, 146),
+    dispatch_us_per_op=EAGER_DISPATCH_US)
 TRANSFORMERS = Framework(
     name="transformers", summary="Hugging Face transformers (Trainer / accelerate): fp32 weights under bf16 autocast, "
                                  "eager ops, fp32 logits; data parallelism only (DDP, DeepSpeed ZeRO, FSDP)",
-    saved=TRANSFORMERS_SAVED, logit_bytes=12.0, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
+    saved=TRANSFORMERS_SAVED, logit_bytes=EAGER_LOGIT_BYTES, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
     optimizer_bytes=8.0, ddp_bucket_bytes=FP32_BYTES, zero3_live_bytes=FP32_BYTES + BF16_BYTES + FP32_BYTES,
     traffic=TRANSFORMERS_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
     cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(91, 162), dispatch_us_per_op=EAGER_DISPATCH_US)
@@ -187,14 +198,6 @@ PROFILES = {f.name: f for f in (MEGATRON, TORCHTITAN, TRANSFORMERS)}
 
 def profile(name: str) -> Framework:
     return PROFILES[name]
-
-
-# Peak bytes per logit of the loss, eager (transformers loss/loss_utils.py ForCausalLMLoss:
-# `logits = logits.float()` then `nn.functional.cross_entropy`; torchtitan components/loss.py
-# `cross_entropy(pred.float(), ...)`, vocab-sharded under TP by its loss-parallel path): forward,
-# the bf16 logits (2), their fp32 copy (4) and the log-softmax that cross_entropy saves (4);
-# backward, the saved log-softmax (4), nll_loss's fp32 gradient (4) and log_softmax's (4) = 12.
-# The frameworks' `logit_bytes` is that peak (Megatron: memory.LOGIT_BYTES, fused in place).
 
 
 # ---------------------------------------------------------------- the hooks
