@@ -21,16 +21,19 @@ from solveplan.calibration.rows import published_rows
 from solveplan.calibration.runs_fit import CHIP_OF_GPU, FIT_PARAMS, fit, gpu_updates, row_cases
 from solveplan.render.validation import fit_table, summary_table
 
-FIELDS = ("matmul_efficiency", "flash2_attention_efficiency", "fp8_matmul_efficiency", "layer_overhead_us",
-          "sharded_layer_overhead_us")
+FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficiency", "fp8_matmul_efficiency", "mxfp8_matmul_efficiency",
+          "layer_overhead_us", "sharded_layer_overhead_us")
 
 
-def write_yaml(gpu: str, values: dict, note: str) -> None:
-    """Replace (or add) the fitted fields and fit_notes of clusters/gpus/<gpu>.yaml, keeping its comments."""
+def write_yaml(gpu: str, values: dict, note: str, assumed_from: str | None = None) -> None:
+    """Replace (or add) the fitted fields and fit_notes of clusters/gpus/<gpu>.yaml, keeping its comments;
+    `efficiencies_assumed_from` names the GPU whose fit a GPU without rows borrows (removed when it has rows)."""
     path = ROOT / "clusters" / "gpus" / f"{gpu}.yaml"
-    text = path.read_text()
+    text = re.sub(r"^efficiencies_assumed_from:.*\n", "", path.read_text(), flags=re.M)
+    if assumed_from:
+        values = {**values, "efficiencies_assumed_from": assumed_from}
     for key, val in list(values.items()) + [("fit_notes", note)]:
-        line = f"{key}: {val!r}" if key == "fit_notes" else f"{key}: {val:.4g}"
+        line = f"{key}: {val}" if isinstance(val, str) else f"{key}: {val:.4g}"
         if key == "fit_notes":
             line = f'fit_notes: "{note}"'
         pattern = re.compile(rf"^{key}:.*$", re.M)
@@ -74,16 +77,20 @@ def main() -> None:
     print("\n".join(md))
     if args.write:
         upd = gpu_updates(out.values)
+        per_gpu = Counter(c.row.gpu for c in cases)
         for gpu, chip in CHIP_OF_GPU.items():
             vals = {k: v for k, v in upd.get(chip, {}).items() if k in FIELDS}
             if not vals:
                 continue
             n = per_chip.get(chip, 0)
-            own = any(c.row.gpu == gpu for c in cases)
-            note = (f"fitted by benchmarks/fit_published.py at {commit()} on {n} published {chip} rows; "
-                    f"see benchmarks/results/fit_published.md" if own or gpu.startswith(chip)
-                    else f"not fitted: no published rows for this GPU; the {chip} values are assumed")
-            write_yaml(gpu, vals, note)
+            if per_gpu.get(gpu):
+                note = (f"fitted by benchmarks/fit_published.py at {commit()} on {n} published {chip}-chip rows "
+                        f"({per_gpu[gpu]} of this GPU); see benchmarks/results/fit_published.md")
+                write_yaml(gpu, vals, note)
+            else:  # the GPU of its chip with the most rows lends its fit, and every plan says so
+                donor = max((g for g, ch in CHIP_OF_GPU.items() if ch == chip), key=lambda g: per_gpu.get(g, 0))
+                note = f"not fitted: no published rows for this GPU; {donor}'s fitted values ({n} {chip}-chip rows) are assumed"
+                write_yaml(gpu, vals, note, assumed_from=donor)
         print("wrote clusters/gpus/*.yaml")
 
 

@@ -74,7 +74,11 @@ CASES = [
     ("Qwen3 32B (head_dim, QK norm), cp 2", str(HF / "Qwen3-32B" / "config.json"), "h100x128", {"cp": (2,)}, {}),
     ("Gemma 2 9B (GeGLU, head_dim 256)", str(HF / "gemma-2-9b-it" / "config.json"), "h100x32", {}, {}),
     ("Llama 3.1 70B FP8, uneven pp 3", "llama3.1-70b", "h100x192", {"pp": (3,)}, {"precision": "fp8"}),
+    ("Llama 3.1 405B MXFP8 on 8 GB200 NVL72 racks", "llama3.1-405b", "gb200x576", {}, {"precision": "mxfp8"}),
+    ("Llama 3.1 70B blockwise FP8", "llama3.1-70b", "h100x64", {}, {"precision": "fp8-blockwise"}),
+    ("Llama 3.1 8B FP8 current scaling on GB300", "llama3.1-8b", "gb300x72", {}, {"precision": "fp8-tensorwise"}),
 ]
+MXFP8_CASE = len(CASES) - 3
 # what a user adds to the printed arguments (data, tokenizer, schedule), and --no-rope-fusion: the
 # fused RoPE kernel is a Transformer Engine function, and TE (CUDA only) is not installed here
 # Controls: the same plans with one rule broken must be refused (or build another model), so an
@@ -86,6 +90,8 @@ CONTROLS = [
     (8, "Llama without --swiglu", lambda a, e: (_drop(a, "--swiglu", 0), e)),
     (10, "Qwen2 without --disable-bias-linear", lambda a, e: (_drop(a, "--disable-bias-linear", 0), e)),
     (14, "uneven split whose layout string loses one layer", lambda a, e: (_one_layer_less(a), e)),
+    (MXFP8_CASE, "an FP8 recipe Megatron-LM does not know (mxfp8 misspelt)",
+     lambda a, e: ([("mxfp8x" if x == "mxfp8" else x) for x in a], e)),
 ]
 USER_ARGS = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "10", "--lr", "1e-4",
              "--no-rope-fusion"]
@@ -164,7 +170,7 @@ def planned_architecture(model) -> dict:
 
 
 def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
-    job = load_job({"model": model_ref, "cluster": cluster, "constraints": constraints, **extras})
+    job = load_job({"model": model_ref, "cluster": cluster, **({"constraints": constraints} if constraints else {}), **extras})
     res = optimize(job, time_limit_s=60, textbook=False)
     if res.plan is None:
         return dict(label=label, error=f"no plan ({res.status})")
@@ -174,7 +180,7 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
         ma.args, ma.env = mutate(list(ma.args), dict(ma.env))
     row = dict(label=label, model=job.model.name, cluster=cluster, par=par, layers=list(plan.layers_per_stage),
                env=ma.env, nargs=len(ma.args))
-    arch = gpu_arch(job.cluster.gpu.name)
+    arch = gpu_arch(job.cluster.gpu)
     M["arguments"].get_device_arch_version = lambda: arch
     saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS")}
     os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")

@@ -179,7 +179,25 @@ def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> Cluste
         raise InputError(field, f"{family}x{num_gpus}: {num_gpus} GPUs is not a multiple of {per_node} GPUs per node; "
                                 f"use {family}x{lo} or {family}x{lo + per_node}")
     tmpl.pop("description", None)
+    domain = tmpl.get("nvlink_domain_gpus")
+    if domain:  # racks of one NVLink domain (NVL72): whole racks, or a part of one rack
+        domain = int(domain)
+        if num_gpus > domain and num_gpus % domain:
+            lo = num_gpus // domain * domain
+            raise InputError(field, f"{family}x{num_gpus}: {family} racks hold {domain} GPUs in one NVLink domain; "
+                                    f"use whole racks ({family}x{lo} or {family}x{lo + domain}) or at most {domain} "
+                                    f"GPUs (a multiple of {per_node})")
+        tmpl["nvlink_domain_gpus"] = min(domain, num_gpus)
     return cluster_from_mapping({**tmpl, "name": f"{family}x{num_gpus}", "num_nodes": num_gpus // per_node}, field)
+
+
+def family_rule(tmpl: Mapping[str, Any]) -> str:
+    """Which N a family's `<family>x<N>` accepts, in words (for `solveplan clusters`)."""
+    per_node = int(tmpl.get("gpus_per_node", 8))
+    domain = tmpl.get("nvlink_domain_gpus")
+    if domain:
+        return f"multiple of {domain}, or of {per_node} up to {domain}"
+    return f"multiple of {per_node}"
 
 
 def cluster_family(cluster: ClusterSpec) -> Optional[str]:
@@ -205,7 +223,10 @@ def resize_cluster(cluster: ClusterSpec, num_nodes: int) -> ClusterSpec:
     fam = cluster_family(cluster)
     name = f"{fam}x{num_nodes * cluster.gpus_per_node}" if fam else f"{cluster.name}[{num_nodes} nodes]"
     links = tuple(x for x in cluster.link_overrides if x.src < num_nodes and x.dst < num_nodes)
-    return cluster.model_copy(update={"num_nodes": num_nodes, "name": name, "link_overrides": links})
+    update = {"num_nodes": num_nodes, "name": name, "link_overrides": links}
+    if cluster.nvlink_domain_gpus:  # a part of one domain is a smaller domain; beyond it, the last may be partial
+        update["nvlink_domain_gpus"] = min(cluster.nvlink_domain_gpus, num_nodes * cluster.gpus_per_node)
+    return cluster.model_copy(update=update)
 
 
 def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .formulation.flops import FLOP_CONVENTION
-from .formulation.job import job_coefficients, throughput
+from .formulation.job import job_assumptions, job_coefficients, throughput
 from .formulation.pipeline import evaluate_split, step_time_batch
 from .formulation.splits import balanced_layers_matrix, balanced_split
 from .search.result import PlanStatus
@@ -111,6 +111,7 @@ class Plan(Out):
     peak_memory_bytes: float
     capacity_bytes: float
     fits: bool
+    assumptions: list[str] = []  # what the prediction assumes instead of fitting (formulation.job.job_assumptions)
     # error bars (`calibration.intervals`): where the measured step and memory lie with
     # probability `interval_coverage` on the published runs; None until `optimize` attaches them
     step_time_interval_s: Optional[list[float]] = None
@@ -155,6 +156,7 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
         model_tflops_per_gpu=tp_.model_tflops_per_gpu, hardware_tflops_per_gpu=tp_.hardware_tflops_per_gpu,
         breakdown=ev.breakdown, stages=[Stage(**s) for s in ev.stages],
         peak_memory_bytes=ev.peak_memory_bytes, capacity_bytes=ev.capacity_bytes, fits=ev.fits,
+        assumptions=job_assumptions(job),
     )
 
 

@@ -58,7 +58,8 @@ def test_validate_runs_from_an_installed_copy_without_shared(tmp_path):
     d = json.loads(res.out)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     rows, mape = re.search(r"\| \*\*all\*\* \| (\d+) \| \*\*([\d.]+)%\*\*", readme).groups()
-    assert len(d["rows"]) == int(rows) and len(d["skipped"]) == 2  # README: 221 predicted, 2 skipped
+    assert len(d["rows"]) == int(rows)  # README's table: every predicted row
+    assert all(s["reason"] for s in d["skipped"])  # a skipped row says why
     assert round(100 * next(r["mape"] for r in d["summary"]["source"] if r["group"] == "all"), 1) == float(mape)
 
 
@@ -68,11 +69,21 @@ def shipped():
 
 
 def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
-    assert len(ROWS) == 223
+    assert len(ROWS) == 392
     skipped = [r for r in ROWS if r.skipped]
-    assert {r.id for r in skipped} == {"korthikanti2022-abstract-530B-2240-sel+sp",
-                                       "korthikanti2022-abstract-530B-2240-full"}
-    assert all("global batch not stated" in r.skipped for r in skipped)
+    dense_old = [r for r in skipped if r.source in ("korthikanti2022", "narayanan2021", "megatron_2020_readme",
+                                                     "megatron_core_h100_2024", "dgxc_v24111", "mosaic_llmfoundry")]
+    assert {r.id for r in dense_old} == {"korthikanti2022-abstract-530B-2240-sel+sp",
+                                         "korthikanti2022-abstract-530B-2240-full"}
+    assert all("global batch not stated" in r.skipped for r in dense_old)
+    # the new-GPU file: MoE rows set aside in one place with one reason, the rest read or skipped with theirs
+    moe = [r for r in skipped if r.skipped == "mixture-of-experts: see issue #22"]
+    assert len(moe) == 106 and all(r.raw.get("category") == "A" or (r.raw["parallel"].get("ep") or 1) > 1 for r in moe)
+    reasons = {r.skipped.split(":")[0].split(" (")[0] for r in skipped}
+    assert reasons <= {"global batch not stated", "mixture-of-experts", "nvfp4", "sft", "lora",
+                       "pp x vp = 128 virtual stages for 126 layers", "activations offloaded to the Grace CPU"}, reasons
+    blackwell = [r for r in ROWS if not r.skipped and r.gpu in ("b200", "gb200", "b300", "gb300")]
+    assert len(blackwell) == 41 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8"}
     # vp 12 (one layer per virtual stage), FP8, CP with TP and GQA, FSDP: all evaluated
     ids = {r.id for r in ROWS if not r.skipped}
     assert "dgxc-v24.11.1-nemotron4-340b-fp8-128" in ids and "dgxc-v24.11.1-llama3.1-405b-bf16-576" in ids
@@ -80,7 +91,7 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
 
 def test_in_sample_errors_with_the_shipped_parameters(shipped):
     lines = {ln["group"]: ln for ln in summary(shipped, "source")}
-    assert lines["all"]["rows"] == 221
+    assert lines["all"]["rows"] == 262
     assert lines["all"]["mape"] <= 0.07, lines["all"]
     for group, ln in lines.items():
         assert ln["mape"] <= 0.20, (group, ln)
@@ -94,8 +105,11 @@ def test_ranking_inside_measured_sweeps_is_right_where_the_formulation_is(shippe
     assert len(rank["groups"]) >= 20
     # the only wrong picks are DeepSpeed's ZeRO-3 of 2021 against PTD-P (a sharding implementation the
     # formulation does not model: README, "Known limits")
-    wrong = [g for g in rank["groups"] if g["regret"] > 0.03]
+    wrong = [g for g in rank["groups"] if g["regret"] > 0.03 and g["gpu"] not in ("b200", "gb200", "b300", "gb300")]
     assert all("zero3" in g["picked"] for g in wrong), wrong
+    # Blackwell "sweeps" mix FP8 recipes and software releases of one job: the misses there (container to
+    # container, recipe to recipe) are stated in the README, none beyond 15%
+    assert all(g["regret"] <= 0.15 for g in rank["groups"] if g["gpu"] in ("b200", "gb200", "b300", "gb300"))
     assert rank["median_regret"] <= 0.03
 
 
@@ -126,6 +140,11 @@ def test_gpu_names_and_software_eras():
     assert gpu_of("NVIDIA A100 80GB") == ("a100-80gb", "a100")
     assert gpu_of("H100 SXM5 80GB HBM3") == ("h100-sxm", "h100")
     assert gpu_of("TPU v4") is None
+    assert [gpu_of(g)[0] for g in ("GB200", "B200", "GB300", "B300")] == ["gb200", "b200", "gb300", "b300"]
+    from solveplan.calibration.rows import precision_of
+    assert [precision_of(t) for t in ("fp8-cs", "mxfp8 (32x32 granularity per note)", "fp8-blockwise (128x128 w)",
+                                      "fp8 (quantization recipe not stated)", "bf16")] == \
+        ["fp8-tensorwise", "mxfp8", "fp8-blockwise", "fp8", "bf16"]
     assert era_of("x", "Megatron-DeepSpeed, 2022")["flash"] is False
     assert era_of("x", "Megatron-DeepSpeed, 2022")["overlap_grad_reduce"] is False
     assert era_of("x", "Megatron-DeepSpeed, 2022")["sequence_parallel"] == (False,)
@@ -188,3 +207,46 @@ def test_validate_command_reports_the_in_sample_errors(cli):
 def test_validate_command_names_a_missing_data_file(cli, tmp_path):
     res = cli("validate", "--data", str(tmp_path / "nope.json"))
     assert res.code == 2 and "--data" in res.err and len(res.err.strip().splitlines()) == 1, res.err
+
+
+def test_cross_validation_refits_only_the_parameters_a_fold_depends_on():
+    from solveplan.calibration.crossval import coupled_params
+
+    params, chips = coupled_params({"b200"})
+    assert chips == {"b200"} and {p.key.split(".")[0] for p in params} == {"b200"}
+    params, chips = coupled_params({"a100"})  # FSDP hooks shared with H100; V100 borrows A100's overhead
+    assert chips == {"a100", "h100", "v100"} and "sharded_layer_overhead_us" in {p.key for p in params}
+
+
+def test_rows_of_the_new_gpu_file_read_what_they_state():
+    by_id = {r.id: r for r in ROWS}
+    r = by_id["mbridge_perf-26.06-llama3.1-405b-gb300-fp8-cs-256"]
+    assert r.job.precision == "fp8-tensorwise" and r.job.cluster.gpu.name == "gb300"
+    assert r.job.cluster.gpus_per_node == 4 and r.job.cluster.domain_gpus == 64  # 256 GPUs: 64 per NVL72 rack
+    assert r.job.constraints.zero is None  # "no (DDP)" is not FSDP: the optimizer sharding is left free
+    assert r.job.constraints.sequence_parallel is None or r.job.constraints.sequence_parallel == (True,)
+    assert r.job.grad_reduce_dtype == "bf16"  # Megatron-Bridge's performance scripts (cited in rows.py)
+    fsdp = by_id["nemo_docs_2504-llama3-70b-gb200-fp8-cs-64"]
+    assert fsdp.job.constraints.zero == (3,) and fsdp.job.attention_kernel == "cudnn"  # Megatron-FSDP, not PyTorch's
+    assert by_id["mbridge_perf-26.04.01-llama3-70b-gb200-fp8-cs-64"].skipped.startswith("activations offloaded")
+    assert by_id["mbridge_perf-26.06-llama3.1-405b-gb300-nvfp4-256"].skipped.startswith("nvfp4")
+
+
+def test_gb200_rows_of_another_source_in_their_own_words(tmp_path):
+    """A held-out file: an NVL72 rack written as a 72-GPU node, the recipe in words, the fabric per tray."""
+    import json
+
+    row = {"id": "x", "source": "other", "precision": "FP8 (MXFP8 recipe)", "task": "pretrain",
+           "model": {"name": "Llama 3 70B", "key": "llama3-70b", "layers": 80, "hidden": 8192, "heads": 64,
+                     "kv_heads": 8, "ffn_hidden": 28672, "vocab": None, "seq_len": 8192, "arch": "dense, GQA, SwiGLU"},
+           "hardware": {"gpu": "NVIDIA GB200 NVL72", "gpus_per_node": 72,
+                        "inter_node": "4x ConnectX-7 400 Gb/s per compute tray"},
+           "parallel": {"num_gpus": 144, "tp": 2, "pp": 4, "cp": 1, "mbs": 1, "gbs": 144},
+           "measured": {"tokens_per_s_per_gpu": 3000}}
+    path = tmp_path / "gb200.json"
+    path.write_text(json.dumps({"sources": {}, "measurements": [row, {**row, "id": "y", "precision": "NVFP4"}]}))
+    r, fp4 = published_rows([str(path)])
+    assert r.skipped is None and fp4.skipped.startswith("nvfp4")
+    cl = r.job.cluster
+    assert r.job.precision == "mxfp8" and cl.gpu.name == "gb200" and cl.gpus_per_node == 4 and cl.domain_gpus == 72
+    assert in_sample(row_cases([r]))[0].predicted_s > 0

@@ -107,7 +107,7 @@ def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: Optional[st
         notes = (f"calibrated by solveplan calibrate on {len(rows)} measured steps ({step_source}): "
                  + ", ".join(f"{k}={v:.4g}" for k, v in fitted.items())
                  + f"; rms error {step_fit.rms_before:.1%} -> {step_fit.rms_after:.1%}")
-        gpu = new.gpu.model_copy(update={**fitted, "fit_notes": notes,
+        gpu = new.gpu.model_copy(update={**fitted, "fit_notes": notes, "efficiencies_assumed_from": None,
                                          "source": f"{new.gpu.source.strip()} Efficiencies: {notes}."})
         new = new.model_copy(update={"gpu": gpu})
         parts.append(f"GPU efficiencies from {step_source}")

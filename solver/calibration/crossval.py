@@ -3,7 +3,8 @@
 - `in_sample`: every row predicted with given GPU values (the shipped catalog by default).
 - `cross_validate(by)`: for every group of rows (a source, a model family or a GPU chip),
   fit on all the other groups (`runs_fit.fit`) and predict that group: the error a user on
-  another cluster, software stack or model will see.
+  another cluster, software stack or model will see. Only the parameters that move the group's
+  chips are refitted (`coupled_params`: the fit is separable by chip), on those chips' rows.
 - `summary` / `worst`: MAPE per group, the rows furthest off.
 - `ranking`: the planner's choice inside measured sweeps. For every set of rows with the same
   model, GPU count, global batch and sequence length (several configurations of one job),
@@ -26,7 +27,7 @@ from ..formulation.pipeline import evaluate_split
 from ..formulation.splits import balanced_split
 from ..space.shapes import Shapes
 from .rows import Row
-from .runs_fit import FIT_PARAMS, FitOutcome, RowCase, fit, gpu_updates
+from .runs_fit import BORROWED, FIT_PARAMS, FitOutcome, RowCase, fit, gpu_updates
 
 GIB = 1024**3
 GROUPINGS = ("source", "model", "gpu")
@@ -73,9 +74,10 @@ def cross_validate(cases: Sequence[RowCase], by: str = "source", progress=None,
     preds: list[Prediction] = []
     fits: dict[str, FitOutcome] = {}
     for g in groups:
-        train = [c for c in cases if group_of(c.row, by) != g]
         test = [c for c in cases if group_of(c.row, by) == g]
-        fits[g] = outcome = fit(train)
+        params, chips = coupled_params({c.chip for c in test})
+        train = [c for c in cases if group_of(c.row, by) != g and c.chip in chips]
+        fits[g] = outcome = fit(train, params)
         upd = gpu_updates(outcome.values)
         preds.extend(_predict(c, upd.get(c.chip), g) for c in test)
         if progress is not None:
@@ -83,6 +85,23 @@ def cross_validate(cases: Sequence[RowCase], by: str = "source", progress=None,
     order = {id(c.row): i for i, c in enumerate(cases)}
     preds.sort(key=lambda p: order[id(p.row)])
     return preds, fits
+
+
+def coupled_params(chips: set[str]) -> tuple[list, set[str]]:
+    """The fit parameters that move the rows of `chips`, and every chip they couple (a parameter
+    shared by chips, a value one chip borrows from another). Rows of other chips depend on none of
+    these parameters and the priors are per parameter, so the fit splits into independent parts:
+    fitting only this part gives these parameters the values of the full fit (and the held-out
+    predictions of a fold the same), at the cost of its rows alone."""
+    chips = set(chips)
+    while True:
+        borrowed = {key.split(".")[0] for chip in chips for key in BORROWED.get(chip, {}).values()}
+        borrowed |= {c for c, keys in BORROWED.items() if any(k.split(".")[0] in chips for k in keys.values())}
+        params = [p for p in FIT_PARAMS if set(p.chips) & (chips | borrowed)]
+        wider = chips | borrowed | {ch for p in params for ch in p.chips}
+        if wider == chips:
+            return params, chips
+        chips = wider
 
 
 def summary(preds: Sequence[Prediction], by: str) -> list[dict]:

@@ -31,7 +31,7 @@ from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
 from ..specs.reading import read_data
 
-DATA_FILES = ("published_runs.json", "published_runs_more.json")
+DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
 # hardware.gpu text -> (GPU catalog entry, family template for links), first match wins
 GPU_PATTERNS = (
@@ -39,10 +39,17 @@ GPU_PATTERNS = (
     (r"a100", ("a100-80gb", "a100")),
     (r"h200", ("h200", "h200")),
     (r"h100", ("h100-sxm", "h100")),
+    (r"gb200", ("gb200", "gb200")),
+    (r"gb300", ("gb300", "gb300")),
     (r"b200", ("b200", "b200")),
+    (r"b300", ("b300", "b300")),
     (r"v100", ("v100-32gb", "v100")),
     (r"mi300x", ("mi300x", "mi300x")),
 )
+# Published model names whose catalog entry has the same architecture (the row states no vocabulary):
+# Llama 3 and 3.1 share layers, widths, heads and the 128,256-token vocabulary (3.1 adds RoPE
+# scaling for long context, which costs nothing).
+CATALOG_MODEL_OF_KEY = {"llama3-8b": "llama3.1-8b", "llama3-70b": "llama3.1-70b"}
 
 
 def gpu_of(text: Optional[str]) -> Optional[tuple[str, str]]:
@@ -58,6 +65,14 @@ ERA = {
     "narayanan2021": {"sequence_parallel": (False,), "zero": (0,), "flash": False, "overlap_grad_reduce": False},
     "korthikanti2022": {"flash": False, "overlap_grad_reduce": False},
 }
+# Settings a source's own launch scripts fix for every run it publishes (read in those scripts):
+# NVIDIA's performance recipes reduce gradients in bf16 -- Megatron-Bridge
+# scripts/performance/configs/*/*_llm_pretrain.py (v0.2.0-v0.5.x) and src/megatron/bridge/perf_recipes/
+# _common.py (v0.6.0): `cfg.mixed_precision.grad_reduce_in_fp32 = False; cfg.ddp.grad_reduce_in_fp32 =
+# False`; NeMo 2.0 scripts/performance (the NeMo performance-summary tables): with FP8,
+# `recipe.trainer.plugins.grad_reduce_in_fp32 = False`.
+SOURCE_SETTINGS = {src: {"grad_reduce_dtype": "bf16"}
+                   for src in ("mbridge_perf", "nemo_docs_2502", "nemo_docs_2504", "nemo_docs_2507")}
 FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
 
 
@@ -160,13 +175,49 @@ def recompute_of(text) -> Optional[str]:
 
 
 def precision_of(text) -> str:
-    """fp8, fp16 ('fp16 mixed precision': Megatron's fp16 optimizer) or bf16 (anything else,
-    including '16-bit' and 'not stated': the same tensor-core peak)."""
+    """The recipe of a row's precision text: mxfp8, fp8-blockwise, fp8-tensorwise ('fp8-cs': per-tensor
+    current scaling), fp8 (per-tensor delayed scaling, also when the recipe is not stated: Megatron's
+    default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer) or bf16 (anything else,
+    including '16-bit' and 'not stated': the same tensor-core peak). NVFP4 rows are skipped before
+    (`skip_reason`)."""
     t = str(text).lower()
+    for keys, recipe in ((("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
+                         (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise")):
+        if any(k in t for k in keys):
+            return recipe
     return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
 
 
-def _model(m: dict) -> ModelSpec:
+def skip_reason(raw: dict) -> Optional[str]:
+    """Why a row is not predicted at all (the one place rows are set aside before reading them)."""
+    m, p = raw.get("model") or {}, raw.get("parallel") or {}
+    if raw.get("category") == "A" or m.get("num_experts") or (p.get("ep") or 1) > 1 or "moe" in (raw.get("tags") or []):
+        return "mixture-of-experts: see issue #22"
+    if any(k in str(raw.get("precision", "")).lower() for k in ("nvfp4", "mxfp4")):
+        return "nvfp4: FP4 training recipes are not modelled (precision bf16 / fp8 recipes only)"
+    gpu = str((raw.get("hardware") or {}).get("gpu", "")).lower()
+    if (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
+            and gpu.startswith(("gb200", "gb300"))):
+        # Megatron-Bridge scripts/performance/configs/llama/*_workload_base_configs.py (v0.2.0-v0.5.x): every
+        # use_megatron_fsdp=True GB200/GB300 preset also sets cpu_offloading_num_layers (5 to 92 layers)
+        return "activations offloaded to the Grace CPU (the source's Megatron-FSDP presets): not modelled"
+    if raw.get("task") not in (None, "pretrain"):
+        return f"{raw.get('task')} (fine-tuning): packed/frozen-weight steps, not the pre-training step priced here"
+    if str(m.get("arch", "")).strip().lower() == "not stated":
+        return "model architecture not stated"
+    return None
+
+
+def _model(m: dict, assumed: Optional[list] = None) -> ModelSpec:
+    """The row's model: its stated shape; a row without a vocabulary takes its catalog entry's."""
+    if m.get("vocab") is None:
+        from ..catalog import catalog_models
+
+        key = CATALOG_MODEL_OF_KEY.get(str(m.get("key")), str(m.get("key")))
+        if key in catalog_models():
+            if assumed is not None:
+                assumed.append(f"model shape from the catalog's {key} (the row states no vocabulary)")
+            return catalog_models()[key].model_copy(update={"seq_length": m["seq_len"]})
     arch = str(m.get("arch", "")).lower()
     h = m["hidden"]
     gated = "swiglu" in arch or "geglu" in arch
@@ -211,6 +262,11 @@ def _cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
     fam.pop("description", None)
     fam.pop("gpu", None)
     per_node = int(hw.get("gpus_per_node") or fam.get("gpus_per_node", 8))
+    if fam.get("nvlink_domain_gpus") and per_node > int(fam["gpus_per_node"]):
+        # a rack described as one "node" of up to 72 GPUs: its trays are the family's, one NVLink domain
+        assumed.append(f"{per_node} GPUs per node read as one NVLink domain of {fam['gpus_per_node']}-GPU trays")
+        fam["nvlink_domain_gpus"] = min(per_node, int(fam["nvlink_domain_gpus"]))
+        per_node = int(fam["gpus_per_node"])
     nic = nic_gbit_per_gpu(hw.get("inter_node"), per_node)
     if nic is None:
         if num_gpus > per_node:
@@ -219,7 +275,18 @@ def _cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
         fam["nic_gbit_per_s"] = nic
     fam["source"] = f"published row: {hw.get('cluster') or 'cluster not named'}; {hw.get('inter_node') or ''}".strip()
     fam.update(gpus_per_node=min(per_node, num_gpus), num_nodes=max(1, -(-num_gpus // per_node)), name=f"{fam_name}-row")
+    if fam.get("nvlink_domain_gpus"):  # NVL72 racks: the job's GPUs in equal parts of racks
+        fam["nvlink_domain_gpus"] = domain = _rack_share(num_gpus, int(fam["nvlink_domain_gpus"]), per_node)
+        if num_gpus > domain:
+            assumed.append(f"{num_gpus} GPUs over NVL72 racks: {domain} per rack (one NVLink domain each)")
     return ClusterSpec(gpu=load_gpu(gpu_name), **fam)
+
+
+def _rack_share(num_gpus: int, domain: int, per_node: int) -> int:
+    """GPUs of a job per NVLink domain: the largest whole-tray divisor of the job's GPUs that fits in
+    one domain (a 256-GPU job on 72-GPU racks: 64 per rack, 16 of the 18 trays)."""
+    return max((d for d in range(per_node, min(domain, num_gpus) + 1, per_node) if num_gpus % d == 0),
+               default=per_node)
 
 
 def model_family(name: str) -> str:
@@ -235,6 +302,10 @@ def row_job(raw: dict) -> Row:
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
     row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
               model_family=model_family(str(m.get("name", ""))), raw=raw)
+    why = skip_reason(raw)
+    if why:
+        row.skipped = why
+        return row
     if gpu_of(hw.get("gpu")) is None:
         row.skipped = f"GPU {hw.get('gpu')!r} is not in the catalog"
         return row
@@ -250,6 +321,11 @@ def row_job(raw: dict) -> Row:
     cluster = _cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
     fsdp = str(p.get("fsdp") or "")
+    if fsdp.lower().startswith(("megatron-fsdp", "yes (fsdp")):  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
+        zero, fsdp = 3, ""
+        assumed.append("Megatron-FSDP costed as ZeRO-3 (optim_grads_params)")
+    elif fsdp.lower().startswith(("no", "not stated", "column absent")):
+        fsdp = ""
     if fsdp:
         assumed.append("FlashAttention-2 (PyTorch FSDP stacks call the flash-attn package)")
     if fsdp == "SHARD_GRAD_OP":
@@ -259,7 +335,7 @@ def row_job(raw: dict) -> Row:
         zero = 3
     if zero is None and (p.get("distributed_optimizer") is True or "implied" in str(p.get("distributed_optimizer", ""))):
         zero = 1
-    sp = p.get("sequence_parallel")
+    sp = p.get("sequence_parallel") if isinstance(p.get("sequence_parallel"), bool) else None
     knobs = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None,
         cp=(p.get("cp") or 1,),
@@ -282,17 +358,38 @@ def row_job(raw: dict) -> Row:
     # Transformer Engine's cuDNN fused attention
     kernel = "flash2" if fsdp or "flashattention" in str(m.get("arch", "")).lower() else "cudnn"
     row.job = JobSpec(
-        model=_model(m), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-        precision=precision_of(raw.get("precision")), flash_attention=flash, attention_kernel=kernel,
+        model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
+        precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True),
-        grad_reduce_dtype="bf16" if str(p.get("fsdp_mixed_precision_mode", "")).upper() == "PURE" else "fp32",
+        grad_reduce_dtype=_grad_reduce_dtype(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False),
     )
+    if p.get("pp") and p.get("vp") and p["pp"] * p["vp"] > row.job.model.num_layers:
+        row.skipped = (f"pp x vp = {p['pp'] * p['vp']} virtual stages for {row.job.model.num_layers} layers: the "
+                       f"source's layout counts embedding and loss as stages, which is not modelled")
+        return row
     row.measured_s, row.basis = measured_step_s(raw, row.job)
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
     return row
+
+
+def _grad_reduce_dtype(raw: dict, assumed: list) -> str:
+    if str(raw["parallel"].get("fsdp_mixed_precision_mode", "")).upper() == "PURE":
+        return "bf16"
+    fixed = SOURCE_SETTINGS.get(raw["source"], {}).get("grad_reduce_dtype")
+    if fixed:
+        assumed.append(f"gradients reduced in {fixed} (the source's launch scripts: grad_reduce_in_fp32 = False)")
+        return fixed
+    return "fp32"
+
+
+def _precision(text, assumed: list) -> str:
+    out = precision_of(text)
+    if out == "fp8" and "not stated" in str(text).lower():
+        assumed.append("FP8 recipe not stated: per-tensor delayed scaling (Megatron's default)")
+    return out
 
 
 def measured_step_s(raw: dict, job: JobSpec) -> tuple[Optional[float], str]:

@@ -35,8 +35,10 @@ from .fit import Param, fit_least_squares
 from .rows import Row
 
 # catalog GPU -> chip whose parameters it shares (no published rows of its own: borrowed, stated in its YAML)
-CHIP_OF_GPU = {"a100-80gb": "a100", "a100-40gb": "a100", "h100-sxm": "h100", "h200": "h100", "b200": "h100",
-               "mi300x": "h100", "v100-32gb": "v100"}
+# (Blackwell: B200 and GB200 are one die, B300 and GB300 another; each GPU keeps its own datasheet peaks.)
+CHIP_OF_GPU = {"a100-80gb": "a100", "a100-40gb": "a100", "h100-sxm": "h100", "h200": "h100", "b200": "b200",
+               "gb200": "b200", "b300": "b300", "gb300": "b300", "mi300x": "h100", "mi325x": "h100", "mi355x": "h100",
+               "v100-32gb": "v100"}
 PRIOR_WEIGHT = 0.1  # one prior standard deviation weighs as much as one row 10% off
 LOSS_SCALE = 0.1
 MAX_SHAPES = 300  # rows with unstated tp/pp: the best-predicted shapes kept for fitting (speed)
@@ -71,6 +73,20 @@ FIT_PARAMS: tuple[FitParam, ...] = (
              "Transformer Engine FP8 GEMMs: 1.3-1.6x BF16 (60% of the FP8 peak)"),
     FitParam("v100.matmul_efficiency", ("v100",), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
              "cuBLAS on Volta tensor cores"),
+    *(p for chip, name in (("b200", "B200/GB200"), ("b300", "B300/GB300")) for p in (
+        FitParam(f"{chip}.matmul_efficiency", (chip,), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
+                 f"cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs ({name}: only the BF16 LM head "
+                 f"in FP8 rows)"),
+        FitParam(f"{chip}.attention_efficiency", (chip,), "attention_efficiency", 0.6, 0.15, 0.1, 1.0,
+                 "fused (cuDNN) attention: about 60% of the BF16 peak, as fused attention on Hopper (FlashAttention-3, "
+                 "Shah et al. 2024: 740 of 989 TFLOP/s forward)"),
+        FitParam(f"{chip}.fp8_matmul_efficiency", (chip,), "fp8_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,
+                 "Transformer Engine per-tensor FP8 GEMMs: ~60% of the FP8 peak (H100's prior)"),
+        FitParam(f"{chip}.mxfp8_matmul_efficiency", (chip,), "mxfp8_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,
+                 "MXFP8 GEMMs run at the FP8 tensor rate with scales in hardware: the per-tensor prior"),
+        FitParam(f"{chip}.layer_overhead_us", (chip,), "layer_overhead_us", 50.0, 200.0, 0.0, 2000.0,
+                 "10-20 kernel launches per layer and pass at ~5 us"),
+    )),
     FitParam("sharded_layer_overhead_us", ("a100", "h100"), "sharded_layer_overhead_us", 0.0, 500.0, 0.0, 5000.0,
              "host-side FSDP hooks per layer and pass: unknown a priori, so centred on none"),
 )

@@ -174,15 +174,19 @@ def gpus(as_json: bool) -> None:
     if as_json:
         _json([g.model_dump(mode="json") for g in gs])
         return
-    _table("GPUs (dense tensor-core peaks)", ["name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM GB/s"],
-           [[g.name, g.peak_bf16_tflops, g.peak_fp8_tflops, g.hbm_gib, g.hbm_gbyte_per_s] for g in gs])
+    _table("GPUs (dense tensor-core peaks; MXFP8 and blockwise FP8 run at the FP8 peak)",
+           ["name", "arch", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GiB", "HBM GB/s", "SMs/CUs",
+            "efficiencies"],
+           [[g.name, g.architecture, g.peak_bf16_tflops, g.peak_fp8_tflops, g.peak_fp4_tflops, g.hbm_gib,
+             g.hbm_gbyte_per_s, g.num_sms,
+             f"assumed: {g.efficiencies_assumed_from}'s" if g.efficiencies_assumed_from else "fitted"] for g in gs])
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="JSON list instead of a table")
 def clusters(as_json: bool) -> None:
     """List named clusters and the `<family>x<N>` templates (N GPUs, a multiple of GPUs per node)."""
-    from ..catalog import catalog_clusters, catalog_families
+    from ..catalog import catalog_clusters, catalog_families, family_rule
 
     cs = list(catalog_clusters().values())
     fams = catalog_families()
@@ -195,13 +199,15 @@ def clusters(as_json: bool) -> None:
     def each(c, key):
         return " + ".join(f"{getattr(p, key):g}" for p in c.pool_specs())
     rows = [[c.name, " + ".join(f"{p.num_nodes} {p.gpu.name}" for p in c.pool_specs()) if c.is_mixed else c.gpu.name,
-             c.num_nodes, each(c, "gpus_per_node"), c.num_gpus, each(c, "nvlink_gbyte_per_s"), each(c, "nic_gbit_per_s"),
-             c.nodes_per_leaf, f"{c.spine_oversubscription:g}:1"] for c in cs]
-    rows += [[f"{f}x<N>", t.get("gpu"), "N/" + str(t.get("gpus_per_node", 8)), t.get("gpus_per_node", 8), "N",
+             c.num_nodes, each(c, "gpus_per_node"), each(c, "domain_gpus"), c.num_gpus, each(c, "nvlink_gbyte_per_s"),
+             each(c, "nic_gbit_per_s"), c.nodes_per_leaf, f"{c.spine_oversubscription:g}:1"] for c in cs]
+    rows += [[f"{f}x<N>", t.get("gpu"), "N/" + str(t.get("gpus_per_node", 8)), t.get("gpus_per_node", 8),
+              t.get("nvlink_domain_gpus", t.get("gpus_per_node", 8)), family_rule(t),
               t.get("nvlink_gbyte_per_s"), t.get("nic_gbit_per_s"), t.get("nodes_per_leaf"),
               f"{t.get('spine_oversubscription', 1):g}:1"] for f, t in fams.items()]
-    _table("clusters (bandwidths per GPU per direction)",
-           ["name", "gpu", "nodes", "gpus/node", "gpus", "NVLink GB/s", "NIC Gbit/s", "nodes/leaf", "spine"], rows)
+    _table("clusters (bandwidths per GPU per direction; NVLink domain: GPUs on one NVLink/NVSwitch fabric)",
+           ["name", "gpu", "nodes", "gpus/node", "NVLink domain", "gpus", "NVLink GB/s", "NIC Gbit/s", "nodes/leaf",
+            "spine"], rows)
 
 
 # ----------------------------------------------------------------- show

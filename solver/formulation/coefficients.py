@@ -11,7 +11,8 @@ evaluation (`pipeline.py`), the CP-SAT encoding and the baselines all consume th
 is exactly one formula for every cost. Its parts:
 - kernels (`kernels.py`): GEMMs by their per-GPU shapes (wave and K quantisation), flash
   attention (tensor-core matmuls plus special-function exponentials, overlapped on Hopper by
-  fused kernels), memory-bound elementwise work, FP8 casts, a per-layer launch overhead;
+  fused kernels), memory-bound elementwise work, a per-layer launch overhead; the precision
+  recipe's GEMM rate and quantisation traffic (`precision.py`);
 - communication (`comm.py`): NCCL ring/tree on each group's links, node NICs shared by the
   rings that cross them;
 - overlap, each term explicit: TP collectives exposed (or hidden behind the GEMMs with
@@ -32,6 +33,7 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
+from .precision import matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
 from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
 from .moe import attention_geometry, moe_layer_params_per_gpu
 from .moe_layer import fold_layers, moe_layer_terms
@@ -48,10 +50,6 @@ ADAM_STEP_BYTES_PER_PARAM = 38
 # Cross entropy over the vocabulary, bytes per logit (fp32 upcast, exp, normalise; backward).
 CROSS_ENTROPY_BYTES_FWD = 16
 CROSS_ENTROPY_BYTES_BWD = 8
-# Transformer Engine FP8 linear layer: the input is cast to FP8 with its transpose for the
-# weight gradient (read bf16 2 + write 1 + 1) in forward; the output gradient likewise in
-# backward. Bytes per element of the input (forward) and of the output gradient (backward).
-FP8_CAST_BYTES = 4.0
 # ZeRO-2/3 (FSDP) per micro-batch: the layer's unsharded bf16 gradient is cast into the
 # reduce-dtype buffer (read 2, write g) and pre-divided by the group size (read g, write g)
 # before the reduce-scatter (PyTorch FSDP `_reduce_grad` / `_div_if_needed`): 2 + 3g bytes per
@@ -209,13 +207,8 @@ def stage_coefficients(
 
     # ---------------- compute per layer per micro-batch (one GPU) ----------------
     hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-    fp8 = precision == "fp8"
-    if fp8:
-        mm = dict(flop_per_s=gpu.peak_fp8_tflops * 1e12, efficiency=gpu.fp8_matmul_efficiency or gpu.matmul_efficiency,
-                  num_sms=gpu.num_sms, hbm_bytes_per_s=hbm, in_bytes=1)
-    else:
-        mm = dict(flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency, num_sms=gpu.num_sms,
-                  hbm_bytes_per_s=hbm)
+    mm = matmul_rate(gpu, precision, hbm)  # the precision recipe's GEMM rate (precision.py)
+    cast_bytes = quantize_bytes_per_element(precision)  # and its quantisation traffic
     M = b * s / c  # tokens of a micro-batch on this GPU
     # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
     attn_linears, hq, hkv, head_dim, latent_width = attention_geometry(model, t)
@@ -225,10 +218,9 @@ def stage_coefficients(
     for i, (N, K) in enumerate(attn_linears + mlp_linears):
         fw, bw = linear_s(M, N, K, **mm)
         gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
-        cf = FP8_CAST_BYTES * M * K / hbm if fp8 else 0.0
-        cb = FP8_CAST_BYTES * M * N / hbm if fp8 else 0.0
-        if fp8:
-            cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
+        cf = cast_bytes * M * K / hbm  # the recipe's quantisation traffic (0 without FP8)
+        cb = cast_bytes * M * N / hbm
+        cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
         if i >= len(attn_linears):
             mlp_fwd, mlp_bwd = mlp_fwd + fw + cf, mlp_bwd + bw + cb
     heads_gpu = a / t
@@ -355,9 +347,10 @@ def stage_coefficients(
         layer_window = first_window = last_window = np.zeros(len(z))
 
     # ---------------- memory ----------------
-    pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision)
+    pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision, grad_reduce_dtype)
     act_kw = dict(tokens=M, hidden=h, q_width=hq, kv_width=hkv, mlp_matrices=model.mlp_matrices, heads=a,
-                  seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0)
+                  seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0,
+                  linear_input_bytes=saved_linear_input_bytes(precision))
     layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=f, **act_kw)
     if latent_width:  # multi-latent attention: the latents, kept on every TP rank
         layer_act = layer_act + np.where(rc == 2, 0.0, latent_width * M)
@@ -396,6 +389,7 @@ def stage_coefficients(
                 adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
                 dispatcher=moe_token_dispatcher,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
+                grad_reduce_dtype=grad_reduce_dtype,
                 imbalance=moe_load_imbalance)
         proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
         unit, units, ends = fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(

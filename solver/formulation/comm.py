@@ -9,17 +9,24 @@ doc/PERFORMANCE.md for the bus-bandwidth factors):
 - point-to-point `a + S/b`.
 `b` is the bus bandwidth of one rank and `a` the latency of one ring step.
 
-Which links a group uses (`group_links`). Ranks follow Megatron-LM's order `tp-cp-dp-pp` (TP
-fastest), so a group of n ranks `stride` apart puts r = min(n, gpus_per_node / stride) ranks
-on each of k = n / r nodes.
-- Inside one node: NVLink, `b = nvlink_gbyte_per_s * nvlink_efficiency` per GPU.
-- Across nodes: NCCL builds one ring per NIC ("rail"), and every ring crosses each node
-  boundary once, so the S bytes of a collective go through a node's NICs together, not once
-  per rank (docs/DESIGN.md section 3). The r ranks of a group on a node drive r NICs, while the
-  other g/r groups on that node drive the rest: a node's g NICs are shared by the g/r groups
-  that run at once (the data-parallel groups of the TP ranks, all-gathers of every FSDP
-  rank). So `b = min(NVLink, r * nic_gbit_per_s/8 * network_efficiency)`, divided by the
-  spine oversubscription when the group spans more than one leaf.
+Which links a group uses (`group_links`: the one place that decides whether a group of any
+kind -- TP, CP, DP, pipeline neighbours, expert groups -- runs on NVLink or on the NICs). The
+unit is the NVLink domain (`ClusterSpec.domain_gpus`): a node of 8 GPUs on NVSwitch, or a
+GB200/GB300 NVL72 rack of 18 four-GPU trays whose NVLink switches join all 72 GPUs (NVIDIA
+GB200 NVL72 datasheet: one 130 TB/s NVLink domain). Ranks follow Megatron-LM's order
+`tp-cp-dp-pp` (TP fastest), so a group of n ranks `stride` apart puts r = min(n, D / stride)
+ranks on each of k = n / r domains of D GPUs.
+- Inside one domain: NVLink, `b = nvlink_gbyte_per_s * nvlink_efficiency` per GPU (through the
+  NVSwitches, every GPU of the domain at its full NVLink rate: NCCL's NVLS/ring over NVLink).
+- Across domains: NCCL builds one ring per NIC ("rail"), and every ring crosses each domain
+  boundary once, so the S bytes of a collective go through a domain's NICs together, not once
+  per rank (docs/DESIGN.md section 3). The r ranks of a group in a domain drive r NICs (one per
+  GPU), while the other D/r groups there drive the rest: the domain's D NICs are shared by the
+  D/r groups that run at once (the data-parallel groups of the TP ranks, all-gathers of every
+  FSDP rank). So `b = min(NVLink, r * nic_gbit_per_s/8 * network_efficiency)`, divided by the
+  spine oversubscription when the group spans more than one leaf (nodes_per_leaf nodes).
+RCCL on AMD Instinct (Infinity Fabric inside a node, NICs across) is priced the same way on
+the links the cluster states.
 """
 
 from __future__ import annotations
@@ -40,32 +47,34 @@ def interference(num_sms: int) -> float:
 
 
 def placement(cluster: ClusterSpec, n, stride):
-    """(ranks per node r, nodes spanned k) of a group of n ranks `stride` apart."""
+    """(ranks per NVLink domain r, domains spanned k) of a group of n ranks `stride` apart."""
     n = np.asarray(n, dtype=np.float64)
     stride = np.asarray(stride, dtype=np.float64)
-    g = cluster.gpus_per_node
+    g = cluster.domain_gpus
     r = np.minimum(np.clip(np.floor(g / np.maximum(stride, 1.0)), 1.0, None), np.maximum(n, 1.0))
     return r, np.ceil(n / r)
 
 
 def group_links(cluster: ClusterSpec, n, stride):
-    """(bus bandwidth bytes/s per rank, latency per ring step s, inside one node) of a group of
-    `n` ranks `stride` apart in the rank order."""
+    """(bus bandwidth bytes/s per rank, latency per ring step s, inside one NVLink domain) of a
+    group of `n` ranks `stride` apart in the rank order."""
     r, k = placement(cluster, n, stride)
     intra = k <= 1
     nic = cluster.nic_bytes_per_s * r
     if cluster.nodes_per_leaf is not None and cluster.spine_oversubscription > 1:
-        nic = np.where(k > cluster.nodes_per_leaf, nic / cluster.spine_oversubscription, nic)
+        nodes = k * (cluster.domain_gpus // cluster.gpus_per_node)
+        nic = np.where(nodes > cluster.nodes_per_leaf, nic / cluster.spine_oversubscription, nic)
     bw = np.where(intra, cluster.nvlink_bytes_per_s, np.minimum(cluster.nvlink_bytes_per_s, nic))
     lat = np.where(intra, cluster.nvlink_latency_s, cluster.network_latency_s)
     return bw, lat, intra
 
 
 def p2p_link(cluster: ClusterSpec, stride):
-    """Bandwidth and latency of one send between ranks `stride` apart: one NIC when they sit
-    on different nodes (a single pair is not striped over the node's NICs)."""
+    """Bandwidth and latency of one send between ranks `stride` apart: NVLink inside one NVLink
+    domain, one NIC when they sit in different domains (a single pair is not striped over the
+    NICs)."""
     stride = np.asarray(stride, dtype=np.float64)
-    intra = stride < cluster.gpus_per_node
+    intra = stride < cluster.domain_gpus
     bw = np.where(intra, cluster.nvlink_bytes_per_s, cluster.nic_bytes_per_s)
     lat = np.where(intra, cluster.nvlink_latency_s, cluster.network_latency_s)
     return bw, lat

@@ -12,6 +12,7 @@ from ..space.shapes import Shapes
 from ..specs import JobSpec, require_uniform
 from .coefficients import StageCoefficients, distributed_optimizer_dominates, stage_coefficients
 from .flops import reported_flop_per_step
+from .precision import is_fp8, peak_flop_per_s
 
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
@@ -62,7 +63,7 @@ class Throughput:
 def throughput(job: JobSpec, step_time_s: float, recompute_code: int) -> Throughput:
     n = job.cluster.num_gpus
     mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, recompute_code)
-    peak = job.cluster.gpu.peak_fp8_tflops * 1e12 if job.precision == "fp8" else job.cluster.gpu.peak_flop_per_s
+    peak = peak_flop_per_s(job.cluster.gpu, job.precision)
     return Throughput(
         tokens_per_s=job.tokens_per_step / step_time_s,
         model_tflops_per_gpu=mf / step_time_s / n / 1e12,
@@ -70,3 +71,24 @@ def throughput(job: JobSpec, step_time_s: float, recompute_code: int) -> Through
         mfu=mf / (step_time_s * n * peak),
     )
 
+
+
+def job_assumptions(job: JobSpec) -> list[str]:
+    """What the job's prediction assumes instead of fitting, to be said in every plan (table and
+    JSON): a GPU whose efficiencies are borrowed from another GPU's fit, and an FP8 recipe whose
+    own GEMM efficiency is not fitted on that GPU (its per-tensor FP8 efficiency is used)."""
+    out: list[str] = []
+    for pool in job.cluster.pool_specs():
+        gpu = pool.gpu
+        for line in (gpu.assumption(), _recipe_assumption(gpu, job.precision)):
+            if line and line not in out:
+                out.append(line)
+    return out
+
+
+def _recipe_assumption(gpu, precision: str):
+    own = {"mxfp8": gpu.mxfp8_matmul_efficiency, "fp8-blockwise": gpu.fp8_blockwise_matmul_efficiency}
+    if is_fp8(precision) and precision in own and own[precision] is None:
+        return (f"{precision} GEMM efficiency of {gpu.name} not fitted: its per-tensor FP8 efficiency "
+                f"{gpu.fp8_efficiency('fp8'):.3g} is used")
+    return None

@@ -3,15 +3,16 @@
 - Model state per parameter (`model_state_bytes_per_param`): bf16/fp8 training keeps a bf16
   weight (2), an fp32 main gradient (4) and fp32 Adam state (master weight, m, v: 12) = 18
   bytes (Megatron-LM distributed-optimizer docs, "bf16 params, fp32 grads"); fp16 training
-  (Megatron's fp16 optimizer) has fp16 gradients: 16 (ZeRO paper Sec. 3.1); FP8 adds the
-  cached FP8 weight and its transpose (Transformer Engine keeps both: 2). Sharding over the
+  (Megatron's fp16 optimizer) has fp16 gradients: 16 (ZeRO paper Sec. 3.1); an FP8 recipe adds
+  the cached FP8 weight in both layouts and its scales (precision.py: 2, mxfp8 2.06). Sharding over the
   d data-parallel ranks (x cp): ZeRO-1 / distributed optimizer divides the Adam state, ZeRO-2
   the gradients too, ZeRO-3 / FSDP everything (Rajbhandari et al. 2020).
 - Activations per layer per micro-batch (`layer_activation_bytes`): Korthikanti et al. 2022
   Table 2 generalised to GQA (K, V of width h_kv), a query width h_q = heads x head_dim and
   gated MLPs; flash attention keeps only the softmax statistics (fp32 per head and query)
   instead of the `5 a s^2 b` score terms; the two dropout masks (1 byte per element) only for
-  models trained with dropout (`ModelSpec.dropout`).
+  models trained with dropout (`ModelSpec.dropout`); under an FP8 recipe the four linear-layer
+  inputs are saved quantised (1 byte; precision.py).
 - The logits of the last stage: Megatron's `VocabParallelCrossEntropy` turns the LM head's
   bf16 output into an fp32 softmax kept for backward (4 bytes per logit), whose gradient is
   computed in place and cast back to bf16 for the head's backward (2): `LOGIT_BYTES` per
@@ -29,6 +30,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+from .precision import weight_copy_bytes_per_param
 
 BF16_BYTES = 2
 FP32_BYTES = 4
@@ -48,12 +51,16 @@ def runtime_bytes(reserve_gib: float, tp, cp, dp, pp, ep=1, etp=1) -> np.ndarray
     return reserve_gib * 1024**3 + NCCL_COMM_BYTES * comms
 
 
-def model_state_bytes_per_param(zero, shard, precision: str):
-    """(weights, gradients, optimizer) bytes per parameter of one GPU (see the module docstring)."""
+def model_state_bytes_per_param(zero, shard, precision: str, grad_reduce_dtype: str = "fp32"):
+    """(weights, gradients, optimizer) bytes per parameter of one GPU (see the module docstring).
+    The gradient buffer has the reduction's dtype: Megatron's DDP allocates main_grad in fp32 only
+    with grad_reduce_in_fp32 (megatron/core/distributed/distributed_data_parallel.py: grad_dtype =
+    torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype), so `--grad-reduce-in-bf16`
+    keeps 2-byte gradients."""
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
-    weight = BF16_BYTES + (2.0 if precision == "fp8" else 0.0)
-    grad = 2.0 if precision == "fp16" else FP32_BYTES
+    weight = BF16_BYTES + weight_copy_bytes_per_param(precision)  # FP8 copies of the recipe (precision.py)
+    grad = 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
     params = np.where(zero >= 3, weight / shard, weight)
     grads = np.where(zero >= 2, grad / shard, grad)
     opt = np.where(zero >= 1, 12.0 / shard, 12.0)
@@ -61,7 +68,7 @@ def model_state_bytes_per_param(zero, shard, precision: str):
 
 
 def layer_activation_bytes(*, tokens, hidden, q_width, kv_width, ffn, mlp_matrices, heads, seq_k, tp, sp_degree,
-                           recompute, flash: bool, dropout: bool):
+                           recompute, flash: bool, dropout: bool, linear_input_bytes: float = BF16_BYTES):
     """(stored activations per layer and micro-batch, transient working set) on one GPU.
 
     `tokens` = b s / cp on this GPU; Korthikanti Table 2 per token: 10h replicated over TP
@@ -70,12 +77,17 @@ def layer_activation_bytes(*, tokens, hidden, q_width, kv_width, ffn, mlp_matric
     over TP: Q, K, V, attention output (2(h_q + 2 h_kv + h_q)), the MLP's input and output of
     the activation (2 * 2f for 2 matrices, 3 * 2f gated: the activation keeps both halves).
     Selective recompute drops the score terms (unfused attention); full recompute keeps the
-    layer input only (2h, sharded with SP) and rebuilds one layer at a time in backward."""
+    layer input only (2h, sharded with SP) and rebuilds one layer at a time in backward.
+    `linear_input_bytes`: bytes per element of the four saved linear-layer inputs (QKV and fc1:
+    the norm outputs, h each; the attention projection's input, h_q; fc2's input, f): 2 in BF16,
+    1 under an FP8 recipe (precision.saved_linear_input_bytes: Transformer Engine saves the
+    quantised input that the weight-gradient GEMM reads)."""
     t = np.asarray(tp, dtype=np.float64)
     rep = np.asarray(sp_degree, dtype=np.float64)
     T = np.asarray(tokens, dtype=np.float64)
-    replicated = (10.0 if dropout else 8.0) * hidden / rep
-    sharded = (4.0 * q_width + 4.0 * kv_width + 2.0 * mlp_matrices * ffn) / t
+    saved_less = BF16_BYTES - linear_input_bytes
+    replicated = ((10.0 if dropout else 8.0) - 2 * saved_less) * hidden / rep
+    sharded = (4.0 * q_width + 4.0 * kv_width + 2.0 * mlp_matrices * ffn - saved_less * (q_width + ffn)) / t
     a_t = heads / t
     if flash:
         core = FP32_BYTES * a_t * T  # softmax statistics (log-sum-exp) per head and query

@@ -16,7 +16,7 @@ from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_b
 
 def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
                attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
-               state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, imbalance,
+               state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall") -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
@@ -50,7 +50,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     edp = t * c * d / (ep * etp)
     pb, gb, ob = state_bytes
-    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision)
+    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype)
 
     def ex_collective(kind, size):
         return comm.collective_s(kind, size, cluster, edp, etp * ep)

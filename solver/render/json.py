@@ -5,6 +5,7 @@ measurements: wall times, branch counts)."""
 
 from __future__ import annotations
 
+from ..formulation.job import job_assumptions
 from .megatron import megatron_args
 from .torchtitan import CURRENT, torchtitan_config, torchtitan_flags
 
@@ -39,6 +40,7 @@ def result_json(result, job, torchtitan_version: str = CURRENT) -> dict:
     d["top_k_asked"] = getattr(result, "top_k_asked", 1)
     d["top_k_found"] = getattr(result, "top_k_found", 0 if result.plan is None else 1 + len(result.alternatives))
     d["shortfall"] = result.shortfall.model_dump() if result.shortfall is not None else None
+    d["assumptions"] = job_assumptions(job)  # also when no plan: what any plan on this job would assume
     d["notes"] = list(result.notes)
     d["search"] = result.search.model_dump()
     return d

@@ -17,6 +17,16 @@ runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_f
 - tp > 1 or cp > 1 without Megatron-FSDP on a GPU older than Blackwell: validate_args asserts
   CUDA_DEVICE_MAX_CONNECTIONS=1, so it goes on the launch line (`MegatronArgs.env`).
 - `--tp-comm-overlap` only with `--sequence-parallel` (asserted).
+- precision: `--bf16` / `--fp16`, and an FP8 recipe as `--fp8-format` + `--fp8-recipe`
+  (TransformerConfig.fp8 / fp8_recipe in megatron/core/transformer/transformer_config.py; built into
+  Transformer Engine recipes by megatron/core/fp8_utils.py): fp8 -> hybrid + delayed (E4M3 forward,
+  E5M2 gradients; Megatron's default recipe), fp8-tensorwise -> hybrid + tensorwise (current
+  scaling), fp8-blockwise -> e4m3 + blockwise and mxfp8 -> e4m3 + mxfp8 (TE's own defaults for
+  these two recipes, Float8BlockScaling / MXFP8BlockScaling: E4M3 for every tensor, as DeepSeek-V3
+  and NVIDIA's MXFP8 pre-training recipe train).
+- AMD Instinct (ROCm): no CUDA-only environment (CUDA_DEVICE_MAX_CONNECTIONS has no effect under
+  HIP) and `--attention-backend auto` (Transformer Engine's ROCm build has no cuDNN; it picks its
+  CK / AOTriton fused attention); the notes say what differs.
 - the model: TransformerConfig fields exposed as flags (megatron/core/transformer/transformer_config.py)
   and GPTModel's (`--position-embedding-type`, `--rotary-base` (int), `--rotary-percent`,
   `--use-rope-scaling --rope-scaling-factor`, `--normalization`, `--apply-layernorm-1p`,
@@ -35,13 +45,22 @@ from ..specs import JobSpec, ModelSpec
 
 # GPU name prefix -> CUDA compute capability major (Megatron's get_device_arch_version); MI300X
 # (gfx942) reports 9 under ROCm. Blackwell (10) no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1.
-_ARCH = (("v100", 7), ("a100", 8), ("h100", 9), ("h200", 9), ("mi300", 9), ("b200", 10), ("gb200", 10))
+_ARCH = (("v100", 7), ("a100", 8), ("h100", 9), ("h200", 9), ("mi3", 9), ("b200", 10), ("gb200", 10), ("b300", 10),
+         ("gb300", 10))
+_ARCH_OF_ARCHITECTURE = {"volta": 7, "ampere": 8, "hopper": 9, "blackwell": 10, "cdna3": 9, "cdna4": 9}
 FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+# precision recipe -> (--fp8-format, --fp8-recipe); see the module docstring
+FP8_FLAGS = {"fp8": ("hybrid", "delayed"), "fp8-tensorwise": ("hybrid", "tensorwise"),
+             "fp8-blockwise": ("e4m3", "blockwise"), "mxfp8": ("e4m3", "mxfp8")}
 
 
-def gpu_arch(gpu_name: str) -> int:
-    name = gpu_name.lower()
-    return next((arch for prefix, arch in _ARCH if name.startswith(prefix)), 9)
+def gpu_arch(gpu) -> int:
+    """CUDA compute capability major of a GPU (a GPUSpec, or a catalog name)."""
+    arch = getattr(gpu, "architecture", None)
+    if arch in _ARCH_OF_ARCHITECTURE:
+        return _ARCH_OF_ARCHITECTURE[arch]
+    name = str(getattr(gpu, "name", gpu)).lower()
+    return next((a for prefix, a in _ARCH if name.startswith(prefix)), 9)
 
 
 @dataclass
@@ -232,26 +251,40 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
             a.append("--tp-comm-overlap")
         else:
             notes.append("--tp-comm-overlap needs --sequence-parallel (Megatron-LM asserts it): left out")
-    gpus = [p.gpu.name for p in job.cluster.pool_specs()]  # a mixed cluster: its oldest GPU decides
+    gpus = [p.gpu for p in job.cluster.pool_specs()]  # a mixed cluster: its oldest GPU decides
     arch = min(gpu_arch(g) for g in gpus)
+    rocm = any(g.is_rocm for g in gpus)
     if (par.tp > 1 or par.cp > 1) and not fsdp and arch < 10:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # asserted by validate_args before Blackwell
+        if rocm:
+            notes.append("ROCm: no stream-connection variable is set (HIP ignores it); upstream Megatron-LM's "
+                         "validate_args asserts one with tp/cp > 1 on pre-Blackwell devices (ROCm reports CDNA 3/4 as "
+                         "major 9): set the variable it names only if your build refuses to start")
+        else:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # asserted by validate_args before Blackwell
     mflags, mnotes = model_flags(model, job.seq_length)
     a += mflags
     notes += mnotes
     if arch < 8:
         a.append("--fp16")
-        notes.append(f"{min(gpus, key=gpu_arch)} has no bf16: launched in fp16 with dynamic loss scaling")
+        notes.append(f"{min(gpus, key=gpu_arch).name} has no bf16: launched in fp16 with dynamic loss scaling")
     elif job.precision == "fp16":
         a.append("--fp16")
     else:
         a.append("--bf16")
     if job.grad_reduce_dtype == "bf16" and job.precision != "fp16":
         a.append("--grad-reduce-in-bf16")
-    if job.precision == "fp8":
-        a += ["--fp8-format", "hybrid"]
+    if job.precision in FP8_FLAGS:
+        fmt, recipe = FP8_FLAGS[job.precision]
+        a += ["--fp8-format", fmt, "--fp8-recipe", recipe]
+        if recipe in ("mxfp8", "blockwise"):
+            notes.append(f"--fp8-recipe {recipe} needs Transformer Engine >= "
+                         f"{'2.1' if recipe == 'mxfp8' else '2.3'} (megatron/core/fp8_utils.py)")
     # cuDNN's fused attention is Transformer Engine's `fused` backend; FlashAttention-2 is `flash`
     backend = ("fused" if job.attention_kernel == "cudnn" else "flash") if job.flash_attention else "unfused"
+    if rocm and job.flash_attention:
+        backend = "auto"
+        notes.append("ROCm: --attention-backend auto lets Transformer Engine's ROCm build pick its CK / AOTriton "
+                     "fused attention; collectives run on RCCL, priced like NCCL on the stated links")
     a += ["--attention-backend", backend]
     if job.flash_attention:
         notes.append("older Megatron-LM releases spell the attention backend --use-flash-attn")

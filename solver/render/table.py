@@ -217,6 +217,14 @@ def _title(plan) -> Text:
                 f"{plan.global_batch_size} x {plan.seq_length} tokens, {plan.framework} stack", style="bold")
 
 
+def assumptions_text(plan) -> Optional[Text]:
+    """The plan's assumptions (efficiencies not fitted), said beside its status."""
+    lines = getattr(plan, "assumptions", None) or []
+    if not lines:
+        return None
+    return Text("\n".join(f"ASSUMED: {line}" for line in lines), style="bold yellow")
+
+
 def _plan_tables(plan) -> list:
     return [degrees_table(plan), stages_table(plan), breakdown_table(plan), throughput_table(plan)]
 
@@ -225,7 +233,9 @@ def render_plan(plan) -> Group:
     """One evaluated configuration (`solveplan evaluate`): degrees, stages, breakdown, throughput,
     and its intervals when attached."""
     extra = interval_text(plan)
-    return Group(_title(plan), *_plan_tables(plan), *([extra] if extra is not None else []))
+    said = assumptions_text(plan)
+    return Group(_title(plan), *([said] if said is not None else []), *_plan_tables(plan),
+                 *([extra] if extra is not None else []))
 
 
 def render_result(result) -> Group:
@@ -236,6 +246,9 @@ def render_result(result) -> Group:
         parts.append(_title(plan))
     parts.append(status_line(result))
     if plan is not None:
+        said = assumptions_text(plan)
+        if said is not None:
+            parts.append(said)
         parts += _plan_tables(plan)
         for extra in (uncertainty_text(result), cost_text(result), comparisons_table(result), alternatives_table(result)):
             if extra is not None:

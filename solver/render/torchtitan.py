@@ -33,8 +33,10 @@ How the plan maps (torchtitan's parallelisms are FSDP2-based, not Megatron's), b
   (torchtitan's decoder FQNs `tok_embeddings`, `layers.<i>`, `norm`, and the output module),
   one part per stage, stage k on rank k mod pp as looped schedules place them.
 - recompute none/selective/full -> activation checkpointing none / selective (per-op) / full.
-- precision fp8 -> the float8 linear converter (0.2: tensorwise scaling with float8 all-gather
-  under FSDP; 0.3: rowwise, the recipes it has), the output projection left in bf16.
+- precision fp8 / fp8-tensorwise -> the float8 linear converter (0.2: tensorwise scaling with
+  float8 all-gather under FSDP; 0.3: rowwise, the recipes it has), the output projection left in
+  bf16; fp8-blockwise and mxfp8 are said in a note, not configured.
+- AMD Instinct: torchtitan on ROCm takes the same sections; nothing CUDA-specific is emitted.
 """
 
 from __future__ import annotations
@@ -134,7 +136,13 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
     ac = {"none": {"mode": "none"}, "selective": {"mode": "selective", "selective_ac_option": "op"},
           "full": {"mode": "full"}}[par.recompute]
     sections: dict[str, dict] = {"training": training, "parallelism": parallelism, "activation_checkpoint": ac}
-    if job.precision == "fp8":
+    if job.precision in ("fp8-blockwise", "mxfp8"):
+        notes.append(f"the planned {job.precision} recipe is not expressed here: torchtitan's float8 converter scales "
+                     f"per tensor or per row; launch with Megatron-LM's flags, or configure torchtitan's MX converter")
+    if job.precision in ("fp8", "fp8-tensorwise"):
+        if job.precision == "fp8":
+            notes.append("torchtitan's float8 tensorwise recipe scales per tensor from the current amax (current "
+                         "scaling), not from an amax history (delayed): same GEMMs, one more pass per cast")
         sections["model"] = {"converters": ["quantize.linear.float8"]}
         fsdp = par.zero >= 1
         sections["quantize.linear.float8"] = {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": fsdp,
@@ -157,9 +165,12 @@ def _sections_03(job: JobSpec, par, training: dict, parallelism: dict, notes: li
     sections: dict[str, dict] = {"base": {"module": "llama3", "config": base, "flavor": flavor},
                                  "training": training, "parallelism": parallelism,
                                  "activation_checkpoint": {"subcommand": par.recompute}}
-    if base == "llama3_405b" and job.precision != "fp8":
+    if base == "llama3_405b" and job.precision not in ("fp8", "fp8-tensorwise"):
         notes.append("torchtitan's llama3_405b config trains in float8: the flags on it do too (this module does not)")
-    if job.precision == "fp8":
+    if job.precision in ("fp8-blockwise", "mxfp8"):
+        notes.append(f"the planned {job.precision} recipe is not expressed here: torchtitan's float8 converter scales "
+                     f"per tensor or per row; launch with Megatron-LM's flags, or configure torchtitan's MX converter")
+    if job.precision in ("fp8", "fp8-tensorwise"):
         sections["float8"] = {"recipe_name": "rowwise", "filter_fqns": [OUTPUT_FQN["0.3"]]}
         notes.append("torchtitan 0.3 sets float8 only in a config function (Float8LinearConverter on model_spec; "
                      "rowwise scaling, it has no tensorwise recipe): the flags on the stock config run in bf16")

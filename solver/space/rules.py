@@ -8,9 +8,9 @@
   sequence parallelism when tp > 1, the distributed optimizer (zero = 1) when dp*cp > 1 else
   plain data parallelism (zero = 0); a default the job's framework does not run gives way to
   its fallback (`specs/frameworks.py`), and a value it does not run is refused;
-- `textbook_shapes`: the usual Megatron-LM configuration (TP inside a node, no CP, no
+- `textbook_shapes`: the usual Megatron-LM configuration (TP inside an NVLink domain: a node, or an NVL72 rack; no CP, no
   interleaving, selective recomputation, SP with TP, the distributed optimizer; for a MoE
-  model etp = 1 and the EP group inside a node, as the Megatron MoE README recommends), each default
+  model etp = 1 and the EP group inside the NVLink domain, as the Megatron MoE README recommends), each default
   giving way only where the job's constraints exclude it;
 - `least_memory_job`: the job restricted to the least-memory value of every knob.
 """
@@ -148,9 +148,9 @@ def textbook_shapes(job: JobSpec) -> Shapes:
     shapes = enumerate_shapes(job).shapes
     mask = np.ones(len(shapes), dtype=bool)
     for keep in (shapes.cp == 1, shapes.vp == 1, shapes.recompute == RECOMPUTE_CODES["selective"],
-                 shapes.tp <= job.cluster.gpus_per_node, shapes.sequence_parallel == (shapes.tp > 1),
+                 shapes.tp <= job.cluster.domain_gpus, shapes.sequence_parallel == (shapes.tp > 1),
                  shapes.zero == np.where(shapes.dp * shapes.cp > 1, 1, 0),
-                 shapes.etp == 1, shapes.ep * shapes.etp <= job.cluster.gpus_per_node):
+                 shapes.etp == 1, shapes.ep * shapes.etp <= job.cluster.domain_gpus):
         if (mask & keep).any():
             mask &= keep
     return shapes.take(np.flatnonzero(mask))

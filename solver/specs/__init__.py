@@ -6,6 +6,7 @@ job as a mapping; `base.build` makes a spec from a mapping, naming bad fields by
 from .model import ModelSpec
 from .gpu import GPUSpec
 from .cluster import ClusterSpec, LinkOverride, PoolSpec, require_uniform
-from .job import JobSpec, Constraints, RECOMPUTE_MODES
+from .job import FP8_RECIPES, PRECISIONS, JobSpec, Constraints, Precision, RECOMPUTE_MODES, precision_problem
 
-__all__ = ["ModelSpec", "GPUSpec", "ClusterSpec", "LinkOverride", "PoolSpec", "require_uniform", "JobSpec", "Constraints", "RECOMPUTE_MODES"]
+__all__ = ["ModelSpec", "GPUSpec", "ClusterSpec", "LinkOverride", "PoolSpec", "require_uniform", "JobSpec", "Constraints", "RECOMPUTE_MODES",
+           "FP8_RECIPES", "PRECISIONS", "Precision", "precision_problem"]

@@ -32,12 +32,12 @@ class Spec(BaseModel):
 # sizes and the solver's integer coefficients stay finite.
 PLAUSIBLE: dict[str, tuple[float, float]] = {
     # GPU
-    "peak_bf16_tflops": (1.0, 1e5), "peak_fp8_tflops": (1.0, 2e5), "hbm_gib": (0.5, 1e4),
+    "peak_bf16_tflops": (1.0, 1e5), "peak_fp8_tflops": (1.0, 2e5), "peak_fp4_tflops": (1.0, 4e5), "hbm_gib": (0.5, 1e4),
     "hbm_gbyte_per_s": (10.0, 1e6), "num_sms": (1, 1e5), "sfu_tops": (1e-3, 1e4),
     "layer_overhead_us": (0.0, 1e6), "sharded_layer_overhead_us": (0.0, 1e6), "runtime_reserve_gib": (0.0, 1e4),
     "tdp_watts": (1.0, 1e5),
     # cluster and links
-    "gpus_per_node": (1, 1024), "num_nodes": (1, 1 << 20), "nodes_per_leaf": (1, 1 << 20),
+    "gpus_per_node": (1, 1024), "nvlink_domain_gpus": (1, 1 << 16), "num_nodes": (1, 1 << 20), "nodes_per_leaf": (1, 1 << 20),
     "nvlink_gbyte_per_s": (0.1, 1e5), "nic_gbit_per_s": (0.1, 1e6), "gbit_per_s": (1e-3, 1e6),
     "nvlink_latency_us": (1e-3, 1e6), "network_latency_us": (1e-3, 1e6), "latency_us": (1e-3, 1e6),
     "spine_oversubscription": (1.0, 1e3), "price_per_gpu_hour_usd": (0.0, 1e6),

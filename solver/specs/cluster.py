@@ -36,6 +36,9 @@ class NodeFabric(Spec):
     gpu: GPUSpec
     gpus_per_node: PositiveInt = 8
     num_nodes: PositiveInt
+    nvlink_domain_gpus: Optional[PositiveInt] = Field(
+        None, description="GPUs that share one NVLink (NVSwitch) domain, e.g. 72 for a GB200/GB300 NVL72 rack of 18 "
+                          "4-GPU trays (default: gpus_per_node): a multiple of gpus_per_node dividing the GPUs")
     nvlink_gbyte_per_s: PositiveFloat = Field(description="NVLink/NVSwitch bandwidth per GPU per direction, GB/s")
     nic_gbit_per_s: PositiveFloat = Field(description="network bandwidth per GPU per direction, Gbit/s")
     nvlink_latency_us: PositiveFloat = 3.0
@@ -54,7 +57,18 @@ class NodeFabric(Spec):
             raise ValueError(f"node_names lists {len(self.node_names)} names for {self.num_nodes} nodes")
         if len(set(self.node_names)) != len(self.node_names):
             raise ValueError("node_names repeats a name")
+        d, g = self.nvlink_domain_gpus, self.gpus_per_node
+        if d is not None and not getattr(self, "pools", ()):
+            gpus = g * self.num_nodes
+            if d % g or gpus % d:
+                raise ValueError(f"nvlink_domain_gpus = {d} must be a multiple of gpus_per_node ({g}) that divides the "
+                                 f"cluster's {gpus} GPUs (e.g. {g} or {_domain_hint(g, gpus)})")
         return self
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs per NVLink domain: groups inside one are priced on NVLink, across domains on the NICs."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     @property
     def nvlink_bytes_per_s(self) -> float:
@@ -163,6 +177,11 @@ class ClusterSpec(NodeFabric):
             return (self,)
         return tuple(ClusterSpec(name=f"{self.name}/{p.name}", source=self.source,
                                  **{k: getattr(p, k) for k in FABRIC_FIELDS}) for p in self.pools)
+
+
+def _domain_hint(g: int, gpus: int) -> int:
+    """The largest legal NVLink domain of `gpus` GPUs in nodes of `g` (for an error message)."""
+    return max(d for d in range(g, gpus + 1, g) if gpus % d == 0)
 
 
 def pool_node_names(pool: PoolSpec) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field, PositiveFloat
 
@@ -11,10 +11,26 @@ from .base import Spec
 from .units import GIB
 
 
+# Architectures whose tensor cores scale blocks of 32 elements in hardware (OCP microscaling,
+# MXFP8/MXFP4): NVIDIA Blackwell (5th-generation tensor cores, `tcgen05` block-scaled MMA) and
+# AMD CDNA 4 (MI350 series, "MXFP8/MXFP6/MXFP4" in the CDNA 4 whitepaper). Hopper and CDNA 3
+# have FP8 with per-tensor scales only.
+MX_ARCHITECTURES = ("blackwell", "cdna4")
+ROCM_ARCHITECTURES = ("cdna3", "cdna4")
+Architecture = Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4"]
+
+
 class GPUSpec(Spec):
     name: str
+    architecture: Optional[Architecture] = Field(
+        None, description="GPU architecture: which precision recipes it runs (MXFP8 on blackwell/cdna4) and whether "
+                          "it runs CUDA or ROCm (cdna3/cdna4)")
     peak_bf16_tflops: PositiveFloat = Field(description="dense BF16/FP16 tensor-core peak, TFLOP/s")
-    peak_fp8_tflops: Optional[PositiveFloat] = Field(None, description="dense FP8 peak, TFLOP/s, where it exists")
+    peak_fp8_tflops: Optional[PositiveFloat] = Field(
+        None, description="dense FP8 peak, TFLOP/s, where it exists (MXFP8 and blockwise FP8 run at this rate)")
+    peak_fp4_tflops: Optional[PositiveFloat] = Field(
+        None, description="dense FP4 (NVFP4/MXFP4) peak, TFLOP/s, where the datasheet gives it (catalog information: "
+                          "no FP4 training recipe is planned)")
     hbm_gib: PositiveFloat
     hbm_gbyte_per_s: PositiveFloat = Field(description="HBM bandwidth, GB/s (10^9 B/s)")
     num_sms: int = Field(108, gt=0, description="streaming multiprocessors (compute units): wave quantisation of GEMMs")
@@ -26,6 +42,10 @@ class GPUSpec(Spec):
     matmul_efficiency: float = Field(0.75, gt=0, le=1, description="attained fraction of peak of large BF16 GEMMs")
     fp8_matmul_efficiency: Optional[float] = Field(
         None, gt=0, le=1, description="attained fraction of the FP8 peak of large FP8 GEMMs (default: matmul_efficiency)")
+    mxfp8_matmul_efficiency: Optional[float] = Field(
+        None, gt=0, le=1, description="the same for MXFP8 GEMMs (default: fp8_matmul_efficiency)")
+    fp8_blockwise_matmul_efficiency: Optional[float] = Field(
+        None, gt=0, le=1, description="the same for blockwise-scaled FP8 GEMMs (default: fp8_matmul_efficiency)")
     attention_efficiency: Optional[float] = Field(
         None, gt=0, le=1, description="attained fraction of peak of the attention matmuls, fused (cuDNN) kernel "
                                       "(default: matmul_efficiency: tensor-core kernels of the same generation)")
@@ -51,6 +71,35 @@ class GPUSpec(Spec):
                           "(an upper bound of the GPUs' draw; hosts, NICs and cooling not counted); optional")
     source: str = "user supplied"
     fit_notes: Optional[str] = None
+    efficiencies_assumed_from: Optional[str] = Field(
+        None, description="the GPU whose fitted efficiencies this one borrows (no published rows of its own); every "
+                          "plan on it says so")
+
+    @property
+    def is_rocm(self) -> bool:
+        """AMD Instinct: ROCm, RCCL and Transformer Engine's ROCm build instead of CUDA/NCCL/cuDNN."""
+        return self.architecture in ROCM_ARCHITECTURES
+
+    @property
+    def has_mx_formats(self) -> bool:
+        """Hardware block scaling (MXFP8) in the tensor cores."""
+        return self.architecture in MX_ARCHITECTURES
+
+    def fp8_efficiency(self, recipe: str) -> float:
+        """Attained fraction of the FP8 peak of a large GEMM under `recipe` (fp8 / fp8-blockwise / mxfp8)."""
+        base = self.fp8_matmul_efficiency or self.matmul_efficiency
+        if recipe == "mxfp8":
+            return self.mxfp8_matmul_efficiency or base
+        if recipe == "fp8-blockwise":
+            return self.fp8_blockwise_matmul_efficiency or base
+        return base
+
+    def assumption(self) -> Optional[str]:
+        """What a plan on this GPU must say about its efficiencies, or None when they are fitted."""
+        if self.efficiencies_assumed_from:
+            return (f"efficiencies of {self.name} assumed from {self.efficiencies_assumed_from}'s fit (no published "
+                    f"rows for {self.name}); calibrate with `solveplan calibrate` on your own runs")
+        return None
 
     @property
     def peak_flop_per_s(self) -> float:

@@ -12,6 +12,31 @@ from .frameworks import narrow_constraints
 from .model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+# Training precisions (`--precision`). The FP8 recipes are Transformer Engine's, selected in
+# Megatron-LM by `--fp8-format` and `--fp8-recipe` (megatron/core/transformer/transformer_config.py,
+# fields fp8 / fp8_recipe): fp8 = per-tensor delayed scaling (TE DelayedScaling: `--fp8-recipe
+# delayed`, Megatron's default), fp8-tensorwise = per-tensor current scaling (TE
+# Float8CurrentScaling: `tensorwise`; the same GEMMs, one more pass over each input for its amax;
+# NVIDIA's "fp8-cs" recipes), fp8-blockwise = 1x128 activation and
+# 128x128 weight blocks (DeepSeek-V3's recipe; TE Float8BlockScaling: `blockwise`), mxfp8 = OCP
+# microscaling, 32-element blocks with E8M0 scales in the tensor cores (TE MXFP8BlockScaling:
+# `mxfp8`, Blackwell only in Megatron-LM's words).
+Precision = Literal["bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8"]
+PRECISIONS = ("bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8")
+FP8_RECIPES = ("fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8")
+
+
+def precision_problem(precision: str, gpu) -> Optional[str]:
+    """Why `gpu` cannot run `precision` (one line naming the fix), or None."""
+    if precision in FP8_RECIPES and gpu.peak_fp8_tflops is None:
+        return f"precision {precision} needs a GPU with FP8 tensor cores; {gpu.name} has none (use bf16)"
+    if precision == "mxfp8" and not gpu.has_mx_formats:
+        return (f"precision mxfp8 needs tensor cores with hardware block scaling (Blackwell, CDNA 4); {gpu.name} "
+                f"({gpu.architecture or 'architecture not stated'}) has none (use fp8 or fp8-blockwise)")
+    if precision == "fp8-blockwise" and gpu.architecture not in ("hopper", "blackwell"):
+        return (f"precision fp8-blockwise is Transformer Engine's Float8BlockScaling recipe for NVIDIA Hopper and "
+                f"Blackwell; {gpu.name} ({gpu.architecture or 'architecture not stated'}) cannot run it (use fp8)")
+    return None
 Recompute = Literal["none", "selective", "full"]
 
 
@@ -59,9 +84,11 @@ class JobSpec(Spec):
     cluster: ClusterSpec
     global_batch_size: PositiveInt = Field(description="sequences per optimizer step")
     seq_length: PositiveInt
-    precision: Literal["bf16", "fp16", "fp8"] = Field(
+    precision: Precision = Field(
         "bf16", description="bf16 (fp32 main gradients, 18 B/param), fp16 (Megatron's fp16 optimizer: fp16 "
-                            "gradients, 16 B/param) or fp8 (Transformer Engine FP8 GEMMs, bf16 elsewhere)")
+                            "gradients, 16 B/param), or an FP8 recipe of Transformer Engine (FP8 GEMMs, bf16 "
+                            "elsewhere): fp8 (per-tensor delayed scaling), fp8-tensorwise (per-tensor current scaling), fp8-blockwise (1x128/128x128 blocks), "
+                            "mxfp8 (32-element blocks, Blackwell)")
     flash_attention: bool = True
     attention_kernel: Literal["cudnn", "flash2"] = Field(
         "cudnn", description="flash-attention implementation: cudnn (Megatron --attention-backend fused; overlaps "
@@ -112,8 +139,10 @@ class JobSpec(Spec):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.precision == "fp8" and self.cluster.gpu.peak_fp8_tflops is None:
-            raise ValueError(f"precision fp8 needs a GPU with FP8 tensor cores; {self.cluster.gpu.name} has none (use bf16)")
+        for pool in self.cluster.pool_specs():
+            problem = precision_problem(self.precision, pool.gpu)
+            if problem:
+                raise ValueError(problem)
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:

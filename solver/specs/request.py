@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
+from .job import Precision
+
 
 def _ref(kind: str, forms: str):
     def check(value: Any):
@@ -40,7 +42,7 @@ class JobRequest(Request):
     cluster: Optional[ClusterRef] = Field(None, description="catalog name, <gpu>x<N>, a file, or a ClusterSpec mapping")
     global_batch_size: Optional[PositiveInt] = None
     seq_length: Optional[PositiveInt] = None
-    precision: Optional[Literal["bf16", "fp16", "fp8"]] = None
+    precision: Optional[Precision] = None
     flash_attention: Optional[bool] = None
     attention_kernel: Optional[Literal["cudnn", "flash2"]] = None
     grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = None

@@ -43,9 +43,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, PositiveFloat, Posit
 
 from ..catalog import build, read_mapping
 from ..errors import InputError
-from ..specs import Constraints
+from ..specs import Constraints, Precision
 
-Precision = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "torchtitan", "transformers"]
 PATH_SUFFIXES = (".yaml", ".yml", ".json")
 

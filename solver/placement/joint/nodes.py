@@ -99,6 +99,13 @@ def _pool_matrix(cluster: ClusterSpec):
                 gbit[ia, ib] = min(pa.nic_gbit_per_s, pb.nic_gbit_per_s, cap)
                 lat[ia, ib] = cluster.inter_pool_latency_us or max(pa.network_latency_us, pb.network_latency_us)
             eff[ia, ib] = min(pa.network_efficiency, pb.network_efficiency)
+            if a == b and pa.domain_gpus > pa.gpus_per_node:
+                # nodes of one NVLink domain (an NVL72 rack's trays) talk over NVLink, not their NICs
+                dom = np.arange(pa.num_nodes) // (pa.domain_gpus // pa.gpus_per_node)
+                same = (dom[:, None] == dom[None, :]) & ~np.eye(pa.num_nodes, dtype=bool)
+                gbit[ia, ib] = np.where(same, pa.nvlink_gbyte_per_s * 8.0, gbit[ia, ib])
+                eff[ia, ib] = np.where(same, pa.nvlink_efficiency, eff[ia, ib])
+                lat[ia, ib] = np.where(same, pa.nvlink_latency_us, lat[ia, ib])
     for o in cluster.link_overrides:
         gbit[o.src, o.dst] = o.gbit_per_s
         if o.latency_us is not None:

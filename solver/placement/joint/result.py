@@ -10,6 +10,8 @@ from typing import Optional
 import numpy as np
 
 from ...formulation.flops import reported_flop_per_step
+from ...formulation.job import job_assumptions
+from ...formulation.precision import peak_flop_per_s
 from ...plan import Plan, Stage, StageMemory, parallel_from_row
 from ...space.shapes import RECOMPUTE_CODES
 from ...specs import JobSpec
@@ -56,8 +58,7 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
     g = pools[0].gpus_per_node
     used = sorted(i for st in a.nodes for i in st)
     n_gpus = len(used) * g
-    peak_flop_per_s = sum((p.gpu.peak_fp8_tflops if job.precision == "fp8" else p.gpu.peak_bf16_tflops) * 1e12 * g
-                          for st, pl in zip(a.nodes, a.pools) for p in [pools[pl]] for _ in st)
+    peak = sum(peak_flop_per_s(p.gpu, job.precision) * g for st, pl in zip(a.nodes, a.pools) for p in [pools[pl]] for _ in st)
     T = ev.step_time_s
     mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute])
     stages = []
@@ -75,12 +76,12 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
     return PlacedPlan(
         model=job.model.name, cluster=job.cluster.name, num_gpus=n_gpus, global_batch_size=job.global_batch_size,
         seq_length=job.seq_length, parallel=par, layers_per_stage=[int(x) for x in a.layers], step_time_s=T,
-        tokens_per_s=job.tokens_per_step / T, mfu=mf / (T * peak_flop_per_s),
+        tokens_per_s=job.tokens_per_step / T, mfu=mf / (T * peak),
         model_tflops_per_gpu=mf / T / n_gpus / 1e12, hardware_tflops_per_gpu=hf / T / n_gpus / 1e12,
         breakdown=ev.breakdown, stages=stages, peak_memory_bytes=ev.peak_memory_bytes,
         capacity_bytes=ev.capacity_bytes, fits=ev.fits, gpus_per_pool=per_pool,
         idle_nodes=[nodes.hosts[i] for i in range(nodes.n) if i not in set(used)],
-        hostfile=hostfile(nodes, a, g))
+        hostfile=hostfile(nodes, a, g), assumptions=job_assumptions(job))
 
 
 def explain(job: JobSpec, prices: Prices, a: Assignment, plan: PlacedPlan) -> list[str]:
