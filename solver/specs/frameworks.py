@@ -25,6 +25,11 @@ ALLOWED: dict[str, dict[str, tuple]] = {
     "transformers": {"tp": (1,), "pp": (1,), "cp": (1,), "vp": (1,), "ep": (1,), "recompute": ("none", "full")},
 }
 
+# precisions a stack trains in, where not every one: transformers' Trainer mixes precision by
+# torch.autocast (bf16 or fp16); FP8 GEMMs are Transformer Engine's (megatron) or torchao's
+# Float8Linear (torchtitan's float8 converter)
+PRECISIONS_RUN: dict[str, tuple[str, ...]] = {"transformers": ("bf16", "fp16")}
+
 
 def narrow_constraints(framework: str, cons: dict, knobs) -> dict:
     """The constraint mapping with the stack's limits applied to the `knobs` the constraints

@@ -8,7 +8,7 @@ from pydantic import Field, PositiveInt, model_validator
 
 from .base import Spec
 from .cluster import ClusterSpec
-from .frameworks import narrow_constraints
+from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -143,6 +143,9 @@ class JobSpec(Spec):
             problem = precision_problem(self.precision, pool.gpu)
             if problem:
                 raise ValueError(problem)
+        if self.precision not in PRECISIONS_RUN.get(self.framework, (self.precision,)):
+            raise ValueError(f"framework {self.framework} trains {' or '.join(PRECISIONS_RUN[self.framework])} "
+                             f"(torch.autocast), not {self.precision}: use framework megatron or torchtitan for FP8")
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
