@@ -369,3 +369,13 @@ def test_an_explicit_configuration_is_checked_against_the_stack(cli):
 def test_transformers_refuses_fp8_in_one_line(cli):
     r = cli("optimize", "--model", "gpt3-1.3b", "--cluster", "h100x8", "--framework", "transformers", "--precision", "fp8")
     assert r.code == 2 and r.err.strip().count("\n") == 0 and "fp8" in r.err and "transformers" in r.err
+
+
+def test_fsdp2_shards_fp32_weights_and_keeps_bf16_ones_without_resharding():
+    """torchtitan zero 2 (FSDP2, reshard_after_forward False): fp32 weights, gradients and AdamW
+    sharded over the 8 ranks, the gathered bf16 weights (2 per parameter) kept whole from
+    forward to backward; zero 3 keeps only the live layers' (const working set)."""
+    fw = frameworks.profile("torchtitan")
+    assert tuple(float(x) for x in frameworks.model_state_bytes_per_param(fw, 2, 8, "bf16")) == (4 / 8 + 2, 4 / 8, 1)
+    assert tuple(float(x) for x in frameworks.model_state_bytes_per_param(fw, 3, 8, "bf16")) == (4 / 8, 4 / 8, 1)
+    assert tuple(float(x) for x in frameworks.model_state_bytes_per_param(fw, 0, 1, "bf16")) == (4 + 2, 4, 8)

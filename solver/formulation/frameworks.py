@@ -83,6 +83,7 @@ class Framework:
     optimizer_bytes: float = 12.0
     ddp_bucket_bytes: float = 0.0  # DDP's gradient buckets (zero 0 with dp x cp > 1)
     zero2_gathers_every_microbatch: bool = False  # FSDP2 reshards after backward (torchtitan)
+    weights_sharded_from_zero: int = 3  # FSDP2 shards its fp32 weights at zero 2 too (torchtitan)
     zero3_live_bytes: Optional[float] = None  # per parameter of a live ZeRO-3 layer (None: bf16 + grad)
     # time
     traffic: Optional[EagerTraffic] = None  # None: Megatron's fused kernels
@@ -182,7 +183,7 @@ TORCHTITAN = Framework(
                                "fp32 sharded weights gathered in bf16, eager elementwise ops, fp32 cross-entropy",
     saved=TORCHTITAN_SAVED, logit_bytes=EAGER_LOGIT_BYTES, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
     optimizer_bytes=8.0, ddp_bucket_bytes=FP32_BYTES, zero3_live_bytes=BF16_BYTES + BF16_BYTES + FP32_BYTES,
-    zero2_gathers_every_microbatch=True,
+    zero2_gathers_every_microbatch=True, weights_sharded_from_zero=2,
     traffic=TORCHTITAN_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
     weight_cast_zero_max=0, cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(81, 146),
     dispatch_us_per_op=EAGER_DISPATCH_US)
@@ -203,7 +204,7 @@ def profile(name: str) -> Framework:
 # ---------------------------------------------------------------- the hooks
 def model_state_bytes_per_param(fw: Framework, zero, shard, precision: str, grad_reduce_dtype: str = "fp32"):
     """(weights, gradients, optimizer) bytes per parameter of one GPU. Eager stacks: fp32
-    weights (sharded by ZeRO-3 / FSDP) plus the bf16 copy kept from forward to backward
+    weights (sharded by ZeRO-3; by FSDP2 at zero 2 as well) plus the bf16 copy kept from forward to backward
     (autocast's cast of each weight, saved by its linear; FSDP2 without resharding after
     forward keeps the unsharded bf16 weights), fp32 gradients (sharded from ZeRO-2) plus DDP's
     fp32 buckets (torch DistributedDataParallel, gradient_as_bucket_view=False) with plain data
@@ -212,7 +213,8 @@ def model_state_bytes_per_param(fw: Framework, zero, shard, precision: str, grad
         return memory.model_state_bytes_per_param(zero, shard, precision, grad_reduce_dtype)
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
-    params = np.where(zero >= 3, fw.weight_bytes / shard, fw.weight_bytes + fw.autocast_copy_bytes)
+    params = (np.where(zero >= fw.weights_sharded_from_zero, fw.weight_bytes / shard, fw.weight_bytes)
+              + np.where(zero >= 3, 0.0, fw.autocast_copy_bytes))
     grads = (np.where(zero >= 2, fw.grad_bytes / shard, fw.grad_bytes)
              + np.where((zero == 0) & (shard > 1), fw.ddp_bucket_bytes, 0.0))
     opt = np.where(zero >= 1, fw.optimizer_bytes / shard, fw.optimizer_bytes)
