@@ -367,7 +367,8 @@ def test_an_explicit_configuration_is_checked_against_the_stack(cli):
 
 
 def test_transformers_refuses_fp8_in_one_line(cli):
-    r = cli("optimize", "--model", "gpt3-1.3b", "--cluster", "h100x8", "--framework", "transformers", "--precision", "fp8")
+    r = cli("optimize", "--model", "gpt3-1.3b", "--cluster", "h100x8", "--framework", "transformers",
+            "--precision", "fp8")
     assert r.code == 2 and r.err.strip().count("\n") == 0 and "fp8" in r.err and "transformers" in r.err
 
 
