@@ -27,6 +27,20 @@ needs CPU torch and triton importable (pip install torch triton). Transformer En
 and absent, so `--no-rope-fusion` is added (TE provides the fused RoPE kernel; the flag changes a
 kernel, not the model).
 
+Mixture-of-experts plans (`MOE_CASES`: Mixtral, DeepSeek-V3 and V2-Lite with MLA and MTP,
+Qwen3-MoE, GPT-OSS, Llama 4; EP inside a node and across nodes, ETP > 1, dense first layers
+with uneven splits, a pipeline layout holding the MTP module, token dropping) go through the same
+three calls, and the TransformerConfig Megatron builds is compared with the plan: experts, top-k,
+MoE FFN size, shared experts, the MoE layer pattern (from `--moe-layer-freq`, int or list), router
+score function, expert bias, group-limited routing, capacity factor, EP and ETP, MLA ranks and
+head dimensions, MTP layers. Two rules Megatron enforces only once processes start are checked
+with Megatron's own code where it is pure: the expert grid (`parallel_state.RankGenerator`, order
+tp-cp-ep-dp-pp, as `initialize_model_parallel` builds it: world size divisible by etp x ep x pp;
+which nodes each EP group spans), and MoELayer.forward's refusal of TP > 1 without sequence
+parallelism (read in megatron/core/transformer/moe/moe_layer.py, encoded here). `--moe-grouped-gemm`
+makes validate_args read `torch.cuda.get_device_capability()`: stubbed like the device arch, with
+the planned GPU's capability.
+
 Without --megatron-lm, or when Megatron-LM cannot be imported, the script says so and exits 2
 (1 when a plan is refused or a control accepted).
 """
@@ -93,6 +107,79 @@ CONTROLS = [
     (MXFP8_CASE, "an FP8 recipe Megatron-LM does not know (mxfp8 misspelt)",
      lambda a, e: ([("mxfp8x" if x == "mxfp8" else x) for x in a], e)),
 ]
+HFM = lambda name: str(HF / name / "config.json")  # noqa: E731
+# (label, model, cluster, explicit configuration (evaluate-style, with ep/etp), job extras, model
+# updates): each configuration states its degrees; the layers per stage default to the balanced split
+MOE_CASES = [
+    ("Mixtral 8x7B, EP 8 in a node", HFM("Mixtral-8x7B-v0.1"), "h100x64",
+     dict(tp=2, pp=2, ep=8, etp=1), {"global_batch_size": 256, "seq_length": 4096}, {}),
+    ("Mixtral 8x22B, ETP 2, EP 4", HFM("Mixtral-8x22B-v0.1"), "a100x256",
+     dict(tp=4, pp=8, ep=4, etp=2), {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("DeepSeek-V3, MLA + MTP, 3 dense layers, EP 64 across nodes, uneven pp 16", HFM("DeepSeek-V3"), "h100x1024",
+     dict(tp=2, pp=16, ep=64, etp=1, layers=[3] + [4] * 14 + [2]), {"global_batch_size": 8192, "seq_length": 4096}, {}),
+    ("DeepSeek-V3, pp 8 x vp 2 layout with the MTP module", HFM("DeepSeek-V3"), "h100x1024",
+     dict(tp=1, pp=8, vp=2, ep=64, etp=1, layers=[7, 8, 8, 8, 8, 8, 8, 6]),
+     {"global_batch_size": 8192, "seq_length": 4096}, {}),
+    ("DeepSeek-V2-Lite, MLA without q LoRA, 1 dense layer, pp 4 layout", HFM("DeepSeek-V2-Lite"), "h100x32",
+     dict(tp=1, pp=4, ep=8, etp=1, layers=[6, 7, 7, 7]), {"global_batch_size": 256, "seq_length": 4096}, {}),
+    ("Qwen3-30B-A3B, EP 16 across 2 nodes", HFM("Qwen3-30B-A3B"), "h100x64",
+     dict(tp=1, pp=1, ep=16, etp=1), {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("Qwen3-235B-A22B, tp 4, ETP 1, EP 16, pp 8 vp 2", HFM("Qwen3-235B-A22B"), "h100x256",
+     dict(tp=4, pp=8, vp=2, ep=16, etp=1, layers=[11, 12, 12, 12, 12, 12, 12, 11]),
+     {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("GPT-OSS 120B (biases: ETP 1), EP 8", HFM("gpt-oss-120b"), "h100x64",
+     dict(tp=2, pp=1, ep=8, etp=1), {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("GPT-OSS 20B, EP 32 over 4 nodes", HFM("gpt-oss-20b"), "h100x32",
+     dict(tp=1, pp=1, ep=32, etp=1), {"global_batch_size": 256, "seq_length": 4096}, {}),
+    ("Llama 4 Maverick, alternating MoE layers, ETP 2", HFM("Llama-4-Maverick-17B-128E-Instruct"), "h100x512",
+     dict(tp=4, pp=4, ep=32, etp=2), {"global_batch_size": 1024, "seq_length": 8192}, {}),
+    ("Llama 4 Scout, top-1 sigmoid, shared expert", HFM("Llama-4-Scout-17B-16E-Instruct"), "h100x128",
+     dict(tp=2, pp=2, ep=16, etp=1), {"global_batch_size": 512, "seq_length": 8192}, {}),
+    ("Mixtral 8x7B dropping at capacity 1.0, tp 2 x etp 2", HFM("Mixtral-8x7B-v0.1"), "h100x64",
+     dict(tp=2, pp=1, ep=8, etp=2), {"global_batch_size": 256, "seq_length": 4096},
+     {"moe_expert_capacity_factor": 1.0}),
+    ("Qwen3-30B-A3B, flex dispatcher (DeepEP), EP 16", HFM("Qwen3-30B-A3B"), "h100x64",
+     dict(tp=1, pp=1, ep=16, etp=1), {"global_batch_size": 512, "seq_length": 4096, "moe_token_dispatcher": "flex"},
+     {}),
+    ("DeepSeek-V3, EP all-to-all overlap, pp 8 x vp 2", "deepseek-v3", "h100x1024",
+     dict(tp=1, pp=8, vp=2, ep=64, etp=1, layers=[7, 8, 8, 8, 8, 8, 8, 6]),
+     {"global_batch_size": 8192, "seq_length": 4096, "moe_a2a_overlap": True}, {}),
+]
+A2A_CASE = len(MOE_CASES) - 1
+# optimize's own plans (cfg None: `optimize`, 60 s limit, on the MoE-priced formulation): the jobs
+# issue 22 judges (Qwen3-30B-A3B's real config on h100x64, DeepSeek-V3 on h100x1024, Mixtral 8x22B on
+# a100x256) and a few more
+MOE_CASES += [
+    ("optimize: Qwen3-30B-A3B config.json", HFM("Qwen3-30B-A3B"), "h100x64", None,
+     {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("optimize: DeepSeek-V3", "deepseek-v3", "h100x1024", None, {"global_batch_size": 8192, "seq_length": 4096}, {}),
+    ("optimize: Mixtral 8x22B", "mixtral-8x22b", "a100x256", None, {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("optimize: Qwen3-235B-A22B", "qwen3-235b-a22b", "h100x256", None,
+     {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("optimize: GPT-OSS 120B", "gpt-oss-120b", "h100x64", None, {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("optimize: Llama 4 Maverick", "llama4-maverick", "h100x512", None,
+     {"global_batch_size": 1024, "seq_length": 8192}, {}),
+    ("optimize: DeepSeek-V2-Lite", "deepseek-v2-lite", "h100x32", None, {"global_batch_size": 512, "seq_length": 4096},
+     {}),
+]
+# MoE controls: one rule broken each; Megatron must refuse or build another model/parallelism
+MOE_CONTROLS = [
+    (7, "GPT-OSS (linear biases) with etp 2", lambda a, e: (_set(a, "--expert-tensor-parallel-size", "2"), e)),
+    (3, "pipeline layout without the MTP module", lambda a, e: (_set(
+        a, "--pipeline-model-parallel-layout",
+        a[a.index("--pipeline-model-parallel-layout") + 1].replace(",m", "")), e)),
+    (0, "8 experts over ep 16", lambda a, e: (_set(a, "--expert-model-parallel-size", "16"), e)),
+    (2, "DeepSeek-V3 without --moe-layer-freq (every layer MoE)", lambda a, e: (_drop(a, "--moe-layer-freq", 1), e)),
+    (1, "no --expert-tensor-parallel-size (Megatron's default: ETP = TP)",
+     lambda a, e: (_drop(a, "--expert-tensor-parallel-size", 1), e)),
+    (6, "MoE with tp 4 without --sequence-parallel", lambda a, e: (_drop(a, "--sequence-parallel", 0), e)),
+    (2, "MLA with --group-query-attention", lambda a, e: (a + ["--group-query-attention"], e)),
+    (A2A_CASE, "EP all-to-all overlap with full recompute",
+     lambda a, e: (_set(a, "--recompute-granularity", "full") + ["--recompute-method", "uniform",
+                                                                  "--recompute-num-layers", "1"], e)),
+    (9, "etp 4 x ep 64 x pp 4 = 1024 ranks on 512 GPUs",
+     lambda a, e: (_set(_set(a, "--expert-model-parallel-size", "64"), "--expert-tensor-parallel-size", "4"), e)),
+]
 USER_ARGS = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "10", "--lr", "1e-4",
              "--no-rope-fusion"]
 
@@ -100,6 +187,11 @@ USER_ARGS = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters"
 def _drop(args: list[str], flag: str, nvalues: int) -> list[str]:
     i = args.index(flag)
     return args[:i] + args[i + 1 + nvalues:]
+
+
+def _set(args: list[str], flag: str, value: str) -> list[str]:
+    i = args.index(flag)
+    return args[:i + 1] + [value] + args[i + 2:]
 
 
 def _one_layer_less(args: list[str]) -> list[str]:
@@ -209,6 +301,186 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
     return row
 
 
+def moe_plan(job, cfg: dict):
+    """The plan of one explicit configuration with expert parallelism, through `plan_config`: every
+    legality rule of the space (space/experts.py: Megatron's EP/ETP rules) applies."""
+    from solveplan.plan import plan_config
+
+    return plan_config(job, cfg)
+
+
+def expert_grid(M, world: int, pp: int, ep: int, etp: int, gpus_per_node: int) -> dict:
+    """The expert ranks as Megatron-LM's `initialize_model_parallel` builds them
+    (`RankGenerator(tp=etp, ep=ep, dp=world // (etp*ep*pp), pp=pp, cp=1, order='tp-cp-ep-dp-pp')`):
+    raises RuntimeError as it does when etp x ep x pp does not divide the world; the most nodes one
+    EP group spans."""
+    if world % (etp * ep * pp):
+        raise RuntimeError(f"world_size ({world}) is not divisible by expert_tensor_model_pipeline_parallel size "
+                           f"({etp * ep * pp})")
+    gen = M["parallel_state"].RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1,
+                                            order="tp-cp-ep-dp-pp")
+    groups = gen.get_ranks("ep")
+    return dict(ep_groups=len(groups), ep_nodes=max(len({r // gpus_per_node for r in g}) for g in groups))
+
+
+def built_moe(args, cfg) -> dict:
+    freq = cfg.moe_layer_freq
+    pattern = (tuple(int(i % freq == 0) for i in range(cfg.num_layers)) if isinstance(freq, int)
+               else tuple(int(v) for v in freq))
+    d = dict(num_experts=cfg.num_moe_experts, moe_router_topk=cfg.moe_router_topk,
+             moe_ffn_hidden_size=cfg.moe_ffn_hidden_size,
+             moe_shared_expert_intermediate_size=cfg.moe_shared_expert_intermediate_size,
+             moe_shared_expert_gate=cfg.moe_shared_expert_gate, moe_layer_pattern=pattern,
+             moe_router_score_function=cfg.moe_router_score_function,
+             moe_router_enable_expert_bias=cfg.moe_router_enable_expert_bias,
+             moe_router_num_groups=cfg.moe_router_num_groups, moe_router_group_topk=cfg.moe_router_group_topk,
+             moe_expert_capacity_factor=cfg.moe_expert_capacity_factor,
+             ep=cfg.expert_model_parallel_size, etp=cfg.expert_tensor_parallel_size,
+             multi_latent_attention=bool(cfg.multi_latent_attention), mtp_num_layers=cfg.mtp_num_layers or 0)
+    if cfg.multi_latent_attention:
+        d.update({k: getattr(cfg, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                                                "v_head_dim")})
+    return d
+
+
+def planned_moe(model, plan) -> dict:
+    d = {k: getattr(model, k) for k in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                                        "moe_shared_expert_intermediate_size", "moe_shared_expert_gate",
+                                        "moe_router_score_function", "moe_router_enable_expert_bias",
+                                        "moe_router_num_groups", "moe_router_group_topk",
+                                        "moe_expert_capacity_factor", "multi_latent_attention", "mtp_num_layers")}
+    d["moe_layer_pattern"] = tuple(int(v) for v in model.moe_layer_mask)
+    d["ep"], d["etp"] = (int(getattr(plan.parallel, k, 1)) for k in ("ep", "etp"))
+    if model.multi_latent_attention:
+        d.update({k: getattr(model, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                                                 "v_head_dim")})
+    return d
+
+
+def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
+    from solveplan.catalog import load_cluster, load_model
+    from solveplan.specs import JobSpec
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            model = load_model(model_ref)
+        if updates:
+            model = model.model_copy(update=updates)
+        job = JobSpec(model=model, cluster=load_cluster(cluster), **extras)
+        if cfg is None:
+            res = optimize(job, time_limit_s=60, textbook=False)
+            if res.plan is None:
+                return dict(label=label, cluster=cluster, error=f"no plan ({res.status})", ok=False)
+            plan = res.plan
+        else:
+            plan = moe_plan(job, cfg)
+    except Exception as exc:  # a configuration the planner refuses is a result, not a crash
+        return dict(label=label, cluster=cluster, error=f"no plan: {type(exc).__name__}: {exc}", ok=False)
+    par = plan.parallel
+    ma = megatron_args(job, plan)
+    if mutate is not None:
+        ma.args, ma.env = mutate(list(ma.args), dict(ma.env))
+    ep, etp = (int(getattr(par, k, 1)) for k in ("ep", "etp"))
+    name = Path(model_ref).parent.name if str(model_ref).endswith(".json") else job.model.name
+    row = dict(label=label, model=name, cluster=cluster, par=par, ep=ep, etp=etp,
+               status=str(getattr(res, "status", "")) if cfg is None else "explicit",
+               layers=list(plan.layers_per_stage), env=ma.env, nargs=len(ma.args), layout=ma.layout,
+               freq=f"`{ma.flags().get('--moe-layer-freq', '-')}`")
+    arch = gpu_arch(job.cluster.gpu.name)
+    import torch
+
+    M["arguments"].get_device_arch_version = lambda: arch
+    # --delay-wgrad-compute with --overlap-grad-reduce asserts Transformer Engine >= 2.8, which is CUDA-only
+    # and absent here: that version check (and only it) passes, as the launch note states the version
+    saved_te = M["arguments"].is_te_min_version
+    if "--delay-wgrad-compute" in ma.args:
+        M["arguments"].is_te_min_version = lambda *a, **k: True
+    saved_cap = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)
+    saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS")}
+    os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")
+    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    os.environ.update(ma.env)
+    sys.argv = ["pretrain_gpt.py", *ma.args, *USER_ARGS, "--vocab-size", str(job.model.vocab_size)]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = M["arguments"].parse_args()
+            M["arguments"].validate_args(args)
+            cfg_ = M["core_cfg"](args)
+            gpt = M["gpt_cfg"](args, cfg_)
+        # MoELayer.forward (megatron/core/transformer/moe/moe_layer.py): training with attention TP > 1
+        # and no sequence parallelism raises ValueError at the first step
+        if cfg_.num_moe_experts and cfg_.tensor_model_parallel_size > 1 and not cfg_.sequence_parallel:
+            raise ValueError("MoELayer.forward: MoE and tensor parallelism need sequence parallelism in training")
+        row.update(expert_grid(M, job.cluster.num_gpus, par.pp, cfg_.expert_model_parallel_size,
+                               cfg_.expert_tensor_parallel_size, job.cluster.gpus_per_node))
+        row["megatron_split"] = megatron_split(M, cfg_, par.pp, par.vp)
+        row["megatron_vp"] = args.virtual_pipeline_model_parallel_size or 1
+        row["dp"] = args.data_parallel_size
+        row["mla_config"] = type(cfg_).__name__
+        want = planned_architecture(job.model)
+        if job.model.multi_latent_attention:
+            want["qk_norm"] = True  # MLA's norms of the compressed Q and KV (--qk-layernorm)
+        got = built_architecture(args, cfg_, gpt)
+        diff = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
+        got_m, want_m = built_moe(args, cfg_), planned_moe(job.model, plan)
+        # the dispatcher and all-to-all overlap the formulation priced (job fields; allgather without EP)
+        want_m["dispatcher"] = getattr(job, "moe_token_dispatcher", "alltoall") if ep > 1 else "allgather"
+        got_m["dispatcher"] = cfg_.moe_token_dispatcher_type
+        want_m["a2a_overlap"] = bool(getattr(job, "moe_a2a_overlap", False))
+        got_m["a2a_overlap"] = bool(cfg_.overlap_moe_expert_parallel_comm)
+        diff.update({k: (want_m[k], got_m.get(k)) for k in want_m if want_m[k] != got_m.get(k)})
+        row["arch_diff"] = diff
+        row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
+                     and not diff)
+    except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
+        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        row["ok"] = False
+    finally:
+        torch.cuda.get_device_capability = saved_cap
+        M["arguments"].is_te_min_version = saved_te
+        for k, v in saved_env.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    return row
+
+
+def moe_report(rows, controls) -> list[str]:
+    ok = sum(1 for r in rows if r.get("ok"))
+    lines = ["", "## Mixture-of-experts plans", "",
+             "Explicit configurations (evaluate-style, EP and ETP stated, checked by `plan_config`) and `optimize`'s "
+             "own plans (60 s limit) rendered by `megatron_args` and run through "
+             "the same calls; Megatron's TransformerConfig is compared with the plan (experts, top-k, MoE FFN, shared "
+             "experts, the MoE layer pattern, router, capacity, EP, ETP, token dispatcher, all-to-all overlap, MLA "
+             "dimensions, MTP) and with the layer split; "
+             "the expert grid is Megatron's own `RankGenerator` (nodes one EP group spans). Stubbed in addition: "
+             "`torch.cuda.get_device_capability` (validate_args reads it for `--moe-grouped-gemm`) returns the "
+             "planned GPU's compute capability; with `--delay-wgrad-compute`, validate_args' Transformer Engine "
+             "version check (TE >= 2.8, CUDA-only, absent here) passes, as the launch note states that version.", "",
+             f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism.", "",
+             "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
+             "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        par = r.get("par")
+        deg = f"{par.tp} {par.pp} {par.cp} {par.vp} {par.dp}" if par else "-"
+        split = ":".join(map(str, r.get("layers", [])))
+        if r.get("megatron_split") not in (None, r.get("layers")):
+            split += " vs " + ":".join(map(str, r["megatron_split"]))
+        freq = "-"
+        res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('arch_diff')}")
+        src = "optimize " + r["status"].split(".")[-1] if r.get("status", "explicit") != "explicit" else "explicit"
+        lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {src} | {deg} | "
+                     f"{r.get('ep', '-')} {r.get('etp', '-')} | {r.get('ep_nodes', '-')} | {split} | "
+                     f"{r.get('freq', freq)} | {res} |")
+    denied = sum(1 for c in controls if not c.get("ok"))
+    lines += ["", f"MoE controls: one rule broken each; **{denied} of {len(controls)} refused** (or built another "
+              f"model or parallelism), as they must be.", "", "| broken rule | Megatron-LM's answer |", "|---|---|"]
+    for c in controls:
+        answer = c.get("error") or (f"builds another model: {c['arch_diff']}" if c.get("arch_diff")
+                                    else "ACCEPTED (the check did not bite)")
+        lines.append(f"| {c['label']} | {answer} |")
+    return lines
+
+
 def catalog_cases():
     """Every catalog model's default plan: bf16 on A100, fp8 on H100, clusters sized to the model."""
     from solveplan.catalog import catalog_models
@@ -272,6 +544,8 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=None, help="the checkout's commit, for the report (default: git rev-parse)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "megatron_args.md")
     ap.add_argument("--catalog", action="store_true", help="also every catalog model's default plan (two each)")
+    ap.add_argument("--only", choices=("all", "dense", "moe"), default="all",
+                    help="run only the dense or only the mixture-of-experts plans (the report holds what ran)")
     a = ap.parse_args(argv)
     if a.megatron_lm is None:
         print("give --megatron-lm PATH (a Megatron-LM checkout; it needs CPU torch and triton). Nothing was checked.",
@@ -287,22 +561,36 @@ def main(argv=None) -> int:
                                         text=True).stdout.strip() or "unknown commit"
     t0 = time.perf_counter()
     rows = []
-    for case in CASES:
+    for case in (CASES if a.only != "moe" else []):
         r = check(M, *case)
         rows.append(r)
         print(f"{'ok ' if r.get('ok') else 'BAD'} {r['label']}: {r.get('error') or r.get('arch_diff') or ''}",
               file=sys.stderr)
     controls = []
-    for index, what, edit in CONTROLS:
+    for index, what, edit in (CONTROLS if a.only != "moe" else []):
         _, *case = CASES[index]
         c = check(M, what, *case, mutate=edit)
         controls.append(c)
         print(f"{'BAD' if c.get('ok') else 'ok '} control {what}: {c.get('error') or c.get('arch_diff')}", file=sys.stderr)
+    moe_rows, moe_controls = [], []
+    for case in (MOE_CASES if a.only != "dense" else []):
+        r = check_moe(M, *case)
+        moe_rows.append(r)
+        print(f"{'ok ' if r.get('ok') else 'BAD'} {r['label']}: {r.get('error') or r.get('arch_diff') or ''}",
+              file=sys.stderr)
+    for index, what, edit in (MOE_CONTROLS if a.only != "dense" else []):
+        _, *case = MOE_CASES[index]
+        c = check_moe(M, what, *case, mutate=edit)
+        moe_controls.append(c)
+        print(f"{'BAD' if c.get('ok') else 'ok '} control {what}: {c.get('error') or c.get('arch_diff')}", file=sys.stderr)
     catalog = [check(M, *case) for case in catalog_cases()] if a.catalog else None
     text = report(rows, controls, commit, time.perf_counter() - t0, catalog)
+    if moe_rows or moe_controls:
+        text += "\n".join(moe_report(moe_rows, moe_controls)) + "\n"
     a.out.write_text(text)
     print(text)
-    return 0 if all(r.get("ok") for r in rows) and not any(c.get("ok") for c in controls) else 1
+    all_rows, all_controls = rows + moe_rows, controls + moe_controls
+    return 0 if all(r.get("ok") for r in all_rows) and not any(c.get("ok") for c in all_controls) else 1
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from ..plan import Plan
 from ..specs import JobSpec, ModelSpec
+from .megatron_moe import moe_launch, moe_layer_freq_arg  # noqa: F401  (MoE, MLA, MTP flags)
 
 # GPU name prefix -> CUDA compute capability major (Megatron's get_device_arch_version); MI300X
 # (gfx942) reports 9 under ROCm. Blackwell (10) no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1.
@@ -264,6 +265,8 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     mflags, mnotes = model_flags(model, job.seq_length)
     a += mflags
     notes += mnotes
+    if model.is_moe or model.multi_latent_attention:
+        a, layout = moe_launch(job, plan, a, notes, layout, arch)
     if arch < 8:
         a.append("--fp16")
         notes.append(f"{min(gpus, key=gpu_arch).name} has no bf16: launched in fp16 with dynamic loss scaling")

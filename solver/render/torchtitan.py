@@ -130,7 +130,10 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
             parallelism["enable_sequence_parallel"] = par.sequence_parallel
         if par.pp > 1:  # trainer.py Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline parallelism"
             training["disable_cuda_graphs"] = True
-        return _sections_03(job, par, training, parallelism, notes)
+        sections, notes = _sections_03(job, par, training, parallelism, notes)
+        if model.is_moe:
+            moe_sections_03(job, plan, sections, notes)
+        return sections, notes
     if par.tp > 1 and not par.sequence_parallel:
         notes.append("torchtitan always shards the sequence between TP regions (sequence parallelism on)")
     ac = {"none": {"mode": "none"}, "selective": {"mode": "selective", "selective_ac_option": "op"},
@@ -148,6 +151,12 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
         sections["quantize.linear.float8"] = {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": fsdp,
                                               "precompute_float8_dynamic_scale_for_fsdp": fsdp,
                                               "filter_fqns": ["output"]}
+    if model.is_moe:
+        moe_model, moe_par, moe_notes = torchtitan_moe(job, plan)
+        parallelism.update(moe_par)
+        if moe_model:
+            sections.setdefault("model", {}).update(moe_model)
+        notes += moe_notes
     if model.position_embedding != "rope" or not model.gated_mlp or model.normalization != "RMSNorm":
         notes.append(f"torchtitan's decoders are Llama-style (RoPE, RMSNorm, SwiGLU); {model.name} is "
                      f"{model.position_embedding}/{model.normalization}/{model.activation}: pick a matching model")
@@ -268,3 +277,103 @@ def render_torchtitan(job: JobSpec, plan: Plan, version: str = CURRENT) -> str:
         flags += [f"--{name}.{k} {_toml(v)}" for k, v in fields.items() if not isinstance(v, list)]
     out += ["", "# as flags: " + " ".join(flags)]
     return "\n".join(out) + "\n"
+
+
+# ---- mixture of experts ------------------------------------------------------------------------
+# pytorch/torchtitan 0.3.0 (and HEAD b5bcd76, 2026-08-21, the same for MoE): the MoE decoders are torchtitan/models/qwen3 (flavors
+# 30B-A3B, 235B-A22B), deepseek_v3 (MLA + MoE: 16B = DeepSeek-V2-Lite's dimensions, 236B, 671B) and
+# gpt_oss (20b, 120b); Mixtral, Llama 4 and Qwen2-MoE have no torchtitan model. The one expert knob
+# is `ParallelismConfig.expert_parallel_degree` (torchtitan/config/configs.py), and
+# ParallelDims._validate (torchtitan/distributed/parallel_dims.py) requires it to divide
+# dp_shard * cp * tp: "EP borrows ranks from FSDP and TP". Routed experts are sharded on EP alone
+# when EP > 1 and TP-sharded like the dense MLP when EP = 1 (torchtitan/models/common/MOE_SHARDING.md):
+# expert tensor parallelism is 1 with EP, the TP degree without it. (The TOML-era job_config.py at
+# 9810191bb^ had expert_tensor_parallel_degree with the same two forms, etp 1 its default.)
+TORCHTITAN_MOE_SOURCE = "pytorch/torchtitan 0.3.0: models/{qwen3,deepseek_v3,gpt_oss}, distributed/parallel_dims.py"
+# family -> {flavor: (layers, hidden size, routed experts)} from each family's __init__.py
+TORCHTITAN_MOE_FLAVORS = {
+    "qwen3": {"30B-A3B": (48, 2048, 128), "235B-A22B": (94, 4096, 128)},
+    "deepseek_v3": {"16B": (27, 2048, 64), "236B": (60, 5120, 160), "671B": (61, 7168, 256)},
+    "gpt_oss": {"20b": (24, 2880, 32), "120b": (36, 2880, 128)},
+}
+
+
+# torchtitan 0.3.0's config functions of these flavors (models/<family>/config_registry.py); a flavor
+# without one starts from its family's first (its model_spec then set to the flavor)
+TORCHTITAN_MOE_CONFIGS = {
+    "qwen3": {"30B-A3B": "qwen3_30b_a3b"},
+    "deepseek_v3": {"16B": "deepseek_v3_16b", "671B": "deepseek_v3_671b"},
+    "gpt_oss": {"20b": "gpt_oss_20b", "120b": "gpt_oss_120b"},
+}
+
+
+def moe_sections_03(job: JobSpec, plan: Plan, sections: dict, notes: list[str]) -> None:
+    """torchtitan 0.3: an MoE plan starts from its torchtitan family's config function with the
+    flavor's model_spec, and sets expert_parallel_degree (`torchtitan_moe`) and, with EP, disables
+    CUDA graphs; `sections` and `notes` are updated in place."""
+    out_model, par_fields, moe_notes = torchtitan_moe(job, plan)
+    sections["parallelism"].update(par_fields)
+    if par_fields.get("expert_parallel_degree", 1) > 1:
+        # trainer.py Trainer.Config._validate_cuda_graphs: with EP, CUDA graphs only with a dispatcher
+        # free of CPU synchronisation (MinimalAsyncEP, HybridEP with a capacity factor); the standard
+        # all-to-all is not, so the graphs go (found by torchtitan's own ConfigManager, tested)
+        sections["training"]["disable_cuda_graphs"] = True
+    family, flavor = out_model.get("name"), out_model.get("flavor")
+    if family is not None and flavor is not None:
+        configs = TORCHTITAN_MOE_CONFIGS[family]
+        sections["base"] = {"module": family, "config": configs.get(flavor, next(iter(configs.values()))),
+                            "flavor": flavor}
+        notes[:] = [n for n in notes if not n.startswith("torchtitan 0.3 has no config of")]
+    notes += moe_notes
+
+
+def torchtitan_moe_family(model) -> str | None:
+    """Which torchtitan MoE decoder builds `model`'s architecture: deepseek_v3 (multi-latent
+    attention, shared experts, dense first layers), qwen3 (GQA with QK norm, every layer routed, no
+    shared expert), gpt_oss (linear biases, no shared expert); None when torchtitan has none."""
+    shared = model.moe_shared_expert_intermediate_size is not None
+    if model.multi_latent_attention:
+        return "deepseek_v3"
+    if shared or model.moe_router_score_function != "softmax" or model.num_dense_layers:
+        return None
+    if model.qk_norm and not model.add_bias_linear:
+        return "qwen3"
+    if model.add_bias_linear and not model.qk_norm:
+        return "gpt_oss"
+    return None
+
+
+def torchtitan_moe(job: JobSpec, plan: Plan) -> tuple[dict, dict, list[str]]:
+    """(model fields, parallelism fields, notes) for an MoE plan: the model family and flavor and
+    `expert_parallel_degree` where torchtitan supports the model and the plan's EP/ETP form, else
+    one line saying what it does not support."""
+    model, par = job.model, plan.parallel
+    ep, etp = int(getattr(par, "ep", 1) or 1), int(getattr(par, "etp", 1) or 1)
+    family = torchtitan_moe_family(model)
+    if family is None:
+        return {}, {}, [f"torchtitan has no mixture-of-experts model for {model.name} (its MoE decoders: Qwen3-MoE, "
+                        f"DeepSeek-V3/V2 with MLA, GPT-OSS; {TORCHTITAN_MOE_SOURCE})"]
+    dims = (model.num_layers, model.hidden_size, model.num_experts)
+    flavor = next((f for f, d in TORCHTITAN_MOE_FLAVORS[family].items() if d == dims), None)
+    out_model = {"name": family} | ({"flavor": flavor} if flavor else {})
+    notes = [] if flavor else [f"torchtitan's {family} decoder builds this architecture but has no flavor of "
+                               f"{dims[0]} layers, hidden {dims[1]}, {dims[2]} experts: add one in "
+                               f"torchtitan/models/{family}/__init__.py"]
+    dp_shard = par.dp if par.zero >= 1 else 1
+    if ep > 1 and etp != 1:
+        return out_model, {}, notes + [f"torchtitan does not support expert tensor parallelism with EP (etp={etp}, "
+                                       f"ep={ep}): its routed experts are sharded on EP alone"]
+    if ep == 1 and etp != par.tp:
+        return out_model, {}, notes + [f"torchtitan shards experts with the dense TP degree when EP is 1; this plan's "
+                                       f"etp={etp} with tp={par.tp} is not expressible there"]
+    if (dp_shard * par.cp * par.tp) % ep:
+        return out_model, {}, notes + [f"torchtitan needs expert_parallel_degree ({ep}) to divide dp_shard x cp x tp "
+                                       f"({dp_shard} x {par.cp} x {par.tp}): this plan's EP is not expressible there"]
+    if getattr(job, "moe_token_dispatcher", "alltoall") == "flex" and ep > 1:
+        notes.append(f"the flex dispatcher is torchtitan's moe_comm_backend (deepep or hybridep), an argument of "
+                     f"{family}'s model_registry, not a job-config field")
+    if getattr(job, "moe_a2a_overlap", False):
+        notes.append("torchtitan has no job-config switch for Megatron's --overlap-moe-expert-parallel-comm "
+                     "(its EP/compute overlap comes with the DualPipeV schedule): the plan's all-to-all overlap is "
+                     "not expressed here")
+    return out_model, {"expert_parallel_degree": ep}, notes

@@ -1,0 +1,272 @@
+"""Published mixture-of-experts runs (../shared/data/published_runs_moe_newgpu.json, category A:
+Megatron-Bridge's performance summaries and NeMo's documentation, MoE on H100 / B200 / GB200 /
+B300 / GB300) as rows `solveplan validate` predicts, with every inference named.
+
+What a row states wins:
+- the model: the row's `model.key` names a catalog entry (each cites its config); the row's own
+  dimensions (layers, hidden, heads, experts, top-k, expert FFN, MLA ranks) are checked against
+  it and a row that disagrees is skipped with the difference. No dimension is taken from
+  anywhere else: a model without a catalog entry (Nemotron 3's hybrid Mamba-MoE, Kimi K2,
+  DeepSeek-V4) is skipped with that reason. MTP and token dropping follow the row's label
+  ("with/without MTP", "token-drop" / "dropless"); unlabelled, the published config.
+- the configuration: tp, pp, cp, ep, vp, micro-batch, global batch; etp, recompute, sequence
+  parallelism from the table or the matched Megatron-Bridge recipe (`parallel.other.recipe`, the
+  data file's stated provenance). Knobs neither states take the best legal value, as for dense
+  rows (`rows` module docstring): published runs were tuned.
+- precision: bf16, or the FP8 recipe the row names when the job schema has it (fp8-cs is
+  per-tensor current scaling, `fp8-tensorwise`; mxfp8; fp8-blockwise); otherwise costed as FP8
+  (stated in the row's `assumed`). NVFP4 is not modelled: skipped.
+- hardware: the GPU catalog entry and its `<family>x<N>` reference cluster (the rows state no
+  fabric); a GPU without a catalog entry is skipped.
+- routing: every Megatron-Bridge MoE row forces balanced routing ("forced balanced token
+  distribution", the page's footnote), the formulation's default (`JobSpec.moe_load_imbalance`
+  1.0).
+
+Rows of the file's category B (dense models on Blackwell) are not read here.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Optional
+
+from ..errors import InputError
+from ..specs import Constraints, JobSpec
+from .rows import ROW_READERS, Row, measured_step_s, recompute_of
+from .rows import _cluster as row_cluster
+
+MOE_FILE = "published_runs_moe_newgpu.json"
+# the row's hardware.gpu -> (GPU catalog entry, cluster family)
+GPU_OF_ROW = {"h100-sxm5-80gb": ("h100-sxm", "h100"), "h100": ("h100-sxm", "h100"), "b200": ("b200", "b200"),
+              "gb200": ("gb200", "gb200"), "b300": ("b300", "b300"), "gb300": ("gb300", "gb300")}
+# model.key -> catalog entry (models/*.yaml); family for cross-validation by model
+CATALOG_OF_KEY = {"deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
+                  "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b", "mixtral-8x7b": "mixtral-8x7b",
+                  "mixtral-8x22b": "mixtral-8x22b", "llama4-scout": "llama4-scout", "llama4-maverick": "llama4-maverick"}
+FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
+                 "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
+NOT_IN_CATALOG = {
+    "nemotron3": "Nemotron 3 is a hybrid Mamba-Transformer MoE: the formulation has no Mamba layers",
+    "kimi-k2": "Kimi K2 has no catalog entry (its config is not among the sources)",
+    "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
+}
+# precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
+PRECISION_OF_ROW = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
+                    ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
+CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
+
+
+def is_moe_file_row(raw: dict) -> bool:
+    """A mixture-of-experts row of the MoE / new-GPU file (it carries `category`): category A, or
+    a row that states experts or expert parallelism (Nemotron 3.5 Lightning is filed as dense but
+    runs with EP 8). The file's dense rows are read by `rows.row_job` itself."""
+    m, p = raw.get("model") or {}, raw.get("parallel") or {}
+    moe = (raw.get("category") == "A" or bool(m.get("num_experts")) or (p.get("ep") or 1) > 1
+           or "moe" in (raw.get("tags") or []))
+    return "category" in raw and moe
+
+
+def _family(key: str) -> str:
+    return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
+
+
+def _precision(text: str, assumed: list[str]) -> Optional[str]:
+    t = str(text).lower()
+    allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
+    for marker, precision in PRECISION_OF_ROW:
+        if marker in t:
+            if precision is None or precision in allowed:
+                return precision
+            assumed.append(f"{text}: the FP8 recipe is not in the job schema, costed as fp8")
+            return "fp8"
+    return "bf16"
+
+
+def _check_dims(m: dict, model) -> Optional[str]:
+    """The first dimension the row states that the catalog entry does not have, or None."""
+    stated = {"layers": model.num_layers, "hidden": model.hidden_size, "heads": model.num_attention_heads,
+              "num_experts": model.num_experts, "top_k": model.moe_router_topk,
+              "moe_ffn_hidden": model.moe_ffn_hidden_size}
+    if m.get("kv_heads") and not model.multi_latent_attention:
+        stated["kv_heads"] = model.num_kv_heads
+    for key, have in stated.items():
+        if isinstance(m.get(key), int) and m[key] != have:
+            return f"the row states {key} {m[key]}, the catalog's {model.name} has {have}"
+    mla = m.get("mla") or {}
+    for key, field in (("q_lora_rank", "q_lora_rank"), ("kv_lora_rank", "kv_lora_rank"),
+                       ("qk_head_dim", "qk_head_dim"), ("qk_rope_head_dim", "qk_pos_emb_head_dim"),
+                       ("v_head_dim", "v_head_dim")):
+        if isinstance(mla.get(key), int) and mla[key] != getattr(model, field):
+            return f"the row states MLA {key} {mla[key]}, the catalog's {model.name} has {getattr(model, field)}"
+    return None
+
+
+def _recompute(p: dict, recipe: dict, assumed: list[str]) -> Optional[str]:
+    rec = p.get("recompute")
+    gran = rec.get("granularity") if isinstance(rec, dict) else recompute_of(rec)
+    modules = rec.get("modules") if isinstance(rec, dict) else None
+    if gran is None and recipe.get("recompute_granularity"):
+        gran, modules = recipe["recompute_granularity"], recipe.get("recompute_modules")
+    if gran in (None, "not stated"):
+        return None
+    gran = str(gran).lower()
+    if gran.startswith("sel"):
+        if modules and set(modules) != {"core_attn"}:
+            assumed.append(f"selective recompute of {', '.join(modules)} costed as the attention-core recompute "
+                           f"(Korthikanti et al.)")
+        return "selective"
+    return "full" if gran.startswith("full") else "none"
+
+
+def _bool(*values) -> Optional[bool]:
+    return next((v for v in values if isinstance(v, bool)), None)
+
+
+def moe_row_job(raw: dict) -> Row:
+    """One row of the MoE / new-GPU file as a Row: a job whose constraints hold what the row (and
+    its matched recipe) states, or the reason it is skipped."""
+    from ..catalog import catalog_families, load_model
+
+    hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
+    key = str(m.get("key") or "")
+    row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
+              model_family=_family(key), raw=raw)
+    reason = next((why for prefix, why in NOT_IN_CATALOG.items() if key.startswith(prefix)), None)
+    if reason or key not in CATALOG_OF_KEY:
+        row.skipped = reason or f"model {m.get('name')!r} has no catalog entry"
+        return row
+    gpu = GPU_OF_ROW.get(str(hw.get("gpu", "")).lower())
+    if gpu is None or gpu[1] not in catalog_families():
+        row.skipped = f"GPU {hw.get('gpu')!r} is not in the catalog"
+        return row
+    row.gpu, row.family = gpu
+    assumed = row.assumed
+    precision = _precision(raw.get("precision", "bf16"), assumed)
+    if precision is None:
+        row.skipped = f"precision {raw.get('precision')!r}: NVFP4 is not modelled"
+        return row
+    model = load_model(CATALOG_OF_KEY[key])
+    wrong = _check_dims(m, model)
+    if wrong:
+        row.skipped = wrong
+        return row
+    other = p.get("other") or {}
+    recipe = other.get("recipe") or {}
+    update: dict = {"seq_length": int(m["seq_len"])}
+    mtp = str(other.get("mtp") or "").lower()
+    layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
+    if "without mtp" in mtp:
+        update["mtp_num_layers"] = 0
+    elif model.mtp_num_layers and not mtp and "m" not in layout:
+        assumed.append(f"MTP not stated: {model.mtp_num_layers} layer(s), as the published config")
+    drop = str(other.get("moe_token_drop") or "").lower()
+    if "token-drop" in drop and model.moe_expert_capacity_factor is None:
+        update["moe_expert_capacity_factor"] = CAPACITY_FACTOR_DROP
+        assumed.append(f"token dropping at capacity factor {CAPACITY_FACTOR_DROP:g} (the label states dropping, "
+                       f"not the factor)")
+    model = model.model_copy(update=update)
+    # the matched recipe's token dispatcher and all-to-all overlap, as job settings where the job schema
+    # has them (JobSpec.moe_token_dispatcher / moe_a2a_overlap); Megatron-Bridge's perf recipes run the
+    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes)
+    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes). A row
+    # without a matched recipe states neither: like its other unstated knobs, they take the best value.
+    settings: dict = {}
+    fields = JobSpec.model_fields
+    backend = recipe.get("moe_flex_dispatcher_backend")
+    flex = recipe.get("moe_token_dispatcher_type") == "flex" or (
+        backend and recipe.get("moe_token_dispatcher_type") in (None, "flex"))
+    overlap_keys = [k for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm") if isinstance(recipe.get(k), bool)]
+    overlap = any(recipe[k] for k in overlap_keys)
+    unstated_settings = []
+    if "moe_token_dispatcher" in fields:
+        if recipe:
+            settings["moe_token_dispatcher"] = "flex" if flex else "alltoall"
+        else:
+            unstated_settings.append("moe_token_dispatcher")
+    elif flex:
+        assumed.append(f"the recipe's flex dispatcher ({backend}) priced as NCCL all-to-all")
+    if "moe_a2a_overlap" in fields:
+        if overlap_keys:
+            settings["moe_a2a_overlap"] = overlap
+        else:
+            unstated_settings.append("moe_a2a_overlap")
+    elif overlap:
+        assumed.append("the recipe overlaps the EP all-to-all with compute: priced exposed")
+    if layout:
+        assumed.append(f"pipeline layout {layout} costed with the balanced split")
+    try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)
+        cluster = row_cluster(hw, row.num_gpus, assumed)
+    except (InputError, ValueError) as exc:
+        row.skipped = f"cluster of {row.num_gpus} {hw.get('gpu')}: {getattr(exc, 'message', exc)}"
+        return row
+    etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
+    sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
+    recompute = _recompute(p, recipe, assumed)
+    knobs = dict(
+        tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
+        ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,
+        micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
+        vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
+        recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
+    )
+    free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
+    assumed.append("unstated, best legal value: " + ", ".join(free))
+    base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
+                   precision=precision, constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None},
+                                                                uneven_split=False), **settings)
+    row.job = _best_settings(base, unstated_settings, row)
+    if row.job is None:
+        row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
+                       "enforces them)")
+        return row
+    row.measured_s, row.basis = measured_step_s(raw, row.job)
+    if row.measured_s is None:
+        row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
+        return row
+    unpriced = unpriced_reason(model)
+    if unpriced:
+        row.skipped = unpriced
+    return row
+
+
+def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[JobSpec]:
+    """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap) at
+    the values whose best legal configuration the formulation predicts fastest (the shipped GPU
+    parameters), as `evaluate.best_config` does for a row's unstated knobs, among those whose
+    configuration fits in memory when any does; None when no configuration is legal."""
+    from itertools import product
+
+    from ..space.enumeration import enumerate_shapes
+    from .runs_fit import RowCase
+
+    choices = {"moe_token_dispatcher": ("alltoall", "flex"), "moe_a2a_overlap": (False, True)}
+    best, best_s = None, (2, float("inf"))  # a setting whose configuration fits in memory first: the run ran
+    for values in product(*(choices[k] for k in unstated)):
+        try:
+            job = base.model_copy(update=dict(zip(unstated, values))) if unstated else base
+            if unstated:
+                job = JobSpec.model_validate(job.model_dump())  # the job's own rules on the settings
+        except ValueError:
+            continue
+        if not len(enumerate_shapes(job).shapes):
+            continue
+        trial = Row(id=row.id, source=row.source, gpu=row.gpu, family=row.family, num_gpus=row.num_gpus, job=job)
+        step, _, fits = RowCase(trial).predict() if unstated else (0.0, 0, True)
+        if (0 if fits else 1, step) < best_s:
+            best, best_s = job, (0 if fits else 1, step)
+    return best
+
+
+ROW_READERS.append((is_moe_file_row, moe_row_job))
+
+
+def unpriced_reason(model) -> Optional[str]:
+    """Why the formulation cannot predict this MoE model, or None: it prices MoE layers once it has
+    its expert terms (solver/formulation/moe.py, composed by coefficients.stage_coefficients).
+    (`catalog.refuse_unpriced_moe` stops MoE jobs at the CLI until the two branches meet; rows do
+    not go through it.)"""
+    import importlib.util
+
+    if model.is_moe and importlib.util.find_spec(f"{__package__.rsplit('.', 1)[0]}.formulation.moe") is None:
+        return "the formulation does not price mixture-of-experts layers yet"
+    return None

@@ -1,0 +1,108 @@
+"""The published MoE runs (published_runs_moe_newgpu.json, category A) as validation rows: what
+each row states reaches the job, the model is the catalog entry the row names and agrees with
+the dimensions the row states, and every row that cannot be predicted says why in one line."""
+
+from __future__ import annotations
+
+import copy
+import json
+import typing
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import solveplan.catalog_published
+from solveplan.calibration.moe_rows import moe_row_job, unpriced_reason
+from solveplan.calibration.rows import published_rows
+from solveplan.specs import JobSpec
+
+PATH = Path(solveplan.catalog_published.__file__).parent / "published_runs_moe_newgpu.json"  # the shipped copy
+RAW = json.loads(PATH.read_text())["measurements"]
+ROWS = published_rows([str(PATH)])
+BY_ID = {r.id: r for r in ROWS}
+# every reason a row of this file may be skipped for, today
+REASONS = ("Nemotron 3 is a hybrid Mamba-Transformer MoE", "is not in the catalog", "has no catalog entry",
+           "NVFP4 is not modelled", "no legal configuration matches what the row states",
+           # the file's dense rows (calibration.rows.skip_reason)
+           "nvfp4: FP4 training recipes are not modelled", "fine-tuning", "activations offloaded to the Grace CPU",
+           "virtual stages for")
+
+
+def _raw(row_id):
+    return copy.deepcopy(next(r for r in RAW if r["id"] == row_id))
+
+
+def test_every_row_is_read_or_skipped_with_a_stated_reason():
+    assert len(ROWS) == 169 and sum(r.raw["category"] == "A" for r in ROWS) == 105
+    for r in ROWS:
+        if r.skipped:
+            assert any(why in r.skipped for why in REASONS), (r.id, r.skipped)
+            assert "\n" not in r.skipped
+    readable = [r for r in ROWS if r.job is not None and r.raw["category"] == "A"]
+    counts = Counter(r.raw["model"]["key"] for r in readable)
+    # every MoE model of the catalog the file measures is read (on H100, B200, GB200, GB300, B300)
+    assert set(counts) == {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "mixtral-8x7b",
+                           "mixtral-8x22b", "llama4-scout"}, counts
+    assert len(readable) >= 70
+
+
+def test_the_row_states_reach_the_job():
+    r = BY_ID["mbridge_perf-25.09-deepseek-v3-h100-sxm5-80gb-fp8-1024"]
+    c, job = r.job.constraints, r.job
+    assert (c.tp, c.pp, c.cp, c.ep, c.vp, c.micro_batch_size) == ((2,), (8,), (1,), (64,), (4,), (1,))
+    assert job.global_batch_size == r.raw["parallel"]["gbs"] and job.seq_length == 4096
+    assert job.cluster.num_gpus == 1024 and job.cluster.gpu.name.startswith("h100")
+    assert job.model.num_experts == 256 and job.model.multi_latent_attention and job.model.num_moe_layers == 58
+    # tokens/s per GPU -> step time: gbs x seq / (tokens/s/GPU x GPUs)
+    me = r.raw["measured"]["tokens_per_s_per_gpu"]
+    assert r.measured_s == pytest.approx(job.global_batch_size * 4096 / (me * 1024), rel=1e-4)  # derived, rounded
+    assert any("unstated, best legal value" in a and "zero" in a for a in r.assumed)
+
+
+def test_recipe_knobs_and_labels_are_read():
+    q = BY_ID["mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]
+    assert q.job.constraints.etp == (1,) and q.job.constraints.recompute == ("none",)
+    assert q.job.constraints.sequence_parallel == (False,)
+    no_mtp = moe_row_job(_raw("mbridge_perf-25.11-deepseek-v3-gb200-bf16-256") | {
+        "hardware": {"gpu": "B200"}})  # the row's GPU moved to a catalog one, to read its model
+    assert no_mtp.job.model.mtp_num_layers == 0  # "without MTP (per model label)"
+    drop = BY_ID["mbridge_perf-25.09-qwen3-235b-a22b-h100-sxm5-80gb-fp8-256"]
+    assert drop.job.model.moe_expert_capacity_factor == 1.0 and any("capacity" in a for a in drop.assumed)
+
+
+def test_precision_recipes():
+    allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
+    cs = BY_ID["mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"].job.precision
+    assert cs == ("fp8-tensorwise" if "fp8-tensorwise" in allowed else "fp8")
+    raw = _raw("mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16")
+    raw["precision"] = "nvfp4"
+    assert "NVFP4" in moe_row_job(raw).skipped
+
+
+def test_a_row_disagreeing_with_the_catalog_is_skipped_with_the_difference():
+    raw = _raw("mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16")
+    raw["model"]["layers"] = 47
+    assert "states layers 47" in moe_row_job(raw).skipped
+    raw = _raw("mbridge_perf-25.09-deepseek-v3-h100-sxm5-80gb-fp8-1024")
+    raw["model"]["mla"]["kv_lora_rank"] = 256
+    assert "kv_lora_rank 256" in moe_row_job(raw).skipped
+
+
+def test_mixture_of_experts_rows_are_priced():
+    """MoE is priced: no readable row waits for it (`unpriced_reason` is None for every model)."""
+    readable = [r for r in ROWS if r.job is not None]
+    assert readable and all(unpriced_reason(r.job.model) is None for r in readable)
+
+
+def test_recipe_dispatcher_and_overlap_become_job_settings():
+    """The matched recipe's flex dispatcher (a named backend) and all-to-all overlap are what the row
+    runs; a row without a recipe leaves both to the best legal value, said in `assumed`."""
+    if "moe_token_dispatcher" not in JobSpec.model_fields:
+        pytest.skip("the job schema has no MoE dispatcher setting")
+    ds = BY_ID["mbridge_perf-26.04.01-deepseek-v3-b200-mxfp8-256"]
+    assert ds.job.moe_token_dispatcher == "flex" and ds.job.moe_a2a_overlap is True
+    q = BY_ID["mbridge_perf-26.04.01-qwen3-235b-a22b-b200-mxfp8-256"]  # recipe: no backend, overlap off
+    assert q.job.moe_token_dispatcher == "alltoall" and q.job.moe_a2a_overlap is False
+    bare = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]
+    assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" in a and "best legal" in a for a in bare.assumed)
