@@ -380,3 +380,11 @@ def test_fsdp2_shards_fp32_weights_and_keeps_bf16_ones_without_resharding():
     assert tuple(float(x) for x in frameworks.model_state_bytes_per_param(fw, 2, 8, "bf16")) == (4 / 8 + 2, 4 / 8, 1)
     assert tuple(float(x) for x in frameworks.model_state_bytes_per_param(fw, 3, 8, "bf16")) == (4 / 8, 4 / 8, 1)
     assert tuple(float(x) for x in frameworks.model_state_bytes_per_param(fw, 0, 1, "bf16")) == (4 + 2, 4, 8)
+
+
+def test_pooled_plans_name_the_stack(cli):
+    r = cli("optimize", "--model", "gpt3-6.7b", "--cluster", "mixed-h100-a100", "--global-batch-size", "256",
+            "--framework", "transformers", "--json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["framework"] == "transformers" and d["parallel"]["tp"] == d["parallel"]["pp"] == 1
