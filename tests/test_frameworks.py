@@ -388,3 +388,9 @@ def test_pooled_plans_name_the_stack(cli):
     assert r.code == 0, r.err
     d = json.loads(r.out)
     assert d["framework"] == "transformers" and d["parallel"]["tp"] == d["parallel"]["pp"] == 1
+
+
+def test_infeasible_points_at_the_stack_not_at_constraints_the_user_never_set(cli):
+    r = cli("optimize", "--model", "llama2-70b", "--cluster", "a100x8", "--framework", "transformers")
+    assert r.code == 3
+    assert "relax the constraints" not in r.err and "framework megatron runs what framework transformers excludes" in r.err

@@ -75,3 +75,10 @@ def config_conflicts(framework: str, config: dict) -> list[tuple[str, str]]:
             out.append((knob, f"{config[knob]} is not run by framework {framework} ({knob} {runs} only); "
                               f"use framework megatron"))
     return out
+
+
+def users_constraints(framework: str, cons: dict) -> dict:
+    """The constraints the user set: `cons` less the knobs its framework narrowed and nobody
+    narrowed further (what a user can relax; the rest needs another framework)."""
+    imposed = ALLOWED[framework]
+    return {k: v for k, v in cons.items() if k not in imposed or tuple(v) != tuple(imposed[k])}
