@@ -258,7 +258,7 @@ def attack_idle(base, port):
         s = socket.socket()
         s.bind((f"127.0.3.{k % 250 + 1}", 0))
         s.connect(("127.0.0.1", port))
-        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         socks.append(s)
     with client(base, "127.0.0.11") as c:
         t0 = time.monotonic()
@@ -279,7 +279,7 @@ def attack_idle(base, port):
 
 def attack_slow_body(port):
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+    s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
     s.settimeout(30)
     t0 = time.monotonic()
     head = s.recv(64).split(b"\r\n")[0].decode(errors="replace")

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from .errors import InputError, path
+from .errors import InputError, escape_text, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
 from .specs.frameworks import narrow_constraints
@@ -72,9 +72,10 @@ def _catalog(kind: str) -> dict:
 
 
 def _unknown(field: str, what: str, name: str, known: list[str]) -> InputError:
-    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+    """'unknown model ...' with the closest known names; the name shown escaped and cut."""
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5) if len(name) <= 100 else []
     hint = f"; did you mean {', '.join(close)}?" if close else f"; see `solveplan {what}s`"
-    return InputError(field, f"unknown {what} {name!r}{hint}")
+    return InputError(field, f"unknown {what} {escape_text(repr(name), 80)}{hint}")
 
 
 # ---------------------------------------------------------------- models
@@ -85,23 +86,28 @@ def catalog_models() -> dict[str, ModelSpec]:
 def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
     """A catalog name, a YAML/JSON ModelSpec file, a Hugging Face config.json, or a mapping."""
     if isinstance(ref, dict):
-        return build(ModelSpec, {"name": "custom", **ref}, field)
+        return _model_from_mapping(ref, field, "custom", "custom")
     models = _entries("models")
     for name in (ref, ref.lower()):
         if name in models:
             return _catalog_entry("models", name)
     if is_file_ref(ref):
-        data = read_mapping(ref, field)
-        from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
-
-        if is_hf_config(data):
-            try:  # named after the config (name_or_path) or the file
-                return model_from_hf_config(data, name=ref)
-            except InputError as exc:  # the converter names paths under its own root, "model"
-                raise InputError(path(field, exc.field.removeprefix(HF_FIELD).lstrip(".")), exc.message) from None
-        data.setdefault("name", Path(ref).stem)
-        return build(ModelSpec, data, field)
+        return _model_from_mapping(read_mapping(ref, field), field, ref, Path(ref).stem)
     raise _unknown(field, "model", ref, list(models))
+
+
+def _model_from_mapping(data: dict, field: str, hf_name: str, default_name: str) -> ModelSpec:
+    """A model mapping -- a Hugging Face config.json (named after its name_or_path, else
+    `hf_name`) or a ModelSpec mapping (named `default_name` unless it has a name) -- whether it
+    came from a file or inline (an API call, an HTTP body): both take the same forms."""
+    from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
+
+    if is_hf_config(data):
+        try:
+            return model_from_hf_config(data, name=hf_name)
+        except InputError as exc:  # the converter names paths under its own root, "model"
+            raise InputError(path(field, exc.field.removeprefix(HF_FIELD).lstrip(".")), exc.message) from None
+    return build(ModelSpec, {"name": default_name, **data}, field)
 
 
 # ---------------------------------------------------------------- GPUs
@@ -156,7 +162,7 @@ def catalog_clusters() -> dict[str, ClusterSpec]:
     return _catalog("clusters")
 
 
-_FAMILY_RE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9.\-]*?)x(?P<n>\d+)$")
+_FAMILY_RE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9.\-]*?)x(?P<n>\d{1,18})$")  # 18 digits: past any size
 
 
 def family_name(name: str) -> Optional[tuple[str, int]]:

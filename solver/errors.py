@@ -9,6 +9,8 @@ an admission batch `jobs[2]`, the CLI nothing), and its message says how to fix 
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Iterable, Optional
 
 
@@ -19,6 +21,59 @@ class InputError(ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}" if field else message)
+
+
+# ------------------------------------------------------------------ text the user gave, shown safely
+MAX_SHOWN_CHARS = 200  # the longest excerpt of user text in a message
+MAX_MESSAGE_CHARS = 2000  # the longest error message a front end prints or answers
+
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+HOST_NAME_RULE = "1 to 253 characters of letters, digits, '.', '_' and '-', starting with a letter or digit"
+
+
+def _unsafe(ch: str) -> bool:
+    """Control and format characters (ESC of ANSI sequences, newlines, bidi overrides) and lone
+    surrogates: what a terminal, a log line or a hostfile would act on or cannot encode."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+def escape_text(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` as it may be printed: unsafe characters (`_unsafe`) written as Python escapes
+    (\\x1b, \\n, \\ud800), and cut to `limit` characters with the length said. The one
+    escape of user text in messages and output."""
+    text = str(text)
+    cut = len(text) > limit
+    shown = "".join(ch.encode("unicode_escape").decode("ascii") if _unsafe(ch) else ch for ch in text[:limit])
+    return f"{shown}... ({len(text):,} characters)" if cut else shown
+
+
+def escape_markup(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`escape_text`, then rich markup escaped: a name such as "[/]" or "[link=...]" prints as
+    written in a rich table or title."""
+    from rich.markup import escape
+
+    return escape(escape_text(text, limit))
+
+
+def unsafe_name_reason(name: str, limit: int = 256) -> Optional[str]:
+    """Why `name` (a model, GPU, cluster or pool name) cannot be printed as it is (None: it can):
+    empty, longer than `limit`, or holding a control or format character."""
+    if not name.strip():
+        return "must not be empty"
+    if len(name) > limit:
+        return f"is {len(name):,} characters long; at most {limit}"
+    bad = next((ch for ch in name if _unsafe(ch)), None)
+    if bad is not None:
+        return (f"holds the control character {bad.encode('unicode_escape').decode('ascii')} "
+                f"(at {name.index(bad)}); names are printable text")
+    return None
+
+
+def host_name_reason(name: str) -> Optional[str]:
+    """Why `name` cannot be a host (node) name in a hostfile or a launcher's list (None: it can)."""
+    if HOST_NAME.fullmatch(name):
+        return None
+    return f"not a host name ({HOST_NAME_RULE})"
 
 
 def path(root: str, *parts: str) -> str:
@@ -37,7 +92,7 @@ def _message(err: dict, allowed: Optional[Iterable[str]] = None) -> str:
                else "unknown key; remove it or check its spelling")
     inp = err.get("input")
     hidden = err.get("type") in ("extra_forbidden", "missing") or isinstance(inp, dict)
-    return msg if hidden else f"{msg} (got {inp!r})"
+    return msg if hidden else f"{msg} (got {escape_text(repr(inp), 80)})"
 
 
 def validation_error(exc, root: str = "", allowed: Optional[Iterable[str]] = None) -> InputError:

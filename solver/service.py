@@ -24,19 +24,20 @@ Bad input never yields a 5xx.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import api
 from .catalog import SpecFiles, file_policy, parse_data
-from .errors import InputError
-from .specs.request import JobRequest, Target
+from .admission.http_guards import BearerToken, HostCheck, IncompleteConnections, require_unicode
+from .admission.http_guards import reject as _reject
+from .errors import MAX_MESSAGE_CHARS, InputError, escape_text
+from .specs.request import ClusterRef, JobRequest, Target
 
 try:  # at module level: FastAPI resolves the handlers' (string) annotations in these globals
     from starlette.requests import Request
@@ -48,6 +49,8 @@ DEFAULT_MAX_TIME_LIMIT_S = 60.0
 DEFAULT_MAX_CLIENT_REQUESTS = 8  # in flight per client address
 DEFAULT_MAX_REQUESTS = 256  # in flight in all
 DEFAULT_BODY_TIMEOUT_S = 10.0
+DEFAULT_MAX_INCOMPLETE = 512  # connections without a complete request, in all
+DEFAULT_MAX_CLIENT_INCOMPLETE = 8  # the same, per client address
 MAX_ADMIT_JOBS = 256
 MISSING_EXTRA = "the HTTP service needs the serve extra: pip install 'solveplan[serve]' (fastapi, uvicorn)"
 
@@ -68,7 +71,7 @@ class JobCall(_In):
 
 class FewestGpusCall(_In):
     job: JobRequest
-    cluster: Optional[Union[str, dict]] = Field(
+    cluster: Optional[ClusterRef] = Field(
         None, description="a family (h100), <gpu>x<N> (the largest allocation) or a cluster; default: the job's cluster")
     target: Target
     time_limit_s: Optional[float] = _LIMIT
@@ -76,7 +79,7 @@ class FewestGpusCall(_In):
 
 class AdmitCall(_In):
     jobs: list[Any] = Field(description="jobs with num_gpus, cluster or target each; a malformed one is decided INVALID")
-    cluster: Union[str, dict] = Field(description="the free cluster")
+    cluster: ClusterRef = Field(description="the free cluster")
     time_limit_s: Optional[float] = _LIMIT
 
 
@@ -100,13 +103,14 @@ def field_loc(field: str, root: str = "body") -> list:
 
 def input_error_detail(exc: InputError) -> list[dict]:
     field = exc.field or ""
-    return [{"loc": field_loc(field), "msg": exc.message, "type": "input_error"}]
+    return [{"loc": field_loc(field), "msg": escape_text(exc.message, MAX_MESSAGE_CHARS), "type": "input_error"}]
 
 
 class Guard:
     """ASGI middleware between the network and the handlers, so that no request can hold the
     service: per client (peer address) at most `max_client_requests` requests in flight and at
-    most `max_requests` in all (429 beyond); the body read whole within `body_timeout_s` (408)
+    most `max_requests` in all (429 beyond), a request counted once its body has arrived (a
+    half-sent one holds no slot); the body read whole within `body_timeout_s` (408)
     and at most `max_bytes` (413); a body that is not safe JSON (`specs.reading.parse_data`:
     duplicate keys, deep nesting, huge integers) is 422 before FastAPI parses it; every
     request runs under the service's file policy; a client that disconnects sets the
@@ -126,22 +130,35 @@ class Guard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        body = await self._read_body(receive, send)
+        if body is None:  # answered (408, 413, 422) or the client left
+            return
         client = (scope.get("client") or ("?", 0))[0]
-        if self.in_flight.get(client, 0) >= self.max_client_requests:
-            return await _reject(send, 429, "too_many_requests",
-                                 f"{self.max_client_requests} requests of this client are in flight; retry later")
-        if sum(self.in_flight.values()) >= self.max_requests:
-            return await _reject(send, 429, "too_many_requests", "the service is busy; retry later")
+        refusal = self._refusal(client)
+        if refusal:
+            return await _reject(send, 429, "too_many_requests", refusal)
         self.in_flight[client] = self.in_flight.get(client, 0) + 1
         try:
             with file_policy(self.policy):
-                await self._serve(scope, receive, send)
+                await self._serve(scope, receive, send, body)
         finally:
             self.in_flight[client] -= 1
             if not self.in_flight[client]:
                 del self.in_flight[client]
 
-    async def _serve(self, scope, receive, send):
+    def _refusal(self, client: str) -> Optional[str]:
+        """Why a complete request of `client` cannot start now (None: it can). Only requests
+        whose body has arrived count: a client still sending holds no slot (slow and idle
+        connections are `IncompleteConnections`' business)."""
+        if self.in_flight.get(client, 0) >= self.max_client_requests:
+            return f"{self.max_client_requests} requests of this client are in flight; retry later"
+        if sum(self.in_flight.values()) >= self.max_requests:
+            return "the service is busy; retry later"
+        return None
+
+    async def _read_body(self, receive, send) -> Optional[bytes]:
+        """The whole body, read within `body_timeout_s` and at most `max_bytes`, checked to be
+        safe JSON; None when the request was answered here (408, 413, 422) or the client left."""
         import anyio
 
         body, status = b"", None
@@ -150,7 +167,7 @@ class Guard:
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        return
+                        return None
                     body += message.get("body", b"")
                     if len(body) > self.max_bytes:
                         status = 413
@@ -158,14 +175,23 @@ class Guard:
                     if not message.get("more_body"):
                         break
         except TimeoutError:
-            return await _reject(send, 408, "body_timeout", f"request body not received within {self.body_timeout_s:g} s")
+            await _reject(send, 408, "body_timeout", f"request body not received within {self.body_timeout_s:g} s")
+            return None
         if status == 413:
-            return await _reject(send, 413, "body_too_large", f"request body over {self.max_bytes} bytes")
+            await _reject(send, 413, "body_too_large", f"request body over {self.max_bytes} bytes")
+            return None
         if body.strip():
             try:
-                parse_data(_decoded(body), "body", "the request body", "json")
+                data = parse_data(_decoded(body), "body", "the request body", "json")
+                require_unicode(data, "the request body")
             except InputError as exc:
-                return await _reject(send, 422, "input_error", exc.message)
+                await _reject(send, 422, "input_error", escape_text(exc.message, MAX_MESSAGE_CHARS))
+                return None
+        return body
+
+    async def _serve(self, scope, receive, send, body: bytes):
+        import anyio
+
         cancel = threading.Event()
         scope.setdefault("state", {})["cancel"] = cancel
         done = anyio.Event()
@@ -199,26 +225,19 @@ def _decoded(body: bytes) -> str:
         raise InputError("body", f"the request body is not UTF-8 (invalid byte at offset {exc.start})") from None
 
 
-async def _reject(send, status: int, kind: str, msg: str) -> None:
-    body = json.dumps({"detail": [{"loc": ["body"], "msg": msg, "type": kind}]}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status in (408, 413, 429):
-        headers.append((b"connection", b"close"))
-    if status == 429:
-        headers.append((b"retry-after", b"1"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 # ------------------------------------------------------------------ app
 def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_time_limit_s: float = DEFAULT_MAX_TIME_LIMIT_S, max_concurrency: int = 64,
                spec_dir: Optional[str] = None, max_client_requests: int = DEFAULT_MAX_CLIENT_REQUESTS,
-               max_requests: int = DEFAULT_MAX_REQUESTS, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S):
+               max_requests: int = DEFAULT_MAX_REQUESTS, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+               allowed_host_names: Optional[frozenset[str]] = None, token: Optional[str] = None):
     """The FastAPI application. `cache` defaults to the library's `api.DEFAULT_CACHE` (so the
     service and in-process library calls share it). The service opens no file a client names,
     except plain names inside `spec_dir` when an operator gives one (see `Guard` for the other
-    limits)."""
+    limits). `allowed_host_names` (`allowed_hosts(...)`; None: any Host, as in-process tests
+    send) and `token` (a bearer token; None: none asked) guard every route (`HostCheck`,
+    `BearerToken`). No interactive docs are served: FastAPI's load scripts from a public CDN;
+    the schema is at /openapi.json."""
     try:
         import anyio
         from fastapi import FastAPI, Query
@@ -232,7 +251,7 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
     cache = api.DEFAULT_CACHE if cache is None else cache
     limiter = anyio.CapacityLimiter(max_concurrency)
     app = FastAPI(
-        title="solveplan", version=__version__,
+        title="solveplan", version=__version__, docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None,
         description="Parallel training plans for LLMs on GPU clusters, in bounded time: plan, check, fewest GPUs, "
                     "batch admission. Every answer carries a status.",
     )
@@ -245,7 +264,8 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
     async def _validation_error(request: Request, exc: RequestValidationError):
         detail = []
         for err in exc.errors():
-            item = {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "invalid")), "type": err.get("type", "")}
+            item = {"loc": [escape_text(x, 80) if isinstance(x, str) else x for x in err.get("loc", ())],
+                    "msg": escape_text(str(err.get("msg", "invalid")), MAX_MESSAGE_CHARS), "type": err.get("type", "")}
             detail.append(item)  # drop 'input'/'ctx': they may hold what cannot be serialised
         return JSONResponse(status_code=422, content={"detail": detail})
 
@@ -313,20 +333,29 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
     in_flight: dict[str, int] = {}
     app.add_middleware(Guard, max_bytes=max_body_bytes, policy=policy, max_client_requests=max_client_requests,
                        max_requests=max_requests, body_timeout_s=body_timeout_s, in_flight=in_flight)
+    if token is not None:
+        app.add_middleware(BearerToken, token=token)
+    if allowed_host_names is not None:
+        app.add_middleware(HostCheck, allowed=allowed_host_names)
     return app
 
 
 def uvicorn_config(app, host: str, port: int, log_level: str = "info", *, header_timeout_s: float = 10.0,
-                   max_connections: int = 1024):
+                   max_connections: int = 1024, max_incomplete: int = DEFAULT_MAX_INCOMPLETE,
+                   max_client_incomplete: int = DEFAULT_MAX_CLIENT_INCOMPLETE):
     """uvicorn's Config for the service: idle keep-alive connections closed after 5 s, a
     request head that is not complete within `header_timeout_s` closed (uvicorn alone holds a
-    half-sent request forever), request heads capped at 32 KiB, and at most `max_connections`
-    open connections (the next ones get 429 and are closed)."""
+    half-sent request forever), request heads capped at 32 KiB, at most `max_connections`
+    open connections (the next ones get 429 and are closed), and connections that hold no
+    complete request capped at `max_client_incomplete` per client address and
+    `max_incomplete` in all, the oldest closed first (`IncompleteConnections`)."""
     import h11
     import uvicorn
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     too_many = b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
+    incomplete = IncompleteConnections(max_incomplete, max_client_incomplete)
+    waiting = (h11.IDLE, h11.SEND_BODY)  # their states without a complete request
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer = None
@@ -338,15 +367,33 @@ def uvicorn_config(app, host: str, port: int, log_level: str = "info", *, header
                 transport.close()
                 return
             self._arm()
+            self._track()
+
+        def data_received(self, data):
+            super().data_received(data)
+            self._track()
 
         def on_response_complete(self):
             super().on_response_complete()
             self._arm()
+            self._track()
 
         def connection_lost(self, exc):
+            incomplete.complete(self)
             if self._head_timer is not None:
                 self._head_timer.cancel()
             super().connection_lost(exc)
+
+        def _track(self):
+            if self.transport.is_closing() or self.conn.their_state not in waiting:
+                incomplete.complete(self)
+            else:
+                incomplete.incomplete(self, (self.client or ("?", 0))[0])
+
+        def evict(self):
+            """Closed to make room (`IncompleteConnections`): it held no complete request."""
+            if not self.transport.is_closing():
+                self.transport.close()
 
         def _arm(self):
             if self._head_timer is not None:

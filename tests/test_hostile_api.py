@@ -167,3 +167,45 @@ def test_fuzzed_jobs_answer_or_name_the_field(job):
         assert exc.field.startswith("job") and "\n" not in exc.message
     else:
         assert res.status in ("FEASIBLE", "INFEASIBLE", "UNKNOWN")
+
+
+# ------------------------------------------------------------------ names (issue #27 item 4)
+_texts = st.text(st.characters(codec="utf-8", exclude_categories=()), max_size=16) | st.sampled_from(
+    ["evil\nslots=64", "a b", "", "-rf", "x\x1b[31m", "n\u202e", "[/]", "node-01.rack2", "a" * 254])
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(names=st.lists(_texts, min_size=2, max_size=2, unique=True))
+def test_node_names_are_host_names_or_refused(names):
+    from solveplan.catalog import load_cluster
+    from solveplan.errors import HOST_NAME
+
+    cluster = {"name": "c", "gpu": "a100-80gb", "num_nodes": 2, "nvlink_gbyte_per_s": 300, "nic_gbit_per_s": 200,
+               "node_names": names}
+    try:
+        spec = load_cluster(cluster, "cluster")
+    except InputError as exc:
+        assert exc.field.startswith("cluster") and "\n" not in exc.message and "\x1b" not in exc.message
+    else:
+        assert all(HOST_NAME.fullmatch(n) for n in spec.node_names), spec.node_names
+
+
+@settings(max_examples=FUZZ_EXAMPLES * 3, deadline=None)
+@given(text=st.text(st.characters(codec=None, exclude_categories=()), max_size=40) | _texts)
+def test_escaped_text_prints_as_written_and_acts_on_nothing(text):
+    """`escape_text` leaves no control, format or surrogate character (nothing a terminal acts
+    on, nothing that cannot be encoded); `escape_markup` renders in rich as exactly that text."""
+    import io
+    import unicodedata
+
+    from rich.console import Console
+
+    from solveplan.errors import escape_markup, escape_text
+
+    shown = escape_text(text)
+    assert not any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in shown)
+    shown.encode("utf-8")
+    buf = io.StringIO()
+    Console(file=buf, width=10_000, color_system=None, highlight=False).print(escape_markup(text), end="")
+    # rich.markup.escape doubles a final backslash (so that markup appended later stays markup)
+    assert buf.getvalue() in (shown, shown + "\\" if shown.endswith("\\") else shown)

@@ -21,7 +21,7 @@ SUBPROCESS = os.environ.get("SOLVEPLAN_HOSTILE_SUBPROCESS") == "1"
 NOT_FILES = ["/etc/shadow", "/etc/passwd", "/proc/kmsg", "/proc/self/environ", "/dev/zero", "/etc", "{tmp}/fifo",
              "{tmp}/missing.yaml", "../../../../etc/hostname"]
 # valid in some command: kept out of the file corpus (tested for what they should do instead)
-VALID_SOMEWHERE = {"cluster_family_name_v100.yaml", "jobs_bad.jsonl"}
+VALID_SOMEWHERE = {"cluster_family_name_v100.yaml", "jobs_bad.jsonl", "model_name_markup.yaml"}
 FILES = sorted(p.name for p in HOSTILE.iterdir() if p.name not in VALID_SOMEWHERE) + NOT_FILES
 
 # every command line that reads a file the user names ({f}); {tmp} is a scratch directory
@@ -135,6 +135,57 @@ def test_bad_lines_of_an_admission_batch_are_error_records(cli):
 def test_a_custom_cluster_named_like_a_family_keeps_its_gpus(cli):
     r = cli("show", str(HOSTILE / "cluster_family_name_v100.yaml"), "--json")
     assert r.code == 0 and json.loads(r.out)["spec"]["gpu"]["name"] == "v100-32gb"
+
+
+def test_markup_in_a_name_prints_as_written(cli):
+    r = cli("show", str(HOSTILE / "model_name_markup.yaml"))
+    assert r.code == 0 and "Traceback" not in r.err, r.err
+    assert "model [/] [link=http://evil]x[/link] [bold]" in r.out
+
+
+@pytest.mark.parametrize("ref", ["gpt\x1b[2J\x1b[31m3", "a" * 1_000_000, "x\ud800", "l1\nerror: forged", "[/]"])
+def test_an_error_line_is_escaped_and_short(cli, ref):
+    r = cli("optimize", "--model", ref, "--cluster", "a100x8")
+    _one_line_exit_2(r, ["optimize", "--model", ref[:40]])
+    assert "\x1b" not in r.err and len(r.err) < 2200 and "\ud800" not in r.err
+
+
+def test_no_hostfile_line_can_be_injected(cli, tmp_path):
+    """A node name with a newline, a space or an escape never reaches a hostfile: the links
+    file and the cluster file are refused, and nothing is written."""
+    out = tmp_path / "hosts"
+    for links in ("links_host_newline.json", "links_host_space.json", "links_host_ansi.csv"):
+        r = cli("optimize", "--model", "gpt3-1.3b", "--cluster", "a100x16", "--links", str(HOSTILE / links),
+                "--hostfile", str(out), "--time-limit", "5")
+        _one_line_exit_2(r, links)
+        assert "hosts[1]" in r.err and not out.exists()
+    r = cli("optimize", "--model", "gpt3-1.3b", "--cluster", str(HOSTILE / "cluster_node_newline.yaml"),
+            "--hostfile", str(out), "--time-limit", "5")
+    _one_line_exit_2(r, "cluster_node_newline.yaml")
+    assert "node_names" in r.err and not out.exists()
+
+
+def test_evaluate_honours_the_jobs_constraints(cli, tmp_path):
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"model": "gpt3-1.3b", "cluster": "a100x8", "constraints": {"tp": [8], "recompute": ["full"]}}))
+    r = cli("evaluate", "--job", str(job), "--json")
+    assert r.code == 0, r.err
+    par = json.loads(r.out)["parallel"]
+    assert (par["tp"], par["recompute"]) == (8, "full")
+    r = cli("evaluate", "--job", str(job), "--tp", "4")
+    _one_line_exit_2(r, "evaluate --tp 4")
+    assert "--tp" in r.err and "constraints" in r.err
+
+
+def test_calibrate_without_scipy_says_which_extra(cli, monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    r = cli("calibrate", "--cluster", "a100x16", "--nccl-tests", str(DATA / "nccl" / "all_reduce_perf_8gpu.log"),
+            "-o", str(tmp_path / "fit.yaml"))
+    _one_line_exit_2(r, "calibrate without scipy")
+    assert "solveplan[fit]" in r.err and not (tmp_path / "fit.yaml").exists()
 
 
 # ------------------------------------------------------------------ fuzz

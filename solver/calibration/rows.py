@@ -362,8 +362,8 @@ def row_job(raw: dict) -> Row:
     overlap = str(p.get("overlap") or "").lower()
     flash = era.get("flash", FLASH_BY_DEFAULT)
     # llm-foundry and PyTorch FSDP runs call FlashAttention-2; Megatron-Core/NeMo default to
-    # Transformer Engine's cuDNN fused attention
-    kernel = "flash2" if fsdp or "flashattention" in str(m.get("arch", "")).lower() else "cudnn"
+    # Transformer Engine's cuDNN fused attention (a kernel is named only when flash attention is on)
+    kernel = "flash2" if flash and (fsdp or "flashattention" in str(m.get("arch", "")).lower()) else "cudnn"
     row.job = JobSpec(
         model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
         precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,

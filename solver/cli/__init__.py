@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import click
 
-from ..errors import InputError
+from ..errors import MAX_MESSAGE_CHARS, InputError, escape_text
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -73,7 +73,9 @@ class LazyGroup(click.Group):
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    """One line on stderr (user text in it escaped and cut: no ANSI sequence, newline or lone
+    surrogate reaches the terminal, no file's contents pour out) and exit `code`."""
+    click.echo(f"error: {escape_text(message, MAX_MESSAGE_CHARS)}", err=True)
     sys.exit(code)
 
 

@@ -21,7 +21,9 @@ order of preference; FEASIBLE: smaller ones not all ruled out in time), 2 bad in
 allocation meets the target (the reason on stderr), 4 none found within --time-limit.
 
 serve: needs the serve extra (fastapi, uvicorn); without it the command says so in one line.
-Binds 127.0.0.1 by default: put a proxy in front to expose it.
+Binds 127.0.0.1 by default: put a proxy in front to expose it. Answers only requests whose Host
+header is the bound address or localhost (--allow-host adds names), and with --token-file only
+those that carry its bearer token.
 """
 
 from __future__ import annotations
@@ -172,10 +174,19 @@ def fewest_gpus_command(tokens_per_s, deadline_s, token_budget, time_limit, as_j
               help="Seconds a connection may take to send a request head (and its body).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Open connections; more get 429 and are closed.")
+@click.option("--max-incomplete", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Connections holding no complete request (idle, half-sent); beyond it the oldest is closed.")
+@click.option("--max-client-incomplete", type=click.IntRange(min=1), default=8, show_default=True,
+              help="The same per client address; beyond it that address's oldest is closed.")
+@click.option("--allow-host", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host header is NAME (repeatable; '*' for any). "
+                   "Default: the bound address and localhost.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help="Require 'Authorization: Bearer <token>' with the token this file holds (read once, at start).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(host, port, max_time_limit, max_body_bytes, spec_dir, max_client_requests, header_timeout, max_connections,
-          log_level):
+          max_incomplete, max_client_incomplete, allow_host, token_file, log_level):
     """Serve /v1/plan, /v1/check, /v1/fewest-gpus, /v1/admit and /healthz over HTTP."""
     from . import EXIT_BAD_INPUT, fail
     from ..service import MISSING_EXTRA
@@ -183,12 +194,16 @@ def serve(host, port, max_time_limit, max_body_bytes, spec_dir, max_client_reque
     try:
         import uvicorn
 
+        from ..admission.http_guards import allowed_hosts, read_token
         from ..service import create_app, uvicorn_config
 
+        token = read_token(token_file) if token_file is not None else None
         app = create_app(max_body_bytes=max_body_bytes, max_time_limit_s=max_time_limit, spec_dir=spec_dir,
-                         max_client_requests=max_client_requests, body_timeout_s=header_timeout)
+                         max_client_requests=max_client_requests, body_timeout_s=header_timeout,
+                         allowed_host_names=allowed_hosts(host, allow_host), token=token)
         config = uvicorn_config(app, host, port, log_level, header_timeout_s=header_timeout,
-                                max_connections=max_connections)
+                                max_connections=max_connections, max_incomplete=max_incomplete,
+                                max_client_incomplete=max_client_incomplete)
     except ImportError as exc:
         fail(f"{MISSING_EXTRA} ({exc})", EXIT_BAD_INPUT)
     uvicorn.Server(config).run()

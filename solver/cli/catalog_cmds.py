@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, escape_markup, escape_text
 from ..formulation.flops import reported_flop_per_step
 from ..specs.units import GIB
 
@@ -123,7 +123,7 @@ def _console():
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape_markup(title, 1000), title_justify="left")
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows:
@@ -134,7 +134,7 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    return f"{v:g}" if isinstance(v, float) else escape_markup(str(v), 1000)  # names print as written
 
 
 def _json(obj: Any) -> None:
@@ -238,7 +238,7 @@ def _resolve(name: str) -> tuple[str, Any]:
         raise InputError("NAME", f"unknown cluster family {fam[0]!r} in {name!r}{hint}")
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see `solveplan models`, `gpus`, `clusters`"
-    raise InputError("NAME", f"unknown name {name!r}: not a model, GPU, cluster or existing file{hint}")
+    raise InputError("NAME", f"unknown name {escape_text(repr(name), 80)}: not a model, GPU, cluster or existing file{hint}")
 
 
 def _resolve_file(path: Path) -> tuple[str, Any]:
@@ -261,16 +261,16 @@ def _resolve_file(path: Path) -> tuple[str, Any]:
         return "model", load_model(str(path))
     if "peak_bf16_tflops" in data:
         return "gpu", build(GPUSpec, {"name": path.stem, **data}, "gpu")
-    if "gpu" in data or "num_nodes" in data:
+    if "gpu" in data or "num_nodes" in data or "pools" in data:
         return "cluster", load_cluster(str(path))
     raise InputError("NAME", f"{path.name} is not a model, GPU or cluster spec: a model has num_layers (or is a "
-                             f"Hugging Face config.json), a GPU has peak_bf16_tflops, a cluster has gpu")
+                             f"Hugging Face config.json), a GPU has peak_bf16_tflops, a cluster has gpu or pools")
 
 
 def _print_pairs(title: str, pairs: list[tuple[str, Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", show_header=False)
+    table = Table(title=escape_markup(title, 1000), title_justify="left", show_header=False)
     table.add_column("field", no_wrap=True)
     table.add_column("value")
     for k, v in pairs:

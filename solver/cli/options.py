@@ -36,6 +36,7 @@ FLAGS = {
     "grad_reduce_dtype": "--grad-reduce-dtype", "tp_comm_overlap": "--tp-comm-overlap",
     "overlap_grad_reduce": "--overlap-grad-reduce", "resume": "--resume", "output": "--output", "ray": "--ray",
     "batch_size": "--batch-size", "max_scenarios": "--max-scenarios", "target": "--tokens-per-s / --deadline with --token-budget",
+    "token_file": "--token-file",
     "target.tokens_per_s": "--tokens-per-s", "target.deadline_s": "--deadline", "target.token_budget": "--token-budget",
 }
 

@@ -256,6 +256,7 @@ def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_para
              **base):
     """Predict step time, throughput, MFU and per-stage memory of one configuration."""
     from ..plan import plan_config
+    from ..space.rules import constrained_config
 
     job = build_job(**base)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, etp=etp, micro_batch_size=micro_batch_size, recompute=recompute,
@@ -263,7 +264,7 @@ def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_para
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
     from ..calibration.intervals import with_interval
 
-    plan = with_interval(job, plan_config(job, cfg))
+    plan = with_interval(job, plan_config(job, constrained_config(job, cfg)))
     if as_json:
         click.echo(json.dumps(plan.model_dump(), indent=2))
     else:

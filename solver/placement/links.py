@@ -43,7 +43,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, escape_text, host_name_reason
+from ..specs.base import PLAUSIBLE
 from ..specs.units import GBIT_BYTES
 from ..specs.writing import write_text
 from .link_formats import MAX_LINK_ELEMENTS, MAX_LINK_HOSTS, check_hosts
@@ -57,6 +58,17 @@ class LinkMatrix:
     measured: bool = False
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        """Every host name is one a hostfile and a launcher accept (no newline to add lines to
+        a hostfile, no space, not empty), whichever reader built the matrix."""
+        for i, host in enumerate(self.hosts):
+            reason = host_name_reason(str(host))
+            if reason:
+                raise InputError(f"hosts[{i}]", f"{escape_text(repr(host), 60)}: {reason}")
+        _check_range(self.bandwidth_gbit_per_s, "bandwidth_gbit_per_s", "gbit_per_s", "Gbit/s")
+        if self.latency_us is not None:
+            _check_range(self.latency_us, "latency_us", "latency_us", "us")
 
     @property
     def n(self) -> int:
@@ -132,6 +144,18 @@ def _fmt(v) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "nan"
     return repr(v)
+
+
+def _check_range(matrix: np.ndarray, field: str, quantity: str, unit: str) -> None:
+    """Every off-diagonal cell inside the plausible range of `quantity` (`specs.base.PLAUSIBLE`),
+    whatever unit the file gave: 1e-300 Gbit/s would hang the placement, 1e300 plan nonsense."""
+    lo, hi = PLAUSIBLE[quantity]
+    off = ~np.eye(len(matrix), dtype=bool)
+    bad = np.argwhere(off & ~((matrix >= lo) & (matrix <= hi)) & ~np.isnan(matrix))
+    if len(bad):
+        i, j = (int(x) for x in bad[0])
+        raise InputError(f"{field}[{i}][{j}]", f"{matrix[i, j]:.4g} {unit} is outside the plausible range "
+                                              f"[{lo:g}, {hi:g}] {unit}")
 
 
 def check_matrix(values, n: int, name: str, *, allow_missing_diagonal: bool = True) -> np.ndarray:

@@ -14,6 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import escape_markup
 from ..specs.units import GIB
 
 
@@ -120,7 +121,7 @@ def stages_table(plan) -> Table:
         t.add_column(c, justify="left" if c in ("pool", "gpu", "nodes") else "right")
     for s in plan.stages:
         mb = s.memory_bytes
-        where = (s.pool, s.gpu, _hosts(s.nodes)) if placed else ()
+        where = (escape_markup(s.pool), escape_markup(s.gpu), escape_markup(_hosts(s.nodes), 1000)) if placed else ()
         t.add_row(str(s.stage), *where, str(s.layers), _fmt_s(s.time_per_microbatch_s),
                   *(f"{getattr(mb, k) / GIB:.2f}" for k in ("params", "grads", "optimizer", "activations", "other", "total")),
                   "yes" if s.fits else Text("NO", style="bold red"))
@@ -158,7 +159,7 @@ def comparisons_table(result) -> Optional[Table]:
     for c in ("", "configuration", "layers", "step (s)", "tokens/s", "MFU", "fits", "plan's speedup"):
         t.add_column(c, justify="right" if c not in ("", "configuration") else "left")
     for c in rows:
-        t.add_row(c.label, c.parallel.describe(), ",".join(map(str, c.layers_per_stage)), _fmt_s(c.step_time_s),
+        t.add_row(escape_markup(c.label), c.parallel.describe(), ",".join(map(str, c.layers_per_stage)), _fmt_s(c.step_time_s),
                   f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", "yes" if c.fits else Text("NO", style="red"),
                   f"{c.speedup:.3f}x" if c.speedup is not None else "-")
     return t

@@ -142,6 +142,32 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     return row, layers
 
 
+
+CONSTRAINED_KNOBS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")
+
+
+def constrained_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "") -> dict:
+    """An explicit configuration under the job's constraints (`evaluate --job`): each knob `cfg`
+    leaves out that the constraints fix to one value takes that value, and the completed
+    configuration (`complete_config`) must satisfy every constraint -- an InputError naming the
+    knob otherwise, so a job's constraints are never silently ignored."""
+    cons = job.constraints
+    out = dict(cfg)
+    for knob in CONSTRAINED_KNOBS:
+        fixed = getattr(cons, knob, None)
+        if out.get(knob) is None and fixed is not None and len(fixed) == 1:
+            out[knob] = fixed[0]
+    row, _ = complete_config(job, out, field)
+    for knob in CONSTRAINED_KNOBS:
+        if cons.allows(knob, row[knob]):
+            continue
+        fixed, bound = getattr(cons, knob, None), getattr(cons, f"{knob}_max", None)
+        allowed = "; ".join(x for x in (fixed and f"{knob} in {list(fixed)}", bound and f"{knob}_max {bound}") if x)
+        how = "given" if cfg.get(knob) is not None else "default"
+        raise InputError(path(field, knob), f"{row[knob]} ({how}) is outside the job's constraints ({allowed}); "
+                                            f"give a value they allow, or change the constraints")
+    return out
+
 def textbook_shapes(job: JobSpec) -> Shapes:
     """The legal shapes of the usual Megatron-LM configuration (see the module docstring):
     every shape the job allows, narrowed by each default in turn where some shape keeps it."""

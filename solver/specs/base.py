@@ -16,15 +16,35 @@ import types
 from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from ..errors import InputError, path, validation_error
+from ..errors import InputError, host_name_reason, path, unsafe_name_reason, validation_error
 
 
 class Spec(BaseModel):
     """Base of every spec: frozen, unknown keys rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _printable(name: str) -> str:
+    reason = unsafe_name_reason(name)
+    if reason:
+        raise ValueError(f"the name {reason}")
+    return name
+
+
+def _host(name: str) -> str:
+    reason = host_name_reason(name)
+    if reason:
+        raise ValueError(reason)
+    return name
+
+
+# A model, GPU or cluster name: printable text (no ANSI escapes, newlines or format characters)
+Name = Annotated[str, AfterValidator(_printable)]
+# A node or pool name: what hostfiles and launchers accept (a pool's name prefixes its node names)
+HostName = Annotated[str, AfterValidator(_host)]
 
 
 # Plausible range (inclusive) of each quantity a spec or a job mapping states, by field name.
@@ -41,6 +61,7 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     "nvlink_gbyte_per_s": (0.1, 1e5), "nic_gbit_per_s": (0.1, 1e6), "gbit_per_s": (1e-3, 1e6),
     "nvlink_latency_us": (1e-3, 1e6), "network_latency_us": (1e-3, 1e6), "latency_us": (1e-3, 1e6),
     "spine_oversubscription": (1.0, 1e3), "price_per_gpu_hour_usd": (0.0, 1e6),
+    "inter_pool_gbit_per_s": (1e-3, 1e6), "inter_pool_latency_us": (1e-3, 1e6),
     # model
     "num_layers": (1, 1 << 16), "hidden_size": (1, 1 << 22), "num_attention_heads": (1, 1 << 20),
     "num_kv_heads": (1, 1 << 20), "kv_channels": (1, 1 << 20), "ffn_hidden_size": (1, 1 << 24),
@@ -53,7 +74,7 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     "qk_head_dim": (1, 1 << 20), "qk_pos_emb_head_dim": (1, 1 << 20), "v_head_dim": (1, 1 << 20),
     "mtp_num_layers": (0, 64), "moe_load_imbalance": (1.0, 64.0),
     # job
-    "seq_length": (1, 1 << 24), "global_batch_size": (1, 1 << 24),
+    "seq_length": (1, 1 << 24), "global_batch_size": (1, 1 << 24), "num_gpus": (1, 1 << 20),
     # constraints (values of a list, and the bounds)
     **{k: (1, 1 << 30) for k in ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "tp_max", "pp_max", "dp_max",
                                  "cp_max", "vp_max", "micro_batch_size_max", "ep", "etp", "ep_max", "etp_max")},
@@ -87,16 +108,39 @@ def _kind(annotation) -> tuple:
     return ()
 
 
-def _number(value: Any, kind: str, name: str, where: str) -> None:
+def _number(value: Any, kind: str, name: str, where: str, bounds: tuple = ()) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(where, f"must be {'an integer' if kind == 'int' else 'a number'} (got {_shown(value)})")
     if kind == "int" and isinstance(value, float):
         raise InputError(where, f"must be an integer, written without a decimal point or exponent (got {value!r})")
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(where, f"must be a finite number (got {value!r})")
-    lo, hi = PLAUSIBLE.get(name, (-MAX_INT, MAX_INT))
-    if not lo <= value <= hi:
-        raise InputError(where, f"{_shown(value)} is outside the plausible range [{lo:g}, {hi:g}]")
+    if name in PLAUSIBLE:
+        bounds = (*PLAUSIBLE[name], False, False)
+    lo, hi, lo_open, hi_open = bounds or (-MAX_INT, MAX_INT, False, False)
+    inside = (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi)
+    if not inside:
+        if not bounds:
+            raise InputError(where, f"{_shown(value)} is too large: at most {MAX_INT:.4g} in magnitude")
+        span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise InputError(where, f"{_shown(value)} is outside the plausible range {span}")
+
+
+def _bounds(field_info) -> tuple:
+    """(lo, hi, lo_open, hi_open) from a field's own constraints (gt/ge/lt/le), () when it
+    states neither end: the range a field not in PLAUSIBLE is checked against and reported with."""
+    lo, hi, lo_open, hi_open, stated = -MAX_INT, MAX_INT, False, False, False
+    for m in field_info.metadata:
+        for attr, is_lo, is_open in (("gt", True, True), ("ge", True, False), ("lt", False, True), ("le", False, False)):
+            bound = getattr(m, attr, None)
+            if bound is None:
+                continue
+            stated = True
+            if is_lo:
+                lo, lo_open = bound, is_open
+            else:
+                hi, hi_open = bound, is_open
+    return (lo, hi, lo_open, hi_open) if stated else ()
 
 
 def _shown(value: Any) -> str:
@@ -115,14 +159,14 @@ def check_types(spec_cls, data: Any, field: str) -> None:
     for name, value in data.items():
         if name not in fields or value is None:
             continue
-        _check_value(_kind(fields[name].annotation), value, name, path(field, str(name)))
+        _check_value(_kind(fields[name].annotation), value, name, path(field, str(name)), _bounds(fields[name]))
 
 
-def _check_value(kind: tuple, value: Any, name: str, where: str) -> None:
+def _check_value(kind: tuple, value: Any, name: str, where: str, bounds: tuple = ()) -> None:
     if not kind:
         return
     if kind[0] in ("int", "float"):
-        _number(value, kind[0], name, where)
+        _number(value, kind[0], name, where, bounds)
     elif kind[0] == "bool":
         if not isinstance(value, bool):
             raise InputError(where, f"must be true or false (got {_shown(value)})")

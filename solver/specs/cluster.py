@@ -16,7 +16,7 @@ from typing import Any, Optional
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from ..errors import InputError
-from .base import Spec
+from .base import HostName, Name, Spec
 from .units import GBIT_BYTES
 from .gpu import GPUSpec
 
@@ -47,7 +47,7 @@ class NodeFabric(Spec):
     network_efficiency: float = Field(0.8, gt=0, le=1, description="attained fraction of NIC bandwidth by NCCL")
     nodes_per_leaf: Optional[PositiveInt] = Field(None, description="nodes behind one leaf switch (rack)")
     spine_oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription, e.g. 4 for 4:1")
-    node_names: tuple[str, ...] = Field((), description="host names of the nodes, in order (optional)")
+    node_names: tuple[HostName, ...] = Field((), description="host names of the nodes, in order (optional)")
     price_per_gpu_hour_usd: Optional[PositiveFloat] = Field(
         None, description="what one GPU-hour costs, USD (optional; sweeps report cost per million tokens from it)")
 
@@ -99,11 +99,11 @@ FABRIC_FIELDS = tuple(NodeFabric.model_fields)
 class PoolSpec(NodeFabric):
     """A pool of identical nodes inside a mixed cluster."""
 
-    name: str
+    name: HostName
 
 
 class ClusterSpec(NodeFabric):
-    name: str
+    name: Name
     link_overrides: tuple[LinkOverride, ...] = ()
     pools: tuple[PoolSpec, ...] = Field(
         (), description="pools of nodes of different GPU types (a mixed cluster); the top-level node fields are pool 0's")
@@ -143,6 +143,7 @@ class ClusterSpec(NodeFabric):
 
     @model_validator(mode="after")
     def _check_links(self):
+        seen: dict[tuple[int, int], tuple[int, LinkOverride]] = {}
         for i, link in enumerate(self.link_overrides):
             for end in ("src", "dst"):
                 node = getattr(link, end)
@@ -150,6 +151,13 @@ class ClusterSpec(NodeFabric):
                     raise ValueError(
                         f"link_overrides[{i}].{end} is node {node} but the cluster has nodes 0..{self.num_nodes - 1}"
                     )
+            if link.src == link.dst:
+                raise ValueError(f"link_overrides[{i}] links node {link.src} to itself; inside a node NVLink is used: "
+                                 f"remove it")
+            first = seen.setdefault((link.src, link.dst), (i, link))
+            if first[1] != link:
+                raise ValueError(f"link_overrides[{i}] and [{first[0]}] both give {link.src} -> {link.dst}, with "
+                                 f"different values; keep one")
         if len(set(self.node_names)) != len(self.node_names):
             raise ValueError("node names repeat across pools; give each node its own name")
         return self

@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, PositiveFloat
 
-from .base import Spec
+from .base import Name, Spec
 from .units import GIB
 
 
@@ -21,7 +21,7 @@ Architecture = Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4
 
 
 class GPUSpec(Spec):
-    name: str
+    name: Name
     architecture: Optional[Architecture] = Field(
         None, description="GPU architecture: which precision recipes it runs (MXFP8 on blackwell/cdna4) and whether "
                           "it runs CUDA or ROCm (cdna3/cdna4)")

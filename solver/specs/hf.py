@@ -57,7 +57,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from ..errors import InputError, validation_error
+from ..errors import InputError, escape_text, validation_error
 from .model import ModelSpec
 
 FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
@@ -423,9 +423,17 @@ DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdro
 
 def _dropout(data: dict) -> float:
     """The largest dropout probability the config names (0 when it names none: the families
-    trained today use none)."""
-    vals = [data[k] for k in DROPOUT_KEYS if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)]
-    return float(max(vals)) if vals and 0 <= max(vals) < 1 else 0.0
+    trained today use none). A value that is not a probability in [0, 1) is refused, not read
+    as 0: a config that says 5 or -0.5 is wrong, and the memory of dropout masks depends on it."""
+    vals = []
+    for key in DROPOUT_KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise _fail(f"{key} must be a dropout probability in [0, 1) (got {escape_text(repr(value), 40)})")
+        vals.append(float(value))
+    return max(vals, default=0.0)
 
 
 def model_from_hf_config(data: dict, name: str) -> ModelSpec:

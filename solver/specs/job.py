@@ -151,6 +151,9 @@ class JobSpec(Spec):
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
+        if self.attention_kernel == "flash2" and not self.flash_attention:
+            raise ValueError("attention_kernel flash2 is a flash-attention kernel but flash_attention is false: "
+                             "drop one of the two")
         return self
 
     @property

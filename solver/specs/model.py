@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from .base import Spec
+from .base import Name, Spec
 
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
@@ -23,7 +23,7 @@ DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base d
 
 
 class ModelSpec(Spec):
-    name: str
+    name: Name
     num_layers: PositiveInt
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt

@@ -188,6 +188,47 @@ _StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", _StrictYamlLoader.con
 _StrictYamlLoader.add_constructor("tag:yaml.org,2002:map", _StrictYamlLoader.construct_yaml_map)
 
 
+# ------------------------------------------------------------------ YAML 1.2 core schema
+# PyYAML resolves plain scalars by YAML 1.1: `01400` is octal 768, `1:30` sexagesimal 90,
+# `yes`/`on` booleans, `1_000` an integer. A spec means what it says only under YAML 1.2's core
+# schema (what JSON and every other current parser agree on): true/false, null, decimal integers
+# (0o and 0x when written so), decimal floats, .inf/.nan; anything else is a string, which the
+# field's type check then refuses naming the field. A decimal with a leading zero is refused:
+# YAML 1.1 readers take it for octal, so the file means two things.
+_YAML12_RESOLVERS = (
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+.0123456789"),
+)
+
+
+def _construct_yaml12_int(loader, node) -> int:
+    """A YAML 1.2 integer: decimal (no leading zero), 0o octal or 0x hexadecimal."""
+    text = str(node.value)
+    line = node.start_mark.line + 1
+    if _too_big_int(text):
+        raise _Refused(f"an integer of {len(text)} digits (line {line}; at most {MAX_INT_DIGITS})")
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    if len(text.lstrip("+-")) > 1 and text.lstrip("+-").startswith("0"):
+        raise _Refused(f"{text} has a leading zero (line {line}): YAML 1.1 readers take it for octal; "
+                       f"write {int(text, 10)} (or 0o{text.lstrip('+-').lstrip('0') or '0'} for octal)")
+    return int(text, 10)
+
+
+def _use_yaml_1_2(loader_cls) -> None:
+    """Replace `loader_cls`'s YAML 1.1 implicit resolvers by the YAML 1.2 core schema's."""
+    loader_cls.yaml_implicit_resolvers = {}
+    for tag, pattern, first in _YAML12_RESOLVERS:
+        loader_cls.add_implicit_resolver(tag, re.compile(pattern), list(first))
+    loader_cls.add_constructor("tag:yaml.org,2002:int", _construct_yaml12_int)
+
+
+_use_yaml_1_2(_StrictYamlLoader)
+
+
 def _depth(data) -> int:
     """Nesting depth of lists and mappings (iterative: no recursion on hostile input)."""
     deepest, stack = 0, [(data, 1)]

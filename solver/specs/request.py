@@ -5,10 +5,16 @@ into a `JobSpec` (names and files resolved, the model's recipe as defaults)."""
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, WithJsonSchema, field_validator,
+                      model_validator)
+
+from .cluster import ClusterSpec
+from .job import Constraints
+from .model import ModelSpec
 
 from .job import Precision
 
@@ -21,8 +27,47 @@ def _ref(kind: str, forms: str):
     return BeforeValidator(check)
 
 
-ModelRef = Annotated[Union[str, dict], _ref("model", "a catalog name, a file path")]
-ClusterRef = Annotated[Union[str, dict], _ref("cluster", "a catalog name, <gpu>x<N>, a file path")]
+def _inlined(cls, optional: tuple[str, ...] = ()) -> dict:
+    """The JSON schema of spec `cls` with its $defs inlined (a self-contained schema that a
+    field's OpenAPI entry can carry), `optional` keys not required, and every `gpu` a catalog
+    GPU name or a GPU spec (as `catalog.load_gpu` reads it)."""
+    schema = cls.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node):
+        if isinstance(node, list):
+            return [inline(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            return inline(copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]]))
+        out = {k: inline(v) for k, v in node.items()}
+        props = out.get("properties")
+        if isinstance(props, dict) and isinstance(props.get("gpu"), dict) and props["gpu"].get("type") == "object":
+            props["gpu"] = {"anyOf": [{"type": "string", "description": "a GPU of `solveplan gpus`"}, props["gpu"]]}
+        return out
+
+    schema = inline(schema)
+    schema["required"] = [k for k in schema.get("required", []) if k not in optional]
+    return schema
+
+
+def _ref_schema(kind: str, names: str, *specs: dict) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [{"type": "string", "description": names}, *specs],
+                           "description": f"the {kind}: {names}, or an inline mapping"})
+
+
+HF_CONFIG_SCHEMA = {
+    "type": "object", "title": "HuggingFaceConfig", "required": ["model_type"], "additionalProperties": True,
+    "description": "a Hugging Face config.json of a dense decoder, as the file holds it (Llama, Mistral, Qwen2/3, "
+                   "Gemma, Phi-3/4, OLMo, Nemotron, GPT-NeoX, GPT-2, OPT, BLOOM)"}
+ModelRef = Annotated[Union[str, dict], _ref("model", "a catalog name, a file path"),
+                     _ref_schema("model", "a catalog model (`solveplan models`)", _inlined(ModelSpec, ("name",)),
+                                 HF_CONFIG_SCHEMA)]
+ClusterRef = Annotated[Union[str, dict], _ref("cluster", "a catalog name, <gpu>x<N>, a file path"),
+                       _ref_schema("cluster", "a catalog cluster or <gpu>x<N> (`solveplan clusters`)",
+                                   _inlined(ClusterSpec, ("name",)))]
+ConstraintsMapping = Annotated[dict, WithJsonSchema(_inlined(Constraints))]
 
 
 class Request(BaseModel):
@@ -54,7 +99,8 @@ class JobRequest(Request):
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
     moe_a2a_overlap: Optional[bool] = None
     moe_token_dispatcher: Optional[Literal["alltoall", "flex"]] = None
-    constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
+    constraints: Optional[ConstraintsMapping] = Field(
+        None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
     prefer: Optional[Literal["fastest", "simple"]] = Field(None, description="fastest (default) or simple: the "
                                                            "simplest plan within the error")
     tolerance_rel: Optional[float] = Field(None, ge=0, lt=1, allow_inf_nan=False,
