@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Union
 from .errors import InputError, escape_text, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
+from .specs.frameworks import narrow_constraints
 # the safe reader of user files, re-exported: callers read files through the catalog
 from .specs.reading import (SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping,  # noqa: F401
                             read_text)
@@ -260,7 +261,22 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
 # the job's software settings a mapping may give (JobSpec fields of the same names)
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
                 "overlap_grad_reduce", "prefer", "tolerance_rel", "moe_load_imbalance", "moe_a2a_overlap",
-                "moe_token_dispatcher")
+                "moe_token_dispatcher", "framework")
+
+
+def framework_constraints(framework: Optional[str], constraints: Constraints, field: str) -> Constraints:
+    """The job's constraints narrowed to what its software stack runs (`specs/frameworks.py`):
+    transformers plans data parallelism only, torchtitan has no ZeRO-1; a value the user forced
+    that the stack cannot run is bad input naming the knob."""
+    if framework in (None, "megatron"):
+        return constraints
+    try:
+        narrowed = narrow_constraints(framework, constraints.model_dump(exclude_defaults=True),
+                                      Constraints.model_fields)
+    except ValueError as e:
+        knob, message = e.args
+        raise InputError(path(field, "constraints", knob), message) from None
+    return Constraints(**narrowed)
 
 
 def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
@@ -275,13 +291,18 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
         if getattr(data, key) is None:
             raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
     model = load_model(data.model, path(field, "model"))
+    if model.is_moe and data.framework not in (None, "megatron"):
+        raise InputError(path(field, "framework"), f"'{model.name}' is a mixture-of-experts model; its expert layers "
+                                                   f"are priced as Megatron-Core runs them only: use framework megatron")
     cluster = load_cluster(data.cluster, path(field, "cluster"))
     job: dict[str, Any] = {
         "model": model,
         "cluster": cluster,
         "global_batch_size": model.global_batch_size if data.global_batch_size is None else data.global_batch_size,
         "seq_length": model.seq_length if data.seq_length is None else data.seq_length,
-        "constraints": build(Constraints, {} if data.constraints is None else data.constraints, path(field, "constraints")),
+        "constraints": framework_constraints(
+            data.framework, build(Constraints, {} if data.constraints is None else data.constraints,
+                                  path(field, "constraints")), field),
     }
     for key in JOB_SETTINGS:
         if getattr(data, key) is not None:

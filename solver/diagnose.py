@@ -28,6 +28,7 @@ from .search.candidates import Candidates, prepare
 from .space.rules import least_memory_job
 from .specs import JobSpec
 from .specs.deadline import Deadline, DeadlineExpired
+from .specs.frameworks import ALLOWED, users_constraints
 from .specs.units import GIB
 
 FEWEST_GPUS_MAX = 65536  # the search for the fewest GPUs that fit stops here
@@ -98,13 +99,22 @@ def fewest_gpus_that_fit(job: JobSpec, deadline: float) -> tuple[Optional[int], 
     return (hit * cl.gpus_per_node if hit is not None else None), label
 
 
+def _other_framework(job: JobSpec) -> list[str]:
+    """A suggestion where the job's framework narrowed the space (specs/frameworks.py)."""
+    narrowed = sorted(ALLOWED[job.framework])
+    if not narrowed:
+        return []
+    return [f"framework megatron runs what framework {job.framework} excludes ({', '.join(narrowed)})"]
+
+
 def shape_shortfall(job: JobSpec) -> Shortfall:
     """No legal shape at all: divisibility (heads, batch, layers) or the constraints."""
     N = job.cluster.num_gpus
-    cons = job.constraints.model_dump(exclude_defaults=True)
+    cons = users_constraints(job.framework, job.constraints.model_dump(exclude_defaults=True))
     suggestions = [f"a global batch size divisible by a data-parallel degree that divides {N} GPUs"]
     if cons:
         suggestions.insert(0, f"relax the constraints ({', '.join(sorted(cons))})")
+    suggestions += _other_framework(job)
     return Shortfall(resource="legal shapes", suggestions=suggestions,
                      message=(f"no legal parallel shape for {job.model.name} on {N} GPUs with global batch "
                               f"{job.global_batch_size}, sequence {job.seq_length}: divisibility (heads, batch, "
@@ -167,9 +177,10 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     if done:
         suggestions.append(f"the least-memory plan already uses {' and '.join(done)}")
     suggestions.append(_more_gpus(job, budget_s))
-    cons = job.constraints.model_dump(exclude_defaults=True)
+    cons = users_constraints(job.framework, job.constraints.model_dump(exclude_defaults=True))
     if cons:
         suggestions.append(f"relax the constraints ({', '.join(sorted(cons))}): they exclude shapes that might fit")
+    suggestions += _other_framework(job)
     message = (f"GPU memory is short on {where} by {(need - cap) / GIB:.1f} GiB: it needs {need / GIB:.1f} GiB "
                f"({parts}) with the least-memory plan ({par.describe()}, layers {split}) but {gpu.name} has "
                f"{cap / GIB:.1f} GiB usable")

@@ -97,6 +97,7 @@ class Plan(Out):
     num_gpus: int
     global_batch_size: int
     seq_length: int
+    framework: str = "megatron"  # the software stack priced (JobSpec.framework, formulation/frameworks.py)
     parallel: ParallelConfig
     layers_per_stage: list[int]
     step_time_s: float
@@ -149,7 +150,7 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
     tp_ = throughput(job, ev.step_time_s, RECOMPUTE_CODES[parallel.recompute])
     return Plan(
         model=job.model.name, cluster=job.cluster.name, num_gpus=job.cluster.num_gpus,
-        global_batch_size=job.global_batch_size, seq_length=job.seq_length,
+        global_batch_size=job.global_batch_size, seq_length=job.seq_length, framework=job.framework,
         parallel=parallel, layers_per_stage=[int(x) for x in layers],
         step_time_s=ev.step_time_s, tokens_per_s=tp_.tokens_per_s, mfu=tp_.mfu,
         model_tflops_per_gpu=tp_.model_tflops_per_gpu, hardware_tflops_per_gpu=tp_.hardware_tflops_per_gpu,

@@ -83,7 +83,15 @@ def memory_band() -> Band:
 def plan_band(job, zero: int) -> Band:
     """The band of a plan of `job`: its GPU's; on a cluster of pools, the widest of its pools'."""
     views = job.cluster.pool_views() if job.cluster.is_mixed else [job.cluster]
-    return max((band_for(v.gpu.name, zero) for v in views), key=lambda b: b.hi - b.lo)
+    band = max((band_for(v.gpu.name, zero) for v in views), key=lambda b: b.hi - b.lo)
+    framework = getattr(job, "framework", "megatron")
+    if framework == "megatron":
+        return band
+    # no published run states a torchtitan or transformers stack: the stack's band as for a
+    # GPU without rows of its own (the widest rule), said in the basis
+    u = bands()["unfitted_gpu"][stack_of(zero)]
+    wide = Band(u["lo"], u["hi"], u["rows"], f"{stack_of(zero)} rows, framework {framework} has no published rows")
+    return max((band, wide), key=lambda b: b.hi - b.lo)
 
 
 def with_interval(job, plan):

@@ -36,8 +36,8 @@ DUPLICATE_SPREAD = 1.25
 STEP_COLUMNS = ("model", "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
                 "global_batch_size", "seq_length", "step_time_s")
 _OPTIONAL = ("dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "global_batch_size",
-             "seq_length", "num_gpus", "flash_attention", "attention_kernel", "precision", "tp_comm_overlap", "label",
-             "name", "id")
+             "seq_length", "num_gpus", "flash_attention", "attention_kernel", "precision", "tp_comm_overlap", "framework",
+             "label", "name", "id")
 _ALIASES = {"mbs": "micro_batch_size", "gbs": "global_batch_size", "seq_len": "seq_length", "seq": "seq_length",
             "step_time": "step_time_s", "iteration_time_s": "step_time_s", "sp": "sequence_parallel",
             "zero_stage": "zero", "flash": "flash_attention"}
@@ -150,7 +150,7 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
         unknown = sorted(set(r) - set(STEP_COLUMNS) - set(_OPTIONAL))
         if unknown:
             raise InputError("steps", f"{where}: unknown column {unknown[0]!r}; columns are {', '.join(STEP_COLUMNS)} "
-                                      "(+ num_gpus, flash_attention, attention_kernel, precision, tp_comm_overlap, label)")
+                                      "(+ num_gpus, flash_attention, attention_kernel, precision, tp_comm_overlap, framework, label)")
         for req in ("model", "tp", "pp", "step_time_s"):
             if req not in r:
                 raise InputError("steps", f"{where}: missing {req}")
@@ -193,6 +193,8 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
             job_kw["precision"] = str(r["precision"]).lower()
         if "attention_kernel" in r:  # flash2 for PyTorch FSDP / llm-foundry stacks (the few-shot fit moves its efficiency)
             job_kw["attention_kernel"] = str(r["attention_kernel"]).lower()
+        if "framework" in r:  # the stack the step was measured on (formulation/frameworks.py)
+            job_kw["framework"] = str(r["framework"]).lower()
         job = build(JobSpec, job_kw, where)
         try:
             plan = plan_config(job, cfg)
@@ -222,7 +224,7 @@ def _check_duplicates(rows: list[StepRow], source: str) -> None:
     seen: dict[tuple, StepRow] = {}
     for r in rows:
         key = (r.job.model.name, r.job.cluster.num_gpus, r.job.global_batch_size, r.job.seq_length,
-               r.job.flash_attention, r.job.precision, tuple(sorted(r.parallel.model_dump().items())))
+               r.job.flash_attention, r.job.precision, r.job.framework, tuple(sorted(r.parallel.model_dump().items())))
         if key in seen:
             a = seen[key]
             hi, lo = max(a.measured_s, r.measured_s), min(a.measured_s, r.measured_s)

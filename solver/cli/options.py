@@ -32,7 +32,7 @@ FLAGS = {
     "nccl_tests": "--nccl-tests", "steps": "--steps", "plot": "--plot", "data": "--data",
     "nodes": "--nodes", "nodes_per_leaf": "--nodes-per-leaf", "oversubscription": "--oversubscription",
     "nic_gbit_per_s": "--nic-gbit-per-s", "rack_order": "--rack-order", "degraded_nodes": "--degraded-node",
-    "degraded_links": "--degraded-link", "attention_kernel": "--attention-kernel",
+    "degraded_links": "--degraded-link", "attention_kernel": "--attention-kernel", "framework": "--framework",
     "grad_reduce_dtype": "--grad-reduce-dtype", "tp_comm_overlap": "--tp-comm-overlap",
     "overlap_grad_reduce": "--overlap-grad-reduce", "resume": "--resume", "output": "--output", "ray": "--ray",
     "batch_size": "--batch-size", "max_scenarios": "--max-scenarios", "target": "--tokens-per-s / --deadline with --token-budget",
@@ -52,6 +52,8 @@ def flag_name(field: str) -> str:
     head, _, rest = field.partition(".")
     if head == "compare" and rest:
         return f"{FLAGS['compare']}: {rest}"
+    if head == "constraints" and rest in FLAGS:
+        return FLAGS[rest]
     return field
 
 
@@ -156,6 +158,10 @@ _BASE = [
     click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention (default on)."),
     click.option("--attention-kernel", type=click.Choice(["cudnn", "flash2"]), default=None,
                  help="cudnn (Megatron --attention-backend fused, default) or flash2 (FlashAttention-2)."),
+    click.option("--framework", type=click.Choice(["megatron", "torchtitan", "transformers"]), default=None,
+                 help="The software stack that runs the plan: megatron (default; fused kernels, every parallelism), "
+                      "torchtitan (FSDP2/TP/PP/CP, eager) or transformers (fp32 weights under bf16 autocast, "
+                      "data parallel only); prices its memory and kernels."),
     click.option("--grad-reduce-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
                  help="Gradient reduction dtype (default fp32; Megatron --grad-reduce-in-bf16)."),
     click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
@@ -263,7 +269,7 @@ def _constraints(flags: dict, base: Any) -> Any:
 def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
                 flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
                 overlap_grad_reduce=None, prefer=None, tolerance_rel=None, moe_load_imbalance=None,
-                moe_a2a_overlap=None, moe_token_dispatcher=None, **constraint_flags) -> dict:
+                moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
@@ -271,7 +277,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "grad_reduce_dtype": grad_reduce_dtype, "tp_comm_overlap": tp_comm_overlap,
              "overlap_grad_reduce": overlap_grad_reduce, "prefer": prefer, "tolerance_rel": tolerance_rel,
              "moe_load_imbalance": moe_load_imbalance, "moe_a2a_overlap": moe_a2a_overlap,
-             "moe_token_dispatcher": moe_token_dispatcher}
+             "moe_token_dispatcher": moe_token_dispatcher, "framework": framework}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

@@ -20,7 +20,9 @@ is exactly one formula for every cost. Its parts:
   gathers prefetched behind the previous layer and reduce-scatters behind the backward, the
   data-parallel reduction behind the last micro-batch's backward, pipeline sends behind the
   other chunk's work when interleaved (Megatron's --overlap-p2p-communication);
-- memory (`memory.py`).
+- memory (`memory.py`);
+- the software stack (`frameworks.py`, `framework=`): eager stacks' saved tensors, logits, model
+  state, elementwise traffic, weight casts and per-op dispatch; megatron leaves every term as is.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
-from . import comm
+from . import comm, frameworks
 from .precision import matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
 from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
 from .moe import attention_geometry, moe_layer_params_per_gpu
@@ -184,8 +186,10 @@ def stage_coefficients(
     moe_load_imbalance: float = 1.0,
     moe_a2a_overlap: bool = False,
     moe_token_dispatcher: str = "alltoall",
+    framework: str = "megatron",
 ) -> StageCoefficients:
     gpu = cluster.gpu
+    stack = frameworks.profile(framework)  # the software stack's terms (frameworks.py); megatron: none
     t = shapes.tp.astype(np.float64)
     c = shapes.cp.astype(np.float64)
     d = shapes.dp.astype(np.float64)
@@ -232,12 +236,14 @@ def stage_coefficients(
         core_fwd, core_bwd = unfused_attention_s(
             batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=head_dim, flop_per_s=gpu.peak_flop_per_s,
             efficiency=gpu.matmul_efficiency, hbm_bytes_per_s=hbm)
-    el_fwd, el_bwd = elementwise_bytes_per_token(hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
-                                                 rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
+    el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
+        stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
+        rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
     # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
     overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
     fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
     bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
+    fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm)
     recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
     layer_compute = fwd + bwd + recompute_fwd
 
@@ -288,10 +294,13 @@ def stage_coefficients(
     # (behind that layer's backward); its weights are gathered once per step after the
     # optimizer, behind the next forward (Megatron-FSDP optim_grads; PyTorch FSDP
     # SHARD_GRAD_OP gathers them every micro-batch, the same with one micro-batch per step).
-    z2_exposed = hidden(rs3, bwd_window) + grad_copy
+    # FSDP2 without resharding after forward (torchtitan's "never") reshards after backward: its
+    # weights are gathered before every micro-batch's forward, none once per step.
+    z2_mb = stack.zero2_gathers_every_microbatch
+    z2_exposed = hidden(rs3, bwd_window) + grad_copy + (hidden(ag, fwd) if z2_mb else 0.0)
     layer_zero3 = np.where(z == 3, z3_exposed, np.where(z == 2, z2_exposed, 0.0))
     # the first gather of a micro-batch and the last reduce-scatter have nothing to hide behind
-    z_edges = np.where(z == 3, ag + rs3, np.where(z == 2, rs3, 0.0))
+    z_edges = np.where(z == 3, ag + rs3, np.where(z == 2, rs3 + (ag if z2_mb else 0.0), 0.0))
 
     def dp_step(params_gpu):
         """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters."""
@@ -300,7 +309,7 @@ def stage_coefficients(
         rs = dp_collective("reduce_scatter", grads)
         ag_step = dp_collective("all_gather", params_gpu * BF16_BYTES)
         red = np.where(z == 0, ar, np.where(z >= 2, 0.0, rs))
-        gat = np.where((z == 1) | (z == 2), ag_step, 0.0)
+        gat = np.where((z == 1) | ((z == 2) & (not z2_mb)), ag_step, 0.0)
         return red, gat
 
     layer_red, layer_ag = dp_step(layer_params_gpu)
@@ -316,15 +325,16 @@ def stage_coefficients(
     emb_bwd = (emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm  # dense gradient of the table
     bf16mm = {**mm, "flop_per_s": gpu.peak_flop_per_s, "efficiency": gpu.matmul_efficiency, "in_bytes": BF16_BYTES}
     head_f, head_b = linear_s(M, V / t, h, **bf16mm)
-    head_fwd = head_f + M * V / t * CROSS_ENTROPY_BYTES_FWD / hbm
-    head_bwd = head_b + M * V / t * CROSS_ENTROPY_BYTES_BWD / hbm
+    ce_fwd, ce_bwd = stack.cross_entropy_bytes or (CROSS_ENTROPY_BYTES_FWD, CROSS_ENTROPY_BYTES_BWD)
+    head_fwd = head_f + M * V / t * ce_fwd / hbm
+    head_bwd = head_b + M * V / t * ce_bwd / hbm
 
     # ---------------- overlap windows of the step-level DP traffic ----------------
     # The reduction hides behind the stage's last backward (all chunks: Megatron reduces each
     # model chunk's gradients once its last backward ends, while the others' run); the
     # distributed optimizer's all-gather behind the next step's first forward.
     bwd_hides = (z <= 1) & overlap_grad_reduce
-    fwd_hides = ((z == 1) | (z == 2)) & overlap_grad_reduce
+    fwd_hides = ((z == 1) | ((z == 2) & (not z2_mb))) & overlap_grad_reduce
 
     def window(fwd_s, bwd_s):
         return np.where(bwd_hides, bwd_s, 0.0) + np.where(fwd_hides, fwd_s, 0.0)
@@ -337,23 +347,26 @@ def stage_coefficients(
         layer_window = first_window = last_window = np.zeros(len(z))
 
     # ---------------- memory ----------------
-    pb, gb, ob = model_state_bytes_per_param(z, shard, precision, grad_reduce_dtype)
+    pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision, grad_reduce_dtype)
     act_kw = dict(tokens=M, hidden=h, q_width=hq, kv_width=hkv, mlp_matrices=model.mlp_matrices, heads=a,
                   seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0,
                   linear_input_bytes=saved_linear_input_bytes(precision))
-    layer_act, working = layer_activation_bytes(ffn=f, **act_kw)
+    layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=f, **act_kw)
     if latent_width:  # multi-latent attention: the latents, kept on every TP rank
         layer_act = layer_act + np.where(rc == 2, 0.0, latent_width * M)
         working = working + np.where(rc == 2, latent_width * M, 0.0)
-    working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu * (BF16_BYTES + grad_bytes), 0.0)
+    working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu
+                                  * frameworks.zero3_live_bytes_per_param(stack, grad_bytes), 0.0)
     first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
-    last_act = 4.0 * M * h / rep + LOGIT_BYTES * M * V / t  # final norm, head input, logits
+    last_act = frameworks.last_stage_act_bytes(stack, M, h, V, t, rep)  # final norm, head input, logits
 
     state = pb + gb + ob
     dense = dict(compute=layer_compute, tp=layer_tp, cp=layer_cp, zero3=layer_zero3, ep=np.zeros(len(z)),
                  fwd=fwd + tp_exposed_fwd, bwd=bwd + tp_exposed_bwd, work=fwd + bwd, dp_step=layer_red + layer_ag,
                  opt=layer_params_gpu * opt_per_param, window=layer_window, params=layer_params_gpu * pb,
-                 grads=layer_params_gpu * gb, optim=layer_params_gpu * ob, act=layer_act, working=working)
+                 grads=frameworks.layer_grads_at_peak_bytes(stack, z, shard, layer_params_gpu, layer_params_gpu * gb,
+                                                         layer_act, m),
+                 optim=layer_params_gpu * ob, act=layer_act, working=working)
     ends = dict(first_s=emb_fwd + emb_bwd + z_edges, last_s=head_fwd + head_bwd, first_fwd_s=emb_fwd,
                 last_bwd_s=head_bwd, first_dp_step_s=emb_red + emb_ag + tied, last_dp_step_s=head_red + head_ag + tied,
                 first_optimizer_step_s=emb_params_gpu * opt_per_param,

@@ -24,7 +24,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         precision=job.precision, flash_attention=job.flash_attention, attention_kernel=job.attention_kernel,
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
         tp_comm_overlap=job.tp_comm_overlap, moe_load_imbalance=job.moe_load_imbalance,
-        moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher,
+        moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
     )
 
 

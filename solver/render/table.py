@@ -215,7 +215,7 @@ def shortfall_text(result) -> Optional[Text]:
 
 def _title(plan) -> Text:
     return Text(f"{plan.model} on {plan.cluster} ({plan.num_gpus} GPUs), global batch "
-                f"{plan.global_batch_size} x {plan.seq_length} tokens", style="bold")
+                f"{plan.global_batch_size} x {plan.seq_length} tokens, {plan.framework} stack", style="bold")
 
 
 def assumptions_text(plan) -> Optional[Text]:

@@ -6,7 +6,8 @@
   defaults (`solveplan evaluate`, `optimize --compare`, `links place`, calibration's measured
   steps all come here): tp = pp = cp = vp = 1, micro-batch 1, selective recomputation,
   sequence parallelism when tp > 1, the distributed optimizer (zero = 1) when dp*cp > 1 else
-  plain data parallelism (zero = 0);
+  plain data parallelism (zero = 0); a default the job's framework does not run gives way to
+  its fallback (`specs/frameworks.py`), and a value it does not run is refused;
 - `textbook_shapes`: the usual Megatron-LM configuration (TP inside an NVLink domain: a node, or an NVL72 rack; no CP, no
   interleaving, selective recomputation, SP with TP, the distributed optimizer; for a MoE
   model etp = 1 and the EP group inside the NVLink domain, as the Megatron MoE README recommends), each default
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..errors import InputError, path
 from ..specs import JobSpec
+from ..specs.frameworks import config_conflicts, default_for
 from .enumeration import enumerate_shapes
 from .experts import default_etp, ep_violations, tp_split_widths
 from .shapes import RECOMPUTE_CODES, Shapes
@@ -105,17 +107,20 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
         raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:11])}")
     tp, pp, cp, vp = (_int(cfg, k, 1, field) for k in ("tp", "pp", "cp", "vp"))
     mbs = _int(cfg, "micro_batch_size", 1, field)
-    recompute = cfg.get("recompute") or "selective"
+    recompute = cfg.get("recompute") or default_for(job.framework, "recompute", "selective")
     if recompute not in RECOMPUTE_CODES:
         raise InputError(path(field, "recompute"), f"{recompute!r}: choose none, selective or full")
     sp = cfg.get("sequence_parallel")
     sp = tp > 1 if sp is None else bool(sp)
     N = job.cluster.num_gpus
     divides = N % (tp * cp * pp) == 0
-    zero = _int(cfg, "zero", 1 if divides and N // (tp * cp * pp) * cp > 1 else 0, field, least=0)
+    zero = _int(cfg, "zero", default_for(job.framework, "zero", 1 if divides and N // (tp * cp * pp) * cp > 1 else 0),
+                field, least=0)
     ep, etp = _int(cfg, "ep", 1, field), _int(cfg, "etp", default_etp(job.model, tp), field)
     dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute,
                                  sequence_parallel=sp, zero=zero, ep=ep, etp=etp)
+    errs = config_conflicts(job.framework, dict(tp=tp, pp=pp, cp=cp, vp=vp, recompute=recompute, zero=zero,
+                                                ep=ep)) + errs
     if cfg.get("dp") is not None and not errs and int(cfg["dp"]) != dp:
         errs.append(("dp", f"{cfg['dp']} but tp*cp*pp*dp must equal the {N} GPUs (dp = {dp})"))
     if errs:

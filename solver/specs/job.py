@@ -8,6 +8,7 @@ from pydantic import Field, PositiveInt, model_validator
 
 from .base import Spec
 from .cluster import ClusterSpec
+from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -97,6 +98,10 @@ class JobSpec(Spec):
                             "FSDP MixedPrecision.reduce_dtype); fp16 training reduces fp16 gradients")
     overlap_grad_reduce: bool = Field(True, description="DP gradient reduction overlaps the last backward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap, Transformer Engine)")
+    framework: Literal["megatron", "torchtitan", "transformers"] = Field(
+        "megatron", description="the software stack that runs the plan (formulation/frameworks.py): megatron "
+                                "(Megatron-LM/Core, fused kernels), torchtitan (FSDP2 + TP + PP + CP, eager) or "
+                                "transformers (Hugging Face, fp32 weights under bf16 autocast, data parallel only)")
     moe_load_imbalance: float = Field(
         1.0, ge=1.0, le=64.0,
         description="MoE: tokens of the busiest expert rank over the balanced share (1.0: balanced routing, as "
@@ -117,12 +122,30 @@ class JobSpec(Spec):
         None, ge=0, lt=1, description="with prefer simple: the relative tolerance (default: the half-width of the "
                                       "optimum's 80% interval, calibration/intervals.py)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _narrow(cls, data):
+        """The constraints narrowed to what the framework runs (specs/frameworks.py), however the
+        job is built (catalog.load_job narrows first, naming the knob of a conflict)."""
+        if not isinstance(data, dict) or data.get("framework", "megatron") == "megatron":
+            return data
+        cons = data.get("constraints", {})
+        given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons)
+        try:
+            narrowed = narrow_constraints(data["framework"], given, Constraints.model_fields)
+        except ValueError as e:
+            raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
+        return {**data, "constraints": Constraints(**narrowed)}
+
     @model_validator(mode="after")
     def _check(self):
         for pool in self.cluster.pool_specs():
             problem = precision_problem(self.precision, pool.gpu)
             if problem:
                 raise ValueError(problem)
+        if self.precision not in PRECISIONS_RUN.get(self.framework, (self.precision,)):
+            raise ValueError(f"framework {self.framework} trains {' or '.join(PRECISIONS_RUN[self.framework])} "
+                             f"(torch.autocast), not {self.precision}: use framework megatron or torchtitan for FP8")
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:

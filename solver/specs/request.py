@@ -93,6 +93,8 @@ class JobRequest(Request):
     grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = None
     tp_comm_overlap: Optional[bool] = None
     overlap_grad_reduce: Optional[bool] = None
+    framework: Optional[Literal["megatron", "torchtitan", "transformers"]] = Field(
+        None, description="the software stack: megatron (default), torchtitan or transformers")
     moe_load_imbalance: Optional[float] = Field(None, ge=1.0, le=64.0, allow_inf_nan=False,
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
     moe_a2a_overlap: Optional[bool] = None

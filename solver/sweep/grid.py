@@ -9,6 +9,7 @@ A grid file (YAML or JSON) names lists whose product is planned, and/or explicit
     global_batch_sizes: [512, 1024]      # optional (default: each model's recipe)
     seq_lengths: [2048]                  # optional (default: each model's recipe)
     precisions: [bf16, fp8]              # optional (default: bf16; also fp16)
+    frameworks: [megatron, transformers] # optional (default: megatron; also torchtitan)
     constraints: [{}, {tp: [8], recompute: [selective]}]   # optional constraint sets ({} = none)
     prefer: simple                       # optional: fastest (default) or simple, every scenario
     scenarios:                           # optional explicit scenarios, planned after the product
@@ -44,6 +45,7 @@ from ..catalog import build, read_mapping
 from ..errors import InputError
 from ..specs import Constraints, Precision
 
+Framework = Literal["megatron", "torchtitan", "transformers"]
 PATH_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -79,6 +81,7 @@ class ScenarioSpec(_Strict):
     global_batch_size: Optional[PositiveInt] = None
     seq_length: Optional[PositiveInt] = None
     precision: Optional[Precision] = None
+    framework: Optional[Framework] = None
     constraints: Optional[dict[str, Any]] = None
     price_per_gpu_hour_usd: Optional[PositiveFloat] = None
     prefer: Optional[Literal["fastest", "simple"]] = None
@@ -90,12 +93,13 @@ class Grid(_Strict):
     global_batch_sizes: Optional[list[PositiveInt]] = None
     seq_lengths: Optional[list[PositiveInt]] = None
     precisions: Optional[list[Precision]] = None
+    frameworks: Optional[list[Framework]] = None
     constraints: Optional[list[dict[str, Any]]] = None
     scenarios: Optional[list[ScenarioSpec]] = None
     prefer: Optional[Literal["fastest", "simple"]] = None  # every scenario's (a scenario's own wins)
 
 
-PRODUCT_KEYS = ("models", "clusters", "global_batch_sizes", "seq_lengths", "precisions", "constraints")
+PRODUCT_KEYS = ("models", "clusters", "global_batch_sizes", "seq_lengths", "precisions", "frameworks", "constraints")
 
 
 @dataclass(frozen=True)
@@ -214,9 +218,9 @@ def _no_repeats(values: list, where: str) -> None:
         seen[key] = i
 
 
-def _inputs(model, cluster, price, gbs, seq, precision, constraints, prefer=None) -> dict:
+def _inputs(model, cluster, price, gbs, seq, precision, constraints, prefer=None, framework=None) -> dict:
     raw = {"model": model, "cluster": cluster, "global_batch_size": gbs, "seq_length": seq,
-           "precision": precision, "constraints": constraints, "price_per_gpu_hour_usd": price, "prefer": prefer}
+           "precision": precision, "framework": framework, "constraints": constraints, "price_per_gpu_hour_usd": price, "prefer": prefer}
     return {k: v for k, v in raw.items() if v is not None}
 
 
@@ -244,17 +248,18 @@ def expand(grid: Grid, base_dir: str = ".", max_scenarios: int = MAX_SCENARIOS) 
         _no_repeats([c for c, _ in clusters], "clusters (after pools are expanded)")
         _check_count(math.prod(len(x) for x in (grid.models, clusters, grid.global_batch_sizes or [None],
                                                  grid.seq_lengths or [None], grid.precisions or [None],
-                                                 grid.constraints or [None]))
+                                                 grid.frameworks or [None], grid.constraints or [None]))
                      + len(grid.scenarios or []), max_scenarios)
         cons = [_constraints(c, f"constraints[{i}]") for i, c in enumerate(grid.constraints or [None])]
-        for model, (cluster, price), gbs, seq, prec, con in itertools.product(
+        for model, (cluster, price), gbs, seq, prec, fw, con in itertools.product(
                 grid.models, clusters, grid.global_batch_sizes or [None], grid.seq_lengths or [None],
-                grid.precisions or [None], cons):
-            rows.append(("product", _inputs(model, cluster, price, gbs, seq, prec, con, grid.prefer)))
+                grid.precisions or [None], grid.frameworks or [None], cons):
+            rows.append(("product", _inputs(model, cluster, price, gbs, seq, prec, con, grid.prefer, fw)))
     for i, sc in enumerate(grid.scenarios or []):
         con = _constraints(sc.constraints, f"scenarios[{i}].constraints")
         rows.append((f"scenarios[{i}]", _inputs(sc.model, sc.cluster, sc.price_per_gpu_hour_usd, sc.global_batch_size,
-                                                sc.seq_length, sc.precision, con, sc.prefer or grid.prefer)))
+                                                sc.seq_length, sc.precision, con, sc.prefer or grid.prefer,
+                                                sc.framework)))
     _check_count(len(rows), max_scenarios)
     out: list[Scenario] = []
     seen: dict[str, int] = {}

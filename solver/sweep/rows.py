@@ -31,7 +31,7 @@ def default_workers() -> int:
 COLUMNS: dict[str, type] = {
     "scenario_id": str,
     "model": str, "cluster": str, "global_batch_size": int, "seq_length": int, "precision": str, "constraints": str,
-    "gpu": str, "num_gpus": int,
+    "framework": str, "gpu": str, "num_gpus": int,
     "status": str, "reason": str,
     "step_time_s": float, "bound_step_time_s": float, "gap": float,
     "tp": int, "pp": int, "dp": int, "cp": int, "vp": int, "micro_batch_size": int, "num_microbatches": int,
@@ -82,10 +82,11 @@ def base_row(scenario: Scenario, job=None) -> dict:
     row.update(scenario_id=scenario.id, model=_label(inp["model"]), cluster=_label(inp["cluster"]),
                global_batch_size=inp.get("global_batch_size"), seq_length=inp.get("seq_length"),
                precision=inp.get("precision"), price_per_gpu_hour_usd=inp.get("price_per_gpu_hour_usd"),
-               constraints=canonical_json(inp.get("constraints") or {}), prefer=inp.get("prefer"))
+               constraints=canonical_json(inp.get("constraints") or {}), prefer=inp.get("prefer"),
+               framework=inp.get("framework"))
     if job is not None:
         row.update(prefer=job.prefer, global_batch_size=job.global_batch_size, seq_length=job.seq_length,
-                   precision=job.precision, gpu=job.cluster.gpu.name, num_gpus=job.cluster.num_gpus,
+                   precision=job.precision, framework=job.framework, gpu=job.cluster.gpu.name, num_gpus=job.cluster.num_gpus,
                    price_per_gpu_hour_usd=job.cluster.price_per_gpu_hour_usd)
     return row
 

@@ -75,7 +75,8 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
         per_pool[pools[a.pools[s]].name] = per_pool.get(pools[a.pools[s]].name, 0) + len(st) * g
     return PlacedPlan(
         model=job.model.name, cluster=job.cluster.name, num_gpus=n_gpus, global_batch_size=job.global_batch_size,
-        seq_length=job.seq_length, parallel=par, layers_per_stage=[int(x) for x in a.layers], step_time_s=T,
+        seq_length=job.seq_length, framework=job.framework, parallel=par, layers_per_stage=[int(x) for x in a.layers],
+        step_time_s=T,
         tokens_per_s=job.tokens_per_step / T, mfu=mf / (T * peak),
         model_tflops_per_gpu=mf / T / n_gpus / 1e12, hardware_tflops_per_gpu=hf / T / n_gpus / 1e12,
         breakdown=ev.breakdown, stages=stages, peak_memory_bytes=ev.peak_memory_bytes,
