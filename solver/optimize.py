@@ -23,7 +23,7 @@ from .errors import InputError
 from .plan import (Comparison, Cost, Margin, ParallelConfig, Plan, SearchStats, SolveResult, TieBreak, jsonable,
                    make_plan, parallel_from_row, plan_config, textbook_plan)
 from .search.candidates import Candidates, prepare
-from .search.result import FEASIBLE, OPTIMAL, MethodResult, PlanStatus
+from .search.result import FEASIBLE, INFEASIBLE, MethodResult, OPTIMAL, PlanStatus, UNKNOWN
 from .specs import JobSpec
 from .specs.deadline import Deadline, DeadlineExpired
 
@@ -142,7 +142,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
                          top_k_found=len(plans) if plan is not None else 0, shortfall=None)
     if plan is not None and out.top_k_cut_short:
         notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
-    if status == "INFEASIBLE":
+    if status == INFEASIBLE:
         left_s = dl.left_s()
         out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None
                                          else min(left_s, shortfall_budget_s))
@@ -153,7 +153,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
             tb = textbook_plan(job)
             if tb is not None:
                 out.textbook = Comparison.of("textbook Megatron-LM", tb, plan)
-                if tb.step_time_s < plan.step_time_s - max(tolerance or 0.0, 1e-9 * tb.step_time_s) and status == "OPTIMAL":
+                if tb.step_time_s < plan.step_time_s - max(tolerance or 0.0, 1e-9 * tb.step_time_s) and status == OPTIMAL:
                     notes.append(f"the textbook plan ({tb.step_time_s:.6g} s) beats the optimum ({plan.step_time_s:.6g} s): "
                                  f"a pruning rule is not exact for this job")
     if cmp_plan is not None:
@@ -299,7 +299,7 @@ def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, worke
                                                                  "started: no plan")
     res = optimize_joint(job, links, method=method, time_limit_s=max(0.05, dl.left_s()), workers=workers, seed=seed,
                          pools_alone=alone, progress=progress, deadline=dl)
-    if res.status == "INFEASIBLE" and res.shortfall is None:
+    if res.status == INFEASIBLE and res.shortfall is None:
         left_s = dl.left_s()
         res.shortfall = pooled_shortfall(job, left_s if shortfall_budget_s is None else min(left_s, shortfall_budget_s))
     if int(top_k) > 1:
@@ -313,7 +313,7 @@ def out_of_time(method: str, t0: float, top_k: int, why: str) -> OptimizeResult:
     """The answer when the deadline passes before there is anything to search: UNKNOWN."""
     stats = SearchStats(method=method, wall_time_s=time.perf_counter() - t0, shapes_legal=0, shapes_dominated=0,
                         shapes_pruned_memory=0, shapes_pruned_time=0, shapes_searched=0, finished=False)
-    return OptimizeResult(status="UNKNOWN", search=stats, notes=[why], top_k_asked=top_k)
+    return OptimizeResult(status=UNKNOWN, search=stats, notes=[why], top_k_asked=top_k)
 
 
 def _check_arguments(method: str, time_limit_s, top_k, workers) -> None:
@@ -356,20 +356,20 @@ def _checked_verdict(job: JobSpec, cands: Candidates, res: MethodResult, plan: O
     """Never trust a verdict unchecked: a plan must back OPTIMAL/FEASIBLE, any fitting plan
     refutes INFEASIBLE, and the bound may not exceed the plan. (status, plan, bound)."""
     status, bound = res.status, res.bound_s
-    if status in ("OPTIMAL", "FEASIBLE") and plan is None:
+    if status in (OPTIMAL, FEASIBLE) and plan is None:
         notes.append(f"{method} answered {status} but returned no plan that fits")
-        status = "UNKNOWN"
-    if status == "INFEASIBLE" and cands.incumbent_index is not None:
+        status = UNKNOWN
+    if status == INFEASIBLE and cands.incumbent_index is not None:
         par = parallel_from_row(job, cands.shapes.row(cands.incumbent_index))
         plan = make_plan(job, par, job.model.units_to_layers(cands.incumbent_layers))
         notes.append(f"{method} answered INFEASIBLE but {par.describe()} with layers {cands.incumbent_layers} fits: "
                      f"verdict refuted, returning that plan without a bound")
-        status, bound = "FEASIBLE", None
+        status, bound = FEASIBLE, None
     if plan is not None and bound is not None and bound > plan.step_time_s * (1 + 1e-9):
         notes.append(f"bound {bound:.9g} s exceeds the plan's {plan.step_time_s:.9g} s: bound discarded")
         bound = None
-        if status == "OPTIMAL":
-            status = "FEASIBLE"
+        if status == OPTIMAL:
+            status = FEASIBLE
     return status, plan, bound
 
 

@@ -144,3 +144,22 @@ def test_the_wheel_lists_every_package():
     listed = {p for p in data["tool"]["setuptools"]["packages"] if not p.startswith("solveplan.catalog_")}
     packages = {_module_name(p) for p in SOLVER.rglob("__init__.py")}
     assert listed == packages, (sorted(packages - listed), sorted(listed - packages))
+
+
+def test_statuses_are_compared_by_name_never_as_raw_strings():
+    """Status as data (issue 25): outside `search/result.py`, which names them, no module spells a
+    plan status as a string literal (f-strings and docstrings aside): it uses OPTIMAL, FEASIBLE,
+    INFEASIBLE, UNKNOWN."""
+    import io
+    import tokenize
+
+    raw = {'"OPTIMAL"', '"FEASIBLE"', '"INFEASIBLE"', '"UNKNOWN"', "'OPTIMAL'", "'FEASIBLE'", "'INFEASIBLE'",
+           "'UNKNOWN'"}
+    found = []
+    for p in SOLVER.rglob("*.py"):
+        if p.relative_to(SOLVER).as_posix() == "search/result.py":
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(p.read_text()).readline):
+            if tok.type == tokenize.STRING and tok.string in raw:
+                found.append(f"{p.relative_to(SOLVER)}:{tok.start[0]}")
+    assert not found, found

@@ -12,6 +12,7 @@ from pydantic import Field
 from ..errors import InputError, path
 from ..formulation.splits import balanced_split
 from ..plan import Out, Plan, make_plan
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import build
 from ..specs.request import AdmitJob
@@ -21,7 +22,7 @@ from .limits import as_job, with_cluster
 from .planner import bounded_plan
 from .sizing import Sizer, fewest_gpus, sizer
 
-DecisionStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "NO_CAPACITY", "INVALID"]
+DecisionStatus = Literal[OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, "NO_CAPACITY", "INVALID"]
 
 
 class Decision(Out):
@@ -133,10 +134,10 @@ def _admit_one(item, field: str, sz: Sizer, free_nodes: int, clock: Clock, cache
             return Decision(id=ident, admitted=False, status="NO_CAPACITY", reason="no GPUs are free")
         fg = fewest_gpus(job, sz.cluster(free_nodes), aj.target, time_limit_s=clock.limit, cache=cache, cancel=clock.cancel)
         if fg.num_gpus is None:
-            status = "NO_CAPACITY" if fg.status == "INFEASIBLE" else "UNKNOWN"
+            status = "NO_CAPACITY" if fg.status == INFEASIBLE else UNKNOWN
             return Decision(id=ident, admitted=False, status=status, reason=fg.reason)
         res = fg.result
-        return Decision(id=ident, admitted=True, status=res.status if res is not None else "FEASIBLE",
+        return Decision(id=ident, admitted=True, status=res.status if res is not None else FEASIBLE,
                         num_gpus=fg.num_gpus, cluster=fg.cluster, plan=res.plan if res is not None else None,
                         gap=res.gap if res is not None else None, reason=fg.reason)
     except InputError as exc:
@@ -146,18 +147,18 @@ def _admit_one(item, field: str, sz: Sizer, free_nodes: int, clock: Clock, cache
 def _decide_job(ident, job: JobSpec, clock: Clock, cache: ResultCache) -> Decision:
     n, name = job.cluster.num_gpus, job.cluster.name
     verdict = timed_check(job, clock, cache)
-    if verdict.status == "INFEASIBLE":
-        return Decision(id=ident, admitted=False, status="INFEASIBLE", num_gpus=n, cluster=name, reason=verdict.reason)
-    if verdict.status == "UNKNOWN":
-        return Decision(id=ident, admitted=False, status="UNKNOWN", num_gpus=n, cluster=name,
+    if verdict.status == INFEASIBLE:
+        return Decision(id=ident, admitted=False, status=INFEASIBLE, num_gpus=n, cluster=name, reason=verdict.reason)
+    if verdict.status == UNKNOWN:
+        return Decision(id=ident, admitted=False, status=UNKNOWN, num_gpus=n, cluster=name,
                         reason=f"not decided in time: {verdict.reason}")
     res = bounded_plan(job, clock, cache) if clock.left() > clock.reserve() else None
     if res is not None and res.plan is not None:
         return Decision(id=ident, admitted=True, status=res.status, num_gpus=n, cluster=name, plan=res.plan, gap=res.gap,
-                        reason=verdict.reason if res.status != "OPTIMAL" else
+                        reason=verdict.reason if res.status != OPTIMAL else
                         f"fits; optimal plan {res.plan.step_time_s:.3f} s per step")
     # feasible by the witness, no solver plan in time: the witness's plan
     w = verdict.witness
     p = make_plan(job, w, verdict.witness_layers_per_stage
                   or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, w.pp)))
-    return Decision(id=ident, admitted=True, status="FEASIBLE", num_gpus=n, cluster=name, plan=p, reason=verdict.reason)
+    return Decision(id=ident, admitted=True, status=FEASIBLE, num_gpus=n, cluster=name, plan=p, reason=verdict.reason)

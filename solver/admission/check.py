@@ -20,6 +20,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from ..plan import Out, ParallelConfig, Shortfall, SolveResult, parallel_from_row
+from ..search.result import FEASIBLE, INFEASIBLE, UNKNOWN
 from ..specs import JobSpec
 from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, ResultCache
 from .limits import JobLike, as_job
@@ -34,7 +35,7 @@ class CheckResult(Out):
     """Does the job fit, and why (not)."""
 
     feasible: Optional[bool] = Field(description="true: some plan fits; false: none does; null: not decided in time")
-    status: Literal["FEASIBLE", "INFEASIBLE", "UNKNOWN"]
+    status: Literal[FEASIBLE, INFEASIBLE, UNKNOWN]
     reason: str
     shortfall: Optional[Shortfall] = None
     best_known_step_time_s: Optional[float] = Field(None, description="step time of the best plan known to fit")
@@ -44,18 +45,18 @@ class CheckResult(Out):
 
 def _fits(par: ParallelConfig, layers: list[int], step_s: float, how: str = "") -> CheckResult:
     return CheckResult(
-        feasible=True, status="FEASIBLE", best_known_step_time_s=step_s, witness=par, witness_layers_per_stage=layers,
+        feasible=True, status=FEASIBLE, best_known_step_time_s=step_s, witness=par, witness_layers_per_stage=layers,
         reason=(f"fits: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} mbs={par.micro_batch_size} "
                 f"recompute={par.recompute} zero={par.zero}, layers {layers} ({step_s:.3f} s per step{how})"))
 
 
 def _infeasible(sf: Optional[Shortfall]) -> CheckResult:
-    return CheckResult(feasible=False, status="INFEASIBLE", shortfall=sf,
+    return CheckResult(feasible=False, status=INFEASIBLE, shortfall=sf,
                        reason=sf.message if sf else "the solver proved that no plan fits")
 
 
 def _unknown(reason: str) -> CheckResult:
-    return CheckResult(feasible=None, status="UNKNOWN", reason=reason)
+    return CheckResult(feasible=None, status=UNKNOWN, reason=reason)
 
 
 def verdict_of_screen(job: JobSpec, cands, sc: Screen) -> Optional[CheckResult]:
@@ -72,7 +73,7 @@ def verdict_of_result(res: SolveResult) -> Optional[CheckResult]:
     if res.plan is not None and res.plan.fits:
         return _fits(res.plan.parallel, res.plan.layers_per_stage, res.plan.step_time_s,
                      f", solver status {res.status}")
-    if res.status == "INFEASIBLE":
+    if res.status == INFEASIBLE:
         return _infeasible(res.shortfall)
     return None
 

@@ -16,6 +16,7 @@ from ..formulation.splits import balanced_split
 from ..optimize import OptimizeResult, optimize
 from ..plan import SearchStats, SolveResult, make_plan, parallel_from_row
 from ..search.candidates import Candidates, prepare
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import JobSpec
 from ..specs.deadline import Deadline, DeadlineExpired
 from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, Dropped, ResultCache
@@ -45,7 +46,7 @@ def _solve(job: JobSpec, cands: Candidates, work: Deadline) -> SolveResult:
         t0 = time.monotonic()
         sf = memory_shortfall(job, cands, budget_s=0.0)
         stats = SearchStats(method="cpsat", wall_time_s=time.monotonic() - t0, **_counts(cands))
-        return OptimizeResult(status="INFEASIBLE", shortfall=sf, search=stats,
+        return OptimizeResult(status=INFEASIBLE, shortfall=sf, search=stats,
                               notes=["no legal shape survives the memory lower bound: nothing to search"])
     return optimize(job, method="cpsat", time_limit_s=max(0.01, work.left_s()), workers=1, top_k=1, seed=0,
                     cands=cands, shortfall_budget_s=0.0, deadline=work)
@@ -53,9 +54,9 @@ def _solve(job: JobSpec, cands: Candidates, work: Deadline) -> SolveResult:
 
 def final(res: SolveResult) -> bool:
     """Is `res` the answer any time limit long enough would give (so it may be cached)?"""
-    if res.status == "INFEASIBLE":
+    if res.status == INFEASIBLE:
         return True
-    return (res.status == "OPTIMAL" and res.search.finished
+    return (res.status == OPTIMAL and res.search.finished
             and not any(marker in note for note in res.notes for marker in TIME_SHAPED))
 
 
@@ -118,21 +119,21 @@ def _fallback(job: JobSpec, clock: Clock, cache: ResultCache, why: str) -> Solve
     cands = None if job.cluster.is_mixed else cache.get(("cands", job))
     stats = SearchStats(method="cpsat", wall_time_s=clock.elapsed(), finished=False, **_counts(cands))
     if cands is None:
-        return OptimizeResult(status="UNKNOWN", search=stats,
+        return OptimizeResult(status=UNKNOWN, search=stats,
                               notes=[f"{why}; no plan known yet (retry with a longer time limit)"])
     sc = screen(cands)
     sf = screen_shortfall(job, cands, sc)
     if sf is not None:
-        return OptimizeResult(status="INFEASIBLE", shortfall=sf, search=stats,
+        return OptimizeResult(status=INFEASIBLE, shortfall=sf, search=stats,
                               notes=[f"{why}; the memory lower bounds exclude every shape" if sc.num_shapes else why])
     if sc.witness is None:
-        return OptimizeResult(status="UNKNOWN", search=stats,
+        return OptimizeResult(status=UNKNOWN, search=stats,
                               notes=[f"{why}; no plan known yet (retry with a longer time limit)"])
     layers = sc.witness_layers or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units,
                                                                            sc.witness["pp"]))
     plan_ = make_plan(job, parallel_from_row(job, sc.witness), layers)
     bound = sc.bound_step_s
     gap = (plan_.step_time_s - bound) / plan_.step_time_s if plan_.step_time_s > 0 else None
-    return OptimizeResult(status="FEASIBLE", plan=plan_, bound_step_time_s=bound, gap=gap, search=stats,
+    return OptimizeResult(status=FEASIBLE, plan=plan_, bound_step_time_s=bound, gap=gap, search=stats,
                           notes=[f"{why}; the plan is the incumbent, the bound the least time lower bound over "
                                  f"the shapes that may fit"])

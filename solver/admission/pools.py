@@ -36,6 +36,7 @@ from ..catalog import resize_cluster
 from ..diagnose import job_fits, pooled_shortfall
 from ..errors import InputError
 from ..plan import SolveResult
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import ClusterSpec, JobSpec
 from ..specs.cluster import FABRIC_FIELDS, LinkOverride, pool_node_names
 from ..specs.deadline import DeadlineExpired
@@ -236,16 +237,16 @@ def fewest_pool_nodes(job: JobLike, cluster: ClusterSpec, target: Target, clock:
     if undecided:
         notes.append("some allocations were not decided within the time limit (counted as misses)")
     if hit is None:
-        status = "UNKNOWN" if (cut or undecided) else "INFEASIBLE"
+        status = UNKNOWN if (cut or undecided) else INFEASIBLE
         reason = (f"no allocation fits, {pooled_shortfall(base, 0.0).message}"
                   if memory_skipped and memory_skipped[-1] == sum(sizes) else
                   f"no allocation of {cluster.name}'s pools up to {cluster.num_gpus} GPUs reaches {need:.4g} tokens/s"
-                  if status == "INFEASIBLE" else
+                  if status == INFEASIBLE else
                   f"no allocation was shown to reach {need:.4g} tokens/s within {clock.limit:g} s")
         return FewestGpusResult(status=status, required_tokens_per_s=need, probes=probes, reason=reason, notes=notes)
     j = on(hit)
     res = results.get(hit)
-    if res is None or (res.status != "OPTIMAL" and clock.left() > clock.reserve()):
+    if res is None or (res.status != OPTIMAL and clock.left() > clock.reserve()):
         better = bounded_plan(j, clock, cache)
         if better.plan is not None and (res is None or res.plan is None or better.plan.step_time_s <= res.plan.step_time_s):
             res = better
@@ -257,7 +258,7 @@ def fewest_pool_nodes(job: JobLike, cluster: ClusterSpec, target: Target, clock:
               f"{'n/a' if rate is None else f'{rate:.4g} tokens/s'} >= {need:.4g} tokens/s; "
               + ("every allocation before it in the order of preference misses it" if proven
                  else "allocations before it are not all ruled out"))
-    return FewestGpusResult(status="OPTIMAL" if proven else "FEASIBLE", num_gpus=j.cluster.num_gpus,
+    return FewestGpusResult(status=OPTIMAL if proven else FEASIBLE, num_gpus=j.cluster.num_gpus,
                             cluster=j.cluster.name, nodes_per_pool={p.name: n for p, n in zip(pools, hit)},
                             required_tokens_per_s=need, result=res, probes=probes, reason=reason, notes=notes)
 

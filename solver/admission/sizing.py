@@ -16,7 +16,7 @@ from ..diagnose import fewest_nodes
 from ..errors import InputError
 from ..formulation.flops import layers_gemm_fwd_flop, lm_head_fwd_flop
 from ..plan import Out, SolveResult
-from ..search.result import PlanStatus
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import build
 from ..specs.request import Target
@@ -160,7 +160,7 @@ def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Opt
     ub = ub if math.isfinite(ub) else None
     if rate is not None and rate >= need:
         return Probe(num_gpus=num_gpus, meets=True, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
-    if res.status in ("OPTIMAL", "INFEASIBLE") or (ub is not None and ub < need):
+    if res.status in (OPTIMAL, INFEASIBLE) or (ub is not None and ub < need):
         return Probe(num_gpus=num_gpus, meets=False, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
     why = "bound above the target" if ub is not None else "no bound"
     return Probe(num_gpus=num_gpus, meets=None, tokens_per_s=rate, max_tokens_per_s=ub,
@@ -225,7 +225,7 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
     floor = min_nodes_by_peak(base, need, per_node)
     notes = [f"below {floor * per_node} GPUs no plan can reach {need:.4g} tokens/s even at peak FLOP/s"]
     if floor > sz.max_nodes:
-        return FewestGpusResult(status="INFEASIBLE", required_tokens_per_s=need, reason=(
+        return FewestGpusResult(status=INFEASIBLE, required_tokens_per_s=need, reason=(
             f"even at peak FLOP/s, {sz.max_nodes * per_node} {sz.label} GPUs cannot reach {need:.4g} tokens/s "
             f"(at least {floor * per_node} would be needed)"), notes=notes)
     hi, _ = fewest_nodes(meets, floor, sz.max_nodes, has_time)
@@ -246,10 +246,10 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
     ordered = [probes[n] for n in sorted(probes)]
     if hi is None:
         done = sz.max_nodes in probes
-        status = "INFEASIBLE" if done and not undecided else "UNKNOWN"
+        status = INFEASIBLE if done and not undecided else UNKNOWN
         reason = (f"no allocation of {sz.label} up to {sz.max_nodes * per_node} GPUs reaches {need:.4g} tokens/s "
                   f"(at {sz.max_nodes * per_node} GPUs: {_fmt_rate(probes[sz.max_nodes].tokens_per_s)})"
-                  if status == "INFEASIBLE" else
+                  if status == INFEASIBLE else
                   f"time limit {clock.limit:g} s reached before an allocation meeting {need:.4g} tokens/s was found "
                   f"(largest probed: {max(probes, default=0) * per_node} GPUs)" if not done else
                   f"no allocation up to {sz.max_nodes * per_node} GPUs was shown to reach {need:.4g} tokens/s, "
@@ -257,7 +257,7 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
         return FewestGpusResult(status=status, required_tokens_per_s=need, probes=ordered, reason=reason, notes=notes)
     j = on(hi)
     res = results.get(hi)
-    if res is None or (res.status != "OPTIMAL" and has_time()):
+    if res is None or (res.status != OPTIMAL and has_time()):
         better = bounded_plan(j, clock, cache)
         if better.plan is not None and (res is None or res.plan is None or better.plan.step_time_s <= res.plan.step_time_s):
             res = better
@@ -269,7 +269,7 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
     rate = res.plan.tokens_per_s if res is not None and res.plan is not None else probes[hi].tokens_per_s
     reason = (f"{hi * per_node} GPUs ({j.cluster.name}) reach {_fmt_rate(rate)} >= {need:.4g} tokens/s; "
               + ("every smaller allocation misses it" if proven else "smaller allocations are not all ruled out"))
-    return FewestGpusResult(status="OPTIMAL" if proven else "FEASIBLE", num_gpus=hi * per_node, cluster=j.cluster.name,
+    return FewestGpusResult(status=OPTIMAL if proven else FEASIBLE, num_gpus=hi * per_node, cluster=j.cluster.name,
                             required_tokens_per_s=need, result=res, probes=ordered, reason=reason, notes=notes)
 
 

@@ -34,6 +34,7 @@ import sys
 import click
 
 from ..errors import InputError
+from ..search.result import INFEASIBLE
 from .options import SECONDS, job_options, job_request
 
 
@@ -156,7 +157,7 @@ def fewest_gpus_command(tokens_per_s, deadline_s, token_budget, time_limit, as_j
             click.echo(f"  note: {note}")
     if res.num_gpus is None:
         click.echo(res.reason, err=True)
-        sys.exit(EXIT_INFEASIBLE if res.status == "INFEASIBLE" else EXIT_NO_PLAN_IN_TIME)
+        sys.exit(EXIT_INFEASIBLE if res.status == INFEASIBLE else EXIT_NO_PLAN_IN_TIME)
 
 
 @click.command()

@@ -23,6 +23,7 @@ import time
 import click
 
 from ..errors import InputError
+from ..search.result import INFEASIBLE
 from ..specs.writing import PLOT_SUFFIXES, check_output, write_text
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
 from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints
@@ -230,7 +231,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
         if hostfile_out and result.plan is not None:
             con.print(f"hostfile written to {hostfile_out} (Megatron-LM rank order tp-cp-dp-pp)", markup=False)
 
-    if result.status == "INFEASIBLE":
+    if result.status == INFEASIBLE:
         sf = result.shortfall
         msg = sf.message if sf is not None else "no plan fits"
         click.echo(f"infeasible: {msg}", err=True)

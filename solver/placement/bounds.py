@@ -22,6 +22,7 @@ import numpy as np
 
 from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import solve_model
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from .pricing import Problem
 from .rows import RowModel
 
@@ -113,13 +114,13 @@ def hierarchy_bound(coarse: Problem, cap: int, floors_: Optional[tuple], time_s:
         rm.model.minimize(rm.objective)
     solver, st = solve_model(rm.model, time_s, workers, seed, deterministic_s=deterministic_s)
     if st == cp_model.INFEASIBLE:  # nothing at or below cap: cap + 1 is a bound
-        return HierarchyBound(coarse, "INFEASIBLE", int(cap) + 1, None)
+        return HierarchyBound(coarse, INFEASIBLE, int(cap) + 1, None)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return HierarchyBound(coarse, "UNKNOWN", None, None)
+        return HierarchyBound(coarse, UNKNOWN, None, None)
     counts = np.array([[solver.value(v) for v in row] for row in rm.x], dtype=np.int64)
     value = int(solver.value(rm.objective))
     if not minimise:
-        return HierarchyBound(coarse, "FEASIBLE", None, counts, value)
+        return HierarchyBound(coarse, FEASIBLE, None, counts, value)
     bound = int(round(solver.objective_value)) if st == cp_model.OPTIMAL else \
         int(np.ceil(solver.best_objective_bound - 1e-6))
     return HierarchyBound(coarse, solver.status_name(st), bound, counts, value)
@@ -147,18 +148,18 @@ def staircase(coarse: Problem, floors_: tuple[int, int], cap: int, time_s: float
     tails = np.unique(T.tail)
     pairs = sorted((box_bound(coarse, (m, t)), int(m), int(t)) for m in slots[slots >= floors_[0]]
                    for t in tails[tails >= floors_[1]] if box_bound(coarse, (m, t)) < cap)
-    best = HierarchyBound(coarse, "INFEASIBLE", int(cap), None, None)  # nothing below cap yet
+    best = HierarchyBound(coarse, INFEASIBLE, int(cap), None, None)  # nothing below cap yet
     for lb, m, t in pairs:
         if lb >= best.bound:
             break
         left = end - time.perf_counter()
         hb = hierarchy_bound(coarse, best.bound - 1, floors_, left, workers, seed, box=(m, t)) if left > 0.05 else None
-        if hb is None or hb.status in ("UNKNOWN", "FEASIBLE"):
+        if hb is None or hb.status in (UNKNOWN, FEASIBLE):
             low = lb if hb is None or hb.bound is None else max(lb, hb.bound)
             if hb is not None and hb.counts is not None:
-                best = HierarchyBound(coarse, "FEASIBLE", hb.value, hb.counts, hb.value)
-            return HierarchyBound(coarse, "FEASIBLE", min(low, best.bound), best.counts, best.value)
-        if hb.status == "OPTIMAL":
-            best = HierarchyBound(coarse, "OPTIMAL", hb.value, hb.counts, hb.value)
-    status = "OPTIMAL" if best.counts is not None else "INFEASIBLE"
+                best = HierarchyBound(coarse, FEASIBLE, hb.value, hb.counts, hb.value)
+            return HierarchyBound(coarse, FEASIBLE, min(low, best.bound), best.counts, best.value)
+        if hb.status == OPTIMAL:
+            best = HierarchyBound(coarse, OPTIMAL, hb.value, hb.counts, hb.value)
+    status = OPTIMAL if best.counts is not None else INFEASIBLE
     return HierarchyBound(coarse, status, best.bound, best.counts, best.value)

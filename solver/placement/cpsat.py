@@ -24,7 +24,7 @@ import numpy as np
 
 from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import plan_status, solve_model
-from ..search.result import PlanStatus
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
 from .bounds import floors, hierarchy_bound, incumbent_terms, staircase
 from .objective import add_objective, level_literals
 from .pricing import Problem
@@ -126,10 +126,10 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
         proof = realised and cap == obj  # the cheapest row counts met are realised: only a proof is missing
         status, proven, counts, got = below(prob, value, left * (0.6 if settled else 0.5), workers, seed,
                                             minimise=not proof, floors=floors_)
-        settled = status != "UNKNOWN"
+        settled = status != UNKNOWN
         if proven is not None:
             lo = max(lo, proven)
-        if counts is None and status != "INFEASIBLE":
+        if counts is None and status != INFEASIBLE:
             cap = value
         elif counts is not None:
             cap = got
@@ -243,11 +243,11 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
         solver, st = solve_model(m.model, until(FIRST_END), workers, seed)
         status = plan_status(st)
         info.update(booleans=m.classes * m.cells, branches=solver.num_branches, conflicts=solver.num_conflicts)
-        if status in ("OPTIMAL", "FEASIBLE"):
+        if status in (OPTIMAL, FEASIBLE):
             if obj is None or int(round(solver.objective_value)) < obj:
                 labels, obj = _labels(m, solver), int(round(solver.objective_value))
-            bound = max(bound, obj if status == "OPTIMAL" else int(math.ceil(solver.best_objective_bound - 1e-6)))
-        elif status == "INFEASIBLE" and obj is not None:  # nothing below the cap at or above the bound
+            bound = max(bound, obj if status == OPTIMAL else int(math.ceil(solver.best_objective_bound - 1e-6)))
+        elif status == INFEASIBLE and obj is not None:  # nothing below the cap at or above the bound
             bound = obj
         elif labels is None:
             info["status"], info["wall_time_s"] = status, time.perf_counter() - t0
@@ -258,15 +258,15 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
     if bound < obj and left() > 0.1:
         m2 = build_model(prob, hints, at_least=bound, start=labels, floors_=fl)
         solver, st = solve_model(m2.model, left(), workers, seed)
-        if plan_status(st) in ("OPTIMAL", "FEASIBLE"):
+        if plan_status(st) in (OPTIMAL, FEASIBLE):
             if int(round(solver.objective_value)) < obj:
                 labels, obj = _labels(m2, solver), int(round(solver.objective_value))
             bound = max(bound, int(math.ceil(solver.best_objective_bound - 1e-6)))
         elif st == cp_model.INFEASIBLE:
             bound = obj
-    status = "OPTIMAL" if bound >= obj else "FEASIBLE"
+    status = OPTIMAL if bound >= obj else FEASIBLE
     bound = min(bound, obj)
-    if status == "OPTIMAL":
+    if status == OPTIMAL:
         t1 = time.perf_counter()
         canon = canonical(prob, coarse, obj, hints, max(time_limit_s - (t1 - t0), 0.01), fl)
         info["canonical"], info["canonical_s"] = canon is not None, time.perf_counter() - t1

@@ -9,7 +9,7 @@ from typing import Optional
 
 from ..errors import InputError
 from ..plan import Out, ParallelConfig
-from ..search.result import PlanStatus
+from ..search.result import FEASIBLE, OPTIMAL, PlanStatus
 from ..specs import JobSpec
 from .cpsat import solve_cpsat
 from .exhaustive import solve_exhaustive
@@ -64,7 +64,7 @@ def place(job: JobSpec, parallel: ParallelConfig, links: LinkMatrix, *, layers=N
     solver_info: dict = {}
     if method == "exhaustive":
         obj, labels, count = solve_exhaustive(prob)
-        status, bound = "OPTIMAL", obj
+        status, bound = OPTIMAL, obj
         solver_info = {"labellings": count}
     elif method in ("cpsat", "auto"):
         status, obj, bound, labels, solver_info = solve_cpsat(prob, time_limit_s, workers, seed,
@@ -73,7 +73,7 @@ def place(job: JobSpec, parallel: ParallelConfig, links: LinkMatrix, *, layers=N
             best = min((dflt_nodes, ws_nodes), key=prob.objective_of_nodes)
             labels = prob.class_of[best]
             obj = prob.objective_of_nodes(best)
-            status = "FEASIBLE"
+            status = FEASIBLE
     else:
         raise InputError("method", f"unknown method {method!r}; use cpsat, exhaustive or auto")
     opt_nodes = prob.nodes_from_labels(labels)
@@ -94,7 +94,7 @@ def place(job: JobSpec, parallel: ParallelConfig, links: LinkMatrix, *, layers=N
         if ev.objective <= obj and ev.step_time_s < opt.step_time_s:
             opt_nodes, opt = base, prob.price("optimized", base)
     gap = None if bound is None else max(0.0, (obj - bound) / max(obj, 1))
-    if status == "OPTIMAL":
+    if status == OPTIMAL:
         gap = 0.0
     avoided, lines = explain(prob, opt_nodes, dflt_nodes, opt, dflt)
     return PlacementResult(

@@ -19,6 +19,8 @@ model then has to place."""
 
 from __future__ import annotations
 
+from ..search.result import FEASIBLE, INFEASIBLE, UNKNOWN
+
 from typing import Optional
 
 import numpy as np
@@ -139,12 +141,12 @@ def below(prob: Problem, value: int, time_s: float, workers: int, seed: int, det
         rm.model.minimize(rm.objective)
     solver, st = solve_model(rm.model, time_s, workers, seed, deterministic_s=deterministic_s)
     if st == cp_model.INFEASIBLE:
-        return "INFEASIBLE", int(value) + 1, None, None
+        return INFEASIBLE, int(value) + 1, None, None
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "UNKNOWN", None, None, None
+        return UNKNOWN, None, None, None
     counts = np.array([[solver.value(v) for v in row] for row in rm.x], dtype=np.int64)
     got = int(solver.value(rm.objective))
     if not minimise:
-        return "FEASIBLE", None, counts, got
+        return FEASIBLE, None, counts, got
     bound = got if st == cp_model.OPTIMAL else int(np.ceil(solver.best_objective_bound - 1e-6))
     return solver.status_name(st), bound, counts, got

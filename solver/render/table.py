@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import escape_markup
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL
 from ..specs.units import GIB
 
 
@@ -40,7 +41,7 @@ def _fmt_s_unit(x: Optional[float]) -> str:
 
 def status_line(result) -> Text:
     st = result.status
-    style = {"OPTIMAL": "bold green", "FEASIBLE": "bold yellow", "INFEASIBLE": "bold red"}.get(st, "bold magenta")
+    style = {OPTIMAL: "bold green", FEASIBLE: "bold yellow", INFEASIBLE: "bold red"}.get(st, "bold magenta")
     t = Text()
     t.append(st, style=style)
     if result.plan is not None:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from ..errors import InputError
 from ..plan import gpu_hours_per_million_tokens
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from .grid import Scenario, canonical_json
 
 POLL_S = 0.2  # how often a waiting driver (process pool or Ray) looks for Ctrl-C
@@ -47,7 +48,7 @@ COLUMNS: dict[str, type] = {
 TIMING_COLUMNS = ("wall_time_s",)
 # OPTIMAL/FEASIBLE/INFEASIBLE/UNKNOWN are the solver's; INVALID: the scenario's input does not
 # resolve (unknown model, bad cluster size, ...); FAILED: planning crashed or its task was lost.
-STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "INVALID", "FAILED")
+STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, "INVALID", "FAILED")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "num_microbatches", "recompute",
                  "sequence_parallel", "zero", "ep", "etp")
 
@@ -108,12 +109,12 @@ def result_row(scenario: Scenario, job, result, wall_time_s: float) -> dict:
                wall_time_s=wall_time_s)
     plan = result.plan
     if plan is None:
-        if result.status == "INFEASIBLE" and result.shortfall is not None:
+        if result.status == INFEASIBLE and result.shortfall is not None:
             row["reason"] = one_line(result.shortfall.message)
         else:
             row["reason"] = one_line("; ".join(result.notes) or f"no plan ({result.status})")
         return finite(row)
-    if result.status != "OPTIMAL":
+    if result.status != OPTIMAL:
         row["reason"] = one_line("; ".join(result.notes) or f"time limit reached (gap {result.gap})")
     par = plan.parallel
     hours = gpu_hours_per_million_tokens(plan.num_gpus, plan.step_time_s, job.tokens_per_step)

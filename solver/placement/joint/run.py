@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from ...errors import InputError
 from ...plan import Comparison, Plan, SearchStats, SolveResult, jsonable
+from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ...specs import JobSpec
 from ...specs.deadline import Deadline
 from ..links import LinkMatrix
@@ -74,8 +75,8 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
         cands = prepare_joint(job, nodes, prune_time=False, deadline=dl)
         best, evals, finished = solve_exhaustive(job, nodes, time_limit_s=dl.left_s(), cands=cands)
         finished = finished and math.isinf(cands.outside_bound_s)
-        status = ("OPTIMAL" if finished else "FEASIBLE") if best is not None else ("INFEASIBLE" if finished
-                                                                                  else "UNKNOWN")
+        status = (OPTIMAL if finished else FEASIBLE) if best is not None else (INFEASIBLE if finished
+                                                                                  else UNKNOWN)
         plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
             {"evaluations": evals}
     else:
@@ -94,7 +95,7 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
     search = SearchStats(method=f"{method} (joint)", wall_time_s=time.perf_counter() - t0,
                          shapes_legal=cands.num_legal, shapes_dominated=cands.num_legal - cands.num_shapes,
                          shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-                         shapes_searched=cands.num_survivors, finished=status in ("OPTIMAL", "INFEASIBLE"),
+                         shapes_searched=cands.num_survivors, finished=status in (OPTIMAL, INFEASIBLE),
                          solver=jsonable({**solver, "node_classes": len(nodes.classes),
                                            "bandwidth_levels": nodes.num_levels, "links": nodes.source}))
     res = JointResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,

@@ -30,7 +30,7 @@ import numpy as np
 from ...search.cpsat.ortools_cp import cp_model
 from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
-from ...search.result import PlanStatus
+from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
 from ...specs.deadline import Deadline
 from .heuristic import Assignment
 from .model import JointModel, build_joint_model, int_tables, objective_q
@@ -138,9 +138,9 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     if cands.num_survivors == 0:
         if math.isfinite(cands.outside_bound_s):
             notes.append("the time limit was spent before any shape was bounded: no plan")
-            return JointOutcome("UNKNOWN", None, None, None, None, stats, notes)
+            return JointOutcome(UNKNOWN, None, None, None, None, stats, notes)
         notes.append("no shape has a layer split that fits on any pool's GPUs")
-        return JointOutcome("INFEASIBLE", None, None, None, None, stats, notes)
+        return JointOutcome(INFEASIBLE, None, None, None, None, stats, notes)
     inc = cands.incumbent
     ref = cands.incumbent_step_s if inc is not None else 4.0 * float(np.max(cands.lower_bound_s))
     q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
@@ -188,18 +188,18 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
         solver, st = solve_model(jm.model, deadline - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
         _phase("optimize", solver, st, stats)
         status = plan_status(st)
-        if status == "OPTIMAL":
+        if status == OPTIMAL:
             value = int(round(solver.objective_value))
             bounds_s.append(value * q)
             if best_q is None or value < best_q or (best_jm is None and value <= best_q):
                 best, best_q, best_jm = _global(read_plan(jm, solver, cands), batch), value, (jm, batch)
-        elif status == "INFEASIBLE":
+        elif status == INFEASIBLE:
             if best_q is None:
                 continue  # no plan of these shapes fits: nothing to bound
             bounds_s.append(best_q * q)
         else:  # stopped short: its own bound, and the rest keep theirs
             resolved = False
-            if status == "FEASIBLE":
+            if status == FEASIBLE:
                 value = int(round(solver.objective_value))
                 bounds_s.append(math.floor(solver.best_objective_bound + 1e-9) * q)
                 if best_q is None or value < best_q:
@@ -209,17 +209,17 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
             break
     if best is None:  # INFEASIBLE only when every shape was decided
         none_fit = resolved and not math.isfinite(cands.outside_bound_s)
-        return JointOutcome("INFEASIBLE" if none_fit else "UNKNOWN", None, None, None, tolerance, stats, notes)
-    status = "OPTIMAL" if resolved and cands.outside_bound_s >= best_q * q else "FEASIBLE"
+        return JointOutcome(INFEASIBLE if none_fit else UNKNOWN, None, None, None, tolerance, stats, notes)
+    status = OPTIMAL if resolved and cands.outside_bound_s >= best_q * q else FEASIBLE
     plan = best
-    if status == "OPTIMAL" and best_jm is not None:
+    if status == OPTIMAL and best_jm is not None:
         jm, batch = best_jm
         local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)
         plan = _global(_canonical(jm, cands, local, best_q, deadline, workers, seed, stats, notes, dl), batch)
     ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
     if not ev.fits:
         notes.append("the model's plan does not fit under the float formulation: returning the incumbent unproven")
-        plan, status = inc, "FEASIBLE"
+        plan, status = inc, FEASIBLE
         ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
     if inc is not None and cands.incumbent_step_s < ev.step_time_s - tolerance:
         notes.append("the heuristic plan is faster than the model's by more than the tolerance: returning it")
@@ -227,7 +227,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     bound = min([ev.step_time_s] + [b for b in bounds_s if b is not None])
     if bound > ev.step_time_s * (1 + 1e-9):
         notes.append(f"bound {bound:.9g} s exceeds the plan's {ev.step_time_s:.9g} s: bound discarded")
-        bound, status = None, "FEASIBLE"
+        bound, status = None, FEASIBLE
     plan = Assignment(plan.k, plan.pools, plan.nodes, plan.layers, ev.step_time_s)
     stats["wall_time_s"] = time.perf_counter() - t0
     stats["objective_quanta"] = best_q

@@ -12,7 +12,7 @@ split). `benchmarks/search_cost.py` runs every method on both.
 
 from typing import Optional
 
-from ..result import Choice, PlanStatus
+from ..result import Choice, FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
 
 PREPARE_KWARGS = {"prune_time": False, "apply_dominance": False}
 
@@ -21,8 +21,8 @@ def verdict(finished: bool, best: Optional[Choice]) -> tuple[PlanStatus, Optiona
     """(status, bound_s) of a baseline: a finished search proves its best (or that none fits);
     a stopped one proves nothing."""
     if finished:
-        return ("OPTIMAL", best.objective_s) if best else ("INFEASIBLE", None)
-    return ("FEASIBLE" if best else "UNKNOWN"), None
+        return (OPTIMAL, best.objective_s) if best else (INFEASIBLE, None)
+    return (FEASIBLE if best else UNKNOWN), None
 
 
 __all__ = ["PREPARE_KWARGS", "verdict"]

@@ -31,15 +31,15 @@ from ...formulation.linear import middle_limits_sorted, pp_blocks
 from ...formulation.pipeline import step_time_batch
 from ...specs.deadline import Deadline
 from ..candidates import Candidates
-from ..result import Choice, MethodResult, PlanStatus
+from ..result import Choice, FEASIBLE, INFEASIBLE, MethodResult, OPTIMAL, PlanStatus, UNKNOWN
 from .exact import NO_SPLIT, shape_optima
 from .integer import IntegerForm, canonical_split
 from .model import Model, add_hint, build_model
 from .ortools_cp import cp_model
 from .scaling import OBJECTIVE_UNITS, SAFE_COEFFICIENT, check_scaling
 
-_STATUS: dict[int, PlanStatus] = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
-                                  cp_model.INFEASIBLE: "INFEASIBLE", cp_model.UNKNOWN: "UNKNOWN"}
+_STATUS: dict[int, PlanStatus] = {cp_model.OPTIMAL: OPTIMAL, cp_model.FEASIBLE: FEASIBLE,
+                                  cp_model.INFEASIBLE: INFEASIBLE, cp_model.UNKNOWN: UNKNOWN}
 
 
 def plan_status(cp_status: int) -> PlanStatus:
@@ -295,25 +295,25 @@ class _Search:
             self.stats["phases"].append(_phase_stats(f"round{round_no}-presolve-{'on' if self.presolve else 'off'}",
                                                      solver, st, m))
         status = plan_status(st)
-        if status == "INFEASIBLE":
+        if status == INFEASIBLE:
             if known is not None:
                 self.notes.append("CP-SAT answers INFEASIBLE again; returning the known plan unproven")
                 known.bound_q = None
                 return known
             if round_no == 1:
-                self.status0 = "INFEASIBLE"
+                self.status0 = INFEASIBLE
                 if self.mem_ok.any():  # cannot happen: a memory-feasible shape has a split that fits
                     self.notes.append("inconsistent: a shape fits by memory but no plan was found")
             return None
-        if status == "UNKNOWN":  # time ran out before any solution
+        if status == UNKNOWN:  # time ran out before any solution
             if known is None:
                 if round_no == 1:
-                    self.status0 = "UNKNOWN"
+                    self.status0 = UNKNOWN
                 return None
             self.notes.append("CP-SAT found no solution within the time limit; returning the best known plan")
             return known
         k, split = _read(m, solver)
-        ans = _Answer(k, split, int(round(solver.objective_value)), status == "OPTIMAL",
+        ans = _Answer(k, split, int(round(solver.objective_value)), status == OPTIMAL,
                       int(math.floor(solver.best_objective_bound + 1e-9)))
         if self.order:  # every split of every shape scores at least the least exact optimum
             ans.bound_q = max(ans.bound_q, int(self.optimum[self.order[0]]))
@@ -340,14 +340,14 @@ class _Search:
         self.notes.append(f"{self.timed_out}; returning the best heuristic plan")
         fin = np.isfinite(self.h_step)
         if not fin.any():
-            return self.finish("UNKNOWN", None, None, [], finished=False)
+            return self.finish(UNKNOWN, None, None, [], finished=False)
         k = int(np.flatnonzero(fin)[np.argmin(self.h_step[fin])])
         cands = self.cands
         layers = (cands.incumbent_layers if k == cands.incumbent_index and cands.incumbent_step_s <= self.h_step[k]
                   else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
         best = Choice(index=k, layers=list(layers), objective_s=float(self.h_step[k]))
         self.stats["top_k_found"] = 1
-        return self.finish("FEASIBLE", best, float(cands.time_lb_s.min()), [best], finished=False)
+        return self.finish(FEASIBLE, best, float(cands.time_lb_s.min()), [best], finished=False)
 
     def finish(self, status: PlanStatus, best, bound, top, finished=True) -> MethodResult:
         return _finish(self.stats, self.t0, self.progress, status, best, bound, top, finished)
@@ -374,7 +374,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     if cands.num_survivors == 0:
         stats.update(shapes_in_model=0, shapes_memory_infeasible=0)
         notes.append("no legal shape survives the memory lower bound: nothing to search")
-        return _finish(stats, t0, progress, "INFEASIBLE", None, None, [])
+        return _finish(stats, t0, progress, INFEASIBLE, None, None, [])
     dl = deadline if deadline is not None else Deadline()
     s = _Search(cands, t0 + min(float(time_limit_s), dl.left_s()), int(workers), int(seed), progress, t0, notes,
                 stats, dl)
@@ -414,7 +414,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         if not bool(fits[0]):
             notes.append(f"the plan of round {round_no} does not fit under the float formulation: discarded")
             if round_no == 1:
-                s.status0 = "UNKNOWN"
+                s.status0 = UNKNOWN
             continue
         if round_no == 1:
             proven = ans.proven
@@ -424,20 +424,20 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
                 bound0, proven = None, False
             if step_s > s.q * ans.value + s.tolerance:
                 notes.append("the plan's float time exceeds its integer objective by more than the tolerance")
-            s.status0 = "OPTIMAL" if proven else "FEASIBLE"
+            s.status0 = OPTIMAL if proven else FEASIBLE
         choices.append(Choice(index=int(ans.k), layers=canon, objective_s=step_s))
         if len(choices) < K and time.perf_counter() >= s.deadline:
             cut_short = True
             notes.append(f"time limit reached after {len(choices)} of {K} plans")
             break
 
-    status0 = s.status0 or "UNKNOWN"
+    status0 = s.status0 or UNKNOWN
     best = choices[0] if choices else None
-    if status0 == "INFEASIBLE":
+    if status0 == INFEASIBLE:
         best, bound0, choices = None, None, []
-    if cut_short and status0 == "OPTIMAL":
-        status0 = "FEASIBLE"  # the first plan is proven; the list is not complete
-    if status0 == "OPTIMAL" and best is not None:
+    if cut_short and status0 == OPTIMAL:
+        status0 = FEASIBLE  # the first plan is proven; the list is not complete
+    if status0 == OPTIMAL and best is not None:
         stats["gap_s"] = best.objective_s - bound0 if bound0 is not None else None
     stats["top_k_found"] = len(choices)
-    return s.finish(status0, best, bound0, choices, status0 in ("OPTIMAL", "INFEASIBLE"))
+    return s.finish(status0, best, bound0, choices, status0 in (OPTIMAL, INFEASIBLE))
