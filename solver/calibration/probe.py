@@ -93,7 +93,7 @@ def measure_gemms(torch, timer: Timer, shapes: list[dict], device: str) -> list[
     for row in shapes:
         a = torch.randn(row["m"], row["k"], device=device, dtype=dtype)
         b = torch.randn(row["k"], row["n"], device=device, dtype=dtype)
-        s = timer(lambda: torch.matmul(a, b))
+        s = timer(lambda a=a, b=b: torch.matmul(a, b))
         out.append({**row, "s": s, "tflops": 2.0 * row["m"] * row["n"] * row["k"] / s / 1e12})
     return out
 
@@ -108,7 +108,7 @@ def measure_fp8_gemms(torch, timer: Timer, shapes: list[dict], device: str) -> t
         for row in (r for r in shapes if r["pass_"] == "fwd"):
             a = torch.randn(row["m"], row["k"], device=device).to(torch.float8_e4m3fn)
             b = torch.randn(row["n"], row["k"], device=device).to(torch.float8_e4m3fn).t()
-            s = timer(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+            s = timer(lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
             out.append({k: v for k, v in row.items() if k != "pass_"} | {"s": s, "tflops": 2.0 * row["m"] * row["n"] * row["k"] / s / 1e12})
     except (RuntimeError, TypeError) as exc:
         return out, f"torch._scaled_mm failed: {str(exc).splitlines()[0][:200]}"
@@ -129,10 +129,10 @@ def measure_attention(torch, timer: Timer, cases: list[dict], device: str) -> tu
             q, k, v = (torch.randn(b, heads, seq, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
             grad = torch.randn(b, heads, seq, d, device=device, dtype=dtype)
 
-            def fwd():
+            def fwd(q=q, k=k, v=v):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-            def fwd_bwd():
+            def fwd_bwd(grad=grad):
                 fwd().backward(grad)
 
             try:

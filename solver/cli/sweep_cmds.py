@@ -14,7 +14,6 @@ import sys
 
 import click
 
-from ..errors import InputError
 from ..specs.writing import PLOT_SUFFIXES, check_output
 from .options import OUTPUT, SECONDS
 

@@ -38,8 +38,7 @@ from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, u
 from .moe import attention_geometry, moe_layer_params_per_gpu
 from .moe_layer import fold_layers, moe_layer_terms
 from .memory import (
-    BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, layer_activation_bytes, model_state_bytes_per_param,
-    runtime_bytes,
+    BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes,
 )
 from ..space.shapes import Shapes
 

@@ -110,7 +110,7 @@ def plot(cal: Calibration, path: str | Path, field: str = "plot") -> None:
                 top.loglog(S, t, "o", ms=3, color=color, label=f"{lg.run.source} ({lg.op}, {lg.nranks} ranks)")
                 top.loglog(grid, before, "--", color=color, lw=1, alpha=0.6)
                 top.loglog(grid, after, "-", color=color, lw=1.5)
-                bus = lambda tt, ss: lg.k_bw * ss / (np.asarray(tt) * 1e-6) / 1e9  # noqa: E731
+                bus = lambda tt, ss, k_bw=lg.k_bw: k_bw * ss / (np.asarray(tt) * 1e-6) / 1e9  # noqa: E731
                 bottom.semilogx(S, bus(t, S), "o", ms=3, color=color)
                 bottom.semilogx(grid, bus(before, grid), "--", color=color, lw=1, alpha=0.6)
                 bottom.semilogx(grid, bus(after, grid), "-", color=color, lw=1.5)

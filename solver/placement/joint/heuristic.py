@@ -234,7 +234,8 @@ def heuristic_plans(prices: Prices, stage_nodes_of: np.ndarray, shapes_idx, unev
             if dl.expired():
                 break
             i0 = int(np.argmin(_place(prices, ks, pat, node_lists, uneven, layers)[0]))
-            score = lambda nl: float(_place(prices, ks[i0:i0 + 1], pat, nl, uneven, lay[i0:i0 + 1])[0][0])  # noqa: E731
+            score = lambda nl, ks=ks, i0=i0, pat=pat, lay=lay: float(  # noqa: E731  (this iteration's values, bound)
+                _place(prices, ks[i0:i0 + 1], pat, nl, uneven, lay[i0:i0 + 1])[0][0])
             fixed = repair(nodes, pat, node_lists, orders, score, deadline=dl)
             if fixed != node_lists:
                 obj, lay2 = _place(prices, ks, pat, fixed, uneven, layers)

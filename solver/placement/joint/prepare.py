@@ -20,7 +20,6 @@ split that fits within the largest memory limits go.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
