@@ -189,7 +189,7 @@ def few_shot_sweeps(result: dict) -> list[dict]:
             by_sweep[(line["source"], line["model"], line["gpu"], line["num_gpus"], line["global_batch_size"],
                       line["seq_length"])].append(line)
     out = []
-    for key, lines in sorted(by_sweep.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+    for _key, lines in sorted(by_sweep.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         regrets = [x["regret"] for x in lines]
         out.append({**{k: lines[0][k] for k in ("source", "model", "gpu", "num_gpus", "global_batch_size",
                                                   "seq_length", "configs", "best")},

@@ -58,7 +58,7 @@ def report_markdown(cal: Calibration) -> str:
                          f"{lg.nominal_bytes_per_s / 1e9:.4g} | op {lg.run.op_from or 'given'}; {lg.how} |")
         L += ["", "Per message size (geometric mean of out-of-place and in-place):", "",
               "| log | line | size | measured us | before us | err | after us | err |", "|---|---|---|---|---|---|---|---|"]
-        for cls, lf in cal.links.items():
+        for _cls, lf in cal.links.items():
             for a, b in zip(lf.points[::2], lf.points[1::2]):
                 m = math.sqrt(a.measured_us * b.measured_us)
                 L.append(f"| {a.log.run.source} | {a.line} | {fmt_bytes(a.size_bytes)} | {m:.4g} | {a.before_us:.4g} | "
