@@ -191,6 +191,7 @@ def _dominance_keeps_optimum(job) -> tuple[float, float]:
     return (legal.best.objective_s if legal.best else math.inf, dom.best.objective_s if dom.best else math.inf)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(jobs())
 def test_alpa_and_branch_and_bound_equal_exhaustive(job):

@@ -151,6 +151,7 @@ def test_links_fit_back_within_2_percent():
         assert max(abs(p.after_us / p.measured_us - 1) for p in lf.points) < 0.03
 
 
+@pytest.mark.slow
 def test_steps_fit_back_within_2_percent(tmp_path):
     from solveplan.calibration.calibrate import calibrate
     from solveplan.catalog import load_cluster
@@ -164,6 +165,7 @@ def test_steps_fit_back_within_2_percent(tmp_path):
     assert all(abs(r.after_s / r.measured_s - 1) < 0.01 for r in cal.steps.rows)
 
 
+@pytest.mark.slow
 def test_links_then_steps_together(tmp_path):
     """Logs fix the links, then the steps fix the GPU: both recovered in one call."""
     from solveplan.calibration.calibrate import calibrate
@@ -318,6 +320,7 @@ def test_bandwidth_above_nominal_raises_nominal(tmp_path):
 
 
 # ------------------------------------------------------------------------------ CLI end to end
+@pytest.mark.slow
 def test_cli_end_to_end(cli, tmp_path):
     steps = write_steps(tmp_path / "steps.csv")
     out, rep, png = tmp_path / "my-cluster.yaml", tmp_path / "report.md", tmp_path / "fit.png"

@@ -193,6 +193,7 @@ def test_deterministic_across_runs_seeds_and_workers():
         assert _answer(cpsat.search(cands, time_limit_s=30, workers=workers, seed=seed, top_k=2)) == ref
 
 
+@pytest.mark.slow
 def test_top_k_distinct_and_ordered():
     cands = prepare(make_job(L=12, gpus=32, hbm=40.0, batch=64), prune_time=False)
     one = cpsat.search(cands, time_limit_s=20)

@@ -98,6 +98,7 @@ def test_fewest_nodes_that_fit_and_one_node_fewer_in_any_pool_does_not(cache):
         assert api.check({**L70, "cluster": by_hand(h, a)}, 30, cache=cache).feasible is False, (h, a)
 
 
+@pytest.mark.slow
 def test_fewest_nodes_meeting_a_target_and_every_allocation_before_it_misses(cache):
     res = api.fewest_gpus({**L70, "cluster": "mixed-h100-a100"}, "mixed-h100-a100", {"tokens_per_s": TARGET},
                           time_limit_s=60, cache=cache)
@@ -141,6 +142,7 @@ def test_no_allocation_fits_names_the_short_resource_and_amount(cache):
     assert fg.status == "INFEASIBLE" and fg.num_gpus is None and "short" in fg.reason
 
 
+@pytest.mark.slow
 def test_cli_exit_codes(cli):
     ok = cli("fewest-gpus", "--model", "llama2-70b", "--cluster", "mixed-h100-a100", "--global-batch-size", "256",
              "--tokens-per-s", str(TARGET), "--time-limit", "60")
@@ -163,6 +165,7 @@ def test_pools_of_different_node_sizes_are_refused_by_name():
 
 
 # ------------------------------------------------------------------ HTTP
+@pytest.mark.slow
 def test_http_fewest_gpus_on_pools_equals_the_library_and_bad_input_is_422(cache):
     pytest.importorskip("fastapi")
     pytest.importorskip("httpx")

@@ -85,6 +85,7 @@ def _both(job):
     return nodes, out, best
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(joint_jobs())
 def test_joint_cpsat_equals_exhaustive(job):

@@ -35,6 +35,7 @@ def _one_shape(cands, k: int):
                    lower_bound_s=cands.lower_bound_s[[k]], incumbent=None)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(joint_jobs())
 def test_pool_count_bound_never_exceeds_the_shapes_exhaustive_optimum(job):
@@ -83,6 +84,7 @@ def _mixed(n: int, seed: int) -> dict:
         "link_overrides": [{"src": a, "dst": b, "gbit_per_s": 10.0} for a, b in sorted(pairs)]}
 
 
+@pytest.mark.slow
 def test_a_short_time_limit_gives_a_plan_with_a_valid_bound():
     """32 nodes in two pools, 4 s: the search stops short of a proof, keeps (generously) to the
     limit, and reports a bound below its plan with the gap it implies; with more time the

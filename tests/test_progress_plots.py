@@ -79,6 +79,7 @@ def test_sweep_panels_are_readable(tmp_path):
     real_close(fig)
 
 
+@pytest.mark.slow
 def test_calibrate_reports_its_phases(cli, tmp_path):
     from test_calibrate import CLUSTER, GOOD_LOGS, logs, write_steps
 
