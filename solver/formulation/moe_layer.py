@@ -11,6 +11,7 @@ from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
 from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
+from .precision import quantize_bytes_per_element
 from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s
 
 
@@ -38,7 +39,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       rebuilt at a time)."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
-    mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm)
+    mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
+                                        cast_bytes=quantize_bytes_per_element(precision))
     fwd, bwd = attn_fwd + mf, attn_bwd + mb
     rfwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
@@ -60,7 +62,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     ag_ex = np.where(z == 1, ex_collective("all_gather", ex * BF16_BYTES), 0.0)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
-    block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance) + latent_bytes
+    block = (moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, act_kw["linear_input_bytes"])
+             + latent_bytes)
     return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=np.zeros(len(z)),
                 ep=hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
                 dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
