@@ -254,7 +254,7 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
 # the job's software settings a mapping may give (JobSpec fields of the same names)
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
                 "overlap_grad_reduce", "prefer", "tolerance_rel", "moe_load_imbalance", "moe_a2a_overlap",
-                "moe_token_dispatcher")
+                "moe_token_dispatcher", "recompute_modules")
 
 
 def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:

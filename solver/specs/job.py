@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Tuple
 
 from pydantic import Field, PositiveInt, model_validator
 
 from .base import Spec
 from .cluster import ClusterSpec
 from .model import ModelSpec
+
+# Megatron-LM transformer_config.py `recompute_modules` choices for transformer layers (formulation/recompute.py)
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 # Training precisions (`--precision`). The FP8 recipes are Transformer Engine's, selected in
@@ -109,6 +112,10 @@ class JobSpec(Spec):
     moe_token_dispatcher: Literal["alltoall", "flex"] = Field(
         "alltoall", description="MoE token dispatcher for ep > 1 (Megatron --moe-token-dispatcher-type): alltoall "
                                 "(NCCL, every routed copy sent) or flex (DeepEP / HybridEP: each token once per node)")
+    recompute_modules: Optional[Tuple[RecomputeModule, ...]] = Field(
+        None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
+                          "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
+                          "core_attn); priced by formulation/recompute.py for plans with recompute selective")
     constraints: Constraints = Constraints()
     prefer: Literal["fastest", "simple"] = Field(
         "fastest", description="fastest: the optimum; simple: among plans within tolerance_rel of the optimum, the "
