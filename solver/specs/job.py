@@ -132,6 +132,9 @@ class JobSpec(Spec):
                 raise ValueError(problem)
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
+        if self.recompute_modules and "moe_act" in self.recompute_modules and not self.model.is_moe:
+            raise ValueError("recompute module moe_act needs a mixture-of-experts model (Megatron: only with "
+                             "--moe-grouped-gemm); drop it")
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
