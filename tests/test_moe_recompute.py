@@ -141,3 +141,10 @@ def test_recompute_modules_render_and_job_rules():
     with pytest.raises(ValueError, match="moe_act"):
         JobSpec(model=load_model("llama3.1-8b"), cluster=load_cluster("h100x8"), global_batch_size=8,
                 seq_length=4096, recompute_modules=("moe_act",))
+
+
+def test_recompute_modules_flag(cli):
+    """`--recompute-modules` reaches the job (a bad name is refused naming the flag, exit 2)."""
+    r = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--tp", "1", "--pp", "2", "--ep", "8",
+            "--recompute", "selective", "--recompute-modules", "moe_att")
+    assert r.code == 2 and "--recompute-modules" in r.err

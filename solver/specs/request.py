@@ -6,7 +6,7 @@ into a `JobSpec` (names and files resolved, the model's recipe as defaults)."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Optional, Tuple, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
@@ -52,7 +52,7 @@ class JobRequest(Request):
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
     moe_a2a_overlap: Optional[bool] = None
     moe_token_dispatcher: Optional[Literal["alltoall", "flex"]] = None
-    recompute_modules: Optional[Tuple[RecomputeModule, ...]] = Field(
+    recompute_modules: Optional[list[RecomputeModule]] = Field(
         None, description="with recompute selective: Megatron's --recompute-modules (default core_attn)")
     constraints: Optional[dict] = Field(None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
     prefer: Optional[Literal["fastest", "simple"]] = Field(None, description="fastest (default) or simple: the "
