@@ -144,7 +144,7 @@ def test_recompute_modules_render_and_job_rules():
 
 
 def test_recompute_modules_flag(cli):
-    """`--recompute-modules` reaches the job (a bad name is refused naming the flag, exit 2)."""
+    """`--recompute-modules` reaches the job (a bad name is refused naming the field and the choices, exit 2)."""
     r = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--tp", "1", "--pp", "2", "--ep", "8",
             "--recompute", "selective", "--recompute-modules", "moe_att")
-    assert r.code == 2 and "--recompute-modules" in r.err
+    assert r.code == 2 and "recompute_modules" in r.err and "moe_act" in r.err
