@@ -69,7 +69,7 @@ def joint_jobs(draw) -> JobSpec:
     overrides = []
     for _ in range(draw(st.integers(0, 2))) if total >= 2 else []:
         a, b = draw(st.integers(0, total - 1)), draw(st.integers(0, total - 1))
-        if a != b:
+        if a != b and not any({o["src"], o["dst"]} == {a, b} for o in overrides):  # a pair given once
             overrides.append({"src": a, "dst": b, "gbit_per_s": draw(st.sampled_from([5.0, 25.0]))})
     cluster = ClusterSpec(name="prop-mixed", pools=pools, link_overrides=overrides,
                           inter_pool_gbit_per_s=draw(st.sampled_from([None, 25.0, 100.0])))

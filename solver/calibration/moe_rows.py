@@ -101,7 +101,9 @@ def _check_dims(m: dict, model) -> Optional[str]:
     return None
 
 
-def _recompute(p: dict, recipe: dict, assumed: list[str]) -> Optional[str]:
+def _recompute(p: dict, recipe: dict, assumed: list[str], settings: Optional[dict] = None) -> Optional[str]:
+    """The row's recompute granularity; with `selective` and the modules stated, those modules
+    as the job's `recompute_modules` (Megatron's --recompute-modules, formulation/recompute.py)."""
     rec = p.get("recompute")
     gran = rec.get("granularity") if isinstance(rec, dict) else recompute_of(rec)
     modules = rec.get("modules") if isinstance(rec, dict) else None
@@ -111,9 +113,13 @@ def _recompute(p: dict, recipe: dict, assumed: list[str]) -> Optional[str]:
         return None
     gran = str(gran).lower()
     if gran.startswith("sel"):
-        if modules and set(modules) != {"core_attn"}:
-            assumed.append(f"selective recompute of {', '.join(modules)} costed as the attention-core recompute "
-                           f"(Korthikanti et al.)")
+        if isinstance(modules, list) and settings is not None:
+            from ..formulation.recompute import MODULES
+
+            known = tuple(m for m in modules if m in MODULES)
+            if len(known) < len(modules):
+                assumed.append(f"recompute modules {', '.join(m for m in modules if m not in MODULES)} not priced")
+            settings["recompute_modules"] = known
         return "selective"
     return "full" if gran.startswith("full") else "none"
 
@@ -201,7 +207,7 @@ def moe_row_job(raw: dict) -> Row:
         return row
     etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
     sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
-    recompute = _recompute(p, recipe, assumed)
+    recompute = _recompute(p, recipe, assumed, settings)
     knobs = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
         ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,

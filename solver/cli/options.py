@@ -25,7 +25,7 @@ FLAGS = {
     "job": "--job", "model": "--model", "cluster": "--cluster", "global_batch_size": "--global-batch-size",
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
-    "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
+    "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "layers": "--layers-per-stage", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
     "top_k": "--top-k", "workers": "--workers", "links": "--links", "hostfile": "--hostfile",
@@ -175,6 +175,9 @@ _BASE = [
                       "--overlap-moe-expert-parallel-comm; default off)."),
     click.option("--moe-token-dispatcher", type=click.Choice(["alltoall", "flex"]), default=None,
                  help="MoE dispatcher for ep > 1: alltoall (default) or flex (DeepEP/HybridEP, one send per node)."),
+    click.option("--recompute-modules", default=None,
+                 help="With recompute selective: Megatron's --recompute-modules, comma-separated (core_attn, moe_act, "
+                      "layernorm, mla_up_proj, mlp, moe, shared_experts; default core_attn)."),
 ]
 
 _CONSTRAINTS = [
@@ -269,7 +272,8 @@ def _constraints(flags: dict, base: Any) -> Any:
 def job_request(model=None, cluster=None, job_file=None, global_batch_size=None, seq_len=None, precision=None,
                 flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
                 overlap_grad_reduce=None, prefer=None, tolerance_rel=None, moe_load_imbalance=None,
-                moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, **constraint_flags) -> dict:
+                moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, recompute_modules=None,
+                **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
@@ -277,7 +281,9 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "grad_reduce_dtype": grad_reduce_dtype, "tp_comm_overlap": tp_comm_overlap,
              "overlap_grad_reduce": overlap_grad_reduce, "prefer": prefer, "tolerance_rel": tolerance_rel,
              "moe_load_imbalance": moe_load_imbalance, "moe_a2a_overlap": moe_a2a_overlap,
-             "moe_token_dispatcher": moe_token_dispatcher, "framework": framework}
+             "moe_token_dispatcher": moe_token_dispatcher, "framework": framework,
+             "recompute_modules": None if recompute_modules is None else
+             [m.strip() for m in str(recompute_modules).split(",") if m.strip()]}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
+from .recompute import mla_up_recompute, modules_of, norm_recompute
 from .precision import matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
 from .kernels import elementwise_bytes_per_token, flash_attention_s, linear_s, unfused_attention_s
 from .moe import attention_geometry, moe_layer_params_per_gpu
@@ -186,6 +187,7 @@ def stage_coefficients(
     moe_a2a_overlap: bool = False,
     moe_token_dispatcher: str = "alltoall",
     framework: str = "megatron",
+    recompute_modules=None,
 ) -> StageCoefficients:
     gpu = cluster.gpu
     stack = frameworks.profile(framework)  # the software stack's terms (frameworks.py); megatron: none
@@ -214,12 +216,16 @@ def stage_coefficients(
     mlp_linears = [(f * (model.mlp_matrices - 1) / t, h), (h, f / t)]  # (N, K)
     gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = 0.0
     mlp_fwd = mlp_bwd = 0.0  # the MLP's share (GEMMs and FP8 casts): what a MoE layer replaces
+    up_fwd = 0.0  # multi-latent attention's up projections (what "mla_up_proj" recomputes)
+    up_index = (1, 3) if model.q_lora_rank else (2,)
     for i, (N, K) in enumerate(attn_linears + mlp_linears):
         fw, bw = linear_s(M, N, K, **mm)
         gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
         cf = cast_bytes * M * K / hbm  # the recipe's quantisation traffic (0 without FP8)
         cb = cast_bytes * M * N / hbm
         cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
+        if model.multi_latent_attention and i in up_index:
+            up_fwd = up_fwd + fw + cf
         if i >= len(attn_linears):
             mlp_fwd, mlp_bwd = mlp_fwd + fw + cf, mlp_bwd + bw + cb
     heads_gpu = a / t
@@ -243,7 +249,18 @@ def stage_coefficients(
     fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
     bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
     fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm)
-    recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
+    # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
+    # attention core alone): the dense layer's modules
+    mods = modules_of(recompute_modules)
+    lib = saved_linear_input_bytes(precision)
+    norm_freed, norm_s = norm_recompute(model, mods, False, tokens=M, hidden=h, rep=rep, linear_input_bytes=lib, hbm=hbm)
+    up_freed, up_s = mla_up_recompute(model, mods, tokens=M, tp=t, up_fwd_s=up_fwd, hbm=hbm)
+    mlp_on = "mlp" in mods
+    mlp_freed = mlp_on * M * (2.0 * model.mlp_matrices * f - (BF16_BYTES - lib) * f) / t
+    mlp_s = mlp_on * (mlp_fwd + M * BF16_BYTES * (3.0 if model.gated_mlp else 2.0) * f / t / hbm)
+    core_on = "core_attn" in mods
+    selective_s = core_on * core_fwd + norm_s + up_s
+    recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, selective_s + mlp_s, 0.0))
     layer_compute = fwd + bwd + recompute_fwd
 
     # ---------------- tensor-parallel collectives ----------------
@@ -351,6 +368,13 @@ def stage_coefficients(
                   seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0,
                   linear_input_bytes=saved_linear_input_bytes(precision))
     layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=f, **act_kw)
+    # selective by module: the score terms stay unless core_attn is recomputed (unfused
+    # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
+    # one layer at a time
+    scores = 0.0 if flash_attention or core_on else 5.0 * (a / t) * M * s
+    sel_freed = up_freed + norm_freed - scores
+    layer_act = layer_act - np.where(rc == 1, sel_freed + mlp_freed, 0.0)
+    working = working + np.where(rc == 1, mlp_freed - scores, 0.0)
     if latent_width:  # multi-latent attention: the latents, kept on every TP rank
         layer_act = layer_act + np.where(rc == 2, 0.0, latent_width * M)
         working = working + np.where(rc == 2, latent_width * M, 0.0)
@@ -389,7 +413,9 @@ def stage_coefficients(
                 dispatcher=moe_token_dispatcher,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
                 grad_reduce_dtype=grad_reduce_dtype,
-                imbalance=moe_load_imbalance)
+                imbalance=moe_load_imbalance,
+                selective=dict(mods=mods, attn_s=core_on * core_fwd + up_s, attn_freed=up_freed - scores,
+                               attn_working=-scores))
         proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
         unit, units, ends = fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
             fwd=proj_f + head_fwd, bwd=proj_b + head_bwd, params=2 * h * h / t, state=state, opt=opt_per_param,

@@ -25,6 +25,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
         tp_comm_overlap=job.tp_comm_overlap, moe_load_imbalance=job.moe_load_imbalance,
         moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
+        recompute_modules=job.recompute_modules,
     )
 
 

@@ -58,22 +58,47 @@ def linear_s(M, N, K, **kw):
     return fwd, bwd
 
 
+# Transformer Engine's GroupedLinear (Megatron --moe-grouped-gemm, TEGroupedMLP) runs one cuBLAS
+# GEMM per group, round-robin on its compute streams (transformer_engine/common/gemm/cublaslt_gemm.cu
+# `multi_stream_cublas_gemm`, at d0067d0: `nvte_cublas_gemm_v2(..., get_compute_stream(i % num_streams))`;
+# common/util/multi_stream.cpp: `num_compute_streams = 4`); the CUTLASS grouped GEMM is used only on
+# Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM set (off by default, `nvte_multi_tensor_gemm`).
+GROUPED_GEMM_STREAMS = 4
+# Host time to submit one GEMM (driver + runtime submission of a kernel: 4-6 us measured, X. Su,
+# "pegainfer (3): From Launch Overhead to CUDA Graph", 2025, https://susun-blog.com/blog/pegainfer-3-cuda-graph;
+# NVIDIA's "Getting Started with CUDA Graphs", A. Gray 2019, shows the same order). The low end is
+# taken: cuBLASLt's cached heuristics add to it, so this is a lower bound.
+GEMM_LAUNCH_S = 4e-6
+
+
+def _streamed_gemms_s(n, M, N, K, *, flop_per_s, efficiency, num_sms, u_tile):
+    """Tensor-core time of `n` equal GEMMs running concurrently on as many streams: their tiles
+    share the SMs, one wave quantisation for the n."""
+    tiles = n * np.ceil(M / TILE_M) * np.ceil(N / TILE_N)
+    waves = np.ceil(tiles / num_sms)
+    u_wave = np.maximum(tiles, 1.0) / np.maximum(waves * num_sms, 1.0)
+    u_k = K / (K + K_HALF)
+    return 2.0 * n * M * N * K / (flop_per_s * efficiency * u_wave * u_k * u_tile)
+
+
 def grouped_gemm_s(groups, M, N, K, *, flop_per_s, efficiency, num_sms, hbm_bytes_per_s, in_bytes=BF16_BYTES,
                    out_bytes=BF16_BYTES):
-    """Time of a grouped GEMM: `groups` independent (M x K) @ (K x N) products in one kernel
-    (Megatron's --moe-grouped-gemm, TE GroupedLinear / CUTLASS grouped GEMM), as `gemm_s` with
-    the tiles of every group scheduled together over the SMs (one wave quantisation for all) and
-    tile quantisation of each group's short M (its last TILE_M rows computed whole: NVIDIA's
-    guide, "Tile quantization") -- the small per-expert token counts of fine-grained MoE."""
+    """Time of a grouped GEMM: `groups` independent (M x K) @ (K x N) products (Megatron's
+    --moe-grouped-gemm, TE GroupedLinear), one cuBLAS GEMM per group on GROUPED_GEMM_STREAMS
+    streams: the groups run GROUPED_GEMM_STREAMS at a time, each such round's tiles scheduled
+    together over the SMs (one wave quantisation per round; NVIDIA's "Matrix Multiplication
+    Background User's Guide", "Wave quantization"), each group's short M computed in whole
+    tiles ("Tile quantization") -- the small per-expert token counts of fine-grained MoE. Bound
+    below by the operand traffic and by the host submitting one GEMM per group
+    (GEMM_LAUNCH_S each, one thread: launch-bound when many small experts share a GPU)."""
     G, M, N, K = (np.asarray(x, dtype=np.float64) for x in (groups, M, N, K))
-    tiles = G * np.ceil(M / TILE_M) * np.ceil(N / TILE_N)
-    waves = np.ceil(tiles / num_sms)
-    u_wave = tiles / np.maximum(waves * num_sms, 1.0)
     u_tile = np.where(M > 0, M / np.maximum(np.ceil(M / TILE_M) * TILE_M, 1.0), 1.0)
-    u_k = K / (K + K_HALF)
-    compute = 2.0 * G * M * N * K / (flop_per_s * efficiency * u_wave * u_k * u_tile)
+    S = np.minimum(G, GROUPED_GEMM_STREAMS)
+    full = np.floor(G / np.maximum(S, 1.0))
+    kw = dict(flop_per_s=flop_per_s, efficiency=efficiency, num_sms=num_sms, u_tile=u_tile)
+    compute = full * _streamed_gemms_s(S, M, N, K, **kw) + _streamed_gemms_s(G - full * S, M, N, K, **kw)
     traffic = G * (in_bytes * (M * K + K * N) + out_bytes * M * N) / hbm_bytes_per_s
-    return np.maximum(compute, traffic)
+    return np.maximum(np.maximum(compute, traffic), G * GEMM_LAUNCH_S)
 
 
 def grouped_linear_s(groups, M, N, K, **kw):

@@ -32,6 +32,7 @@ from . import comm
 from .kernels import BF16_BYTES, grouped_linear_s, linear_s
 
 ROUTER_BYTES_PER_EXPERT = 16.0  # fp32 logits written, read by softmax/sigmoid, scores written, read by top-k
+PROB_BYTES = 4.0  # fp32 routing probability of a routed copy, saved by the weighted activation
 PERMUTE_BYTES_PER_ELEMENT = 4.0 * BF16_BYTES  # (un)permute: read + write a copy, each way (dispatch, combine)
 
 
@@ -70,7 +71,7 @@ def routed_tokens(model: ModelSpec, tokens_rank, ep, etp, imbalance: float):
 
 
 def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *, mm: dict, bf16: dict,
-                      hbm_bytes_per_s: float):
+                      hbm_bytes_per_s: float, cast_bytes: float = 0.0):
     """(forward, backward, FP8-cast-free GEMM forward, backward) time of the MoE block of one
     layer for `tokens` (b s / cp) on this GPU:
     - router: a (T_r x h) @ (h x E) GEMM in bf16 (Megatron keeps the router out of FP8) and
@@ -82,6 +83,14 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     - (un)permutation of the copies before and after each all-to-all, memory bound;
     - shared experts: a dense MLP of width f_s split over tp on all `tokens` (after the SP
       all-gather), gated like the experts.
+    - under an FP8 recipe, the quantisation of every expert GEMM's input, as the dense layer's
+      linears (`precision.quantize_bytes_per_element`, `cast_bytes` per element: Transformer
+      Engine's cast-transpose of the activation in forward, of the output gradient in backward):
+      forward the routed copies' fc1 input (h) and fc2 input (f_e/etp), backward their output
+      gradients ((2|1) f_e/etp and h); the shared experts' likewise over the rank's tokens.
+      TE's `GroupedLinear` quantises the dispatched copies of every local expert
+      (transformer_engine/pytorch/module/grouped_linear.py: one quantiser per GEMM input), so
+      the traffic is over all the copies the rank computes, not over its own tokens.
     Backward: data- and weight-gradient GEMMs (`linear_s`), twice the forward's memory traffic."""
     t = np.asarray(tp, dtype=np.float64)
     h, E, f_e, mats = model.hidden_size, model.num_experts, model.moe_ffn_hidden_size, model.mlp_matrices
@@ -101,7 +110,12 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     sent = model.moe_router_topk * T_r
     el = (ROUTER_BYTES_PER_EXPERT * E * T_r + PERMUTE_BYTES_PER_ELEMENT * h * (sent + copies)
           + BF16_BYTES * mats * f_e * copies / e_t + BF16_BYTES * mats * f_s * tokens / t)
-    return gemm_f + el / hbm_bytes_per_s, gemm_b + 2 * el / hbm_bytes_per_s, gemm_f, gemm_b
+    f_l = f_e / e_t
+    shared = tokens if f_s else 0.0  # the shared experts' GEMM inputs are the rank's tokens
+    cast_f = cast_bytes * (copies * (h + f_l) + shared * (h + f_s / t))
+    cast_b = cast_bytes * (copies * ((mats - 1) * f_l + h) + shared * ((mats - 1) * f_s / t + h))
+    return (gemm_f + (el + cast_f) / hbm_bytes_per_s, gemm_b + (2 * el + cast_b) / hbm_bytes_per_s,
+            gemm_f, gemm_b)
 
 
 def _miss(pool: float, taken, k: int):
@@ -182,17 +196,29 @@ def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
     return rest / t + router, experts
 
 
-def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
+def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float,
+                             linear_input_bytes: float = BF16_BYTES):
     """Activations the MoE block of one layer keeps for backward on one GPU, per micro-batch:
     router logits and scores (fp32, E per routed token of the rank); per routed copy on the
-    busiest rank (the top-k dispatched copies): the experts' input (2h), fc1 output and
-    activation (2 (2|1) f_e/etp + 2 f_e/etp, as Korthikanti Table 2's MLP terms) and fc2 output
-    kept for the combine's probability weighting (2h); the shared experts as a dense MLP of
-    width f_s over tp. (The block's input and norm are the layer's replicated terms.)"""
+    busiest rank (the top-k dispatched copies), what Megatron-Core's `TEGroupedMLP` saves
+    (megatron/core/transformer/moe/experts.py at d98e8a6):
+    - the experts' input, saved by fc1 for its weight gradient (h elements);
+    - fc1's output, saved by the weighted activation for its backward ((2|1) f_e/etp bf16: the
+      gated activation keeps both halves, Korthikanti Table 2's MLP terms);
+    - the activation's output, saved by fc2 (f_e/etp elements);
+    - the routing probability of the copy (fp32): Megatron applies the router's probabilities
+      inside the activation (`bias_act_func` -> `weighted_bias_swiglu_impl` with
+      `permuted_probs`), and the combine's `unpermute` takes no probabilities (token_dispatcher.py:
+      a scatter-add, whose backward is a gather), so fc2's output is not kept.
+    The two linear-layer inputs are saved in `linear_input_bytes` per element (1 under an FP8
+    recipe: Transformer Engine saves the quantised input the weight-gradient GEMM reads,
+    precision.saved_linear_input_bytes, as the dense layer's). The shared experts as a dense MLP
+    of width f_s over tp. (The block's input and norm are the layer's replicated terms.)"""
     t = np.asarray(tp, dtype=np.float64)
     h, E, mats = model.hidden_size, model.num_experts, model.mlp_matrices
     T_r = tokens / t
     _, copies = routed_tokens(model, T_r, ep, etp, imbalance)
-    per_copy = BF16_BYTES * (2 * h + mats * model.moe_ffn_hidden_size / np.asarray(etp, dtype=np.float64))
+    f_l = model.moe_ffn_hidden_size / np.asarray(etp, dtype=np.float64)
+    per_copy = linear_input_bytes * (h + f_l) + BF16_BYTES * (mats - 1) * f_l + PROB_BYTES
     f_s = model.moe_shared_expert_intermediate_size or 0
     return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t

@@ -11,13 +11,16 @@ from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
 from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
-from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s
+from .precision import quantize_bytes_per_element
+from .kernels import linear_s
+from .recompute import modules_of, norm_recompute
+from .moe import routed_tokens, moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s
 
 
 def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
                attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
-               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall") -> dict:
+               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation;
@@ -35,12 +38,36 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       apart) and their optimizer state sharded over it by the distributed optimizer;
     - memory: attention's activations (`layer_activation_bytes` without an MLP) plus the MoE
       block's (`moe.moe_mlp_activation_bytes`), none kept under full recomputation (one layer
-      rebuilt at a time)."""
+      rebuilt at a time);
+    - selective recomputation by Megatron module (`recompute.py`, `selective`: the job's modules
+      and the attention's share from the dense layer): "layernorm" frees the separate norms'
+      outputs (the pre-MLP norm, and the attention norm with MLA), "moe_act" the experts'
+      activation output, "shared_experts" the shared experts' activations, "moe" the whole
+      block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to
+      the backward."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
-    mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm)
+    mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
+                                        cast_bytes=quantize_bytes_per_element(precision))
     fwd, bwd = attn_fwd + mf, attn_bwd + mb
-    rfwd = np.where(rc == 2, fwd, np.where(rc == 1, core_fwd, 0.0))
+    sel = selective or dict(mods=modules_of(None), attn_s=core_fwd, attn_freed=0.0, attn_working=0.0)
+    mods = sel["mods"]
+    lib = act_kw["linear_input_bytes"]
+    h, mats, f_s = model.hidden_size, model.mlp_matrices, model.moe_shared_expert_intermediate_size or 0
+    norm_freed, norm_s = norm_recompute(model, mods, True, tokens=M, hidden=h, rep=act_kw["sp_degree"],
+                                        linear_input_bytes=lib, hbm=hbm)
+    _, copies = routed_tokens(model, M / t, ep, etp, imbalance)
+    f_l = model.moe_ffn_hidden_size / etp
+    act_on, shared_on, moe_on = ("moe_act" in mods), ("shared_experts" in mods and f_s > 0), ("moe" in mods)
+    act_freed = act_on * copies * f_l * lib
+    act_s = act_on * copies * f_l * (BF16_BYTES * mats + quantize_bytes_per_element(precision)) / hbm
+    shared_freed = shared_on * M * BF16_BYTES * mats * f_s / t
+    shared_s = 0.0
+    if shared_on:
+        for N, K in (((mats - 1) * f_s / t, h), (h, f_s / t)):
+            shared_s = shared_s + linear_s(M, N, K, **mm)[0]
+    sel_s = sel["attn_s"] + norm_s + np.where(moe_on, mf, act_s + shared_s)
+    rfwd = np.where(rc == 2, fwd, np.where(rc == 1, sel_s, 0.0))
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
     tp_moe = tp_pass / 2 * (1 + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
     if tp_comm_overlap:
@@ -60,9 +87,14 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     ag_ex = np.where(z == 1, ex_collective("all_gather", ex * BF16_BYTES), 0.0)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
-    block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance) + latent_bytes
+    moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, lib)
+    block = moe_block + latent_bytes
+    # selective by module: what stays of the block, and what is rebuilt one layer at a time
+    kept = np.where(moe_on, 0.0, moe_block - act_freed - shared_freed)
+    att_act = att_act - np.where(rc == 1, sel["attn_freed"] + norm_freed + moe_block - kept, 0.0)
+    att_working = att_working + np.where(rc == 1, sel["attn_working"] + np.where(moe_on, moe_block, 0.0), 0.0)
     return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=np.zeros(len(z)),
-                ep=hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
+                ep=hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2) + ((rc == 1) & moe_on)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
                 dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
                 window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
                 optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),

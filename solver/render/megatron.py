@@ -71,18 +71,20 @@ class MegatronArgs:
     layout: str | None = None  # the pipeline layout string when the split needs one
     env: dict[str, str] = field(default_factory=dict)  # environment the launch needs
 
-    def pairs(self) -> list[tuple[str, str | None]]:
-        """(flag, value) in order; value None for a switch."""
-        out: list[tuple[str, str | None]] = []
-        i = 0
-        while i < len(self.args):
-            if i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
-                out.append((self.args[i], self.args[i + 1]))
-                i += 2
+    def groups(self) -> list[tuple[str, list[str]]]:
+        """(flag, its values) in order: none for a switch, several for a list flag
+        (`--recompute-modules moe_act layernorm`)."""
+        out: list[tuple[str, list[str]]] = []
+        for arg in self.args:
+            if arg.startswith("--") or not out:
+                out.append((arg, []))
             else:
-                out.append((self.args[i], None))
-                i += 1
+                out[-1][1].append(arg)
         return out
+
+    def pairs(self) -> list[tuple[str, str | None]]:
+        """(flag, value) in order; value None for a switch, a list flag's values joined by spaces."""
+        return [(flag, " ".join(vals) if vals else None) for flag, vals in self.groups()]
 
     def flags(self) -> dict[str, str | bool]:
         """flag -> value (True for a switch)."""
@@ -91,7 +93,7 @@ class MegatronArgs:
     def command(self, entry: str = "pretrain_gpt.py") -> str:
         """A copy-pasteable command (one flag per line), notes as comments above it."""
         lines = [f"# {n}" for n in self.notes]
-        pairs = [a if v is None else f"{a} {_quote(v)}" for a, v in self.pairs()]
+        pairs = [" ".join([a] + [_quote(v) for v in vals]) for a, vals in self.groups()]
         env = "".join(f"{k}={v} " for k, v in self.env.items())
         body = " \\\n    ".join([f"{env}torchrun ... {entry}"] + pairs)
         return "\n".join(lines + [body]) + "\n"
@@ -231,8 +233,10 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     a += ["--micro-batch-size", str(par.micro_batch_size), "--global-batch-size", str(job.global_batch_size)]
     if par.sequence_parallel:
         a.append("--sequence-parallel")
-    if par.recompute == "selective":
+    if par.recompute == "selective" and job.recompute_modules != ():  # no module: nothing recomputed
         a += ["--recompute-granularity", "selective"]
+        if job.recompute_modules is not None:  # Megatron's default is core_attn (transformer_config.py)
+            a += ["--recompute-modules", *job.recompute_modules]
     elif par.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     fsdp = par.zero >= 2

@@ -102,6 +102,9 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
     check_version(version)
     par, model = plan.parallel, job.model
     notes: list[str] = []
+    if par.recompute == "selective" and job.recompute_modules is not None:
+        notes.append(f"Megatron's recompute modules ({', '.join(job.recompute_modules) or 'none'}) are not expressed: "
+                     f"torchtitan's selective activation checkpointing is per op; the plan was priced with them")
     local = job.global_batch_size // par.dp  # per data-parallel rank
     training = {"seq_len": job.seq_length, "global_batch_size": job.global_batch_size}
     parallelism: dict = {"tensor_parallel_degree": par.tp, "context_parallel_degree": par.cp,

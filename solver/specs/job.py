@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Tuple
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -10,6 +10,9 @@ from .base import Spec
 from .cluster import ClusterSpec
 from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
+
+# Megatron-LM transformer_config.py `recompute_modules` choices for transformer layers (formulation/recompute.py)
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 # Training precisions (`--precision`). The FP8 recipes are Transformer Engine's, selected in
@@ -114,6 +117,10 @@ class JobSpec(Spec):
     moe_token_dispatcher: Literal["alltoall", "flex"] = Field(
         "alltoall", description="MoE token dispatcher for ep > 1 (Megatron --moe-token-dispatcher-type): alltoall "
                                 "(NCCL, every routed copy sent) or flex (DeepEP / HybridEP: each token once per node)")
+    recompute_modules: Optional[Tuple[RecomputeModule, ...]] = Field(
+        None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
+                          "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
+                          "core_attn); priced by formulation/recompute.py for plans with recompute selective")
     constraints: Constraints = Constraints()
     prefer: Literal["fastest", "simple"] = Field(
         "fastest", description="fastest: the optimum; simple: among plans within tolerance_rel of the optimum, the "
@@ -148,6 +155,9 @@ class JobSpec(Spec):
                              f"(torch.autocast), not {self.precision}: use framework megatron or torchtitan for FP8")
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
+        if self.recompute_modules and "moe_act" in self.recompute_modules and not self.model.is_moe:
+            raise ValueError("recompute module moe_act needs a mixture-of-experts model (Megatron: only with "
+                             "--moe-grouped-gemm); drop it")
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")

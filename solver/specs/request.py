@@ -16,7 +16,7 @@ from .cluster import ClusterSpec
 from .job import Constraints
 from .model import ModelSpec
 
-from .job import Precision
+from .job import Precision, RecomputeModule
 
 
 def _ref(kind: str, forms: str):
@@ -99,6 +99,8 @@ class JobRequest(Request):
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
     moe_a2a_overlap: Optional[bool] = None
     moe_token_dispatcher: Optional[Literal["alltoall", "flex"]] = None
+    recompute_modules: Optional[list[RecomputeModule]] = Field(
+        None, description="with recompute selective: Megatron's --recompute-modules (default core_attn)")
     constraints: Optional[ConstraintsMapping] = Field(
         None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
     prefer: Optional[Literal["fastest", "simple"]] = Field(None, description="fastest (default) or simple: the "
