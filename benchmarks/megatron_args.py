@@ -261,6 +261,46 @@ def planned_architecture(model) -> dict:
     return d
 
 
+@contextlib.contextmanager
+def megatron_launch(M, job, ma):
+    """The process one plan launches as, for Megatron-LM's argument parsing: WORLD_SIZE and RANK, the
+    environment solveplan prints, sys.argv = pretrain_gpt.py + the arguments + USER_ARGS. Stubbed (no
+    CUDA device here): the device's compute capability (`get_device_arch_version`, and
+    `torch.cuda.get_device_capability`, which validate_args reads for --moe-grouped-gemm) is the
+    planned GPU's; with --delay-wgrad-compute, validate_args' Transformer Engine version check
+    (TE >= 2.8, CUDA-only, absent) passes, as the launch note states that version. All restored after."""
+    import torch
+
+    arch = gpu_arch(job.cluster.gpu)
+    margs = M["arguments"]
+    saved = (margs.get_device_arch_version, margs.is_te_min_version, torch.cuda.get_device_capability, sys.argv)
+    saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS")}
+    margs.get_device_arch_version = lambda: arch
+    if "--delay-wgrad-compute" in ma.args:
+        margs.is_te_min_version = lambda *a, **k: True
+    torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)
+    os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")
+    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    os.environ.update(ma.env)
+    sys.argv = ["pretrain_gpt.py", *ma.args, *USER_ARGS, "--vocab-size", str(job.model.vocab_size)]
+    try:
+        yield
+    finally:
+        margs.get_device_arch_version, margs.is_te_min_version, torch.cuda.get_device_capability, sys.argv = saved
+        for k, v in saved_env.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def megatron_configs(M):
+    """Megatron-LM's own calls on sys.argv (quietly): parse_args, validate_args, the core
+    TransformerConfig and the GPT config; (args, config, gpt config)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        args = M["arguments"].parse_args()
+        M["arguments"].validate_args(args)
+        cfg = M["core_cfg"](args)
+        return args, cfg, M["gpt_cfg"](args, cfg)
+
+
 def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
     job = load_job({"model": model_ref, "cluster": cluster, **({"constraints": constraints} if constraints else {}), **extras})
     res = optimize(job, time_limit_s=60, textbook=False)
@@ -272,19 +312,9 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
         ma.args, ma.env = mutate(list(ma.args), dict(ma.env))
     row = dict(label=label, model=job.model.name, cluster=cluster, par=par, layers=list(plan.layers_per_stage),
                env=ma.env, nargs=len(ma.args))
-    arch = gpu_arch(job.cluster.gpu)
-    M["arguments"].get_device_arch_version = lambda: arch
-    saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS")}
-    os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")
-    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
-    os.environ.update(ma.env)
-    sys.argv = ["pretrain_gpt.py", *ma.args, *USER_ARGS, "--vocab-size", str(job.model.vocab_size)]
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            args = M["arguments"].parse_args()
-            M["arguments"].validate_args(args)
-            cfg = M["core_cfg"](args)
-            gpt = M["gpt_cfg"](args, cfg)
+        with megatron_launch(M, job, ma):
+            args, cfg, gpt = megatron_configs(M)
         row["megatron_split"] = megatron_split(M, cfg, par.pp, par.vp)
         row["megatron_vp"] = args.virtual_pipeline_model_parallel_size or 1
         row["dp"] = args.data_parallel_size
@@ -295,9 +325,6 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         row["ok"] = False
-    finally:
-        for k, v in saved_env.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     return row
 
 
@@ -386,28 +413,9 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
                status=str(getattr(res, "status", "")) if cfg is None else "explicit",
                layers=list(plan.layers_per_stage), env=ma.env, nargs=len(ma.args), layout=ma.layout,
                freq=f"`{ma.flags().get('--moe-layer-freq', '-')}`")
-    arch = gpu_arch(job.cluster.gpu.name)
-    import torch
-
-    M["arguments"].get_device_arch_version = lambda: arch
-    # --delay-wgrad-compute with --overlap-grad-reduce asserts Transformer Engine >= 2.8, which is CUDA-only
-    # and absent here: that version check (and only it) passes, as the launch note states the version
-    saved_te = M["arguments"].is_te_min_version
-    if "--delay-wgrad-compute" in ma.args:
-        M["arguments"].is_te_min_version = lambda *a, **k: True
-    saved_cap = torch.cuda.get_device_capability
-    torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)
-    saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS")}
-    os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")
-    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
-    os.environ.update(ma.env)
-    sys.argv = ["pretrain_gpt.py", *ma.args, *USER_ARGS, "--vocab-size", str(job.model.vocab_size)]
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            args = M["arguments"].parse_args()
-            M["arguments"].validate_args(args)
-            cfg_ = M["core_cfg"](args)
-            gpt = M["gpt_cfg"](args, cfg_)
+        with megatron_launch(M, job, ma):
+            args, cfg_, gpt = megatron_configs(M)
         # MoELayer.forward (megatron/core/transformer/moe/moe_layer.py): training with attention TP > 1
         # and no sequence parallelism raises ValueError at the first step
         if cfg_.num_moe_experts and cfg_.tensor_model_parallel_size > 1 and not cfg_.sequence_parallel:
@@ -436,11 +444,6 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         row["ok"] = False
-    finally:
-        torch.cuda.get_device_capability = saved_cap
-        M["arguments"].is_te_min_version = saved_te
-        for k, v in saved_env.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     return row
 
 
