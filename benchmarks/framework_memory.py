@@ -65,20 +65,8 @@ def step_rows() -> list[str]:
     out = ["| case | weights | grads | AdamW | autocast copies | saved activations | peak (counted) | sum | "
            "estimate | / peak | / sum |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for case in ("llama-gqa", "qwen2"):
-        cfg, model, (acts, copies) = T._measure(case, 2, B, S)
-        opt = torch.optim.AdamW(model.parameters())
-        ids = torch.randint(0, 1000, (B, S))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        w = sum(p.numel() * p.element_size() for p in model.parameters())
-        g = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
-        st = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if v.dim() > 0)
-        spec = model_from_hf_config(cfg.to_dict(), name=case)
-        co = T.coefficients(spec, "transformers", B, S)
-        est = float(spec.num_layers * (co.layer_static_bytes[0] + co.layer_act_bytes[0]) + co.first_static_bytes[0]
-                    + co.last_static_bytes[0] + co.first_act_bytes[0] + co.last_act_bytes[0] + co.const_bytes[0])
+        m = T._measure_step(case, B, S)
+        w, g, st, copies, acts, est = (m[k] for k in ("weights", "grads", "state", "copies", "acts", "estimate"))
         peak, total = w + st + copies + max(acts, g), w + g + st + copies + acts
         out.append(f"| {case} | {w:,} | {g:,} | {st:,} | {copies:,} | {acts:,} | {peak:,} | {total:,} | {est:,.0f} | "
                    f"{est / peak:.3f} | {est / total:.3f} |")

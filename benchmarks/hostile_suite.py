@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _common import RESULTS, ROOT, code_state
+from service_abuse import wait_ready
 from service_load import free_port
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -143,7 +144,6 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
-    import httpx
 
     t0 = time.monotonic()
     n_cli, bad_cli = run_cli(args.cli_limit, args.workers)
@@ -153,17 +153,12 @@ def main(argv=None) -> int:
                              "critical"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}"
-        for _ in range(240):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.25)
+        wait_ready(base)
         n_http, bad_http, codes = run_http(base)
     finally:
         proc.terminate()
         proc.wait(10)
-    lines = [f"# Hostile-input suite, slow part (issue #27 item 8)", "",
+    lines = ["# Hostile-input suite, slow part (issue #27 item 8)", "",
              f"`python benchmarks/hostile_suite.py` at {code_state()}, 2 shared cores, loopback only.", "",
              f"- CLI: {n_cli} command lines, each a fresh process ({t_cli:.0f} s): {n_cli - len(bad_cli)} answered "
              f"exit 2 with one escaped error line; {len(bad_cli)} did not",

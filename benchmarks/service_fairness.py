@@ -31,6 +31,7 @@ from pathlib import Path
 
 from _common import RESULTS, ROOT, code_state
 from admission_latency import pct
+from service_abuse import wait_ready
 from service_load import free_port
 
 HEAD = (b"POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
@@ -122,14 +123,7 @@ def main(argv=None) -> int:
     base = f"http://127.0.0.1:{port}"
     proc = start_server(port, args.source_root)
     try:
-        for _ in range(240):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.25)
-        else:
-            raise SystemExit("server did not answer /healthz within 60 s")
+        wait_ready(base)
         httpx.post(f"{base}/v1/check", json=JOB, timeout=60)  # warm: the answer is cached
         attackers = Attackers(port, args.addresses, args.per_address)
         thread = threading.Thread(target=attackers.run, daemon=True)

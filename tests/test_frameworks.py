@@ -182,13 +182,12 @@ def test_transformers_layer_activations_equal_the_saved_tensors(case):
     assert meg < per_layer  # why the profile exists: Megatron's fused count is below what eager keeps
 
 
-@pytest.mark.parametrize("case", ["llama-gqa", "qwen2"])
-def test_transformers_full_memory_is_an_upper_bound_of_the_counted_tensors(case):
-    """Weights, gradients and AdamW state of a real step plus the autocast copies and saved
-    activations: the estimate (before the allocator's reserve) is at least the peak they make
-    together and at most their sum plus the loss's transient."""
+def _measure_step(case: str, b: int, s: int) -> dict:
+    """One real AdamW step of a 2-layer `case` under bf16 autocast: the bytes of weights, gradients
+    and AdamW state, the autocast copies and saved activations (`_measure`), and the estimate of the
+    whole model (every stage term, before the allocator's reserve). Also used by
+    benchmarks/framework_memory.py."""
     import torch
-    b, s = 2, 100
     cfg, model, (acts, copies) = _measure(case, 2, b, s)
     opt = torch.optim.AdamW(model.parameters())
     ids = torch.randint(0, 1000, (b, s))
@@ -196,20 +195,29 @@ def test_transformers_full_memory_is_an_upper_bound_of_the_counted_tensors(case)
         loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     opt.step()
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
-    state = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values() if v.dim() > 0)
-    # One micro-batch per step and .grad set to None before it: a layer's gradient appears only
-    # once its saved tensors are freed, so the peak is at one end of the backward (layers alike)
-    peak = weights + state + copies + max(acts, grads)
-    everything = weights + grads + state + copies + acts
     spec = model_from_hf_config(cfg.to_dict(), name=case)
     co = coefficients(spec, "transformers", b, s)
-    L = spec.num_layers
-    est = float(L * (co.layer_static_bytes[0] + co.layer_act_bytes[0]) + co.first_static_bytes[0]
+    est = float(spec.num_layers * (co.layer_static_bytes[0] + co.layer_act_bytes[0]) + co.first_static_bytes[0]
                 + co.last_static_bytes[0] + co.first_act_bytes[0] + co.last_act_bytes[0] + co.const_bytes[0])
-    logits_transient = (frameworks.profile("transformers").logit_bytes - 4) * b * s * spec.vocab_size
-    assert peak <= est <= everything + logits_transient, (peak, everything, est)
+    return dict(spec=spec, acts=acts, copies=copies, estimate=est,
+                weights=sum(p.numel() * p.element_size() for p in model.parameters()),
+                grads=sum(p.grad.numel() * p.grad.element_size() for p in model.parameters()),
+                state=sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values() if v.dim() > 0))
+
+
+@pytest.mark.parametrize("case", ["llama-gqa", "qwen2"])
+def test_transformers_full_memory_is_an_upper_bound_of_the_counted_tensors(case):
+    """Weights, gradients and AdamW state of a real step plus the autocast copies and saved
+    activations: the estimate (before the allocator's reserve) is at least the peak they make
+    together and at most their sum plus the loss's transient."""
+    b, s = 2, 100
+    m = _measure_step(case, b, s)
+    # One micro-batch per step and .grad set to None before it: a layer's gradient appears only
+    # once its saved tensors are freed, so the peak is at one end of the backward (layers alike)
+    peak = m["weights"] + m["state"] + m["copies"] + max(m["acts"], m["grads"])
+    everything = m["weights"] + m["grads"] + m["state"] + m["copies"] + m["acts"]
+    logits_transient = (frameworks.profile("transformers").logit_bytes - 4) * b * s * m["spec"].vocab_size
+    assert peak <= m["estimate"] <= everything + logits_transient, (peak, everything, m["estimate"])
 
 
 def test_transformers_op_count_matches_dispatch_profile():
