@@ -130,32 +130,17 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     status, plan, bound = _checked_verdict(job, cands, res, plans[0] if plans else None, method, notes)
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
     tolerance = res.stats.get("tolerance_s")
-    stats = SearchStats(
-        method=method, wall_time_s=time.perf_counter() - t0,
-        shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
-        shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-        shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
-        solver=jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
-    )
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
-                         alternatives=plans[1:], search=stats, notes=notes, top_k_asked=int(top_k),
-                         top_k_found=len(plans) if plan is not None else 0, shortfall=None)
+                         alternatives=plans[1:], search=_search_stats(method, t0, cands, res, prep_s), notes=notes,
+                         top_k_asked=int(top_k), top_k_found=len(plans) if plan is not None else 0, shortfall=None)
     if plan is not None and out.top_k_cut_short:
-        notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
+        out.notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
     if status == INFEASIBLE:
         left_s = dl.left_s()
         out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None
                                          else min(left_s, shortfall_budget_s))
     if plan is not None and textbook:
-        if dl.expired():
-            notes.append("textbook comparison skipped: the time limit is spent")
-        else:
-            tb = textbook_plan(job)
-            if tb is not None:
-                out.textbook = Comparison.of("textbook Megatron-LM", tb, plan)
-                if tb.step_time_s < plan.step_time_s - max(tolerance or 0.0, 1e-9 * tb.step_time_s) and status == OPTIMAL:
-                    notes.append(f"the textbook plan ({tb.step_time_s:.6g} s) beats the optimum ({plan.step_time_s:.6g} s): "
-                                 f"a pruning rule is not exact for this job")
+        _compare_textbook(job, out, dl)
     if cmp_plan is not None:
         out.compare = Comparison.of("compare", cmp_plan, plan)
     if job.prefer == "simple" and plan is not None:  # the job's preference (a spec field, not a status)
@@ -163,6 +148,32 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     out = _annotate(job, out, runner_up)
     out.search.wall_time_s = time.perf_counter() - t0
     return out
+
+
+def _search_stats(method: str, t0: float, cands: Candidates, res: MethodResult, prep_s: float) -> SearchStats:
+    """What the search did: the shapes at each step of the preparation and the method's own statistics."""
+    return SearchStats(
+        method=method, wall_time_s=time.perf_counter() - t0,
+        shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
+        shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
+        shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
+        solver=jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
+    )
+
+
+def _compare_textbook(job: JobSpec, out: OptimizeResult, dl: Deadline) -> None:
+    """The textbook Megatron-LM plan beside `out.plan` (when time is left); a textbook plan that
+    beats a proven optimum by more than the tolerance says a pruning rule is not exact."""
+    if dl.expired():
+        out.notes.append("textbook comparison skipped: the time limit is spent")
+        return
+    tb, plan = textbook_plan(job), out.plan
+    if tb is None:
+        return
+    out.textbook = Comparison.of("textbook Megatron-LM", tb, plan)
+    if tb.step_time_s < plan.step_time_s - max(out.tolerance_s or 0.0, 1e-9 * tb.step_time_s) and out.status == OPTIMAL:
+        out.notes.append(f"the textbook plan ({tb.step_time_s:.6g} s) beats the optimum ({plan.step_time_s:.6g} s): "
+                         f"a pruning rule is not exact for this job")
 
 
 def _prefer_simple(job: JobSpec, out: OptimizeResult, method: str, workers: int, seed: int, deadline: float, progress,

@@ -191,6 +191,7 @@ def test_top_k_cut_short_exits_4(cli):
     assert cut.status == "FEASIBLE" and 1 <= found < 50 and found == 1 + len(cut.alternatives)
     assert cut.top_k_asked == 50 and cut.top_k_cut_short and not cut.search.finished
     assert cut.search.solver["top_k_asked"] == 50 and cut.search.solver["top_k_found"] == found
+    assert f"{found} of 50 plans within the time limit" in cut.notes  # the result says it, not a copy of its notes
     res = cli(*BASE, "--top-k", "50", "--time-limit", "0.001", "--json")
     assert res.code == 4, res.err
     d = json.loads(res.out)
