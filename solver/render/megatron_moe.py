@@ -91,88 +91,10 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
     model = job.model
     a = list(args)
     if model.is_moe:
-        ep, etp = _expert_parallel(plan)
-        par = plan.parallel
-        # with EP the job's dispatcher (alltoall: NCCL; flex: DeepEP/HybridEP, as the formulation prices
-        # them); without EP, Megatron's default allgather dispatcher
-        dispatcher = (getattr(job, "moe_token_dispatcher", None) or "alltoall") if ep > 1 else "allgather"
-        a += ["--num-experts", str(model.num_experts), "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size),
-              "--moe-router-topk", str(model.moe_router_topk), "--moe-layer-freq", moe_layer_freq_arg(model),
-              "--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", str(etp),
-              "--moe-token-dispatcher-type", dispatcher]
-        if dispatcher == "flex":
-            # TransformerConfig: "only hybridep backend supports the MNNVL case" (an NVLink domain wider
-            # than a node, GB200/GB300 NVL72); DeepEP (the default backend) elsewhere
-            domain = getattr(job.cluster, "nvlink_domain_gpus", None) or job.cluster.gpus_per_node
-            backend = "hybridep" if domain > job.cluster.gpus_per_node else "deepep"
-            a += ["--moe-flex-dispatcher-backend", backend]
-            notes.append(f"the flex dispatcher needs the {'HybridEP' if backend == 'hybridep' else 'DeepEP'} "
-                         f"library installed")
-        if getattr(job, "moe_a2a_overlap", False):
-            # TransformerConfig: ep > 1, alltoall/flex, no full recompute, vp with pp > 1, bf16/fp16, no
-            # shared-expert overlap, at most one MTP module (the space and the job enforce these);
-            # --delay-wgrad-compute asserts overlap_moe_expert_parallel_comm (and, with
-            # --overlap-grad-reduce, Transformer Engine >= 2.8: validate_args)
-            a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
-            notes.append("--overlap-moe-expert-parallel-comm --delay-wgrad-compute need Transformer Engine 2.8 or "
-                         "newer with --overlap-grad-reduce")
-        if model.moe_shared_expert_intermediate_size is not None:
-            a += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_intermediate_size)]
-            if model.moe_shared_expert_gate:
-                a.append("--moe-shared-expert-gate")
-            # off unless the job asks: the formulation prices the shared experts on the critical path
-            # (formulation/moe.py: overlap is a stated default, off, as the Megatron-Bridge recipes)
-            if (getattr(job, "moe_shared_expert_overlap", False) and dispatcher in ("alltoall", "flex")
-                    and not getattr(job, "moe_a2a_overlap", False)):
-                a.append("--moe-shared-expert-overlap")
-        if arch >= 8:
-            a.append("--moe-grouped-gemm")
-        else:
-            notes.append("grouped GEMM kernels need compute capability 8 or newer: the experts run one GEMM each")
-        if model.moe_router_score_function != "softmax":
-            a += ["--moe-router-score-function", model.moe_router_score_function]
-        if model.moe_router_enable_expert_bias:
-            a.append("--moe-router-enable-expert-bias")
-        if model.moe_router_topk == 1 and model.moe_router_score_function == "softmax":
-            a.append("--moe-router-pre-softmax")
-        if model.moe_router_num_groups is not None:
-            a += ["--moe-router-num-groups", str(model.moe_router_num_groups),
-                  "--moe-router-group-topk", str(model.moe_router_group_topk)]
-        balance, coeff = (("seq_aux_loss", SEQ_AUX_LOSS_COEFF) if model.moe_router_enable_expert_bias
-                          else ("aux_loss", MOE_AUX_LOSS_COEFF))
-        a += ["--moe-router-load-balancing-type", balance, "--moe-aux-loss-coeff", _num(coeff)]
-        notes.append(f"router balancing {balance} with coefficient {_num(coeff)} is a training choice, not the "
-                     f"plan's: set your own")
-        if model.moe_expert_capacity_factor is not None:
-            a += ["--moe-expert-capacity-factor", _num(model.moe_expert_capacity_factor),
-                  "--moe-token-drop-policy", "probs"]
-        if par.tp > 1 and "--sequence-parallel" not in a:
-            a.append("--sequence-parallel")
-            notes.append("MoE with tp > 1 trains only with --sequence-parallel (Megatron-LM's MoELayer refuses "
-                         "otherwise): added")
-        if model.add_bias_linear and etp > 1:
-            notes.append(f"Megatron-LM builds MoE biases only with expert tensor parallelism 1; this plan has "
-                         f"etp={etp}: it will refuse to start")
-        world = job.cluster.num_gpus
-        if model.num_experts % ep or world % (etp * ep * par.pp):
-            notes.append(f"ep={ep} must divide the {model.num_experts} experts and etp x ep x pp must divide the "
-                         f"{world} GPUs: Megatron-LM will refuse this plan")
+        a = _router_flags(model, _expert_flags(job, plan, a, notes, arch), notes)
+        a = _with_sequence_parallel(job, plan, a, notes)
     if model.multi_latent_attention:
-        a = _drop_flag(a, "--group-query-attention", 0)
-        a = _drop_flag(a, "--num-query-groups", 1)
-        a += ["--multi-latent-attention", "--kv-lora-rank", str(model.kv_lora_rank),
-              "--qk-head-dim", str(model.qk_head_dim), "--qk-pos-emb-head-dim", str(model.qk_pos_emb_head_dim),
-              "--v-head-dim", str(model.v_head_dim)]
-        if model.q_lora_rank is not None:
-            a += ["--q-lora-rank", str(model.q_lora_rank)]
-        if "--qk-layernorm" not in a:
-            a.append("--qk-layernorm")  # MLA's norms of the compressed Q and KV (DeepSeek-V2 Sec. 2.1)
-        if model.position_embedding == "rope":
-            a += ["--rope-type", "rope"]
-            if model.rope_scaling_factor is not None:
-                notes.append("multi-latent attention takes YaRN scaling (--rope-type yarn --rotary-scaling-factor), "
-                             "not Llama 3's: the plan trains with plain RoPE")
-                a = _drop_flag(_drop_flag(a, "--use-rope-scaling", 0), "--rope-scaling-factor", 1)
+        a = _mla_flags(model, a, notes)
     if "Not modelled:" in (model.notes or ""):  # the catalog entry says what its spec leaves out
         missing = model.notes.split("Not modelled:", 1)[1].strip().split(". ")[0]
         if len(missing) > 160:
@@ -185,6 +107,112 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
             layout = a[i] = _with_mtp(layout, model.mtp_num_layers)
         notes.append(f"the {model.mtp_num_layers} MTP module(s) run on the last pipeline stage")
     return a, layout
+
+
+def _expert_flags(job: JobSpec, plan: Plan, a: list[str], notes: list[str], arch: int) -> list[str]:
+    """Experts, expert parallelism, the token dispatcher, all-to-all and shared-expert overlap,
+    grouped GEMMs (`moe_launch`'s rules)."""
+    model = job.model
+    ep, etp = _expert_parallel(plan)
+    # with EP the job's dispatcher (alltoall: NCCL; flex: DeepEP/HybridEP, as the formulation prices
+    # them); without EP, Megatron's default allgather dispatcher
+    dispatcher = (getattr(job, "moe_token_dispatcher", None) or "alltoall") if ep > 1 else "allgather"
+    a += ["--num-experts", str(model.num_experts), "--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size),
+          "--moe-router-topk", str(model.moe_router_topk), "--moe-layer-freq", moe_layer_freq_arg(model),
+          "--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", str(etp),
+          "--moe-token-dispatcher-type", dispatcher]
+    if dispatcher == "flex":
+        # TransformerConfig: "only hybridep backend supports the MNNVL case" (an NVLink domain wider
+        # than a node, GB200/GB300 NVL72); DeepEP (the default backend) elsewhere
+        domain = getattr(job.cluster, "nvlink_domain_gpus", None) or job.cluster.gpus_per_node
+        backend = "hybridep" if domain > job.cluster.gpus_per_node else "deepep"
+        a += ["--moe-flex-dispatcher-backend", backend]
+        notes.append(f"the flex dispatcher needs the {'HybridEP' if backend == 'hybridep' else 'DeepEP'} "
+                     f"library installed")
+    if getattr(job, "moe_a2a_overlap", False):
+        # TransformerConfig: ep > 1, alltoall/flex, no full recompute, vp with pp > 1, bf16/fp16, no
+        # shared-expert overlap, at most one MTP module (the space and the job enforce these);
+        # --delay-wgrad-compute asserts overlap_moe_expert_parallel_comm (and, with
+        # --overlap-grad-reduce, Transformer Engine >= 2.8: validate_args)
+        a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+        notes.append("--overlap-moe-expert-parallel-comm --delay-wgrad-compute need Transformer Engine 2.8 or "
+                     "newer with --overlap-grad-reduce")
+    if model.moe_shared_expert_intermediate_size is not None:
+        a += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_intermediate_size)]
+        if model.moe_shared_expert_gate:
+            a.append("--moe-shared-expert-gate")
+        # off unless the job asks: the formulation prices the shared experts on the critical path
+        # (formulation/moe.py: overlap is a stated default, off, as the Megatron-Bridge recipes)
+        if (getattr(job, "moe_shared_expert_overlap", False) and dispatcher in ("alltoall", "flex")
+                and not getattr(job, "moe_a2a_overlap", False)):
+            a.append("--moe-shared-expert-overlap")
+    if arch >= 8:
+        a.append("--moe-grouped-gemm")
+    else:
+        notes.append("grouped GEMM kernels need compute capability 8 or newer: the experts run one GEMM each")
+    return a
+
+
+def _router_flags(model, a: list[str], notes: list[str]) -> list[str]:
+    """The router: score function, expert bias, pre-softmax top-1, group-limited routing, load
+    balancing and token dropping (`moe_launch`'s rules)."""
+    if model.moe_router_score_function != "softmax":
+        a += ["--moe-router-score-function", model.moe_router_score_function]
+    if model.moe_router_enable_expert_bias:
+        a.append("--moe-router-enable-expert-bias")
+    if model.moe_router_topk == 1 and model.moe_router_score_function == "softmax":
+        a.append("--moe-router-pre-softmax")
+    if model.moe_router_num_groups is not None:
+        a += ["--moe-router-num-groups", str(model.moe_router_num_groups),
+              "--moe-router-group-topk", str(model.moe_router_group_topk)]
+    balance, coeff = (("seq_aux_loss", SEQ_AUX_LOSS_COEFF) if model.moe_router_enable_expert_bias
+                      else ("aux_loss", MOE_AUX_LOSS_COEFF))
+    a += ["--moe-router-load-balancing-type", balance, "--moe-aux-loss-coeff", _num(coeff)]
+    notes.append(f"router balancing {balance} with coefficient {_num(coeff)} is a training choice, not the "
+                 f"plan's: set your own")
+    if model.moe_expert_capacity_factor is not None:
+        a += ["--moe-expert-capacity-factor", _num(model.moe_expert_capacity_factor),
+              "--moe-token-drop-policy", "probs"]
+    return a
+
+
+def _with_sequence_parallel(job: JobSpec, plan: Plan, a: list[str], notes: list[str]) -> list[str]:
+    """Sequence parallelism added where Megatron needs it with MoE, and notes on the rules a plan
+    from outside the planner's space may break (`moe_launch`'s rules)."""
+    model, par = job.model, plan.parallel
+    ep, etp = _expert_parallel(plan)
+    if par.tp > 1 and "--sequence-parallel" not in a:
+        a.append("--sequence-parallel")
+        notes.append("MoE with tp > 1 trains only with --sequence-parallel (Megatron-LM's MoELayer refuses "
+                     "otherwise): added")
+    if model.add_bias_linear and etp > 1:
+        notes.append(f"Megatron-LM builds MoE biases only with expert tensor parallelism 1; this plan has "
+                     f"etp={etp}: it will refuse to start")
+    world = job.cluster.num_gpus
+    if model.num_experts % ep or world % (etp * ep * par.pp):
+        notes.append(f"ep={ep} must divide the {model.num_experts} experts and etp x ep x pp must divide the "
+                     f"{world} GPUs: Megatron-LM will refuse this plan")
+    return a
+
+
+def _mla_flags(model, a: list[str], notes: list[str]) -> list[str]:
+    """Multi-latent attention: its ranks and head dimensions, no GQA flags, its Q/KV norms, plain RoPE."""
+    a = _drop_flag(a, "--group-query-attention", 0)
+    a = _drop_flag(a, "--num-query-groups", 1)
+    a += ["--multi-latent-attention", "--kv-lora-rank", str(model.kv_lora_rank),
+          "--qk-head-dim", str(model.qk_head_dim), "--qk-pos-emb-head-dim", str(model.qk_pos_emb_head_dim),
+          "--v-head-dim", str(model.v_head_dim)]
+    if model.q_lora_rank is not None:
+        a += ["--q-lora-rank", str(model.q_lora_rank)]
+    if "--qk-layernorm" not in a:
+        a.append("--qk-layernorm")  # MLA's norms of the compressed Q and KV (DeepSeek-V2 Sec. 2.1)
+    if model.position_embedding == "rope":
+        a += ["--rope-type", "rope"]
+        if model.rope_scaling_factor is not None:
+            notes.append("multi-latent attention takes YaRN scaling (--rope-type yarn --rotary-scaling-factor), "
+                         "not Llama 3's: the plan trains with plain RoPE")
+            a = _drop_flag(_drop_flag(a, "--use-rope-scaling", 0), "--rope-scaling-factor", 1)
+    return a
 
 
 def _drop_flag(args: list[str], flag: str, nvalues: int) -> list[str]:
