@@ -170,6 +170,88 @@ class StageCoefficients:
         return StageCoefficients(**vals)
 
 
+@dataclass(frozen=True)
+class LinearTimes:
+    """The linear layers of one dense layer on one GPU, per micro-batch (arrays over shapes):
+    GEMM time forward and backward, the precision recipe's quantisation traffic, and the parts a
+    MoE layer replaces (the MLP's GEMMs and casts) or "mla_up_proj" recomputes (MLA's up
+    projections, forward)."""
+
+    gemm_fwd: np.ndarray
+    gemm_bwd: np.ndarray
+    cast_fwd: np.ndarray
+    cast_bwd: np.ndarray
+    mlp_fwd: np.ndarray
+    mlp_bwd: np.ndarray
+    up_fwd: np.ndarray
+
+
+def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_bytes: float, hbm: float) -> LinearTimes:
+    """Attention's linears (`attn_linears`, (N, K) on this TP rank) and the MLP's, each a GEMM
+    forward and its two backward GEMMs (`kernels.linear_s`) at the recipe's rate `mm`, plus the
+    recipe's quantisation of each GEMM's input (`cast_bytes` per element: 0 without FP8)."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    mlp_linears = [(f * (model.mlp_matrices - 1) / tp, h), (h, f / tp)]  # (N, K)
+    gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = mlp_fwd = mlp_bwd = up_fwd = 0.0
+    up_index = (1, 3) if model.q_lora_rank else (2,)
+    for i, (N, K) in enumerate(list(attn_linears) + mlp_linears):
+        fw, bw = linear_s(tokens, N, K, **mm)
+        gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
+        cf, cb = cast_bytes * tokens * K / hbm, cast_bytes * tokens * N / hbm
+        cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
+        if model.multi_latent_attention and i in up_index:
+            up_fwd = up_fwd + fw + cf
+        if i >= len(attn_linears):
+            mlp_fwd, mlp_bwd = mlp_fwd + fw + cf, mlp_bwd + bw + cb
+    return LinearTimes(gemm_fwd, gemm_bwd, cast_fwd, cast_bwd, mlp_fwd, mlp_bwd, up_fwd)
+
+
+def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kernel: str, hbm_bytes_per_s: float):
+    """(forward, backward) of the attention core on one GPU: FlashAttention at the kernel's fitted
+    efficiency (cuDNN's fused kernel overlaps the exponentials on Hopper+, FlashAttention-2 does
+    not: `kernels.flash_attention_s`), or unfused attention with materialised scores."""
+    if not flash:
+        return unfused_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim,
+                                   flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
+                                   hbm_bytes_per_s=hbm_bytes_per_s)
+    fused = kernel == "cudnn"
+    efficiency = (gpu.fused_attention_efficiency if fused
+                  else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))
+    return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=True,
+                             flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12, efficiency=efficiency,
+                             overlap_exp=gpu.exp_overlaps_matmul and fused)
+
+
+@dataclass(frozen=True)
+class SelectiveRecompute:
+    """Megatron's selective recomputation of a dense layer by module (`recompute.py`): the time of
+    the recomputed forward, the activation bytes the modules free, and the MLP's (rebuilt one
+    layer at a time, so it moves to the working set); and the attention's part alone (core and MLA
+    up projections), which a MoE layer keeps beside its own MLP modules."""
+
+    time_s: np.ndarray
+    freed_bytes: np.ndarray
+    mlp_freed_bytes: np.ndarray
+    attention_s: np.ndarray
+    attention_freed_bytes: np.ndarray
+
+
+def selective_recompute(model: ModelSpec, mods, linears: LinearTimes, *, tokens, tp, rep, core_fwd,
+                        linear_input_bytes: float, hbm: float) -> SelectiveRecompute:
+    """The modules `mods` of a dense layer recomputed (the default, core_attn, is the attention
+    core alone): layernorm and MLA's up projections (`recompute.py`), the MLP (its inputs and
+    activation freed, its forward with the activation's traffic repeated), the attention core."""
+    f = model.ffn_hidden_size
+    norm_freed, norm_s = norm_recompute(model, mods, False, tokens=tokens, hidden=model.hidden_size, rep=rep,
+                                        linear_input_bytes=linear_input_bytes, hbm=hbm)
+    up_freed, up_s = mla_up_recompute(model, mods, tokens=tokens, tp=tp, up_fwd_s=linears.up_fwd, hbm=hbm)
+    mlp_on = "mlp" in mods
+    mlp_freed = mlp_on * tokens * (2.0 * model.mlp_matrices * f - (BF16_BYTES - linear_input_bytes) * f) / tp
+    mlp_s = mlp_on * (linears.mlp_fwd + tokens * BF16_BYTES * (3.0 if model.gated_mlp else 2.0) * f / tp / hbm)
+    attention_s = ("core_attn" in mods) * core_fwd + up_s
+    return SelectiveRecompute(attention_s + norm_s + mlp_s, up_freed + norm_freed, mlp_freed, attention_s, up_freed)
+
+
 def stage_coefficients(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -213,34 +295,11 @@ def stage_coefficients(
     M = b * s / c  # tokens of a micro-batch on this GPU
     # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
     attn_linears, hq, hkv, head_dim, latent_width = attention_geometry(model, t)
-    mlp_linears = [(f * (model.mlp_matrices - 1) / t, h), (h, f / t)]  # (N, K)
-    gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = 0.0
-    mlp_fwd = mlp_bwd = 0.0  # the MLP's share (GEMMs and FP8 casts): what a MoE layer replaces
-    up_fwd = 0.0  # multi-latent attention's up projections (what "mla_up_proj" recomputes)
-    up_index = (1, 3) if model.q_lora_rank else (2,)
-    for i, (N, K) in enumerate(attn_linears + mlp_linears):
-        fw, bw = linear_s(M, N, K, **mm)
-        gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
-        cf = cast_bytes * M * K / hbm  # the recipe's quantisation traffic (0 without FP8)
-        cb = cast_bytes * M * N / hbm
-        cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
-        if model.multi_latent_attention and i in up_index:
-            up_fwd = up_fwd + fw + cf
-        if i >= len(attn_linears):
-            mlp_fwd, mlp_bwd = mlp_fwd + fw + cf, mlp_bwd + bw + cb
-    heads_gpu = a / t
-    if flash_attention:
-        fused = attention_kernel == "cudnn"
-        core_fwd, core_bwd = flash_attention_s(
-            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=head_dim, causal=True,
-            flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,
-            efficiency=gpu.fused_attention_efficiency if fused
-            else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency),
-            overlap_exp=gpu.exp_overlaps_matmul and fused)
-    else:
-        core_fwd, core_bwd = unfused_attention_s(
-            batch=b, heads=heads_gpu, s_q=s / c, s_k=s, head_dim=head_dim, flop_per_s=gpu.peak_flop_per_s,
-            efficiency=gpu.matmul_efficiency, hbm_bytes_per_s=hbm)
+    g = layer_linears_s(model, attn_linears, M, t, mm, cast_bytes, hbm)
+    gemm_fwd, gemm_bwd, cast_fwd, cast_bwd = g.gemm_fwd, g.gemm_bwd, g.cast_fwd, g.cast_bwd
+    mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
+    core_fwd, core_bwd = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
+                                          flash=flash_attention, kernel=attention_kernel, hbm_bytes_per_s=hbm)
     el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
         stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
         rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
@@ -252,15 +311,10 @@ def stage_coefficients(
     # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
     # attention core alone): the dense layer's modules
     mods = modules_of(recompute_modules)
-    lib = saved_linear_input_bytes(precision)
-    norm_freed, norm_s = norm_recompute(model, mods, False, tokens=M, hidden=h, rep=rep, linear_input_bytes=lib, hbm=hbm)
-    up_freed, up_s = mla_up_recompute(model, mods, tokens=M, tp=t, up_fwd_s=up_fwd, hbm=hbm)
-    mlp_on = "mlp" in mods
-    mlp_freed = mlp_on * M * (2.0 * model.mlp_matrices * f - (BF16_BYTES - lib) * f) / t
-    mlp_s = mlp_on * (mlp_fwd + M * BF16_BYTES * (3.0 if model.gated_mlp else 2.0) * f / t / hbm)
+    sel = selective_recompute(model, mods, g, tokens=M, tp=t, rep=rep, core_fwd=core_fwd,
+                              linear_input_bytes=saved_linear_input_bytes(precision), hbm=hbm)
     core_on = "core_attn" in mods
-    selective_s = core_on * core_fwd + norm_s + up_s
-    recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, selective_s + mlp_s, 0.0))
+    recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, sel.time_s, 0.0))
     layer_compute = fwd + bwd + recompute_fwd
 
     # ---------------- tensor-parallel collectives ----------------
@@ -372,9 +426,8 @@ def stage_coefficients(
     # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
     # one layer at a time
     scores = 0.0 if flash_attention or core_on else 5.0 * (a / t) * M * s
-    sel_freed = up_freed + norm_freed - scores
-    layer_act = layer_act - np.where(rc == 1, sel_freed + mlp_freed, 0.0)
-    working = working + np.where(rc == 1, mlp_freed - scores, 0.0)
+    layer_act = layer_act - np.where(rc == 1, sel.freed_bytes - scores + sel.mlp_freed_bytes, 0.0)
+    working = working + np.where(rc == 1, sel.mlp_freed_bytes - scores, 0.0)
     if latent_width:  # multi-latent attention: the latents, kept on every TP rank
         layer_act = layer_act + np.where(rc == 2, 0.0, latent_width * M)
         working = working + np.where(rc == 2, latent_width * M, 0.0)
@@ -414,7 +467,7 @@ def stage_coefficients(
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
                 grad_reduce_dtype=grad_reduce_dtype,
                 imbalance=moe_load_imbalance,
-                selective=dict(mods=mods, attn_s=core_on * core_fwd + up_s, attn_freed=up_freed - scores,
+                selective=dict(mods=mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                                attn_working=-scores))
         proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
         unit, units, ends = fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
