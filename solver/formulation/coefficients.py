@@ -252,6 +252,35 @@ def selective_recompute(model: ModelSpec, mods, linears: LinearTimes, *, tokens,
     return SelectiveRecompute(attention_s + norm_s + mlp_s, up_freed + norm_freed, mlp_freed, attention_s, up_freed)
 
 
+def overlapped_s(comm_s, window_s, phi: float):
+    """Exposed time of `comm_s` overlapped with `window_s` of compute: the part the window cannot
+    cover, plus the compute slowed by the collective's SMs while they overlap (`phi`:
+    `comm.interference`)."""
+    return np.maximum(0.0, comm_s - window_s) + phi * np.minimum(comm_s, window_s)
+
+
+def sharded_layer_s(*, ag, rs, fwd, bwd_window, grad_copy, zero, zero2_gathers_every_microbatch: bool, phi: float):
+    """(exposed per layer and micro-batch, the stage's first/last edges) of ZeRO-2/3 sharding.
+
+    ZeRO-3 / FSDP: the layer's bf16 weights are all-gathered (`ag`) before its forward
+    (prefetched behind the previous layer's forward) and again before its backward, whose
+    recomputed forward reuses them; the gradients are reduce-scattered (`rs`) behind the backward
+    of the next layers. Exposed: what the layer's compute cannot cover, plus the gradient cast
+    (`grad_copy`). ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered every
+    micro-batch (behind that layer's backward); its weights are gathered once per step after the
+    optimizer, behind the next forward (Megatron-FSDP optim_grads; PyTorch FSDP SHARD_GRAD_OP
+    gathers them every micro-batch, the same with one micro-batch per step). FSDP2 without
+    resharding after forward (torchtitan's "never") reshards after backward: its weights are
+    gathered before every micro-batch's forward (`zero2_gathers_every_microbatch`). The first
+    gather of a micro-batch and the last reduce-scatter have nothing to hide behind: the edges."""
+    z3 = overlapped_s(ag, fwd, phi) + overlapped_s(ag + rs, bwd_window, phi) + grad_copy
+    z2 = overlapped_s(rs, bwd_window, phi) + grad_copy + (overlapped_s(ag, fwd, phi) if zero2_gathers_every_microbatch
+                                                           else 0.0)
+    exposed = np.where(zero == 3, z3, np.where(zero == 2, z2, 0.0))
+    edges = np.where(zero == 3, ag + rs, np.where(zero == 2, rs + (ag if zero2_gathers_every_microbatch else 0.0), 0.0))
+    return exposed, edges
+
+
 def stage_coefficients(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -324,9 +353,7 @@ def stage_coefficients(
     phi = comm.interference(gpu.num_sms)  # compute lost while a collective runs beside it
 
     def hidden(comm_s, window_s):
-        """Exposed time of `comm_s` overlapped with `window_s` of compute: the part the window
-        cannot cover, plus the compute slowed by the collective's SMs while they overlap."""
-        return np.maximum(0.0, comm_s - window_s) + phi * np.minimum(comm_s, window_s)
+        return overlapped_s(comm_s, window_s, phi)
 
     if tp_comm_overlap:  # Transformer Engine userbuffers: TP collectives pipelined with the GEMMs
         tp_exposed_fwd = hidden(tp_pass, gemm_fwd)
@@ -351,26 +378,12 @@ def stage_coefficients(
     def dp_collective(kind, size):
         return comm.collective_s(kind, size, cluster, shard, t)
 
-    # ZeRO-3 / FSDP (per layer, per micro-batch): the layer's bf16 weights are all-gathered
-    # before its forward (prefetched behind the previous layer's forward) and again before
-    # its backward, whose recomputed forward reuses them; the gradients are reduce-scattered
-    # behind the backward of the next layers. Exposed: what the layer's compute cannot cover.
-    ag = dp_collective("all_gather", layer_params_gpu * BF16_BYTES)
-    rs3 = dp_collective("reduce_scatter", layer_params_gpu * grad_bytes)
-    bwd_window = bwd + recompute_fwd
-    grad_copy = zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / hbm
-    z3_exposed = hidden(ag, fwd) + hidden(ag + rs3, bwd_window) + grad_copy
-    # ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered every micro-batch
-    # (behind that layer's backward); its weights are gathered once per step after the
-    # optimizer, behind the next forward (Megatron-FSDP optim_grads; PyTorch FSDP
-    # SHARD_GRAD_OP gathers them every micro-batch, the same with one micro-batch per step).
-    # FSDP2 without resharding after forward (torchtitan's "never") reshards after backward: its
-    # weights are gathered before every micro-batch's forward, none once per step.
     z2_mb = stack.zero2_gathers_every_microbatch
-    z2_exposed = hidden(rs3, bwd_window) + grad_copy + (hidden(ag, fwd) if z2_mb else 0.0)
-    layer_zero3 = np.where(z == 3, z3_exposed, np.where(z == 2, z2_exposed, 0.0))
-    # the first gather of a micro-batch and the last reduce-scatter have nothing to hide behind
-    z_edges = np.where(z == 3, ag + rs3, np.where(z == 2, rs3 + (ag if z2_mb else 0.0), 0.0))
+    layer_zero3, z_edges = sharded_layer_s(
+        ag=dp_collective("all_gather", layer_params_gpu * BF16_BYTES),
+        rs=dp_collective("reduce_scatter", layer_params_gpu * grad_bytes), fwd=fwd, bwd_window=bwd + recompute_fwd,
+        grad_copy=zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / hbm, zero=z,
+        zero2_gathers_every_microbatch=z2_mb, phi=phi)
 
     def dp_step(params_gpu):
         """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters."""
