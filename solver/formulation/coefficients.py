@@ -281,6 +281,17 @@ def sharded_layer_s(*, ag, rs, fwd, bwd_window, grad_copy, zero, zero2_gathers_e
     return exposed, edges
 
 
+def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, recompute, phi: float):
+    """Context parallelism's ring exchange per layer and micro-batch, overlapped with the attention
+    core: cp - 1 sends of one chunk's K and V forward on the links the CP group spans (ranks tp
+    apart), twice that backward (K/V again plus their gradients), the forward again under full
+    recomputation; exposed what the core cannot cover (`overlapped_s`). 0 without CP."""
+    bw, lat, _ = comm.group_links(cluster, cp, tp)
+    fwd = (cp - 1) * comm.p2p_s(kv_chunk_bytes, bw, lat)
+    exposed = overlapped_s(fwd, core_fwd, phi) * (1 + (recompute == 2)) + overlapped_s(2 * fwd, core_bwd, phi)
+    return np.where(cp > 1, exposed, 0.0)
+
+
 def stage_coefficients(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -362,13 +373,8 @@ def stage_coefficients(
         tp_exposed_fwd = tp_exposed_bwd = tp_pass
     layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
 
-    # ---------------- context-parallel ring exchange (overlapped with the attention) ----------------
-    cp_bw, cp_lat, _ = comm.group_links(cluster, c, t)
-    kv_chunk = 2 * b * (s / c) * hkv / t * BF16_BYTES  # K and V of one chunk
-    cp_fwd = (c - 1) * comm.p2p_s(kv_chunk, cp_bw, cp_lat)
-    cp_bwd = 2 * cp_fwd  # K/V again plus their gradients
-    cp_exposed = hidden(cp_fwd, core_fwd) * (1 + (rc == 2)) + hidden(cp_bwd, core_bwd)
-    layer_cp = np.where(c > 1, cp_exposed, 0.0)
+    layer_cp = cp_ring_exposed_s(cluster, kv_chunk_bytes=2 * b * (s / c) * hkv / t * BF16_BYTES, cp=c, tp=t,
+                                 core_fwd=core_fwd, core_bwd=core_bwd, recompute=rc, phi=phi)
 
     # ---------------- parameters and data-parallel groups ----------------
     shard = d * c  # the distributed optimizer shards over the DP x CP group (stride tp)
