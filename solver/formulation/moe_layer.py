@@ -78,13 +78,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     edp = t * c * d / (ep * etp)
     pb, gb, ob = state_bytes
     pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype)
-
-    def ex_collective(kind, size):
-        return comm.collective_s(kind, size, cluster, edp, etp * ep)
-
     red_ne, ag_ne = dp_step(ne)
-    red_ex = np.where(z == 0, ex_collective("all_reduce", ex * grad_bytes), ex_collective("reduce_scatter", ex * grad_bytes))
-    ag_ex = np.where(z == 1, ex_collective("all_gather", ex * BF16_BYTES), 0.0)
+    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
     moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, lib)
@@ -99,6 +94,19 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                 window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
                 optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
                 working=att_working + np.where(rc == 2, block, 0.0))
+
+
+def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero, grad_bytes: float):
+    """(gradient reduction, parameter all-gather) per step of the local experts' `expert_params_gpu`
+    parameters over the expert-data-parallel group (edp ranks etp x ep apart, Megatron's expert
+    rank order): an all-reduce without the distributed optimizer, else a reduce-scatter and, after
+    the sharded optimizer step, an all-gather of the bf16 weights (MoE plans are ZeRO 0/1)."""
+    def collective(kind, size):
+        return comm.collective_s(kind, size, cluster, edp, etp * ep)
+
+    grads = expert_params_gpu * grad_bytes
+    red = np.where(zero == 0, collective("all_reduce", grads), collective("reduce_scatter", grads))
+    return red, np.where(zero == 1, collective("all_gather", expert_params_gpu * BF16_BYTES), 0.0)
 
 
 LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep")
