@@ -32,13 +32,9 @@ from typing import Optional
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec
-from .rows import ROW_READERS, Row, measured_step_s, recompute_of
-from .rows import _cluster as row_cluster
+from .rows import ROW_READERS, Row, gpu_of, measured_step_s, published_row_cluster, recompute_of
 
 MOE_FILE = "published_runs_moe_newgpu.json"
-# the row's hardware.gpu -> (GPU catalog entry, cluster family)
-GPU_OF_ROW = {"h100-sxm5-80gb": ("h100-sxm", "h100"), "h100": ("h100-sxm", "h100"), "b200": ("b200", "b200"),
-              "gb200": ("gb200", "gb200"), "b300": ("b300", "b300"), "gb300": ("gb300", "gb300")}
 # model.key -> catalog entry (models/*.yaml); family for cross-validation by model
 CATALOG_OF_KEY = {"deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
                   "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b", "mixtral-8x7b": "mixtral-8x7b",
@@ -141,7 +137,7 @@ def moe_row_job(raw: dict) -> Row:
     if reason or key not in CATALOG_OF_KEY:
         row.skipped = reason or f"model {m.get('name')!r} has no catalog entry"
         return row
-    gpu = GPU_OF_ROW.get(str(hw.get("gpu", "")).lower())
+    gpu = gpu_of(hw.get("gpu"))  # the one mapping of a row's GPU text (rows.gpu_of)
     if gpu is None or gpu[1] not in catalog_families():
         row.skipped = f"GPU {hw.get('gpu')!r} is not in the catalog"
         return row
@@ -201,7 +197,7 @@ def moe_row_job(raw: dict) -> Row:
     if layout:
         assumed.append(f"pipeline layout {layout} costed with the balanced split")
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)
-        cluster = row_cluster(hw, row.num_gpus, assumed)
+        cluster = published_row_cluster(hw, row.num_gpus, assumed)
     except (InputError, ValueError) as exc:
         row.skipped = f"cluster of {row.num_gpus} {hw.get('gpu')}: {getattr(exc, 'message', exc)}"
         return row

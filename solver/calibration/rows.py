@@ -254,7 +254,9 @@ class Row:
     raw: dict = field(default_factory=dict)
 
 
-def _cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
+def published_row_cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
+    """The cluster a published row ran on, from what it states (`hw`) and its family: the one
+    rule for the dense rows and the MoE rows (`moe_rows`); `assumed` gains what was not stated."""
     from ..catalog import catalog_families, load_gpu
 
     gpu_name, fam_name = gpu_of(hw["gpu"])
@@ -325,7 +327,7 @@ def row_job(raw: dict) -> Row:
                                      p.get("overlap"), hw.get("cluster")))
     era = era_of(raw["source"], text)
     assumed = row.assumed
-    cluster = _cluster(hw, row.num_gpus, assumed)
+    cluster = published_row_cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
     fsdp = str(p.get("fsdp") or "")
     if fsdp.lower().startswith(("megatron-fsdp", "yes (fsdp")):  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
