@@ -28,7 +28,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..formulation.kernels import K_HALF, TILE_M, TILE_N, flash_attention_s, gemm_s
+from ..formulation.kernels import flash_attention_s, gemm_s, gemm_shape_factor
 from ..specs import GPUSpec
 
 # attention backends of torch.nn.functional.scaled_dot_product_attention -> (GPUSpec field,
@@ -49,13 +49,6 @@ class KernelFit:
     @property
     def mape(self) -> Optional[float]:
         return float(np.mean(np.abs(np.asarray(self.ratios) - 1.0))) if self.ratios else None
-
-
-def _gemm_shape_factor(m, n, k, num_sms: int) -> np.ndarray:
-    """u_wave * u_k of `kernels.gemm_s` (wave quantisation times the short-K factor)."""
-    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
-    waves = np.ceil(tiles / num_sms)
-    return tiles / np.maximum(waves * num_sms, 1.0) * (k / (k + K_HALF))
 
 
 def _gemm_rows(measurements: dict, fp8: bool) -> list[dict]:
@@ -79,7 +72,7 @@ def fit_gemm_efficiency(rows: list[dict], gpu: GPUSpec, *, fp8: bool = False) ->
         return KernelFit(field, None, 0, ())
     m, n, k, s = (np.array([float(r[key]) for r in rows]) for key in ("m", "n", "k", "s"))
     traffic_s = ((1 if fp8 else 2) * (m * k + k * n) + 2 * m * n) / gpu.hbm_bytes_per_s
-    per_row = 2.0 * m * n * k / (peak * 1e12 * _gemm_shape_factor(m, n, k, gpu.num_sms)) / s
+    per_row = 2.0 * m * n * k / (peak * 1e12 * gemm_shape_factor(m, n, k, gpu.num_sms)) / s
     compute_bound = s > traffic_s  # the measured time exceeds the operand traffic at datasheet bandwidth
     if not compute_bound.any():
         return KernelFit(field, None, 0, ())

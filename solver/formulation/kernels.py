@@ -38,14 +38,19 @@ S_HALF = 128.0  # causal attention: the diagonal blocks (128-query tiles) are co
 BF16_BYTES = 2
 
 
-def gemm_s(M, N, K, *, flop_per_s, efficiency, num_sms, hbm_bytes_per_s, in_bytes=BF16_BYTES, out_bytes=BF16_BYTES):
-    """Time of an (M x K) @ (K x N) GEMM on one GPU (arrays broadcast)."""
+def gemm_shape_factor(M, N, K, num_sms):
+    """u_wave * u_k of an (M x K) @ (K x N) GEMM: the fraction of the main-loop rate its shape
+    reaches (wave quantisation over the SMs, and short K; module docstring)."""
     M, N, K = (np.asarray(x, dtype=np.float64) for x in (M, N, K))
     tiles = np.ceil(M / TILE_M) * np.ceil(N / TILE_N)
     waves = np.ceil(tiles / num_sms)
-    u_wave = tiles / np.maximum(waves * num_sms, 1.0)
-    u_k = K / (K + K_HALF)
-    compute = 2.0 * M * N * K / (flop_per_s * efficiency * u_wave * u_k)
+    return tiles / np.maximum(waves * num_sms, 1.0) * (K / (K + K_HALF))
+
+
+def gemm_s(M, N, K, *, flop_per_s, efficiency, num_sms, hbm_bytes_per_s, in_bytes=BF16_BYTES, out_bytes=BF16_BYTES):
+    """Time of an (M x K) @ (K x N) GEMM on one GPU (arrays broadcast)."""
+    M, N, K = (np.asarray(x, dtype=np.float64) for x in (M, N, K))
+    compute = 2.0 * M * N * K / (flop_per_s * efficiency * gemm_shape_factor(M, N, K, num_sms))
     traffic = (in_bytes * (M * K + K * N) + out_bytes * M * N) / hbm_bytes_per_s
     return np.maximum(compute, traffic)
 
