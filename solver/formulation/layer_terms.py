@@ -1,0 +1,139 @@
+"""Terms of one dense layer on one GPU, per micro-batch, vectorised over shapes: the parts
+`coefficients.stage_coefficients` composes into a stage's linear coefficients (docs/DESIGN.md
+section 3) -- the linear layers' GEMMs and quantisation, the attention core, Megatron's selective
+recomputation by module, the overlap rule of a collective beside compute, ZeRO-2/3's per-layer
+sharding traffic and the context-parallel ring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..specs import ModelSpec
+from . import comm
+from .kernels import flash_attention_s, linear_s, unfused_attention_s
+from .memory import BF16_BYTES
+from .recompute import mla_up_recompute, norm_recompute
+
+
+@dataclass(frozen=True)
+class LinearTimes:
+    """The linear layers of one dense layer on one GPU, per micro-batch (arrays over shapes):
+    GEMM time forward and backward, the precision recipe's quantisation traffic, and the parts a
+    MoE layer replaces (the MLP's GEMMs and casts) or "mla_up_proj" recomputes (MLA's up
+    projections, forward)."""
+
+    gemm_fwd: np.ndarray
+    gemm_bwd: np.ndarray
+    cast_fwd: np.ndarray
+    cast_bwd: np.ndarray
+    mlp_fwd: np.ndarray
+    mlp_bwd: np.ndarray
+    up_fwd: np.ndarray
+
+
+def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_bytes: float, hbm: float) -> LinearTimes:
+    """Attention's linears (`attn_linears`, (N, K) on this TP rank) and the MLP's, each a GEMM
+    forward and its two backward GEMMs (`kernels.linear_s`) at the recipe's rate `mm`, plus the
+    recipe's quantisation of each GEMM's input (`cast_bytes` per element: 0 without FP8)."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    mlp_linears = [(f * (model.mlp_matrices - 1) / tp, h), (h, f / tp)]  # (N, K)
+    gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = mlp_fwd = mlp_bwd = up_fwd = 0.0
+    up_index = (1, 3) if model.q_lora_rank else (2,)
+    for i, (N, K) in enumerate(list(attn_linears) + mlp_linears):
+        fw, bw = linear_s(tokens, N, K, **mm)
+        gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
+        cf, cb = cast_bytes * tokens * K / hbm, cast_bytes * tokens * N / hbm
+        cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
+        if model.multi_latent_attention and i in up_index:
+            up_fwd = up_fwd + fw + cf
+        if i >= len(attn_linears):
+            mlp_fwd, mlp_bwd = mlp_fwd + fw + cf, mlp_bwd + bw + cb
+    return LinearTimes(gemm_fwd, gemm_bwd, cast_fwd, cast_bwd, mlp_fwd, mlp_bwd, up_fwd)
+
+
+def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kernel: str, hbm_bytes_per_s: float):
+    """(forward, backward) of the attention core on one GPU: FlashAttention at the kernel's fitted
+    efficiency (cuDNN's fused kernel overlaps the exponentials on Hopper+, FlashAttention-2 does
+    not: `kernels.flash_attention_s`), or unfused attention with materialised scores."""
+    if not flash:
+        return unfused_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim,
+                                   flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
+                                   hbm_bytes_per_s=hbm_bytes_per_s)
+    fused = kernel == "cudnn"
+    efficiency = (gpu.fused_attention_efficiency if fused
+                  else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))
+    return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=True,
+                             flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12, efficiency=efficiency,
+                             overlap_exp=gpu.exp_overlaps_matmul and fused)
+
+
+@dataclass(frozen=True)
+class SelectiveRecompute:
+    """Megatron's selective recomputation of a dense layer by module (`recompute.py`): the time of
+    the recomputed forward, the activation bytes the modules free, and the MLP's (rebuilt one
+    layer at a time, so it moves to the working set); and the attention's part alone (core and MLA
+    up projections), which a MoE layer keeps beside its own MLP modules."""
+
+    time_s: np.ndarray
+    freed_bytes: np.ndarray
+    mlp_freed_bytes: np.ndarray
+    attention_s: np.ndarray
+    attention_freed_bytes: np.ndarray
+
+
+def selective_recompute(model: ModelSpec, mods, linears: LinearTimes, *, tokens, tp, rep, core_fwd,
+                        linear_input_bytes: float, hbm: float) -> SelectiveRecompute:
+    """The modules `mods` of a dense layer recomputed (the default, core_attn, is the attention
+    core alone): layernorm and MLA's up projections (`recompute.py`), the MLP (its inputs and
+    activation freed, its forward with the activation's traffic repeated), the attention core."""
+    f = model.ffn_hidden_size
+    norm_freed, norm_s = norm_recompute(model, mods, False, tokens=tokens, hidden=model.hidden_size, rep=rep,
+                                        linear_input_bytes=linear_input_bytes, hbm=hbm)
+    up_freed, up_s = mla_up_recompute(model, mods, tokens=tokens, tp=tp, up_fwd_s=linears.up_fwd, hbm=hbm)
+    mlp_on = "mlp" in mods
+    mlp_freed = mlp_on * tokens * (2.0 * model.mlp_matrices * f - (BF16_BYTES - linear_input_bytes) * f) / tp
+    mlp_s = mlp_on * (linears.mlp_fwd + tokens * BF16_BYTES * (3.0 if model.gated_mlp else 2.0) * f / tp / hbm)
+    attention_s = ("core_attn" in mods) * core_fwd + up_s
+    return SelectiveRecompute(attention_s + norm_s + mlp_s, up_freed + norm_freed, mlp_freed, attention_s, up_freed)
+
+
+def overlapped_s(comm_s, window_s, phi: float):
+    """Exposed time of `comm_s` overlapped with `window_s` of compute: the part the window cannot
+    cover, plus the compute slowed by the collective's SMs while they overlap (`phi`:
+    `comm.interference`)."""
+    return np.maximum(0.0, comm_s - window_s) + phi * np.minimum(comm_s, window_s)
+
+
+def sharded_layer_s(*, ag, rs, fwd, bwd_window, grad_copy, zero, zero2_gathers_every_microbatch: bool, phi: float):
+    """(exposed per layer and micro-batch, the stage's first/last edges) of ZeRO-2/3 sharding.
+
+    ZeRO-3 / FSDP: the layer's bf16 weights are all-gathered (`ag`) before its forward
+    (prefetched behind the previous layer's forward) and again before its backward, whose
+    recomputed forward reuses them; the gradients are reduce-scattered (`rs`) behind the backward
+    of the next layers. Exposed: what the layer's compute cannot cover, plus the gradient cast
+    (`grad_copy`). ZeRO-2 keeps only a gradient shard, so gradients are reduce-scattered every
+    micro-batch (behind that layer's backward); its weights are gathered once per step after the
+    optimizer, behind the next forward (Megatron-FSDP optim_grads; PyTorch FSDP SHARD_GRAD_OP
+    gathers them every micro-batch, the same with one micro-batch per step). FSDP2 without
+    resharding after forward (torchtitan's "never") reshards after backward: its weights are
+    gathered before every micro-batch's forward (`zero2_gathers_every_microbatch`). The first
+    gather of a micro-batch and the last reduce-scatter have nothing to hide behind: the edges."""
+    z3 = overlapped_s(ag, fwd, phi) + overlapped_s(ag + rs, bwd_window, phi) + grad_copy
+    z2 = overlapped_s(rs, bwd_window, phi) + grad_copy + (overlapped_s(ag, fwd, phi) if zero2_gathers_every_microbatch
+                                                           else 0.0)
+    exposed = np.where(zero == 3, z3, np.where(zero == 2, z2, 0.0))
+    edges = np.where(zero == 3, ag + rs, np.where(zero == 2, rs + (ag if zero2_gathers_every_microbatch else 0.0), 0.0))
+    return exposed, edges
+
+
+def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, recompute, phi: float):
+    """Context parallelism's ring exchange per layer and micro-batch, overlapped with the attention
+    core: cp - 1 sends of one chunk's K and V forward on the links the CP group spans (ranks tp
+    apart), twice that backward (K/V again plus their gradients), the forward again under full
+    recomputation; exposed what the core cannot cover (`overlapped_s`). 0 without CP."""
+    bw, lat, _ = comm.group_links(cluster, cp, tp)
+    fwd = (cp - 1) * comm.p2p_s(kv_chunk_bytes, bw, lat)
+    exposed = overlapped_s(fwd, core_fwd, phi) * (1 + (recompute == 2)) + overlapped_s(2 * fwd, core_bwd, phi)
+    return np.where(cp > 1, exposed, 0.0)
