@@ -1,0 +1,100 @@
+"""`--framework transformers` against single-GPU training steps measured on an H200 (issue 26:
+step time within 10% on models of 1B parameters and more, memory never under-predicted by more
+than 5%): writes benchmarks/results/transformers_steps.md.
+
+    python benchmarks/transformers_steps.py
+
+The measurements are benchmarks/measured/h200-2026-11-26/hf_train_steps.json (taken with
+benchmarks/hf_train_steps.py; its README says how). Each run is planned as it ran: the model from
+the same `config.json` (`specs.hf.model_from_hf_config`), one H200, one micro-batch of the run's
+size per step (global batch = micro-batch), ZeRO 0, full recompute where the run used gradient
+checkpointing, none otherwise. Predicted memory is compared with what PyTorch reserved (what
+the allocator holds: the bytes a GPU must have), and a run that ran out of memory with whether
+the plan was predicted to fit.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import RESULTS, ROOT, code_state  # noqa: E402
+
+from solveplan.catalog import load_job  # noqa: E402
+from solveplan.plan import make_plan, parallel_from_row  # noqa: E402
+from solveplan.space.rules import complete_config  # noqa: E402
+from solveplan.specs.hf import model_from_hf_config  # noqa: E402
+
+MEASURED = ROOT / "benchmarks" / "measured" / "h200-2026-11-26" / "hf_train_steps.json"
+CLUSTER = {"name": "h200x1", "gpu": "h200", "gpus_per_node": 1, "num_nodes": 1, "nvlink_gbyte_per_s": 450,
+           "nic_gbit_per_s": 400}
+GIB = 2**30
+# "Models of 1B parameters and more", counting Gemma 3 1B (999.9M parameters) among them.
+ONE_B_CLASS = 0.95e9
+
+
+def predict(run: dict):
+    """The plan of one measured run, planned as it ran (module docstring)."""
+    config = json.loads((ROOT / "tests" / "data" / "hf" / run["config"] / "config.json").read_text())
+    model = model_from_hf_config(config, name=run["config"]).model_dump()
+    job = load_job({"model": model, "cluster": CLUSTER, "global_batch_size": run["micro_batch_size"],
+                    "seq_length": run["seq_length"], "framework": "transformers"})
+    knobs = {"micro_batch_size": run["micro_batch_size"], "zero": 0,
+             "recompute": "full" if run["gradient_checkpointing"] else "none"}
+    row, _ = complete_config(job, knobs)
+    return make_plan(job, parallel_from_row(job, row), [job.model.num_layers])
+
+
+def table(runs: list[dict]) -> tuple[list[str], list[float], list[float]]:
+    """Markdown rows; step-time errors and memory errors (relative, predicted / measured - 1)
+    of the runs of 1B-class models and larger that ran."""
+    out = ["| model | params | tokens | mbs | ckpt | measured step | predicted | error | reserved | predicted "
+           "| error |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    time_errors, memory_errors = [], []
+    for run in runs:
+        plan = predict(run)
+        head = (f"| {run['config']} | {run['params'] / 1e9:.2f}B | {run['seq_length']:,} | {run['micro_batch_size']} "
+                f"| {'yes' if run['gradient_checkpointing'] else 'no'} ")
+        if run.get("oom"):
+            verdict = "predicted not to fit" if not plan.fits else "**predicted to fit**"
+            out.append(head + f"| out of memory | {plan.step_time_s:.3f} s | | | "
+                              f"{plan.peak_memory_bytes / GIB:.1f} GiB | {verdict} |")
+            continue
+        time_error = plan.step_time_s / run["step_s"] - 1
+        memory_error = plan.peak_memory_bytes / run["max_reserved_bytes"] - 1
+        if run["params"] >= ONE_B_CLASS:
+            time_errors.append(time_error)
+            memory_errors.append(memory_error)
+        out.append(head + f"| {run['step_s']:.3f} s | {plan.step_time_s:.3f} s | {100 * time_error:+.1f}% "
+                          f"| {run['max_reserved_bytes'] / GIB:.1f} GiB | {plan.peak_memory_bytes / GIB:.1f} GiB "
+                          f"| {100 * memory_error:+.1f}% |")
+    return out, time_errors, memory_errors
+
+
+def main() -> None:
+    measured = json.loads(MEASURED.read_text())
+    rows, time_errors, memory_errors = table(measured["rows"])
+    under = [e for e in memory_errors if e < -0.05]
+    env = measured["env"]
+    lines = [
+        "# `--framework transformers` against measured single-GPU steps", "",
+        f"`python benchmarks/transformers_steps.py` at {code_state()}: {len(measured['rows'])} runs measured on one "
+        f"{env['device']} (torch {env['torch']}, transformers {env['transformers']}; "
+        f"`{MEASURED.relative_to(ROOT)}`).", "",
+        f"Runs of 1B-class models and larger ({len(time_errors)}, at least {ONE_B_CLASS / 1e9:.2f}B parameters): "
+        "step-time MAPE "
+        f"**{100 * statistics.mean(abs(e) for e in time_errors):.1f}%** (median error "
+        f"{100 * statistics.median(time_errors):+.1f}%, worst {100 * max(time_errors, key=abs):+.1f}%); "
+        f"memory under-predicted by more than 5% on **{len(under)}** of {len(memory_errors)} "
+        f"(worst {100 * min(memory_errors):+.1f}%), over-predicted by {100 * statistics.median(memory_errors):+.1f}% "
+        "at the median.", "", *rows, ""]
+    (RESULTS / "transformers_steps.md").write_text("\n".join(lines))
+    print("\n".join(lines[:5]))
+
+
+if __name__ == "__main__":
+    main()
