@@ -218,6 +218,15 @@ def _prepare(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, b
     if prune_time:
         sel = cut(lbs) | (surv == (k_inc if k_inc is not None else -1))
         surv, lbs = surv[sel], lbs[sel]
+    return _survivors(job, nodes, js, surv, lbs, best, k_inc, n_shapes, n_mem, outside)
+
+
+def _survivors(job: JobSpec, nodes: NodeSet, js: JointShapes, surv: np.ndarray, lbs: np.ndarray,
+               best: Optional[Assignment], k_inc: Optional[int], n_shapes: int, n_mem: int, outside: float
+               ) -> JointCandidates:
+    """The candidates: the surviving shapes `surv` (indices into `js`) in index order with their
+    bounds `lbs`, priced, and the incumbent (shape `k_inc` of `js`) re-indexed and evaluated;
+    `n_shapes` expanded, `n_mem` of them without a split that fits."""
     srt = np.argsort(surv, kind="stable")
     surv, lbs = surv[srt], lbs[srt]
     prices = Prices(job, nodes, js.shapes.take(surv))
