@@ -212,6 +212,7 @@ def _prune_by_time(job: JobSpec, surv: _Survivors, inc_layers: Optional[list[int
     form = linear_form(co, L)
     feasible = memory_feasible(form, L)
     n_infeasible = int((~feasible).sum())
+    splits: Optional[np.ndarray]
     slot_lb, splits = slot_waterfill(form, L)
     if job.constraints.uneven_split:  # an even-split job keeps its balanced plans
         step, _, fits = step_time_batch(co, splits)

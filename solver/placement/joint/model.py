@@ -35,7 +35,7 @@ the class supply and symmetry; ring and boundary levels (`add_ring_levels`,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class IntTables:
     q: float
     ks: np.ndarray
     rows: dict = field(default_factory=dict)  # (pool, level) -> dict of arrays
-    lb: np.ndarray = None
+    lb: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (J,) the relaxation's bound
 
 
 def int_tables(cands: JointCandidates, ks, q: float) -> IntTables:
@@ -111,8 +111,8 @@ class JointModel:
     a: list  # a[s][P] (None where not allowed)
     n: list  # n[s][c]
     layers: list
-    obj: object
-    rank_expr: object
+    obj: Any  # CP-SAT's IntVar and linear expression (ortools is imported as a module object)
+    rank_expr: Any
     num_stages: int
     stats: dict = field(default_factory=dict)
 
@@ -220,10 +220,11 @@ def add_stage_pool(b: ModelBuild, s: int) -> None:
     row = []
     for pl in range(b.num_pools):
         fits = [j for j in on if b.stage_nodes[j] <= b.pool_size[pl]]
-        row.append(md.new_bool_var(f"a{s}_{pl}") if fits else None)
+        on_pool = md.new_bool_var(f"a{s}_{pl}") if fits else None
+        row.append(on_pool)
         for j in on:
-            if row[pl] is not None and b.stage_nodes[j] > b.pool_size[pl]:
-                md.add_bool_or([x[j].Not(), row[pl].Not()])
+            if on_pool is not None and b.stage_nodes[j] > b.pool_size[pl]:
+                md.add_bool_or([x[j].Not(), on_pool.Not()])
     b.a.append(row)
     md.add(sum(v for v in row if v is not None) == b.act[s])
 

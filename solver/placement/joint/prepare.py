@@ -176,7 +176,7 @@ def _prepare(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, b
     # the relaxation, chunk by chunk in order of the cheaper bounds: the heuristic tries each
     # chunk's survivors at once, so a better incumbent prunes the chunks after it
     order = np.argsort(bound, kind="stable")
-    surv, lbs, n_mem, outside = [], [], 0, np.inf
+    surv_parts, lb_parts, n_mem, outside = [], [], 0, np.inf
     k_inc = _index(js.shapes, best_row) if best is not None else None
     if k_inc is not None:  # the incumbent's shape goes first: it is always a candidate
         order = np.concatenate([[k_inc], order[order != k_inc]])
@@ -211,10 +211,10 @@ def _prepare(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, b
             if found is not None and found is not local and (best is None or found.objective_s < best.objective_s):
                 k_inc = int(chunk[keep[found.k]])
                 best_row, best = js.shapes.row(k_inc), found
-        surv.append(chunk[keep])
-        lbs.append(lb[keep])
-    surv = np.concatenate(surv) if surv else np.zeros(0, dtype=np.int64)
-    lbs = np.concatenate(lbs) if lbs else np.zeros(0)
+        surv_parts.append(chunk[keep])
+        lb_parts.append(lb[keep])
+    surv = np.concatenate(surv_parts) if surv_parts else np.zeros(0, dtype=np.int64)
+    lbs = np.concatenate(lb_parts) if lb_parts else np.zeros(0)
     if prune_time:
         sel = cut(lbs) | (surv == (k_inc if k_inc is not None else -1))
         surv, lbs = surv[sel], lbs[sel]

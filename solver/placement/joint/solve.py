@@ -103,7 +103,9 @@ def batches(cands: JointCandidates, ks: np.ndarray, budget_rows: int) -> list[np
     """The shapes `ks` (in order of their bound) cut into consecutive batches of at most
     `budget_rows` estimated rows (at least one shape each)."""
     rows = model_rows(cands, ks)
-    out, cur, used = [], [], 0
+    out: list[np.ndarray] = []
+    cur: list[int] = []
+    used = 0
     for k, r in zip(ks.tolist(), rows.tolist()):
         if cur and used + r > budget_rows:
             out.append(np.array(cur, dtype=np.int64))
@@ -181,11 +183,12 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
         if not _model_batch(search, np.sort(batch), len(pending), rank, fixed_layers, workers, seed, progress,
                             float(time_limit_s), dl):
             break
-    if search.best is None:  # INFEASIBLE only when every shape was decided
+    best, best_q = search.best, search.best_q
+    if best is None or best_q is None:  # INFEASIBLE only when every shape was decided (best_q: set with best)
         none_fit = search.resolved and not math.isfinite(cands.outside_bound_s)
         return JointOutcome(INFEASIBLE if none_fit else UNKNOWN, None, None, None, tolerance, search.stats,
                             search.notes)
-    return _outcome(search, tolerance, workers, seed, dl)
+    return _outcome(search, best, best_q, tolerance, workers, seed, dl)
 
 
 def _nothing_to_model(cands: JointCandidates) -> JointOutcome:
@@ -260,13 +263,14 @@ def _take_answer(search: _Search, jm: JointModel, batch: np.ndarray, solver, sta
     return False
 
 
-def _outcome(search: _Search, tolerance: float, workers: int, seed: int, dl: Deadline) -> JointOutcome:
-    """The best plan made canonical when proven optimal, checked against the float formulation
-    and the incumbent, with the least bound."""
-    cands, stats, notes, q, best_q = search.cands, search.stats, search.notes, search.q, search.best_q
+def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, workers: int, seed: int,
+             dl: Deadline) -> JointOutcome:
+    """The best plan (`best_q` quanta) made canonical when proven optimal, checked against the
+    float formulation and the incumbent, with the least bound."""
+    cands, stats, notes, q = search.cands, search.stats, search.notes, search.q
     pr, inc = cands.prices, cands.incumbent
     status = OPTIMAL if search.resolved and cands.outside_bound_s >= best_q * q else FEASIBLE
-    plan = search.best
+    plan = best
     if status == OPTIMAL and search.best_jm is not None:
         jm, batch = search.best_jm
         local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)

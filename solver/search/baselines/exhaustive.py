@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class _SplitStream:
     def __init__(self, num_layers: int, pp: int, uneven: bool = True):
         self.L, self.p = num_layers, pp
         self.left = count_splits(num_layers, pp) if uneven else int(pp <= num_layers)
-        self._it = None
+        self._it: Iterator[int] = iter(())  # the cut points, flat (none for pp = 1)
         if pp > 1:
             cuts = (itertools.combinations(range(1, num_layers), pp - 1) if uneven
                     else [tuple(np.cumsum(balanced_split(num_layers, pp))[:-1].tolist())])
@@ -167,7 +167,7 @@ class _Enumeration:
         self.space = count_space(cands)
         self.k = max(1, int(top_k))
         self.top = _TopK(self.k)
-        self.shape_best = np.full(self.n_shapes, np.inf) if distinct == "shape" else None
+        self.shape_best = np.full(self.n_shapes, np.inf)  # read with distinct="shape" only
         self.shape_layers: dict[int, np.ndarray] = {}
         self.evaluations = 0
         self.order_base = 0

@@ -155,6 +155,7 @@ class _Search:
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     stop: Deadline = field(default_factory=Deadline)  # the caller's: stops the solves when it is stopped
+    status0: Optional[PlanStatus] = None  # the first round's status, once known
 
     def __post_init__(self):
         cands = self.cands
@@ -229,7 +230,9 @@ class _Search:
 
     def known(self, k: int) -> list[int]:
         """Shape k's canonical split at its exact optimum (a plan known without CP-SAT)."""
-        return self.canonical(k, int(self.optimum[k]))
+        split = self.canonical(k, int(self.optimum[k]))
+        assert split is not None, "a shape's exact optimum is the objective of some split"
+        return split
 
     def build(self, top_k: int, prune: bool = True) -> tuple[Optional[Model], Optional[int]]:
         """The kept model: the shapes whose optimum is at most the K-th best (all shapes, uncapped,
@@ -315,7 +318,7 @@ class _Search:
         k, split = _read(m, solver)
         ans = _Answer(k, split, int(round(solver.objective_value)), status == OPTIMAL,
                       int(math.floor(solver.best_objective_bound + 1e-9)))
-        if self.order:  # every split of every shape scores at least the least exact optimum
+        if self.order and ans.bound_q is not None:  # every split of every shape scores at least the least exact optimum
             ans.bound_q = max(ans.bound_q, int(self.optimum[self.order[0]]))
         if self.iform.objective(k, split) > ans.value:
             self.notes.append(f"encoding check failed: the split's integer objective exceeds the solver's {ans.value}; "
@@ -344,7 +347,7 @@ class _Search:
         k = int(np.flatnonzero(fin)[np.argmin(self.h_step[fin])])
         cands = self.cands
         layers = (cands.incumbent_layers if k == cands.incumbent_index and cands.incumbent_step_s <= self.h_step[k]
-                  else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
+                  and cands.incumbent_layers is not None else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
         best = Choice(index=k, layers=list(layers), objective_s=float(self.h_step[k]))
         self.stats["top_k_found"] = 1
         return self.finish(FEASIBLE, best, float(cands.time_lb_s.min()), [best], finished=False)
@@ -426,9 +429,10 @@ def _rounds(s: _Search, m: Optional[Model], K: int) -> tuple[list[Choice], Optio
         step, _, fits = step_time_batch(s.cands.coeffs.take([ans.k]), np.array([canon], dtype=np.int64))
         step_s = float(step[0])
         excluded.add(ans.k)
-        for j, kk in enumerate(m.shapes if m is not None else []):  # the no-good cut: the next round
-            if kk == ans.k:                                            # looks for another shape
-                m.model.add(m.x[j] == 0)
+        if m is not None:  # the no-good cut: the next round looks for another shape
+            for j, kk in enumerate(m.shapes):
+                if kk == ans.k:
+                    m.model.add(m.x[j] == 0)
         if not bool(fits[0]):
             notes.append(f"the plan of round {round_no} does not fit under the float formulation: discarded")
             if round_no == 1:
