@@ -42,7 +42,7 @@ from .specs.request import ClusterRef, JobRequest, Target
 try:  # at module level: FastAPI resolves the handlers' (string) annotations in these globals
     from starlette.requests import Request
 except ImportError:  # pragma: no cover - without the serve extra, create_app says what to install
-    Request = None
+    Request = None  # type: ignore[misc,assignment]  # the optional serve extra is missing
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TIME_LIMIT_S = 60.0

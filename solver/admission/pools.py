@@ -74,7 +74,7 @@ def sub_cluster(cluster: ClusterSpec, counts: tuple[int, ...]) -> tuple[ClusterS
     if len(kept) == 1:
         fabric = {k: getattr(kept[0], k) for k in FABRIC_FIELDS}
         return ClusterSpec(name=name, source=cluster.source, link_overrides=links, **fabric), dropped
-    return ClusterSpec(name=name, source=cluster.source, pools=tuple(kept), link_overrides=links,
+    return ClusterSpec(name=name, source=cluster.source, pools=tuple(kept), link_overrides=links,  # type: ignore[call-arg]  # pools fill gpu etc.: before-validator
                        inter_pool_gbit_per_s=cluster.inter_pool_gbit_per_s,
                        inter_pool_latency_us=cluster.inter_pool_latency_us), dropped
 
@@ -106,11 +106,12 @@ def preference(cluster: ClusterSpec):
     """The sort key of an allocation (see the module docstring)."""
     pools = cluster.pools
     prices = [p.price_per_gpu_hour_usd for p in pools]
-    priced = all(x is not None for x in prices)
+    known = [x for x in prices if x is not None]
+    priced = len(known) == len(prices)  # then known is prices
 
     def key(v: tuple[int, ...]):
         gpus = sum(n * p.gpus_per_node for n, p in zip(v, pools))
-        cost = sum(n * p.gpus_per_node * x for n, p, x in zip(v, pools, prices)) if priced else 0.0
+        cost = sum(n * p.gpus_per_node * x for n, p, x in zip(v, pools, known)) if priced else 0.0
         peak = sum(n * p.gpus_per_node * peak_flop_per_s(p.gpu) for n, p in zip(v, pools))
         return gpus, cost, peak, v
 

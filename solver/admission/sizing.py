@@ -157,13 +157,13 @@ def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Opt
     rate = res.plan.tokens_per_s if res.plan is not None else inc
     if res.bound_step_time_s:
         ub = min(ub, tokens / res.bound_step_time_s)
-    ub = ub if math.isfinite(ub) else None
+    most = ub if math.isfinite(ub) else None  # the bound on the rate, when there is one
     if rate is not None and rate >= need:
-        return Probe(num_gpus=num_gpus, meets=True, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
-    if res.status in (OPTIMAL, INFEASIBLE) or (ub is not None and ub < need):
-        return Probe(num_gpus=num_gpus, meets=False, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
-    why = "bound above the target" if ub is not None else "no bound"
-    return Probe(num_gpus=num_gpus, meets=None, tokens_per_s=rate, max_tokens_per_s=ub,
+        return Probe(num_gpus=num_gpus, meets=True, tokens_per_s=rate, max_tokens_per_s=most, how=f"solver ({res.status})")
+    if res.status in (OPTIMAL, INFEASIBLE) or (most is not None and most < need):
+        return Probe(num_gpus=num_gpus, meets=False, tokens_per_s=rate, max_tokens_per_s=most, how=f"solver ({res.status})")
+    why = "bound above the target" if most is not None else "no bound"
+    return Probe(num_gpus=num_gpus, meets=None, tokens_per_s=rate, max_tokens_per_s=most,
                  how=f"solver stopped at the time limit ({res.status}, {why})")
 
 

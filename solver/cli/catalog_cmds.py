@@ -386,9 +386,11 @@ def _show_cluster(c, as_json: bool) -> None:
 @click.argument("kind")
 def schema(kind: str) -> None:
     """JSON Schema of a spec file: model, gpu, cluster or job."""
+    from pydantic import BaseModel
+
     from ..specs import ClusterSpec, GPUSpec, JobSpec, ModelSpec
 
-    classes = {"model": ModelSpec, "gpu": GPUSpec, "cluster": ClusterSpec, "job": JobSpec}
+    classes: dict[str, type[BaseModel]] = {"model": ModelSpec, "gpu": GPUSpec, "cluster": ClusterSpec, "job": JobSpec}
     if kind.lower() not in classes:
         close = difflib.get_close_matches(kind.lower(), _KINDS, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
