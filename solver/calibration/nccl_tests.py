@@ -449,9 +449,9 @@ def format_nccl_log(run: NcclRun, *, gpu_name: str = "NVIDIA H100 80GB HBM3", it
     bus = []
     for a, b in zip(run.out_of_place, run.in_place):
         line = "%12li  %12li  %8s  %6s  %6i" % (a.size_bytes, a.count, a.dtype, redop, root)
-        for r in (a, b):
-            line += "  %7s  %6.2f  %6.2f  %5g" % (_time_str(r.time_us), r.algbw_gbs, r.busbw_gbs, 0)
-            bus.append(r.busbw_gbs)
+        for half in (a, b):
+            line += "  %7s  %6.2f  %6.2f  %5g" % (_time_str(half.time_us), half.algbw_gbs, half.busbw_gbs, 0)
+            bus.append(half.busbw_gbs)
         out.append(line)
     avg = run.avg_busbw_gbs if run.avg_busbw_gbs is not None else (sum(bus) / len(bus) if bus else 0.0)
     out += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {avg:g} ", "#",
@@ -464,7 +464,8 @@ def synthetic_run(op: str, nranks: int, sizes, time_us, *, dtype: str = "float",
     """An `NcclRun` whose rows carry the given times (one per size), with count, algbw and
     busbw computed as nccl-tests does; `in_place_factor` scales the in-place times."""
     word = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1, "int32": 4}.get(dtype, 4)
-    oop, inp = [], []
+    oop: list[NcclRow] = []
+    inp: list[NcclRow] = []
     for s, t in zip(sizes, time_us):
         count = s // word // (nranks if op in ("all_gather", "reduce_scatter", "alltoall") else 1)
         for lst, tt in ((oop, t), (inp, t * in_place_factor)):
