@@ -283,28 +283,32 @@ def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> 
     """The JobSpec of a job mapping (`specs.request.JobRequest`): model and cluster resolved
     (catalog names, files, inline mappings), global batch and sequence from the model's recipe
     unless given. Bad input is an InputError naming its path under `field`."""
-    if not isinstance(data, JobRequest):
-        if not isinstance(data, Mapping):
-            raise InputError(field, f"give a mapping of job fields, not {type(data).__name__}")
-        data = build(JobRequest, dict(data), field, list_keys=True)
+    req: JobRequest
+    if isinstance(data, JobRequest):
+        req = data
+    elif isinstance(data, Mapping):
+        req = build(JobRequest, dict(data), field, list_keys=True)
+    else:
+        raise InputError(field, f"give a mapping of job fields, not {type(data).__name__}")
     for key in ("model", "cluster"):
-        if getattr(data, key) is None:
+        if getattr(req, key) is None:
             raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
-    model = load_model(data.model, path(field, "model"))
-    if model.is_moe and data.framework not in (None, "megatron"):
+    assert req.model is not None and req.cluster is not None  # (the loop above)
+    model = load_model(req.model, path(field, "model"))
+    if model.is_moe and req.framework not in (None, "megatron"):
         raise InputError(path(field, "framework"), f"'{model.name}' is a mixture-of-experts model; its expert layers "
                                                    f"are priced as Megatron-Core runs them only: use framework megatron")
-    cluster = load_cluster(data.cluster, path(field, "cluster"))
+    cluster = load_cluster(req.cluster, path(field, "cluster"))
     job: dict[str, Any] = {
         "model": model,
         "cluster": cluster,
-        "global_batch_size": model.global_batch_size if data.global_batch_size is None else data.global_batch_size,
-        "seq_length": model.seq_length if data.seq_length is None else data.seq_length,
+        "global_batch_size": model.global_batch_size if req.global_batch_size is None else req.global_batch_size,
+        "seq_length": model.seq_length if req.seq_length is None else req.seq_length,
         "constraints": framework_constraints(
-            data.framework, build(Constraints, {} if data.constraints is None else data.constraints,
-                                  path(field, "constraints")), field),
+            req.framework, build(Constraints, {} if req.constraints is None else req.constraints,
+                                 path(field, "constraints")), field),
     }
     for key in JOB_SETTINGS:
-        if getattr(data, key) is not None:
-            job[key] = getattr(data, key)
+        if getattr(req, key) is not None:
+            job[key] = getattr(req, key)
     return build(JobSpec, job, field)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -161,7 +161,7 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     parts = ", ".join(f"{name} {getattr(mb, name) / GIB:.1f}" for name in ("params", "grads", "optimizer", "activations", "other"))
     suggestions: list[str] = []
     # recomputation and micro-batch: the same shape with the knob changed, its best split
-    tries = []
+    tries: list[tuple[str, Any, str]] = []  # (knob, value, what it says)
     if par.recompute != "full":
         tries.append(("recompute", "full", "full activation recomputation (recompute=full)"))
     if par.micro_batch_size > 1:

@@ -118,7 +118,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
             return out_of_time(method, t0, int(top_k), "the time limit was spent preparing the candidates: no plan")
     prep_s = time.perf_counter() - t0
     left = max(0.01, dl.left_s())
-    kwargs = dict(top_k=want, progress=progress)
+    kwargs: dict[str, Any] = dict(top_k=want, progress=progress)
     if method == "cpsat":
         kwargs.update(workers=int(workers), seed=int(seed), deadline=dl)
     res = search(cands, left, **kwargs)
@@ -140,11 +140,11 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None
                                          else min(left_s, shortfall_budget_s))
     if plan is not None and textbook:
-        _compare_textbook(job, out, dl)
+        _compare_textbook(job, out, plan, dl)
     if cmp_plan is not None:
         out.compare = Comparison.of("compare", cmp_plan, plan)
     if job.prefer == "simple" and plan is not None:  # the job's preference (a spec field, not a status)
-        _prefer_simple(job, out, method, workers, seed, time.perf_counter() + dl.left_s(), progress, prep_kwargs)
+        _prefer_simple(job, out, plan, method, workers, seed, time.perf_counter() + dl.left_s(), progress, prep_kwargs)
     out = _annotate(job, out, runner_up)
     out.search.wall_time_s = time.perf_counter() - t0
     return out
@@ -161,13 +161,13 @@ def _search_stats(method: str, t0: float, cands: Candidates, res: MethodResult, 
     )
 
 
-def _compare_textbook(job: JobSpec, out: OptimizeResult, dl: Deadline) -> None:
-    """The textbook Megatron-LM plan beside `out.plan` (when time is left); a textbook plan that
+def _compare_textbook(job: JobSpec, out: OptimizeResult, plan: Plan, dl: Deadline) -> None:
+    """The textbook Megatron-LM plan beside `out.plan` (`plan`, when time is left); a textbook plan that
     beats a proven optimum by more than the tolerance says a pruning rule is not exact."""
     if dl.expired():
         out.notes.append("textbook comparison skipped: the time limit is spent")
         return
-    tb, plan = textbook_plan(job), out.plan
+    tb = textbook_plan(job)
     if tb is None:
         return
     out.textbook = Comparison.of("textbook Megatron-LM", tb, plan)
@@ -176,14 +176,14 @@ def _compare_textbook(job: JobSpec, out: OptimizeResult, dl: Deadline) -> None:
                          f"a pruning rule is not exact for this job")
 
 
-def _prefer_simple(job: JobSpec, out: OptimizeResult, method: str, workers: int, seed: int, deadline: float, progress,
-                   prep_kwargs: dict) -> None:
+def _prefer_simple(job: JobSpec, out: OptimizeResult, fastest: Plan, method: str, workers: int, seed: int,
+                   deadline: float, progress, prep_kwargs: dict) -> None:
     """Replace the fastest plan of `out` by the simplest within the tolerance (`search.simple`);
     status, bound and gap become those of the tie-break's proof."""
     from .calibration.intervals import plan_band
     from .search.simple import STATEMENT, departure_names, reference, simplest
 
-    fastest, tb = out.plan, out.textbook
+    tb = out.textbook  # fastest: out.plan
     tol = plan_band(job, fastest.parallel.zero).half_width_rel if job.tolerance_rel is None else job.tolerance_rel
     search, _ = _search_fn(method)
     kw = dict(workers=int(workers), seed=int(seed)) if method == "cpsat" else {}

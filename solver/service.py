@@ -42,7 +42,7 @@ from .specs.request import ClusterRef, JobRequest, Target
 try:  # at module level: FastAPI resolves the handlers' (string) annotations in these globals
     from starlette.requests import Request
 except ImportError:  # pragma: no cover - without the serve extra, create_app says what to install
-    Request = None
+    Request = None  # type: ignore[misc,assignment]  # the optional serve extra is missing
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TIME_LIMIT_S = 60.0
@@ -240,9 +240,7 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
     the schema is at /openapi.json."""
     try:
         import anyio
-        from fastapi import FastAPI, Query
-        from fastapi.exceptions import RequestValidationError
-        from fastapi.responses import JSONResponse
+        from fastapi import FastAPI
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(f"{MISSING_EXTRA} ({exc})") from None
 
@@ -255,6 +253,31 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
         description="Parallel training plans for LLMs on GPU clusters, in bounded time: plan, check, fewest GPUs, "
                     "batch admission. Every answer carries a status.",
     )
+    _add_error_handlers(app)
+    in_flight: dict[str, int] = {}
+    _add_routes(app, _Calls(cache, limiter, max_time_limit_s))
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok", "version": __version__, "cache": cache.stats(),
+                "max_time_limit_s": max_time_limit_s, "max_body_bytes": max_body_bytes,
+                "in_flight": sum(in_flight.values()), "spec_files": "directory" if spec_dir else "none"}
+
+    policy = SpecFiles(Path(spec_dir).resolve() if spec_dir else None)
+    app.add_middleware(Guard, max_bytes=max_body_bytes, policy=policy, max_client_requests=max_client_requests,
+                       max_requests=max_requests, body_timeout_s=body_timeout_s, in_flight=in_flight)
+    if token is not None:
+        app.add_middleware(BearerToken, token=token)
+    if allowed_host_names is not None:
+        app.add_middleware(HostCheck, allowed=allowed_host_names)
+    return app
+
+
+def _add_error_handlers(app) -> None:
+    """Bad input is 422 with the offending field: the library's InputError and FastAPI's own
+    validation errors (without their 'input'/'ctx', which may not serialise)."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
 
     @app.exception_handler(InputError)
     async def _input_error(request: Request, exc: InputError):
@@ -269,21 +292,32 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
             detail.append(item)  # drop 'input'/'ctx': they may hold what cannot be serialised
         return JSONResponse(status_code=422, content={"detail": detail})
 
-    def limit_for(kind: str, query: TimeLimit, body: TimeLimit) -> float:
+
+class _Calls:
+    """A library call from a handler: on a worker thread within the time limit that applies
+    (`limit_for`), with the client's cancel event, answered as JSON with `X-Time-Limit-S`."""
+
+    def __init__(self, cache: api.ResultCache, limiter, max_time_limit_s: float):
+        self.cache, self.limiter, self.max_time_limit_s = cache, limiter, max_time_limit_s
+
+    def limit_for(self, kind: str, query: TimeLimit, body: TimeLimit) -> float:
         chosen = query if query is not None else body
         if chosen is None:
             chosen = api.DEFAULT_TIME_LIMIT_S[kind]
-        return min(float(chosen), max_time_limit_s)
+        return min(float(chosen), self.max_time_limit_s)
 
-    async def call(request: Request, kind: str, fn, limit: float, *args):
+    async def call(self, request: Request, kind: str, fn, limit: float, *args):
+        import anyio
+        from fastapi.responses import JSONResponse
+
         started = time.monotonic()
         cancel = request.scope.get("state", {}).get("cancel")
 
         def run():
             left = max(0.0, limit - (time.monotonic() - started))
-            return fn(*args, time_limit_s=left, cache=cache, cancel=cancel)
+            return fn(*args, time_limit_s=left, cache=self.cache, cancel=cancel)
 
-        result = await anyio.to_thread.run_sync(run, limiter=limiter)
+        result = await anyio.to_thread.run_sync(run, limiter=self.limiter)
         headers = {"X-Time-Limit-S": f"{limit:g}"}
         try:
             return JSONResponse(content=result.model_dump(mode="json"), headers=headers)
@@ -292,6 +326,12 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
                 "loc": ["body"], "type": "input_error",
                 "msg": "the job's numbers give non-finite times or sizes; check the GPU and cluster values"}]})
 
+
+def _add_routes(app, calls: _Calls) -> None:
+    """POST /v1/plan, /v1/check, /v1/fewest-gpus and /v1/admit (the module docstring)."""
+    from fastapi import Query
+
+    call, limit_for = calls.call, calls.limit_for
     q_limit = Query(None, gt=0, allow_inf_nan=False, description="seconds; overrides the body's; capped by the server")
 
     @app.post("/v1/plan", response_model=api.SolveResult)
@@ -322,22 +362,6 @@ def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int =
             raise InputError("jobs", f"{len(req.jobs)} jobs; a batch holds at most {MAX_ADMIT_JOBS}")
         ref = api.as_cluster_ref(req.cluster, "cluster")
         return await call(request, "admit", api.admit, limit_for("admit", time_limit_s, req.time_limit_s), req.jobs, ref)
-
-    @app.get("/healthz")
-    async def healthz():
-        return {"status": "ok", "version": __version__, "cache": cache.stats(),
-                "max_time_limit_s": max_time_limit_s, "max_body_bytes": max_body_bytes,
-                "in_flight": sum(in_flight.values()), "spec_files": "directory" if spec_dir else "none"}
-
-    policy = SpecFiles(Path(spec_dir).resolve() if spec_dir else None)
-    in_flight: dict[str, int] = {}
-    app.add_middleware(Guard, max_bytes=max_body_bytes, policy=policy, max_client_requests=max_client_requests,
-                       max_requests=max_requests, body_timeout_s=body_timeout_s, in_flight=in_flight)
-    if token is not None:
-        app.add_middleware(BearerToken, token=token)
-    if allowed_host_names is not None:
-        app.add_middleware(HostCheck, allowed=allowed_host_names)
-    return app
 
 
 def uvicorn_config(app, host: str, port: int, log_level: str = "info", *, header_timeout_s: float = 10.0,

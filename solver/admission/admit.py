@@ -12,7 +12,7 @@ from pydantic import Field
 from ..errors import InputError, path
 from ..formulation.splits import balanced_split
 from ..plan import Out, Plan, make_plan
-from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, PlanStatus
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import build
 from ..specs.request import AdmitJob
@@ -22,7 +22,7 @@ from .limits import as_job, with_cluster
 from .planner import bounded_plan
 from .sizing import Sizer, fewest_gpus, sizer
 
-DecisionStatus = Literal[OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, "NO_CAPACITY", "INVALID"]
+DecisionStatus = Literal[PlanStatus, "NO_CAPACITY", "INVALID"]
 
 
 class Decision(Out):
@@ -113,6 +113,8 @@ def _admit_one(item, field: str, sz: Sizer, free_nodes: int, clock: Clock, cache
     ident = item.get("id", item.get("name")) if isinstance(item, Mapping) else None
     if not isinstance(ident, (int, str)) or isinstance(ident, bool):
         ident = None
+    nodes: Optional[int]
+    fields: Union[JobSpec, dict]
     try:
         if isinstance(item, JobSpec):
             if item.cluster.gpu.name != sz.base.gpu.name:
@@ -159,6 +161,7 @@ def _decide_job(ident, job: JobSpec, clock: Clock, cache: ResultCache) -> Decisi
                         f"fits; optimal plan {res.plan.step_time_s:.3f} s per step")
     # feasible by the witness, no solver plan in time: the witness's plan
     w = verdict.witness
+    assert w is not None, "a FEASIBLE check names its witness"
     p = make_plan(job, w, verdict.witness_layers_per_stage
                   or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, w.pp)))
     return Decision(id=ident, admitted=True, status=FEASIBLE, num_gpus=n, cluster=name, plan=p, reason=verdict.reason)

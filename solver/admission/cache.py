@@ -112,10 +112,10 @@ class ResultCache:
                 fut: Future = Future()
                 fut.set_result(self._data[key])
                 return fut
-            fut = self._inflight.get(key)
-            if fut is not None:
+            pending = self._inflight.get(key)
+            if pending is not None:
                 self._waiters[key] = self._waiters.get(key, 0) + 1
-                return fut
+                return pending
             if self._closed:
                 raise Busy("shutting down")
             if len(self._inflight) >= self.max_inflight:

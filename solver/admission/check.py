@@ -43,7 +43,7 @@ class CheckResult(Out):
     witness_layers_per_stage: Optional[list[int]] = Field(None, description="its layer split (balanced unless a solve was needed)")
 
 
-def _fits(par: ParallelConfig, layers: list[int], step_s: float, how: str = "") -> CheckResult:
+def _fits(par: ParallelConfig, layers: Optional[list[int]], step_s: float, how: str = "") -> CheckResult:
     return CheckResult(
         feasible=True, status=FEASIBLE, best_known_step_time_s=step_s, witness=par, witness_layers_per_stage=layers,
         reason=(f"fits: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} mbs={par.micro_batch_size} "

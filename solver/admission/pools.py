@@ -74,7 +74,7 @@ def sub_cluster(cluster: ClusterSpec, counts: tuple[int, ...]) -> tuple[ClusterS
     if len(kept) == 1:
         fabric = {k: getattr(kept[0], k) for k in FABRIC_FIELDS}
         return ClusterSpec(name=name, source=cluster.source, link_overrides=links, **fabric), dropped
-    return ClusterSpec(name=name, source=cluster.source, pools=tuple(kept), link_overrides=links,
+    return ClusterSpec(name=name, source=cluster.source, pools=tuple(kept), link_overrides=links,  # type: ignore[call-arg]  # pools fill gpu etc.: before-validator
                        inter_pool_gbit_per_s=cluster.inter_pool_gbit_per_s,
                        inter_pool_latency_us=cluster.inter_pool_latency_us), dropped
 
@@ -106,11 +106,12 @@ def preference(cluster: ClusterSpec):
     """The sort key of an allocation (see the module docstring)."""
     pools = cluster.pools
     prices = [p.price_per_gpu_hour_usd for p in pools]
-    priced = all(x is not None for x in prices)
+    known = [x for x in prices if x is not None]
+    priced = len(known) == len(prices)  # then known is prices
 
     def key(v: tuple[int, ...]):
         gpus = sum(n * p.gpus_per_node for n, p in zip(v, pools))
-        cost = sum(n * p.gpus_per_node * x for n, p, x in zip(v, pools, prices)) if priced else 0.0
+        cost = sum(n * p.gpus_per_node * x for n, p, x in zip(v, pools, known)) if priced else 0.0
         peak = sum(n * p.gpus_per_node * peak_flop_per_s(p.gpu) for n, p in zip(v, pools))
         return gpus, cost, peak, v
 
@@ -139,128 +140,168 @@ def fewest_pool_nodes(job: JobLike, cluster: ClusterSpec, target: Target, clock:
                       cache: ResultCache) -> FewestGpusResult:
     """The first allocation of `cluster`'s pools, in the order of preference, whose best plan
     meets `target` (see the module docstring), with that plan."""
-    pools = cluster.pools
-    per_node = {p.gpus_per_node for p in pools}
-    if len(per_node) != 1:
-        raise InputError("cluster.pools", "sizing a cluster of pools needs the same gpus_per_node in every pool "
-                                          f"(got {sorted(per_node)}), as the joint model does")
-    g = per_node.pop()
-    base = with_cluster(job, cluster)
-    need = target.required_tokens_per_s
-    tokens = base.tokens_per_step
-    per_token = flop_per_token(base.model)
-    sizes = tuple(p.num_nodes for p in pools)
-    roomiest = max(cluster.pool_views(), key=lambda v: v.gpu.usable_memory_bytes)
-    fastest_first = sorted(range(len(pools)), key=lambda i: -peak_flop_per_s(pools[i].gpu))
-    key = preference(cluster)
-    notes = ["allocations are tried by fewest GPUs, then the lowest price per hour (when every pool has one), "
-             "then the least peak FLOP/s (the faster GPUs stay free), each pool's first nodes"]
-    probes: list[Probe] = []
-    results: dict[tuple[int, ...], SolveResult] = {}
-    dropped_links: dict[tuple[int, ...], int] = {}
-    undecided = False
-    hit: Optional[tuple[int, ...]] = None
-    cut: Optional[str] = None
-    peak_skipped, memory_skipped = [], []
+    search = _PoolSearch(job, cluster, target, clock, cache)
+    search.run()
+    search.add_notes()
+    if search.hit is None:
+        return search.none_meets()
+    return search.first_that_meets(search.hit)
 
-    def reaches(v: tuple[int, ...]) -> bool:  # peak FLOP/s can reach the target
-        return sum(n * g * peak_flop_per_s(p.gpu) for n, p in zip(v, pools)) * (1 + 1e-9) >= need * per_token
 
-    def max_peak_at(total: int) -> tuple[int, ...]:  # the allocation of `total` nodes with the most peak FLOP/s
-        v, left = [0] * len(pools), total
-        for i in fastest_first:
-            v[i] = min(sizes[i], left)
+class _PoolSearch:
+    """One search over the allocations of a cluster's pools: what it probed, what it ruled out
+    and why, where it stopped."""
+
+    def __init__(self, job: JobLike, cluster: ClusterSpec, target: Target, clock: Clock, cache: ResultCache):
+        pools = cluster.pools
+        per_node = {p.gpus_per_node for p in pools}
+        if len(per_node) != 1:
+            raise InputError("cluster.pools", "sizing a cluster of pools needs the same gpus_per_node in every pool "
+                                              f"(got {sorted(per_node)}), as the joint model does")
+        self.cluster, self.pools, self.clock, self.cache = cluster, pools, clock, cache
+        self.g = per_node.pop()
+        self.base = with_cluster(job, cluster)
+        self.need = target.required_tokens_per_s
+        self.tokens = self.base.tokens_per_step
+        self.per_token = flop_per_token(self.base.model)
+        self.sizes = tuple(p.num_nodes for p in pools)
+        self.roomiest = max(cluster.pool_views(), key=lambda v: v.gpu.usable_memory_bytes)
+        self.fastest_first = sorted(range(len(pools)), key=lambda i: -peak_flop_per_s(pools[i].gpu))
+        self.key = preference(cluster)
+        self.notes = ["allocations are tried by fewest GPUs, then the lowest price per hour (when every pool has one), "
+                      "then the least peak FLOP/s (the faster GPUs stay free), each pool's first nodes"]
+        self.probes: list[Probe] = []
+        self.results: dict[tuple[int, ...], SolveResult] = {}
+        self.dropped_links: dict[tuple[int, ...], int] = {}
+        self.undecided = False
+        self.hit: Optional[tuple[int, ...]] = None
+        self.cut: Optional[str] = None
+        self.peak_skipped: list[int] = []
+        self.memory_skipped: list[int] = []
+
+    def reaches(self, v: tuple[int, ...]) -> bool:  # peak FLOP/s can reach the target
+        return (sum(n * self.g * peak_flop_per_s(p.gpu) for n, p in zip(v, self.pools)) * (1 + 1e-9)
+                >= self.need * self.per_token)
+
+    def max_peak_at(self, total: int) -> tuple[int, ...]:  # the allocation of `total` nodes with the most peak FLOP/s
+        v, left = [0] * len(self.pools), total
+        for i in self.fastest_first:
+            v[i] = min(self.sizes[i], left)
             left -= v[i]
         return tuple(v)
 
-    def on(v: tuple[int, ...]) -> JobSpec:
-        sub, dropped_links[v] = sub_cluster(cluster, v)
-        return check_limits(base.model_copy(update={"cluster": sub}))
+    def on(self, v: tuple[int, ...]) -> JobSpec:
+        sub, self.dropped_links[v] = sub_cluster(self.cluster, v)
+        return check_limits(self.base.model_copy(update={"cluster": sub}))
 
-    def try_one(v: tuple[int, ...]) -> Probe:
-        j = on(v)
+    def try_one(self, v: tuple[int, ...]) -> Probe:
+        clock = self.clock
+        j = self.on(v)
+        res: Optional[SolveResult]
         if not j.cluster.is_mixed:
-            p, res = probe(j, need, clock, cache)
+            p, res = probe(j, self.need, clock, self.cache)
         else:
             budget = clock.left() - clock.reserve()
             if budget <= 0.05:
                 p, res = Probe(num_gpus=j.cluster.num_gpus, meets=None, how="time limit reached"), None
             else:
-                res = bounded_plan(j, clock.sub(budget), cache)
-                p = decide(j.cluster.num_gpus, need, res, tokens)
+                res = bounded_plan(j, clock.sub(budget), self.cache)
+                p = decide(j.cluster.num_gpus, self.need, res, self.tokens)
                 p.how = p.how.replace("solver", "joint model", 1)
         if res is not None:
-            results[v] = res
-        return p.model_copy(update={"nodes_per_pool": {q.name: n for q, n in zip(pools, v)}})
+            self.results[v] = res
+        return p.model_copy(update={"nodes_per_pool": {q.name: n for q, n in zip(self.pools, v)}})
 
-    for total in range(1, sum(sizes) + 1):
-        if not reaches(max_peak_at(total)):
-            peak_skipped.append(total)
-            continue
-        if clock.left() <= clock.reserve():
-            cut = f"time limit {clock.limit:g} s reached at {total * g} GPUs; larger allocations were not probed"
-            break
-        try:
-            fits = job_fits(base.model_copy(update={"cluster": resize_cluster(roomiest, total)}), clock.work())
-        except DeadlineExpired:
-            cut = f"time limit {clock.limit:g} s reached at {total * g} GPUs; larger allocations were not probed"
-            break
-        if not fits:
-            memory_skipped.append(total)
-            continue
-        if (many := count_at(total, sizes)) > MAX_VECTORS_PER_TOTAL:
-            cut = (f"{many} allocations of {total * g} GPUs are more than the search orders "
-                   f"(at most {MAX_VECTORS_PER_TOTAL}); larger allocations were not probed")
-            break
-        ordered = sorted((v for v in vectors_at(total, sizes) if reaches(v)), key=key)
+    def run(self) -> None:
+        """Totals of nodes in ascending order, each skipped by the bounds or probed, until an
+        allocation meets the target or the search is cut short."""
+        clock, g = self.clock, self.g
+        for total in range(1, sum(self.sizes) + 1):
+            if not self.reaches(self.max_peak_at(total)):
+                self.peak_skipped.append(total)
+                continue
+            if clock.left() <= clock.reserve():
+                self.cut = f"time limit {clock.limit:g} s reached at {total * g} GPUs; larger allocations were not probed"
+                break
+            try:
+                fits = job_fits(self.base.model_copy(update={"cluster": resize_cluster(self.roomiest, total)}),
+                                clock.work())
+            except DeadlineExpired:
+                self.cut = f"time limit {clock.limit:g} s reached at {total * g} GPUs; larger allocations were not probed"
+                break
+            if not fits:
+                self.memory_skipped.append(total)
+                continue
+            if (many := count_at(total, self.sizes)) > MAX_VECTORS_PER_TOTAL:
+                self.cut = (f"{many} allocations of {total * g} GPUs are more than the search orders "
+                            f"(at most {MAX_VECTORS_PER_TOTAL}); larger allocations were not probed")
+                break
+            self.probe_total(total)
+            if self.hit is not None or self.cut is not None:
+                break
+
+    def probe_total(self, total: int) -> None:
+        """The allocations of `total` nodes that peak FLOP/s does not rule out, in the order of
+        preference, until one meets the target or the clock runs out."""
+        clock = self.clock
+        ordered = sorted((v for v in vectors_at(total, self.sizes) if self.reaches(v)), key=self.key)
         for i, v in enumerate(ordered):
             if clock.left() <= clock.reserve():
-                cut = (f"time limit {clock.limit:g} s reached: {len(ordered) - i} allocations of {total * g} GPUs "
-                       f"and all larger ones were not probed")
+                self.cut = (f"time limit {clock.limit:g} s reached: {len(ordered) - i} allocations of "
+                            f"{total * self.g} GPUs and all larger ones were not probed")
                 break
-            p = try_one(v)
-            probes.append(p)
-            undecided = undecided or p.meets is None
+            p = self.try_one(v)
+            self.probes.append(p)
+            self.undecided = self.undecided or p.meets is None
             if p.meets:
-                hit = v
+                self.hit = v
                 break
-        if hit is not None or cut is not None:
-            break
-    if peak_skipped:
-        notes.append(f"ruled out by peak FLOP/s (no plan reaches {need:.4g} tokens/s): "
-                     f"every allocation of {_span(peak_skipped, g)} GPUs")
-    if memory_skipped:
-        notes.append(f"ruled out by memory (no plan fits even with {roomiest.gpu.name}'s memory on every GPU): "
-                     f"every allocation of {_span(memory_skipped, g)} GPUs")
-    if cut:
-        notes.append(cut)
-    if undecided:
-        notes.append("some allocations were not decided within the time limit (counted as misses)")
-    if hit is None:
-        status = UNKNOWN if (cut or undecided) else INFEASIBLE
-        reason = (f"no allocation fits, {pooled_shortfall(base, 0.0).message}"
-                  if memory_skipped and memory_skipped[-1] == sum(sizes) else
+
+    def add_notes(self) -> None:
+        g, notes = self.g, self.notes
+        if self.peak_skipped:
+            notes.append(f"ruled out by peak FLOP/s (no plan reaches {self.need:.4g} tokens/s): "
+                         f"every allocation of {_span(self.peak_skipped, g)} GPUs")
+        if self.memory_skipped:
+            notes.append(f"ruled out by memory (no plan fits even with {self.roomiest.gpu.name}'s memory on every "
+                         f"GPU): every allocation of {_span(self.memory_skipped, g)} GPUs")
+        if self.cut:
+            notes.append(self.cut)
+        if self.undecided:
+            notes.append("some allocations were not decided within the time limit (counted as misses)")
+
+    def none_meets(self) -> FewestGpusResult:
+        cluster, need = self.cluster, self.need
+        status = UNKNOWN if (self.cut or self.undecided) else INFEASIBLE
+        reason = (f"no allocation fits, {pooled_shortfall(self.base, 0.0).message}"
+                  if self.memory_skipped and self.memory_skipped[-1] == sum(self.sizes) else
                   f"no allocation of {cluster.name}'s pools up to {cluster.num_gpus} GPUs reaches {need:.4g} tokens/s"
                   if status == INFEASIBLE else
-                  f"no allocation was shown to reach {need:.4g} tokens/s within {clock.limit:g} s")
-        return FewestGpusResult(status=status, required_tokens_per_s=need, probes=probes, reason=reason, notes=notes)
-    j = on(hit)
-    res = results.get(hit)
-    if res is None or (res.status != OPTIMAL and clock.left() > clock.reserve()):
-        better = bounded_plan(j, clock, cache)
-        if better.plan is not None and (res is None or res.plan is None or better.plan.step_time_s <= res.plan.step_time_s):
-            res = better
-    if dropped_links[hit]:
-        notes.append(f"{dropped_links[hit]} link override(s) naming nodes outside the allocation were dropped")
-    proven = not undecided
-    rate = res.plan.tokens_per_s if res is not None and res.plan is not None else probes[-1].tokens_per_s
-    reason = (f"{j.cluster.num_gpus} GPUs ({describe(cluster, hit)}) reach "
-              f"{'n/a' if rate is None else f'{rate:.4g} tokens/s'} >= {need:.4g} tokens/s; "
-              + ("every allocation before it in the order of preference misses it" if proven
-                 else "allocations before it are not all ruled out"))
-    return FewestGpusResult(status=OPTIMAL if proven else FEASIBLE, num_gpus=j.cluster.num_gpus,
-                            cluster=j.cluster.name, nodes_per_pool={p.name: n for p, n in zip(pools, hit)},
-                            required_tokens_per_s=need, result=res, probes=probes, reason=reason, notes=notes)
+                  f"no allocation was shown to reach {need:.4g} tokens/s within {self.clock.limit:g} s")
+        return FewestGpusResult(status=status, required_tokens_per_s=need, probes=self.probes, reason=reason,
+                                notes=self.notes)
+
+    def first_that_meets(self, hit: tuple[int, ...]) -> FewestGpusResult:
+        """The allocation `hit` with its best plan (solved again to optimality when time is left)."""
+        clock, need, notes = self.clock, self.need, self.notes
+        j = self.on(hit)
+        res = self.results.get(hit)
+        if res is None or (res.status != OPTIMAL and clock.left() > clock.reserve()):
+            better = bounded_plan(j, clock, self.cache)
+            if better.plan is not None and (res is None or res.plan is None
+                                            or better.plan.step_time_s <= res.plan.step_time_s):
+                res = better
+        if self.dropped_links[hit]:
+            notes.append(f"{self.dropped_links[hit]} link override(s) naming nodes outside the allocation were dropped")
+        proven = not self.undecided
+        rate = res.plan.tokens_per_s if res is not None and res.plan is not None else self.probes[-1].tokens_per_s
+        reason = (f"{j.cluster.num_gpus} GPUs ({describe(self.cluster, hit)}) reach "
+                  f"{'n/a' if rate is None else f'{rate:.4g} tokens/s'} >= {need:.4g} tokens/s; "
+                  + ("every allocation before it in the order of preference misses it" if proven
+                     else "allocations before it are not all ruled out"))
+        return FewestGpusResult(status=OPTIMAL if proven else FEASIBLE, num_gpus=j.cluster.num_gpus,
+                                cluster=j.cluster.name, nodes_per_pool={p.name: n for p, n in zip(self.pools, hit)},
+                                required_tokens_per_s=need, result=res, probes=self.probes, reason=reason, notes=notes)
 
 
 def _span(totals: list[int], g: int) -> str:

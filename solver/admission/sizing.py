@@ -157,13 +157,13 @@ def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Opt
     rate = res.plan.tokens_per_s if res.plan is not None else inc
     if res.bound_step_time_s:
         ub = min(ub, tokens / res.bound_step_time_s)
-    ub = ub if math.isfinite(ub) else None
+    most = ub if math.isfinite(ub) else None  # the bound on the rate, when there is one
     if rate is not None and rate >= need:
-        return Probe(num_gpus=num_gpus, meets=True, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
-    if res.status in (OPTIMAL, INFEASIBLE) or (ub is not None and ub < need):
-        return Probe(num_gpus=num_gpus, meets=False, tokens_per_s=rate, max_tokens_per_s=ub, how=f"solver ({res.status})")
-    why = "bound above the target" if ub is not None else "no bound"
-    return Probe(num_gpus=num_gpus, meets=None, tokens_per_s=rate, max_tokens_per_s=ub,
+        return Probe(num_gpus=num_gpus, meets=True, tokens_per_s=rate, max_tokens_per_s=most, how=f"solver ({res.status})")
+    if res.status in (OPTIMAL, INFEASIBLE) or (most is not None and most < need):
+        return Probe(num_gpus=num_gpus, meets=False, tokens_per_s=rate, max_tokens_per_s=most, how=f"solver ({res.status})")
+    why = "bound above the target" if most is not None else "no bound"
+    return Probe(num_gpus=num_gpus, meets=None, tokens_per_s=rate, max_tokens_per_s=most,
                  how=f"solver stopped at the time limit ({res.status}, {why})")
 
 
@@ -202,75 +202,98 @@ def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target
     target = as_target(target)
     sz = sizer(family_or_cluster)
     need = target.required_tokens_per_s
-    base = with_cluster(job, sz.cluster(sz.max_nodes))
+    search = _SizeSearch(sz, with_cluster(job, sz.cluster(sz.max_nodes)), need, clock, cache)
     per_node = sz.gpus_per_node
-
-    def on(nodes: int) -> JobSpec:
-        return check_limits(base.model_copy(update={"cluster": sz.cluster(nodes)}))
-
-    probes: dict[int, Probe] = {}
-    results: dict[int, SolveResult] = {}
-
-    def meets(nodes: int) -> Optional[bool]:
-        if nodes not in probes:
-            p, res = probe(on(nodes), need, clock, cache)
-            probes[nodes] = p
-            if res is not None:
-                results[nodes] = res
-        return probes[nodes].meets
-
-    def has_time() -> bool:
-        return clock.left() > clock.reserve()
-
-    floor = min_nodes_by_peak(base, need, per_node)
+    floor = min_nodes_by_peak(search.base, need, per_node)
     notes = [f"below {floor * per_node} GPUs no plan can reach {need:.4g} tokens/s even at peak FLOP/s"]
     if floor > sz.max_nodes:
         return FewestGpusResult(status=INFEASIBLE, required_tokens_per_s=need, reason=(
             f"even at peak FLOP/s, {sz.max_nodes * per_node} {sz.label} GPUs cannot reach {need:.4g} tokens/s "
             f"(at least {floor * per_node} would be needed)"), notes=notes)
-    hi, _ = fewest_nodes(meets, floor, sz.max_nodes, has_time)
-    unprobed = []
+    hi, _ = fewest_nodes(search.meets, floor, sz.max_nodes, search.has_time)
+    unprobed: list[int] = []
     if hi is not None and exhaustive:
-        for n in range(floor, hi):
-            if n in probes:
-                continue
-            if not has_time():
-                unprobed = [m for m in range(n, hi) if m not in probes]
-                break
-            if meets(n):
-                hi = n
-                break
+        hi, unprobed = search.scan(floor, hi)
     elif hi is not None:
-        unprobed = [m for m in range(floor, hi) if m not in probes]
+        unprobed = [m for m in range(floor, hi) if m not in search.probes]
+    probes = search.probes
     undecided = any(probes[n].meets is None for n in probes if hi is None or n < hi)
-    ordered = [probes[n] for n in sorted(probes)]
     if hi is None:
+        return search.none_meets(undecided, notes)
+    return search.first_that_meets(hi, unprobed, undecided, notes)
+
+
+class _SizeSearch:
+    """The probes of one `fewest_gpus` search on a family or a cluster of one GPU type, by
+    node count, with the solves that decided them."""
+
+    def __init__(self, sz: Sizer, base: JobSpec, need: float, clock: Clock, cache: ResultCache):
+        self.sz, self.base, self.need, self.clock, self.cache = sz, base, need, clock, cache
+        self.probes: dict[int, Probe] = {}
+        self.results: dict[int, SolveResult] = {}
+
+    def on(self, nodes: int) -> JobSpec:
+        return check_limits(self.base.model_copy(update={"cluster": self.sz.cluster(nodes)}))
+
+    def meets(self, nodes: int) -> Optional[bool]:
+        if nodes not in self.probes:
+            p, res = probe(self.on(nodes), self.need, self.clock, self.cache)
+            self.probes[nodes] = p
+            if res is not None:
+                self.results[nodes] = res
+        return self.probes[nodes].meets
+
+    def has_time(self) -> bool:
+        return self.clock.left() > self.clock.reserve()
+
+    def scan(self, floor: int, hi: int) -> tuple[int, list[int]]:
+        """Every size not yet probed from `floor` up to the allocation `hi` found, ascending:
+        the first that meets, and the sizes the clock left unprobed."""
+        for n in range(floor, hi):
+            if n in self.probes:
+                continue
+            if not self.has_time():
+                return hi, [m for m in range(n, hi) if m not in self.probes]
+            if self.meets(n):
+                return n, []
+        return hi, []
+
+    def none_meets(self, undecided: bool, notes: list[str]) -> FewestGpusResult:
+        sz, need, probes, per_node = self.sz, self.need, self.probes, self.sz.gpus_per_node
+        ordered = [probes[n] for n in sorted(probes)]
         done = sz.max_nodes in probes
         status = INFEASIBLE if done and not undecided else UNKNOWN
         reason = (f"no allocation of {sz.label} up to {sz.max_nodes * per_node} GPUs reaches {need:.4g} tokens/s "
                   f"(at {sz.max_nodes * per_node} GPUs: {_fmt_rate(probes[sz.max_nodes].tokens_per_s)})"
                   if status == INFEASIBLE else
-                  f"time limit {clock.limit:g} s reached before an allocation meeting {need:.4g} tokens/s was found "
-                  f"(largest probed: {max(probes, default=0) * per_node} GPUs)" if not done else
+                  f"time limit {self.clock.limit:g} s reached before an allocation meeting {need:.4g} tokens/s was "
+                  f"found (largest probed: {max(probes, default=0) * per_node} GPUs)" if not done else
                   f"no allocation up to {sz.max_nodes * per_node} GPUs was shown to reach {need:.4g} tokens/s, "
                   f"but some probes were not decided in time")
         return FewestGpusResult(status=status, required_tokens_per_s=need, probes=ordered, reason=reason, notes=notes)
-    j = on(hi)
-    res = results.get(hi)
-    if res is None or (res.status != OPTIMAL and has_time()):
-        better = bounded_plan(j, clock, cache)
-        if better.plan is not None and (res is None or res.plan is None or better.plan.step_time_s <= res.plan.step_time_s):
-            res = better
-    proven = not unprobed and not undecided
-    if unprobed:
-        notes.append(f"not probed in time: {_ranges([n * per_node for n in unprobed])} GPUs")
-    if undecided:
-        notes.append("some smaller sizes were not decided within the time limit (counted as misses)")
-    rate = res.plan.tokens_per_s if res is not None and res.plan is not None else probes[hi].tokens_per_s
-    reason = (f"{hi * per_node} GPUs ({j.cluster.name}) reach {_fmt_rate(rate)} >= {need:.4g} tokens/s; "
-              + ("every smaller allocation misses it" if proven else "smaller allocations are not all ruled out"))
-    return FewestGpusResult(status=OPTIMAL if proven else FEASIBLE, num_gpus=hi * per_node, cluster=j.cluster.name,
-                            required_tokens_per_s=need, result=res, probes=ordered, reason=reason, notes=notes)
+
+    def first_that_meets(self, hi: int, unprobed: list[int], undecided: bool, notes: list[str]) -> FewestGpusResult:
+        """`hi` nodes with their best plan (solved again to optimality when time is left)."""
+        need, probes, per_node = self.need, self.probes, self.sz.gpus_per_node
+        ordered = [probes[n] for n in sorted(probes)]
+        j = self.on(hi)
+        res = self.results.get(hi)
+        if res is None or (res.status != OPTIMAL and self.has_time()):
+            better = bounded_plan(j, self.clock, self.cache)
+            if better.plan is not None and (res is None or res.plan is None
+                                            or better.plan.step_time_s <= res.plan.step_time_s):
+                res = better
+        proven = not unprobed and not undecided
+        if unprobed:
+            notes.append(f"not probed in time: {_ranges([n * per_node for n in unprobed])} GPUs")
+        if undecided:
+            notes.append("some smaller sizes were not decided within the time limit (counted as misses)")
+        rate = res.plan.tokens_per_s if res is not None and res.plan is not None else probes[hi].tokens_per_s
+        reason = (f"{hi * per_node} GPUs ({j.cluster.name}) reach {_fmt_rate(rate)} >= {need:.4g} tokens/s; "
+                  + ("every smaller allocation misses it" if proven else "smaller allocations are not all ruled out"))
+        return FewestGpusResult(status=OPTIMAL if proven else FEASIBLE, num_gpus=hi * per_node,
+                                cluster=j.cluster.name, required_tokens_per_s=need, result=res, probes=ordered,
+                                reason=reason, notes=notes)
 
 
 def _ranges(xs: list[int]) -> str:

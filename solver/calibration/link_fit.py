@@ -244,9 +244,62 @@ def _check_monotone(log: LinkLog) -> None:
             peak_t, peak_i = t, i
 
 
+@dataclass
+class _AlphaBeta:
+    """The fit's points as arrays: size S, measured time t (us), the operation's latency and
+    bandwidth factors ka, kb, and the nominal bandwidth B; the model t = ka a + kb S / (e B)
+    with a, e under the cluster's field names."""
+
+    S: np.ndarray
+    t: np.ndarray
+    ka: np.ndarray
+    kb: np.ndarray
+    B: np.ndarray
+    lat_field: str
+    eff_field: str
+
+    @classmethod
+    def of(cls, points: list[LinkPoint], link_class: str) -> "_AlphaBeta":
+        return cls(np.array([p.size_bytes for p in points], dtype=np.float64), np.array([p.measured_us for p in points]),
+                   np.array([p.log.k_lat for p in points]), np.array([p.log.k_bw for p in points]),
+                   np.array([p.log.nominal_bytes_per_s for p in points]), f"{link_class}_latency_us",
+                   f"{link_class}_efficiency")
+
+    def model_us(self, v):
+        return self.ka * v[self.lat_field] + self.kb * self.S / (v[self.eff_field] * self.B) * 1e6
+
+    def resid(self, v):
+        return np.log(self.model_us(v) / self.t)
+
+
 def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkFit:
-    sizes = sorted({r.size_bytes for lg in logs for r in lg.run.out_of_place if r.size_bytes > 0})
     names = ", ".join(sorted({lg.run.source for lg in logs}))
+    points = _link_points(cls, logs, names)
+    ab = _AlphaBeta.of(points, cls)
+    S, t, ka, kb, B = ab.S, ab.t, ab.ka, ab.kb, ab.B
+    lat0, eff0 = getattr(cluster, ab.lat_field), getattr(cluster, ab.eff_field)
+    lat = Param(ab.lat_field, lat0, LATENCY_FLOOR_US, 1e5, max(lat0, 1.0), "us")
+    eff = Param(ab.eff_field, eff0, 1e-4, 20.0, max(eff0, 0.1))
+    seeds = [{ab.lat_field: float(np.min(t / ka)) * f, ab.eff_field: float(np.max(kb * S * 1e6 / (t * B)))}
+             for f in (0.3, 0.7)]
+    fit = fit_least_squares(ab.resid, [lat, eff], seeds=seeds)
+    out = LinkFit(cls, logs, points, lat, eff)
+    _refuse_if_contradictory(cls, fit, lat, eff, names)
+    fit = _keep_unidentifiable(out, ab, fit)
+    _refuse_if_contradictory(cls, fit, lat, eff, names)
+    _judge_priors(out, fit, names, float(np.median(B)))
+    out.rms = fit.rms
+    if fit.rms > 0.35:
+        out.notes.append(f"{cls}: the alpha-beta line leaves {fit.rms:.0%} rms error on these logs (NCCL switches "
+                         "algorithms and protocols with size); the fitted values are the formulation's best compromise.")
+    _map_onto_cluster(out, cluster)
+    return out
+
+
+def _link_points(cls: str, logs: list[LinkLog], names: str) -> list[LinkPoint]:
+    """Every result of the class's logs (out-of-place and in-place) of a positive size, after
+    the checks on the sizes measured and on time falling with size."""
+    sizes = sorted({r.size_bytes for lg in logs for r in lg.run.out_of_place if r.size_bytes > 0})
     if len(sizes) < MIN_SIZES:
         raise InputError("nccl_tests", f"{cls}: {len(sizes)} message size(s) in {names}; measure at least "
                                          f"{MIN_SIZES} sizes from 8 B to 1 GiB (e.g. all_reduce_perf -b 8 -e 1G -f 2)")
@@ -259,52 +312,39 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
                 continue
             points.append(LinkPoint(lg, ln, a.size_bytes, a.time_us, "out-of-place"))
             points.append(LinkPoint(lg, ln, b.size_bytes, b.time_us, "in-place"))
-    S = np.array([p.size_bytes for p in points], dtype=np.float64)
-    t = np.array([p.measured_us for p in points])
-    ka = np.array([p.log.k_lat for p in points])
-    kb = np.array([p.log.k_bw for p in points])
-    B = np.array([p.log.nominal_bytes_per_s for p in points])
+    return points
 
-    lat_field, eff_field = f"{cls}_latency_us", f"{cls}_efficiency"
-    lat0, eff0 = getattr(cluster, lat_field), getattr(cluster, eff_field)
-    lat = Param(lat_field, lat0, LATENCY_FLOOR_US, 1e5, max(lat0, 1.0), "us")
-    eff = Param(eff_field, eff0, 1e-4, 20.0, max(eff0, 0.1))
 
-    def model_us(v):
-        return ka * v[lat_field] + kb * S / (v[eff_field] * B) * 1e6
-
-    def resid(v):
-        return np.log(model_us(v) / t)
-
-    seeds = [{lat_field: float(np.min(t / ka)) * f, eff_field: float(np.max(kb * S * 1e6 / (t * B)))} for f in (0.3, 0.7)]
-    fit = fit_least_squares(resid, [lat, eff], seeds=seeds)
-    out = LinkFit(cls, logs, points, lat, eff)
-
-    def refuse_if_contradictory(fit):
-        if fit.rms <= BAD_FIT_RMS:
-            return
-        if not lat.fixed and lat.value <= LATENCY_FLOOR_US * 1.01:
+def _refuse_if_contradictory(cls: str, fit, lat: Param, eff: Param, names: str) -> None:
+    if fit.rms <= BAD_FIT_RMS:
+        return
+    if not lat.fixed and lat.value <= LATENCY_FLOOR_US * 1.01:
+        raise InputError("nccl_tests", (
+            f"{cls}: the latency fits to 0 with {fit.rms:.0%} rms error in {names}: small messages run faster than "
+            "the large-message bandwidth allows, so the points do not follow t = a + S/b; check that every log of "
+            "the class measures the same link (hint LOG:nvlink / LOG:network) and rerun from 8 B to 1 GiB "
+            "(-b 8 -e 1G -f 2)"))
+    for p in (lat, eff):
+        if p.at_bound:
             raise InputError("nccl_tests", (
-                f"{cls}: the latency fits to 0 with {fit.rms:.0%} rms error in {names}: small messages run faster than "
-                "the large-message bandwidth allows, so the points do not follow t = a + S/b; check that every log of "
-                "the class measures the same link (hint LOG:nvlink / LOG:network) and rerun from 8 B to 1 GiB "
-                "(-b 8 -e 1G -f 2)"))
-        for p in (lat, eff):
-            if p.at_bound:
-                raise InputError("nccl_tests", (
-                    f"{cls}: {p.name} is pinned at its bound {p.value:.3g} with {fit.rms:.0%} rms error in {names}: "
-                    "the points do not follow t = a + S/b; check the logs measure one link each and rerun from 8 B "
-                    "to 1 GiB (-b 8 -e 1G -f 2) on an idle link"))
+                f"{cls}: {p.name} is pinned at its bound {p.value:.3g} with {fit.rms:.0%} rms error in {names}: "
+                "the points do not follow t = a + S/b; check the logs measure one link each and rerun from 8 B "
+                "to 1 GiB (-b 8 -e 1G -f 2) on an idle link"))
 
-    refuse_if_contradictory(fit)
-    # identifiability: each term must matter somewhere. The bandwidth term is judged both with the
-    # fitted values and with the cluster's prior efficiency: a latency-bound log (stopped at 64 KiB)
-    # is fitted just as well by a tiny efficiency, whose bandwidth term then looks large.
-    pred = model_us(fit.values)
+
+def _keep_unidentifiable(out: LinkFit, ab: _AlphaBeta, fit):
+    """Identifiability: each term must matter somewhere, else its parameter keeps the cluster's
+    value and the other is refitted (the fit returned). The bandwidth term is judged both with
+    the fitted values and with the cluster's prior efficiency: a latency-bound log (stopped at
+    64 KiB) is fitted just as well by a tiny efficiency, whose bandwidth term then looks large."""
+    cls, lat, eff = out.link_class, out.latency, out.efficiency
+    S, t, ka, kb, B = ab.S, ab.t, ab.ka, ab.kb, ab.B
+    lat0, eff0 = lat.before, eff.before
+    pred = ab.model_us(fit.values)
     lat_share = float(np.max(ka * lat.value / pred))
     bw_share = float(np.max(1 - ka * lat.value / pred))
     prior_bw_share = float(np.max(kb * S / (eff0 * B) * 1e6 / t))
-    slopes = [lg.run.top_slope() for lg in logs]
+    slopes = [lg.run.top_slope() for lg in out.logs]
     data_bw_regime = any(x >= BANDWIDTH_REGIME_SLOPE for x in slopes if not math.isnan(x))
     if not data_bw_regime:
         bw_share = min(bw_share, prior_bw_share)
@@ -318,15 +358,21 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
         lat.note = "kept: not identifiable"
         out.notes.append(f"{cls}: latency is under {MIN_TERM_SHARE:.0%} of even the smallest message's time "
                          f"({fmt_bytes(int(S.min()))}); kept {lat0:g} us. Measure down to 8 B (-b 8) to fit it.")
-        fit = fit_least_squares(resid, [lat, eff])
-    elif bw_share < MIN_TERM_SHARE:
+        return fit_least_squares(ab.resid, [lat, eff])
+    if bw_share < MIN_TERM_SHARE:
         eff.fixed, eff.value, eff.sd = True, eff0, math.nan
         eff.note = "kept: not identifiable"
         out.notes.append(f"{cls}: even the largest message ({fmt_bytes(int(S.max()))}) is latency-bound (at the prior "
                          f"efficiency the bandwidth term is {bw_share:.0%} of its time), so the log cannot tell the "
                          f"bandwidth; kept efficiency {eff0:g}. Measure up to 1 GiB (-e 1G) to fit it.")
-        fit = fit_least_squares(resid, [lat, eff])
-    refuse_if_contradictory(fit)
+        return fit_least_squares(ab.resid, [lat, eff])
+    return fit
+
+
+def _judge_priors(out: LinkFit, fit, names: str, median_nominal: float) -> None:
+    """A kept parameter that leaves large residuals is refused; a fitted one far from the
+    cluster's value is noted."""
+    cls, lat, eff = out.link_class, out.latency, out.efficiency
     for p in (lat, eff):
         if p.fixed and fit.rms > BAD_FIT_RMS:
             raise InputError("nccl_tests", (
@@ -334,19 +380,19 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
                 f"rms error in {names} (tolerance {BAD_FIT_RMS:.0%}): the cluster's value contradicts the data; "
                 f"measure from 8 B to 1 GiB (-b 8 -e 1G -f 2) so that both terms can be fitted"))
         if not p.fixed and p.before > 0 and not (1 / PRIOR_TOLERANCE <= p.value / p.before <= PRIOR_TOLERANCE):
-            what = (f"measured bus bandwidth {p.value * np.median(B) / 1e9:.4g} GB/s against the "
-                    f"{p.before * np.median(B) / 1e9:.4g} GB/s of efficiency {p.before:g}" if p is eff
+            what = (f"measured bus bandwidth {p.value * median_nominal / 1e9:.4g} GB/s against the "
+                    f"{p.before * median_nominal / 1e9:.4g} GB/s of efficiency {p.before:g}" if p is eff
                     else f"latency {p.value:.3g} us against {p.before:g} us")
             out.notes.append(f"{cls}: the data contradict the cluster file by {max(p.value / p.before, p.before / p.value):.1f}x "
                              f"(more than the {PRIOR_TOLERANCE:g}x tolerance): {what}; {p.name} is set from the data "
                              f"to {p.value:.4g}. " + ("Check the fabric (NIC count, GPUDirect RDMA, link speed) if that is "
                                                         "unexpected." if p is eff else "Check that the log measures "
                                                         "the link you meant if that is unexpected."))
-    out.rms = fit.rms
-    if fit.rms > 0.35:
-        out.notes.append(f"{cls}: the alpha-beta line leaves {fit.rms:.0%} rms error on these logs (NCCL switches "
-                         "algorithms and protocols with size); the fitted values are the formulation's best compromise.")
-    # map onto the ClusterSpec fields
+
+
+def _map_onto_cluster(out: LinkFit, cluster: ClusterSpec) -> None:
+    """The fit onto the ClusterSpec fields: an efficiency above 1 raises the nominal bandwidth."""
+    cls, eff = out.link_class, out.efficiency
     nominal_field = "nvlink_gbyte_per_s" if cls == "nvlink" else "nic_gbit_per_s"
     out.nominal_field = nominal_field
     out.nominal_before = out.nominal_after = float(getattr(cluster, nominal_field))
@@ -355,8 +401,7 @@ def fit_link_class(cls: str, logs: list[LinkLog], cluster: ClusterSpec) -> LinkF
         out.notes.append(f"{cls}: measured bus bandwidth is {eff.value:.2f}x the nominal {out.nominal_before:g} "
                          f"{'GB/s' if cls == 'nvlink' else 'Gbit/s'}; set {nominal_field} to {out.nominal_after:.4g} "
                          f"with efficiency 1 (check gpus_per_node and the NIC count if that is unexpected).")
-    wrong = sum(lg.run.wrong for lg in logs)
+    wrong = sum(lg.run.wrong for lg in out.logs)
     if wrong:
         out.notes.append(f"{cls}: the logs report {wrong} wrong elements: a faulty link or driver; the times may not "
                          "be representative.")
-    return out

@@ -193,50 +193,11 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
     Raises `InputError` whose field is the file name and whose message starts with the
     1-based `line N:` on a malformed result row; naming the file when it holds no result
     table at all."""
-    is_path = isinstance(src, Path) or ("\n" not in str(src) and (name is None or Path(str(src)).is_file()))
-    if is_path:
-        path = Path(src)
-        if not path.is_file():
-            raise InputError(str(path), "file does not exist")
-        from ..catalog import read_text  # the safe reader of every user file
-
-        text = read_text(path, str(path))
-        source = name or path.name
-    else:
-        text = str(src)
-        source = name or "<text>"
+    text, source = _read_log(src, name)
     if text.lstrip().startswith("{"):
         return _parse_json(text, source)
     lines = text.splitlines()
-
-    # the column header: '# ... size ... count ... type ... time ... algbw ... busbw ...'
-    header_at, columns, prefix = None, None, ""
-    for i, raw in enumerate(lines):
-        k = raw.find("#")
-        if k < 0:
-            continue
-        toks = [t for t in raw[k + 1:].split() if t != "timestamp"]  # -S 1 (either end)
-        if toks[:3] == ["size", "count", "type"] and "algbw" in toks and "busbw" in toks:
-            if header_at is not None:
-                raise _fail(source, i + 1, f"a second result table (the first starts at line {header_at + 1}); "
-                                           "give one nccl-tests run per file")
-            header_at, columns, prefix = i, toks, raw[:k]
-    if header_at is None:
-        raise InputError(source, f"no nccl-tests result table (no '#  size  count  type ... algbw  busbw' header "
-                                 f"line in {len(lines)} lines); is this the output of an nccl-tests binary such as "
-                                 "all_reduce_perf?")
-    times = [j for j, c in enumerate(columns) if c in ("time", "cputime")]
-    if len(times) != 2:
-        raise _fail(source, header_at + 1, "expected out-of-place and in-place 'time algbw busbw' columns")
-    lead = times[0]  # size count type redop [root]
-    width = len(columns)
-    time_scale = 1.0
-    if header_at + 1 < len(lines) and "(ms)" in lines[header_at + 1]:
-        time_scale = 1000.0
-
-    def strip(raw: str) -> str:
-        return raw[len(prefix):] if prefix.strip() and raw.startswith(prefix) else raw
-
+    table = _result_table(lines, source)
     op = None
     op_from = ""
     ranks: dict[int, str] = {}
@@ -244,7 +205,7 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
     run = NcclRun(source=source, op=None, nranks=None)
     in_table = False
     for i, raw in enumerate(lines):
-        line = strip(raw).strip()
+        line = table.strip(raw).strip()
         if not line:
             continue
         m = _PERF_RE.search(line)
@@ -265,43 +226,119 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
                 in_table = False
             if _OOB_RE.match(line):
                 in_table = False
-            if i == header_at:
+            if i == table.header_at:
                 in_table = True
             continue
-        if not in_table or i < header_at:
+        if not in_table or i < table.header_at:
             continue  # launcher output, prompts, environment dumps before the table
-        toks = _drop_timestamp(line.split())
-        if len(toks) != width:
-            raise _fail(source, i + 1, f"expected {width} columns ({' '.join(columns)}), got {len(toks)}: {line[:80]!r}")
-        size, count = _parse_number(toks[0]), _parse_number(toks[1])
-        if size is None or count is None or size != int(size) or count != int(count) or size < 0:
-            raise _fail(source, i + 1, f"size and count must be non-negative integers (got {toks[0]!r}, {toks[1]!r})")
-        dtype = toks[2]
-        if lead >= 4:
-            run.redop = run.redop or toks[3]
-        halves = []
-        for start in times:
-            t, alg, bus = (_parse_number(x) for x in toks[start:start + 3])
-            wrong_tok = toks[start + 3].rstrip("*")
-            if t is None or alg is None or bus is None:
-                raise _fail(source, i + 1, f"time/algbw/busbw must be numbers (got {' '.join(toks[start:start + 3])})")
-            if not (t > 0 and math.isfinite(t)) or alg < 0 or bus < 0:
-                raise _fail(source, i + 1, f"time must be positive and bandwidths non-negative (got {' '.join(toks[start:start + 3])})")
-            if wrong_tok != "N/A":
-                w = _parse_number(wrong_tok)
-                if w is None:
-                    raise _fail(source, i + 1, f"the #wrong column must be a number or N/A (got {toks[start + 3]!r})")
-                run.wrong += int(w)
-            halves.append(NcclRow(int(size), int(count), dtype, t * time_scale, alg, bus))
-        run.out_of_place.append(halves[0])
-        run.in_place.append(halves[1])
-        run.line_numbers.append(i + 1)
+        _result_row(run, table, source, i + 1, line)
     if not run.out_of_place:
-        raise _fail(source, header_at + 1, "the result table has no rows (the run stopped before the first size?)")
+        raise _fail(source, table.header_at + 1, "the result table has no rows (the run stopped before the first size?)")
+    _ranks_and_op(run, ranks, nranks_info, op, op_from)
+    return run
 
+
+def _read_log(src: Union[str, Path], name: Optional[str]) -> tuple[str, str]:
+    """The log's text and the name of its source (`parse_nccl_log`)."""
+    is_path = isinstance(src, Path) or ("\n" not in str(src) and (name is None or Path(str(src)).is_file()))
+    if not is_path:
+        return str(src), name or "<text>"
+    path = Path(src)
+    if not path.is_file():
+        raise InputError(str(path), "file does not exist")
+    from ..catalog import read_text  # the safe reader of every user file
+
+    return read_text(path, str(path)), name or path.name
+
+
+@dataclass
+class _Table:
+    """The result table's column header: its line, its columns, the launcher prefix in front of
+    every line, the out-of-place and in-place `time` columns, and the time unit."""
+
+    header_at: int
+    columns: list[str]
+    prefix: str
+    times: list[int]
+    time_scale: float  # to microseconds
+
+    @property
+    def lead(self) -> int:  # size count type redop [root]
+        return self.times[0]
+
+    @property
+    def width(self) -> int:
+        return len(self.columns)
+
+    def strip(self, raw: str) -> str:
+        return raw[len(self.prefix):] if self.prefix.strip() and raw.startswith(self.prefix) else raw
+
+
+def _result_table(lines: list[str], source: str) -> _Table:
+    """The column header: '# ... size ... count ... type ... time ... algbw ... busbw ...' (one)."""
+    header_at, columns, prefix = None, None, ""
+    for i, raw in enumerate(lines):
+        k = raw.find("#")
+        if k < 0:
+            continue
+        toks = [t for t in raw[k + 1:].split() if t != "timestamp"]  # -S 1 (either end)
+        if toks[:3] == ["size", "count", "type"] and "algbw" in toks and "busbw" in toks:
+            if header_at is not None:
+                raise _fail(source, i + 1, f"a second result table (the first starts at line {header_at + 1}); "
+                                           "give one nccl-tests run per file")
+            header_at, columns, prefix = i, toks, raw[:k]
+    if header_at is None or columns is None:
+        raise InputError(source, f"no nccl-tests result table (no '#  size  count  type ... algbw  busbw' header "
+                                 f"line in {len(lines)} lines); is this the output of an nccl-tests binary such as "
+                                 "all_reduce_perf?")
+    times = [j for j, c in enumerate(columns) if c in ("time", "cputime")]
+    if len(times) != 2:
+        raise _fail(source, header_at + 1, "expected out-of-place and in-place 'time algbw busbw' columns")
+    time_scale = 1.0
+    if header_at + 1 < len(lines) and "(ms)" in lines[header_at + 1]:
+        time_scale = 1000.0
+    return _Table(header_at, columns, prefix, times, time_scale)
+
+
+def _result_row(run: NcclRun, table: _Table, source: str, lineno: int, line: str) -> None:
+    """One result row (one message size) into `run`: its out-of-place and in-place halves."""
+    toks = _drop_timestamp(line.split())
+    if len(toks) != table.width:
+        raise _fail(source, lineno, f"expected {table.width} columns ({' '.join(table.columns)}), got {len(toks)}: "
+                                    f"{line[:80]!r}")
+    size, count = _parse_number(toks[0]), _parse_number(toks[1])
+    if size is None or count is None or size != int(size) or count != int(count) or size < 0:
+        raise _fail(source, lineno, f"size and count must be non-negative integers (got {toks[0]!r}, {toks[1]!r})")
+    dtype = toks[2]
+    if table.lead >= 4:
+        run.redop = run.redop or toks[3]
+    halves = []
+    for start in table.times:
+        t, alg, bus = (_parse_number(x) for x in toks[start:start + 3])
+        wrong_tok = toks[start + 3].rstrip("*")
+        if t is None or alg is None or bus is None:
+            raise _fail(source, lineno, f"time/algbw/busbw must be numbers (got {' '.join(toks[start:start + 3])})")
+        if not (t > 0 and math.isfinite(t)) or alg < 0 or bus < 0:
+            raise _fail(source, lineno, f"time must be positive and bandwidths non-negative "
+                                        f"(got {' '.join(toks[start:start + 3])})")
+        if wrong_tok != "N/A":
+            w = _parse_number(wrong_tok)
+            if w is None:
+                raise _fail(source, lineno, f"the #wrong column must be a number or N/A (got {toks[start + 3]!r})")
+            run.wrong += int(w)
+        halves.append(NcclRow(int(size), int(count), dtype, t * table.time_scale, alg, bus))
+    run.out_of_place.append(halves[0])
+    run.in_place.append(halves[1])
+    run.line_numbers.append(lineno)
+
+
+def _ranks_and_op(run: NcclRun, ranks: dict[int, str], nranks_info: list[int], op: Optional[str],
+                  op_from: str) -> None:
+    """The rank count and hosts (device lines, else NCCL INFO `nranks`), and the operation (the
+    log's, else the file name's)."""
     if ranks:
         run.nranks = max(ranks) + 1
-        hosts = []
+        hosts: list[str] = []
         for r in sorted(ranks):
             if ranks[r] not in hosts:
                 hosts.append(ranks[r])
@@ -309,10 +346,9 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
     elif nranks_info:
         run.nranks = max(nranks_info)
     if op is None:
-        op = _op_from_name(source)
+        op = _op_from_name(run.source)
         op_from = "file name" if op else ""
     run.op, run.op_from = op, op_from
-    return run
 
 
 def _drop_timestamp(toks: list[str]) -> list[str]:
@@ -413,9 +449,9 @@ def format_nccl_log(run: NcclRun, *, gpu_name: str = "NVIDIA H100 80GB HBM3", it
     bus = []
     for a, b in zip(run.out_of_place, run.in_place):
         line = "%12li  %12li  %8s  %6s  %6i" % (a.size_bytes, a.count, a.dtype, redop, root)
-        for r in (a, b):
-            line += "  %7s  %6.2f  %6.2f  %5g" % (_time_str(r.time_us), r.algbw_gbs, r.busbw_gbs, 0)
-            bus.append(r.busbw_gbs)
+        for half in (a, b):
+            line += "  %7s  %6.2f  %6.2f  %5g" % (_time_str(half.time_us), half.algbw_gbs, half.busbw_gbs, 0)
+            bus.append(half.busbw_gbs)
         out.append(line)
     avg = run.avg_busbw_gbs if run.avg_busbw_gbs is not None else (sum(bus) / len(bus) if bus else 0.0)
     out += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {avg:g} ", "#",
@@ -428,7 +464,8 @@ def synthetic_run(op: str, nranks: int, sizes, time_us, *, dtype: str = "float",
     """An `NcclRun` whose rows carry the given times (one per size), with count, algbw and
     busbw computed as nccl-tests does; `in_place_factor` scales the in-place times."""
     word = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1, "int32": 4}.get(dtype, 4)
-    oop, inp = [], []
+    oop: list[NcclRow] = []
+    inp: list[NcclRow] = []
     for s, t in zip(sizes, time_us):
         count = s // word // (nranks if op in ("all_gather", "reduce_scatter", "alltoall") else 1)
         for lst, tt in ((oop, t), (inp, t * in_place_factor)):

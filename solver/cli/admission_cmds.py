@@ -103,7 +103,7 @@ def admit(jobs_file, cluster, time_limit):
     jobs = [(n, e) for n, e, bad in entries if not bad]
     pending = [(n, e) for n, e, bad in entries if bad]
 
-    def flush_errors(before: int) -> None:
+    def flush_errors(before: float) -> None:
         while pending and pending[0][0] < before:
             _emit(pending.pop(0)[1])
 

@@ -297,52 +297,7 @@ def show(name: str, as_json: bool) -> None:
         _print_pairs(f"cluster family {fam} (use {fam}x<N>)", list(tmpl.items()))
         return
     if kind == "model":
-        facts = model_facts(obj)
-        if as_json:
-            _json({"kind": "model", "name": obj.name, "spec": obj.model_dump(mode="json"), "derived": facts})
-            return
-        s = obj
-        moe = facts.get("moe")
-        rows = [
-            ("layers", s.num_layers), ("hidden", s.hidden_size),
-            ("heads (kv)", f"{s.num_attention_heads} ({s.num_kv_heads}), head_dim {s.head_dim}"),
-            ("ffn", f"{s.ffn_hidden_size} ({'gated, 3 matrices' if s.gated_mlp else '2 matrices'})"
-                    + (" in the dense layers" if moe and moe["num_dense_layers"] else "")),
-            ("vocab", f"{s.vocab_size} ({'tied' if s.tied_embeddings else 'untied'} embeddings)"),
-            ("parameters", f"{facts['num_params']:,} ({_b(facts['num_params'])})"
-                           + (f"; source states {s.nominal_params_b:g}B" if s.nominal_params_b else "")),
-        ]
-        if moe:
-            rows += [
-                ("active per token", f"{facts['num_active_params']:,} ({_b(facts['num_active_params'])}; "
-                                     f"{_b(facts['num_active_params'] - facts['embedding_params'])} without the "
-                                     f"input embedding)"),
-                ("experts", f"{moe['num_experts']} routed of {moe['moe_ffn_hidden_size']}, top-{moe['moe_router_topk']}"
-                            + (f"; shared {moe['shared_expert_ffn']}" + (" (gated)" if s.moe_shared_expert_gate else "")
-                               if moe["shared_expert_ffn"] else "; no shared expert")),
-                ("MoE layers", f"{moe['layer_pattern']} ({moe['num_moe_layers']} MoE, {moe['num_dense_layers']} dense)"),
-                ("router", moe["router"] + ("; dropless" if moe["capacity_factor"] is None
-                                            else f"; capacity factor {moe['capacity_factor']:g}")),
-            ]
-            if moe["mla"]:
-                mla = moe["mla"]
-                rows.append(("multi-latent attention",
-                             f"q_lora_rank {mla['q_lora_rank'] or '- (full-rank Q)'}, kv_lora_rank {mla['kv_lora_rank']}, "
-                             f"qk {mla['qk_head_dim']} + rope {mla['qk_pos_emb_head_dim']}, v {mla['v_head_dim']}"))
-            if moe["mtp_num_layers"]:
-                rows.append(("MTP modules", f"{moe['mtp_num_layers']} (not in the parameter count)"))
-            rows.append(("per layer", f"MoE {moe['moe_layer_params']:,} (active {moe['moe_layer_active_params']:,})"
-                                      + (f", dense {moe['dense_layer_params']:,}" if moe["dense_layer_params"] else "")))
-        else:
-            rows.append(("per layer", f"{facts['params_per_layer']:,}"))
-        _print_pairs(f"model {s.name}", rows + [
-            ("embedding", f"{facts['embedding_params']:,}"),
-            ("FLOPs/token (train)", f"{facts['flops_per_token']:.4g}  (Megatron-LM's count, causal attention)"),
-            ("recipe", f"seq {s.seq_length}, global batch {s.global_batch_size} "
-                       f"({facts['tokens_per_step']:,} tokens/step)"),
-            ("weights (bf16)", f"{facts['weights_bf16_gib']:.1f} GiB"),
-            ("source", s.source), ("notes", s.notes),
-        ])
+        _show_model(obj, as_json)
         return
     if kind == "gpu":
         if as_json:
@@ -350,7 +305,65 @@ def show(name: str, as_json: bool) -> None:
             return
         _print_pairs(f"GPU {obj.name}", [(k, v) for k, v in obj.model_dump().items() if k != "name"])
         return
-    c = obj
+    _show_cluster(obj, as_json)
+
+
+def _show_model(s, as_json: bool) -> None:
+    facts = model_facts(s)
+    if as_json:
+        _json({"kind": "model", "name": s.name, "spec": s.model_dump(mode="json"), "derived": facts})
+        return
+    moe = facts.get("moe")
+    rows = [
+        ("layers", s.num_layers), ("hidden", s.hidden_size),
+        ("heads (kv)", f"{s.num_attention_heads} ({s.num_kv_heads}), head_dim {s.head_dim}"),
+        ("ffn", f"{s.ffn_hidden_size} ({'gated, 3 matrices' if s.gated_mlp else '2 matrices'})"
+                + (" in the dense layers" if moe and moe["num_dense_layers"] else "")),
+        ("vocab", f"{s.vocab_size} ({'tied' if s.tied_embeddings else 'untied'} embeddings)"),
+        ("parameters", f"{facts['num_params']:,} ({_b(facts['num_params'])})"
+                       + (f"; source states {s.nominal_params_b:g}B" if s.nominal_params_b else "")),
+    ]
+    if moe:
+        rows += _moe_rows(s, facts, moe)
+    else:
+        rows.append(("per layer", f"{facts['params_per_layer']:,}"))
+    _print_pairs(f"model {s.name}", rows + [
+        ("embedding", f"{facts['embedding_params']:,}"),
+        ("FLOPs/token (train)", f"{facts['flops_per_token']:.4g}  (Megatron-LM's count, causal attention)"),
+        ("recipe", f"seq {s.seq_length}, global batch {s.global_batch_size} "
+                   f"({facts['tokens_per_step']:,} tokens/step)"),
+        ("weights (bf16)", f"{facts['weights_bf16_gib']:.1f} GiB"),
+        ("source", s.source), ("notes", s.notes),
+    ])
+
+
+def _moe_rows(s, facts: dict, moe: dict) -> list[tuple[str, Any]]:
+    """What `show` says of a mixture-of-experts model: active parameters, experts, layers,
+    router, MLA, MTP, parameters per layer."""
+    rows: list[tuple[str, Any]] = [
+        ("active per token", f"{facts['num_active_params']:,} ({_b(facts['num_active_params'])}; "
+                             f"{_b(facts['num_active_params'] - facts['embedding_params'])} without the "
+                             f"input embedding)"),
+        ("experts", f"{moe['num_experts']} routed of {moe['moe_ffn_hidden_size']}, top-{moe['moe_router_topk']}"
+                    + (f"; shared {moe['shared_expert_ffn']}" + (" (gated)" if s.moe_shared_expert_gate else "")
+                       if moe["shared_expert_ffn"] else "; no shared expert")),
+        ("MoE layers", f"{moe['layer_pattern']} ({moe['num_moe_layers']} MoE, {moe['num_dense_layers']} dense)"),
+        ("router", moe["router"] + ("; dropless" if moe["capacity_factor"] is None
+                                    else f"; capacity factor {moe['capacity_factor']:g}")),
+    ]
+    if moe["mla"]:
+        mla = moe["mla"]
+        rows.append(("multi-latent attention",
+                     f"q_lora_rank {mla['q_lora_rank'] or '- (full-rank Q)'}, kv_lora_rank {mla['kv_lora_rank']}, "
+                     f"qk {mla['qk_head_dim']} + rope {mla['qk_pos_emb_head_dim']}, v {mla['v_head_dim']}"))
+    if moe["mtp_num_layers"]:
+        rows.append(("MTP modules", f"{moe['mtp_num_layers']} (not in the parameter count)"))
+    rows.append(("per layer", f"MoE {moe['moe_layer_params']:,} (active {moe['moe_layer_active_params']:,})"
+                              + (f", dense {moe['dense_layer_params']:,}" if moe["dense_layer_params"] else "")))
+    return rows
+
+
+def _show_cluster(c, as_json: bool) -> None:
     facts = cluster_facts(c)
     if as_json:
         _json({"kind": "cluster", "name": c.name, "spec": c.model_dump(mode="json"), "derived": facts})
@@ -373,9 +386,11 @@ def show(name: str, as_json: bool) -> None:
 @click.argument("kind")
 def schema(kind: str) -> None:
     """JSON Schema of a spec file: model, gpu, cluster or job."""
+    from pydantic import BaseModel
+
     from ..specs import ClusterSpec, GPUSpec, JobSpec, ModelSpec
 
-    classes = {"model": ModelSpec, "gpu": GPUSpec, "cluster": ClusterSpec, "job": JobSpec}
+    classes: dict[str, type[BaseModel]] = {"model": ModelSpec, "gpu": GPUSpec, "cluster": ClusterSpec, "job": JobSpec}
     if kind.lower() not in classes:
         close = difflib.get_close_matches(kind.lower(), _KINDS, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""

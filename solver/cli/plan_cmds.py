@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Optional
 
 import click
 
@@ -160,11 +161,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
     if as_json and fmt != "json":
         raise InputError("--json", f"conflicts with --format {fmt}; give one of them")
     if timeline is not None:
-        check_output(timeline, "--timeline", PLOT_SUFFIXES)  # before any work: no plan lost to a bad name
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
+        _check_timeline(timeline)
     cmp_cfg = parse_compare(compare) if compare is not None else None
     if tolerance_rel is not None and prefer != "simple":
         raise InputError("--tolerance", "applies to --prefer simple only; add --prefer simple or drop --tolerance")
@@ -174,14 +171,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
     if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
         # what the mapping decided (sequence length, what is not modelled): on stderr, stdout stays the plan
         click.echo(f"model {job.model.name}: {job.model.notes}", err=True)
-    links = None
-    if links_file:
-        from ..placement.links import load_links
-
-        links = load_links(links_file, cluster=job.cluster)
-        if links.n != job.cluster.num_nodes:
-            raise InputError("--links", f"{links_file} has {links.n} nodes but {job.cluster.name} has "
-                                        f"{job.cluster.num_nodes}; give a matrix of the cluster's nodes")
+    links = _links_of(links_file, job) if links_file else None
 
     from ..optimize import optimize
 
@@ -197,7 +187,32 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
         from ..render.timeline import render_timeline
 
         drawn = render_timeline(job, result.plan, timeline, field="--timeline")
+    _print_plan(fmt, result, job, torchtitan_version, drawn, hostfile_out)
+    _exit_without_plan(result, time_limit)
 
+
+def _check_timeline(timeline: str) -> None:
+    """Before any work, so that no plan is lost to a bad name or a missing matplotlib."""
+    check_output(timeline, "--timeline", PLOT_SUFFIXES)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError("--timeline", "needs matplotlib: pip install 'solveplan[plot]'") from None
+
+
+def _links_of(links_file: str, job):
+    """The measured link matrix of --links, one node per node of the job's cluster."""
+    from ..placement.links import load_links
+
+    links = load_links(links_file, cluster=job.cluster)
+    if links.n != job.cluster.num_nodes:
+        raise InputError("--links", f"{links_file} has {links.n} nodes but {job.cluster.name} has "
+                                    f"{job.cluster.num_nodes}; give a matrix of the cluster's nodes")
+    return links
+
+
+def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: Optional[dict], hostfile_out) -> None:
+    """The result on stdout as --format asks: json, megatron, torchtitan or the table."""
     if fmt == "json":
         from ..render.json import result_json
 
@@ -231,6 +246,10 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
         if hostfile_out and result.plan is not None:
             con.print(f"hostfile written to {hostfile_out} (Megatron-LM rank order tp-cp-dp-pp)", markup=False)
 
+
+def _exit_without_plan(result, time_limit: float) -> None:
+    """Exit with EXIT_INFEASIBLE or EXIT_NO_PLAN_IN_TIME (saying why on stderr) when the
+    answer is not the plan(s) asked for."""
     if result.status == INFEASIBLE:
         sf = result.shortfall
         msg = sf.message if sf is not None else "no plan fits"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -16,11 +17,13 @@ from .options import OUTPUT, parse_ints
 
 # Layers whose GEMMs are timed by default: a small, a large and a very wide dense model.
 DEFAULT_MODELS = ("llama3.1-8b", "llama3.1-70b", "gpt3-175b")
-TINY_MODEL = {"name": "tiny", "num_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "ffn_hidden_size": 1024,
-              "vocab_size": 1024, "seq_length": 128}
+TINY_MODEL: dict[str, Any] = {"name": "tiny", "num_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+                              "ffn_hidden_size": 1024, "vocab_size": 1024, "seq_length": 128}
 # Causal attention cases (b, heads, seq, head_dim), the shapes of ../shared/data/h200_kernels.json's.
-DEFAULT_ATTENTION = ((1, 32, 4096, 128), (2, 32, 8192, 128), (1, 8, 16384, 128), (4, 32, 2048, 128), (1, 16, 32768, 128))
-TINY_ATTENTION = ((1, 2, 128, 32), (2, 4, 64, 16))
+AttentionCases = tuple[tuple[int, int, int, int], ...]
+DEFAULT_ATTENTION: AttentionCases = ((1, 32, 4096, 128), (2, 32, 8192, 128), (1, 8, 16384, 128), (4, 32, 2048, 128),
+                                     (1, 16, 32768, 128))
+TINY_ATTENTION: AttentionCases = ((1, 2, 128, 32), (2, 4, 64, 16))
 
 
 def _device(torch, wanted: str) -> str:

@@ -191,89 +191,116 @@ def stage_coefficients(
     framework: str = "megatron",
     recompute_modules=None,
 ) -> StageCoefficients:
-    gpu = cluster.gpu
-    stack = frameworks.profile(framework)  # the software stack's terms (frameworks.py); megatron: none
-    t = shapes.tp.astype(np.float64)
-    c = shapes.cp.astype(np.float64)
-    d = shapes.dp.astype(np.float64)
-    p = shapes.pp
-    v = shapes.vp
-    b = shapes.micro_batch_size.astype(np.float64)
-    sp = shapes.sequence_parallel
-    rc = shapes.recompute
-    z = shapes.zero
-    h, f, V, a = model.hidden_size, model.ffn_hidden_size, model.vocab_size, model.num_attention_heads
-    # q and kv widths: attention_geometry below
-    s = float(seq_length)
-    m = shapes.num_microbatches(global_batch_size)
-    rep = np.where(sp, t, 1.0)  # norms, residuals and dropout are replicated over TP unless SP
+    terms = _StageTerms(model, cluster, shapes, dict(
+        global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
+        flash_attention=flash_attention, attention_kernel=attention_kernel, grad_reduce_dtype=grad_reduce_dtype,
+        overlap_grad_reduce=overlap_grad_reduce, tp_comm_overlap=tp_comm_overlap,
+        moe_load_imbalance=moe_load_imbalance, moe_a2a_overlap=moe_a2a_overlap,
+        moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules))
+    terms.layer_compute()
+    terms.tensor_and_context_parallel()
+    terms.data_parallel()
+    terms.stage_ends()
+    terms.overlap_windows()
+    terms.memory()
+    unit, units, ends = terms.per_layer_and_ends()
+    return terms.coefficients(unit, units, ends)
 
-    # ---------------- compute per layer per micro-batch (one GPU) ----------------
-    hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-    mm = matmul_rate(gpu, precision, hbm)  # the precision recipe's GEMM rate (precision.py)
-    cast_bytes = quantize_bytes_per_element(precision)  # and its quantisation traffic
-    M = b * s / c  # tokens of a micro-batch on this GPU
-    # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
-    attn_linears, hq, hkv, head_dim, latent_width = attention_geometry(model, t)
-    g = layer_linears_s(model, attn_linears, M, t, mm, cast_bytes, hbm)
-    gemm_fwd, gemm_bwd, cast_fwd, cast_bwd = g.gemm_fwd, g.gemm_bwd, g.cast_fwd, g.cast_bwd
-    mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
-    core_fwd, core_bwd = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
-                                          flash=flash_attention, kernel=attention_kernel, hbm_bytes_per_s=hbm)
-    el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
-        stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
-        rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
-    # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
-    overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
-    fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
-    bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
-    fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm)
-    # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
-    # attention core alone): the dense layer's modules
-    mods = modules_of(recompute_modules)
-    sel = selective_recompute(model, mods, g, tokens=M, tp=t, rep=rep, core_fwd=core_fwd,
-                              linear_input_bytes=saved_linear_input_bytes(precision), hbm=hbm)
-    core_on = "core_attn" in mods
-    recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, sel.time_s, 0.0))
-    layer_compute = fwd + bwd + recompute_fwd
 
-    # ---------------- tensor-parallel collectives ----------------
-    act_msg = b * (s / c) * h * BF16_BYTES
-    # per pass: 2 all-reduces, or with SP 2 all-gathers + 2 reduce-scatters of equal volume
-    tp_pass = 2 * comm.collective_s("all_reduce", act_msg, cluster, t, 1)
-    phi = comm.interference(gpu.num_sms)  # compute lost while a collective runs beside it
+class _StageTerms:
+    """`stage_coefficients` section by section (the module docstring's parts), each a method
+    run in order; what a section derives and a later one reads is an attribute. The shape's
+    arrays keep their one-letter names (t tp, c cp, d dp, p pp, v vp, b micro-batch, rc
+    recompute, z ZeRO; h hidden, f ffn, V vocabulary, a heads, s sequence, m micro-batches)."""
 
-    def hidden(comm_s, window_s):
-        return overlapped_s(comm_s, window_s, phi)
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, options: dict):
+        self.model, self.cluster, self.shapes = model, cluster, shapes
+        self.precision = options["precision"]
+        self.flash_attention, self.attention_kernel = options["flash_attention"], options["attention_kernel"]
+        self.grad_reduce_dtype, self.overlap_grad_reduce = options["grad_reduce_dtype"], options["overlap_grad_reduce"]
+        self.tp_comm_overlap, self.recompute_modules = options["tp_comm_overlap"], options["recompute_modules"]
+        self.moe_load_imbalance, self.moe_a2a_overlap = options["moe_load_imbalance"], options["moe_a2a_overlap"]
+        self.moe_token_dispatcher = options["moe_token_dispatcher"]
+        self.gpu = cluster.gpu
+        self.stack = frameworks.profile(options["framework"])  # the software stack's terms (frameworks.py); megatron: none
+        self.t = shapes.tp.astype(np.float64)
+        self.c = shapes.cp.astype(np.float64)
+        self.d = shapes.dp.astype(np.float64)
+        self.p = shapes.pp
+        self.v = shapes.vp
+        self.b = shapes.micro_batch_size.astype(np.float64)
+        sp = shapes.sequence_parallel
+        self.rc = shapes.recompute
+        self.z = shapes.zero
+        self.h, self.f, self.V, self.a = model.hidden_size, model.ffn_hidden_size, model.vocab_size, model.num_attention_heads
+        # q and kv widths: attention_geometry (layer_compute)
+        self.s = float(options["seq_length"])
+        self.m = shapes.num_microbatches(options["global_batch_size"])
+        self.rep = np.where(sp, self.t, 1.0)  # norms, residuals and dropout are replicated over TP unless SP
 
-    if tp_comm_overlap:  # Transformer Engine userbuffers: TP collectives pipelined with the GEMMs
-        tp_exposed_fwd = hidden(tp_pass, gemm_fwd)
-        tp_exposed_bwd = hidden(tp_pass, gemm_bwd)
-    else:
-        tp_exposed_fwd = tp_exposed_bwd = tp_pass
-    layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
+    def layer_compute(self) -> None:
+        """Compute per layer per micro-batch (one GPU)."""
+        model, gpu, stack, precision = self.model, self.gpu, self.stack, self.precision
+        t, c, b, s, a, h, f, rep, rc, z = self.t, self.c, self.b, self.s, self.a, self.h, self.f, self.rep, self.rc, self.z
+        self.hbm = hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+        self.mm = mm = matmul_rate(gpu, precision, hbm)  # the precision recipe's GEMM rate (precision.py)
+        cast_bytes = quantize_bytes_per_element(precision)  # and its quantisation traffic
+        self.M = M = b * s / c  # tokens of a micro-batch on this GPU
+        # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
+        attn_linears, self.hq, self.hkv, head_dim, self.latent_width = attention_geometry(model, t)
+        hq, hkv = self.hq, self.hkv
+        self.g = g = layer_linears_s(model, attn_linears, M, t, mm, cast_bytes, hbm)
+        gemm_fwd, gemm_bwd, cast_fwd, cast_bwd = g.gemm_fwd, g.gemm_bwd, g.cast_fwd, g.cast_bwd
+        self.core_fwd, self.core_bwd = core_fwd, core_bwd = attention_core_s(
+            gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=self.flash_attention,
+            kernel=self.attention_kernel, hbm_bytes_per_s=hbm)
+        self.el_fwd, self.el_bwd = el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
+            stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
+            rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
+        # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
+        overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
+        fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
+        bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
+        self.fwd, self.bwd = fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm)
+        # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
+        # attention core alone): the dense layer's modules
+        self.mods = mods = modules_of(self.recompute_modules)
+        self.sel = sel = selective_recompute(model, mods, g, tokens=M, tp=t, rep=rep, core_fwd=core_fwd,
+                                             linear_input_bytes=saved_linear_input_bytes(precision), hbm=hbm)
+        self.core_on = "core_attn" in mods
+        self.recompute_fwd = recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, sel.time_s, 0.0))
+        self.layer_compute_s = fwd + bwd + recompute_fwd
 
-    layer_cp = cp_ring_exposed_s(cluster, kv_chunk_bytes=2 * b * (s / c) * hkv / t * BF16_BYTES, cp=c, tp=t,
-                                 core_fwd=core_fwd, core_bwd=core_bwd, recompute=rc, phi=phi)
+    def hidden(self, comm_s, window_s):
+        """What of a collective stays exposed behind a compute window (compute lost beside it)."""
+        return overlapped_s(comm_s, window_s, self.phi)
 
-    # ---------------- parameters and data-parallel groups ----------------
-    shard = d * c  # the distributed optimizer shards over the DP x CP group (stride tp)
-    grad_bytes = grad_reduce_bytes(precision, grad_reduce_dtype)
-    layer_params_gpu, emb_params_gpu, head_params_gpu = reduced_params_per_gpu(model, t, p)
+    def tensor_and_context_parallel(self) -> None:
+        """The exposed TP collectives and CP ring exchange per layer."""
+        t, c, b, s, h, rc, g = self.t, self.c, self.b, self.s, self.h, self.rc, self.g
+        cluster = self.cluster
+        self.act_msg = act_msg = b * (s / c) * h * BF16_BYTES
+        # per pass: 2 all-reduces, or with SP 2 all-gathers + 2 reduce-scatters of equal volume
+        self.tp_pass = tp_pass = 2 * comm.collective_s("all_reduce", act_msg, cluster, t, 1)
+        self.phi = phi = comm.interference(self.gpu.num_sms)  # compute lost while a collective runs beside it
+        if self.tp_comm_overlap:  # Transformer Engine userbuffers: TP collectives pipelined with the GEMMs
+            tp_exposed_fwd = self.hidden(tp_pass, g.gemm_fwd)
+            tp_exposed_bwd = self.hidden(tp_pass, g.gemm_bwd)
+        else:
+            tp_exposed_fwd = tp_exposed_bwd = tp_pass
+        self.tp_exposed_fwd, self.tp_exposed_bwd = tp_exposed_fwd, tp_exposed_bwd
+        self.layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
+        self.layer_cp = cp_ring_exposed_s(cluster, kv_chunk_bytes=2 * b * (s / c) * self.hkv / t * BF16_BYTES, cp=c,
+                                          tp=t, core_fwd=self.core_fwd, core_bwd=self.core_bwd, recompute=rc, phi=phi)
 
-    def dp_collective(kind, size):
-        return comm.collective_s(kind, size, cluster, shard, t)
+    def dp_collective(self, kind, size):
+        """A collective over the DP x CP group (stride tp)."""
+        return comm.collective_s(kind, size, self.cluster, self.shard, self.t)
 
-    z2_mb = stack.zero2_gathers_every_microbatch
-    layer_zero3, z_edges = sharded_layer_s(
-        ag=dp_collective("all_gather", layer_params_gpu * BF16_BYTES),
-        rs=dp_collective("reduce_scatter", layer_params_gpu * grad_bytes), fwd=fwd, bwd_window=bwd + recompute_fwd,
-        grad_copy=zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / hbm, zero=z,
-        zero2_gathers_every_microbatch=z2_mb, phi=phi)
-
-    def dp_step(params_gpu):
+    def dp_step(self, params_gpu):
         """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters."""
-        grads = params_gpu * grad_bytes
+        z, z2_mb, dp_collective = self.z, self.z2_mb, self.dp_collective
+        grads = params_gpu * self.grad_bytes
         ar = dp_collective("all_reduce", grads)
         rs = dp_collective("reduce_scatter", grads)
         ag_step = dp_collective("all_gather", params_gpu * BF16_BYTES)
@@ -281,129 +308,178 @@ def stage_coefficients(
         gat = np.where((z == 1) | ((z == 2) & (not z2_mb)), ag_step, 0.0)
         return red, gat
 
-    layer_red, layer_ag = dp_step(layer_params_gpu)
-    emb_red, emb_ag = dp_step(emb_params_gpu)
-    head_red, head_ag = dp_step(head_params_gpu)
-    tied_bw, tied_lat = comm.p2p_link(cluster, t * c * d * np.maximum(p - 1, 1))
-    tied = np.where(model.tied_embeddings & (p > 1),
-                    comm.allreduce_s(emb_params_gpu * grad_bytes, 2, tied_bw, tied_lat), 0.0)
-    opt_per_param = ADAM_STEP_BYTES_PER_PARAM / hbm / np.where(z >= 1, shard, 1.0)
+    def data_parallel(self) -> None:
+        """Parameters per GPU, the sharded layers' traffic and the step-level DP reductions."""
+        model, t, c, d, p, z = self.model, self.t, self.c, self.d, self.p, self.z
+        self.shard = shard = d * c  # the distributed optimizer shards over the DP x CP group (stride tp)
+        self.grad_bytes = grad_bytes = grad_reduce_bytes(self.precision, self.grad_reduce_dtype)
+        self.layer_params_gpu, self.emb_params_gpu, self.head_params_gpu = reduced_params_per_gpu(model, t, p)
+        layer_params_gpu = self.layer_params_gpu
+        dp_collective = self.dp_collective
+        self.z2_mb = z2_mb = self.stack.zero2_gathers_every_microbatch
+        self.layer_zero3, self.z_edges = sharded_layer_s(
+            ag=dp_collective("all_gather", layer_params_gpu * BF16_BYTES),
+            rs=dp_collective("reduce_scatter", layer_params_gpu * grad_bytes), fwd=self.fwd,
+            bwd_window=self.bwd + self.recompute_fwd,
+            grad_copy=zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / self.hbm, zero=z,
+            zero2_gathers_every_microbatch=z2_mb, phi=self.phi)
+        self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu)
+        self.emb_red, self.emb_ag = self.dp_step(self.emb_params_gpu)
+        self.head_red, self.head_ag = self.dp_step(self.head_params_gpu)
+        tied_bw, tied_lat = comm.p2p_link(self.cluster, t * c * d * np.maximum(p - 1, 1))
+        self.tied = np.where(model.tied_embeddings & (p > 1),
+                             comm.allreduce_s(self.emb_params_gpu * grad_bytes, 2, tied_bw, tied_lat), 0.0)
+        self.opt_per_param = ADAM_STEP_BYTES_PER_PARAM / self.hbm / np.where(z >= 1, shard, 1.0)
 
-    # ---------------- first / last stage extras ----------------
-    emb_fwd = M * h * BF16_BYTES * 3 / hbm  # gather + dropout
-    emb_bwd = (emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm  # dense gradient of the table
-    bf16mm = {**mm, "flop_per_s": gpu.peak_flop_per_s, "efficiency": gpu.matmul_efficiency, "in_bytes": BF16_BYTES}
-    head_f, head_b = linear_s(M, V / t, h, **bf16mm)
-    ce_fwd, ce_bwd = stack.cross_entropy_bytes or (CROSS_ENTROPY_BYTES_FWD, CROSS_ENTROPY_BYTES_BWD)
-    head_fwd = head_f + M * V / t * ce_fwd / hbm
-    head_bwd = head_b + M * V / t * ce_bwd / hbm
+    def stage_ends(self) -> None:
+        """The first stage's embedding and the last stage's head and loss."""
+        gpu, M, h, V, t, hbm = self.gpu, self.M, self.h, self.V, self.t, self.hbm
+        self.emb_fwd = M * h * BF16_BYTES * 3 / hbm  # gather + dropout
+        self.emb_bwd = (self.emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm  # dense gradient of the table
+        self.bf16mm = bf16mm = {**self.mm, "flop_per_s": gpu.peak_flop_per_s, "efficiency": gpu.matmul_efficiency,
+                                "in_bytes": BF16_BYTES}
+        head_f, head_b = linear_s(M, V / t, h, **bf16mm)
+        ce_fwd, ce_bwd = self.stack.cross_entropy_bytes or (CROSS_ENTROPY_BYTES_FWD, CROSS_ENTROPY_BYTES_BWD)
+        self.head_fwd = head_f + M * V / t * ce_fwd / hbm
+        self.head_bwd = head_b + M * V / t * ce_bwd / hbm
 
-    # ---------------- overlap windows of the step-level DP traffic ----------------
-    # The reduction hides behind the stage's last backward (all chunks: Megatron reduces each
-    # model chunk's gradients once its last backward ends, while the others' run); the
-    # distributed optimizer's all-gather behind the next step's first forward.
-    bwd_hides = (z <= 1) & overlap_grad_reduce
-    fwd_hides = ((z == 1) | ((z == 2) & (not z2_mb))) & overlap_grad_reduce
+    def window(self, fwd_s, bwd_s):
+        """The compute behind which a stage's step-level DP traffic hides."""
+        return np.where(self.bwd_hides, bwd_s, 0.0) + np.where(self.fwd_hides, fwd_s, 0.0)
 
-    def window(fwd_s, bwd_s):
-        return np.where(bwd_hides, bwd_s, 0.0) + np.where(fwd_hides, fwd_s, 0.0)
+    def overlap_windows(self) -> None:
+        """Overlap windows of the step-level DP traffic. The reduction hides behind the stage's
+        last backward (all chunks: Megatron reduces each model chunk's gradients once its last
+        backward ends, while the others' run); the distributed optimizer's all-gather behind the
+        next step's first forward."""
+        z, z2_mb, overlap_grad_reduce = self.z, self.z2_mb, self.overlap_grad_reduce
+        self.bwd_hides = (z <= 1) & overlap_grad_reduce
+        self.fwd_hides = fwd_hides = ((z == 1) | ((z == 2) & (not z2_mb))) & overlap_grad_reduce
+        if overlap_grad_reduce:
+            self.layer_window = self.window(self.fwd + self.tp_exposed_fwd, self.bwd + self.tp_exposed_bwd)
+            self.first_window = np.where(fwd_hides, self.emb_fwd, 0.0)
+            self.last_window = np.where(self.bwd_hides, self.head_bwd, 0.0)
+        else:
+            self.layer_window = self.first_window = self.last_window = np.zeros(len(z))
 
-    if overlap_grad_reduce:
-        layer_window = window(fwd + tp_exposed_fwd, bwd + tp_exposed_bwd)
-        first_window = np.where(fwd_hides, emb_fwd, 0.0)
-        last_window = np.where(bwd_hides, head_bwd, 0.0)
-    else:
-        layer_window = first_window = last_window = np.zeros(len(z))
+    def memory(self) -> None:
+        """Memory per GPU: model state per parameter, activations and working sets."""
+        model, stack, precision, sel = self.model, self.stack, self.precision, self.sel
+        M, h, a, s, t, rep, rc, z = self.M, self.h, self.a, self.s, self.t, self.rep, self.rc, self.z
+        flash_attention = self.flash_attention
+        self.pb, self.gb, self.ob = frameworks.model_state_bytes_per_param(stack, z, self.shard, precision,
+                                                                          self.grad_reduce_dtype)
+        self.act_kw = dict(tokens=M, hidden=h, q_width=self.hq, kv_width=self.hkv, mlp_matrices=model.mlp_matrices,
+                           heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention,
+                           dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision))
+        layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=self.f, **self.act_kw)
+        # selective by module: the score terms stay unless core_attn is recomputed (unfused
+        # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
+        # one layer at a time
+        self.scores = scores = 0.0 if flash_attention or self.core_on else 5.0 * (a / t) * M * s
+        layer_act = layer_act - np.where(rc == 1, sel.freed_bytes - scores + sel.mlp_freed_bytes, 0.0)
+        working = working + np.where(rc == 1, sel.mlp_freed_bytes - scores, 0.0)
+        if self.latent_width:  # multi-latent attention: the latents, kept on every TP rank
+            layer_act = layer_act + np.where(rc == 2, 0.0, self.latent_width * M)
+            working = working + np.where(rc == 2, self.latent_width * M, 0.0)
+        working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * self.layer_params_gpu
+                                      * frameworks.zero3_live_bytes_per_param(stack, self.grad_bytes), 0.0)
+        self.layer_act, self.working = layer_act, working
+        self.first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
+        self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep)  # final norm, head input, logits
+        self.state = self.pb + self.gb + self.ob
 
-    # ---------------- memory ----------------
-    pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision, grad_reduce_dtype)
-    act_kw = dict(tokens=M, hidden=h, q_width=hq, kv_width=hkv, mlp_matrices=model.mlp_matrices, heads=a,
-                  seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0,
-                  linear_input_bytes=saved_linear_input_bytes(precision))
-    layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=f, **act_kw)
-    # selective by module: the score terms stay unless core_attn is recomputed (unfused
-    # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
-    # one layer at a time
-    scores = 0.0 if flash_attention or core_on else 5.0 * (a / t) * M * s
-    layer_act = layer_act - np.where(rc == 1, sel.freed_bytes - scores + sel.mlp_freed_bytes, 0.0)
-    working = working + np.where(rc == 1, sel.mlp_freed_bytes - scores, 0.0)
-    if latent_width:  # multi-latent attention: the latents, kept on every TP rank
-        layer_act = layer_act + np.where(rc == 2, 0.0, latent_width * M)
-        working = working + np.where(rc == 2, latent_width * M, 0.0)
-    working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu
-                                  * frameworks.zero3_live_bytes_per_param(stack, grad_bytes), 0.0)
-    first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
-    last_act = frameworks.last_stage_act_bytes(stack, M, h, V, t, rep)  # final norm, head input, logits
+    def per_layer_and_ends(self) -> tuple[dict, int, dict]:
+        """The dense layer's terms and the first/last stage's extras; a MoE model's layers (and
+        MTP modules) folded into one unit per pipeline layer (`moe_layer.fold_layers`)."""
+        z, pb, gb, ob, state = self.z, self.pb, self.gb, self.ob, self.state
+        layer_params_gpu, opt_per_param = self.layer_params_gpu, self.opt_per_param
+        dense = dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
+                     ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
+                     work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
+                     opt=layer_params_gpu * opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
+                     grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
+                                                                layer_params_gpu * gb, self.layer_act, self.m),
+                     optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
+        ends = dict(first_s=self.emb_fwd + self.emb_bwd + self.z_edges, last_s=self.head_fwd + self.head_bwd,
+                    first_fwd_s=self.emb_fwd, last_bwd_s=self.head_bwd,
+                    first_dp_step_s=self.emb_red + self.emb_ag + self.tied,
+                    last_dp_step_s=self.head_red + self.head_ag + self.tied,
+                    first_optimizer_step_s=self.emb_params_gpu * opt_per_param,
+                    last_optimizer_step_s=self.head_params_gpu * opt_per_param, first_window_s=self.first_window,
+                    last_window_s=self.last_window, first_static_bytes=self.emb_params_gpu * state,
+                    last_static_bytes=self.head_params_gpu * state, first_act_bytes=self.first_act,
+                    last_act_bytes=self.last_act)
+        model = self.model
+        if not (model.is_moe or model.mtp_num_layers):
+            return dense, model.num_layers, ends
+        moe_layer = self.moe_layer() if model.is_moe else None
+        M, h, t = self.M, self.h, self.t
+        proj_f, proj_b = linear_s(M, h / t, 2 * h, **self.mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
+        return fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
+            fwd=proj_f + self.head_fwd, bwd=proj_b + self.head_bwd, params=2 * h * h / t, state=state,
+            opt=opt_per_param, dp_step=self.dp_step, logits=LOGIT_BYTES * M * self.V / t))
 
-    state = pb + gb + ob
-    dense = dict(compute=layer_compute, tp=layer_tp, cp=layer_cp, zero3=layer_zero3, ep=np.zeros(len(z)),
-                 fwd=fwd + tp_exposed_fwd, bwd=bwd + tp_exposed_bwd, work=fwd + bwd, dp_step=layer_red + layer_ag,
-                 opt=layer_params_gpu * opt_per_param, window=layer_window, params=layer_params_gpu * pb,
-                 grads=frameworks.layer_grads_at_peak_bytes(stack, z, shard, layer_params_gpu, layer_params_gpu * gb,
-                                                         layer_act, m),
-                 optim=layer_params_gpu * ob, act=layer_act, working=working)
-    ends = dict(first_s=emb_fwd + emb_bwd + z_edges, last_s=head_fwd + head_bwd, first_fwd_s=emb_fwd,
-                last_bwd_s=head_bwd, first_dp_step_s=emb_red + emb_ag + tied, last_dp_step_s=head_red + head_ag + tied,
-                first_optimizer_step_s=emb_params_gpu * opt_per_param,
-                last_optimizer_step_s=head_params_gpu * opt_per_param, first_window_s=first_window,
-                last_window_s=last_window, first_static_bytes=emb_params_gpu * state,
-                last_static_bytes=head_params_gpu * state, first_act_bytes=first_act, last_act_bytes=last_act)
-    unit, units = dense, model.num_layers
-    if model.is_moe or model.mtp_num_layers:
-        moe_layer = None
-        if model.is_moe:
-            el0_fwd, el0_bwd = elementwise_bytes_per_token(hidden=h, q_width=hq, kv_width=hkv, ffn=0, gated=model.gated_mlp,
-                                                           rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
-            attn_fwd = fwd - mlp_fwd - M * (el_fwd - el0_fwd) / hbm  # the layer without its MLP
-            attn_bwd = bwd - mlp_bwd - M * (el_bwd - el0_bwd) / hbm
-            moe_layer = moe_layer_terms(
-                model, cluster, shapes, M=M, attn_fwd=attn_fwd, attn_bwd=attn_bwd, attn_gemm_fwd=gemm_fwd - mlp_fwd,
-                attn_gemm_bwd=gemm_bwd - mlp_bwd, core_fwd=core_fwd, tp_pass=tp_pass, hidden=hidden,
-                tp_comm_overlap=tp_comm_overlap, layer_cp=layer_cp, dp_step=dp_step, opt_per_param=opt_per_param,
-                window=window, state_bytes=(pb, gb, ob), grad_bytes=grad_bytes, act_kw=act_kw,
-                adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
-                dispatcher=moe_token_dispatcher,
-                latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
-                grad_reduce_dtype=grad_reduce_dtype,
-                imbalance=moe_load_imbalance,
-                selective=dict(mods=mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
-                               attn_working=-scores))
-        proj_f, proj_b = linear_s(M, h / t, 2 * h, **mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
-        unit, units, ends = fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
-            fwd=proj_f + head_fwd, bwd=proj_b + head_bwd, params=2 * h * h / t, state=state, opt=opt_per_param,
-            dp_step=dp_step, logits=LOGIT_BYTES * M * V / t))
+    def moe_layer(self) -> dict:
+        """A MoE layer's terms (`moe_layer.moe_layer_terms`): the dense layer without its MLP, and
+        the experts."""
+        model, M, h, t, rep, hbm, g, sel = self.model, self.M, self.h, self.t, self.rep, self.hbm, self.g, self.sel
+        mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
+        el0_fwd, el0_bwd = elementwise_bytes_per_token(hidden=h, q_width=self.hq, kv_width=self.hkv, ffn=0,
+                                                       gated=model.gated_mlp,
+                                                       rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
+        attn_fwd = self.fwd - mlp_fwd - M * (self.el_fwd - el0_fwd) / hbm  # the layer without its MLP
+        attn_bwd = self.bwd - mlp_bwd - M * (self.el_bwd - el0_bwd) / hbm
+        scores = self.scores
+        return moe_layer_terms(
+            model, self.cluster, self.shapes, M=M, attn_fwd=attn_fwd, attn_bwd=attn_bwd,
+            attn_gemm_fwd=g.gemm_fwd - mlp_fwd, attn_gemm_bwd=g.gemm_bwd - mlp_bwd, core_fwd=self.core_fwd,
+            tp_pass=self.tp_pass, hidden=self.hidden, tp_comm_overlap=self.tp_comm_overlap, layer_cp=self.layer_cp,
+            dp_step=self.dp_step, opt_per_param=self.opt_per_param, window=self.window,
+            state_bytes=(self.pb, self.gb, self.ob), grad_bytes=self.grad_bytes, act_kw=self.act_kw,
+            adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=self.moe_a2a_overlap,
+            dispatcher=self.moe_token_dispatcher,
+            latent_bytes=self.latent_width * M, hbm=hbm, mm=self.mm, bf16mm=self.bf16mm, precision=self.precision,
+            grad_reduce_dtype=self.grad_reduce_dtype,
+            imbalance=self.moe_load_imbalance,
+            selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
+                           attn_working=-scores))
 
-    # ---------------- pipeline boundaries ----------------
-    # each TP rank sends its 1/t of the activations (sequence parallelism, or Megatron's
-    # scatter-gather optimisation: Narayanan et al. 2021 Sec. 4.1), over its own NIC
-    pp_bw, pp_lat = comm.p2p_link(cluster, t * c * d)
-    p2p = 2 * comm.p2p_s(act_msg / t, pp_bw, pp_lat)
-    # interleaved: Megatron overlaps the sends with the other chunk's compute (default on)
-    chunk_work = unit["work"] * units / np.maximum(p * v, 1)
-    boundary = np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
+    def boundary_s(self, unit: dict, units: int) -> np.ndarray:
+        """Pipeline boundaries: each TP rank sends its 1/t of the activations (sequence
+        parallelism, or Megatron's scatter-gather optimisation: Narayanan et al. 2021 Sec. 4.1),
+        over its own NIC; interleaved, Megatron overlaps the sends with the other chunk's
+        compute (default on)."""
+        t, c, d, p, v = self.t, self.c, self.d, self.p, self.v
+        pp_bw, pp_lat = comm.p2p_link(self.cluster, t * c * d)
+        p2p = 2 * comm.p2p_s(self.act_msg / t, pp_bw, pp_lat)
+        chunk_work = unit["work"] * units / np.maximum(p * v, 1)
+        return np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
 
-    return StageCoefficients(
-        num_microbatches=m,
-        pp=p,
-        vp=v,
-        layer_compute_s=unit["compute"],
-        layer_tp_s=unit["tp"],
-        layer_cp_s=unit["cp"],
-        layer_zero3_s=unit["zero3"],
-        layer_fwd_s=unit["fwd"],
-        layer_bwd_s=unit["bwd"],
-        boundary_s=boundary,
-        layer_dp_step_s=unit["dp_step"],
-        layer_optimizer_step_s=unit["opt"],
-        layer_window_s=unit["window"],
-        layer_params_bytes=unit["params"],
-        layer_grads_bytes=unit["grads"],
-        layer_optimizer_bytes=unit["optim"],
-        layer_act_bytes=unit["act"],
-        const_bytes=unit["working"],
-        fragmentation=float(gpu.runtime_reserve_fraction),
-        runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=shapes.ep, etp=shapes.etp),
-        capacity_bytes=float(gpu.hbm_bytes),
-        layer_ep_s=unit["ep"],
-        **ends,
-    )
+    def coefficients(self, unit: dict, units: int, ends: dict) -> StageCoefficients:
+        gpu, t, c, d, p = self.gpu, self.t, self.c, self.d, self.p
+        return StageCoefficients(
+            num_microbatches=self.m,
+            pp=p,
+            vp=self.v,
+            layer_compute_s=unit["compute"],
+            layer_tp_s=unit["tp"],
+            layer_cp_s=unit["cp"],
+            layer_zero3_s=unit["zero3"],
+            layer_fwd_s=unit["fwd"],
+            layer_bwd_s=unit["bwd"],
+            boundary_s=self.boundary_s(unit, units),
+            layer_dp_step_s=unit["dp_step"],
+            layer_optimizer_step_s=unit["opt"],
+            layer_window_s=unit["window"],
+            layer_params_bytes=unit["params"],
+            layer_grads_bytes=unit["grads"],
+            layer_optimizer_bytes=unit["optim"],
+            layer_act_bytes=unit["act"],
+            const_bytes=unit["working"],
+            fragmentation=float(gpu.runtime_reserve_fraction),
+            runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=self.shapes.ep, etp=self.shapes.etp),
+            capacity_bytes=float(gpu.hbm_bytes),
+            layer_ep_s=unit["ep"],
+            **ends,
+        )

@@ -18,7 +18,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class Model:
     y: list
     classes: int
     cells: int
-    objective: object
+    objective: Any  # CP-SAT linear expression
 
 
 def build_model(prob: Problem, hints: tuple = (), at_least: Optional[int] = None,
@@ -252,6 +252,7 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
         elif labels is None:
             info["status"], info["wall_time_s"] = status, time.perf_counter() - t0
             return status, None, None, None, info
+    assert labels is not None and obj is not None, "a plan is known here (the hints' or the first solve's)"
     if bound < obj and left() > 0.1:
         bound, obj, labels = tighten(prob, bound, obj, labels, until(ROWS_END), workers, seed, hints, fl)
         info["row_bound"] = bound

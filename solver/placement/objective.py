@@ -8,6 +8,7 @@ adjacent boundary's p2p), the same integer `Tables.objective` computes for a lab
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..search.cpsat.ortools_cp import cp_model
 from .pricing import Grid, Tables
@@ -18,9 +19,9 @@ class Objective:
     """The objective's expression and its two bottleneck terms (variables), which proven
     floors (`rows.floors`) bound from below."""
 
-    expr: object
-    max_slot: object
-    tail: object
+    expr: Any  # CP-SAT linear expression and variables (ortools is imported as a module object)
+    max_slot: Any
+    tail: Any
 
     def add_floors(self, md: cp_model.CpModel, floors) -> None:
         """`floors` = (max slot, tail) proven lower bounds, or None."""

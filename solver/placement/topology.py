@@ -131,43 +131,7 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     direct: dict[tuple[str, str], tuple[float, float]] = {}
     names: list[str] = []
     for p in paths:
-        hint = None
-        if not Path(p).is_file() and str(p).endswith(":sendrecv"):  # LOG:sendrecv names an unnamed log's test
-            p, hint = str(p)[: -len(":sendrecv")], "sendrecv"
-        p = Path(p)
-        if not p.is_file():
-            raise InputError(str(p), "file does not exist")
-        text = read_text(p, str(p))
-        run = parse_nccl_log(text, name=p.name)
-        op = run.op or hint
-        if op is None:
-            raise InputError(str(p), "the log does not say which nccl-tests binary wrote it (older releases print no "
-                             "test name); if it is a sendrecv_perf run, pass it as LOG:sendrecv")
-        if op != "sendrecv":
-            raise InputError(str(p), f"is a {op}_perf log; import needs sendrecv_perf runs between node pairs")
-        a, b = pair_of_log(p, text, run.hosts)
-        if a == b:
-            raise InputError(str(p), f"both ends of the pair are {a!r}; sendrecv between nodes needs two hosts")
-        rows = [r for r in run.out_of_place if r.size_bytes > 0] or [r for r in run.in_place if r.size_bytes > 0]
-        if not rows:
-            raise InputError(str(p), "no result rows found in this nccl-tests log")
-        big = max(rows, key=lambda r: (r.size_bytes, -r.busbw_gbs))
-        small = min(rows, key=lambda r: (r.size_bytes, r.time_us))
-        if not (big.busbw_gbs > 0 and math.isfinite(big.busbw_gbs)):
-            raise InputError(str(p), f"bus bandwidth at {big.size_bytes} bytes is {big.busbw_gbs}; the run moved no data")
-        slope = run.top_slope()
-        if not slope >= BANDWIDTH_REGIME_SLOPE:  # nan (under 4x of sizes) too
-            growth = (f"its time grows as size^{slope:.2f} over the top quarter of sizes, under the "
-                      f"{BANDWIDTH_REGIME_SLOPE:g} of the bandwidth regime" if not math.isnan(slope)
-                      else "its sizes span less than 4x, too few to tell the bandwidth regime")
-            msg = (f"stops at {big.size_bytes} bytes below the bandwidth regime ({growth}): its "
-                   f"{big.busbw_gbs * 8.0:.4g} Gbit/s is latency, not the link's bandwidth")
-            if not allow_latency_bound:
-                raise InputError(str(p), f"{msg}; rerun sendrecv_perf up to 1 GiB (-b 8 -e 1G -f 2), or pass "
-                                         f"--allow-latency-bound to write it anyway")
-            if notes is not None:
-                notes.append(f"{p}: {msg}; written anyway (--allow-latency-bound)")
-        val = (big.busbw_gbs * 8.0, small.time_us)
+        a, b, val = _pair_measurement(p, allow_latency_bound, notes)
         for h in (a, b):
             if h not in names:
                 names.append(h)
@@ -181,6 +145,56 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     unknown = [h for h in names if h not in order]
     if unknown:
         raise InputError("hosts", f"unknown host {unknown[0]!r} in the logs; it is not among {', '.join(order[:8])}")
+    bw, lat = _pair_matrices(order, found)
+    return LinkMatrix(tuple(order), bw, lat, True, f"nccl-tests sendrecv_perf, {len(paths)} logs")
+
+
+def _pair_measurement(log: str | Path, allow_latency_bound: bool, notes: Optional[list[str]]
+                      ) -> tuple[str, str, tuple[float, float]]:
+    """One sendrecv_perf log (`LOG:sendrecv` names an unnamed log's test): its node pair and
+    (bandwidth Gbit/s, latency us), as `import_nccl_logs` says."""
+    hint = None
+    if not Path(log).is_file() and str(log).endswith(":sendrecv"):
+        log, hint = str(log)[: -len(":sendrecv")], "sendrecv"
+    p = Path(log)
+    if not p.is_file():
+        raise InputError(str(p), "file does not exist")
+    text = read_text(p, str(p))
+    run = parse_nccl_log(text, name=p.name)
+    op = run.op or hint
+    if op is None:
+        raise InputError(str(p), "the log does not say which nccl-tests binary wrote it (older releases print no "
+                         "test name); if it is a sendrecv_perf run, pass it as LOG:sendrecv")
+    if op != "sendrecv":
+        raise InputError(str(p), f"is a {op}_perf log; import needs sendrecv_perf runs between node pairs")
+    a, b = pair_of_log(p, text, run.hosts)
+    if a == b:
+        raise InputError(str(p), f"both ends of the pair are {a!r}; sendrecv between nodes needs two hosts")
+    rows = [r for r in run.out_of_place if r.size_bytes > 0] or [r for r in run.in_place if r.size_bytes > 0]
+    if not rows:
+        raise InputError(str(p), "no result rows found in this nccl-tests log")
+    big = max(rows, key=lambda r: (r.size_bytes, -r.busbw_gbs))
+    small = min(rows, key=lambda r: (r.size_bytes, r.time_us))
+    if not (big.busbw_gbs > 0 and math.isfinite(big.busbw_gbs)):
+        raise InputError(str(p), f"bus bandwidth at {big.size_bytes} bytes is {big.busbw_gbs}; the run moved no data")
+    slope = run.top_slope()
+    if not slope >= BANDWIDTH_REGIME_SLOPE:  # nan (under 4x of sizes) too
+        growth = (f"its time grows as size^{slope:.2f} over the top quarter of sizes, under the "
+                  f"{BANDWIDTH_REGIME_SLOPE:g} of the bandwidth regime" if not math.isnan(slope)
+                  else "its sizes span less than 4x, too few to tell the bandwidth regime")
+        msg = (f"stops at {big.size_bytes} bytes below the bandwidth regime ({growth}): its "
+               f"{big.busbw_gbs * 8.0:.4g} Gbit/s is latency, not the link's bandwidth")
+        if not allow_latency_bound:
+            raise InputError(str(p), f"{msg}; rerun sendrecv_perf up to 1 GiB (-b 8 -e 1G -f 2), or pass "
+                                     f"--allow-latency-bound to write it anyway")
+        if notes is not None:
+            notes.append(f"{p}: {msg}; written anyway (--allow-latency-bound)")
+    return a, b, (big.busbw_gbs * 8.0, small.time_us)
+
+
+def _pair_matrices(order: list[str], found: dict[tuple[str, str], tuple[float, float]]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Bandwidth and latency of every ordered pair of the hosts `order`; each must be measured."""
     n = len(order)
     bw = np.full((n, n), np.nan)
     lat = np.full((n, n), np.nan)
@@ -196,7 +210,7 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     if missing:
         raise InputError("logs", f"no measurement for {len(missing)} node pair(s), e.g. {', '.join(missing[:4])}; run "
                          "sendrecv_perf for every pair")
-    return LinkMatrix(tuple(order), bw, lat, True, f"nccl-tests sendrecv_perf, {len(paths)} logs")
+    return bw, lat
 
 
 # ---------------------------------------------------------------- summary

@@ -13,7 +13,7 @@ plan at least that good, and it refutes an INFEASIBLE verdict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -135,8 +135,34 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
     shapes, co = shapes.take(idx), co.take(idx)
     t_lb = time_lower_bound_s(co, L)
 
-    # plans known per shape: balanced splits, searched in order of the time lower bound and
-    # stopped once the bound of the next shape exceeds the K-th best (branch-and-bound order)
+    known = _balanced_plans(co, shapes, t_lb, L, K, dl)
+    inc_layers = None
+    if np.isfinite(known).any():
+        k = int(np.argmin(known))
+        inc_layers = balanced_split(L, int(shapes.pp[k]))
+    n_time = 0
+    derived = None
+    dl.check()
+    surv = _Survivors(shapes, co, t_lb, known)
+    if prune_time and len(shapes):
+        pruned = _prune_by_time(job, surv, inc_layers, K)
+        surv, inc_layers, n_time, derived = pruned.survivors, pruned.inc_layers, pruned.num_pruned_time, pruned.derived
+        n_mem += pruned.num_no_split_fits
+    known = surv.known
+    inc = int(np.argmin(known)) if np.isfinite(known).any() else None
+    cands = Candidates(job, surv.shapes, surv.co, surv.t_lb, inc, float(known[inc]) if inc is not None else float("inf"),
+                       inc_layers if inc is not None else None, space.num_legal, num_dominated, n_mem, n_time,
+                       min_lb, least_shapes)
+    if derived is not None:
+        cands._keep_derived(*derived)
+    return cands
+
+
+def _balanced_plans(co: StageCoefficients, shapes: Shapes, t_lb: np.ndarray, L: int, K: int,
+                    dl: Deadline) -> np.ndarray:
+    """Plans known per shape (step time, inf where none): balanced splits, searched in order of
+    the time lower bound and stopped once the bound of the next shape exceeds the K-th best
+    (branch-and-bound order)."""
     known = np.full(len(shapes), np.inf)
     order = np.argsort(t_lb, kind="stable")
     chunk = 256
@@ -147,45 +173,58 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
         sel = order[start:start + chunk]
         step, _, fits = step_time_batch(co.take(sel), balanced_layers_matrix(L, shapes.pp[sel]))
         known[sel] = np.where(fits, step, np.inf)
-    inc_layers = None
-    if np.isfinite(known).any():
-        k = int(np.argmin(known))
-        inc_layers = balanced_split(L, int(shapes.pp[k]))
+    return known
+
+
+@dataclass
+class _Survivors:
+    """The shapes still in, with their coefficients, time lower bounds and best known steps."""
+
+    shapes: Shapes
+    co: StageCoefficients
+    t_lb: np.ndarray
+    known: np.ndarray
+
+    def take(self, idx: np.ndarray) -> "_Survivors":
+        return _Survivors(self.shapes.take(idx), self.co.take(idx), self.t_lb[idx], self.known[idx])
+
+
+class _TimePruned(NamedTuple):
+    survivors: _Survivors
+    inc_layers: Optional[list[int]]
+    num_pruned_time: int
+    num_no_split_fits: int
+    derived: tuple  # (form, splits, index) for `Candidates._keep_derived`
+
+
+def _prune_by_time(job: JobSpec, surv: _Survivors, inc_layers: Optional[list[int]], K: int) -> _TimePruned:
+    """Drop the shapes whose time lower bound exceeds the K-th best known plan, in two rounds:
+    against the balanced plans, then with the per-stage memory limits: shapes with no fitting
+    split go (exact), the largest-slot bound becomes memory-aware, and the water-filled split
+    of each shape may improve (or, when no balanced split fits, provide) the known plans."""
+    L = job.model.num_pipeline_units
     n_time = 0
-    derived = None
-    dl.check()
-    if prune_time and len(shapes):
-        if np.isfinite(known).any():
-            keep = t_lb <= _kth(known, K) * (1 + 1e-9)
-            n_time = int((~keep).sum())
-            kidx = np.flatnonzero(keep)
-            shapes, co, t_lb, known = shapes.take(kidx), co.take(kidx), t_lb[kidx], known[kidx]
-        # second round on the survivors, with the per-stage memory limits: shapes with no
-        # fitting split go (exact), the largest-slot bound becomes memory-aware, and the
-        # water-filled split of each shape may improve (or, when no balanced split fits,
-        # provide) the known plans
-        form = linear_form(co, L)
-        feasible = memory_feasible(form, L)
-        n_mem += int((~feasible).sum())
-        slot_lb, splits = slot_waterfill(form, L)
-        if job.constraints.uneven_split:  # an even-split job keeps its balanced plans
-            step, _, fits = step_time_batch(co, splits)
-            better = feasible & fits & (step < known)
-            if better.any() and step[better].min() < known.min():
-                k = int(np.flatnonzero(better)[np.argmin(step[better])])
-                inc_layers = [int(x) for x in splits[k, :int(shapes.pp[k])]]
-            known = np.where(better, step, known)
-        else:
-            splits = None
-        t_lb = np.where(feasible, np.minimum(time_lower_bound_s(co, L, slot_lb), known), np.inf)
-        kidx = np.flatnonzero(feasible & (t_lb <= _kth(known, K) * (1 + 1e-9)))
-        n_time += len(shapes) - len(kidx) - int((~feasible).sum())
-        shapes, co, t_lb, known = shapes.take(kidx), co.take(kidx), t_lb[kidx], known[kidx]
-        derived = (form, splits, kidx)
-    inc = int(np.argmin(known)) if np.isfinite(known).any() else None
-    cands = Candidates(job, shapes, co, t_lb, inc, float(known[inc]) if inc is not None else float("inf"),
-                       inc_layers if inc is not None else None, space.num_legal, num_dominated, n_mem, n_time,
-                       min_lb, least_shapes)
-    if derived is not None:
-        cands._keep_derived(*derived)
-    return cands
+    if np.isfinite(surv.known).any():
+        keep = surv.t_lb <= _kth(surv.known, K) * (1 + 1e-9)
+        n_time = int((~keep).sum())
+        surv = surv.take(np.flatnonzero(keep))
+    co, known = surv.co, surv.known
+    form = linear_form(co, L)
+    feasible = memory_feasible(form, L)
+    n_infeasible = int((~feasible).sum())
+    splits: Optional[np.ndarray]
+    slot_lb, splits = slot_waterfill(form, L)
+    if job.constraints.uneven_split:  # an even-split job keeps its balanced plans
+        step, _, fits = step_time_batch(co, splits)
+        better = feasible & fits & (step < known)
+        if better.any() and step[better].min() < known.min():
+            k = int(np.flatnonzero(better)[np.argmin(step[better])])
+            inc_layers = [int(x) for x in splits[k, :int(surv.shapes.pp[k])]]
+        known = np.where(better, step, known)
+    else:
+        splits = None
+    t_lb = np.where(feasible, np.minimum(time_lower_bound_s(co, L, slot_lb), known), np.inf)
+    kidx = np.flatnonzero(feasible & (t_lb <= _kth(known, K) * (1 + 1e-9)))
+    n_time += len(surv.shapes) - len(kidx) - int((~feasible).sum())
+    surv = _Survivors(surv.shapes, co, t_lb, known).take(kidx)
+    return _TimePruned(surv, inc_layers, n_time, n_infeasible, (form, splits, kidx))

@@ -136,9 +136,10 @@ def simplest(job: JobSpec, ref: dict, optimum_s: float, tol: float, deadline: fl
         if progress is not None:
             progress({"method": "simple", "phase": f"tie-break level exotic={a} uneven={int(uneven)} changed={c}",
                       "best_s": optimum_s, "bound_s": None, "elapsed_s": None, "final": False})
-        cands = prepare(job if uneven else even_job, apply_dominance=False,
-                        keep=lambda sh, a=a, c=c: (exotic_count(sh) == a) & (changed_count(sh, ref) == c),
-                        **(prepare_kwargs or {}))
+        def in_level(sh: Shapes, a: int = a, c: int = c) -> np.ndarray:
+            return (exotic_count(sh) == a) & (changed_count(sh, ref) == c)
+
+        cands = prepare(job if uneven else even_job, apply_dominance=False, keep=in_level, **(prepare_kwargs or {}))
         lv = Level(a, uneven, c, n, INFEASIBLE, threshold_s=threshold)
         levels.append(lv)
         if cands.num_survivors == 0:

@@ -199,7 +199,7 @@ def _constraints(data: Optional[dict], where: str) -> Optional[dict]:
 
 def _clusters(entries: list, where: str) -> list[tuple[Any, Optional[float]]]:
     """(cluster ref, price) per cluster; a pool expands into one `<family>x<N>` per size."""
-    out = []
+    out: list[tuple[Any, Optional[float]]] = []
     for i, entry in enumerate(entries):
         if isinstance(entry, dict) and ("family" in entry or "num_gpus" in entry):
             pool = _validate(Pool, entry, f"{where}[{i}].")
@@ -207,6 +207,11 @@ def _clusters(entries: list, where: str) -> list[tuple[Any, Optional[float]]]:
         else:
             out.append((entry, None))
     return out
+
+
+def _axis(values: Optional[list]) -> list:
+    """The values of a product axis; [None] (each scenario left to the defaults) when not given."""
+    return values or [None]
 
 
 def _no_repeats(values: list, where: str) -> None:
@@ -241,19 +246,18 @@ def expand(grid: Grid, base_dir: str = ".", max_scenarios: int = MAX_SCENARIOS) 
         raise InputError("grid", "nothing to plan: give models and clusters (their product is planned) and/or scenarios")
     rows: list[tuple[str, dict]] = []
     if given:
+        assert grid.models is not None and grid.clusters is not None  # a product grid has both (above)
         for key in PRODUCT_KEYS:
             if getattr(grid, key) is not None:
                 _no_repeats(getattr(grid, key), key)
         clusters = _clusters(grid.clusters, "clusters")
         _no_repeats([c for c, _ in clusters], "clusters (after pools are expanded)")
-        _check_count(math.prod(len(x) for x in (grid.models, clusters, grid.global_batch_sizes or [None],
-                                                 grid.seq_lengths or [None], grid.precisions or [None],
-                                                 grid.frameworks or [None], grid.constraints or [None]))
+        axes = (_axis(grid.global_batch_sizes), _axis(grid.seq_lengths), _axis(grid.precisions),
+                _axis(grid.frameworks))
+        _check_count(math.prod(len(x) for x in (grid.models, clusters, *axes, _axis(grid.constraints)))
                      + len(grid.scenarios or []), max_scenarios)
-        cons = [_constraints(c, f"constraints[{i}]") for i, c in enumerate(grid.constraints or [None])]
-        for model, (cluster, price), gbs, seq, prec, fw, con in itertools.product(
-                grid.models, clusters, grid.global_batch_sizes or [None], grid.seq_lengths or [None],
-                grid.precisions or [None], grid.frameworks or [None], cons):
+        cons = [_constraints(c, f"constraints[{i}]") for i, c in enumerate(_axis(grid.constraints))]
+        for model, (cluster, price), gbs, seq, prec, fw, con in itertools.product(grid.models, clusters, *axes, cons):
             rows.append(("product", _inputs(model, cluster, price, gbs, seq, prec, con, grid.prefer, fw)))
     for i, sc in enumerate(grid.scenarios or []):
         con = _constraints(sc.constraints, f"scenarios[{i}].constraints")

@@ -137,8 +137,7 @@ def solve_exhaustive(job: JobSpec, nodes: NodeSet, max_nodes: int = EXHAUSTIVE_M
                      + np.maximum(tail.max(axis=2), 0.0))
                 t = np.where((lay[None] <= costs.limit[:, None, :]).all(axis=2), t, np.inf)
                 evals += t.size
-                i, r = np.unravel_index(int(np.argmin(t)), t.shape)
-                val = float(t[i, r])
+                val = float(t[np.unravel_index(int(np.argmin(t)), t.shape)])
                 if not math.isfinite(val):
                     continue
                 # the smallest value, then the first shape in rank order among equal values

@@ -74,14 +74,15 @@ def pool_patterns(sizes: list[int], per_stage: int, pp: int) -> Iterator[tuple[i
                         seen.add(pat)
                         yield pat
         else:
-            pat, need = [], pp
+            filled: list[int] = []
+            need = pp
             for pl in order:
                 take = min(cap[pl], need)
-                pat += [pl] * take
+                filled += [pl] * take
                 need -= take
-            if need == 0 and tuple(pat) not in seen:
-                seen.add(tuple(pat))
-                yield tuple(pat)
+            if need == 0 and tuple(filled) not in seen:
+                seen.add(tuple(filled))
+                yield tuple(filled)
 
 
 def stage_nodes(orders: list[list[int]], pattern, per_stage: int) -> tuple[tuple[int, ...], ...]:
@@ -131,7 +132,7 @@ def repair(nodes: NodeSet, pattern, node_lists, orders: list[list[int]], score, 
             lv = [nodes.group_level(trial[u]) for u in ss] + [nodes.cross_level(trial[b], trial[b + 1]) for b in bs]
             return (min(lv), sum(lv))
 
-        cands = []
+        cands: list[tuple] = []  # (affected levels, stage, node out or None, node in or None, other stage or None)
         for s, i in bad:
             if dl.expired():
                 return tuple(tuple(sorted(st)) for st in stages)
@@ -216,7 +217,7 @@ def heuristic_plans(prices: Prices, stage_nodes_of: np.ndarray, shapes_idx, unev
         ks = shapes_idx[(keys[:, 0] == pp) & (keys[:, 1] == n)]
         pats = list(pool_patterns(sizes, n, pp))
         for k in ks.tolist() if extra else ():
-            pat = extra.get(k)
+            pat = extra.get(k) if extra else None
             if pat is not None and pat not in pats and all(pat.count(pl) * n <= sizes[pl] for pl in set(pat)):
                 pats.append(pat)
         tried = []

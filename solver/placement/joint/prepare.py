@@ -176,7 +176,7 @@ def _prepare(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, b
     # the relaxation, chunk by chunk in order of the cheaper bounds: the heuristic tries each
     # chunk's survivors at once, so a better incumbent prunes the chunks after it
     order = np.argsort(bound, kind="stable")
-    surv, lbs, n_mem, outside = [], [], 0, np.inf
+    surv_parts, lb_parts, n_mem, outside = [], [], 0, np.inf
     k_inc = _index(js.shapes, best_row) if best is not None else None
     if k_inc is not None:  # the incumbent's shape goes first: it is always a candidate
         order = np.concatenate([[k_inc], order[order != k_inc]])
@@ -211,13 +211,22 @@ def _prepare(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, b
             if found is not None and found is not local and (best is None or found.objective_s < best.objective_s):
                 k_inc = int(chunk[keep[found.k]])
                 best_row, best = js.shapes.row(k_inc), found
-        surv.append(chunk[keep])
-        lbs.append(lb[keep])
-    surv = np.concatenate(surv) if surv else np.zeros(0, dtype=np.int64)
-    lbs = np.concatenate(lbs) if lbs else np.zeros(0)
+        surv_parts.append(chunk[keep])
+        lb_parts.append(lb[keep])
+    surv = np.concatenate(surv_parts) if surv_parts else np.zeros(0, dtype=np.int64)
+    lbs = np.concatenate(lb_parts) if lb_parts else np.zeros(0)
     if prune_time:
         sel = cut(lbs) | (surv == (k_inc if k_inc is not None else -1))
         surv, lbs = surv[sel], lbs[sel]
+    return _survivors(job, nodes, js, surv, lbs, best, k_inc, n_shapes, n_mem, outside)
+
+
+def _survivors(job: JobSpec, nodes: NodeSet, js: JointShapes, surv: np.ndarray, lbs: np.ndarray,
+               best: Optional[Assignment], k_inc: Optional[int], n_shapes: int, n_mem: int, outside: float
+               ) -> JointCandidates:
+    """The candidates: the surviving shapes `surv` (indices into `js`) in index order with their
+    bounds `lbs`, priced, and the incumbent (shape `k_inc` of `js`) re-indexed and evaluated;
+    `n_shapes` expanded, `n_mem` of them without a split that fits."""
     srt = np.argsort(surv, kind="stable")
     surv, lbs = surv[srt], lbs[srt]
     prices = Prices(job, nodes, js.shapes.take(surv))

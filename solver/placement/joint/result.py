@@ -31,7 +31,7 @@ class PlacedStage(Stage):
 
 
 class PlacedPlan(Plan):
-    stages: list[PlacedStage]
+    stages: list[PlacedStage]  # type: ignore[assignment]  # pydantic narrows the field
     gpus_per_pool: dict[str, int]
     idle_nodes: list[str]
     hostfile: str
@@ -71,8 +71,8 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
             data_parallel_link_gbit_per_s=_gbit(nodes, ring[s]),
             next_boundary_gbit_per_s=_gbit(nodes, bnd[s]) if s < len(bnd) else None))
     per_pool: dict[str, int] = {}
-    for s, st in enumerate(a.nodes):
-        per_pool[pools[a.pools[s]].name] = per_pool.get(pools[a.pools[s]].name, 0) + len(st) * g
+    for s, stage_nodes in enumerate(a.nodes):
+        per_pool[pools[a.pools[s]].name] = per_pool.get(pools[a.pools[s]].name, 0) + len(stage_nodes) * g
     return PlacedPlan(
         model=job.model.name, cluster=job.cluster.name, num_gpus=n_gpus, global_batch_size=job.global_batch_size,
         seq_length=job.seq_length, framework=job.framework, parallel=par, layers_per_stage=[int(x) for x in a.layers],
@@ -125,7 +125,8 @@ def _best_level(nodes: NodeSet, i: int) -> int:
 
 
 def _ranges(xs: list[int]) -> str:
-    out, start = [], xs[0]
+    out: list[str] = []
+    start: Optional[int] = xs[0]
     for prev, cur in zip(xs, xs[1:] + [None]):
         if cur != prev + 1 if cur is not None else True:
             out.append(f"{start}" if start == prev else f"{start}-{prev}")

@@ -39,7 +39,7 @@ class JointResult(SolveResult):
     keeps off the critical path; top-k fields and rule as `optimize.OptimizeResult`'s."""
 
     plan: Optional[PlacedPlan] = None
-    alternatives: list[PlacedPlan] = []
+    alternatives: list[PlacedPlan] = []  # type: ignore[assignment]  # pydantic narrows the field
     pools_alone: list[Comparison] = []
     default_order: Optional[Comparison] = None
     explanation: list[str] = []

@@ -103,7 +103,9 @@ def batches(cands: JointCandidates, ks: np.ndarray, budget_rows: int) -> list[np
     """The shapes `ks` (in order of their bound) cut into consecutive batches of at most
     `budget_rows` estimated rows (at least one shape each)."""
     rows = model_rows(cands, ks)
-    out, cur, used = [], [], 0
+    out: list[np.ndarray] = []
+    cur: list[int] = []
+    used = 0
     for k, r in zip(ks.tolist(), rows.tolist()):
         if cur and used + r > budget_rows:
             out.append(np.array(cur, dtype=np.int64))
@@ -113,6 +115,35 @@ def batches(cands: JointCandidates, ks: np.ndarray, budget_rows: int) -> list[np
     if cur:
         out.append(np.array(cur, dtype=np.int64))
     return out
+
+
+@dataclass
+class _Search:
+    """The branch and bound's state: the best plan so far (k indexes the candidates), its
+    objective in quanta, the model that proved it optimal with its batch (None otherwise), the
+    bounds of the shapes decided or left out, and whether every shape was decided."""
+
+    cands: JointCandidates
+    q: float  # seconds per quantum
+    t0: float
+    end: float  # perf_counter time the search must end by
+    best: Optional[Assignment]
+    best_q: Optional[int] = None
+    best_jm: Optional[tuple[JointModel, np.ndarray]] = None
+    bounds_s: list = field(default_factory=list)
+    resolved: bool = True
+    stats: dict = field(default_factory=lambda: {"shapes_in_model": 0, "models": 0})
+    notes: list[str] = field(default_factory=list)
+
+    def out_of_time(self) -> bool:
+        return time.perf_counter() >= self.end - 0.05
+
+    def stop_short(self, batch: np.ndarray, note: str) -> None:
+        """The time limit is spent before `batch` and the batches after it are solved: their
+        relaxation bounds stand."""
+        self.resolved = False
+        self.bounds_s.append(float(self.cands.lower_bound_s[batch].min()))
+        self.notes.append(note)
 
 
 def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, seed: int = 0,
@@ -131,91 +162,119 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     `progress(info)`: before each model, the phase, the best plan and that bound so far."""
     t0 = time.perf_counter()
     dl = deadline if deadline is not None else Deadline()
-    deadline = t0 + min(float(time_limit_s), dl.left_s())
-    pr = cands.prices
-    stats: dict = {"shapes_in_model": 0, "models": 0}
-    notes: list[str] = []
+    end = t0 + min(float(time_limit_s), dl.left_s())
     if cands.num_survivors == 0:
-        if math.isfinite(cands.outside_bound_s):
-            notes.append("the time limit was spent before any shape was bounded: no plan")
-            return JointOutcome(UNKNOWN, None, None, None, None, stats, notes)
-        notes.append("no shape has a layer split that fits on any pool's GPUs")
-        return JointOutcome(INFEASIBLE, None, None, None, None, stats, notes)
+        return _nothing_to_model(cands)
     inc = cands.incumbent
     ref = cands.incumbent_step_s if inc is not None else 4.0 * float(np.max(cands.lower_bound_s))
     q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
-    rank = shape_ranks(cands)
+    pr = cands.prices
     tolerance = (3 * pr.L + 3 * int(pr.shapes.pp.max()) + 3) * q + 1e-9 * ref
-    best, best_q, best_jm = inc, None, None
+    search = _Search(cands, q, t0, end, inc, bounds_s=[cands.outside_bound_s])
     if inc is not None:
-        best_q = objective_q(int_tables(cands, [inc.k], q), cands, 0, inc)
-    lb = cands.lower_bound_s
-    pending = np.argsort(lb, kind="stable")
-    bounds_s = [cands.outside_bound_s]  # of the shapes already decided or left out
-    resolved = True
+        search.best_q = objective_q(int_tables(cands, [inc.k], q), cands, 0, inc)
+    rank = shape_ranks(cands)
+    pending = np.argsort(cands.lower_bound_s, kind="stable")
     for batch in batches(cands, pending, MODEL_ROWS):
-        if best_q is not None:
-            batch = batch[lb[batch] <= best_q * q * (1 + 1e-9)]
+        if search.best_q is not None:
+            batch = batch[cands.lower_bound_s[batch] <= search.best_q * q * (1 + 1e-9)]
         if not len(batch):
             continue
-        if time.perf_counter() >= deadline - 0.05:
-            resolved = False
-            bounds_s.append(float(lb[batch].min()))
-            notes.append(f"the time limit was spent before {len(batch)} shape(s) and those after them were "
-                         f"modelled: their relaxation bounds stand")
+        if not _model_batch(search, np.sort(batch), len(pending), rank, fixed_layers, workers, seed, progress,
+                            float(time_limit_s), dl):
             break
-        batch = np.sort(batch)
-        if progress is not None:
-            progress({"method": "joint", "phase": f"CP-SAT model {stats['models'] + 1} ({len(batch)} shapes; "
-                                                  f"{stats['shapes_in_model']} of {len(pending)} modelled)",
-                      "best_s": best_q * q if best_q is not None else None,
-                      "bound_s": min(bounds_s + [float(lb[batch].min())]), "elapsed_s": time.perf_counter() - t0,
-                      "limit_s": float(time_limit_s), "final": False})
-        hint = (int(np.flatnonzero(batch == best.k)[0]), best) if best is not None and best.k in batch else None
-        t_build = time.perf_counter()
-        jm = build_joint_model(cands, int_tables(cands, batch, q), best_q, rank[batch], hint=hint,
-                               fixed_layers=fixed_layers)
-        stats["models"] += 1
-        stats["shapes_in_model"] += len(batch)
-        stats.update({k: v for k, v in jm.stats.items() if k != "shapes_in_model"})
-        stats["build_time_s"] = stats.get("build_time_s", 0.0) + (time.perf_counter() - t_build)
-        if time.perf_counter() >= deadline - 0.05:
-            resolved = False
-            bounds_s.append(float(lb[batch].min()))
-            notes.append("the time limit was spent building a model: the relaxation bounds of its shapes stand")
-            break
-        stats.update(check_scaling(jm.model))
-        solver, st = solve_model(jm.model, deadline - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
-        _phase("optimize", solver, st, stats)
-        status = plan_status(st)
-        if status == OPTIMAL:
-            value = int(round(solver.objective_value))
-            bounds_s.append(value * q)
-            if best_q is None or value < best_q or (best_jm is None and value <= best_q):
-                best, best_q, best_jm = _global(read_plan(jm, solver, cands), batch), value, (jm, batch)
-        elif status == INFEASIBLE:
-            if best_q is None:
-                continue  # no plan of these shapes fits: nothing to bound
-            bounds_s.append(best_q * q)
-        else:  # stopped short: its own bound, and the rest keep theirs
-            resolved = False
-            if status == FEASIBLE:
-                value = int(round(solver.objective_value))
-                bounds_s.append(math.floor(solver.best_objective_bound + 1e-9) * q)
-                if best_q is None or value < best_q:
-                    best, best_q, best_jm = _global(read_plan(jm, solver, cands), batch), value, None
-            else:
-                bounds_s.append(float(lb[batch].min()))
-            break
-    if best is None:  # INFEASIBLE only when every shape was decided
-        none_fit = resolved and not math.isfinite(cands.outside_bound_s)
-        return JointOutcome(INFEASIBLE if none_fit else UNKNOWN, None, None, None, tolerance, stats, notes)
-    status = OPTIMAL if resolved and cands.outside_bound_s >= best_q * q else FEASIBLE
+    best, best_q = search.best, search.best_q
+    if best is None or best_q is None:  # INFEASIBLE only when every shape was decided (best_q: set with best)
+        none_fit = search.resolved and not math.isfinite(cands.outside_bound_s)
+        return JointOutcome(INFEASIBLE if none_fit else UNKNOWN, None, None, None, tolerance, search.stats,
+                            search.notes)
+    return _outcome(search, best, best_q, tolerance, workers, seed, dl)
+
+
+def _nothing_to_model(cands: JointCandidates) -> JointOutcome:
+    """No candidate: the time limit passed before any shape was bounded, or none fits."""
+    stats: dict = {"shapes_in_model": 0, "models": 0}
+    if math.isfinite(cands.outside_bound_s):
+        return JointOutcome(UNKNOWN, None, None, None, None, stats,
+                            ["the time limit was spent before any shape was bounded: no plan"])
+    return JointOutcome(INFEASIBLE, None, None, None, None, stats,
+                        ["no shape has a layer split that fits on any pool's GPUs"])
+
+
+def _model_batch(search: _Search, batch: np.ndarray, num_pending: int, rank: np.ndarray,
+                 fixed_layers: Optional[tuple[int, ...]], workers: int, seed: int, progress, time_limit_s: float,
+                 dl: Deadline) -> bool:
+    """Build and solve the model of the shapes `batch` (sorted), capped at the best plan so far,
+    and take its answer; False when the search stops here."""
+    cands, stats, q, lb = search.cands, search.stats, search.q, search.cands.lower_bound_s
+    if search.out_of_time():
+        search.stop_short(batch, f"the time limit was spent before {len(batch)} shape(s) and those after them "
+                                 f"were modelled: their relaxation bounds stand")
+        return False
+    if progress is not None:
+        progress({"method": "joint", "phase": f"CP-SAT model {stats['models'] + 1} ({len(batch)} shapes; "
+                                              f"{stats['shapes_in_model']} of {num_pending} modelled)",
+                  "best_s": search.best_q * q if search.best_q is not None else None,
+                  "bound_s": min(search.bounds_s + [float(lb[batch].min())]),
+                  "elapsed_s": time.perf_counter() - search.t0, "limit_s": time_limit_s, "final": False})
+    best = search.best
+    hint = (int(np.flatnonzero(batch == best.k)[0]), best) if best is not None and best.k in batch else None
+    t_build = time.perf_counter()
+    jm = build_joint_model(cands, int_tables(cands, batch, q), search.best_q, rank[batch], hint=hint,
+                           fixed_layers=fixed_layers)
+    stats["models"] += 1
+    stats["shapes_in_model"] += len(batch)
+    stats.update({k: v for k, v in jm.stats.items() if k != "shapes_in_model"})
+    stats["build_time_s"] = stats.get("build_time_s", 0.0) + (time.perf_counter() - t_build)
+    if search.out_of_time():
+        search.stop_short(batch, "the time limit was spent building a model: the relaxation bounds of its shapes "
+                                 "stand")
+        return False
+    stats.update(check_scaling(jm.model))
+    solver, st = solve_model(jm.model, search.end - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
+    _phase("optimize", solver, st, stats)
+    return _take_answer(search, jm, batch, solver, plan_status(st))
+
+
+def _take_answer(search: _Search, jm: JointModel, batch: np.ndarray, solver, status: PlanStatus) -> bool:
+    """A model's answer: a better plan, the model's bound; False when it stopped short (the
+    search stops: the shapes after it keep their relaxation bounds)."""
+    q = search.q
+    if status == OPTIMAL:
+        value = int(round(solver.objective_value))
+        search.bounds_s.append(value * q)
+        if search.best_q is None or value < search.best_q or (search.best_jm is None and value <= search.best_q):
+            search.best, search.best_q = _global(read_plan(jm, solver, search.cands), batch), value
+            search.best_jm = (jm, batch)
+        return True
+    if status == INFEASIBLE:
+        if search.best_q is not None:  # else no plan of these shapes fits: nothing to bound
+            search.bounds_s.append(search.best_q * q)
+        return True
+    search.resolved = False  # stopped short: its own bound, and the rest keep theirs
+    if status == FEASIBLE:
+        value = int(round(solver.objective_value))
+        search.bounds_s.append(math.floor(solver.best_objective_bound + 1e-9) * q)
+        if search.best_q is None or value < search.best_q:
+            search.best, search.best_q = _global(read_plan(jm, solver, search.cands), batch), value
+            search.best_jm = None
+    else:
+        search.bounds_s.append(float(search.cands.lower_bound_s[batch].min()))
+    return False
+
+
+def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, workers: int, seed: int,
+             dl: Deadline) -> JointOutcome:
+    """The best plan (`best_q` quanta) made canonical when proven optimal, checked against the
+    float formulation and the incumbent, with the least bound."""
+    cands, stats, notes, q = search.cands, search.stats, search.notes, search.q
+    pr, inc = cands.prices, cands.incumbent
+    status = OPTIMAL if search.resolved and cands.outside_bound_s >= best_q * q else FEASIBLE
     plan = best
-    if status == OPTIMAL and best_jm is not None:
-        jm, batch = best_jm
+    if status == OPTIMAL and search.best_jm is not None:
+        jm, batch = search.best_jm
         local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)
-        plan = _global(_canonical(jm, cands, local, best_q, deadline, workers, seed, stats, notes, dl), batch)
+        plan = _global(_canonical(jm, cands, local, best_q, search.end, workers, seed, stats, notes, dl), batch)
     ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
     if not ev.fits:
         notes.append("the model's plan does not fit under the float formulation: returning the incumbent unproven")
@@ -224,12 +283,12 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     if inc is not None and cands.incumbent_step_s < ev.step_time_s - tolerance:
         notes.append("the heuristic plan is faster than the model's by more than the tolerance: returning it")
         plan, ev = inc, pr.evaluate(inc.k, inc.pools, inc.nodes, inc.layers)
-    bound = min([ev.step_time_s] + [b for b in bounds_s if b is not None])
+    bound = min([ev.step_time_s] + [b for b in search.bounds_s if b is not None])
     if bound > ev.step_time_s * (1 + 1e-9):
         notes.append(f"bound {bound:.9g} s exceeds the plan's {ev.step_time_s:.9g} s: bound discarded")
         bound, status = None, FEASIBLE
     plan = Assignment(plan.k, plan.pools, plan.nodes, plan.layers, ev.step_time_s)
-    stats["wall_time_s"] = time.perf_counter() - t0
+    stats["wall_time_s"] = time.perf_counter() - search.t0
     stats["objective_quanta"] = best_q
     stats["time_quantum_s"], stats["tolerance_s"] = q, tolerance
     return JointOutcome(status, plan, ev.step_time_s, bound, tolerance, stats, notes)

@@ -234,15 +234,15 @@ def pool_slot_bound_s(prices: Prices, stage_nodes: np.ndarray, pool_nodes) -> np
     pp = prices.shapes.pp
     levels = [lv for lv in (prices.sentinel - 1, prices.sentinel) if lv >= 0]
     cols = np.arange(prices.limits(0).shape[1])[None, :] < pp[:, None]
-    a, c, U, cap = [], [], [], []
+    slopes, consts, limits, stages = [], [], [], []  # per pool: a_P, c_P, U_P, stages it can host
     for pl in range(len(prices.views)):
         tabs = [prices.table(pl, lv) for lv in levels]
-        a.append(np.min([t.slot_slope for t in tabs], axis=0))
+        slopes.append(np.min([t.slot_slope for t in tabs], axis=0))
         pi = np.where(pp > 1, np.min([t.pi for t in tabs], axis=0) * tabs[0].v, 0.0)
-        c.append(np.min([np.where(cols, t.slot_const, np.inf).min(axis=1) for t in tabs], axis=0) + pi)
-        U.append(np.clip(np.where(cols, prices.limits(pl), 0).max(axis=1), 0, L))
-        cap.append(pool_nodes[pl] // np.maximum(stage_nodes, 1))
-    a, c, U, cap = (np.array(x, dtype=np.float64).T for x in (a, c, U, cap))  # (S, pools)
+        consts.append(np.min([np.where(cols, t.slot_const, np.inf).min(axis=1) for t in tabs], axis=0) + pi)
+        limits.append(np.clip(np.where(cols, prices.limits(pl), 0).max(axis=1), 0, L))
+        stages.append(pool_nodes[pl] // np.maximum(stage_nodes, 1))
+    a, c, U, cap = (np.array(x, dtype=np.float64).T for x in (slopes, consts, limits, stages))  # (S, pools)
     a = np.maximum(a, 1e-300)
     lo, hi = np.zeros(S), (c + a * L).max(axis=1) + 1.0
 

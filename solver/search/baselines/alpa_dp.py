@@ -175,126 +175,162 @@ def search(
     """
     if mode not in ("minmax", "sum"):
         raise ValueError(f"mode must be 'minmax' or 'sum', not {mode!r}")
-    t0 = time.perf_counter()
-    co = cands.coeffs
-    L = cands.job.model.num_pipeline_units
-    uneven = cands.job.constraints.uneven_split
-    n = len(cands.shapes)
-    k = max(1, int(top_k))
-    p_all = co.pp.astype(np.int64)
-    v_all = co.vp.astype(np.float64)
-    A_all = co.num_microbatches.astype(np.float64) - 1.0 / v_all
-    S_all = L * co.layer_s + co.first_s + co.last_s + p_all * v_all * co.boundary_s
-    lb_all = A_all * S_all / p_all + S_all / v_all  # Alpa's stopping rule at t_max = S/p, tail >= 0
-    order = np.lexsort((np.arange(n), lb_all))
-    best = _Best()
-    evaluations = 0
-    dps = 0
-    shapes_dp = 0
-    stopped = None
-    visited = 0
-    last_report = t0
+    run = _AlpaSearch(cands, time_limit_s, top_k, progress, mode, prune)
+    run.run()
+    return run.result()
 
-    def kth_all():
-        vals = sorted(v[0] for v in best.per_shape.values())
-        return vals[k - 1] if len(vals) >= k else math.inf
 
-    def threshold(j):
+class _AlpaSearch:
+    """One search: the shapes in order of Alpa's bound, the best split per shape, the counters."""
+
+    def __init__(self, cands: Candidates, time_limit_s: float, top_k: int, progress, mode: str, prune: bool):
+        self.t0 = time.perf_counter()
+        self.cands, self.time_limit_s, self.progress, self.mode, self.prune = cands, time_limit_s, progress, mode, prune
+        co = self.co = cands.coeffs
+        L = self.L = cands.job.model.num_pipeline_units
+        self.uneven = cands.job.constraints.uneven_split
+        self.n = len(cands.shapes)
+        self.k = max(1, int(top_k))
+        self.p_all = co.pp.astype(np.int64)
+        self.v_all = co.vp.astype(np.float64)
+        self.A_all = co.num_microbatches.astype(np.float64) - 1.0 / self.v_all
+        self.S_all = L * co.layer_s + co.first_s + co.last_s + self.p_all * self.v_all * co.boundary_s
+        # Alpa's stopping rule at t_max = S/p, tail >= 0
+        self.lb_all = self.A_all * self.S_all / self.p_all + self.S_all / self.v_all
+        self.best = _Best()
+        self.evaluations = 0
+        self.dps = 0
+        self.shapes_dp = 0
+        self.stopped: Optional[str] = None
+        self.visited = 0
+        self.last_report = self.t0
+
+    def kth_all(self):
+        vals = sorted(v[0] for v in self.best.per_shape.values())
+        return vals[self.k - 1] if len(vals) >= self.k else math.inf
+
+    def threshold(self, j):
         """Shape j must reach an objective below this to change the top-k."""
-        vals = sorted(v[0] for s, v in best.per_shape.items() if s != j)
-        other = vals[k - 1] if len(vals) >= k else math.inf
-        own = best.per_shape[j][0] if j in best.per_shape else math.inf
+        vals = sorted(v[0] for s, v in self.best.per_shape.items() if s != j)
+        other = vals[self.k - 1] if len(vals) >= self.k else math.inf
+        own = self.best.per_shape[j][0] if j in self.best.per_shape else math.inf
         return min(other, own) if own < math.inf else other
 
-    def offer_finite(j, val, splits):
+    def offer_finite(self, j, val, splits):
         """Re-evaluate the DP's finite answers for shape j with the formulation; keep those that fit."""
         good = np.isfinite(val)
         if good.any():
-            step, _, fits = step_time_batch(co.take(np.full(int(good.sum()), j)), splits[good])
+            step, _, fits = step_time_batch(self.co.take(np.full(int(good.sum()), j)), splits[good])
             for o, f, s in zip(step.tolist(), fits.tolist(), splits[good]):
                 if f:
-                    best.offer(j, o, s)
+                    self.best.offer(j, o, s)
 
-    for pos, j in enumerate(order.tolist()):
-        if time.perf_counter() - t0 >= time_limit_s:
-            stopped = "time_limit"
-            break
-        if prune and lb_all[j] * (1 - 1e-12) >= kth_all():
-            break  # Alpa's rule prunes this shape and every later one
-        visited += 1
-        p = int(p_all[j])
-        A, v, S = float(A_all[j]), float(v_all[j]), float(S_all[j])
-        one = co.take(np.array([j]))
-        slot, tail, fits = _tables(one, L, p, uneven)
+    def out_of_time(self) -> bool:
+        return time.perf_counter() - self.t0 >= self.time_limit_s
+
+    def run(self) -> None:
+        """The shapes in order of their bound, until Alpa's rule prunes the rest or the time is up."""
+        order = np.lexsort((np.arange(self.n), self.lb_all))
+        for pos, j in enumerate(order.tolist()):
+            if self.out_of_time():
+                self.stopped = "time_limit"
+                break
+            if self.prune and self.lb_all[j] * (1 - 1e-12) >= self.kth_all():
+                break  # Alpa's rule prunes this shape and every later one
+            self.visited += 1
+            if not self.shape(j):
+                continue
+            if self.stopped:
+                break
+            now = time.perf_counter()
+            if self.progress is not None and now - self.last_report >= 0.5:
+                self.last_report = now
+                self.progress({"method": "alpa-dp", "shapes_done": pos + 1, "shapes": self.n,
+                               "evaluations": self.evaluations, "best_s": self.kth_all() if self.k == 1 else None,
+                               "elapsed_s": now - self.t0, "final": False})
+
+    def shape(self, j: int) -> bool:
+        """Every split of shape j that can matter, by its DPs; False when no split fits."""
+        L, p = self.L, int(self.p_all[j])
+        one = self.co.take(np.array([j]))
+        slot, tail, fits = _tables(one, L, p, self.uneven)
         cells = _cells(L, p)
         if not _constant_sum(slot):
             raise RuntimeError(
                 "alpa_dp: the formulation's slot sum now depends on the split; the minmax DP and the "
                 "pruning bound (m - 1/v)*S/p + S/v assume it does not (see the module docstring)")
         if not fits.any():
-            continue
+            return False
         # least possible tail of the shape (no bottleneck cap): one DP, also a first plan
         cost0 = np.where(fits, tail, np.inf)[None]
         tail_inf, split0 = _minmax_dp(cost0, L)
-        evaluations += cells
-        dps += 1
-        shapes_dp += 1
+        self.evaluations += cells
+        self.dps += 1
+        self.shapes_dp += 1
         if not np.isfinite(tail_inf[0]):
-            continue  # no split of this shape fits in memory
-        offer_finite(j, tail_inf, split0)
-        tail_lb = float(tail_inf[0])
+            return False  # no split of this shape fits in memory
+        self.offer_finite(j, tail_inf, split0)
+        self.bottlenecks(j, slot, tail, fits, cells, float(tail_inf[0]))
+        return True
+
+    def bottlenecks(self, j: int, slot, tail, fits, cells: int, tail_lb: float) -> None:
+        """Shape j's DPs at every candidate bottleneck t_max, ascending, in batches, until
+        Alpa's stop (the bottleneck term alone loses) or the time limit."""
+        p, A, v, S = int(self.p_all[j]), float(self.A_all[j]), float(self.v_all[j]), float(self.S_all[j])
         cand_t = np.unique(slot[fits])
         cand_t = cand_t[cand_t >= S / p * (1 - 1e-12)]  # the bottleneck is at least the mean slot
-        tail_caps = np.unique(tail[fits]) if mode == "sum" else None
+        tail_caps = np.unique(tail[fits]) if self.mode == "sum" else None
         done = False
         for b0 in range(0, len(cand_t), T_BATCH):
             if done:
                 break
             ts = cand_t[b0:b0 + T_BATCH]
             # Alpa's stop: the bottleneck term alone (+ the constant sum and least tail) loses
-            keep = A * ts + S / v + tail_lb < threshold(j) * (1 - 1e-12) if prune else np.ones(len(ts), dtype=bool)
+            keep = (A * ts + S / v + tail_lb < self.threshold(j) * (1 - 1e-12) if self.prune
+                    else np.ones(len(ts), dtype=bool))
             if not keep.all():
                 ts = ts[keep]
                 done = True
             if len(ts) == 0:
                 break
-            allowed = fits[None] & (slot[None] <= ts[:, None, None])
-            if mode == "minmax":
-                val, splits = _minmax_dp(np.where(allowed, tail[None], np.inf), L)
-                evaluations += cells * len(ts)
-                dps += len(ts)
-                offer_finite(j, val, splits)
+            if self.mode == "minmax":
+                allowed = fits[None] & (slot[None] <= ts[:, None, None])
+                val, splits = _minmax_dp(np.where(allowed, tail[None], np.inf), self.L)
+                self.evaluations += cells * len(ts)
+                self.dps += len(ts)
+                self.offer_finite(j, val, splits)
             else:
-                for t in ts.tolist():
-                    caps = tail_caps[A * t + S / v + tail_caps < threshold(j) * (1 - 1e-12)] if prune else tail_caps
-                    if len(caps) == 0:
-                        continue
-                    al = fits[None] & (slot[None] <= t) & (tail[None] <= caps[:, None, None])
-                    val, splits = _minsum_dp(np.where(al, slot[None], np.inf), L)
-                    evaluations += cells * len(caps)
-                    dps += len(caps)
-                    offer_finite(j, val, splits)
-            if time.perf_counter() - t0 >= time_limit_s:
-                stopped = "time_limit"
+                self.tail_caps(j, ts, slot, tail, fits, tail_caps, cells)
+            if self.out_of_time():
+                self.stopped = "time_limit"
                 break
-        if stopped:
-            break
-        now = time.perf_counter()
-        if progress is not None and now - last_report >= 0.5:
-            last_report = now
-            progress({"method": "alpa-dp", "shapes_done": pos + 1, "shapes": n, "evaluations": evaluations,
-                      "best_s": kth_all() if k == 1 else None, "elapsed_s": now - t0, "final": False})
-    finished = stopped is None
-    ranked = sorted(best.per_shape.items(), key=lambda kv: (kv[1][0], kv[0]))[:k]
-    choices = [Choice(index=int(j), layers=[int(x) for x in s], objective_s=float(o)) for j, (o, s) in ranked]
-    top = choices[0] if choices else None
-    status, bound = verdict(finished, top)
-    elapsed = time.perf_counter() - t0
-    if progress is not None:
-        progress({"method": "alpa-dp", "shapes_done": visited, "shapes": n, "evaluations": evaluations,
-                  "best_s": top.objective_s if top else None, "elapsed_s": elapsed, "final": True})
-    return MethodResult(
-        status=status, best=top, bound_s=bound, top=choices, evaluations=evaluations, finished=finished,
-        stats={"shapes": n, "shapes_visited": visited, "shapes_with_dp": shapes_dp, "dp_runs": dps,
-               "mode": mode, "stopped_by": stopped, "wall_time_s": elapsed},
-    )
+
+    def tail_caps(self, j: int, ts, slot, tail, fits, tail_caps, cells: int) -> None:
+        """Mode "sum": per bottleneck t, a min-sum DP per tail cap that can still win."""
+        A, v, S = float(self.A_all[j]), float(self.v_all[j]), float(self.S_all[j])
+        for t in ts.tolist():
+            caps = tail_caps[A * t + S / v + tail_caps < self.threshold(j) * (1 - 1e-12)] if self.prune else tail_caps
+            if len(caps) == 0:
+                continue
+            al = fits[None] & (slot[None] <= t) & (tail[None] <= caps[:, None, None])
+            val, splits = _minsum_dp(np.where(al, slot[None], np.inf), self.L)
+            self.evaluations += cells * len(caps)
+            self.dps += len(caps)
+            self.offer_finite(j, val, splits)
+
+    def result(self) -> MethodResult:
+        finished = self.stopped is None
+        ranked = sorted(self.best.per_shape.items(), key=lambda kv: (kv[1][0], kv[0]))[:self.k]
+        choices = [Choice(index=int(j), layers=[int(x) for x in s], objective_s=float(o)) for j, (o, s) in ranked]
+        top = choices[0] if choices else None
+        status, bound = verdict(finished, top)
+        elapsed = time.perf_counter() - self.t0
+        if self.progress is not None:
+            self.progress({"method": "alpa-dp", "shapes_done": self.visited, "shapes": self.n,
+                           "evaluations": self.evaluations, "best_s": top.objective_s if top else None,
+                           "elapsed_s": elapsed, "final": True})
+        return MethodResult(
+            status=status, best=top, bound_s=bound, top=choices, evaluations=self.evaluations, finished=finished,
+            stats={"shapes": self.n, "shapes_visited": self.visited, "shapes_with_dp": self.shapes_dp,
+                   "dp_runs": self.dps, "mode": self.mode, "stopped_by": self.stopped, "wall_time_s": elapsed},
+        )

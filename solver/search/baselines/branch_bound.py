@@ -93,7 +93,7 @@ def search(cands: Candidates, time_limit_s: float, top_k: int = 1, progress: Opt
         caps = _caps(cands, j, kth(), float(tail_lb[j]))
         stream = iter([tuple(balanced_split(L, p))]) if not uneven else bounded_compositions(L, caps)
         while stopped is None:
-            rows = min(BLOCK_ROWS, budget - evaluations)
+            rows = int(min(BLOCK_ROWS, budget - evaluations))  # budget: int, or inf
             block = np.fromiter(itertools.chain.from_iterable(itertools.islice(stream, rows)), dtype=np.int64)
             if block.size == 0:
                 break

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class _SplitStream:
     def __init__(self, num_layers: int, pp: int, uneven: bool = True):
         self.L, self.p = num_layers, pp
         self.left = count_splits(num_layers, pp) if uneven else int(pp <= num_layers)
-        self._it = None
+        self._it: Iterator[int] = iter(())  # the cut points, flat (none for pp = 1)
         if pp > 1:
             cuts = (itertools.combinations(range(1, num_layers), pp - 1) if uneven
                     else [tuple(np.cumsum(balanced_split(num_layers, pp))[:-1].tolist())])
@@ -151,39 +151,48 @@ def search(
     """
     if distinct not in ("plan", "shape"):
         raise ValueError(f"distinct must be 'plan' or 'shape', not {distinct!r}")
-    t0 = time.perf_counter()
-    L = cands.job.model.num_pipeline_units
-    uneven = cands.job.constraints.uneven_split
-    n_shapes = len(cands.shapes)
-    space = count_space(cands)
-    k = max(1, int(top_k))
-    top = _TopK(k)
-    shape_best = np.full(n_shapes, np.inf) if distinct == "shape" else None
-    shape_layers: dict[int, np.ndarray] = {}
-    evaluations = 0
-    order_base = 0
-    stopped: Optional[str] = None
-    last_report = t0
-    # shapes by pipeline degree so that a block's rows share a width (stable: ties keep order)
-    shape_order = np.argsort(cands.shapes.pp, kind="stable")
+    run = _Enumeration(cands, time_limit_s, top_k, progress, max_evaluations, distinct)
+    return run.result(run.enumerate(block_rows))
 
-    done = 0  # shapes of shape_order whose every split is scored
 
-    def report(final=False):
-        if progress is None:
+class _Enumeration:
+    """One exhaustive search: the best rows so far (top-k plans, or the best split of each
+    shape), the rows pending for the next block, and the counters."""
+
+    def __init__(self, cands: Candidates, time_limit_s: float, top_k: int, progress, max_evaluations: Optional[int],
+                 distinct: str):
+        self.t0 = time.perf_counter()
+        self.cands, self.time_limit_s, self.progress, self.distinct = cands, time_limit_s, progress, distinct
+        self.n_shapes = len(cands.shapes)
+        self.space = count_space(cands)
+        self.k = max(1, int(top_k))
+        self.top = _TopK(self.k)
+        self.shape_best = np.full(self.n_shapes, np.inf)  # read with distinct="shape" only
+        self.shape_layers: dict[int, np.ndarray] = {}
+        self.evaluations = 0
+        self.order_base = 0
+        self.last_report = self.t0
+        # shapes by pipeline degree so that a block's rows share a width (stable: ties keep order)
+        self.shape_order = np.argsort(cands.shapes.pp, kind="stable")
+        self.done = 0  # shapes of shape_order whose every split is scored
+        self.budget_rows = math.inf if max_evaluations is None else int(max_evaluations)
+        self.buf: dict = {"idx": [], "lay": [], "order": [], "rows": 0}
+
+    def report(self, final=False):
+        if self.progress is None:
             return
-        best = float(top.obj[0]) if len(top.obj) else None
-        if distinct == "shape" and np.isfinite(shape_best).any():
-            best = float(shape_best.min())
-        rest = cands.time_lb_s[shape_order[done:]] if done < n_shapes else np.zeros(0)
+        best = float(self.top.obj[0]) if len(self.top.obj) else None
+        if self.distinct == "shape" and np.isfinite(self.shape_best).any():
+            best = float(self.shape_best.min())
+        rest = self.cands.time_lb_s[self.shape_order[self.done:]] if self.done < self.n_shapes else np.zeros(0)
         bound = min([x for x in (best, float(rest.min()) if len(rest) else None) if x is not None], default=None)
-        progress({"method": "exhaustive", "phase": "every split of each shape", "evaluations": evaluations,
-                  "space": space, "fraction": evaluations / space if space else 1.0, "shapes_done": done,
-                  "shapes": n_shapes, "best_s": best, "bound_s": bound, "elapsed_s": time.perf_counter() - t0,
-                  "final": final})
+        self.progress({"method": "exhaustive", "phase": "every split of each shape", "evaluations": self.evaluations,
+                       "space": self.space, "fraction": self.evaluations / self.space if self.space else 1.0,
+                       "shapes_done": self.done, "shapes": self.n_shapes, "best_s": best, "bound_s": bound,
+                       "elapsed_s": time.perf_counter() - self.t0, "final": final})
 
-    def score_block(idx_parts, lay_parts, order_parts):
-        nonlocal evaluations
+    def score_block(self, idx_parts, lay_parts, order_parts):
+        """Evaluate the rows of several shapes at once; keep the best."""
         width = max(a.shape[1] for a in lay_parts)
         rows = sum(len(a) for a in lay_parts)
         layers = np.zeros((rows, width), dtype=np.int64)
@@ -193,84 +202,93 @@ def search(
             r += len(a)
         idx = np.concatenate(idx_parts)
         order = np.concatenate(order_parts)
-        step, _, fits = step_time_batch(cands.coeffs.take(idx), layers)
-        evaluations += rows
+        step, _, fits = step_time_batch(self.cands.coeffs.take(idx), layers)
+        self.evaluations += rows
         ok = np.flatnonzero(fits)
-        if distinct == "plan":
-            top.offer(step[ok], order[ok], idx[ok], layers[ok])
-        else:
-            if len(ok) == 0:
-                return
-            # best row per shape in this block (first in enumeration order among ties)
-            o = ok[np.lexsort((order[ok], step[ok], idx[ok]))]
-            first = np.ones(len(o), dtype=bool)
-            first[1:] = idx[o][1:] != idx[o][:-1]
-            for row in o[first].tolist():
-                j = int(idx[row])
-                if step[row] < shape_best[j]:
-                    shape_best[j] = step[row]
-                    shape_layers[j] = layers[row].copy()
+        if self.distinct == "plan":
+            self.top.offer(step[ok], order[ok], idx[ok], layers[ok])
+        elif len(ok):
+            self._keep_best_per_shape(ok, idx, order, step, layers)
 
-    budget_rows = math.inf if max_evaluations is None else int(max_evaluations)
-    buf = {"idx": [], "lay": [], "order": [], "rows": 0}
+    def _keep_best_per_shape(self, ok, idx, order, step, layers):
+        """The best row per shape in this block (first in enumeration order among ties), where
+        it beats the shape's best so far."""
+        o = ok[np.lexsort((order[ok], step[ok], idx[ok]))]
+        first = np.ones(len(o), dtype=bool)
+        first[1:] = idx[o][1:] != idx[o][:-1]
+        for row in o[first].tolist():
+            j = int(idx[row])
+            if step[row] < self.shape_best[j]:
+                self.shape_best[j] = step[row]
+                self.shape_layers[j] = layers[row].copy()
 
-    def flush() -> Optional[str]:
+    def flush(self) -> Optional[str]:
         """Evaluate the pending rows; return why to stop, if the time is up."""
-        nonlocal last_report
+        buf = self.buf
         if buf["rows"]:
-            score_block(buf["idx"], buf["lay"], buf["order"])
+            self.score_block(buf["idx"], buf["lay"], buf["order"])
             buf.update(idx=[], lay=[], order=[], rows=0)
         now = time.perf_counter()
-        if now - last_report >= PROGRESS_EVERY_S:
-            last_report = now
-            report()
-        return "time_limit" if now - t0 >= time_limit_s else None
+        if now - self.last_report >= PROGRESS_EVERY_S:
+            self.last_report = now
+            self.report()
+        return "time_limit" if now - self.t0 >= self.time_limit_s else None
 
-    for pos, j in enumerate(shape_order.tolist()):
-        done = pos  # the shapes before this one are in the scored or the pending rows
-        p = int(cands.shapes.pp[j])
-        target = min(block_rows, max(256, BLOCK_ELEMENTS // p))  # shapes come in ascending pp
-        stream = _splits(L, p, uneven)
-        while stream.left > 0 and not stopped:
-            if buf["rows"] >= target:
-                stopped = flush()
-                continue
-            room = budget_rows - evaluations - buf["rows"]
-            if room <= 0:
-                stopped = "max_evaluations"
+    def enumerate(self, block_rows: int) -> Optional[str]:
+        """Every split of every shape, in blocks of rows; why it stopped short, if it did."""
+        cands, buf = self.cands, self.buf
+        L = cands.job.model.num_pipeline_units
+        uneven = cands.job.constraints.uneven_split
+        stopped: Optional[str] = None
+        for pos, j in enumerate(self.shape_order.tolist()):
+            self.done = pos  # the shapes before this one are in the scored or the pending rows
+            p = int(cands.shapes.pp[j])
+            target = min(block_rows, max(256, BLOCK_ELEMENTS // p))  # shapes come in ascending pp
+            stream = _splits(L, p, uneven)
+            while stream.left > 0 and not stopped:
+                if buf["rows"] >= target:
+                    stopped = self.flush()
+                    continue
+                room = self.budget_rows - self.evaluations - buf["rows"]
+                if room <= 0:
+                    stopped = "max_evaluations"
+                    break
+                lay = stream.take(int(min(target - buf["rows"], room)))
+                n = len(lay)
+                buf["idx"].append(np.full(n, j, dtype=np.int64))
+                buf["lay"].append(lay)
+                buf["order"].append(np.arange(self.order_base, self.order_base + n, dtype=np.int64))
+                self.order_base += n
+                buf["rows"] += n
+            if stopped:
                 break
-            lay = stream.take(int(min(target - buf["rows"], room)))
-            n = len(lay)
-            buf["idx"].append(np.full(n, j, dtype=np.int64))
-            buf["lay"].append(lay)
-            buf["order"].append(np.arange(order_base, order_base + n, dtype=np.int64))
-            order_base += n
-            buf["rows"] += n
-        if stopped:
-            break
-    if buf["rows"]:
-        flush()
-    if not stopped:
-        done = n_shapes
-    finished = evaluations == space
-    if finished:
-        stopped = None
-    elif stopped is None:
-        stopped = "time_limit"
+        if buf["rows"]:
+            self.flush()
+        if not stopped:
+            self.done = self.n_shapes
+        return stopped
 
-    if distinct == "plan":
-        choices = top.choices()
-    else:
-        order = np.lexsort((np.arange(n_shapes), shape_best))
-        choices = [Choice(index=int(j), layers=[int(x) for x in shape_layers[j][shape_layers[j] > 0]],
-                          objective_s=float(shape_best[j]))
-                   for j in order[:k].tolist() if np.isfinite(shape_best[j])]
-    best = choices[0] if choices else None
-    status, bound = verdict(finished, best)
-    report(final=True)
-    return MethodResult(
-        status=status, best=best, bound_s=bound, top=choices, evaluations=evaluations, finished=finished,
-        stats={"space": space, "shapes": n_shapes, "stopped_by": stopped,
-               "wall_time_s": time.perf_counter() - t0,
-               "evaluations_per_s": evaluations / max(1e-9, time.perf_counter() - t0)},
-    )
+    def result(self, stopped: Optional[str]) -> MethodResult:
+        finished = self.evaluations == self.space
+        if finished:
+            stopped = None
+        elif stopped is None:
+            stopped = "time_limit"
+        if self.distinct == "plan":
+            choices = self.top.choices()
+        else:
+            shape_best, shape_layers = self.shape_best, self.shape_layers
+            order = np.lexsort((np.arange(self.n_shapes), shape_best))
+            choices = [Choice(index=int(j), layers=[int(x) for x in shape_layers[j][shape_layers[j] > 0]],
+                              objective_s=float(shape_best[j]))
+                       for j in order[:self.k].tolist() if np.isfinite(shape_best[j])]
+        best = choices[0] if choices else None
+        status, bound = verdict(finished, best)
+        self.report(final=True)
+        t0, evaluations = self.t0, self.evaluations
+        return MethodResult(
+            status=status, best=best, bound_s=bound, top=choices, evaluations=evaluations, finished=finished,
+            stats={"space": self.space, "shapes": self.n_shapes, "stopped_by": stopped,
+                   "wall_time_s": time.perf_counter() - t0,
+                   "evaluations_per_s": evaluations / max(1e-9, time.perf_counter() - t0)},
+        )

@@ -59,7 +59,7 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     for p in sorted(set(pps.tolist())):
         z[p] = model.new_bool_var(f"pp{p}")
         model.add(z[p] == sum(xv for xv, pk in zip(x, pps.tolist()) if pk == p))
-    act = [None]
+    act: list = [None]  # act[i]: stage i exists (stage 0 always does)
     for i in range(1, P):
         a = model.new_bool_var(f"active{i}")
         model.add(a == sum(zv for p, zv in z.items() if p > i))

@@ -26,6 +26,7 @@ import os
 import sys
 import types
 from contextlib import contextmanager
+from typing import Any
 
 _MODULE = "ortools.sat.python.cp_model"
 
@@ -55,13 +56,13 @@ def _lazy_binding():
 def _import_without_pandas():
     if _MODULE in sys.modules or "pandas" in sys.modules:
         return importlib.import_module(_MODULE)
-    placeholder = types.ModuleType("pandas")
+    placeholder: Any = types.ModuleType("pandas")  # a stand-in module: its attributes are set here
     placeholder.Index = type("Index", (), {})
     placeholder.Series = type("Series", (), {})
     before = set(sys.modules)
     sys.modules["pandas"] = placeholder
     try:
-        module = importlib.import_module(_MODULE)
+        module: Any = importlib.import_module(_MODULE)
     except Exception:  # noqa: BLE001 - it needs more of pandas: forget the half import, import plainly
         for name in set(sys.modules) - before:
             if name == "pandas" or name.startswith("ortools"):

@@ -155,6 +155,7 @@ class _Search:
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     stop: Deadline = field(default_factory=Deadline)  # the caller's: stops the solves when it is stopped
+    status0: Optional[PlanStatus] = None  # the first round's status, once known
 
     def __post_init__(self):
         cands = self.cands
@@ -229,7 +230,9 @@ class _Search:
 
     def known(self, k: int) -> list[int]:
         """Shape k's canonical split at its exact optimum (a plan known without CP-SAT)."""
-        return self.canonical(k, int(self.optimum[k]))
+        split = self.canonical(k, int(self.optimum[k]))
+        assert split is not None, "a shape's exact optimum is the objective of some split"
+        return split
 
     def build(self, top_k: int, prune: bool = True) -> tuple[Optional[Model], Optional[int]]:
         """The kept model: the shapes whose optimum is at most the K-th best (all shapes, uncapped,
@@ -315,7 +318,7 @@ class _Search:
         k, split = _read(m, solver)
         ans = _Answer(k, split, int(round(solver.objective_value)), status == OPTIMAL,
                       int(math.floor(solver.best_objective_bound + 1e-9)))
-        if self.order:  # every split of every shape scores at least the least exact optimum
+        if self.order and ans.bound_q is not None:  # every split of every shape scores at least the least exact optimum
             ans.bound_q = max(ans.bound_q, int(self.optimum[self.order[0]]))
         if self.iform.objective(k, split) > ans.value:
             self.notes.append(f"encoding check failed: the split's integer objective exceeds the solver's {ans.value}; "
@@ -344,7 +347,7 @@ class _Search:
         k = int(np.flatnonzero(fin)[np.argmin(self.h_step[fin])])
         cands = self.cands
         layers = (cands.incumbent_layers if k == cands.incumbent_index and cands.incumbent_step_s <= self.h_step[k]
-                  else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
+                  and cands.incumbent_layers is not None else [int(x) for x in cands.splits[k, :int(self.form.pp[k])]])
         best = Choice(index=k, layers=list(layers), objective_s=float(self.h_step[k]))
         self.stats["top_k_found"] = 1
         return self.finish(FEASIBLE, best, float(cands.time_lb_s.min()), [best], finished=False)
@@ -382,11 +385,29 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     s.scale(K, prune)
     if s.timed_out:
         return s.heuristic_answer()
-    m, cap = s.build(K, prune)
-    s.status0, bound0 = None, None
+    m, _cap = s.build(K, prune)
+    s.status0 = None
+    choices, bound0, cut_short = _rounds(s, m, K)
+    status0 = s.status0 or UNKNOWN
+    best = choices[0] if choices else None
+    if status0 == INFEASIBLE:
+        best, bound0, choices = None, None, []
+    if cut_short and status0 == OPTIMAL:
+        status0 = FEASIBLE  # the first plan is proven; the list is not complete
+    if status0 == OPTIMAL and best is not None:
+        stats["gap_s"] = best.objective_s - bound0 if bound0 is not None else None
+    stats["top_k_found"] = len(choices)
+    return s.finish(status0, best, bound0, choices, status0 in (OPTIMAL, INFEASIBLE))
+
+
+def _rounds(s: _Search, m: Optional[Model], K: int) -> tuple[list[Choice], Optional[float], bool]:
+    """Round r solves the model for the r-th best distinct shape (a no-good cut excludes each
+    shape returned): the plans found with their canonical splits, the first round's bound, and
+    whether the time limit cut the list short. Sets `s.status0` from the first round."""
+    notes = s.notes
     choices: list[Choice] = []
     excluded: set[int] = set()
-    cut_short = False
+    bound0: Optional[float] = None
     for round_no in range(1, K + 1):
         remaining = [k for k in s.order if k not in excluded]
         if round_no > 1 and not remaining:
@@ -405,39 +426,36 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
         if canon is None:
             notes.append("canonical split not found; keeping the solver's split")
             canon = [int(v) for v in ans.split[:int(s.form.pp[ans.k])]]
-        step, _, fits = step_time_batch(cands.coeffs.take([ans.k]), np.array([canon], dtype=np.int64))
+        step, _, fits = step_time_batch(s.cands.coeffs.take([ans.k]), np.array([canon], dtype=np.int64))
         step_s = float(step[0])
         excluded.add(ans.k)
-        for j, kk in enumerate(m.shapes if m is not None else []):  # the no-good cut: the next round
-            if kk == ans.k:                                            # looks for another shape
-                m.model.add(m.x[j] == 0)
+        if m is not None:  # the no-good cut: the next round looks for another shape
+            for j, kk in enumerate(m.shapes):
+                if kk == ans.k:
+                    m.model.add(m.x[j] == 0)
         if not bool(fits[0]):
             notes.append(f"the plan of round {round_no} does not fit under the float formulation: discarded")
             if round_no == 1:
                 s.status0 = UNKNOWN
             continue
         if round_no == 1:
-            proven = ans.proven
-            bound0 = ans.bound_q * s.q if ans.bound_q is not None else None
-            if bound0 is not None and bound0 > step_s * (1 + 1e-9):
-                notes.append(f"bound {bound0:.9g} s exceeds the plan's {step_s:.9g} s: bound discarded")
-                bound0, proven = None, False
-            if step_s > s.q * ans.value + s.tolerance:
-                notes.append("the plan's float time exceeds its integer objective by more than the tolerance")
-            s.status0 = OPTIMAL if proven else FEASIBLE
+            bound0 = _first_round_verdict(s, ans, step_s)
         choices.append(Choice(index=int(ans.k), layers=canon, objective_s=step_s))
         if len(choices) < K and time.perf_counter() >= s.deadline:
-            cut_short = True
             notes.append(f"time limit reached after {len(choices)} of {K} plans")
-            break
+            return choices, bound0, True
+    return choices, bound0, False
 
-    status0 = s.status0 or UNKNOWN
-    best = choices[0] if choices else None
-    if status0 == INFEASIBLE:
-        best, bound0, choices = None, None, []
-    if cut_short and status0 == OPTIMAL:
-        status0 = FEASIBLE  # the first plan is proven; the list is not complete
-    if status0 == OPTIMAL and best is not None:
-        stats["gap_s"] = best.objective_s - bound0 if bound0 is not None else None
-    stats["top_k_found"] = len(choices)
-    return s.finish(status0, best, bound0, choices, status0 in (OPTIMAL, INFEASIBLE))
+
+def _first_round_verdict(s: _Search, ans: _Answer, step_s: float) -> Optional[float]:
+    """The first plan's status (`s.status0`) and bound in seconds, checked against its float
+    step time."""
+    proven = ans.proven
+    bound0 = ans.bound_q * s.q if ans.bound_q is not None else None
+    if bound0 is not None and bound0 > step_s * (1 + 1e-9):
+        s.notes.append(f"bound {bound0:.9g} s exceeds the plan's {step_s:.9g} s: bound discarded")
+        bound0, proven = None, False
+    if step_s > s.q * ans.value + s.tolerance:
+        s.notes.append("the plan's float time exceeds its integer objective by more than the tolerance")
+    s.status0 = OPTIMAL if proven else FEASIBLE
+    return bound0
