@@ -33,6 +33,7 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
+from .eager_memory import allocator_reserve_bytes, phase_terms
 from .layer_terms import (attention_core_s, cp_ring_exposed_s, layer_linears_s, overlapped_s, selective_recompute,
                           sharded_layer_s)
 from .recompute import modules_of
@@ -193,6 +194,7 @@ def stage_coefficients(
 ) -> StageCoefficients:
     gpu = cluster.gpu
     stack = frameworks.profile(framework)  # the software stack's terms (frameworks.py); megatron: none
+    fam = frameworks.family_counts(stack, model, seq_length)  # transformers: its family's layers (eager_layers.py)
     t = shapes.tp.astype(np.float64)
     c = shapes.cp.astype(np.float64)
     d = shapes.dp.astype(np.float64)
@@ -220,14 +222,18 @@ def stage_coefficients(
     mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
     core_fwd, core_bwd = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
                                           flash=flash_attention, kernel=attention_kernel, hbm_bytes_per_s=hbm)
+    if fam is not None and fam.masked_layers and flash_attention:  # sliding windows' explicit masks
+        core_fwd, core_bwd = frameworks.masked_attention_s(fam, model.num_layers, (core_fwd, core_bwd), attention_core_s(
+            gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=True, kernel="masked",
+            hbm_bytes_per_s=hbm))
     el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
-        stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
+        stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
         rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
     # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
     overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
     fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
     bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
-    fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm)
+    fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam, m)
     # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
     # attention core alone): the dense layer's modules
     mods = modules_of(recompute_modules)
@@ -287,7 +293,8 @@ def stage_coefficients(
     tied_bw, tied_lat = comm.p2p_link(cluster, t * c * d * np.maximum(p - 1, 1))
     tied = np.where(model.tied_embeddings & (p > 1),
                     comm.allreduce_s(emb_params_gpu * grad_bytes, 2, tied_bw, tied_lat), 0.0)
-    opt_per_param = ADAM_STEP_BYTES_PER_PARAM / hbm / np.where(z >= 1, shard, 1.0)
+    adam_bytes = stack.optimizer_step_bytes or ADAM_STEP_BYTES_PER_PARAM  # per parameter (frameworks.py)
+    opt_per_param = adam_bytes / hbm / np.where(z >= 1, shard, 1.0)
 
     # ---------------- first / last stage extras ----------------
     emb_fwd = M * h * BF16_BYTES * 3 / hbm  # gather + dropout
@@ -320,7 +327,7 @@ def stage_coefficients(
     act_kw = dict(tokens=M, hidden=h, q_width=hq, kv_width=hkv, mlp_matrices=model.mlp_matrices, heads=a,
                   seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0,
                   linear_input_bytes=saved_linear_input_bytes(precision))
-    layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=f, **act_kw)
+    layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=f, fam=fam, **act_kw)
     # selective by module: the score terms stay unless core_attn is recomputed (unfused
     # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
     # one layer at a time
@@ -330,10 +337,12 @@ def stage_coefficients(
     if latent_width:  # multi-latent attention: the latents, kept on every TP rank
         layer_act = layer_act + np.where(rc == 2, 0.0, latent_width * M)
         working = working + np.where(rc == 2, latent_width * M, 0.0)
-    working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu
-                                  * frameworks.zero3_live_bytes_per_param(stack, grad_bytes), 0.0)
-    first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
-    last_act = frameworks.last_stage_act_bytes(stack, M, h, V, t, rep)  # final norm, head input, logits
+    recompute_working = working
+    z3_live = np.where(z == 3, ZERO3_LIVE_LAYERS * layer_params_gpu
+                       * frameworks.zero3_live_bytes_per_param(stack, grad_bytes), 0.0)
+    working = working + z3_live
+    first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, fam)  # embedding's saved
+    last_act = frameworks.last_stage_act_bytes(stack, M, h, V, t, rep, fam)  # final norm, head input, logits
 
     state = pb + gb + ob
     dense = dict(compute=layer_compute, tp=layer_tp, cp=layer_cp, zero3=layer_zero3, ep=np.zeros(len(z)),
@@ -348,6 +357,19 @@ def stage_coefficients(
                 last_optimizer_step_s=head_params_gpu * opt_per_param, first_window_s=first_window,
                 last_window_s=last_window, first_static_bytes=emb_params_gpu * state,
                 last_static_bytes=head_params_gpu * state, first_act_bytes=first_act, last_act_bytes=last_act)
+    allocator = 0.0
+    if fam is not None and not (model.is_moe or model.mtp_num_layers):  # an eager step peaks in one phase
+        w_b, c_b, g_b, bucket_b, o_b = frameworks.eager_state_parts(stack, z, shard)
+        ph = phase_terms(layers=model.num_layers, layer_params=layer_params_gpu, emb_params=emb_params_gpu,
+                         head_params=head_params_gpu, lm_head_params=V * h / t, state_bytes=(w_b, o_b),
+                         copy_bytes=c_b, grad_bytes=g_b, bucket_bytes=bucket_b, layer_act=layer_act,
+                         working=recompute_working, first_act=first_act,
+                         head_act=frameworks.head_act_bytes(stack, M, h, rep, fam), logits=M * V / t, recompute=rc,
+                         num_microbatches=m)
+        dense.update(params=ph.params, grads=ph.grads, optim=ph.optim, act=ph.act, working=ph.working + z3_live)
+        ends.update(first_static_bytes=ph.first_static, last_static_bytes=ph.last_static, last_act_bytes=ph.last_act)
+        allocator = allocator_reserve_bytes(M * V / t, model.num_layers * layer_params_gpu + emb_params_gpu
+                                            + head_params_gpu, g_b, o_b)  # what the allocator cannot reuse
     unit, units = dense, model.num_layers
     if model.is_moe or model.mtp_num_layers:
         moe_layer = None
@@ -361,7 +383,7 @@ def stage_coefficients(
                 attn_gemm_bwd=gemm_bwd - mlp_bwd, core_fwd=core_fwd, tp_pass=tp_pass, hidden=hidden,
                 tp_comm_overlap=tp_comm_overlap, layer_cp=layer_cp, dp_step=dp_step, opt_per_param=opt_per_param,
                 window=window, state_bytes=(pb, gb, ob), grad_bytes=grad_bytes, act_kw=act_kw,
-                adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
+                adam_s_per_param=adam_bytes / hbm, a2a_overlap=moe_a2a_overlap,
                 dispatcher=moe_token_dispatcher,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
                 grad_reduce_dtype=grad_reduce_dtype,
@@ -402,7 +424,7 @@ def stage_coefficients(
         layer_act_bytes=unit["act"],
         const_bytes=unit["working"],
         fragmentation=float(gpu.runtime_reserve_fraction),
-        runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=shapes.ep, etp=shapes.etp),
+        runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=shapes.ep, etp=shapes.etp) + allocator,
         capacity_bytes=float(gpu.hbm_bytes),
         layer_ep_s=unit["ep"],
         **ends,
