@@ -173,8 +173,10 @@ def attention(t: Tally, model: ModelSpec, code: Code, fp32_in: bool, masked: boo
         norm(t, kind, q, a, False)
         norm(t, kind, kv, g, False)
     rope = model.position_embedding == "rope"
-    if rope:  # 2 mul r2 w4, rotate_half neg r1 w1 and cat r2 w2, add r8 w4 per element; torch.cat r4 w4 more
-        t.add(traffic=(30 + 8 * code.rope_concat) * (q + kv),
+    if rope:  # on the rotated fraction p: 2 mul r2 w4, rotate_half's neg r1 w1 and cat r2 w2, add r8 w4 per
+        # element; torch.cat of the fp32 rotated part and the bf16 rest into fp32 (r4p + r2(1 - p), w4)
+        p = model.rotary_percent or 1.0
+        t.add(traffic=(30 * p + (4 * p + 2 * (1 - p) + 4) * code.rope_concat) * (q + kv),
               ops=tuple(OPS["rope"][i] + OPS["concat"][i] * code.rope_concat for i in (0, 1)))
     # SDPA's inputs: q (and k) cast back to bf16 after rotary (r4 w2); V the projection's bf16 output
     t.add(saved=2 * q, traffic=6 * q * rope)
