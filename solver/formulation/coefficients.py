@@ -33,7 +33,6 @@ import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
-from .eager_memory import allocator_reserve_bytes, phase_terms
 from .layer_terms import (attention_core_s, cp_ring_exposed_s, layer_linears_s, overlapped_s, selective_recompute,
                           sharded_layer_s)
 from .recompute import modules_of
@@ -357,19 +356,10 @@ def stage_coefficients(
                 last_optimizer_step_s=head_params_gpu * opt_per_param, first_window_s=first_window,
                 last_window_s=last_window, first_static_bytes=emb_params_gpu * state,
                 last_static_bytes=head_params_gpu * state, first_act_bytes=first_act, last_act_bytes=last_act)
-    allocator = 0.0
-    if fam is not None and not (model.is_moe or model.mtp_num_layers):  # an eager step peaks in one phase
-        w_b, c_b, g_b, bucket_b, o_b = frameworks.eager_state_parts(stack, z, shard)
-        ph = phase_terms(layers=model.num_layers, layer_params=layer_params_gpu, emb_params=emb_params_gpu,
-                         head_params=head_params_gpu, lm_head_params=V * h / t, state_bytes=(w_b, o_b),
-                         copy_bytes=c_b, grad_bytes=g_b, bucket_bytes=bucket_b, layer_act=layer_act,
-                         working=recompute_working, first_act=first_act,
-                         head_act=frameworks.head_act_bytes(stack, M, h, rep, fam), logits=M * V / t, recompute=rc,
-                         num_microbatches=m)
-        dense.update(params=ph.params, grads=ph.grads, optim=ph.optim, act=ph.act, working=ph.working + z3_live)
-        ends.update(first_static_bytes=ph.first_static, last_static_bytes=ph.last_static, last_act_bytes=ph.last_act)
-        allocator = allocator_reserve_bytes(M * V / t, model.num_layers * layer_params_gpu + emb_params_gpu
-                                            + head_params_gpu, g_b, o_b)  # what the allocator cannot reuse
+    allocator = frameworks.eager_peak(  # transformers: the phase its step peaks in (eager_memory.py)
+        stack, model, dense, ends, fam=fam, zero=z, shard=shard, params=(layer_params_gpu, emb_params_gpu,
+        head_params_gpu), tp=t, tokens=M, sp_degree=rep, layer_act=layer_act, working=recompute_working,
+        first_act=first_act, z3_live=z3_live, recompute=rc, num_microbatches=m)
     unit, units = dense, model.num_layers
     if model.is_moe or model.mtp_num_layers:
         moe_layer = None

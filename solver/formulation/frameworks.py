@@ -39,6 +39,7 @@ import numpy as np
 
 from . import memory
 from .eager_layers import LayerCounts, counts
+from .eager_memory import allocator_reserve_bytes, phase_terms
 
 FP32_BYTES, BF16_BYTES = 4.0, 2.0
 
@@ -360,3 +361,25 @@ def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_p
     op_s = fw.dispatch_us_per_op * 1e-6
     ops = fam.ops if fam is not None else fw.ops_per_layer
     return (np.maximum(fwd_s + cast_f, ops[0] * op_s), np.maximum(bwd_s + cast_b, ops[1] * op_s))
+
+
+def eager_peak(fw: Framework, model, dense: dict, ends: dict, *, fam: Optional[LayerCounts], zero, shard, params, tp,
+               tokens, sp_degree, layer_act, working, first_act, z3_live, recompute, num_microbatches):
+    """For a stack counted per family (transformers) on a dense model: replace the additive
+    memory terms of `dense` (per layer) and `ends` (first/last stage) by those of the phase where
+    the step peaks (eager_memory.phase_terms), and return the allocator's reserve for the loss's
+    fp32 transients (eager_memory.allocator_reserve_bytes); otherwise change nothing and return 0."""
+    if fam is None or model.is_moe or model.mtp_num_layers:
+        return 0.0
+    layer_params, emb_params, head_params = params
+    w_b, c_b, g_b, bucket_b, o_b = eager_state_parts(fw, zero, shard)
+    logits = tokens * model.vocab_size / tp
+    ph = phase_terms(layers=model.num_layers, layer_params=layer_params, emb_params=emb_params,
+                     head_params=head_params, lm_head_params=model.vocab_size * model.hidden_size / tp,
+                     state_bytes=(w_b, o_b), copy_bytes=c_b, grad_bytes=g_b, bucket_bytes=bucket_b,
+                     layer_act=layer_act, working=working, first_act=first_act,
+                     head_act=head_act_bytes(fw, tokens, model.hidden_size, sp_degree, fam), logits=logits,
+                     recompute=recompute, num_microbatches=num_microbatches)
+    dense.update(params=ph.params, grads=ph.grads, optim=ph.optim, act=ph.act, working=ph.working + z3_live)
+    ends.update(first_static_bytes=ph.first_static, last_static_bytes=ph.last_static, last_act_bytes=ph.last_act)
+    return allocator_reserve_bytes(logits, model.num_layers * layer_params + emb_params + head_params, g_b, o_b)
