@@ -35,16 +35,23 @@ LLAMA32_3B = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden
 
 
 def layer_rows() -> list[str]:
-    out = ["| case | measured saved bytes per layer | profile estimate | ratio | Megatron's count | ratio |",
-           "|---|---:|---:|---:|---:|---:|"]
+    import json
+    cuda = json.loads((ROOT / "benchmarks" / "measured" / "h200-2026-11-26" / "saved_per_layer.json").read_text())
+    out = ["| case | measured on CPU | CPU - CUDA (stated) | measured on an H200 | profile estimate | profile / H200 "
+           "| Megatron's count | Megatron / H200 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for case in T.HF_CASES:
         _, _, (two, _) = T._measure(case, 2, B, S)
         cfg, _, (four, _) = T._measure(case, 4, B, S)
         per = (four - two) / 2
         spec = model_from_hf_config(cfg.to_dict(), name=case)
-        est = float(T.coefficients(spec, "transformers", B, S).layer_act_bytes[0])
+        est = T.profile_layer_bytes(spec, B, S)
         meg = float(T.coefficients(spec, "megatron", B, S).layer_act_bytes[0])
-        out.append(f"| transformers {case} | {per:,.0f} | {est:,.0f} | {est / per:.3f} | {meg:,.0f} | {meg / per:.3f} |")
+        key = T.CUDA_KEYS.get(case)
+        gpu = cuda["saved_per_layer_per_token"][key] * B * S if key else None
+        ref = gpu if gpu else per
+        out.append(f"| transformers {case} | {per:,.0f} | {T.cpu_minus_cuda(case, spec) * B * S:+,.0f} | "
+                   f"{f'{gpu:,.0f}' if gpu else '(not measured)'} | {est:,.0f} | {est / ref:.3f} | {meg:,.0f} | "
+                   f"{meg / ref:.3f} |")
     dim, heads, kv, ffn = 256, 8, 2, 704
     block = T._torchtitan_block(dim, heads, kv, ffn)
     hd = dim // heads
@@ -56,18 +63,18 @@ def layer_rows() -> list[str]:
                      position_embedding="rope")
     est = float(T.coefficients(spec, "torchtitan", B, S).layer_act_bytes[0])
     meg = float(T.coefficients(spec, "megatron", B, S).layer_act_bytes[0])
-    out.append(f"| torchtitan Llama 3 block replica | {acts:,} | {est:,.0f} | {est / acts:.3f} | {meg:,.0f} | "
-               f"{meg / acts:.3f} |")
+    out.append(f"| torchtitan Llama 3 block replica (bf16, no autocast) | {acts:,} | | (not measured) | {est:,.0f} | "
+               f"{est / acts:.3f} (of CPU) | {meg:,.0f} | {meg / acts:.3f} (of CPU) |")
     return out
 
 
 def step_rows() -> list[str]:
     out = ["| case | weights | grads | AdamW | autocast copies | saved activations | peak (counted) | sum | "
            "estimate | / peak | / sum |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for case in ("llama-gqa", "qwen2"):
+    for case in ("llama-gqa", "qwen2", "gemma3-sliding", "phi3"):
         m = T._measure_step(case, B, S)
         w, g, st, copies, acts, est = (m[k] for k in ("weights", "grads", "state", "copies", "acts", "estimate"))
-        peak, total = w + st + copies + max(acts, g), w + g + st + copies + acts
+        peak, total = w + st + max(copies + acts, g), w + g + st + copies + acts
         out.append(f"| {case} | {w:,} | {g:,} | {st:,} | {copies:,} | {acts:,} | {peak:,} | {total:,} | {est:,.0f} | "
                    f"{est / peak:.3f} | {est / total:.3f} |")
     return out
@@ -99,10 +106,16 @@ def main() -> None:
              f"`python benchmarks/framework_memory.py` (CPU torch {torch.__version__}, transformers "
              f"{transformers.__version__}); shapes at {B} x {S} tokens, vocabulary 1,000. Measuring code: "
              "tests/test_frameworks.py.", "", "## Saved activations per layer", "", *layer_rows(), "",
-             "## One AdamW step (2 layers): tensors counted against the estimate before the allocator's reserve", "",
-             "Peak: one micro-batch per step and `.grad` set to None before it, so a layer's gradient never "
-             "coexists with its saved tensors (the larger counts); the estimate may exceed the sum by the loss's "
-             "transient (8 bytes per logit).", "", *step_rows(), "", "## Estimates of single-H200 plans", "",
+             "Per layer, b x s = 2 x 100. The profile counts the CUDA path; on CPU, dropout keeps bf16 noise "
+             "instead of a bool mask, `pow` runs in bf16 (CUDA's autocast upcasts it: relu2, gelu_new) and layer_norm "
+             "keeps bf16 statistics for a bf16 input (`cpu_minus_cuda`); the H200 column is "
+             "benchmarks/measured/h200-2026-11-26/saved_per_layer.json. Phi-3's profile counts V as the view of its "
+             "fused QKV output that the real Phi-3.5/Phi-4 shapes keep; this tiny config's V is copied (2q + 2kv less).",
+             "", "## One AdamW step (2 layers): tensors counted against the estimate before the allocator's reserve",
+             "", "Peak: one micro-batch per step and `.grad` set to None before it, so the loss phase (autocast copies, "
+             "saved tensors, logits) and the gradient phase (every gradient) never coexist "
+             "(formulation/eager_memory.py); the estimate may exceed the sum by the loss's transient (8 bytes per "
+             "logit).", "", *step_rows(), "", "## Estimates of single-H200 plans", "",
              *plan_rows(), ""]
     out = ROOT / "benchmarks" / "results" / "framework_memory.md"
     out.write_text("\n".join(lines))

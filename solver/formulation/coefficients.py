@@ -9,10 +9,9 @@ pipeline stage i is linear in its layer count l_i (docs/DESIGN.md section 3):
 `stage_coefficients` computes these arrays for a batch of shapes at once; the float
 evaluation (`pipeline.py`), the CP-SAT encoding and the baselines all consume them, so there
 is exactly one formula for every cost. Its parts:
-- kernels (`kernels.py`): GEMMs by their per-GPU shapes (wave and K quantisation), flash
-  attention (tensor-core matmuls plus special-function exponentials, overlapped on Hopper by
-  fused kernels), memory-bound elementwise work, a per-layer launch overhead; the precision
-  recipe's GEMM rate and quantisation traffic (`precision.py`);
+- kernels (`kernels.py`): GEMMs by their shapes (wave and K quantisation), flash attention (matmuls
+  plus exponentials, overlapped on Hopper by fused kernels), memory-bound elementwise work, a per-layer
+  launch overhead; the precision recipe's GEMM rate and quantisation traffic (`precision.py`);
 - communication (`comm.py`): NCCL ring/tree on each group's links, node NICs shared by the
   rings that cross them;
 - overlap, each term explicit: TP collectives exposed (or hidden behind the GEMMs with
@@ -223,6 +222,7 @@ class _StageTerms:
         self.moe_token_dispatcher = options["moe_token_dispatcher"]
         self.gpu = cluster.gpu
         self.stack = frameworks.profile(options["framework"])  # the software stack's terms (frameworks.py); megatron: none
+        self.fam = frameworks.family_counts(self.stack, model, options["seq_length"])  # transformers: eager_layers.py
         self.t = shapes.tp.astype(np.float64)
         self.c = shapes.cp.astype(np.float64)
         self.d = shapes.dp.astype(np.float64)
@@ -254,14 +254,21 @@ class _StageTerms:
         self.core_fwd, self.core_bwd = core_fwd, core_bwd = attention_core_s(
             gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=self.flash_attention,
             kernel=self.attention_kernel, hbm_bytes_per_s=hbm)
+        fam = self.fam
+        if fam is not None and fam.masked_layers and self.flash_attention:  # sliding windows' explicit masks
+            masked = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=True,
+                                      kernel="masked", hbm_bytes_per_s=hbm)
+            core_fwd, core_bwd = frameworks.masked_attention_s(fam, model.num_layers, (core_fwd, core_bwd), masked)
+            self.core_fwd, self.core_bwd = core_fwd, core_bwd
         self.el_fwd, self.el_bwd = el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
-            stack, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
+            stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
             rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
         # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
         overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
         fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
         bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
-        self.fwd, self.bwd = fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm)
+        fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam, self.m)
+        self.fwd, self.bwd = fwd, bwd
         # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
         # attention core alone): the dense layer's modules
         self.mods = mods = modules_of(self.recompute_modules)
@@ -329,7 +336,8 @@ class _StageTerms:
         tied_bw, tied_lat = comm.p2p_link(self.cluster, t * c * d * np.maximum(p - 1, 1))
         self.tied = np.where(model.tied_embeddings & (p > 1),
                              comm.allreduce_s(self.emb_params_gpu * grad_bytes, 2, tied_bw, tied_lat), 0.0)
-        self.opt_per_param = ADAM_STEP_BYTES_PER_PARAM / self.hbm / np.where(z >= 1, shard, 1.0)
+        self.adam_bytes = self.stack.optimizer_step_bytes or ADAM_STEP_BYTES_PER_PARAM  # per parameter (frameworks.py)
+        self.opt_per_param = self.adam_bytes / self.hbm / np.where(z >= 1, shard, 1.0)
 
     def stage_ends(self) -> None:
         """The first stage's embedding and the last stage's head and loss."""
@@ -372,7 +380,8 @@ class _StageTerms:
         self.act_kw = dict(tokens=M, hidden=h, q_width=self.hq, kv_width=self.hkv, mlp_matrices=model.mlp_matrices,
                            heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention,
                            dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision))
-        layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=self.f, **self.act_kw)
+        layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=self.f, fam=self.fam,
+                                                               **self.act_kw)
         # selective by module: the score terms stay unless core_attn is recomputed (unfused
         # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
         # one layer at a time
@@ -382,11 +391,12 @@ class _StageTerms:
         if self.latent_width:  # multi-latent attention: the latents, kept on every TP rank
             layer_act = layer_act + np.where(rc == 2, 0.0, self.latent_width * M)
             working = working + np.where(rc == 2, self.latent_width * M, 0.0)
-        working = working + np.where(z == 3, ZERO3_LIVE_LAYERS * self.layer_params_gpu
-                                      * frameworks.zero3_live_bytes_per_param(stack, self.grad_bytes), 0.0)
-        self.layer_act, self.working = layer_act, working
-        self.first_act = (BF16_BYTES + (model.dropout > 0)) * M * h / rep  # embedding output (bf16) and its dropout mask
-        self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep)  # final norm, head input, logits
+        self.recompute_working = working  # the working set before ZeRO-3's live layers (eager_peak)
+        z3_per_param = frameworks.zero3_live_bytes_per_param(stack, self.grad_bytes)
+        self.z3_live = np.where(z == 3, ZERO3_LIVE_LAYERS * self.layer_params_gpu * z3_per_param, 0.0)
+        self.layer_act, self.working = layer_act, working + self.z3_live
+        self.first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, self.fam)  # embedding
+        self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep, self.fam)  # norm, head, logits
         self.state = self.pb + self.gb + self.ob
 
     def per_layer_and_ends(self) -> tuple[dict, int, dict]:
@@ -410,6 +420,11 @@ class _StageTerms:
                     last_window_s=self.last_window, first_static_bytes=self.emb_params_gpu * state,
                     last_static_bytes=self.head_params_gpu * state, first_act_bytes=self.first_act,
                     last_act_bytes=self.last_act)
+        self.allocator = frameworks.eager_peak(  # transformers: the phase its step peaks in (eager_memory.py)
+            self.stack, self.model, dense, ends, fam=self.fam, zero=z, shard=self.shard, params=(
+                layer_params_gpu, self.emb_params_gpu, self.head_params_gpu), tp=self.t, tokens=self.M, sp_degree=self.rep,
+            layer_act=self.layer_act, working=self.recompute_working, first_act=self.first_act, z3_live=self.z3_live,
+            recompute=self.rc, num_microbatches=self.m)
         model = self.model
         if not (model.is_moe or model.mtp_num_layers):
             return dense, model.num_layers, ends
@@ -437,7 +452,7 @@ class _StageTerms:
             tp_pass=self.tp_pass, hidden=self.hidden, tp_comm_overlap=self.tp_comm_overlap, layer_cp=self.layer_cp,
             dp_step=self.dp_step, opt_per_param=self.opt_per_param, window=self.window,
             state_bytes=(self.pb, self.gb, self.ob), grad_bytes=self.grad_bytes, act_kw=self.act_kw,
-            adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=self.moe_a2a_overlap,
+            adam_s_per_param=self.adam_bytes / hbm, a2a_overlap=self.moe_a2a_overlap,
             dispatcher=self.moe_token_dispatcher,
             latent_bytes=self.latent_width * M, hbm=hbm, mm=self.mm, bf16mm=self.bf16mm, precision=self.precision,
             grad_reduce_dtype=self.grad_reduce_dtype,
@@ -459,9 +474,7 @@ class _StageTerms:
     def coefficients(self, unit: dict, units: int, ends: dict) -> StageCoefficients:
         gpu, t, c, d, p = self.gpu, self.t, self.c, self.d, self.p
         return StageCoefficients(
-            num_microbatches=self.m,
-            pp=p,
-            vp=self.v,
+            num_microbatches=self.m, pp=p, vp=self.v,
             layer_compute_s=unit["compute"],
             layer_tp_s=unit["tp"],
             layer_cp_s=unit["cp"],
@@ -478,7 +491,8 @@ class _StageTerms:
             layer_act_bytes=unit["act"],
             const_bytes=unit["working"],
             fragmentation=float(gpu.runtime_reserve_fraction),
-            runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=self.shapes.ep, etp=self.shapes.etp),
+            runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=self.shapes.ep, etp=self.shapes.etp)
+            + self.allocator,
             capacity_bytes=float(gpu.hbm_bytes),
             layer_ep_s=unit["ep"],
             **ends,

@@ -9,16 +9,22 @@ and launches more kernels. Each profile states, with its source, what differs:
 - which parallelisms it runs is `specs/frameworks.py` (the planner's space is narrowed to
   them; a forced unsupported knob is one line naming it);
 - **saved activations** of one eager decoder layer (`layer_activation_bytes`), counted
-  from the modelling code op by op (what each autograd node saves, `SavedTensors`); the counts
-  are tested against PyTorch's own `saved_tensors_hooks` on a real transformers Llama on CPU
-  (tests/test_frameworks.py: equal to the byte, per layer);
+  from the modelling code op by op (what each autograd node saves): torchtitan's Llama block
+  (`SavedTensors`), and for transformers each family's own code (eager_layers.py: norms, q/k
+  norms, fused projections, activations, dropout, sliding-window masks), tested against
+  PyTorch's own `saved_tensors_hooks` on real transformers models of each family on CPU
+  (tests/test_frameworks.py) and on an H200 (equal to the byte, per layer);
 - **logits and loss** (`logit_bytes`): fp32 upcast and `cross_entropy`'s saved log-softmax;
 - **model state** (`model_state_bytes_per_param`): fp32 weights, fp32 gradients, AdamW's two
   fp32 moments, autocast's bf16 weight copies, DDP's gradient buckets, FSDP2's unsharded weights;
+  for transformers, which of them coexist at the peak is decided by phase (eager_memory.py:
+  logits and gradients never do with one micro-batch), plus the allocator's reserve;
 - **time**: eager elementwise traffic (every op reads and writes its tensors in HBM:
   `EagerTraffic`), autocast's per-forward weight casts and bf16->fp32 gradient accumulation,
   and the CPU's per-op dispatch, which bounds a layer's time from below when the GPU work is
-  short (`eager_layer_s`); FSDP2's gathers without resharding after forward.
+  short (`eager_layer_s`); FSDP2's gathers without resharding after forward; the fused AdamW
+  step (28 bytes per parameter) and, for transformers' sliding-window layers, SDPA's kernel over
+  the whole s x s with the mask (`masked_attention_s`).
 
 The default profile `megatron` changes nothing: every hook returns the formulation's own
 Megatron terms (tests/test_frameworks.py checks the coefficients are identical).
@@ -32,6 +38,8 @@ from typing import Optional
 import numpy as np
 
 from . import memory
+from .eager_layers import LayerCounts, counts
+from .eager_memory import allocator_reserve_bytes, phase_terms
 
 FP32_BYTES, BF16_BYTES = 4.0, 2.0
 
@@ -92,30 +100,22 @@ class Framework:
     cross_entropy_bytes: Optional[tuple[float, float]] = None  # per logit (fwd, bwd); None: Megatron's fused
     ops_per_layer: tuple[int, int] = (0, 0)  # aten ops dispatched by one layer (fwd, bwd)
     dispatch_us_per_op: float = 0.0
+    # per family (transformers): the layer, its traffic and ops counted from the family's
+    # modelling code (eager_layers.py), its sliding-window layers' explicit-mask attention, and
+    # the memory peak by phase (eager_memory.py); `saved`/`traffic`/`ops_per_layer` unused then
+    family_layers: bool = False
+    optimizer_step_bytes: Optional[float] = None  # per parameter; None: coefficients.ADAM_STEP_BYTES_PER_PARAM
+    accumulate_grad_bytes: float = 0.0  # per parameter and micro-batch after the first: .grad += the cast gradient
 
     @property
     def fused(self) -> bool:
-        return self.saved is None
+        return self.saved is None and not self.family_layers
 
 
-# transformers' LlamaDecoderLayer (models/llama/modeling_llama.py; Qwen2/3, Mistral share it)
-# run as the issue's measured runs ran it: fp32 weights under torch.autocast(bf16), SDPA,
-# AdamW (torch fused). Saved for backward, per token (transformers 5.x, torch 2.x):
-# - LlamaRMSNorm x2: `hidden_states.to(float32)`, `pow(2)` and `* rsqrt(..)` save the fp32
-#   residual stream (4h) and rsqrt (4 per token), `self.weight * ...` the fp32 normalised (4h);
-# - autocast casts each linear's input separately: q/k/v_proj 3 x 2h, gate/up_proj 2 x 2h;
-# - rotary `q * cos + rotate_half(q) * sin`: cos/sin need no gradient, nothing per token kept;
-# - SDPA (flash / memory-efficient, GQA native: integrations/sdpa_attention.py
-#   `use_gqa_in_sdpa`): q (2q), k and v (2kv each), the output (2q, which o_proj's input
-#   shares: the kernel returns it in (b, s, heads, d) layout), log-sum-exp (4 per head);
-# - SwiGLU MLP `down_proj(act_fn(gate_proj(x)) * up_proj(x))`: silu's input, its output and
-#   up's output (saved by the mul), the product (down_proj's input): 4 x 2f; a plain MLP
-#   keeps the activation's input and the second linear's input: 2 x 2f.
-# Total 26h + 4q + 4kv + 8f + 4 heads + 8 (tests/test_frameworks.py measures it exactly).
-TRANSFORMERS_SAVED = SavedTensors(
-    per_h=2 * 8 + 3 * 2 + 2 * 2, per_q=4, per_kv=4, per_f_gated=8, per_f_plain=4, per_head=FP32_BYTES,
-    per_token=2 * FP32_BYTES, input_per_h=FP32_BYTES, head_per_h=8 + 2, head_per_token=FP32_BYTES + 2 * 8,
-    source="transformers models/llama/modeling_llama.py LlamaRMSNorm, LlamaAttention, LlamaMLP under autocast")
+# transformers: each family's decoder layer is counted from its own modelling code
+# (eager_layers.py: saved tensors, elementwise traffic, aten ops, sliding-window layers' explicit
+# masks), e.g. Llama's 26h + 4q + 4kv + 8f + 4 heads + 8 bytes saved per token, OPT's 18h + 4q + 4kv
+# + 2f + 4 heads + 16 (LayerNorm, ReLU, dropout masks), Gemma 3's four norms and q/k norms.
 
 # torchtitan's Llama 3 TransformerBlock (torchtitan/models/llama3/model.py, models/common/
 # attention.py GQAttention, rope.py, nn_modules.py RMSNorm = torch.nn.RMSNorm) with FSDP2's
@@ -134,14 +134,8 @@ TORCHTITAN_SAVED = SavedTensors(
     per_token=2 * FP32_BYTES, input_per_h=BF16_BYTES, head_per_h=8 + 2, head_per_token=FP32_BYTES + 2 * 8,
     source="torchtitan models/llama3/model.py Llama3TransformerBlock, common/attention.py GQAttention")
 
-# Eager elementwise traffic, forward, per token (bytes read + written), op by op:
-# transformers under autocast: 2 norms (pow r4h w4h, mean r4h, mul r4h w4h, weight mul r4h
-# w4h: 28h each), 5 input casts (r4h w2h), 2 residual adds of fp32 and bf16 (r6h w4h), rope
-# on q and k (2 mul r2 w4, rotate_half cat r2 w2 and neg r1 w1, add r8 w4: 30 per width) with
-# the SDPA cast back to bf16 (r4 w2), SiLU (r2f w2f) and the gate mul (r4f w2f).
-TRANSFORMERS_TRAFFIC = EagerTraffic(per_h=2 * 28 + 5 * 6 + 2 * 10, per_q=36, per_kv=36, per_f_gated=10, per_f_plain=4,
-                                    source="the ops of TRANSFORMERS_SAVED's layer, counted by aten op")
-# torchtitan in bf16: 2 norms (upcast r2h w4h, pow r4h w4h, mean r4h, mul r4h w4h, downcast
+# Eager elementwise traffic, forward, per token (bytes read + written), op by op (transformers:
+# eager_layers.py per family); torchtitan in bf16: 2 norms (upcast r2h w4h, pow r4h w4h, mean r4h, mul r4h w4h, downcast
 # r4h w2h, weight mul r2h w2h: 36h each), 2 residual adds (r4h w2h), rope (float r2 w4,
 # complex mul r4 w4, type_as r4 w2: 20 per width), SiLU and the gate mul (10f).
 TORCHTITAN_TRAFFIC = EagerTraffic(per_h=2 * 36 + 2 * 6, per_q=20, per_kv=20, per_f_gated=10, per_f_plain=4,
@@ -160,11 +154,12 @@ EAGER_LOGIT_BYTES = 12.0
 # nll_loss's gradient (w4), log_softmax's (r4 r4 w4) and the cast back to bf16 (r4 w2) = 22.
 EAGER_CROSS_ENTROPY_BYTES = (22.0, 22.0)
 
-# CPU cost of one eager aten op (Python, dispatcher, autograd, kernel launch): a prior of
-# 10 us (H. He, "Making Deep Learning Go Brrrr From First Principles", 2022: eager PyTorch
-# overhead is on the order of microseconds per operator, independent of its size; measured
-# here on a shared 2-core CPU host: ~23 us per op for a tiny transformers Llama, 91 forward and
-# 162 backward ops per layer, counted with TorchDispatchMode in tests/test_frameworks.py).
+# CPU cost of one eager aten op (Python, dispatcher, autograd, kernel launch): 10 us (H. He,
+# "Making Deep Learning Go Brrrr From First Principles", 2022: eager PyTorch overhead is on the
+# order of microseconds per operator, independent of its size; measured on an H200 machine's host
+# for a CPU-bound tiny transformers Llama step: 9.9 us per op, benchmarks/measured/
+# h200-2026-11-26/saved_per_layer.json; ~23 us on this project's shared 2-core CPU host). The
+# ops per layer are counted per family (eager_layers.OPS, checked with TorchDispatchMode).
 EAGER_DISPATCH_US = 10.0
 
 MEGATRON = Framework(
@@ -187,13 +182,22 @@ TORCHTITAN = Framework(
     traffic=TORCHTITAN_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
     weight_cast_zero_max=0, cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(81, 146),
     dispatch_us_per_op=EAGER_DISPATCH_US)
+# torch.optim.AdamW(fused=True) (torch/optim/adam.py `_fused_adam` -> torch._fused_adamw_, one
+# kernel over the tensor lists, aten/src/ATen/native/cuda/fused_adam_impl.cu): reads the fp32
+# param, grad, exp_avg and exp_avg_sq and writes param, exp_avg and exp_avg_sq: 7 x 4 bytes per
+# parameter; `zero_grad(set_to_none=True)` frees the gradients (no kernel). Not counted: the
+# Trainer's `clip_grad_norm_` (max_grad_norm 1.0 by default: torch._foreach_norm reads the
+# gradients, torch._foreach_mul_ reads and writes them, 12 more), which the measured loop
+# (benchmarks/hf_train_steps.py) does not run.
+FUSED_ADAMW_STEP_BYTES = 7 * FP32_BYTES
 TRANSFORMERS = Framework(
     name="transformers", summary="Hugging Face transformers (Trainer / accelerate): fp32 weights under bf16 autocast, "
                                  "eager ops, fp32 logits; data parallelism only (DDP, DeepSpeed ZeRO, FSDP)",
-    saved=TRANSFORMERS_SAVED, logit_bytes=EAGER_LOGIT_BYTES, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
+    logit_bytes=EAGER_LOGIT_BYTES, weight_bytes=FP32_BYTES, autocast_copy_bytes=BF16_BYTES,
     optimizer_bytes=8.0, ddp_bucket_bytes=FP32_BYTES, zero3_live_bytes=FP32_BYTES + BF16_BYTES + FP32_BYTES,
-    traffic=TRANSFORMERS_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
-    cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(91, 162), dispatch_us_per_op=EAGER_DISPATCH_US)
+    weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + FP32_BYTES), accumulate_grad_bytes=3 * FP32_BYTES,
+    cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, dispatch_us_per_op=EAGER_DISPATCH_US, family_layers=True,
+    optimizer_step_bytes=FUSED_ADAMW_STEP_BYTES)
 PROFILES = {f.name: f for f in (MEGATRON, TORCHTITAN, TRANSFORMERS)}
 
 
@@ -221,6 +225,18 @@ def model_state_bytes_per_param(fw: Framework, zero, shard, precision: str, grad
     return params, grads, opt
 
 
+def eager_state_parts(fw: Framework, zero, shard):
+    """Per parameter on one GPU, apart: (fp32 weight, autocast's bf16 copy, fp32 gradient, DDP
+    bucket, AdamW state), as `model_state_bytes_per_param` sums them (eager_memory.py places each
+    in its phase)."""
+    zero, shard = np.asarray(zero), np.asarray(shard, dtype=np.float64)
+    return (np.where(zero >= fw.weights_sharded_from_zero, fw.weight_bytes / shard, fw.weight_bytes),
+            np.where(zero >= 3, 0.0, fw.autocast_copy_bytes),
+            np.where(zero >= 2, fw.grad_bytes / shard, fw.grad_bytes),
+            np.where((zero == 0) & (shard > 1), fw.ddp_bucket_bytes, 0.0),
+            np.where(zero >= 1, fw.optimizer_bytes / shard, fw.optimizer_bytes))
+
+
 def layer_grads_at_peak_bytes(fw: Framework, zero, shard, params_gpu, grads_bytes, act_bytes, num_microbatches):
     """A layer's gradient bytes that can coexist with its saved activations. Megatron's fp32
     main-gradient buffers persist (all of `grads_bytes`). Eager stacks free `.grad` before each
@@ -244,41 +260,73 @@ def zero3_live_bytes_per_param(fw: Framework, grad_bytes: float) -> float:
     return memory.BF16_BYTES + grad_bytes if fw.zero3_live_bytes is None else fw.zero3_live_bytes
 
 
-def layer_activation_bytes(fw: Framework, *, gated: bool, **kw):
+def family_counts(fw: Framework, model, seq_length) -> Optional[LayerCounts]:
+    """The model's eager layers as its family's code runs them (eager_layers.py), for a stack
+    that counts per family (transformers); None otherwise."""
+    return counts(model, seq_length) if fw.family_layers else None
+
+
+def layer_activation_bytes(fw: Framework, *, gated: bool, fam: Optional[LayerCounts] = None, **kw):
     """(stored per layer and micro-batch, transient working set) on one GPU: Korthikanti's
-    count for Megatron, the eager layer's saved tensors (`SavedTensors`) otherwise. Eager full
-    recompute (transformers gradient checkpointing, torchtitan full AC) keeps the layer input;
-    torchtitan's selective AC is bounded by no recompute (its per-op policy is not counted)."""
+    count for Megatron, the eager layer's saved tensors (`SavedTensors`, or the family's
+    `LayerCounts`) otherwise. Eager full recompute (transformers gradient checkpointing,
+    torchtitan full AC) keeps the layer input and rebuilds one layer at a time (the largest);
+    torchtitan's selective AC is bounded by no recompute (its per-op policy is not counted).
+    transformers runs neither tensor nor sequence parallelism (specs/frameworks.py): a family's
+    count is per GPU as it is."""
     if fw.fused:
         return memory.layer_activation_bytes(**kw)
-    s = fw.saved
     T = np.asarray(kw["tokens"], dtype=np.float64)
     t = np.asarray(kw["tp"], dtype=np.float64)
     rep = np.asarray(kw["sp_degree"], dtype=np.float64)
     h, heads = kw["hidden"], kw["heads"]
-    per_f = s.per_f_gated if gated else s.per_f_plain
-    sharded = (s.per_q * kw["q_width"] + s.per_kv * kw["kv_width"] + per_f * kw["ffn"] + s.per_head * heads) / t
-    replicated = (s.per_h + (3.0 if kw["dropout"] else 0.0)) * h / rep + s.per_token
-    full = T * (replicated + sharded)
+    if fam is not None:
+        full, largest, kept = (T * fam.saved + fam.per_layer, T * fam.working + fam.per_layer, T * fam.input)
+    else:
+        s = fw.saved
+        per_f = s.per_f_gated if gated else s.per_f_plain
+        sharded = (s.per_q * kw["q_width"] + s.per_kv * kw["kv_width"] + per_f * kw["ffn"] + s.per_head * heads) / t
+        replicated = (s.per_h + (3.0 if kw["dropout"] else 0.0)) * h / rep + s.per_token
+        full = largest = T * (replicated + sharded)
+        kept = T * s.input_per_h * h / rep
     if not kw["flash"]:  # eager attention keeps the scores, probabilities and their dropout
         full = full + 5.0 * heads / t * T * kw["seq_k"]
+        largest = largest + 5.0 * heads / t * T * kw["seq_k"]
     rc = np.asarray(kw["recompute"])
-    stored = np.where(rc == 2, T * s.input_per_h * h / rep, full)
-    working = np.where(rc == 2, full, 0.0)
-    return stored, working
+    return np.where(rc == 2, kept, full), np.where(rc == 2, largest, 0.0)
 
 
-def last_stage_act_bytes(fw: Framework, tokens, hidden, vocab, tp, sp_degree):
-    """The last stage's extra activations per micro-batch: final norm, head input, logits."""
+def head_act_bytes(fw: Framework, tokens, hidden, sp_degree, fam: Optional[LayerCounts] = None):
+    """The last stage's saved tensors before the logits, per micro-batch: final norm, the LM
+    head's input, token ids and labels."""
     if fw.fused:
-        return 4.0 * tokens * hidden / sp_degree + memory.LOGIT_BYTES * tokens * vocab / tp
-    s = fw.saved
-    return tokens * (s.head_per_h * hidden / sp_degree + s.head_per_token) + fw.logit_bytes * tokens * vocab / tp
+        return 4.0 * tokens * hidden / sp_degree
+    if fam is not None:
+        return tokens * fam.head
+    return tokens * (fw.saved.head_per_h * hidden / sp_degree + fw.saved.head_per_token)
 
 
-def elementwise_bytes_per_token(fw: Framework, **kw):
+def last_stage_act_bytes(fw: Framework, tokens, hidden, vocab, tp, sp_degree, fam: Optional[LayerCounts] = None):
+    """The last stage's extra activations per micro-batch: final norm, head input, logits."""
+    logit = memory.LOGIT_BYTES if fw.fused else fw.logit_bytes
+    return head_act_bytes(fw, tokens, hidden, sp_degree, fam) + logit * tokens * vocab / tp
+
+
+def first_stage_act_bytes(fw: Framework, tokens, hidden, sp_degree, dropout: bool,
+                          fam: Optional[LayerCounts] = None):
+    """The first stage's activations per micro-batch: Megatron's bf16 embedding output and its
+    dropout mask; a family's learned positions' ids, embedding dropout mask and the sliding
+    layers' boolean (1, 1, s, s) mask (eager_layers.LayerCounts)."""
+    if fam is not None:
+        return tokens * fam.first + fam.mask
+    return (memory.BF16_BYTES + dropout) * tokens * hidden / sp_degree
+
+
+def elementwise_bytes_per_token(fw: Framework, fam: Optional[LayerCounts] = None, **kw):
     """(forward, backward) elementwise bytes per token of one layer on one GPU."""
     from .kernels import elementwise_bytes_per_token as fused
+    if fam is not None:
+        return fam.traffic, 2.0 * fam.traffic
     if fw.traffic is None:
         return fused(**kw)
     e, t, rep = fw.traffic, np.asarray(kw["tp"], dtype=np.float64), np.asarray(kw["sp_degree"], dtype=np.float64)
@@ -287,15 +335,51 @@ def elementwise_bytes_per_token(fw: Framework, **kw):
     return fwd, 2.0 * fwd
 
 
-def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_per_s):
+def masked_attention_s(fam: Optional[LayerCounts], layers: int, core, masked):
+    """A layer's attention core (forward, backward), averaged over the layers: the causal
+    kernel's `core`, and `masked` (the kernel over the whole s x s with the additive bias, no
+    causal skipping) on the family's layers whose sliding window gets an explicit mask."""
+    if fam is None or not fam.masked_layers:
+        return core
+    w = fam.masked_layers / layers
+    return tuple((1 - w) * c + w * m for c, m in zip(core, masked))
+
+
+def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_per_s,
+                  fam: Optional[LayerCounts] = None, num_microbatches=1):
     """A layer's (forward, backward) time with the stack's own costs: autocast's weight casts
-    (read fp32, write bf16 each forward; the bf16 weight gradient added into the fp32 .grad
-    each backward: read 2 + 4, write 4) and the CPU's dispatch of its eager ops, which the GPU
-    cannot outrun (the layer takes at least ops x dispatch time)."""
+    (read fp32, write bf16 each forward; each backward the bf16 weight gradient cast into fp32:
+    read 2, write 4, and added into the existing .grad with gradient accumulation, from the
+    second micro-batch: read 4 + 4, write 4) and the CPU's dispatch of its eager ops, which the
+    GPU cannot outrun (the layer takes at least ops x dispatch time)."""
     if fw.fused:
         return fwd_s, bwd_s
     casts = np.asarray(zero) <= fw.weight_cast_zero_max
-    cast_f, cast_b = (np.where(casts, c * params_per_gpu / hbm_bytes_per_s, 0.0) for c in fw.weight_cast_bytes)
+    m = np.asarray(num_microbatches, dtype=np.float64)
+    per_param = (fw.weight_cast_bytes[0], fw.weight_cast_bytes[1] + fw.accumulate_grad_bytes * (m - 1) / m)
+    cast_f, cast_b = (np.where(casts, c * params_per_gpu / hbm_bytes_per_s, 0.0) for c in per_param)
     op_s = fw.dispatch_us_per_op * 1e-6
-    return (np.maximum(fwd_s + cast_f, fw.ops_per_layer[0] * op_s),
-            np.maximum(bwd_s + cast_b, fw.ops_per_layer[1] * op_s))
+    ops = fam.ops if fam is not None else fw.ops_per_layer
+    return (np.maximum(fwd_s + cast_f, ops[0] * op_s), np.maximum(bwd_s + cast_b, ops[1] * op_s))
+
+
+def eager_peak(fw: Framework, model, dense: dict, ends: dict, *, fam: Optional[LayerCounts], zero, shard, params, tp,
+               tokens, sp_degree, layer_act, working, first_act, z3_live, recompute, num_microbatches):
+    """For a stack counted per family (transformers) on a dense model: replace the additive
+    memory terms of `dense` (per layer) and `ends` (first/last stage) by those of the phase where
+    the step peaks (eager_memory.phase_terms), and return the allocator's reserve for the loss's
+    fp32 transients (eager_memory.allocator_reserve_bytes); otherwise change nothing and return 0."""
+    if fam is None or model.is_moe or model.mtp_num_layers:
+        return 0.0
+    layer_params, emb_params, head_params = params
+    w_b, c_b, g_b, bucket_b, o_b = eager_state_parts(fw, zero, shard)
+    logits = tokens * model.vocab_size / tp
+    ph = phase_terms(layers=model.num_layers, layer_params=layer_params, emb_params=emb_params,
+                     head_params=head_params, lm_head_params=model.vocab_size * model.hidden_size / tp,
+                     state_bytes=(w_b, o_b), copy_bytes=c_b, grad_bytes=g_b, bucket_bytes=bucket_b,
+                     layer_act=layer_act, working=working, first_act=first_act,
+                     head_act=head_act_bytes(fw, tokens, model.hidden_size, sp_degree, fam), logits=logits,
+                     recompute=recompute, num_microbatches=num_microbatches)
+    dense.update(params=ph.params, grads=ph.grads, optim=ph.optim, act=ph.act, working=ph.working + z3_live)
+    ends.update(first_static_bytes=ph.first_static, last_static_bytes=ph.last_static, last_act_bytes=ph.last_act)
+    return allocator_reserve_bytes(logits, model.num_layers * layer_params + emb_params + head_params, g_b, o_b)

@@ -56,11 +56,16 @@ def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_b
 def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kernel: str, hbm_bytes_per_s: float):
     """(forward, backward) of the attention core on one GPU: FlashAttention at the kernel's fitted
     efficiency (cuDNN's fused kernel overlaps the exponentials on Hopper+, FlashAttention-2 does
-    not: `kernels.flash_attention_s`), or unfused attention with materialised scores."""
+    not: `kernels.flash_attention_s`), or unfused attention with materialised scores; kernel "masked" is
+    SDPA's kernel given an explicit mask (GPUSpec.masked_attention_rate, no causal skipping)."""
     if not flash:
         return unfused_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim,
                                    flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
                                    hbm_bytes_per_s=hbm_bytes_per_s)
+    if kernel == "masked":  # SDPA with an explicit mask: every block of s x s, at the masked kernel's rate
+        return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=False,
+                                 flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,
+                                 efficiency=gpu.masked_attention_rate, overlap_exp=gpu.exp_overlaps_matmul)
     fused = kernel == "cudnn"
     efficiency = (gpu.fused_attention_efficiency if fused
                   else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))

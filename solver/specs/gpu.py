@@ -53,9 +53,20 @@ class GPUSpec(Spec):
         None, gt=0, le=1, description="the same for FlashAttention-2 (default: the fused kernel's); on Hopper "
                                       "FlashAttention-2 cannot use the asynchronous tensor cores")
 
+    masked_attention_efficiency: Optional[float] = Field(
+        None, gt=0, le=1, description="attained fraction of peak of PyTorch SDPA's kernel given an explicit mask (an "
+                                      "additive bias over the whole s x s, no causal skipping: transformers' "
+                                      "sliding-window layers); default: the FlashAttention-2 efficiency")
+
     @property
     def fused_attention_efficiency(self) -> float:
         return self.attention_efficiency or self.matmul_efficiency
+
+    @property
+    def masked_attention_rate(self) -> float:
+        """`masked_attention_efficiency`, else FlashAttention-2's (a kernel off Hopper's asynchronous
+        pipeline), else the fused kernel's."""
+        return self.masked_attention_efficiency or self.flash2_attention_efficiency or self.fused_attention_efficiency
     hbm_efficiency: float = Field(0.8, gt=0, le=1, description="attained fraction of HBM bandwidth for memory-bound work")
     layer_overhead_us: float = Field(0.0, ge=0, description="fixed per-layer, per-pass time (kernel launches), microseconds")
     sharded_layer_overhead_us: float = Field(

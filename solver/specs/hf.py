@@ -329,6 +329,36 @@ def _dropout(data: dict) -> float:
     return max(vals, default=0.0)
 
 
+# Sliding-window layers as each configuration class builds `layer_types` (transformers 5.x
+# models/<family>/configuration_<family>.py): family -> (class default of `sliding_window`, rule).
+# "all": every layer's mask comes from create_sliding_window_causal_mask (Mistral, Phi-3, Mixtral);
+# "pattern": layer i is full attention when (i + 1) % sliding_window_pattern == 0 (Gemma 3: 6,
+# Gemma 2 and GPT-OSS: 2); "qwen": only with use_sliding_window, layers i >= max_window_layers.
+_WINDOWS = {"mistral": (4096, "all"), "phi3": (None, "all"), "mixtral": (None, "all"), "gemma2": (4096, "pattern2"),
+            "gemma3_text": (4096, "pattern6"), "gpt_oss": (128, "pattern2"), "qwen2": (4096, "qwen"),
+            "qwen3": (4096, "qwen"), "qwen2_moe": (4096, "qwen"), "qwen3_moe": (4096, "qwen")}
+
+
+def _sliding_window(data: dict, mt: str, layers: int) -> dict:
+    """`sliding_window` and how many layers use it (`sliding_window_layers`), from `layer_types`
+    when the file lists them, else by the family's rule (`_WINDOWS`)."""
+    default, rule = _WINDOWS.get(mt, (None, "all"))
+    window = _int(data, mt, "sliding_window", default=None) if "sliding_window" in data else default
+    if window is None or (rule == "qwen" and not _bool(data, mt, "use_sliding_window", False)):
+        return {}
+    types = data.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        count = sum(t == "sliding_attention" for t in types)
+    elif rule.startswith("pattern"):
+        period = _int(data, mt, "sliding_window_pattern", default=int(rule[len("pattern"):]))
+        count = sum(bool((i + 1) % period) for i in range(layers))
+    elif rule == "qwen":
+        count = max(0, layers - _int(data, mt, "max_window_layers", default=28))
+    else:
+        count = layers
+    return {"sliding_window": window, "sliding_window_layers": count} if count else {}
+
+
 def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     """Map a Hugging Face config.json (already parsed) to a ModelSpec; `name` (the file) names
     the model unless the config carries `name_or_path`."""
@@ -377,7 +407,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         tied_embeddings=tied, **_rope(data, mt, fam, notes), normalization=fam.normalization,
         norm_zero_centered_gamma=fam.zero_centered, norm_epsilon=eps if eps is not None else fam.eps,
         add_bias_linear=bias, add_qkv_bias=qkv_bias, activation=activation, qk_norm=fam.qk_norm,
-        dropout=_dropout(data),
+        dropout=_dropout(data), hf_model_type=mt, hidden_act=str(hidden_act), **_sliding_window(data, mt, layers),
     )
     if heads * head_dim != hidden:
         spec["kv_channels"] = head_dim
@@ -390,7 +420,8 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     if isinstance(window, int) and not isinstance(window, bool) and 0 < window < (seq or 0) \
             and mt not in ("gemma2", "gemma3_text", "gpt_oss") \
             and _bool(data, mt, "use_sliding_window", mt not in ("qwen2", "qwen2_moe", "qwen3_moe")):
-        notes.append(f"sliding-window attention ({window}) is costed as full causal attention")
+        notes.append(f"sliding-window attention ({window}) is costed as full causal attention (--framework "
+                     f"transformers prices what its SDPA path runs)")
     archs = data.get("architectures")
     arch = archs if isinstance(archs, str) else (archs[0] if isinstance(archs, list) and archs else mt)
     spec["source"] = f"Hugging Face config.json ({arch})"

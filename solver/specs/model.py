@@ -59,6 +59,19 @@ class ModelSpec(Spec):
     dropout: float = Field(
         0.1, ge=0, lt=1, description="hidden and attention dropout (Megatron-LM --hidden-dropout/--attention-dropout, "
                                      "default 0.1); modern decoders (Llama, Mistral, Qwen, Nemotron, MPT) train with 0")
+    # ---- what a Hugging Face config says beyond the shape, read by the eager transformers profile
+    # (formulation/eager_layers.py prices the family's own modelling code); Megatron's formulation
+    # ignores them (it costs sliding windows as full causal attention).
+    hf_model_type: Optional[str] = Field(
+        None, description="the transformers model_type the spec was converted from (whose modelling code "
+                          "`--framework transformers` prices); unset: a Llama-style decoder of these fields")
+    hidden_act: Optional[str] = Field(
+        None, description="the Hugging Face activation name (transformers activations.ACT2FN: silu, "
+                          "gelu_pytorch_tanh, gelu_new, relu, relu2, ...); unset: the one `activation` implies")
+    sliding_window: Optional[PositiveInt] = Field(
+        None, description="sliding-window attention span in tokens (HF sliding_window), on `sliding_window_layers`")
+    sliding_window_layers: Optional[NonNegativeInt] = Field(
+        None, description="how many layers attend through the window (HF layer_types); unset with a window: all")
     # ---- mixture of experts (Megatron-LM --num-experts, --moe-*; megatron/core/transformer/
     # transformer_config.py). A model without num_experts is dense and ignores the rest.
     num_experts: Optional[PositiveInt] = Field(
@@ -145,6 +158,10 @@ class ModelSpec(Spec):
             given = [f for f in ROPE_FIELDS if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to rotary embeddings only; set position_embedding: rope or drop it")
+        if self.sliding_window_layers is not None and (self.sliding_window is None
+                                                        or self.sliding_window_layers > self.num_layers):
+            raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) needs a sliding_window and at most "
+                             f"num_layers ({self.num_layers}) layers")
         if self.add_bias_linear and self.add_qkv_bias is False:
             raise ValueError("add_qkv_bias false with add_bias_linear true: linear biases include the QKV projection")
         self._check_moe()
@@ -201,6 +218,13 @@ class ModelSpec(Spec):
     def kv_hidden_size(self) -> int:
         """Width of K (and of V): num_kv_heads * head_dim."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention is limited to `sliding_window` tokens (0 without a window)."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
 
     @property
     def mlp_matrices(self) -> int:
