@@ -26,7 +26,8 @@ from ..errors import InputError
 from ..search.result import INFEASIBLE
 from ..specs.writing import PLOT_SUFFIXES, check_output, write_text
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
-from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints
+from .options import (OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints,
+                      split_options)
 
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
@@ -251,17 +252,19 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
 @click.command()
 @job_base_options
 @config_options
+@split_options
 @click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_parallel, zero, layers_per_stage, as_json,
-             **base):
+def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_parallel, zero, account_for_embedding,
+             account_for_loss, layers_per_stage, as_json, **base):
     """Predict step time, throughput, MFU and per-stage memory of one configuration."""
     from ..plan import plan_config
     from ..space.rules import constrained_config
 
     job = build_job(**base)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, etp=etp, micro_batch_size=micro_batch_size, recompute=recompute,
-               sequence_parallel=sequence_parallel, zero=zero,
+               sequence_parallel=sequence_parallel, zero=zero, account_for_embedding=account_for_embedding,
+               account_for_loss=account_for_loss,
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
     from ..calibration.intervals import with_interval
 
