@@ -12,9 +12,9 @@ Megatron-LM's checks:
   vp a constraint names (uneven chunks go through `--pipeline-model-parallel-layout`);
 - the embedding and the loss may count as layers of the split (Megatron's
   `--account-for-embedding/loss-in-pipeline-split`, `pipeline_split`): the split is then
-  Megatron's, and the search tries it where it makes an interleaving legal that is not otherwise
-  (L + 1 or L + 2 slots in equal chunks, or a named vp with pp*vp above L), or wherever the
-  constraints name the knob;
+  Megatron's, and the search tries it where interleaving needs it (a named vp with pp*vp above
+  L; vp unnamed, a depth whose L layers make no equal chunks while L + 1 or L + 2 slots do), or
+  wherever the constraints name the knob;
 - sequence parallelism only with tp > 1; optimizer sharding only with dp*cp > 1;
   ZeRO-3 only without pipelining;
 - a mixture-of-experts model adds expert parallelism (ep, etp) with Megatron-Core's parallel
@@ -82,8 +82,10 @@ ACCOUNT_KNOBS = ("account_for_embedding", "account_for_loss")
 def pipeline_variants(job: JobSpec, pp: int, interleave: bool) -> list[tuple[int, bool, bool]]:
     """(vp, account_for_embedding, account_for_loss) to search for `pp` stages (`interleave`:
     the micro-batches allow vp > 1): vp 1 and `interleavings` with the planner's own split,
-    then Megatron's accounted splits (module docstring) -- where the constraints leave the knobs
-    unset, only for a vp that the planner's split does not offer."""
+    then Megatron's accounted splits (module docstring). Where the constraints leave the knobs
+    unset, accounted splits come only where interleaving needs them: a named vp with pp*vp above
+    the layers, or, vp unnamed, a depth whose layers split into no equal chunks (126 layers over
+    pp 16 or 32); a depth that interleaves already gains a vp or two of bubble at most."""
     cons, model = job.constraints, job.model
     L = model.num_pipeline_units
     vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and interleave else [])
@@ -92,12 +94,14 @@ def pipeline_variants(job: JobSpec, pp: int, interleave: bool) -> list[tuple[int
     plain = [v for v in vps if cons.allows("vp", v)] if all(cons.allows(k, False) for k in ACCOUNT_KNOBS) else []
     out = [(v, False, False) for v in plain]
     named = any(getattr(cons, k) is not None for k in ACCOUNT_KNOBS)
+    interleaves = any(v > 1 for v in plain)
+    needed = lambda v: named or (v not in plain if cons.vp is not None else not interleaves)  # noqa: E731
     for e, loss in ((True, False), (False, True), (True, True)):
         if not (cons.allows("account_for_embedding", e) and cons.allows("account_for_loss", loss)):
             continue
         S = slot_count(model.num_layers, e, loss)
         for v in _accounted_vps(S, pp, cons.vp, interleave, named):
-            if (named or v not in plain) and cons.allows("vp", v) and not (job.moe_a2a_overlap and pp > 1 and v == 1) \
+            if needed(v) and cons.allows("vp", v) and not (job.moe_a2a_overlap and pp > 1 and v == 1) \
                     and unit_split(model, pp, v, e, loss) is not None:
                 out.append((v, e, loss))
     return out

@@ -75,7 +75,8 @@ class Constraints(Spec):
     account_for_embedding: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = Field(
         None, description="count the embedding as a layer of the pipeline split (Megatron "
                           "--account-for-embedding-in-pipeline-split; space/pipeline_split.py); unset: the search "
-                          "uses it only where it makes an interleaving legal (pp x vp above the layers)")
+                          "uses it only where interleaving needs it (a stated vp with pp x vp above the layers, or "
+                          "a pipeline depth whose layers make no equal chunks)")
     account_for_loss: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = Field(
         None, description="count the loss as a layer of the pipeline split (Megatron "
                           "--account-for-loss-in-pipeline-split); unset: as account_for_embedding")
