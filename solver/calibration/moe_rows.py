@@ -213,11 +213,10 @@ def moe_row_job(raw: dict) -> Row:
     )
     free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))
+    cons = Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
+                       **pipeline_accounting(p, model.num_layers, assumed))
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-                   precision=precision, constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None},
-                                                                uneven_split=False,
-                                                                **pipeline_accounting(p, model.num_layers, assumed)),
-                   **settings)
+                   precision=precision, constraints=cons, **settings)
     row.job = _best_settings(base, unstated_settings, row)
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "

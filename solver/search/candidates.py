@@ -171,10 +171,8 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
         sel = order[start:start + chunk]
         step, _, fits = step_time_batch(co.take(sel), default_splits(job.model, shapes.take(sel)))
         known[sel] = np.where(fits, step, np.inf)
-    inc_layers = None
-    if np.isfinite(known).any():
-        k = int(np.argmin(known))
-        inc_layers = default_splits(job.model, shapes.take(k))[0, :int(shapes.pp[k])].tolist()
+    k = int(np.argmin(known)) if np.isfinite(known).any() else None
+    inc_layers = default_splits(job.model, shapes.take(k))[0, :int(shapes.pp[k])].tolist() if k is not None else None
     n_time = 0
     derived = None
     dl.check()

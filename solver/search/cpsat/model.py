@@ -82,21 +82,7 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     if sym:
         for i in range(1, P - 2):
             model.add(layers[i] <= layers[i + 1]).only_enforce_if(act[i + 2])
-    has = fixed[shapes].any(axis=1) if fixed is not None and shapes else np.zeros(len(shapes), dtype=bool)
-    one = {j: fixed[shapes[j], :int(pps[j])] for j in np.flatnonzero(has).tolist()}
-    for j, split in one.items():
-        for i, n in enumerate(split.tolist()):
-            model.add(layers[i] == n).only_enforce_if(x[j])
-    if not uneven:
-        mixed = {int(pps[j]) for j in one}
-        for p, zv in z.items():
-            for i, n in enumerate(balanced_split(L, p)):
-                if p not in mixed:
-                    model.add(layers[i] == n).only_enforce_if(zv)
-                else:  # this depth also holds accounted shapes: each other shape its balanced split
-                    for j in np.flatnonzero(pps == p).tolist():
-                        if j not in one:
-                            model.add(layers[i] == n).only_enforce_if(x[j])
+    _one_split_rows(model, layers, x, z, pps, L, uneven, fixed[shapes] if fixed is not None and shapes else None)
     y = model.new_int_var(0, ub, "Y")
     tail = model.new_int_var(0, ub, "tail")
     obj = model.new_int_var(0, ub, "objective")
@@ -124,6 +110,28 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     if hint is not None:
         add_hint(m, form, hint[0], hint[1])
     return m
+
+
+def _one_split_rows(model, layers, x, z, pps, L: int, uneven: bool, fixed: Optional[np.ndarray]) -> None:
+    """The rows of the shapes that have one split: `fixed` (one row per model shape, Megatron's
+    split of an accounted shape, zeros elsewhere) under the shape's literal; with `uneven` off the
+    balanced split under each depth's literal (each shape's own where accounted shapes share it)."""
+    has = fixed.any(axis=1) if fixed is not None else np.zeros(len(x), dtype=bool)
+    one = {j: fixed[j, :int(pps[j])] for j in np.flatnonzero(has).tolist()}
+    for j, split in one.items():
+        for i, n in enumerate(split.tolist()):
+            model.add(layers[i] == n).only_enforce_if(x[j])
+    if uneven:
+        return
+    mixed = {int(pps[j]) for j in one}
+    for p, zv in z.items():
+        for i, n in enumerate(balanced_split(L, p)):
+            if p not in mixed:
+                model.add(layers[i] == n).only_enforce_if(zv)
+                continue
+            for j in np.flatnonzero(pps == p).tolist():  # accounted shapes at this depth: each other shape
+                if j not in one:
+                    model.add(layers[i] == n).only_enforce_if(x[j])
 
 
 def add_hint(m: Model, form: IntegerForm, k: int, split: list[int]) -> None:
