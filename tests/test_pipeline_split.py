@@ -270,3 +270,12 @@ def test_shapes_default_to_the_planners_split():
 
     s = Shapes(*(np.zeros(2, dtype=np.int64) for _ in range(11)))
     assert s.account_for_embedding.dtype == bool and not s.accounted.any()
+
+
+def test_compare_takes_the_knobs():
+    from solveplan.cli.plan_cmds import parse_compare
+
+    assert parse_compare("tp=4,pp=16,vp=8,account-for-embedding=on,account_for_loss=yes") == dict(
+        tp=4, pp=16, vp=8, account_for_embedding=True, account_for_loss=True)
+    with pytest.raises(InputError):
+        parse_compare("account_for_loss=2")

@@ -32,13 +32,16 @@ from .options import (OUTPUT, SECONDS, build_job, config_options, job_base_optio
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
             "tp": "tp", "pp": "pp", "cp": "cp", "vp": "vp", "dp": "dp", "zero": "zero", "recompute": "recompute",
-            "layers": "layers", "ep": "ep", "etp": "etp"}
+            "layers": "layers", "ep": "ep", "etp": "etp",
+            **{f"account{sep}for{sep}{w}": f"account_for_{w}" for sep in ("_", "-") for w in ("embedding", "loss")}}
+_SWITCHES = ("sequence_parallel", "account_for_embedding", "account_for_loss")
 _TRUE = {"on", "true", "yes", "1"}
 _FALSE = {"off", "false", "no", "0"}
 
 
 def parse_compare(text: str) -> dict:
-    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping.
+    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping
+    (account_for_embedding=on / account_for_loss=on: Megatron's split with them counted).
     Every item is key=value, each key at most once (an alias counts as its key)."""
     cfg: dict = {}
     for item in (x.strip() for x in text.split(",")):
@@ -50,12 +53,13 @@ def parse_compare(text: str) -> dict:
         val = val.strip()
         if not sep or key not in _ALIASES:
             raise InputError("--compare", f"{item!r}: give key=value pairs with keys tp, pp, cp, vp, mbs, recompute, sp, "
-                                          f"zero, ep, etp, layers (e.g. \"tp=8,pp=2,mbs=1\")")
+                                          f"zero, ep, etp, account_for_embedding, account_for_loss, layers (e.g. "
+                                          f"\"tp=8,pp=2,mbs=1\")")
         name = _ALIASES[key]
         if name in cfg:
             raise InputError("--compare", f"{item!r}: {name} is given twice; give each key once")
         try:
-            if name == "sequence_parallel":
+            if name in _SWITCHES:
                 if val.lower() not in _TRUE | _FALSE:
                     raise ValueError
                 cfg[name] = val.lower() in _TRUE
