@@ -279,3 +279,14 @@ def test_compare_takes_the_knobs():
         tp=4, pp=16, vp=8, account_for_embedding=True, account_for_loss=True)
     with pytest.raises(InputError):
         parse_compare("account_for_loss=2")
+
+
+def test_joint_placement_refuses_a_job_that_requires_the_accounting():
+    from solveplan.placement.joint.space import base_shapes
+
+    job = load_job({"model": "llama3.1-8b", "cluster": "h100x16", "constraints": {"account_for_loss": [True]}})
+    with pytest.raises(InputError) as e:
+        base_shapes(job)
+    assert e.value.field == "constraints.account_for_loss" and "leave it unset" in e.value.message
+    free = load_job({"model": "llama3.1-8b", "cluster": "h100x16"})
+    assert not base_shapes(free)[0].shapes.accounted.any()
