@@ -2,7 +2,8 @@
 
     python benchmarks/megatron_args.py --megatron-lm PATH [--catalog] [--out benchmarks/results/megatron_args.md]
 
-For a spread of plans (ZeRO 0-3, context parallelism, interleaving, uneven splits, FP8, GPT-3 /
+For a spread of plans (ZeRO 0-3, context parallelism, interleaving, uneven splits, the embedding and
+loss counted as layers of the split (`--account-for-*-in-pipeline-split`), FP8, GPT-3 /
 Llama / Qwen / Mistral / Nemotron / DeepSeek / GPT-NeoX and Hugging Face configs with a separate
 head dimension) it runs `solveplan optimize`'s planner, renders the Megatron-LM arguments
 (solveplan.render.megatron) and hands them, with the launch environment they come with, to
@@ -91,8 +92,15 @@ CASES = [
     ("Llama 3.1 405B MXFP8 on 8 GB200 NVL72 racks", "llama3.1-405b", "gb200x576", {}, {"precision": "mxfp8"}),
     ("Llama 3.1 70B blockwise FP8", "llama3.1-70b", "h100x64", {}, {"precision": "fp8-blockwise"}),
     ("Llama 3.1 8B FP8 current scaling on GB300", "llama3.1-8b", "gb300x72", {}, {"precision": "fp8-tensorwise"}),
+    # Megatron's split with the embedding / loss counted as layers (--account-for-*-in-pipeline-split):
+    # NVIDIA's Llama 3.1 405B recipe, pp 16 x vp 8 = 128 virtual stages for 126 layers, and one slot only
+    ("Llama 3.1 405B pp 16 x vp 8: embedding and loss counted as layers (NVIDIA's recipe)", "llama3.1-405b",
+     "h100x512", {"tp": (4,), "pp": (16,), "vp": (8,)}, {"precision": "fp8", "global_batch_size": 1536}),
+    ("DeepSeek 67B (95 layers) pp 4 x vp 8: the loss counted as a layer", "deepseek-llm-67b", "a100x256",
+     {"pp": (4,), "vp": (8,), "account_for_loss": (True,)}, {}),
 ]
-MXFP8_CASE = len(CASES) - 3
+MXFP8_CASE = next(i for i, c in enumerate(CASES) if c[0].startswith("Llama 3.1 405B MXFP8"))
+ACCOUNTED_CASE = next(i for i, c in enumerate(CASES) if "embedding and loss counted" in c[0])
 # what a user adds to the printed arguments (data, tokenizer, schedule), and --no-rope-fusion: the
 # fused RoPE kernel is a Transformer Engine function, and TE (CUDA only) is not installed here
 # Controls: the same plans with one rule broken must be refused (or build another model), so an
@@ -106,6 +114,9 @@ CONTROLS = [
     (14, "uneven split whose layout string loses one layer", lambda a, e: (_one_layer_less(a), e)),
     (MXFP8_CASE, "an FP8 recipe Megatron-LM does not know (mxfp8 misspelt)",
      lambda a, e: ([("mxfp8x" if x == "mxfp8" else x) for x in a], e)),
+    (ACCOUNTED_CASE, "126 layers over pp 16 x vp 8 without --account-for-embedding/loss-in-pipeline-split",
+     lambda a, e: (_drop(_drop(a, "--account-for-embedding-in-pipeline-split", 0),
+                         "--account-for-loss-in-pipeline-split", 0), e)),
 ]
 HFM = lambda name: str(HF / name / "config.json")  # noqa: E731
 # (label, model, cluster, explicit configuration (evaluate-style, with ep/etp), job extras, model
@@ -141,6 +152,9 @@ MOE_CASES = [
     ("Qwen3-30B-A3B, flex dispatcher (DeepEP), EP 16", HFM("Qwen3-30B-A3B"), "h100x64",
      dict(tp=1, pp=1, ep=16, etp=1), {"global_batch_size": 512, "seq_length": 4096, "moe_token_dispatcher": "flex"},
      {}),
+    ("Qwen3-235B-A22B (94 layers), pp 8 x vp 4: embedding and loss counted as layers", HFM("Qwen3-235B-A22B"),
+     "h100x256", dict(tp=4, pp=8, vp=4, ep=16, etp=1, account_for_embedding=True, account_for_loss=True),
+     {"global_batch_size": 1024, "seq_length": 4096}, {}),
     ("DeepSeek-V3, EP all-to-all overlap, pp 8 x vp 2", "deepseek-v3", "h100x1024",
      dict(tp=1, pp=8, vp=2, ep=64, etp=1, layers=[7, 8, 8, 8, 8, 8, 8, 6]),
      {"global_batch_size": 8192, "seq_length": 4096, "moe_a2a_overlap": True}, {}),

@@ -22,7 +22,8 @@ import numpy as np
 
 from .catalog import cluster_family, resize_cluster
 from .formulation.job import job_coefficients
-from .formulation.splits import least_memory_splits
+from .formulation.pipeline import step_time_batch
+from .formulation.splits import least_memory_splits, with_accounted
 from .plan import Shortfall, make_plan, parallel_from_row
 from .search.candidates import Candidates, prepare
 from .space.rules import least_memory_job
@@ -30,6 +31,17 @@ from .specs import JobSpec
 from .specs.deadline import Deadline, DeadlineExpired
 from .specs.frameworks import ALLOWED, users_constraints
 from .specs.units import GIB
+
+
+def _least_memory(job: JobSpec, shapes) -> tuple[np.ndarray, np.ndarray]:
+    """`least_memory_splits` of `shapes`, where a shape that counts the embedding / loss as a
+    layer has its one split, Megatron's (`formulation.splits.with_accounted`)."""
+    co = job_coefficients(job, shapes)
+    peak, lay = least_memory_splits(co, job.model.num_pipeline_units)
+    if shapes.accounted.any():
+        lay = with_accounted(job.model, shapes, lay)
+        peak = np.where(shapes.accounted, step_time_batch(co, lay)[1], peak)
+    return peak, lay
 
 FEWEST_GPUS_MAX = 65536  # the search for the fewest GPUs that fit stops here
 FEWEST_GPUS_BUDGET_S = 20.0
@@ -145,10 +157,10 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     micro-batch, more GPUs (searched for within `budget_s`)."""
     if cands.num_legal - cands.num_dominated <= 0:
         return shape_shortfall(job)
-    gpu, L = job.cluster.gpu, job.model.num_pipeline_units
+    gpu = job.cluster.gpu
     shapes = cands.least_memory_shapes
     rows = [shapes.row(i) for i in range(len(shapes))]
-    peak, lay = least_memory_splits(job_coefficients(job, shapes), L)
+    peak, lay = _least_memory(job, shapes)
     k = int(np.argmin(peak))
     par = parallel_from_row(job, rows[k])
     split = job.model.units_to_layers([int(x) for x in lay[k, :par.pp]])
@@ -169,7 +181,7 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     for knob, val, text in tries:
         mbs = val if knob == "micro_batch_size" else par.micro_batch_size
         alt = par.model_copy(update={knob: val, "num_microbatches": job.global_batch_size // (par.dp * mbs)})
-        pk, _ = least_memory_splits(job_coefficients(job, alt.shapes()), L)
+        pk, _ = _least_memory(job, alt.shapes())
         allowed = job.constraints.allows(knob, val)
         verdict = "fits" if pk[0] <= cap else f"still needs {pk[0] / GIB:.1f} GiB"
         suggestions.append(f"{text}: {verdict} with {alt.describe()}" + ("" if allowed else " (your constraints exclude it)"))

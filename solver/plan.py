@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from .formulation.flops import FLOP_CONVENTION
 from .formulation.job import job_assumptions, job_coefficients, throughput
 from .formulation.pipeline import evaluate_split, step_time_batch
-from .formulation.splits import balanced_layers_matrix, balanced_split
+from .formulation.splits import default_layers, default_splits
 from .search.result import PlanStatus
 from .space.rules import complete_config, textbook_shapes
 from .space.shapes import RECOMPUTE_CODES, Shapes
@@ -57,21 +57,30 @@ class ParallelConfig(Out):
     zero: int
     ep: int = 1  # expert parallelism (MoE; 1 for a dense model)
     etp: int = 1  # expert tensor parallelism
+    # the embedding / the loss count as a layer of the pipeline split: Megatron's
+    # --account-for-embedding/loss-in-pipeline-split, whose split the plan then has (space/pipeline_split.py)
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
 
     def shapes(self) -> Shapes:
         return Shapes.single(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vp=self.vp,
                              micro_batch_size=self.micro_batch_size, recompute=self.recompute,
-                             sequence_parallel=self.sequence_parallel, zero=self.zero, ep=self.ep, etp=self.etp)
+                             sequence_parallel=self.sequence_parallel, zero=self.zero, ep=self.ep, etp=self.etp,
+                             account_for_embedding=self.account_for_embedding, account_for_loss=self.account_for_loss)
 
     def key(self) -> tuple:
         """Canonical order used to break ties deterministically."""
         return (self.tp, self.cp, self.pp, self.vp, self.micro_batch_size,
-                RECOMPUTE_CODES[self.recompute], int(self.sequence_parallel), self.zero, self.ep, self.etp)
+                RECOMPUTE_CODES[self.recompute], int(self.sequence_parallel), self.zero, self.ep, self.etp,
+                int(self.account_for_embedding), int(self.account_for_loss))
 
     def describe(self) -> str:
         experts = f" ep={self.ep} etp={self.etp}" if self.ep > 1 or self.etp > 1 else ""
+        counted = [n for n, on in (("embedding", self.account_for_embedding), ("loss", self.account_for_loss)) if on]
+        split = f" split-counts={'+'.join(counted)}" if counted else ""
         return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} vp={self.vp} mbs={self.micro_batch_size} "
-                f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}{experts}")
+                f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}"
+                f"{experts}{split}")
 
 
 class StageMemory(Out):
@@ -131,7 +140,16 @@ def parallel_from_row(job: JobSpec, row: dict) -> ParallelConfig:
     m = job.global_batch_size // (row["dp"] * row["micro_batch_size"])
     return ParallelConfig(num_microbatches=m, **{k: row[k] for k in (
         "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")},
-                          ep=row.get("ep", 1), etp=row.get("etp", 1))
+                          ep=row.get("ep", 1), etp=row.get("etp", 1),
+                          account_for_embedding=bool(row.get("account_for_embedding", False)),
+                          account_for_loss=bool(row.get("account_for_loss", False)))
+
+
+def default_plan_layers(job: JobSpec, parallel: ParallelConfig) -> list[int]:
+    """Layers per stage of `parallel` when no split is given: Megatron's when it counts the
+    embedding or the loss as a layer, else the balanced split (`formulation.splits.default_layers`)."""
+    return default_layers(job.model, parallel.pp, parallel.vp, parallel.account_for_embedding,
+                          parallel.account_for_loss)
 
 
 def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan:
@@ -141,6 +159,10 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
     units = job.model.layers_to_units(layers)
     if units is None:
         raise ValueError(f"layers {list(layers)} cut a pipeline unit of {job.model.name} ({unit_rule(job.model)})")
+    if (parallel.account_for_embedding or parallel.account_for_loss) and \
+            list(layers) != default_plan_layers(job, parallel):
+        raise ValueError(f"layers {list(layers)}: with the embedding / loss counted as layers the split is "
+                         f"Megatron's, {default_plan_layers(job, parallel)}")
     co = job_coefficients(job, parallel.shapes())
     ev = evaluate_split(co, 0, units)
     for st, n in zip(ev.stages, layers):
@@ -166,7 +188,7 @@ def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field
     under `field` when the configuration is illegal for the job."""
     row, layers = complete_config(job, cfg, field, job_field)
     if layers is None:
-        layers = job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, row["pp"]))
+        layers = default_plan_layers(job, parallel_from_row(job, row))
     elif job.model.layers_to_units(layers) is None:
         raise InputError(path(field, "layers"), f"{layers} cuts a pipeline unit: {unit_rule(job.model)}")
     # with vp > 1 a rank holding fewer than vp layers has empty virtual chunks: legal in
@@ -182,7 +204,7 @@ def textbook_plan(job: JobSpec) -> Optional[Plan]:
     if len(shapes) == 0:
         return None
     co = job_coefficients(job, shapes)
-    step, _, fits = step_time_batch(co, balanced_layers_matrix(job.model.num_pipeline_units, shapes.pp))
+    step, _, fits = step_time_batch(co, default_splits(job.model, shapes))
     step = np.where(fits, step, np.inf)
     if not np.isfinite(step).any():
         return None
@@ -190,7 +212,7 @@ def textbook_plan(job: JobSpec) -> Optional[Plan]:
     best = min(np.flatnonzero(step == step.min()).tolist(),
                key=lambda k: parallel_from_row(job, shapes.row(k)).key())
     par = parallel_from_row(job, shapes.row(best))
-    return make_plan(job, par, job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, par.pp)))
+    return make_plan(job, par, default_plan_layers(job, par))
 
 
 class Comparison(Out):

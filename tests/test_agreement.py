@@ -126,10 +126,14 @@ def moe_jobs(draw) -> JobSpec:
 DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time
 
 
-def _balanced_only(job, res) -> None:
-    """An even-split job's plans hold the balanced split."""
-    if not job.constraints.uneven_split:
-        for c in res.top or ([res.best] if res.best else []):
+def _balanced_only(job, res, cands) -> None:
+    """An even-split job's plans hold the balanced split; a plan whose shape counts the
+    embedding / loss as layers holds Megatron's (every job)."""
+    for c in res.top or ([res.best] if res.best else []):
+        megatron = cands.accounted_split(c.index)
+        if megatron is not None:
+            assert c.layers == megatron, (c.layers, megatron)
+        elif not job.constraints.uneven_split:
             assert c.layers == balanced_split(job.model.num_pipeline_units, len(c.layers)), c.layers
 
 
@@ -140,7 +144,7 @@ def _exhaustive(job, prepare_kwargs=PREPARE_KWARGS):
     assume(exhaustive.count_space(cands) <= MAX_SPACE)
     res = exhaustive.search(cands, time_limit_s=300)
     assert res.finished, "the exhaustive reference must finish on the test instances"
-    _balanced_only(job, res)
+    _balanced_only(job, res, cands)
     return cands, res
 
 
@@ -198,7 +202,7 @@ def test_alpa_and_branch_and_bound_equal_exhaustive(job):
     cands, ex = _exhaustive(job)
     for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
         assert res.finished and res.status == ex.status
-        _balanced_only(job, res)
+        _balanced_only(job, res, cands)
         if ex.status == "OPTIMAL":
             assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
 
@@ -245,7 +249,7 @@ def test_time_pruning_keeps_the_optimum(job):
 def _check_cpsat(job, cands, ex):
     res = _cpsat.search(cands, time_limit_s=60)
     assert res.status != "UNKNOWN" and res.finished, f"CP-SAT did not finish a small instance: {res.status}"
-    _balanced_only(job, res)
+    _balanced_only(job, res, cands)
     if ex.status == "INFEASIBLE":
         assert res.status == "INFEASIBLE" and res.best is None
         return
@@ -306,6 +310,33 @@ def test_optimize_cpsat_equals_exhaustive(job):
     if sol.bound_step_time_s is not None:
         assert sol.bound_step_time_s <= ex.best.objective_s + max(q, 1e-9 * ex.best.objective_s)
     assert math.isfinite(sol.plan.step_time_s)
+
+
+@st.composite
+def accounted_jobs(draw) -> JobSpec:
+    """A drawn job whose search also tries Megatron's split with the embedding and/or the loss
+    counted as layers wherever it is legal (not only where it makes an interleaving legal)."""
+    job = draw(jobs())
+    cons = job.constraints.model_dump(exclude_none=True)
+    cons["account_for_embedding"] = tuple(draw(st.sets(st.booleans(), min_size=1)))
+    cons["account_for_loss"] = tuple(draw(st.sets(st.booleans(), min_size=1)))
+    return job.model_copy(update={"constraints": Constraints(**cons)})
+
+
+@pytest.mark.skipif(_cpsat is None, reason=_CPSAT_WHY)
+@SETTINGS
+@given(accounted_jobs())
+def test_cpsat_equals_exhaustive_with_the_split_accounting(job):
+    """With the accounting knobs searched, CP-SAT (its own candidates, and `optimize`) and the
+    Alpa DP / branch and bound equal the exhaustive optimum, and every accounted plan holds
+    Megatron's split (`_balanced_only`)."""
+    cands, ex = _exhaustive(job)
+    _check_cpsat(job, cands, ex)
+    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
+        assert res.finished and res.status == ex.status
+        _balanced_only(job, res, cands)
+        if ex.status == "OPTIMAL":
+            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
 
 
 MOE_SETTINGS = settings(SETTINGS, max_examples=max(5, EXAMPLES // 2))

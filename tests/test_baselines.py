@@ -41,19 +41,31 @@ INSTANCES = {
 }
 
 
+def megatron_accounted_split(L: int, p: int, e: bool, loss: bool) -> tuple[int, ...]:
+    """Megatron-LM's split with the embedding / loss counted as layers, written out here from
+    get_num_layers_to_build (transformer_block.py): (L + e + l) / p per rank, one fewer on the
+    first rank for the embedding and on the last for the loss."""
+    per = (L + e + loss) // p
+    return tuple(per - (e if i == 0 else 0) - (loss if i == p - 1 else 0) for i in range(p))
+
+
 def brute_force(cands):
-    """Every (shape, split) by itertools; returns sorted list of (objective, index, split) that fit."""
+    """Every (shape, split) by itertools; returns sorted list of (objective, index, split) that fit.
+    A shape that counts the embedding or the loss as a layer has one split, Megatron's."""
     L = cands.job.model.num_layers
-    out = []
+    out, n = [], 0
     for j in range(len(cands.shapes)):
         p = int(cands.shapes.pp[j])
-        splits = [tuple(b - a for a, b in zip((0,) + cuts, cuts + (L,)))
-                  for cuts in itertools.combinations(range(1, L), p - 1)]
+        e, loss = bool(cands.shapes.account_for_embedding[j]), bool(cands.shapes.account_for_loss[j])
+        splits = ([megatron_accounted_split(L, p, e, loss)] if e or loss else
+                  [tuple(b - a for a, b in zip((0,) + cuts, cuts + (L,)))
+                   for cuts in itertools.combinations(range(1, L), p - 1)])
+        n += len(splits)
         arr = np.array(splits, dtype=np.int64).reshape(len(splits), p)
         step, _, fits = step_time_batch(cands.coeffs.take(np.full(len(arr), j)), arr)
         out += [(float(s), j, tuple(int(x) for x in row)) for s, f, row in zip(step, fits, arr) if f]
     out.sort(key=lambda r: r[0])
-    return out, sum(math.comb(L - 1, int(p) - 1) for p in cands.shapes.pp)
+    return out, n
 
 
 @pytest.fixture(scope="module", params=sorted(INSTANCES))

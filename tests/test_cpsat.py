@@ -26,8 +26,16 @@ def _compositions(L: int, p: int):
         yield [e[i + 1] - e[i] for i in range(p)]
 
 
+def _megatron_accounted(L: int, p: int, e: bool, loss: bool) -> list[int]:
+    """Megatron-LM's split with the embedding / loss counted as layers (get_num_layers_to_build):
+    (L + e + l) / p per rank, one fewer on the first rank for the embedding, on the last for the loss."""
+    per = (L + e + loss) // p
+    return [per - (e if i == 0 else 0) - (loss if i == p - 1 else 0) for i in range(p)]
+
+
 def brute_force(cands, even_only: bool = False):
-    """(best step, shape index, split) over every survivor and split; (inf, None, None) if none fits."""
+    """(best step, shape index, split) over every survivor and split; (inf, None, None) if none fits.
+    A shape that counts the embedding or the loss as a layer has Megatron's split only."""
     L = cands.job.model.num_layers
     best = (np.inf, None, None)
     if cands.num_survivors == 0:
@@ -35,7 +43,9 @@ def brute_force(cands, even_only: bool = False):
     P = int(cands.shapes.pp.max())
     for k in range(cands.num_survivors):
         p = int(cands.shapes.pp[k])
-        comps = [balanced_split(L, p)] if even_only else list(_compositions(L, p))
+        e, loss = bool(cands.shapes.account_for_embedding[k]), bool(cands.shapes.account_for_loss[k])
+        comps = ([_megatron_accounted(L, p, e, loss)] if e or loss else
+                 [balanced_split(L, p)] if even_only else list(_compositions(L, p)))
         lay = np.zeros((len(comps), P), dtype=np.int64)
         lay[:, :p] = np.array(comps)
         step, _, fits = step_time_batch(cands.coeffs.take(np.full(len(comps), k)), lay)

@@ -129,21 +129,35 @@ def test_config_rules_agree_with_the_enumeration():
     from solveplan.space.enumeration import enumerate_shapes
     from solveplan.space.rules import config_violations
 
+    import itertools
+
+    from solveplan.specs import Constraints
+
     job = JobSpec(model=gpt(8, 1024, 16), cluster=load_cluster("a100x16"), global_batch_size=32, seq_length=1024)
     shapes = enumerate_shapes(job).shapes
     legal = {tuple(shapes.row(i).values()) for i in range(len(shapes))}
-    for tp in (1, 2, 4, 8, 16):
-        for cp in (1, 2):
-            for pp in (1, 2, 4, 8):
-                for mbs in (1, 2, 4, 3):
-                    for vp in (1, 2):
-                        for rc in ("none", "full"):
-                            for sp in (False, True):
-                                for z in (0, 1, 3):
-                                    dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs,
-                                                                 recompute=rc, sequence_parallel=sp, zero=z)
-                                    key = (tp, pp, dp, cp, vp, mbs, rc, sp, z, 1, 1)  # ep, etp: a dense model
-                                    assert (not errs) == (key in legal), (key, errs)
+    for tp, cp, pp, mbs, vp, rc, sp, z in itertools.product((1, 2, 4, 8, 16), (1, 2), (1, 2, 4, 8), (1, 2, 4, 3), (1, 2),
+                                                            ("none", "full"), (False, True), (0, 1, 3)):
+        dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=rc,
+                                     sequence_parallel=sp, zero=z)
+        key = (tp, pp, dp, cp, vp, mbs, rc, sp, z, 1, 1, False, False)  # ep, etp: a dense model; nothing counted
+        assert (not errs) == (key in legal), (key, errs)
+
+    # vp and the embedding / loss accounting named (every legal value in the space), 6 layers: 8
+    # slots make pp 4 x vp 2 legal only with both counted
+    job = JobSpec(model=gpt(6, 1024, 16), cluster=load_cluster("a100x16"), global_batch_size=32, seq_length=1024,
+                  constraints=Constraints(vp=(1, 2), account_for_embedding=(False, True), account_for_loss=(False, True)))
+    shapes = enumerate_shapes(job).shapes
+    legal = {tuple(shapes.row(i).values()) for i in range(len(shapes))}
+    assert shapes.accounted.any()
+    for tp, cp, pp, mbs, vp, rc, sp, z, e, loss in itertools.product(
+            (1, 2, 4, 8, 16), (1, 2), (1, 2, 4, 8), (1, 2, 4, 3), (1, 2), ("none", "full"), (False, True), (0, 1, 3),
+            (False, True), (False, True)):
+        dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=rc,
+                                     sequence_parallel=sp, zero=z, account_for_embedding=e, account_for_loss=loss)
+        key = (tp, pp, dp, cp, vp, mbs, rc, sp, z, 1, 1, e, loss)  # ep, etp: a dense model
+        assert (not errs) == (key in legal), (key, errs)
+    assert any(r[1] == 4 and r[4] == 2 and r[-2:] == (True, True) for r in legal)
 
 
 @pytest.mark.parametrize("model,cluster", [("gpt3-175b", "a100x1024"), ("llama3.1-405b", "h100x16384")])

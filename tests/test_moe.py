@@ -34,7 +34,9 @@ def test_moe_config_rules_agree_with_the_enumeration():
     job = moe_job(tiny_moe(), etp=(1, 2, 4))
     shapes = enumerate_shapes(job).shapes
     assert space_size(job).shapes == len(shapes)
-    legal = {tuple(shapes.row(i).values()) for i in range(len(shapes))}
+    # the planner's own splits (Megatron's split with the embedding / loss counted: tests/test_pipeline_split.py)
+    legal = {tuple(v for k, v in shapes.row(i).items() if not k.startswith("account_for"))
+             for i in range(len(shapes)) if not shapes.accounted[i]}
     assert {r[-2] for r in legal} == {1, 2, 4, 8} and {r[-1] for r in legal} == {1, 2, 4}
     for tp in (1, 2, 4):
         for cp in (1, 2):
@@ -61,7 +63,9 @@ def test_a2a_overlap_rules_agree_with_the_enumeration():
     job = moe_job(tiny_moe(L=8)).model_copy(update={"moe_a2a_overlap": True})
     shapes = enumerate_shapes(job).shapes
     assert space_size(job).shapes == len(shapes) > 0
-    legal = {tuple(shapes.row(i).values()) for i in range(len(shapes))}
+    # the planner's own splits (Megatron's split with the embedding / loss counted: tests/test_pipeline_split.py)
+    legal = {tuple(v for k, v in shapes.row(i).items() if not k.startswith("account_for"))
+             for i in range(len(shapes)) if not shapes.accounted[i]}
     assert min(shapes.ep) > 1 and 2 not in set(shapes.recompute.tolist())
     for pp in (1, 2, 4):
         for vp in (1, 2):

@@ -90,10 +90,9 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
     assert len(moe) == 106 and all(r.skipped is None or "mixture-of-experts: read by" not in r.skipped for r in moe)
     dense_new = [r for r in skipped if "category" in r.raw and r not in moe]
     reasons = {r.skipped.split(":")[0].split(" (")[0] for r in dense_new}
-    assert reasons <= {"nvfp4", "sft", "lora", "pp x vp = 128 virtual stages for 126 layers",
-                       "activations offloaded to the Grace CPU"}, reasons
+    assert reasons <= {"nvfp4", "sft", "lora", "activations offloaded to the Grace CPU"}, reasons
     blackwell = [r for r in ROWS if not r.skipped and r.gpu in ("b200", "gb200", "b300", "gb300") and r not in moe]
-    assert len(blackwell) == 41 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8"}
+    assert len(blackwell) == 43 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8"}
     # vp 12 (one layer per virtual stage), FP8, CP with TP and GQA, FSDP: all evaluated
     ids = {r.id for r in ROWS if not r.skipped}
     assert "dgxc-v24.11.1-nemotron4-340b-fp8-128" in ids and "dgxc-v24.11.1-llama3.1-405b-bf16-576" in ids
@@ -101,7 +100,7 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
 
 def test_in_sample_errors_with_the_shipped_parameters(shipped):
     lines = {ln["group"]: ln for ln in summary(shipped, "source")}
-    assert lines["all"]["rows"] == 262
+    assert lines["all"]["rows"] == 264
     assert lines["all"]["mape"] <= 0.07, lines["all"]
     for group, ln in lines.items():
         assert ln["mape"] <= 0.20, (group, ln)

@@ -10,8 +10,7 @@ from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union
 from pydantic import Field
 
 from ..errors import InputError, path
-from ..formulation.splits import balanced_split
-from ..plan import Out, Plan, make_plan
+from ..plan import Out, Plan, default_plan_layers, make_plan
 from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, PlanStatus
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import build
@@ -162,6 +161,5 @@ def _decide_job(ident, job: JobSpec, clock: Clock, cache: ResultCache) -> Decisi
     # feasible by the witness, no solver plan in time: the witness's plan
     w = verdict.witness
     assert w is not None, "a FEASIBLE check names its witness"
-    p = make_plan(job, w, verdict.witness_layers_per_stage
-                  or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units, w.pp)))
+    p = make_plan(job, w, verdict.witness_layers_per_stage or default_plan_layers(job, w))
     return Decision(id=ident, admitted=True, status=FEASIBLE, num_gpus=n, cluster=name, plan=p, reason=verdict.reason)

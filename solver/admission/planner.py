@@ -12,9 +12,8 @@ import time
 from typing import Optional
 
 from ..diagnose import memory_shortfall
-from ..formulation.splits import balanced_split
 from ..optimize import OptimizeResult, optimize
-from ..plan import SearchStats, SolveResult, make_plan, parallel_from_row
+from ..plan import SearchStats, SolveResult, default_plan_layers, make_plan, parallel_from_row
 from ..search.candidates import Candidates, prepare
 from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import JobSpec
@@ -129,9 +128,8 @@ def _fallback(job: JobSpec, clock: Clock, cache: ResultCache, why: str) -> Solve
     if sc.witness is None:
         return OptimizeResult(status=UNKNOWN, search=stats,
                               notes=[f"{why}; no plan known yet (retry with a longer time limit)"])
-    layers = sc.witness_layers or job.model.units_to_layers(balanced_split(job.model.num_pipeline_units,
-                                                                           sc.witness["pp"]))
-    plan_ = make_plan(job, parallel_from_row(job, sc.witness), layers)
+    witness = parallel_from_row(job, sc.witness)
+    plan_ = make_plan(job, witness, sc.witness_layers or default_plan_layers(job, witness))
     bound = sc.bound_step_s
     gap = (plan_.step_time_s - bound) / plan_.step_time_s if plan_.step_time_s > 0 else None
     return OptimizeResult(status=FEASIBLE, plan=plan_, bound_step_time_s=bound, gap=gap, search=stats,

@@ -32,7 +32,7 @@ from typing import Optional
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec
-from .rows import ROW_READERS, Row, gpu_of, measured_step_s, published_row_cluster, recompute_of
+from .rows import ROW_READERS, Row, gpu_of, measured_step_s, pipeline_accounting, published_row_cluster, recompute_of
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key -> catalog entry (models/*.yaml); family for cross-validation by model
@@ -213,9 +213,10 @@ def moe_row_job(raw: dict) -> Row:
     )
     free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))
+    cons = Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
+                       **pipeline_accounting(p, model.num_layers, assumed))
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-                   precision=precision, constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None},
-                                                                uneven_split=False), **settings)
+                   precision=precision, constraints=cons, **settings)
     row.job = _best_settings(base, unstated_settings, row)
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "

@@ -372,16 +372,25 @@ def row_job(raw: dict) -> Row:
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True),
         grad_reduce_dtype=_grad_reduce_dtype(raw, assumed),
-        constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False),
+        constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
+                                **pipeline_accounting(p, int(m["layers"]), assumed)),
     )
-    if p.get("pp") and p.get("vp") and p["pp"] * p["vp"] > row.job.model.num_layers:
-        row.skipped = (f"pp x vp = {p['pp'] * p['vp']} virtual stages for {row.job.model.num_layers} layers: the "
-                       f"source's layout counts embedding and loss as stages, which is not modelled")
-        return row
     row.measured_s, row.basis = measured_step_s(raw, row.job)
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
     return row
+
+
+def pipeline_accounting(p: dict, num_layers: int, assumed: list) -> dict:
+    """The embedding / loss accounting constraints of a row (`space.pipeline_split`): off, Megatron's
+    default, unless the row's pp x vp exceeds its layers -- then its recipe counts them as layers
+    (Megatron-Bridge's llama31_405b_pretrain_config sets account_for_embedding_in_pipeline_split and
+    account_for_loss_in_pipeline_split), and the space takes the accounting that makes it legal."""
+    if not (p.get("pp") and p.get("vp") and p["pp"] * p["vp"] > num_layers):
+        return dict(account_for_embedding=(False,), account_for_loss=(False,))
+    assumed.append(f"pp x vp = {p['pp'] * p['vp']} virtual stages for {num_layers} layers: the embedding and/or "
+                   f"the loss count as layers of the split (Megatron's --account-for-*-in-pipeline-split)")
+    return {}
 
 
 def _grad_reduce_dtype(raw: dict, assumed: list) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..formulation.job import job_coefficients
 from ..formulation.pipeline import step_time_batch
-from ..formulation.splits import balanced_layers_matrix
+from ..formulation.splits import default_splits
 from ..space.enumeration import enumerate_shapes
 from .fit import Param, fit_least_squares
 from .rows import Row
@@ -101,7 +101,7 @@ class RowCase:
         self.row = row
         self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
         self.shapes = enumerate_shapes(row.job).shapes
-        self.layers = balanced_layers_matrix(row.job.model.num_pipeline_units, self.shapes.pp)
+        self.layers = default_splits(row.job.model, self.shapes)
         if max_shapes and len(self.shapes) > max_shapes:
             step, _, fits = step_time_batch(job_coefficients(row.job, self.shapes), self.layers)
             keep = np.argsort(np.where(fits, step, np.inf), kind="stable")[:max_shapes]

@@ -27,6 +27,7 @@ FLAGS = {
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
     "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
+    "account_for_embedding": "--account-for-embedding", "account_for_loss": "--account-for-loss",
     "layers": "--layers-per-stage", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
     "top_k": "--top-k", "workers": "--workers", "links": "--links", "hostfile": "--hostfile",
     "nccl_tests": "--nccl-tests", "steps": "--steps", "plot": "--plot", "data": "--data",
@@ -201,11 +202,17 @@ _CONSTRAINTS = [
     click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Fix sequence parallelism on or off."),
     click.option("--zero", type=ChoiceList(("0", "1", "2", "3")), default=None, help="Allowed optimizer sharding: 0 plain DP, 1 distributed optimizer, 2, 3."),
     click.option("--even-split", is_flag=True, default=False, help="Only even (balanced) layer splits."),
+    click.option("--account-for-embedding/--no-account-for-embedding", default=None,
+                 help="Fix whether the embedding counts as a layer of the pipeline split (Megatron "
+                      "--account-for-embedding-in-pipeline-split; default: only where it makes an interleaving legal)."),
+    click.option("--account-for-loss/--no-account-for-loss", default=None,
+                 help="Fix whether the loss counts as a layer of the pipeline split (Megatron "
+                      "--account-for-loss-in-pipeline-split)."),
 ]
 
 CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "vp", "ep", "etp", "micro_batch_size", "tp_max", "pp_max", "dp_max",
                    "cp_max", "vp_max", "micro_batch_size_max", "ep_max", "recompute", "sequence_parallel", "zero",
-                   "even_split")
+                   "even_split", "account_for_embedding", "account_for_loss")
 
 
 # One explicit configuration (evaluate, links place); the defaults are space.rules.complete_config's.
@@ -221,6 +228,17 @@ _CONFIG = [
     click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None, help="Default: selective."),
     click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1."),
     click.option("--zero", type=click.IntRange(0, 3), default=None, help="Default: 1 (distributed optimizer) when dp*cp > 1, else 0."),
+]
+
+
+# How one configuration splits its layers (evaluate): Megatron's split with the embedding / loss counted
+_SPLIT = [
+    click.option("--account-for-embedding/--no-account-for-embedding", default=None,
+                 help="Count the embedding as a layer of the pipeline split (Megatron "
+                      "--account-for-embedding-in-pipeline-split; default off): the split is then Megatron's."),
+    click.option("--account-for-loss/--no-account-for-loss", default=None,
+                 help="Count the loss as a layer of the pipeline split (Megatron --account-for-loss-in-pipeline-split; "
+                      "default off)."),
 ]
 
 
@@ -249,6 +267,11 @@ def config_options(f):
     return _apply(_CONFIG, f)
 
 
+def split_options(f):
+    """--account-for-embedding, --account-for-loss: one configuration's layer split."""
+    return _apply(_SPLIT, f)
+
+
 def _constraints(flags: dict, base: Any) -> Any:
     """The job file's constraints with the constraint flags applied over them."""
     if not isinstance(base, (dict, type(None))):
@@ -260,7 +283,7 @@ def _constraints(flags: dict, base: Any) -> Any:
             continue
         if key == "even_split":
             data["uneven_split"] = False
-        elif key == "sequence_parallel":
+        elif key in ("sequence_parallel", "account_for_embedding", "account_for_loss"):
             data[key] = (val,)
         elif key == "zero":
             data[key] = tuple(int(x) for x in val)

@@ -27,18 +27,22 @@ from ..errors import InputError
 from ..search.result import INFEASIBLE
 from ..specs.writing import PLOT_SUFFIXES, check_output, write_text
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
-from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints
+from .options import (OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints,
+                      split_options)
 
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
             "tp": "tp", "pp": "pp", "cp": "cp", "vp": "vp", "dp": "dp", "zero": "zero", "recompute": "recompute",
-            "layers": "layers", "ep": "ep", "etp": "etp"}
+            "layers": "layers", "ep": "ep", "etp": "etp",
+            **{f"account{sep}for{sep}{w}": f"account_for_{w}" for sep in ("_", "-") for w in ("embedding", "loss")}}
+_SWITCHES = ("sequence_parallel", "account_for_embedding", "account_for_loss")
 _TRUE = {"on", "true", "yes", "1"}
 _FALSE = {"off", "false", "no", "0"}
 
 
 def parse_compare(text: str) -> dict:
-    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping.
+    """"tp=8,pp=2,mbs=1,recompute=full,sp=on,zero=1,layers=10:10:10:10" -> a config mapping
+    (account_for_embedding=on / account_for_loss=on: Megatron's split with them counted).
     Every item is key=value, each key at most once (an alias counts as its key)."""
     cfg: dict = {}
     for item in (x.strip() for x in text.split(",")):
@@ -50,12 +54,13 @@ def parse_compare(text: str) -> dict:
         val = val.strip()
         if not sep or key not in _ALIASES:
             raise InputError("--compare", f"{item!r}: give key=value pairs with keys tp, pp, cp, vp, mbs, recompute, sp, "
-                                          f"zero, ep, etp, layers (e.g. \"tp=8,pp=2,mbs=1\")")
+                                          f"zero, ep, etp, account_for_embedding, account_for_loss, layers (e.g. "
+                                          f"\"tp=8,pp=2,mbs=1\")")
         name = _ALIASES[key]
         if name in cfg:
             raise InputError("--compare", f"{item!r}: {name} is given twice; give each key once")
         try:
-            if name == "sequence_parallel":
+            if name in _SWITCHES:
                 if val.lower() not in _TRUE | _FALSE:
                     raise ValueError
                 cfg[name] = val.lower() in _TRUE
@@ -270,17 +275,19 @@ def _exit_without_plan(result, time_limit: float) -> None:
 @click.command()
 @job_base_options
 @config_options
+@split_options
 @click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_parallel, zero, layers_per_stage, as_json,
-             **base):
+def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_parallel, zero, account_for_embedding,
+             account_for_loss, layers_per_stage, as_json, **base):
     """Predict step time, throughput, MFU and per-stage memory of one configuration."""
     from ..plan import plan_config
     from ..space.rules import constrained_config
 
     job = build_job(**base)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, etp=etp, micro_batch_size=micro_batch_size, recompute=recompute,
-               sequence_parallel=sequence_parallel, zero=zero,
+               sequence_parallel=sequence_parallel, zero=zero, account_for_embedding=account_for_embedding,
+               account_for_loss=account_for_loss,
                layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
     from ..calibration.intervals import with_interval
 

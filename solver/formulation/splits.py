@@ -1,5 +1,7 @@
-"""Layer splits over the pipeline stages: the balanced (textbook) split, and water-filling --
-one bisection that every split and bound of this kind uses.
+"""Layer splits over the pipeline stages: the balanced (textbook) split, Megatron-LM's split of a
+shape that counts the embedding or the loss as a layer (`accounted_splits`, the rule in
+`space.pipeline_split`), each shape's default split (`default_splits`), and water-filling -- one
+bisection that every split and bound of this kind uses.
 
 Water-filling. When stage i holding l layers costs `slope_i*l + const_i` (a stage slot in
 seconds, or a stage's memory in bytes: both are linear in the layer count once the shape is
@@ -22,6 +24,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..space.pipeline_split import unit_split
+from ..space.shapes import Shapes
+from ..specs import ModelSpec
 from .coefficients import StageCoefficients
 from .linear import LinearForm, expand, memory_feasible, pp_blocks
 from .pipeline import stage_arrays, stage_memory_bytes
@@ -48,6 +53,49 @@ def balanced_layers_matrix(num_layers: int, pp: np.ndarray) -> np.ndarray:
             cache[p] = balanced_split(num_layers, p)
         out[i, :p] = cache[p]
     return out
+
+
+def accounted_splits(model: ModelSpec, shapes: Shapes) -> np.ndarray:
+    """(S, P) per shape that counts the embedding or the loss as a layer (`Shapes.accounted`):
+    Megatron-LM's split in pipeline units (`space.pipeline_split.unit_split`), the only split
+    such a shape has; zero rows for the other shapes (their split is the planner's)."""
+    P = int(shapes.pp.max()) if len(shapes) else 1
+    out = np.zeros((len(shapes), P), dtype=np.int64)
+    cache: dict = {}
+    for i in np.flatnonzero(shapes.accounted).tolist():
+        key = (int(shapes.pp[i]), int(shapes.vp[i]), bool(shapes.account_for_embedding[i]),
+               bool(shapes.account_for_loss[i]))
+        if key not in cache:
+            cache[key] = unit_split(model, *key)
+            if cache[key] is None:
+                raise ValueError(f"pp={key[0]} vp={key[1]} with embedding={key[2]} loss={key[3]} counted is not a "
+                                 f"split Megatron-LM builds for {model.name}")
+        out[i, :key[0]] = cache[key]
+    return out
+
+
+def with_accounted(model: ModelSpec, shapes: Shapes, splits: np.ndarray) -> np.ndarray:
+    """`splits` (S x P, one row per shape) with the row of every accounted shape replaced by
+    Megatron's split (in place; returned)."""
+    acc = np.flatnonzero(shapes.accounted)
+    if len(acc):
+        fixed = accounted_splits(model, shapes.take(acc))
+        splits[acc] = 0
+        splits[acc, :fixed.shape[1]] = fixed
+    return splits
+
+
+def default_splits(model: ModelSpec, shapes: Shapes) -> np.ndarray:
+    """(S, P) the split of each shape where the planner does not choose one: Megatron's for an
+    accounted shape, the balanced split of the pipeline units otherwise."""
+    return with_accounted(model, shapes, balanced_layers_matrix(model.num_pipeline_units, shapes.pp))
+
+
+def default_layers(model: ModelSpec, pp: int, vp: int = 1, account_for_embedding: bool = False,
+                   account_for_loss: bool = False) -> list[int]:
+    """Layers per stage (not units) of one configuration's default split (`default_splits`)."""
+    shape = Shapes.single(pp=pp, vp=vp, account_for_embedding=account_for_embedding, account_for_loss=account_for_loss)
+    return model.units_to_layers(default_splits(model, shape)[0, :pp].tolist())
 
 
 def waterfill(slope, const, upper, active, num_layers: int, *, iterations: int,

@@ -14,8 +14,7 @@ import numpy as np
 from ..errors import InputError
 from ..formulation.job import job_coefficients
 from ..formulation.pipeline import pipeline_s, stage_arrays
-from ..formulation.splits import balanced_split
-from ..plan import Out, ParallelConfig
+from ..plan import Out, ParallelConfig, default_plan_layers
 from ..specs import ClusterSpec, JobSpec
 from ..specs.units import GBIT_BYTES
 from .links import LinkMatrix
@@ -279,7 +278,7 @@ class Problem:
         self.job, self.parallel, self.links = job, parallel, links
         self.grid = placement_grid(job, parallel)
         if layers is None:
-            layers = balanced_split(job.model.num_layers, parallel.pp)
+            layers = default_plan_layers(job, parallel)
         self.layers = list(layers)
         self.pricer = Pricer(job, parallel, layers)
         self.eff = links.effective_bytes_per_s(job.cluster.network_efficiency)

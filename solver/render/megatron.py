@@ -10,7 +10,9 @@ runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_f
   `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers` (the stages in between
   equal), any other split `--pipeline-model-parallel-layout` (stages separated by `|`, virtual
   stage 0 of every rank first; `E` embedding, `t` a layer, `L` the loss; at most one of the three
-  pipeline-layout flags: validate_args asserts it).
+  pipeline-layout flags: validate_args asserts it); a plan that counts the embedding / loss as
+  layers: `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`
+  and Megatron's own split (TransformerConfig refuses them beside a layout or first/last counts).
 - zero=1: `--use-distributed-optimizer`. zero=2/3: Megatron-FSDP, `--use-megatron-fsdp
   --data-parallel-sharding-strategy optim_grads | optim_grads_params`, which validate_args
   refuses without `--ckpt-format fsdp_dtensor` and with CUDA_DEVICE_MAX_CONNECTIONS=1.
@@ -41,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..plan import Plan
+from ..space.pipeline_split import MEGATRON_FLAGS
 from ..specs import JobSpec, ModelSpec
 from .megatron_moe import moe_launch, moe_layer_freq_arg  # noqa: F401  (MoE, MLA, MTP flags)
 
@@ -163,6 +166,21 @@ def split_flags(layers: list[int], vp: int) -> tuple[list[str], list[str], str |
     return ["--pipeline-model-parallel-layout", layout], notes, layout
 
 
+def pipeline_flags(plan: Plan) -> tuple[list[str], list[str], str | None]:
+    """(flags, notes, layout) of the plan's layer split: Megatron's own split when the plan
+    counts the embedding / loss as layers (`--account-for-embedding-in-pipeline-split`,
+    `--account-for-loss-in-pipeline-split`: validate_args refuses them with a layout or with
+    first/last-stage counts, and the plan's split is the one get_num_layers_to_build derives,
+    space/pipeline_split.py), else `split_flags`."""
+    par = plan.parallel
+    counted = [flag for knob, flag in MEGATRON_FLAGS.items() if getattr(par, knob)]
+    if not counted:
+        return split_flags(list(plan.layers_per_stage), par.vp)
+    what = " and the ".join(k.removeprefix("account_for_") for k in MEGATRON_FLAGS if getattr(par, k))
+    return counted, [f"the {what} count as a layer of the pipeline split: Megatron-LM builds the split "
+                     f"{list(plan.layers_per_stage)} itself"], None
+
+
 def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]]:
     """(flags, notes) that make Megatron-LM build `model`'s architecture."""
     a = ["--seq-length", str(seq_length), "--max-position-embeddings", str(seq_length),
@@ -223,7 +241,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     env: dict[str, str] = {}
     a += ["--tensor-model-parallel-size", str(par.tp), "--pipeline-model-parallel-size", str(par.pp),
           "--context-parallel-size", str(par.cp)]
-    flags, split_notes, layout = split_flags(list(plan.layers_per_stage), par.vp)
+    flags, split_notes, layout = pipeline_flags(plan)
     if par.vp > 1 and layout is None:
         a += ["--num-virtual-stages-per-pipeline-rank", str(par.vp)]
     if layout is not None and par.vp > 1:

@@ -102,13 +102,16 @@ def degrees_table(plan) -> Table:
     par = plan.parallel
     t = Table(title="parallel plan", title_justify="left")
     moe = "ep_comm_s" in plan.breakdown or par.ep > 1 or par.etp > 1  # a MoE model's plan
+    # Megatron's split with the embedding / loss counted as layers (--account-for-*-in-pipeline-split)
+    counted = "+".join(n for n, on in (("embedding", par.account_for_embedding), ("loss", par.account_for_loss)) if on)
     cols = ("tp", "pp", "dp", "cp", "vp") + (("ep", "etp") if moe else ()) + (
-        "micro-batch", "micro-batches", "recompute", "seq. parallel", "zero")
+        "micro-batch", "micro-batches", "recompute", "seq. parallel", "zero") + (("split counts",) if counted else ())
     for c in cols:
         t.add_column(c, justify="right")
     experts = (str(par.ep), str(par.etp)) if moe else ()
     t.add_row(str(par.tp), str(par.pp), str(par.dp), str(par.cp), str(par.vp), *experts, str(par.micro_batch_size),
-              str(par.num_microbatches), par.recompute, "on" if par.sequence_parallel else "off", str(par.zero))
+              str(par.num_microbatches), par.recompute, "on" if par.sequence_parallel else "off", str(par.zero),
+              *((counted,) if counted else ()))
     return t
 
 

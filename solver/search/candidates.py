@@ -21,7 +21,8 @@ from ..formulation.coefficients import StageCoefficients
 from ..formulation.job import job_coefficients, zero0_dominated
 from ..formulation.linear import LinearForm, linear_form, memory_feasible
 from ..formulation.pipeline import step_time_batch
-from ..formulation.splits import balanced_layers_matrix, balanced_split, heuristic_splits, slot_waterfill
+from ..formulation.splits import (accounted_splits, balanced_split, default_splits, heuristic_splits,
+                                 slot_waterfill, with_accounted)
 from ..space.enumeration import enumerate_shapes
 from ..space.shapes import Shapes
 from ..specs import JobSpec
@@ -56,6 +57,7 @@ class Candidates:
     least_memory_shapes: Shapes
     _form: Optional[LinearForm] = field(default=None, init=False, repr=False)
     _splits: Optional[np.ndarray] = field(default=None, init=False, repr=False)
+    _fixed: Optional[np.ndarray] = field(default=None, init=False, repr=False)
 
     @property
     def num_survivors(self) -> int:
@@ -79,13 +81,35 @@ class Candidates:
     @property
     def splits(self) -> np.ndarray:
         """(S, P) a fitting split per memory-feasible survivor (zeros elsewhere); the balanced
-        split of every survivor for an even-split job."""
+        split of every survivor for an even-split job; Megatron's for an accounted shape."""
         if self._splits is None:
             if self.job.constraints.uneven_split:
-                self._splits = heuristic_splits(self.form, self.num_layers)
+                self._splits = with_accounted(self.job.model, self.shapes, heuristic_splits(self.form, self.num_layers))
             else:
-                self._splits = balanced_layers_matrix(self.num_layers, self.shapes.pp)
+                self._splits = default_splits(self.job.model, self.shapes)
         return self._splits
+
+    @property
+    def fixed_splits(self) -> np.ndarray:
+        """(S, P) the one split of each survivor that counts the embedding or the loss as a layer
+        (`formulation.splits.accounted_splits`: Megatron's); zero rows where the method chooses
+        the split (every split, or the balanced one for an even-split job). Every method holds
+        a nonzero row as that shape's only split."""
+        if self._fixed is None:
+            self._fixed = accounted_splits(self.job.model, self.shapes)
+        return self._fixed
+
+    def accounted_split(self, j: int) -> Optional[list[int]]:
+        """Survivor j's Megatron split when it counts the embedding or the loss, else None."""
+        return [int(x) for x in self.fixed_splits[j, :int(self.shapes.pp[j])]] if self.shapes.accounted[j] else None
+
+    def split_of(self, j: int) -> Optional[list[int]]:
+        """Survivor j's only split when it has one (accounted: Megatron's; even-split job:
+        balanced), else None (every split)."""
+        only = self.accounted_split(j)
+        if only is not None or self.job.constraints.uneven_split:
+            return only
+        return balanced_split(self.num_layers, int(self.shapes.pp[j]))
 
     def _keep_derived(self, form: LinearForm, splits: Optional[np.ndarray], idx: np.ndarray) -> None:
         """Carry the form (and splits) `prepare` derived for a superset of the survivors."""
@@ -135,11 +159,9 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
     shapes, co = shapes.take(idx), co.take(idx)
     t_lb = time_lower_bound_s(co, L)
 
-    known = _balanced_plans(co, shapes, t_lb, L, K, dl)
-    inc_layers = None
-    if np.isfinite(known).any():
-        k = int(np.argmin(known))
-        inc_layers = balanced_split(L, int(shapes.pp[k]))
+    known = _balanced_plans(job, co, shapes, t_lb, K, dl)
+    k = int(np.argmin(known)) if np.isfinite(known).any() else None
+    inc_layers = default_splits(job.model, shapes.take(k))[0, :int(shapes.pp[k])].tolist() if k is not None else None
     n_time = 0
     derived = None
     dl.check()
@@ -158,10 +180,10 @@ def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True,
     return cands
 
 
-def _balanced_plans(co: StageCoefficients, shapes: Shapes, t_lb: np.ndarray, L: int, K: int,
+def _balanced_plans(job: JobSpec, co: StageCoefficients, shapes: Shapes, t_lb: np.ndarray, K: int,
                     dl: Deadline) -> np.ndarray:
-    """Plans known per shape (step time, inf where none): balanced splits, searched in order of
-    the time lower bound and stopped once the bound of the next shape exceeds the K-th best
+    """Plans known per shape (step time, inf where none): balanced splits (Megatron's for an
+    accounted shape: `default_splits`), searched in order of the time lower bound and stopped once the bound of the next shape exceeds the K-th best
     (branch-and-bound order)."""
     known = np.full(len(shapes), np.inf)
     order = np.argsort(t_lb, kind="stable")
@@ -171,7 +193,7 @@ def _balanced_plans(co: StageCoefficients, shapes: Shapes, t_lb: np.ndarray, L: 
             break
         dl.check()
         sel = order[start:start + chunk]
-        step, _, fits = step_time_batch(co.take(sel), balanced_layers_matrix(L, shapes.pp[sel]))
+        step, _, fits = step_time_batch(co.take(sel), default_splits(job.model, shapes.take(sel)))
         known[sel] = np.where(fits, step, np.inf)
     return known
 
@@ -214,9 +236,10 @@ def _prune_by_time(job: JobSpec, surv: _Survivors, inc_layers: Optional[list[int
     n_infeasible = int((~feasible).sum())
     splits: Optional[np.ndarray]
     slot_lb, splits = slot_waterfill(form, L)
+    splits = with_accounted(job.model, surv.shapes, splits)  # an accounted shape has Megatron's split only
     if job.constraints.uneven_split:  # an even-split job keeps its balanced plans
         step, _, fits = step_time_batch(co, splits)
-        better = feasible & fits & (step < known)
+        better = feasible & fits & (step < known) & ~surv.shapes.accounted  # an accounted shape keeps Megatron's
         if better.any() and step[better].min() < known.min():
             k = int(np.flatnonzero(better)[np.argmin(step[better])])
             inc_layers = [int(x) for x in splits[k, :int(surv.shapes.pp[k])]]

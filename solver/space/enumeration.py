@@ -10,6 +10,11 @@ Megatron-LM's checks:
   (Megatron-Core's default micro-batch group of pp per virtual stage); the search tries the vp
   that split the layers into equal chunks (`--num-layers-per-virtual-pipeline-stage`), any
   vp a constraint names (uneven chunks go through `--pipeline-model-parallel-layout`);
+- the embedding and the loss may count as layers of the split (Megatron's
+  `--account-for-embedding/loss-in-pipeline-split`, `pipeline_split`): the split is then
+  Megatron's, and the search tries it where interleaving needs it (a named vp with pp*vp above
+  L; vp unnamed, a depth whose L layers make no equal chunks while L + 1 or L + 2 slots do), or
+  wherever the constraints name the knob;
 - sequence parallelism only with tp > 1; optimizer sharding only with dp*cp > 1;
   ZeRO-3 only without pipelining;
 - a mixture-of-experts model adds expert parallelism (ep, etp) with Megatron-Core's parallel
@@ -32,6 +37,7 @@ from typing import Optional
 import numpy as np
 
 from .experts import expert_degrees, tp_split_widths
+from .pipeline_split import slot_count, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 from ..errors import InputError
 from ..specs import JobSpec
@@ -70,6 +76,47 @@ def interleavings(num_layers: int, pp: int, named=None) -> list[int]:
     return [v for v in range(2, num_layers // pp + 1) if num_layers % (pp * v) == 0]
 
 
+ACCOUNT_KNOBS = ("account_for_embedding", "account_for_loss")
+
+
+def pipeline_variants(job: JobSpec, pp: int, interleave: bool) -> list[tuple[int, bool, bool]]:
+    """(vp, account_for_embedding, account_for_loss) to search for `pp` stages (`interleave`:
+    the micro-batches allow vp > 1): vp 1 and `interleavings` with the planner's own split,
+    then Megatron's accounted splits (module docstring). Where the constraints leave the knobs
+    unset, accounted splits come only where interleaving needs them: a named vp with pp*vp above
+    the layers, or, vp unnamed, a depth whose layers split into no equal chunks (126 layers over
+    pp 16 or 32); a depth that interleaves already gains a vp or two of bubble at most."""
+    cons, model = job.constraints, job.model
+    L = model.num_pipeline_units
+    vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and interleave else [])
+    if job.moe_a2a_overlap and pp > 1:  # Megatron's EP overlap needs a virtual pipeline
+        vps = vps[1:]
+    plain = [v for v in vps if cons.allows("vp", v)] if all(cons.allows(k, False) for k in ACCOUNT_KNOBS) else []
+    out = [(v, False, False) for v in plain]
+    named = any(getattr(cons, k) is not None for k in ACCOUNT_KNOBS)
+    interleaves = any(v > 1 for v in plain)
+    needed = lambda v: named or (v not in plain if cons.vp is not None else not interleaves)  # noqa: E731
+    for e, loss in ((True, False), (False, True), (True, True)):
+        if not (cons.allows("account_for_embedding", e) and cons.allows("account_for_loss", loss)):
+            continue
+        S = slot_count(model.num_layers, e, loss)
+        for v in _accounted_vps(S, pp, cons.vp, interleave, named):
+            if needed(v) and cons.allows("vp", v) and not (job.moe_a2a_overlap and pp > 1 and v == 1) \
+                    and unit_split(model, pp, v, e, loss) is not None:
+                out.append((v, e, loss))
+    return out
+
+
+def _accounted_vps(slots: int, pp: int, named, interleave: bool, any_vp: bool) -> list[int]:
+    """The vp whose chunks are equal in slots (`pipeline_split`): the named ones, else every
+    divisor of slots / pp; vp 1 only when the knobs are named (`any_vp`)."""
+    if slots % pp:
+        return []
+    per = slots // pp
+    cands = list(named) if named is not None else range(1, per + 1)
+    return [v for v in cands if per % v == 0 and (v == 1 and any_vp or v > 1 and pp >= 2 and interleave)]
+
+
 def _recomputes(job: JobSpec) -> tuple[str, ...]:
     """Recomputation modes of the space: Megatron's EP all-to-all overlap refuses full (`space.experts`)."""
     return ("none", "selective") if job.moe_a2a_overlap else ("none", "selective", "full")
@@ -106,7 +153,7 @@ class SpaceSize:
 def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
     """The number of legal shapes `enumerate_shapes` would build, counted with the same rules
     without building them (O(divisor triples), stopping once over `stop_above`)."""
-    cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
+    cons, B = job.constraints, job.global_batch_size
     S, Z = (x.ravel() for x in np.meshgrid(np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool),
                                            np.array(_allowed(cons, "zero", (0, 1, 2, 3)), dtype=np.int64), indexing="ij"))
     n_rc = len(_allowed(cons, "recompute", _recomputes(job)))
@@ -116,10 +163,9 @@ def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
         knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, moe).sum()) * len(expert_degrees(job, tp, cp, dp))
         if knobs == 0:
             continue
-        vps = [v for v in (interleavings(L, pp, cons.vp) if pp >= 2 else []) if cons.allows("vp", v)]
-        with_vp1 = int(cons.allows("vp", 1) and not (job.moe_a2a_overlap and pp > 1))
+        variants = {ok: len(pipeline_variants(job, pp, ok)) for ok in (False, True)}
         for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
-            n = with_vp1 + (len(vps) if (B // (dp * mbs)) % pp == 0 else 0)
+            n = variants[(B // (dp * mbs)) % pp == 0]
             if n:
                 total += n * knobs
                 max_pp = max(max_pp, pp)
@@ -165,23 +211,23 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     """The legal shapes of `job`; a job whose space is over the limits is refused before
     anything is built (`check_space`)."""
     check_space(job, max_shapes, max_shape_stages)
-    cons, B, L = job.constraints, job.global_batch_size, job.model.num_pipeline_units
+    cons, B = job.constraints, job.global_batch_size
     empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11))), 0)
     rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", _recomputes(job))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
     z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
     if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
         return empty
-    # degrees, expert degrees and micro-batching (tp, pp, dp, cp, vp, mbs, ep, etp): a short Python loop
+    # degrees, expert degrees, micro-batching and the pipeline split's variants (tp, pp, dp, cp,
+    # vp, mbs, ep, etp, account_for_embedding, account_for_loss): a short Python loop
     base = []
     for tp, cp, pp, dp in _degrees(job):
         experts = expert_degrees(job, tp, cp, dp)
+        variants = {ok: pipeline_variants(job, pp, ok) for ok in (False, True)}
         for mbs in _allowed(cons, "micro_batch_size", divisors(B // dp)):
             m = B // (dp * mbs)
-            vps = [1] + (interleavings(L, pp, cons.vp) if pp >= 2 and m % pp == 0 else [])
-            if job.moe_a2a_overlap and pp > 1:  # Megatron's EP overlap needs a virtual pipeline
-                vps = vps[1:]
-            base.extend((tp, pp, dp, cp, vp, mbs, ep, etp) for vp in _allowed(cons, "vp", vps) for ep, etp in experts)
+            base.extend((tp, pp, dp, cp, vp, mbs, ep, etp, int(e), int(loss))
+                        for vp, e, loss in variants[m % pp == 0] for ep, etp in experts)
     if not base:
         return empty
     # cross product with the knob grid (recompute x SP x ZeRO), vectorised
@@ -192,4 +238,4 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
     ok = _knobs_legal(tp, pp, dp, cp, S, Z, job.model.is_moe)
     arr = np.column_stack([deg[ok][:, :6], R[ok], S[ok].astype(np.int64), Z[ok], deg[ok][:, 6:]])
-    return Space(Shapes(*(arr[:, i] for i in range(11))), int(ok.sum()))
+    return Space(Shapes(*(arr[:, i] for i in range(13))), int(ok.sum()))

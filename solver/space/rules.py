@@ -9,7 +9,7 @@
   plain data parallelism (zero = 0); a default the job's framework does not run gives way to
   its fallback (`specs/frameworks.py`), and a value it does not run is refused;
 - `textbook_shapes`: the usual Megatron-LM configuration (TP inside an NVLink domain: a node, or an NVL72 rack; no CP, no
-  interleaving, selective recomputation, SP with TP, the distributed optimizer; for a MoE
+  interleaving, the planner's own layer split (no embedding / loss counted as layers), selective recomputation, SP with TP, the distributed optimizer; for a MoE
   model etp = 1 and the EP group inside the NVLink domain, as the Megatron MoE README recommends), each default
   giving way only where the job's constraints exclude it;
 - `least_memory_job`: the job restricted to the least-memory value of every knob.
@@ -26,15 +26,17 @@ from ..specs import JobSpec
 from ..specs.frameworks import config_conflicts, default_for
 from .enumeration import enumerate_shapes
 from .experts import default_etp, ep_violations, tp_split_widths
+from .pipeline_split import rank_layers, split_problems, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 
 CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "ep", "etp",
-               "layers", "dp", "num_microbatches")
+               "account_for_embedding", "account_for_loss", "layers", "dp", "num_microbatches")
 
 
 def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro_batch_size: int,
                       recompute: str, sequence_parallel: bool, zero: int, ep: int = 1,
-                      etp: int = 1) -> tuple[int, list[tuple[str, str]]]:
+                      etp: int = 1, account_for_embedding: bool = False,
+                      account_for_loss: bool = False) -> tuple[int, list[tuple[str, str]]]:
     """The derived dp and every rule of `enumerate_shapes` an explicit configuration breaks,
     each as (field, 'what is wrong; the fix'): fields are the configuration's knobs (`tp`,
     `tp/cp/pp` for their product), and `global_batch_size` for the job's batch. The same rules
@@ -70,10 +72,11 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         if vp > 1:
             if pp < 2:
                 errs.append(("vp", "interleaving needs pp >= 2"))
-            if pp * vp > L:
-                errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} {units}"))
+            if pp * vp > L and not (account_for_embedding or account_for_loss):
+                errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} {units}{_accounting_fix(model, pp, vp)}"))
             if m % pp:
                 errs.append(("vp", f"interleaving needs the {m} micro-batches to be divisible by pp = {pp}"))
+    errs += accounting_violations(model, pp, vp, account_for_embedding, account_for_loss)
     if sequence_parallel and tp == 1:
         errs.append(("sequence_parallel", "needs tp > 1; turn sequence parallelism off"))
     if zero and dp * cp == 1:
@@ -83,6 +86,37 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, zero=zero,
                           pp=pp, vp=vp, recompute=recompute, a2a_overlap=job.moe_a2a_overlap)
     return dp, errs
+
+
+def _accounting_fix(model, pp: int, vp: int) -> str:
+    """The fix for pp*vp above the layers when counting the embedding / loss as layers makes it
+    legal (Megatron's --account-for-*-in-pipeline-split; `pipeline_split`), else ''."""
+    for e, loss in ((True, True), (True, False), (False, True)):
+        if unit_split(model, pp, vp, e, loss) is not None:
+            knobs = " and ".join(k for k, on in (("account_for_embedding", e), ("account_for_loss", loss)) if on)
+            return f"; count the embedding / loss as layers ({knobs}), or use pp*vp <= {model.num_pipeline_units}"
+    return f"; use pp*vp <= {model.num_pipeline_units}"
+
+
+def accounting_violations(model, pp: int, vp: int, embedding: bool, loss: bool) -> list[tuple[str, str]]:
+    """Megatron's rules for a split that counts the embedding / loss as layers (`pipeline_split`),
+    and the pipeline units of a MoE model (each rank's layers whole units)."""
+    errs = split_problems(model.num_layers, pp, vp, embedding, loss)
+    if (embedding or loss) and not errs and unit_split(model, pp, vp, embedding, loss) is None:
+        field = "account_for_embedding" if embedding else "account_for_loss"
+        errs.append((field, f"Megatron's split {rank_layers(model.num_layers, pp, vp, embedding, loss)} gives a rank "
+                            f"layers that are not whole pipeline units of {model.name} (ModelSpec.pipeline_units); "
+                            f"choose another pp or vp, or leave the embedding and loss out of the split"))
+    return errs
+
+
+def _bool(cfg: Mapping[str, Any], key: str, field: str) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(path(field, key), f"must be true or false (got {value!r})")
+    return bool(value)
 
 
 def _int(cfg: Mapping[str, Any], key: str, default: int, field: str, least: int = 1) -> int:
@@ -104,7 +138,7 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     job_field = field if job_field is None else job_field
     unknown = sorted(set(cfg) - set(CONFIG_KEYS))
     if unknown:
-        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:11])}")
+        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:13])}")
     tp, pp, cp, vp = (_int(cfg, k, 1, field) for k in ("tp", "pp", "cp", "vp"))
     mbs = _int(cfg, "micro_batch_size", 1, field)
     recompute = cfg.get("recompute") or default_for(job.framework, "recompute", "selective")
@@ -117,10 +151,11 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     zero = _int(cfg, "zero", default_for(job.framework, "zero", 1 if divides and N // (tp * cp * pp) * cp > 1 else 0),
                 field, least=0)
     ep, etp = _int(cfg, "ep", 1, field), _int(cfg, "etp", default_etp(job.model, tp), field)
+    acc = {k: _bool(cfg, k, field) for k in ("account_for_embedding", "account_for_loss")}
     dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute,
-                                 sequence_parallel=sp, zero=zero, ep=ep, etp=etp)
+                                 sequence_parallel=sp, zero=zero, ep=ep, etp=etp, **acc)
     errs = config_conflicts(job.framework, dict(tp=tp, pp=pp, cp=cp, vp=vp, recompute=recompute, zero=zero,
-                                                ep=ep)) + errs
+                                                ep=ep, **acc)) + errs
     if cfg.get("dp") is not None and not errs and int(cfg["dp"]) != dp:
         errs.append(("dp", f"{cfg['dp']} but tp*cp*pp*dp must equal the {N} GPUs (dp = {dp})"))
     if errs:
@@ -137,13 +172,18 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
             raise InputError(where, f"every stage needs at least one layer (got {layers})")
         if sum(layers) != L:
             raise InputError(where, f"counts sum to {sum(layers)} but the model has {L} layers")
+        if any(acc.values()) and layers != rank_layers(L, pp, vp, *acc.values()):
+            raise InputError(where, f"{layers}: with the embedding / loss counted as layers Megatron-LM splits them "
+                                    f"{rank_layers(L, pp, vp, *acc.values())} (get_num_layers_to_build); leave "
+                                    f"layers out or give that split")
     row = dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute, sequence_parallel=sp,
-               zero=zero, ep=ep, etp=etp)
+               zero=zero, ep=ep, etp=etp, **acc)
     return row, layers
 
 
 
-CONSTRAINED_KNOBS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")
+CONSTRAINED_KNOBS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
+                     "account_for_embedding", "account_for_loss")
 
 
 def constrained_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "") -> dict:
@@ -173,7 +213,7 @@ def textbook_shapes(job: JobSpec) -> Shapes:
     every shape the job allows, narrowed by each default in turn where some shape keeps it."""
     shapes = enumerate_shapes(job).shapes
     mask = np.ones(len(shapes), dtype=bool)
-    for keep in (shapes.cp == 1, shapes.vp == 1, shapes.recompute == RECOMPUTE_CODES["selective"],
+    for keep in (shapes.cp == 1, shapes.vp == 1, ~shapes.accounted, shapes.recompute == RECOMPUTE_CODES["selective"],
                  shapes.tp <= job.cluster.domain_gpus, shapes.sequence_parallel == (shapes.tp > 1),
                  shapes.zero == np.where(shapes.dp * shapes.cp > 1, 1, 0),
                  shapes.etp == 1, shapes.ep * shapes.etp <= job.cluster.domain_gpus):

@@ -9,6 +9,7 @@ import numpy as np
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+BOOL_FIELDS = ("sequence_parallel", "account_for_embedding", "account_for_loss")
 
 
 @dataclass(frozen=True)
@@ -28,27 +29,33 @@ class Shapes:
     # etp x ep x expert-dp spans the same tp x cp x dp GPUs as attention); 1 for a dense model
     ep: Optional[np.ndarray] = None
     etp: Optional[np.ndarray] = None
+    # Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding / the loss count as
+    # a layer and the layers are split as Megatron splits them (space/pipeline_split.py); False
+    # for a shape whose split the planner chooses
+    account_for_embedding: Optional[np.ndarray] = None
+    account_for_loss: Optional[np.ndarray] = None
 
     def __post_init__(self):
         n = len(self.tp)
-        for name in ("ep", "etp"):
+        for name, default in (("ep", 1), ("etp", 1), ("account_for_embedding", False), ("account_for_loss", False)):
             if getattr(self, name) is None:
-                object.__setattr__(self, name, np.ones(n, dtype=np.int64))
+                object.__setattr__(self, name, np.full(n, default, dtype=bool if name in BOOL_FIELDS else np.int64))
         for f in fields(self):
             arr = np.asarray(getattr(self, f.name))
             if arr.shape != (n,):
                 raise ValueError(f"Shapes.{f.name} has shape {arr.shape}, expected ({n},)")
-            object.__setattr__(self, f.name, arr.astype(bool if f.name == "sequence_parallel" else np.int64))
+            object.__setattr__(self, f.name, arr.astype(bool if f.name in BOOL_FIELDS else np.int64))
 
     def __len__(self) -> int:
         return len(self.tp)
 
     @classmethod
     def single(cls, *, tp=1, pp=1, dp=1, cp=1, vp=1, micro_batch_size=1, recompute="none",
-               sequence_parallel=False, zero=0, ep=1, etp=1) -> "Shapes":
+               sequence_parallel=False, zero=0, ep=1, etp=1, account_for_embedding=False,
+               account_for_loss=False) -> "Shapes":
         code = RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else int(recompute)
         return cls(*(np.array([v]) for v in (tp, pp, dp, cp, vp, micro_batch_size, code, sequence_parallel, zero,
-                                             ep, etp)))
+                                             ep, etp, account_for_embedding, account_for_loss)))
 
     @classmethod
     def concat(cls, parts: list["Shapes"]) -> "Shapes":
@@ -62,8 +69,14 @@ class Shapes:
         """One shape as plain Python values (Megatron-LM knob names)."""
         d = {f.name: getattr(self, f.name)[i].item() for f in fields(self)}
         d["recompute"] = RECOMPUTE_NAMES[d["recompute"]]
-        d["sequence_parallel"] = bool(d["sequence_parallel"])
+        for name in BOOL_FIELDS:
+            d[name] = bool(d[name])
         return d
+
+    @property
+    def accounted(self) -> np.ndarray:
+        """Per shape: the embedding or the loss counts as a layer (its split is Megatron's)."""
+        return self.account_for_embedding | self.account_for_loss
 
     def num_microbatches(self, global_batch_size: int) -> np.ndarray:
         return global_batch_size // (self.dp * self.micro_batch_size)

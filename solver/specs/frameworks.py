@@ -21,8 +21,10 @@ FRAMEWORKS = ("megatron", "torchtitan", "transformers")
 # knob -> the values the stack runs (absent: any)
 ALLOWED: dict[str, dict[str, tuple]] = {
     "megatron": {},
-    "torchtitan": {"zero": (0, 2, 3)},
-    "transformers": {"tp": (1,), "pp": (1,), "cp": (1,), "vp": (1,), "ep": (1,), "recompute": ("none", "full")},
+    # counting the embedding / loss as layers of the split is Megatron's (--account-for-*-in-pipeline-split)
+    "torchtitan": {"zero": (0, 2, 3), "account_for_embedding": (False,), "account_for_loss": (False,)},
+    "transformers": {"tp": (1,), "pp": (1,), "cp": (1,), "vp": (1,), "ep": (1,), "recompute": ("none", "full"),
+                     "account_for_embedding": (False,), "account_for_loss": (False,)},
 }
 
 # precisions a stack trains in, where not every one: transformers' Trainer mixes precision by

@@ -72,6 +72,14 @@ class Constraints(Spec):
     recompute: Optional[Annotated[tuple[Recompute, ...], NONEMPTY]] = None
     sequence_parallel: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = None
     zero: Optional[Annotated[tuple[Literal[0, 1, 2, 3], ...], NONEMPTY]] = None
+    account_for_embedding: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = Field(
+        None, description="count the embedding as a layer of the pipeline split (Megatron "
+                          "--account-for-embedding-in-pipeline-split; space/pipeline_split.py); unset: the search "
+                          "uses it only where interleaving needs it (a stated vp with pp x vp above the layers, or "
+                          "a pipeline depth whose layers make no equal chunks)")
+    account_for_loss: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = Field(
+        None, description="count the loss as a layer of the pipeline split (Megatron "
+                          "--account-for-loss-in-pipeline-split); unset: as account_for_embedding")
     uneven_split: bool = Field(True, description="allow uneven layer splits over pipeline stages")
 
     def allows(self, knob: str, value) -> bool:

@@ -66,10 +66,21 @@ BASE_KEYS = ("tp", "cp", "pp", "dp", "micro_batch_size", "vp")
 RECOMPUTE_BY_COST = ("none", "selective", "full")
 
 
+SPLIT_KNOBS = ("account_for_embedding", "account_for_loss")
+
+
 def _on_nodes(job: JobSpec, n_used: int, constraints: Constraints) -> JobSpec:
+    """The job on `n_used` nodes of its first pool. The joint model prices the planner's own
+    layer splits only: Megatron's split with the embedding / loss counted as layers
+    (space/pipeline_split.py) is not among its shapes (a job that requires it is refused)."""
+    for knob in SPLIT_KNOBS:
+        if not constraints.allows(knob, False):
+            raise InputError(f"constraints.{knob}", "placement on measured links or pools does not count the "
+                                                    "embedding / loss as layers of the split; leave it unset")
     base = job.cluster.pool_views()[0]
     cluster = base.model_copy(update={"num_nodes": n_used, "link_overrides": (), "node_names": ()})
-    return job.model_copy(update={"cluster": cluster, "constraints": constraints})
+    narrowed = constraints.model_copy(update={k: (False,) for k in SPLIT_KNOBS})
+    return job.model_copy(update={"cluster": cluster, "constraints": narrowed})
 
 
 def _placeable(job: JobSpec, shapes: Shapes) -> tuple[np.ndarray, np.ndarray]:

@@ -46,7 +46,8 @@ mean), and the search stops -- for the shape and for all later shapes -- once
 
 Top-k: the best split of each of the k best shapes (a k-best DP is not attempted).
 Even-split jobs (`uneven_split` False): each stage may hold only its count in the balanced
-split, so the DP runs unchanged and returns that split.
+split, so the DP runs unchanged and returns that split; likewise a shape that counts the
+embedding or the loss as a layer, with Megatron's split (`Candidates.fixed_splits`).
 Evaluations: DP cell updates, i.e. (layers assigned after stage i, layers of stage i) pairs
 examined, over every t_max (and tail cap) tried, counting only reachable cells.
 """
@@ -69,9 +70,10 @@ T_BATCH = 16  # t_max values solved at once (numpy batch)
 REL_TOL = 1e-12
 
 
-def _tables(co_one, L: int, p: int, uneven: bool = True):
+def _tables(co_one, L: int, p: int, uneven: bool = True, only: Optional[list[int]] = None):
     """slot, tail, fits as (Lmax x p) arrays: row l-1 = stage i holding l layers. An even-split
-    job allows each stage only its count in the balanced split (the DP then returns that split)."""
+    job allows each stage only its count in the balanced split (the DP then returns that split),
+    an accounted shape only its count in `only` (Megatron's split)."""
     lmax = L - p + 1
     ls = np.arange(1, lmax + 1, dtype=np.int64)
     layers = np.repeat(ls[:, None], p, axis=1)
@@ -80,8 +82,8 @@ def _tables(co_one, L: int, p: int, uneven: bool = True):
     tail = (st["exposed_dp"] + st["opt"])[:, :p]
     mem = stage_memory_bytes(st)[:, :p]
     fits = mem <= co_one.capacity_bytes
-    if not uneven:
-        fits &= ls[:, None] == np.asarray(balanced_split(L, p))[None, :]
+    if only is not None or not uneven:
+        fits &= ls[:, None] == np.asarray(only if only is not None else balanced_split(L, p))[None, :]
     return slot, tail, fits
 
 
@@ -253,7 +255,7 @@ class _AlpaSearch:
         """Every split of shape j that can matter, by its DPs; False when no split fits."""
         L, p = self.L, int(self.p_all[j])
         one = self.co.take(np.array([j]))
-        slot, tail, fits = _tables(one, L, p, self.uneven)
+        slot, tail, fits = _tables(one, L, p, self.uneven, self.cands.accounted_split(j))
         cells = _cells(L, p)
         if not _constant_sum(slot):
             raise RuntimeError(

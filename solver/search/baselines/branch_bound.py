@@ -30,7 +30,6 @@ from ..pruning import tail_lower_bound_s
 from ..result import Choice, MethodResult
 from ...formulation.linear import expand
 from ...formulation.pipeline import step_time_batch
-from ...formulation.splits import balanced_split
 
 BLOCK_ROWS = 1 << 15
 PROGRESS_EVERY_S = 0.5
@@ -71,7 +70,6 @@ def search(cands: Candidates, time_limit_s: float, top_k: int = 1, progress: Opt
     """The best fitting plan(s) of `cands` by branch and bound over shapes and splits."""
     t0 = time.perf_counter()
     L = cands.num_layers
-    uneven = cands.job.constraints.uneven_split
     n = cands.num_survivors
     k = max(1, int(top_k))
     best: dict[int, tuple[float, list[int]]] = {}
@@ -91,7 +89,8 @@ def search(cands: Candidates, time_limit_s: float, top_k: int = 1, progress: Opt
         visited += 1
         p = int(cands.shapes.pp[j])
         caps = _caps(cands, j, kth(), float(tail_lb[j]))
-        stream = iter([tuple(balanced_split(L, p))]) if not uneven else bounded_compositions(L, caps)
+        only = cands.split_of(j)  # Megatron's split of an accounted shape, the balanced one of an even-split job
+        stream = iter([tuple(only)]) if only is not None else bounded_compositions(L, caps)
         while stopped is None:
             rows = int(min(BLOCK_ROWS, budget - evaluations))  # budget: int, or inf
             block = np.fromiter(itertools.chain.from_iterable(itertools.islice(stream, rows)), dtype=np.int64)

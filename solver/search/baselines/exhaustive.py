@@ -4,7 +4,8 @@ formulation (`step_time_batch`), in vectorised blocks. The ground truth where it
 
 Space. For a shape with `pp` stages the splits are the compositions of L layers into pp
 positive parts: C(L-1, pp-1) of them (`count_space`); an even-split job (`uneven_split`
-False) has one, the balanced split. They are generated in lexicographic
+False) has one, the balanced split, and so has a shape that counts the embedding or the loss
+as a layer (Megatron's split, `Candidates.fixed_splits`). They are generated in lexicographic
 order of their pp-1 cut points (`itertools.combinations` read into numpy with `fromiter`),
 rows of several shapes are packed into one block of about `block_rows` rows (fewer for deep
 pipelines: at most ~0.5M row x stage cells), and each block is evaluated at once by
@@ -62,25 +63,29 @@ def count_space_pp(num_layers: int, pp, uneven: bool = True) -> int:
 
 
 def count_space(cands: Candidates) -> int:
-    """Number of (shape, layer split) combinations in `cands` (exact big int)."""
-    return count_space_pp(cands.job.model.num_pipeline_units, cands.shapes.pp, cands.job.constraints.uneven_split)
+    """Number of (shape, layer split) combinations in `cands` (exact big int): one split for a
+    shape that counts the embedding or the loss as a layer (Megatron's)."""
+    acc = cands.shapes.accounted
+    return (count_space_pp(cands.job.model.num_pipeline_units, cands.shapes.pp[~acc],
+                           cands.job.constraints.uneven_split) + int(acc.sum()))
 
 
-def _splits(num_layers: int, pp: int, uneven: bool = True):
+def _splits(num_layers: int, pp: int, uneven: bool = True, only: Optional[list[int]] = None):
     """A stream of all compositions of L into pp positive parts, lexicographic in their cut
-    points (only the balanced split when `uneven` is False); `take(n)` returns the next (up to)
-    n of them as an n x pp int64 array."""
-    return _SplitStream(num_layers, pp, uneven)
+    points (only the balanced split when `uneven` is False; only `only` when given: an
+    accounted shape's); `take(n)` returns the next (up to) n of them as an n x pp int64 array."""
+    return _SplitStream(num_layers, pp, uneven, only)
 
 
 class _SplitStream:
-    def __init__(self, num_layers: int, pp: int, uneven: bool = True):
+    def __init__(self, num_layers: int, pp: int, uneven: bool = True, only: Optional[list[int]] = None):
         self.L, self.p = num_layers, pp
-        self.left = count_splits(num_layers, pp) if uneven else int(pp <= num_layers)
+        self.left = 1 if only is not None else count_splits(num_layers, pp) if uneven else int(pp <= num_layers)
         self._it: Iterator[int] = iter(())  # the cut points, flat (none for pp = 1)
         if pp > 1:
-            cuts = (itertools.combinations(range(1, num_layers), pp - 1) if uneven
-                    else [tuple(np.cumsum(balanced_split(num_layers, pp))[:-1].tolist())])
+            one = only if only is not None else None if uneven else balanced_split(num_layers, pp)
+            cuts = (itertools.combinations(range(1, num_layers), pp - 1) if one is None
+                    else [tuple(np.cumsum(one)[:-1].tolist())])
             self._it = itertools.chain.from_iterable(cuts)
 
     def take(self, n: int) -> np.ndarray:
@@ -244,7 +249,7 @@ class _Enumeration:
             self.done = pos  # the shapes before this one are in the scored or the pending rows
             p = int(cands.shapes.pp[j])
             target = min(block_rows, max(256, BLOCK_ELEMENTS // p))  # shapes come in ascending pp
-            stream = _splits(L, p, uneven)
+            stream = _splits(L, p, uneven, cands.accounted_split(j))
             while stream.left > 0 and not stopped:
                 if buf["rows"] >= target:
                     stopped = self.flush()

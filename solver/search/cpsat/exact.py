@@ -133,27 +133,29 @@ def _block_optima(form: IntegerForm, ks: np.ndarray, p: int, L: int) -> np.ndarr
 
 
 def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True,
-                 deadline: Optional[Deadline] = None) -> np.ndarray:
+                 deadline: Optional[Deadline] = None, fixed: Optional[np.ndarray] = None) -> np.ndarray:
     """Per shape of `shapes` (indices into `form`): the least objective over its splits that fit
-    (NO_SPLIT where none fits). With `uneven=False` the only split is the balanced one. Shapes
-    go in chunks of at most CHUNK_CELLS (shape, Y) pairs; TimeoutError once `deadline` passes or
-    is stopped (tens of thousands of shapes take seconds)."""
+    (NO_SPLIT where none fits). With `uneven=False` the only split is the balanced one; a shape
+    with a nonzero row of `fixed` (rows as `form`'s: `Candidates.fixed_splits`) has that split
+    only. Shapes go in chunks of at most CHUNK_CELLS (shape, Y) pairs; TimeoutError once
+    `deadline` passes or is stopped (tens of thousands of shapes take seconds)."""
     ks = np.asarray(shapes, dtype=np.int64)
     out = np.full(len(ks), NO_SPLIT, dtype=np.int64)
     L = num_layers
+    one = np.zeros(len(ks), dtype=bool) if fixed is None else fixed[ks].any(axis=1)
     for p, rows in pp_blocks(form.pp[ks]):
         if p > L:
             continue
-        if uneven:
-            step = max(1, CHUNK_CELLS // (3 * L + 1))
-            for i in range(0, len(rows), step):
-                if deadline is not None and deadline.expired():
-                    raise TimeoutError("time limit reached while computing the shapes' exact optima")
-                out[rows[i:i + step]] = _block_optima(form, ks[rows[i:i + step]], p, L)
-            continue
+        searched = rows[~one[rows]] if uneven else np.zeros(0, dtype=np.int64)
+        step = max(1, CHUNK_CELLS // (3 * L + 1))
+        for i in range(0, len(searched), step):
+            if deadline is not None and deadline.expired():
+                raise TimeoutError("time limit reached while computing the shapes' exact optima")
+            out[searched[i:i + step]] = _block_optima(form, ks[searched[i:i + step]], p, L)
         bal = balanced_layers_matrix(L, np.full(1, p))[0]
-        for r in rows.tolist():
+        for r in np.setdiff1d(rows, searched).tolist():
             k = int(ks[r])
-            if (bal <= form.max_layers[k, :p]).all():
-                out[r] = form.objective(k, bal)
+            split = fixed[k, :p] if one[r] else bal
+            if (split <= form.max_layers[k, :p]).all():
+                out[r] = form.objective(k, split)
     return out

@@ -85,18 +85,20 @@ class IntegerForm:
         return np.maximum(self.base + ylow + tlow, self.lower_bound)
 
 
-def canonical_split(form: IntegerForm, k: int, target: int, num_layers: int, uneven: bool = True) -> Optional[list[int]]:
+def canonical_split(form: IntegerForm, k: int, target: int, num_layers: int, uneven: bool = True,
+                    fixed: Optional[list[int]] = None) -> Optional[list[int]]:
     """The canonical split of shape k among those whose integer objective is <= target:
     the smallest feasible budget for the steady-state part Y (the rest goes to the tail), then
     the most balanced split within the per-stage layer ranges this leaves; leftover layers go
     to the last, the first, then the later middle stages. None when no split reaches the
-    target."""
+    target. A shape with one split (`fixed`: Megatron's of an accounted shape; the balanced one
+    of an even-split job) has that split or none."""
     L = num_layers
     p = int(form.pp[k])
-    if not uneven:
-        bal = balanced_split(L, p)
-        fits = all(bal[i] <= form.max_layers[k, i] for i in range(p))
-        return bal if form.objective(k, bal) <= target and fits else None
+    if fixed is not None or not uneven:
+        only = [int(x) for x in fixed] if fixed is not None else balanced_split(L, p)
+        fits = all(only[i] <= form.max_layers[k, i] for i in range(p))
+        return only if form.objective(k, only) <= target and fits else None
     if form.lower_bound[k] > target:
         return None
     budget = int(target - form.base[k])

@@ -43,10 +43,12 @@ def _row(model, var, slope: int, lvar, const: int, lit) -> None:
 
 def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Optional[int], *,
                 uneven: bool = True, symmetry: bool = True, hint: Optional[tuple[int, list[int]]] = None,
-                deadline: Optional[Deadline] = None) -> Model:
+                deadline: Optional[Deadline] = None, fixed: Optional[np.ndarray] = None) -> Model:
     """The CP-SAT model over `shapes` (indices into the integer form) with the objective capped
-    at `cap` quanta (None: uncapped, domain 64x the scaling units). TimeoutError once `deadline`
-    passes or is stopped (a model of tens of thousands of shapes takes seconds)."""
+    at `cap` quanta (None: uncapped, domain 64x the scaling units). A shape whose row of `fixed`
+    (rows as the form's: `Candidates.fixed_splits`) is nonzero holds that split only (its middle
+    stages are equal, so the symmetry rows keep it). TimeoutError once `deadline` passes or is
+    stopped (a model of tens of thousands of shapes takes seconds)."""
     L = num_layers
     model = cp_model.CpModel()
     ub = int(cap) if cap is not None else OBJECTIVE_UNITS * 64
@@ -80,10 +82,7 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     if sym:
         for i in range(1, P - 2):
             model.add(layers[i] <= layers[i + 1]).only_enforce_if(act[i + 2])
-    if not uneven:
-        for p, zv in z.items():
-            for i, n in enumerate(balanced_split(L, p)):
-                model.add(layers[i] == n).only_enforce_if(zv)
+    _one_split_rows(model, layers, x, z, pps, L, uneven, fixed[shapes] if fixed is not None and shapes else None)
     y = model.new_int_var(0, ub, "Y")
     tail = model.new_int_var(0, ub, "tail")
     obj = model.new_int_var(0, ub, "objective")
@@ -111,6 +110,28 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     if hint is not None:
         add_hint(m, form, hint[0], hint[1])
     return m
+
+
+def _one_split_rows(model, layers, x, z, pps, L: int, uneven: bool, fixed: Optional[np.ndarray]) -> None:
+    """The rows of the shapes that have one split: `fixed` (one row per model shape, Megatron's
+    split of an accounted shape, zeros elsewhere) under the shape's literal; with `uneven` off the
+    balanced split under each depth's literal (each shape's own where accounted shapes share it)."""
+    has = fixed.any(axis=1) if fixed is not None else np.zeros(len(x), dtype=bool)
+    one = {j: fixed[j, :int(pps[j])] for j in np.flatnonzero(has).tolist()}
+    for j, split in one.items():
+        for i, n in enumerate(split.tolist()):
+            model.add(layers[i] == n).only_enforce_if(x[j])
+    if uneven:
+        return
+    mixed = {int(pps[j]) for j in one}
+    for p, zv in z.items():
+        for i, n in enumerate(balanced_split(L, p)):
+            if p not in mixed:
+                model.add(layers[i] == n).only_enforce_if(zv)
+                continue
+            for j in np.flatnonzero(pps == p).tolist():  # accounted shapes at this depth: each other shape
+                if j not in one:
+                    model.add(layers[i] == n).only_enforce_if(x[j])
 
 
 def add_hint(m: Model, form: IntegerForm, k: int, split: list[int]) -> None:

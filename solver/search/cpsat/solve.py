@@ -208,7 +208,8 @@ class _Search:
             look = iform.objective_floor(self.L) <= math.floor(ref / self.q)
         self.optimum = np.full(len(iform.pp), NO_SPLIT, dtype=np.int64)
         try:
-            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.work)
+            self.optimum[look] = shape_optima(iform, np.flatnonzero(look), self.L, self.uneven, self.work,
+                                              fixed=self.cands.fixed_splits)
         except TimeoutError as exc:
             self.timed_out = str(exc)
         self.reach = self.optimum < NO_SPLIT
@@ -225,7 +226,8 @@ class _Search:
         the answer are usually the same)."""
         key = (int(k), int(target))
         if key not in self._canonical:
-            self._canonical[key] = canonical_split(self.iform, k, int(target), self.L, self.uneven)
+            self._canonical[key] = canonical_split(self.iform, k, int(target), self.L, self.uneven,
+                                                   self.cands.accounted_split(k))
         return self._canonical[key]
 
     def known(self, k: int) -> list[int]:
@@ -259,7 +261,7 @@ class _Search:
         tb = time.perf_counter()
         try:  # the known plan is hinted by solve_round
             m = build_model(iform, in_model, self.L, cap, uneven=self.uneven, symmetry=self.symmetry,
-                            deadline=self.work)
+                            deadline=self.work, fixed=self.cands.fixed_splits)
         except TimeoutError as exc:
             self.notes.append(str(exc))
             return None, cap
