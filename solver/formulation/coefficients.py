@@ -36,7 +36,7 @@ from . import comm, frameworks
 from .layer_terms import (attention_core_s, cp_ring_exposed_s, layer_linears_s, overlapped_s, selective_recompute,
                           sharded_layer_s)
 from .recompute import modules_of
-from .precision import matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
+from .precision import gathered_param_bytes, matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
 from .kernels import elementwise_bytes_per_token, linear_s
 from .moe import attention_geometry, moe_layer_params_per_gpu
 from .moe_layer import fold_layers, moe_layer_terms
@@ -77,7 +77,7 @@ def reduced_params_per_gpu(model: ModelSpec, tp, pp):
 
 def distributed_optimizer_dominates(model: ModelSpec, cluster: ClusterSpec, tp, cp, dp, pp, *,
                                     precision: str = "bf16", grad_reduce_dtype: str = "fp32", ep=1,
-                                    etp=1) -> np.ndarray:
+                                    etp=1, fp8_param_gather: bool = False) -> np.ndarray:
     """Where zero=1 is no slower than zero=0 with every other knob the same, exactly under this
     formulation: its reduce-scatter + all-gather (each a ring) take no longer than zero=0's
     all-reduce for each of the three parts a stage reduces (`reduced_params_per_gpu`), its
@@ -85,19 +85,23 @@ def distributed_optimizer_dominates(model: ModelSpec, cluster: ClusterSpec, tp, 
     optimizer step is sharded and its memory smaller. The all-reduce may be NCCL's tree, whose
     latency is logarithmic in the nodes: across nodes with small parts it beats the two rings.
     A MoE model's parts add the MoE layers' non-expert parameters (over dp x cp) and their local
-    experts (over the expert-data-parallel group, `moe_layer.moe_layer_terms`), each reduced on its own."""
+    experts (over the expert-data-parallel group, `moe_layer.moe_layer_terms`), each reduced on its own.
+    The layers' weights are gathered in `precision.gathered_param_bytes` (FP8 with fp8_param_gather),
+    the embedding's and the head's in BF16."""
     shard = np.asarray(dp, dtype=np.float64) * np.asarray(cp, dtype=np.float64)
     g = grad_reduce_bytes(precision, grad_reduce_dtype)
     ok = np.ones(np.broadcast(shard, np.asarray(tp), np.asarray(ep)).shape, dtype=bool)
-    parts = [(params, shard, tp) for params in reduced_params_per_gpu(model, tp, pp)]
+    layer_bytes = gathered_param_bytes(precision, fp8_param_gather)
+    layer, emb, head = reduced_params_per_gpu(model, tp, pp)
+    parts = [(layer, shard, tp, layer_bytes), (emb, shard, tp, BF16_BYTES), (head, shard, tp, BF16_BYTES)]
     if model.is_moe:
         ep, etp = np.asarray(ep, dtype=np.float64), np.asarray(etp, dtype=np.float64)
         ne, ex = moe_layer_params_per_gpu(model, tp, ep, etp)
-        parts += [(ne, shard, tp), (ex, np.asarray(tp) * shard / (ep * etp), ep * etp)]
-    for params, n, stride in parts:
+        parts += [(ne, shard, tp, layer_bytes), (ex, np.asarray(tp) * shard / (ep * etp), ep * etp, layer_bytes)]
+    for params, n, stride, param_bytes in parts:
         ar = comm.collective_s("all_reduce", params * g, cluster, n, stride)
         two = (comm.collective_s("reduce_scatter", params * g, cluster, n, stride)
-               + comm.collective_s("all_gather", params * BF16_BYTES, cluster, n, stride))
+               + comm.collective_s("all_gather", params * param_bytes, cluster, n, stride))
         ok &= two <= ar * (1 + 1e-12)
     return ok
 
@@ -190,6 +194,7 @@ def stage_coefficients(
     moe_token_dispatcher: str = "alltoall",
     framework: str = "megatron",
     recompute_modules=None,
+    fp8_param_gather: bool = False,
 ) -> StageCoefficients:
     gpu = cluster.gpu
     stack = frameworks.profile(framework)  # the software stack's terms (frameworks.py); megatron: none
@@ -271,17 +276,20 @@ def stage_coefficients(
         grad_copy=zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / hbm, zero=z,
         zero2_gathers_every_microbatch=z2_mb, phi=phi)
 
-    def dp_step(params_gpu):
-        """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters."""
+    layer_param_bytes = gathered_param_bytes(precision, fp8_param_gather)  # FP8 weights gathered in FP8
+
+    def dp_step(params_gpu, param_bytes=BF16_BYTES):
+        """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters, gathered
+        in `param_bytes` each (the embedding and head stay BF16)."""
         grads = params_gpu * grad_bytes
         ar = dp_collective("all_reduce", grads)
         rs = dp_collective("reduce_scatter", grads)
-        ag_step = dp_collective("all_gather", params_gpu * BF16_BYTES)
+        ag_step = dp_collective("all_gather", params_gpu * param_bytes)
         red = np.where(z == 0, ar, np.where(z >= 2, 0.0, rs))
         gat = np.where((z == 1) | ((z == 2) & (not z2_mb)), ag_step, 0.0)
         return red, gat
 
-    layer_red, layer_ag = dp_step(layer_params_gpu)
+    layer_red, layer_ag = dp_step(layer_params_gpu, layer_param_bytes)
     emb_red, emb_ag = dp_step(emb_params_gpu)
     head_red, head_ag = dp_step(head_params_gpu)
     tied_bw, tied_lat = comm.p2p_link(cluster, t * c * d * np.maximum(p - 1, 1))
@@ -316,7 +324,7 @@ def stage_coefficients(
         layer_window = first_window = last_window = np.zeros(len(z))
 
     # ---------------- memory ----------------
-    pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision, grad_reduce_dtype)
+    pb, gb, ob = frameworks.model_state_bytes_per_param(stack, z, shard, precision, grad_reduce_dtype, fp8_param_gather)
     act_kw = dict(tokens=M, hidden=h, q_width=hq, kv_width=hkv, mlp_matrices=model.mlp_matrices, heads=a,
                   seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention, dropout=model.dropout > 0,
                   linear_input_bytes=saved_linear_input_bytes(precision))
@@ -364,7 +372,7 @@ def stage_coefficients(
                 adam_s_per_param=ADAM_STEP_BYTES_PER_PARAM / hbm, a2a_overlap=moe_a2a_overlap,
                 dispatcher=moe_token_dispatcher,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
-                grad_reduce_dtype=grad_reduce_dtype,
+                grad_reduce_dtype=grad_reduce_dtype, fp8_param_gather=fp8_param_gather,
                 imbalance=moe_load_imbalance,
                 selective=dict(mods=mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                                attn_working=-scores))

@@ -25,7 +25,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
         tp_comm_overlap=job.tp_comm_overlap, moe_load_imbalance=job.moe_load_imbalance,
         moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
-        recompute_modules=job.recompute_modules,
+        recompute_modules=job.recompute_modules, fp8_param_gather=job.fp8_param_gather,
     )
 
 
@@ -48,7 +48,7 @@ def zero0_dominated(job: JobSpec, shapes: Shapes) -> np.ndarray:
     beats = distributed_optimizer_dominates(job.model, job.cluster, *(d[first] for d in degrees[:3]),
                                             np.where(degrees[3][first], 2, 1), precision=job.precision,
                                             grad_reduce_dtype=job.grad_reduce_dtype, ep=degrees[4][first],
-                                            etp=degrees[5][first])
+                                            etp=degrees[5][first], fp8_param_gather=job.fp8_param_gather)
     out[rows[order]] = beats[np.cumsum(new) - 1]
     return out
 

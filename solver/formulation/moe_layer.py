@@ -11,7 +11,7 @@ from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
 from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
-from .precision import quantize_bytes_per_element
+from .precision import gathered_param_bytes, quantize_bytes_per_element
 from .kernels import linear_s
 from .recompute import modules_of, norm_recompute
 from .moe import routed_tokens, moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s
@@ -20,7 +20,8 @@ from .moe import routed_tokens, moe_comm_pass_s, moe_layer_params_per_gpu, moe_m
 def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
                attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
-               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None) -> dict:
+               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
+               fp8_param_gather: bool = False) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation;
@@ -77,9 +78,10 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     edp = t * c * d / (ep * etp)
     pb, gb, ob = state_bytes
-    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype)
-    red_ne, ag_ne = dp_step(ne)
-    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes)
+    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype, fp8_param_gather)
+    param_bytes = gathered_param_bytes(precision, fp8_param_gather)
+    red_ne, ag_ne = dp_step(ne, param_bytes)
+    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
     moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, lib)
@@ -96,17 +98,19 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                 working=att_working + np.where(rc == 2, block, 0.0))
 
 
-def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero, grad_bytes: float):
+def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero, grad_bytes: float,
+                     param_bytes: float = BF16_BYTES):
     """(gradient reduction, parameter all-gather) per step of the local experts' `expert_params_gpu`
     parameters over the expert-data-parallel group (edp ranks etp x ep apart, Megatron's expert
     rank order): an all-reduce without the distributed optimizer, else a reduce-scatter and, after
-    the sharded optimizer step, an all-gather of the bf16 weights (MoE plans are ZeRO 0/1)."""
+    the sharded optimizer step, an all-gather of the weights (`param_bytes` each: BF16, or FP8 with
+    fp8_param_gather, `precision.gathered_param_bytes`; MoE plans are ZeRO 0/1)."""
     def collective(kind, size):
         return comm.collective_s(kind, size, cluster, edp, etp * ep)
 
     grads = expert_params_gpu * grad_bytes
     red = np.where(zero == 0, collective("all_reduce", grads), collective("reduce_scatter", grads))
-    return red, np.where(zero == 1, collective("all_gather", expert_params_gpu * BF16_BYTES), 0.0)
+    return red, np.where(zero == 1, collective("all_gather", expert_params_gpu * param_bytes), 0.0)
 
 
 LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep")

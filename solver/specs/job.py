@@ -117,6 +117,11 @@ class JobSpec(Spec):
     moe_token_dispatcher: Literal["alltoall", "flex"] = Field(
         "alltoall", description="MoE token dispatcher for ep > 1 (Megatron --moe-token-dispatcher-type): alltoall "
                                 "(NCCL, every routed copy sent) or flex (DeepEP / HybridEP: each token once per node)")
+    fp8_param_gather: bool = Field(
+        False, description="FP8 recipes: the weights are kept only in the recipe's FP8 form, cast from the fp32 "
+                           "master weights, and the distributed optimizer gathers them in FP8 (Megatron "
+                           "--fp8-param-gather; MXFP8 gathers BF16 into the gradient buffer, "
+                           "--reuse-grad-buf-for-mxfp8-param-ag)")
     recompute_modules: Optional[Tuple[RecomputeModule, ...]] = Field(
         None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
                           "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
@@ -161,6 +166,9 @@ class JobSpec(Spec):
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
+        if self.fp8_param_gather and (self.precision not in FP8_RECIPES or self.framework != "megatron"):
+            raise ValueError("fp8_param_gather keeps FP8 weights of an FP8 recipe in Megatron (--fp8-param-gather): "
+                             "it needs an FP8 precision and framework megatron; drop it")
         if self.attention_kernel == "flash2" and not self.flash_attention:
             raise ValueError("attention_kernel flash2 is a flash-attention kernel but flash_attention is false: "
                              "drop one of the two")
