@@ -106,3 +106,28 @@ def test_recipe_dispatcher_and_overlap_become_job_settings():
     assert q.job.moe_token_dispatcher == "alltoall" and q.job.moe_a2a_overlap is False
     bare = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]
     assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" in a and "best legal" in a for a in bare.assumed)
+
+
+def test_a_preset_recipe_that_leaves_the_overlap_unset_runs_without_it():
+    """Megatron-Bridge's WorkloadBaseConfig presets (tags before v0.6.0) default moe_a2a_overlap to False
+    and only ever turn it on: a matched preset that does not set it states no overlap. A v0.6.0 recipe
+    whose helpers the file does not list leaves it to the best legal value, as a row without a recipe."""
+    r = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"]  # v0.4.2 preset: CUDA graphs, hybridep
+    assert "moe_a2a_overlap" not in r.raw["parallel"]["other"]["recipe"] and r.job.moe_a2a_overlap is False
+    assert BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-gb200-bf16-64"].job.moe_a2a_overlap is True  # set there
+    late = BY_ID["mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8"]  # v0.6.0
+    assert any("best legal" in a and "moe_a2a_overlap" in a for a in late.assumed)
+
+
+def test_the_source_precision_settings_reach_the_job():
+    """NVIDIA's performance scripts reduce gradients in bf16 (grad_reduce_in_fp32 = False) and
+    Megatron-Bridge's FP8 precision configs keep FP8 primary weights (fp8_param_gather = True), except
+    the blockwise recipe; BF16 runs have no FP8 weights."""
+    mx = BY_ID["mbridge_perf-26.04.01-deepseek-v3-b200-mxfp8-256"].job
+    assert mx.grad_reduce_dtype == "bf16" and mx.fp8_param_gather is True
+    assert BY_ID["mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"].job.fp8_param_gather is True
+    block = BY_ID["mbridge_perf-25.09-deepseek-v3-h100-sxm5-80gb-fp8-blockwise-1024"].job
+    assert block.precision == "fp8-blockwise" and block.fp8_param_gather is False
+    bf = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"].job
+    assert bf.grad_reduce_dtype == "bf16" and bf.fp8_param_gather is False
+    assert BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"].job.fp8_param_gather is False  # NeMo 2.0: not stated

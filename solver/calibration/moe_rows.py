@@ -27,12 +27,13 @@ Rows of the file's category B (dense models on Blackwell) are not read here.
 
 from __future__ import annotations
 
+import re
 import typing
 from typing import Optional
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec
-from .rows import ROW_READERS, Row, gpu_of, measured_step_s, published_row_cluster, recompute_of
+from .rows import ROW_READERS, Row, grad_reduce_dtype, gpu_of, measured_step_s, published_row_cluster, recompute_of
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key -> catalog entry (models/*.yaml); family for cross-validation by model
@@ -50,6 +51,13 @@ NOT_IN_CATALOG = {
 PRECISION_OF_ROW = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
                     ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
+# Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
+# mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
+# scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`; the blockwise recipe,
+# bf16_with_fp8_subchannel_scaling_mixed, sets False), which its performance scripts use unchanged for
+# the MoE models (scripts/performance/utils/precision.py get_precision_config; perf_recipes/_common.py
+# _perf_precision)
+FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8")}
 
 
 def is_moe_file_row(raw: dict) -> bool:
@@ -120,6 +128,47 @@ def _recompute(p: dict, recipe: dict, assumed: list[str], settings: Optional[dic
     return "full" if gran.startswith("full") else "none"
 
 
+def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -> tuple[dict, list[str]]:
+    """(the job settings a row and its matched recipe state, the settings left to the best legal value).
+
+    - token dispatcher: Megatron-Bridge's perf recipes run the flex dispatcher whenever they name a
+      backend (the data file's note on the Qwen3 recipes);
+    - all-to-all overlap: stated by the recipe; a recipe of the WorkloadBaseConfig era (tags before
+      v0.6.0) that does not set it runs without it: `moe_a2a_overlap: Optional[bool] = False` is the
+      dataclass default (scripts/performance/utils/utils.py) and `_set_moe_a2a_overlap_overrides`
+      (utils/overrides.py) only turns it on, over base recipes that leave it off (recipes/*:
+      `overlap_moe_expert_parallel_comm = False` or unset);
+    - FP8 primary weights (`FP8_PARAM_GATHER`).
+    A row without a matched recipe states neither the dispatcher nor the overlap: like its other
+    unstated knobs, they take the best value (`_best_settings`)."""
+    settings: dict = {}
+    if precision in FP8_PARAM_GATHER.get(raw["source"], ()):
+        settings["fp8_param_gather"] = True
+        assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
+    backend = recipe.get("moe_flex_dispatcher_backend")
+    flex = recipe.get("moe_token_dispatcher_type") == "flex" or (
+        backend and recipe.get("moe_token_dispatcher_type") in (None, "flex"))
+    overlap_keys = [k for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm") if isinstance(recipe.get(k), bool)]
+    unstated = []
+    if recipe:
+        settings["moe_token_dispatcher"] = "flex" if flex else "alltoall"
+    else:
+        unstated.append("moe_token_dispatcher")
+    if overlap_keys or _workload_base_config(recipe):
+        settings["moe_a2a_overlap"] = any(recipe[k] for k in overlap_keys)
+    else:
+        unstated.append("moe_a2a_overlap")
+    return settings, unstated
+
+
+def _workload_base_config(recipe: dict) -> bool:
+    """A matched recipe of Megatron-Bridge's scripts/performance WorkloadBaseConfig presets (tags
+    v0.2.0 to v0.5.x; v0.6.0 moved to src/megatron/bridge/perf_recipes, whose helpers the data file
+    does not list in full)."""
+    tag = re.findall(r"\d+", str(recipe.get("recipe_tag", "")))
+    return bool(recipe.get("recipe_name")) and bool(tag) and tuple(map(int, tag[:2])) < (0, 6)
+
+
 def _bool(*values) -> Optional[bool]:
     return next((v for v in values if isinstance(v, bool)), None)
 
@@ -167,33 +216,7 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append(f"token dropping at capacity factor {CAPACITY_FACTOR_DROP:g} (the label states dropping, "
                        f"not the factor)")
     model = model.model_copy(update=update)
-    # the matched recipe's token dispatcher and all-to-all overlap, as job settings where the job schema
-    # has them (JobSpec.moe_token_dispatcher / moe_a2a_overlap); Megatron-Bridge's perf recipes run the
-    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes)
-    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes). A row
-    # without a matched recipe states neither: like its other unstated knobs, they take the best value.
-    settings: dict = {}
-    fields = JobSpec.model_fields
-    backend = recipe.get("moe_flex_dispatcher_backend")
-    flex = recipe.get("moe_token_dispatcher_type") == "flex" or (
-        backend and recipe.get("moe_token_dispatcher_type") in (None, "flex"))
-    overlap_keys = [k for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm") if isinstance(recipe.get(k), bool)]
-    overlap = any(recipe[k] for k in overlap_keys)
-    unstated_settings = []
-    if "moe_token_dispatcher" in fields:
-        if recipe:
-            settings["moe_token_dispatcher"] = "flex" if flex else "alltoall"
-        else:
-            unstated_settings.append("moe_token_dispatcher")
-    elif flex:
-        assumed.append(f"the recipe's flex dispatcher ({backend}) priced as NCCL all-to-all")
-    if "moe_a2a_overlap" in fields:
-        if overlap_keys:
-            settings["moe_a2a_overlap"] = overlap
-        else:
-            unstated_settings.append("moe_a2a_overlap")
-    elif overlap:
-        assumed.append("the recipe overlaps the EP all-to-all with compute: priced exposed")
+    settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
     if layout:
         assumed.append(f"pipeline layout {layout} costed with the balanced split")
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)
@@ -214,8 +237,9 @@ def moe_row_job(raw: dict) -> Row:
     free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-                   precision=precision, constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None},
-                                                                uneven_split=False), **settings)
+                   precision=precision, grad_reduce_dtype=grad_reduce_dtype(raw, assumed),
+                   constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False),
+                   **settings)
     row.job = _best_settings(base, unstated_settings, row)
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
