@@ -131,3 +131,20 @@ def test_the_source_precision_settings_reach_the_job():
     bf = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"].job
     assert bf.grad_reduce_dtype == "bf16" and bf.fp8_param_gather is False
     assert BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"].job.fp8_param_gather is False  # NeMo 2.0: not stated
+
+
+def test_a_family_recompute_fixed_by_the_source_scripts_is_read():
+    """Megatron-Bridge runs every DeepSeek-V3 performance config with selective recomputation: a
+    DeepSeek row stating no recompute is selective, its modules one of the presets' sets (the best
+    legal one), said in `assumed`; a row stating its modules keeps them."""
+    from solveplan.calibration.moe_rows import FAMILY_RECOMPUTE
+
+    sets = FAMILY_RECOMPUTE[("mbridge_perf", "deepseek-moe")][1]
+    bare = BY_ID["mbridge_perf-25.11-deepseek-v3-gb200-bf16-256"]
+    assert bare.raw["parallel"]["recompute"] == "not stated"
+    assert bare.job.constraints.recompute == ("selective",) and bare.job.recompute_modules in sets
+    assert any("recompute selective" in a for a in bare.assumed)
+    stated = BY_ID["mbridge_perf-26.04.01-deepseek-v3-gb200-mxfp8-256"]
+    assert stated.job.recompute_modules == ("mlp",)
+    qwen = BY_ID["mbridge_perf-25.11-qwen3-235b-a22b-b200-mxfp8-64"]  # no family rule: best legal value
+    assert qwen.job.constraints.recompute is None

@@ -12,7 +12,9 @@ What a row states wins:
 - the configuration: tp, pp, cp, ep, vp, micro-batch, global batch; etp, recompute, sequence
   parallelism from the table or the matched Megatron-Bridge recipe (`parallel.other.recipe`, the
   data file's stated provenance). Knobs neither states take the best legal value, as for dense
-  rows (`rows` module docstring): published runs were tuned.
+  rows (`rows` module docstring): published runs were tuned; a granularity the source's scripts fix
+  for a whole model family (`FAMILY_RECOMPUTE`: Megatron-Bridge's DeepSeek-V3, selective) is stated,
+  its modules then take the best value among those its presets use.
 - precision: bf16, or the FP8 recipe the row names when the job schema has it (fp8-cs is
   per-tensor current scaling, `fp8-tensorwise`; mxfp8; fp8-blockwise); otherwise costed as FP8
   (stated in the row's `assumed`). NVFP4 is not modelled: skipped.
@@ -58,6 +60,18 @@ CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_c
 # the MoE models (scripts/performance/utils/precision.py get_precision_config; perf_recipes/_common.py
 # _perf_precision)
 FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8")}
+# Recomputation a source's scripts fix for every run of a model family, and the module sets its presets
+# use (read in those scripts): Megatron-Bridge runs DeepSeek-V3 with selective recomputation in every
+# performance config -- scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.yaml at v0.1.0rc3
+# (`recompute_granularity: "selective"`), set_deepseek_v3_common_configs in deepseek_llm_pretrain.py
+# v0.2.0 to v0.5.x (`cfg.model.recompute_granularity = "selective"`), perf_recipes/deepseek at v0.6.0 --
+# with the modules of each GPU's preset (run_script.py at v0.1.0rc3; *workload_base_configs.py and
+# perf_recipes/deepseek/*): mla_up_proj; mla_up_proj, mlp; mlp; moe_act; mla_up_proj, layernorm, moe_act;
+# mla_up_proj, mlp, moe_act; none listed (Megatron's default core_attn). A row stating no recompute takes
+# the granularity, and the modules at the best legal value among those sets.
+FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
+    ("mla_up_proj",), ("mla_up_proj", "mlp"), ("mlp",), ("moe_act",), ("mla_up_proj", "layernorm", "moe_act"),
+    ("mla_up_proj", "mlp", "moe_act"), ("core_attn",)))}
 
 
 def is_moe_file_row(raw: dict) -> bool:
@@ -169,6 +183,17 @@ def _workload_base_config(recipe: dict) -> bool:
     return bool(recipe.get("recipe_name")) and bool(tag) and tuple(map(int, tag[:2])) < (0, 6)
 
 
+def _family_recompute(row: Row, unstated: list[str]) -> Optional[str]:
+    """For a row that states no recompute: the granularity its source runs the model family with
+    (`FAMILY_RECOMPUTE`), its modules left to the best legal value; None when the source fixes none."""
+    family = FAMILY_RECOMPUTE.get((row.source, row.model_family))
+    if family is None:
+        return None
+    unstated.append("recompute_modules")
+    row.assumed.append(f"recompute {family[0]}, as the source's scripts run every {row.model_family} config")
+    return family[0]
+
+
 def _bool(*values) -> Optional[bool]:
     return next((v for v in values if isinstance(v, bool)), None)
 
@@ -226,7 +251,7 @@ def moe_row_job(raw: dict) -> Row:
         return row
     etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
     sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
-    recompute = _recompute(p, recipe, assumed, settings)
+    recompute = _recompute(p, recipe, assumed, settings) or _family_recompute(row, unstated_settings)
     knobs = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
         ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,
@@ -256,7 +281,8 @@ def moe_row_job(raw: dict) -> Row:
 
 
 def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[JobSpec]:
-    """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap) at
+    """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap, the
+    modules of a family's selective recomputation, `FAMILY_RECOMPUTE`) at
     the values whose best legal configuration the formulation predicts fastest (the shipped GPU
     parameters), as `evaluate.best_config` does for a row's unstated knobs, among those whose
     configuration fits in memory when any does; None when no configuration is legal."""
@@ -265,7 +291,8 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[Job
     from ..space.enumeration import enumerate_shapes
     from .runs_fit import RowCase
 
-    choices = {"moe_token_dispatcher": ("alltoall", "flex"), "moe_a2a_overlap": (False, True)}
+    choices = {"moe_token_dispatcher": ("alltoall", "flex"), "moe_a2a_overlap": (False, True),
+               "recompute_modules": FAMILY_RECOMPUTE.get((row.source, row.model_family), ("", ()))[1]}
     best, best_s = None, (2, float("inf"))  # a setting whose configuration fits in memory first: the run ran
     for values in product(*(choices[k] for k in unstated)):
         try:
