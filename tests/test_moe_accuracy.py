@@ -63,3 +63,68 @@ def test_fp8_param_gather_needs_an_fp8_recipe():
     with pytest.raises(ValueError, match="fp8_param_gather"):
         JobSpec(model=m, cluster=load_cluster("h100x64"), global_batch_size=256, seq_length=4096,
                 fp8_param_gather=True)
+
+
+# ---------------------------------------------------------------- host time outside CUDA graphs
+
+def test_host_calls_count_the_eager_calls_and_the_per_expert_launches():
+    """formulation/host.py: forward before the sync (attention 8 + router/preprocess 16 calls), after it
+    (dispatch 10 calls + per local expert 2 GEMMs, + 2 quantisations under FP8, at GEMM_LAUNCH_S), and
+    backward (8 + 6 + 10 calls + per expert 4 GEMMs + 2 quantisations); a graphed module is one launch;
+    a whole-iteration graph has no host time."""
+    from solveplan.formulation.host import host_calls_s
+    from solveplan.formulation.kernels import GEMM_LAUNCH_S as L
+
+    op = 30e-6
+    pre, post, bwd = (float(x) for x in host_calls_s(op, 16, fp8=True))
+    assert (pre, post, bwd) == pytest.approx((24 * op, 10 * op + 16 * 4 * L, 24 * op + 16 * 6 * L), rel=1e-12)
+    pre, post, bwd = (float(x) for x in host_calls_s(op, 4, fp8=False, graphed=("attn", "moe_router", "moe_preprocess")))
+    assert (pre, post, bwd) == pytest.approx((2 * op, 10 * op + 4 * 2 * L, 12 * op + 4 * 4 * L), rel=1e-12)
+    assert host_calls_s(op, 16, fp8=True, full_iteration=True) == (0.0, 0.0, 0.0)
+
+
+def test_host_exposure_is_the_host_time_beyond_each_segments_gpu_time():
+    from solveplan.formulation.host import host_exposed_s
+
+    op = 20e-6
+    f, b = host_exposed_s((1e-3, 3e-3, 2e-3), pre_gpu_s=2e-3, post_gpu_s=1e-3, bwd_gpu_s=5e-3, host_op_s=op)
+    assert (float(f), float(b)) == pytest.approx((0 + 2e-3 + op, 0.0))  # the host-bound segment, and the sync
+    assert host_exposed_s((1e-3, 3e-3, 2e-3), pre_gpu_s=0, post_gpu_s=0, bwd_gpu_s=0, host_op_s=op,
+                          full_iteration=True) == (0.0, 0.0)
+
+
+def test_a_host_bound_moe_layer_pays_its_host_time_and_graphs_remove_it():
+    """Qwen3-30B-A3B on 8 H100 (16 local experts), one 256-token micro-batch, a 1 ms host call: every
+    segment is host-bound, so the layer's forward + backward takes the host's time -- before the sync,
+    after it (less the dispatch and combine all-to-alls, priced on the layer's EP key), the sync's first
+    call, the backward (less its all-to-alls) -- exactly; a whole-iteration graph pays none of it."""
+    from solveplan.formulation.coefficients import stage_coefficients
+    from solveplan.formulation.host import host_calls_s
+    from solveplan.space.shapes import Shapes
+
+    m = load_model("qwen3-30b-a3b")
+    base = load_cluster("h100x8")
+    slow = base.model_copy(update={"gpu": base.gpu.model_copy(update={"host_op_us": 1000.0})})
+    shape = Shapes.single(tp=1, dp=8, ep=8, etp=1, zero=1)
+    kw = dict(global_batch_size=8, seq_length=256, moe_token_dispatcher="flex")
+    eager = stage_coefficients(m, slow, shape, **kw)
+    graphed = stage_coefficients(m, slow, shape, cuda_graph_impl="full_iteration", **kw)
+    pre, post, bwd = host_calls_s(1e-3, 16, fp8=False)
+    a2a_both_passes = float(eager.layer_ep_s[0])
+    assert float(eager.layer_compute_s[0]) == pytest.approx(pre + post + 1e-3 + bwd - a2a_both_passes, rel=1e-9)
+    assert float(graphed.layer_compute_s[0]) < float(eager.layer_compute_s[0]) / 10
+    assert float(graphed.layer_ep_s[0]) == pytest.approx(a2a_both_passes, rel=1e-12)
+
+
+def test_cuda_graph_settings_follow_megatrons_rules():
+    m = load_model("qwen3-30b-a3b")
+    job = dict(model=m, cluster=load_cluster("h100x64"), global_batch_size=256, seq_length=4096)
+    ok = JobSpec(**job, cuda_graph_impl="transformer_engine", cuda_graph_modules=("attn", "moe_router", "moe_preprocess"))
+    assert ok.cuda_graph_modules == ("attn", "moe_router", "moe_preprocess")
+    assert JobSpec(**job, cuda_graph_impl="full_iteration", moe_token_dispatcher="flex").cuda_graph_impl == "full_iteration"
+    for bad, why in ((dict(cuda_graph_impl="full_iteration"), "flex dispatcher"),
+                     (dict(cuda_graph_impl="transformer_engine"), "dynamic shapes"),
+                     (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=("moe_preprocess",)), "moe_router"),
+                     (dict(cuda_graph_modules=("attn",)), "per-layer")):
+        with pytest.raises(ValueError, match=why):
+            JobSpec(**job, **bad)

@@ -148,3 +148,19 @@ def test_a_family_recompute_fixed_by_the_source_scripts_is_read():
     assert stated.job.recompute_modules == ("mlp",)
     qwen = BY_ID["mbridge_perf-25.11-qwen3-235b-a22b-b200-mxfp8-64"]  # no family rule: best legal value
     assert qwen.job.constraints.recompute is None
+
+
+def test_recipe_cuda_graphs_become_job_settings():
+    """A recipe's --cuda-graph-impl and scope reach the job; a preset that sets none runs without (its base
+    recipe: cuda_graph_impl "none"); a row without a recipe takes the most graphed setting its container
+    could run (per-layer graphs of attention, router and preprocessing before 26.06, whose Megatron-Core
+    first graphs a whole dropless MoE iteration), said in `assumed`."""
+    te = BY_ID["mbridge_perf-26.04.01-qwen3-30b-a3b-gb300-mxfp8-8"].job
+    assert (te.cuda_graph_impl, te.cuda_graph_modules) == ("transformer_engine", ("moe_router", "moe_preprocess"))
+    full = BY_ID["mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8"].job
+    assert full.cuda_graph_impl == "full_iteration" and full.moe_token_dispatcher == "flex"
+    assert BY_ID["mbridge_perf-26.04.01-qwen3-235b-a22b-b200-mxfp8-256"].job.cuda_graph_impl == "none"
+    bare = BY_ID["mbridge_perf-25.11-qwen3-235b-a22b-b200-mxfp8-64"]
+    assert (bare.job.cuda_graph_impl, bare.job.cuda_graph_modules) == (
+        "transformer_engine", ("attn", "moe_router", "moe_preprocess"))
+    assert any("best legal" in a and "cuda_graph" in a for a in bare.assumed)

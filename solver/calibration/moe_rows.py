@@ -152,9 +152,10 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
       dataclass default (scripts/performance/utils/utils.py) and `_set_moe_a2a_overlap_overrides`
       (utils/overrides.py) only turns it on, over base recipes that leave it off (recipes/*:
       `overlap_moe_expert_parallel_comm = False` or unset);
-    - FP8 primary weights (`FP8_PARAM_GATHER`).
-    A row without a matched recipe states neither the dispatcher nor the overlap: like its other
-    unstated knobs, they take the best value (`_best_settings`)."""
+    - FP8 primary weights (`FP8_PARAM_GATHER`);
+    - CUDA graphs (`_recipe_graphs`).
+    A row without a matched recipe states neither the dispatcher, the overlap nor the graphs: like its
+    other unstated knobs, they take the best value (`_best_settings`)."""
     settings: dict = {}
     if precision in FP8_PARAM_GATHER.get(raw["source"], ()):
         settings["fp8_param_gather"] = True
@@ -172,7 +173,31 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
         settings["moe_a2a_overlap"] = any(recipe[k] for k in overlap_keys)
     else:
         unstated.append("moe_a2a_overlap")
+    graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
+    if graphs is None:
+        unstated.append("cuda_graph")
+    else:
+        settings.update(graphs)
     return settings, unstated
+
+
+def _recipe_graphs(recipe: dict, dispatcher: Optional[str], assumed: list[str]) -> Optional[dict]:
+    """The CUDA-graph settings of a matched recipe, or None where it states none: its cuda_graph_impl and
+    scope (the modules the formulation knows; a per-layer graph of a whole dropless MoE layer is not
+    captured, a whole-iteration graph needs the flex dispatcher); a WorkloadBaseConfig preset that sets
+    none runs without (its base recipes set `cfg.model.cuda_graph_impl = "none"`, Megatron's default)."""
+    impl = recipe.get("cuda_graph_impl")
+    if impl in ("local", "transformer_engine"):
+        mods = tuple(m for m in PER_LAYER_GRAPHS if m in (recipe.get("cuda_graph_scope") or ()))
+        if mods and ("moe_preprocess" not in mods or "moe_router" in mods):
+            return {"cuda_graph_impl": impl, "cuda_graph_modules": mods}
+        assumed.append(f"CUDA graph scope {recipe.get('cuda_graph_scope')} captures no MoE-layer module: priced eager")
+        return {"cuda_graph_impl": "none", "cuda_graph_modules": ()}
+    if impl == "full_iteration" and dispatcher == "flex":
+        return {"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ()}
+    if impl == "full_iteration":
+        assumed.append("whole-iteration CUDA graph without the flex dispatcher's budget: priced eager")
+    return {"cuda_graph_impl": "none", "cuda_graph_modules": ()} if impl or _workload_base_config(recipe) else None
 
 
 def _workload_base_config(recipe: dict) -> bool:
@@ -282,7 +307,7 @@ def moe_row_job(raw: dict) -> Row:
 
 def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[JobSpec]:
     """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap, the
-    modules of a family's selective recomputation, `FAMILY_RECOMPUTE`) at
+    modules of a family's selective recomputation, `FAMILY_RECOMPUTE`, CUDA graphs, `_graph_choices`) at
     the values whose best legal configuration the formulation predicts fastest (the shipped GPU
     parameters), as `evaluate.best_config` does for a row's unstated knobs, among those whose
     configuration fits in memory when any does; None when no configuration is legal."""
@@ -291,12 +316,15 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[Job
     from ..space.enumeration import enumerate_shapes
     from .runs_fit import RowCase
 
-    choices = {"moe_token_dispatcher": ("alltoall", "flex"), "moe_a2a_overlap": (False, True),
-               "recompute_modules": FAMILY_RECOMPUTE.get((row.source, row.model_family), ("", ()))[1]}
+    choices = {"moe_token_dispatcher": [{"moe_token_dispatcher": v} for v in ("alltoall", "flex")],
+               "moe_a2a_overlap": [{"moe_a2a_overlap": v} for v in (False, True)],
+               "recompute_modules": [{"recompute_modules": v} for v in
+                                     FAMILY_RECOMPUTE.get((row.source, row.model_family), ("", ()))[1]],
+               "cuda_graph": _graph_choices(row.raw)}
     best, best_s = None, (2, float("inf"))  # a setting whose configuration fits in memory first: the run ran
     for values in product(*(choices[k] for k in unstated)):
         try:
-            job = base.model_copy(update=dict(zip(unstated, values))) if unstated else base
+            job = base.model_copy(update={k: v for u in values for k, v in u.items()}) if unstated else base
             if unstated:
                 job = JobSpec.model_validate(job.model_dump())  # the job's own rules on the settings
         except ValueError:
@@ -308,6 +336,25 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[Job
         if (0 if fits else 1, step) < best_s:
             best, best_s = job, (0 if fits else 1, step)
     return best
+
+
+# The per-layer CUDA graphs Megatron-Bridge's MoE presets name (scripts/performance/configs/*, v0.2.0 on:
+# `cuda_graph_scope=["attn", "moe_router", "moe_preprocess"]`), and the first NeMo container whose
+# Megatron-Core can graph a whole dropless MoE iteration: the flex dispatcher's static per-rank budget came
+# with "Paged Stashing (#4247)", Megatron-LM f007db77b9 of 2026-05-22 (26.06 is the container after it).
+PER_LAYER_GRAPHS = ("attn", "moe_router", "moe_preprocess")
+FULL_ITERATION_FROM = (26, 6)
+
+
+def _graph_choices(raw: dict) -> list[dict]:
+    """The CUDA-graph settings a row stating none may have run: per-layer graphs of the static-shape
+    modules, and a whole-iteration graph from the container that could capture one (a setting with more
+    graphed is never predicted slower, so no graphs at all is not a candidate)."""
+    options = [{"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": PER_LAYER_GRAPHS}]
+    container = tuple(int(x) for x in re.findall(r"\d+", str(raw.get("container", "")))[:2])
+    if container and container >= FULL_ITERATION_FROM:
+        options.append({"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ()})
+    return options
 
 
 ROW_READERS.append((is_moe_file_row, moe_row_job))

@@ -89,6 +89,11 @@ FIT_PARAMS: tuple[FitParam, ...] = (
     )),
     FitParam("sharded_layer_overhead_us", ("a100", "h100"), "sharded_layer_overhead_us", 0.0, 500.0, 0.0, 5000.0,
              "host-side FSDP hooks per layer and pass: unknown a priori, so centred on none"),
+    # the host time of one eager framework call (formulation/host.py), one per chip's systems (DGX x86 hosts,
+    # Grace on GB200/GB300): only MoE layers outside CUDA graphs inform it
+    *(FitParam(f"{chip}.host_op_us", (chip,), "host_op_us", 20.0, 20.0, 0.0, 500.0,
+               "launch latency of one eager PyTorch op: about 20 us (NVIDIA Technical Blog, 'Understanding the "
+               "Visualization of Overhead and Latency in Nsight Systems')") for chip in ("h100", "b200", "b300")),
 )
 # a chip without a parameter of its own takes another chip's value (V100's launch overhead is A100's)
 BORROWED = {"v100": {"layer_overhead_us": "a100.layer_overhead_us"}}

@@ -195,6 +195,8 @@ def stage_coefficients(
     framework: str = "megatron",
     recompute_modules=None,
     fp8_param_gather: bool = False,
+    cuda_graph_impl: str = "none",
+    cuda_graph_modules: tuple = (),
 ) -> StageCoefficients:
     gpu = cluster.gpu
     stack = frameworks.profile(framework)  # the software stack's terms (frameworks.py); megatron: none
@@ -373,6 +375,7 @@ def stage_coefficients(
                 dispatcher=moe_token_dispatcher,
                 latent_bytes=latent_width * M, hbm=hbm, mm=mm, bf16mm=bf16mm, precision=precision,
                 grad_reduce_dtype=grad_reduce_dtype, fp8_param_gather=fp8_param_gather,
+                cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
                 imbalance=moe_load_imbalance,
                 selective=dict(mods=mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                                attn_working=-scores))

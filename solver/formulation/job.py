@@ -26,6 +26,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         tp_comm_overlap=job.tp_comm_overlap, moe_load_imbalance=job.moe_load_imbalance,
         moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
         recompute_modules=job.recompute_modules, fp8_param_gather=job.fp8_param_gather,
+        cuda_graph_impl=job.cuda_graph_impl, cuda_graph_modules=job.cuda_graph_modules,
     )
 
 

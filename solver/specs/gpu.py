@@ -61,6 +61,12 @@ class GPUSpec(Spec):
     sharded_layer_overhead_us: float = Field(
         0.0, ge=0, description="extra per-layer, per-pass time of ZeRO-2/3 (FSDP) sharding: the unshard/reshard "
                                "hooks, allocations and stream waits around every layer, microseconds")
+    host_op_us: float = Field(
+        20.0, ge=0, description="host (CPU) time to issue one eager framework call that launches GPU work -- Python, "
+                                "PyTorch dispatch and the CUDA launch -- outside CUDA graphs, microseconds; prices "
+                                "the host-bound part of MoE layers (formulation/host.py). Default: the launch latency "
+                                "NVIDIA measured for one PyTorch element-wise op, about 20 us (NVIDIA Technical Blog, "
+                                "'Understanding the Visualization of Overhead and Latency in Nsight Systems')")
     runtime_reserve_gib: float = Field(
         1.5, ge=0, description="CUDA context and cuBLAS/cuDNN workspaces per GPU, GiB (added to every stage, with "
                                "NCCL's buffers per communicator: formulation/memory.py)")
