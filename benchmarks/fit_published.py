@@ -1,14 +1,11 @@
 """Fit the GPU parameters of the formulation on every published run and (with --write) put
 them into clusters/gpus/*.yaml with the rows and uncertainty that produced them.
 
-    python benchmarks/fit_published.py [--data FILE ...] [--write] [--only FIELD ...]
+    python benchmarks/fit_published.py [--data FILE ...] [--write]
 
 Bounded, regularised least squares through the formulation (solveplan.calibration.runs_fit):
 one parameter set per GPU chip, robust loss, priors from datasheets and kernel papers.
-Writes benchmarks/results/fit_published.md (parameters, uncertainties, in-sample errors). With --only,
-fits the parameters of those GPUSpec fields alone, every other one at its shipped value (a parameter added
-after the full fit, fitted once without moving the others), reports to fit_published_<fields>.md and
-writes only those fields, each with a comment saying how it was fitted.
+Writes benchmarks/results/fit_published.md (parameters, uncertainties, in-sample errors).
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from solveplan.calibration.runs_fit import CHIP_OF_GPU, FIT_PARAMS, fit, gpu_upd
 from solveplan.render.validation import fit_table, summary_table
 
 FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficiency", "fp8_matmul_efficiency", "mxfp8_matmul_efficiency",
-          "layer_overhead_us", "sharded_layer_overhead_us", "host_op_us")
+          "layer_overhead_us", "sharded_layer_overhead_us")
 
 
 def write_yaml(gpu: str, values: dict, note: str, assumed_from: str | None = None) -> None:
@@ -44,31 +41,15 @@ def write_yaml(gpu: str, values: dict, note: str, assumed_from: str | None = Non
     path.write_text(text)
 
 
-def write_only(values: dict, params, name: str) -> None:
-    """Write the fitted fields of `params` into every GPU of their chips, each with a comment naming the fit."""
-    upd = gpu_updates(values, params)
-    for gpu, chip in CHIP_OF_GPU.items():
-        path = ROOT / "clusters" / "gpus" / f"{gpu}.yaml"
-        text = path.read_text()
-        for key, val in upd.get(chip, {}).items():
-            line = (f"{key}: {val:.4g}  # fitted alone (the other fields as shipped) by benchmarks/fit_published.py "
-                    f"--only at {commit()} on the published {chip}-chip rows; see benchmarks/results/{name}.md")
-            pattern = re.compile(rf"^{key}:.*$", re.M)
-            text = pattern.sub(line, text) if pattern.search(text) else text.rstrip("\n") + "\n" + line + "\n"
-        path.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", action="append", default=None)
     ap.add_argument("--write", action="store_true", help="write the values into clusters/gpus/*.yaml")
-    ap.add_argument("--only", nargs="+", default=None, help="fit only these GPUSpec fields (the others as shipped)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = published_rows(args.data)
     cases = row_cases(rows)
-    params = [p for p in FIT_PARAMS if args.only is None or p.field in args.only]
-    out = fit(cases, params)
+    out = fit(cases)
     preds = in_sample(cases, out.values)
     took = time.perf_counter() - t0
     per_chip = Counter(c.chip for c in cases)
@@ -80,7 +61,7 @@ def main() -> None:
         f"({', '.join(f'{k} {v}' for k, v in sorted(sources.items()))}), {out.nfev} function evaluations, "
         f"{took:.0f} s; log-residual rms {out.rms:.3f}.",
         "",
-        fit_table(out.values, out.sd, params),
+        fit_table(out.values, out.sd, FIT_PARAMS),
         "",
         "Notes: " + ("; ".join(out.notes) if out.notes else "no parameter on a bound; every parameter informed by rows."),
         "",
@@ -92,12 +73,9 @@ def main() -> None:
         "",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "fit_published" + ("_" + "_".join(args.only) if args.only else "")
-    (RESULTS / f"{name}.md").write_text("\n".join(md))
+    (RESULTS / "fit_published.md").write_text("\n".join(md))
     print("\n".join(md))
-    if args.write and args.only:
-        write_only(out.values, params, name)
-    elif args.write:
+    if args.write:
         upd = gpu_updates(out.values)
         per_gpu = Counter(c.row.gpu for c in cases)
         for gpu, chip in CHIP_OF_GPU.items():

@@ -89,11 +89,6 @@ FIT_PARAMS: tuple[FitParam, ...] = (
     )),
     FitParam("sharded_layer_overhead_us", ("a100", "h100"), "sharded_layer_overhead_us", 0.0, 500.0, 0.0, 5000.0,
              "host-side FSDP hooks per layer and pass: unknown a priori, so centred on none"),
-    # the host time of one eager framework call (formulation/host.py), one per chip's systems (DGX x86 hosts,
-    # Grace on GB200/GB300): only MoE layers outside CUDA graphs inform it
-    *(FitParam(f"{chip}.host_op_us", (chip,), "host_op_us", 20.0, 20.0, 0.0, 500.0,
-               "launch latency of one eager PyTorch op: about 20 us (NVIDIA Technical Blog, 'Understanding the "
-               "Visualization of Overhead and Latency in Nsight Systems')") for chip in ("h100", "b200", "b300")),
 )
 # a chip without a parameter of its own takes another chip's value (V100's launch overhead is A100's)
 BORROWED = {"v100": {"layer_overhead_us": "a100.layer_overhead_us"}}
@@ -196,4 +191,7 @@ def fit(cases: Sequence[RowCase], params: Sequence[FitParam] = FIT_PARAMS, max_n
             out.notes.append(f"{p.key}: no row informs it; it stays at its prior {p.prior:g} ({p.why})")
         elif prm.at_bound:
             out.notes.append(f"{p.key} = {prm.value:g} sits on its bound [{p.lower:g}, {p.upper:g}]")
+        elif res.sd.get(p.key, 0.0) > 10 * p.prior_sd:
+            out.notes.append(f"{p.key}: the rows hardly move it (sd {res.sd[p.key]:.3g} from the rows alone, its "
+                             f"prior's {p.prior_sd:g}): it stays near its prior {p.prior:g}")
     return out

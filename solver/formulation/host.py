@@ -18,14 +18,18 @@ graphs (`--cuda-graph-impl transformer_engine --cuda-graph-modules attn moe_rout
 graphed modules replay with one launch) and larger micro-batches (longer kernels).
 
 Host time = framework calls x `GPUSpec.host_op_us` (Python, PyTorch dispatch and the launch of one
-eager call; its prior, 20 us, is the launch latency NVIDIA measured for one PyTorch element-wise op:
-"about 20 us of launch latency ... between the beginning of the launch call and the beginning of the
-kernel execution", NVIDIA Technical Blog, "Understanding the Visualization of Overhead and Latency in
-NVIDIA Nsight Systems"; fitted per chip on the published MoE runs, calibration/runs_fit.py) + one launch
-per local expert and GEMM (Transformer Engine's GroupedLinear loops over the
+eager call: 20 us, the launch latency NVIDIA measured for one PyTorch element-wise op, "about 20 us of
+launch latency ... between the beginning of the launch call and the beginning of the kernel execution",
+NVIDIA Technical Blog, "Understanding the Visualization of Overhead and Latency in NVIDIA Nsight
+Systems") + one launch per local expert and GEMM (Transformer Engine's GroupedLinear loops over the
 experts in C++, one cuBLAS GEMM -- and under FP8 one quantisation -- each: `kernels.GEMM_LAUNCH_S`).
 The calls, counted in Megatron-Core's MoE layer at d98e8a6 (`CALLS`, forward and backward); a
 whole-iteration graph (`full_iteration`) replays everything: no host time and no sync.
+
+`host_op_us` is not fitted: at 20 us the published runs on H100 and B300 are nowhere host-bound, so a
+least-squares fit from that prior cannot move it there (the exposure is flat in it), while on B200/GB200
+the fitted value depended on the shipped values the rows' unstated settings were chosen with (181 us,
+then 31 us once written back): not a stable estimate. The measured constant stays.
 """
 
 from __future__ import annotations
