@@ -164,3 +164,12 @@ def test_recipe_cuda_graphs_become_job_settings():
     assert (bare.job.cuda_graph_impl, bare.job.cuda_graph_modules) == (
         "transformer_engine", ("attn", "moe_router", "moe_preprocess"))
     assert any("best legal" in a and "cuda_graph" in a for a in bare.assumed)
+
+
+def test_an_unnamed_fp8_recipe_is_the_sources_current_scaling():
+    """The 25.09 tables print FP8 without its recipe; Megatron-Bridge's 25.09 perf matrix lists per-tensor
+    current scaling (fp8_cs) beside the parenthesized MXFP8 / blockwise entries: the row is fp8-tensorwise."""
+    r = BY_ID["mbridge_perf-25.09-qwen3-30b-a3b-h100-sxm5-80gb-fp8-16"]
+    assert "not stated" in r.raw["precision"] and r.job.precision == "fp8-tensorwise"
+    assert any("perf matrix" in a for a in r.assumed)
+    assert BY_ID["mbridge_perf-25.09-qwen3-30b-a3b-gb200-mxfp8-8"].job.precision == "mxfp8"

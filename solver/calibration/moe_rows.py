@@ -53,6 +53,12 @@ NOT_IN_CATALOG = {
 PRECISION_OF_ROW = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
                     ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
+# The FP8 recipe of a row whose page names none (the 25.09 tables): Megatron-Bridge's 25.09 performance
+# scripts (scripts/performance/configs/*/*.yaml at v0.1.0rc3, `perf_matrix`) list fp8_cs -- per-tensor
+# current scaling -- beside fp8_mx (Blackwell) and fp8_ss (blockwise, H100), the two the page prints in
+# parentheses ("different quantization granularity"); the Qwen3-30B-A3B H100 row's micro-batch 2 is the
+# fp8_cs entry's (bf16's is 1)
+UNNAMED_FP8 = {"mbridge_perf": "fp8-tensorwise"}
 # Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
 # mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
 # scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`; the blockwise recipe,
@@ -88,9 +94,12 @@ def _family(key: str) -> str:
     return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
 
 
-def _precision(text: str, assumed: list[str]) -> Optional[str]:
+def _precision(text: str, assumed: list[str], source: str = "") -> Optional[str]:
     t = str(text).lower()
     allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
+    if "fp8" in t and "not stated" in t and source in UNNAMED_FP8:
+        assumed.append(f"{text}: the source's unnamed FP8 recipe is {UNNAMED_FP8[source]} (its perf matrix)")
+        return UNNAMED_FP8[source]
     for marker, precision in PRECISION_OF_ROW:
         if marker in t:
             if precision is None or precision in allowed:
@@ -242,7 +251,7 @@ def moe_row_job(raw: dict) -> Row:
         return row
     row.gpu, row.family = gpu
     assumed = row.assumed
-    precision = _precision(raw.get("precision", "bf16"), assumed)
+    precision = _precision(raw.get("precision", "bf16"), assumed, raw["source"])
     if precision is None:
         row.skipped = f"precision {raw.get('precision')!r}: NVFP4 is not modelled"
         return row
