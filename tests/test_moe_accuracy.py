@@ -68,18 +68,23 @@ def test_fp8_param_gather_needs_an_fp8_recipe():
 # ---------------------------------------------------------------- host time outside CUDA graphs
 
 def test_host_calls_count_the_eager_calls_and_the_per_expert_launches():
-    """formulation/host.py: forward before the sync (attention 8 + router/preprocess 16 calls), after it
-    (dispatch 10 calls + per local expert 2 GEMMs, + 2 quantisations under FP8, at GEMM_LAUNCH_S), and
-    backward (8 + 6 + 10 calls + per expert 4 GEMMs + 2 quantisations); a graphed module is one launch;
-    a whole-iteration graph has no host time."""
-    from solveplan.formulation.host import host_calls_s
+    """formulation/host.py: forward before the sync (attention: 4 Transformer Engine calls + 5 PyTorch ops;
+    router and preprocessing: 15 ops), after it (dispatch: 6 TE calls + 5 ops, + per local expert 2 GEMMs
+    and under FP8 2 quantisations at GEMM_LAUNCH_S), backward the same calls' nodes + per expert 4 GEMMs
+    (+ 2 quantisations); a TE call costs 99.66 / 37.08 PyTorch ops (TE issue #2053, GB200); a graphed
+    module is one launch; a whole-iteration graph has no host time."""
+    from solveplan.formulation.host import TE_CALL_OPS, host_calls_s
     from solveplan.formulation.kernels import GEMM_LAUNCH_S as L
 
-    op = 30e-6
+    assert TE_CALL_OPS == pytest.approx(2.6877, abs=1e-4)
+    op, r = 37.08e-6, 99.66 / 37.08
+    pre_calls, post_calls = (4 * r + 5 + 15) * op, (6 * r + 5) * op
     pre, post, bwd = (float(x) for x in host_calls_s(op, 16, fp8=True))
-    assert (pre, post, bwd) == pytest.approx((24 * op, 10 * op + 16 * 4 * L, 24 * op + 16 * 6 * L), rel=1e-12)
+    assert (pre, post, bwd) == pytest.approx(
+        (pre_calls, post_calls + 16 * 4 * L, pre_calls + post_calls + 16 * 6 * L), rel=1e-12)
+    assert 4 * r * op == pytest.approx(4 * 99.66e-6)  # a TE call is te.Linear's measured 99.66 us on Grace
     pre, post, bwd = (float(x) for x in host_calls_s(op, 4, fp8=False, graphed=("attn", "moe_router", "moe_preprocess")))
-    assert (pre, post, bwd) == pytest.approx((2 * op, 10 * op + 4 * 2 * L, 12 * op + 4 * 4 * L), rel=1e-12)
+    assert (pre, post, bwd) == pytest.approx((2 * op, post_calls + 4 * 2 * L, 2 * op + post_calls + 4 * 4 * L), rel=1e-12)
     assert host_calls_s(op, 16, fp8=True, full_iteration=True) == (0.0, 0.0, 0.0)
 
 
@@ -94,7 +99,7 @@ def test_host_exposure_is_the_host_time_beyond_each_segments_gpu_time():
 
 
 def test_a_host_bound_moe_layer_pays_its_host_time_and_graphs_remove_it():
-    """Qwen3-30B-A3B on 8 H100 (16 local experts), one 256-token micro-batch, a 1 ms host call: every
+    """Qwen3-30B-A3B on 8 H100 (16 local experts), one 256-token micro-batch, a 1 ms PyTorch op: every
     segment is host-bound, so the layer's forward + backward takes the host's time -- before the sync,
     after it (less the dispatch and combine all-to-alls, priced on the layer's EP key), the sync's first
     call, the backward (less its all-to-alls) -- exactly; a whole-iteration graph pays none of it."""
@@ -128,3 +133,11 @@ def test_cuda_graph_settings_follow_megatrons_rules():
                      (dict(cuda_graph_modules=("attn",)), "per-layer")):
         with pytest.raises(ValueError, match=why):
             JobSpec(**job, **bad)
+
+
+def test_the_systems_host_op_times_are_the_measured_ones():
+    """x86 DGX hosts 13.48 us per PyTorch op, Grace 37.08 us (Transformer Engine issue #2053)."""
+    from solveplan.catalog import load_gpu
+
+    assert load_gpu("h100-sxm").host_op_us == 13.48 and load_gpu("b200").host_op_us == 13.48
+    assert load_gpu("gb200").host_op_us == 37.08 and load_gpu("gb300").host_op_us == 37.08
