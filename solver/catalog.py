@@ -261,7 +261,8 @@ def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
 # the job's software settings a mapping may give (JobSpec fields of the same names)
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
                 "overlap_grad_reduce", "prefer", "tolerance_rel", "moe_load_imbalance", "moe_a2a_overlap",
-                "moe_token_dispatcher", "framework", "recompute_modules")
+                "moe_token_dispatcher", "framework", "recompute_modules", "fp8_param_gather", "cuda_graph_impl",
+                "cuda_graph_modules")
 
 
 def framework_constraints(framework: Optional[str], constraints: Constraints, field: str) -> Constraints:

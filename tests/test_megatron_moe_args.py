@@ -177,3 +177,20 @@ def test_what_the_catalog_does_not_model_is_said_not_launched():
     said = [n for n in ma.notes if n.startswith("not launched")]
     assert len(said) == 1 and "attention sinks" in said[0]
     assert not [n for n in _launch(lm("mixtral-8x7b"), "h100x64", ep=8).notes if n.startswith("not launched")]
+
+
+def test_cuda_graph_and_fp8_weight_settings_reach_the_launch():
+    """The job's CUDA graphs and FP8 primary weights are Megatron flags (arguments.py at d98e8a6:
+    --cuda-graph-impl, --cuda-graph-modules, --fp8-param-gather, --reuse-grad-buf-for-mxfp8-param-ag);
+    Megatron's defaults stay unsaid."""
+    a = _launch("Qwen3-30B-A3B", "h100x64", ep=8, precision="fp8-tensorwise", fp8_param_gather=True,
+                cuda_graph_impl="transformer_engine", cuda_graph_modules=("attn", "moe_router", "moe_preprocess")).args
+    i = a.index("--cuda-graph-modules")
+    assert a[a.index("--cuda-graph-impl") + 1] == "transformer_engine" and a[i + 1:i + 4] == [
+        "attn", "moe_router", "moe_preprocess"]
+    assert "--fp8-param-gather" in a and "--reuse-grad-buf-for-mxfp8-param-ag" not in a
+    plain = _launch("Qwen3-30B-A3B", "h100x64", ep=8).args
+    assert "--cuda-graph-impl" not in plain and "--fp8-param-gather" not in plain
+    full = _launch("Qwen3-30B-A3B", "h100x64", ep=8, moe_token_dispatcher="flex", cuda_graph_impl="full_iteration")
+    assert full.args[full.args.index("--cuda-graph-impl") + 1] == "full_iteration"
+    assert any("--moe-expert-rank-capacity-factor" in n for n in full.notes)

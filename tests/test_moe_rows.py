@@ -105,3 +105,70 @@ def test_recipe_dispatcher_and_overlap_become_job_settings():
     assert q.job.moe_token_dispatcher == "alltoall" and q.job.moe_a2a_overlap is False
     bare = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]
     assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" in a and "best legal" in a for a in bare.assumed)
+
+
+def test_a_preset_recipe_that_leaves_the_overlap_unset_runs_without_it():
+    """Megatron-Bridge's WorkloadBaseConfig presets (tags before v0.6.0) default moe_a2a_overlap to False
+    and only ever turn it on: a matched preset that does not set it states no overlap. A v0.6.0 recipe
+    whose helpers the file does not list leaves it to the best legal value, as a row without a recipe."""
+    r = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"]  # v0.4.2 preset: CUDA graphs, hybridep
+    assert "moe_a2a_overlap" not in r.raw["parallel"]["other"]["recipe"] and r.job.moe_a2a_overlap is False
+    assert BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-gb200-bf16-64"].job.moe_a2a_overlap is True  # set there
+    late = BY_ID["mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8"]  # v0.6.0
+    assert any("best legal" in a and "moe_a2a_overlap" in a for a in late.assumed)
+
+
+def test_the_source_precision_settings_reach_the_job():
+    """NVIDIA's performance scripts reduce gradients in bf16 (grad_reduce_in_fp32 = False) and
+    Megatron-Bridge's FP8 precision configs keep FP8 primary weights (fp8_param_gather = True), except
+    the blockwise recipe; BF16 runs have no FP8 weights."""
+    mx = BY_ID["mbridge_perf-26.04.01-deepseek-v3-b200-mxfp8-256"].job
+    assert mx.grad_reduce_dtype == "bf16" and mx.fp8_param_gather is True
+    assert BY_ID["mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"].job.fp8_param_gather is True
+    block = BY_ID["mbridge_perf-25.09-deepseek-v3-h100-sxm5-80gb-fp8-blockwise-1024"].job
+    assert block.precision == "fp8-blockwise" and block.fp8_param_gather is False
+    bf = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"].job
+    assert bf.grad_reduce_dtype == "bf16" and bf.fp8_param_gather is False
+    assert BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"].job.fp8_param_gather is False  # NeMo 2.0: not stated
+
+
+def test_a_family_recompute_fixed_by_the_source_scripts_is_read():
+    """Megatron-Bridge runs every DeepSeek-V3 performance config with selective recomputation: a
+    DeepSeek row stating no recompute is selective, its modules one of the presets' sets (the best
+    legal one), said in `assumed`; a row stating its modules keeps them."""
+    from solveplan.calibration.moe_rows import FAMILY_RECOMPUTE
+
+    sets = FAMILY_RECOMPUTE[("mbridge_perf", "deepseek-moe")][1]
+    bare = BY_ID["mbridge_perf-25.11-deepseek-v3-gb200-bf16-256"]
+    assert bare.raw["parallel"]["recompute"] == "not stated"
+    assert bare.job.constraints.recompute == ("selective",) and bare.job.recompute_modules in sets
+    assert any("recompute selective" in a for a in bare.assumed)
+    stated = BY_ID["mbridge_perf-26.04.01-deepseek-v3-gb200-mxfp8-256"]
+    assert stated.job.recompute_modules == ("mlp",)
+    qwen = BY_ID["mbridge_perf-25.11-qwen3-235b-a22b-b200-mxfp8-64"]  # no family rule: best legal value
+    assert qwen.job.constraints.recompute is None
+
+
+def test_recipe_cuda_graphs_become_job_settings():
+    """A recipe's --cuda-graph-impl and scope reach the job; a preset that sets none runs without (its base
+    recipe: cuda_graph_impl "none"); a row without a recipe takes the most graphed setting its container
+    could run (per-layer graphs of attention, router and preprocessing before 26.06, whose Megatron-Core
+    first graphs a whole dropless MoE iteration), said in `assumed`."""
+    te = BY_ID["mbridge_perf-26.04.01-qwen3-30b-a3b-gb300-mxfp8-8"].job
+    assert (te.cuda_graph_impl, te.cuda_graph_modules) == ("transformer_engine", ("moe_router", "moe_preprocess"))
+    full = BY_ID["mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8"].job
+    assert full.cuda_graph_impl == "full_iteration" and full.moe_token_dispatcher == "flex"
+    assert BY_ID["mbridge_perf-26.04.01-qwen3-235b-a22b-b200-mxfp8-256"].job.cuda_graph_impl == "none"
+    bare = BY_ID["mbridge_perf-25.11-qwen3-235b-a22b-b200-mxfp8-64"]
+    assert (bare.job.cuda_graph_impl, bare.job.cuda_graph_modules) == (
+        "transformer_engine", ("attn", "moe_router", "moe_preprocess"))
+    assert any("best legal" in a and "cuda_graph" in a for a in bare.assumed)
+
+
+def test_an_unnamed_fp8_recipe_is_the_sources_current_scaling():
+    """The 25.09 tables print FP8 without its recipe; Megatron-Bridge's 25.09 perf matrix lists per-tensor
+    current scaling (fp8_cs) beside the parenthesized MXFP8 / blockwise entries: the row is fp8-tensorwise."""
+    r = BY_ID["mbridge_perf-25.09-qwen3-30b-a3b-h100-sxm5-80gb-fp8-16"]
+    assert "not stated" in r.raw["precision"] and r.job.precision == "fp8-tensorwise"
+    assert any("perf matrix" in a for a in r.assumed)
+    assert BY_ID["mbridge_perf-25.09-qwen3-30b-a3b-gb200-mxfp8-8"].job.precision == "mxfp8"

@@ -12,7 +12,9 @@ What a row states wins:
 - the configuration: tp, pp, cp, ep, vp, micro-batch, global batch; etp, recompute, sequence
   parallelism from the table or the matched Megatron-Bridge recipe (`parallel.other.recipe`, the
   data file's stated provenance). Knobs neither states take the best legal value, as for dense
-  rows (`rows` module docstring): published runs were tuned.
+  rows (`rows` module docstring): published runs were tuned; a granularity the source's scripts fix
+  for a whole model family (`FAMILY_RECOMPUTE`: Megatron-Bridge's DeepSeek-V3, selective) is stated,
+  its modules then take the best value among those its presets use.
 - precision: bf16, or the FP8 recipe the row names when the job schema has it (fp8-cs is
   per-tensor current scaling, `fp8-tensorwise`; mxfp8; fp8-blockwise); otherwise costed as FP8
   (stated in the row's `assumed`). NVFP4 is not modelled: skipped.
@@ -27,12 +29,14 @@ Rows of the file's category B (dense models on Blackwell) are not read here.
 
 from __future__ import annotations
 
+import re
 import typing
 from typing import Optional
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec
-from .rows import ROW_READERS, Row, gpu_of, measured_step_s, pipeline_accounting, published_row_cluster, recompute_of
+from .rows import (ROW_READERS, Row, gpu_of, grad_reduce_dtype, measured_step_s, pipeline_accounting,
+                   published_row_cluster, recompute_of)
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key -> catalog entry (models/*.yaml); family for cross-validation by model
@@ -50,6 +54,31 @@ NOT_IN_CATALOG = {
 PRECISION_OF_ROW = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
                     ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
+# The FP8 recipe of a row whose page names none (the 25.09 tables): Megatron-Bridge's 25.09 performance
+# scripts (scripts/performance/configs/*/*.yaml at v0.1.0rc3, `perf_matrix`) list fp8_cs -- per-tensor
+# current scaling -- beside fp8_mx (Blackwell) and fp8_ss (blockwise, H100), the two the page prints in
+# parentheses ("different quantization granularity"); the Qwen3-30B-A3B H100 row's micro-batch 2 is the
+# fp8_cs entry's (bf16's is 1)
+UNNAMED_FP8 = {"mbridge_perf": "fp8-tensorwise"}
+# Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
+# mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
+# scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`; the blockwise recipe,
+# bf16_with_fp8_subchannel_scaling_mixed, sets False), which its performance scripts use unchanged for
+# the MoE models (scripts/performance/utils/precision.py get_precision_config; perf_recipes/_common.py
+# _perf_precision)
+FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8")}
+# Recomputation a source's scripts fix for every run of a model family, and the module sets its presets
+# use (read in those scripts): Megatron-Bridge runs DeepSeek-V3 with selective recomputation in every
+# performance config -- scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.yaml at v0.1.0rc3
+# (`recompute_granularity: "selective"`), set_deepseek_v3_common_configs in deepseek_llm_pretrain.py
+# v0.2.0 to v0.5.x (`cfg.model.recompute_granularity = "selective"`), perf_recipes/deepseek at v0.6.0 --
+# with the modules of each GPU's preset (run_script.py at v0.1.0rc3; *workload_base_configs.py and
+# perf_recipes/deepseek/*): mla_up_proj; mla_up_proj, mlp; mlp; moe_act; mla_up_proj, layernorm, moe_act;
+# mla_up_proj, mlp, moe_act; none listed (Megatron's default core_attn). A row stating no recompute takes
+# the granularity, and the modules at the best legal value among those sets.
+FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
+    ("mla_up_proj",), ("mla_up_proj", "mlp"), ("mlp",), ("moe_act",), ("mla_up_proj", "layernorm", "moe_act"),
+    ("mla_up_proj", "mlp", "moe_act"), ("core_attn",)))}
 
 
 def is_moe_file_row(raw: dict) -> bool:
@@ -66,9 +95,12 @@ def _family(key: str) -> str:
     return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
 
 
-def _precision(text: str, assumed: list[str]) -> Optional[str]:
+def _precision(text: str, assumed: list[str], source: str = "") -> Optional[str]:
     t = str(text).lower()
     allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
+    if "fp8" in t and "not stated" in t and source in UNNAMED_FP8:
+        assumed.append(f"{text}: the source's unnamed FP8 recipe is {UNNAMED_FP8[source]} (its perf matrix)")
+        return UNNAMED_FP8[source]
     for marker, precision in PRECISION_OF_ROW:
         if marker in t:
             if precision is None or precision in allowed:
@@ -120,6 +152,83 @@ def _recompute(p: dict, recipe: dict, assumed: list[str], settings: Optional[dic
     return "full" if gran.startswith("full") else "none"
 
 
+def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -> tuple[dict, list[str]]:
+    """(the job settings a row and its matched recipe state, the settings left to the best legal value).
+
+    - token dispatcher: Megatron-Bridge's perf recipes run the flex dispatcher whenever they name a
+      backend (the data file's note on the Qwen3 recipes);
+    - all-to-all overlap: stated by the recipe; a recipe of the WorkloadBaseConfig era (tags before
+      v0.6.0) that does not set it runs without it: `moe_a2a_overlap: Optional[bool] = False` is the
+      dataclass default (scripts/performance/utils/utils.py) and `_set_moe_a2a_overlap_overrides`
+      (utils/overrides.py) only turns it on, over base recipes that leave it off (recipes/*:
+      `overlap_moe_expert_parallel_comm = False` or unset);
+    - FP8 primary weights (`FP8_PARAM_GATHER`);
+    - CUDA graphs (`_recipe_graphs`).
+    A row without a matched recipe states neither the dispatcher, the overlap nor the graphs: like its
+    other unstated knobs, they take the best value (`_best_settings`)."""
+    settings: dict = {}
+    if precision in FP8_PARAM_GATHER.get(raw["source"], ()):
+        settings["fp8_param_gather"] = True
+        assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
+    backend = recipe.get("moe_flex_dispatcher_backend")
+    flex = recipe.get("moe_token_dispatcher_type") == "flex" or (
+        backend and recipe.get("moe_token_dispatcher_type") in (None, "flex"))
+    overlap_keys = [k for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm") if isinstance(recipe.get(k), bool)]
+    unstated = []
+    if recipe:
+        settings["moe_token_dispatcher"] = "flex" if flex else "alltoall"
+    else:
+        unstated.append("moe_token_dispatcher")
+    if overlap_keys or _workload_base_config(recipe):
+        settings["moe_a2a_overlap"] = any(recipe[k] for k in overlap_keys)
+    else:
+        unstated.append("moe_a2a_overlap")
+    graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
+    if graphs is None:
+        unstated.append("cuda_graph")
+    else:
+        settings.update(graphs)
+    return settings, unstated
+
+
+def _recipe_graphs(recipe: dict, dispatcher: Optional[str], assumed: list[str]) -> Optional[dict]:
+    """The CUDA-graph settings of a matched recipe, or None where it states none: its cuda_graph_impl and
+    scope (the modules the formulation knows; a per-layer graph of a whole dropless MoE layer is not
+    captured, a whole-iteration graph needs the flex dispatcher); a WorkloadBaseConfig preset that sets
+    none runs without (its base recipes set `cfg.model.cuda_graph_impl = "none"`, Megatron's default)."""
+    impl = recipe.get("cuda_graph_impl")
+    if impl in ("local", "transformer_engine"):
+        mods = tuple(m for m in PER_LAYER_GRAPHS if m in (recipe.get("cuda_graph_scope") or ()))
+        if mods and ("moe_preprocess" not in mods or "moe_router" in mods):
+            return {"cuda_graph_impl": impl, "cuda_graph_modules": mods}
+        assumed.append(f"CUDA graph scope {recipe.get('cuda_graph_scope')} captures no MoE-layer module: priced eager")
+        return {"cuda_graph_impl": "none", "cuda_graph_modules": ()}
+    if impl == "full_iteration" and dispatcher == "flex":
+        return {"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ()}
+    if impl == "full_iteration":
+        assumed.append("whole-iteration CUDA graph without the flex dispatcher's budget: priced eager")
+    return {"cuda_graph_impl": "none", "cuda_graph_modules": ()} if impl or _workload_base_config(recipe) else None
+
+
+def _workload_base_config(recipe: dict) -> bool:
+    """A matched recipe of Megatron-Bridge's scripts/performance WorkloadBaseConfig presets (tags
+    v0.2.0 to v0.5.x; v0.6.0 moved to src/megatron/bridge/perf_recipes, whose helpers the data file
+    does not list in full)."""
+    tag = re.findall(r"\d+", str(recipe.get("recipe_tag", "")))
+    return bool(recipe.get("recipe_name")) and bool(tag) and tuple(map(int, tag[:2])) < (0, 6)
+
+
+def _family_recompute(row: Row, unstated: list[str]) -> Optional[str]:
+    """For a row that states no recompute: the granularity its source runs the model family with
+    (`FAMILY_RECOMPUTE`), its modules left to the best legal value; None when the source fixes none."""
+    family = FAMILY_RECOMPUTE.get((row.source, row.model_family))
+    if family is None:
+        return None
+    unstated.append("recompute_modules")
+    row.assumed.append(f"recompute {family[0]}, as the source's scripts run every {row.model_family} config")
+    return family[0]
+
+
 def _bool(*values) -> Optional[bool]:
     return next((v for v in values if isinstance(v, bool)), None)
 
@@ -143,7 +252,7 @@ def moe_row_job(raw: dict) -> Row:
         return row
     row.gpu, row.family = gpu
     assumed = row.assumed
-    precision = _precision(raw.get("precision", "bf16"), assumed)
+    precision = _precision(raw.get("precision", "bf16"), assumed, raw["source"])
     if precision is None:
         row.skipped = f"precision {raw.get('precision')!r}: NVFP4 is not modelled"
         return row
@@ -167,33 +276,7 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append(f"token dropping at capacity factor {CAPACITY_FACTOR_DROP:g} (the label states dropping, "
                        f"not the factor)")
     model = model.model_copy(update=update)
-    # the matched recipe's token dispatcher and all-to-all overlap, as job settings where the job schema
-    # has them (JobSpec.moe_token_dispatcher / moe_a2a_overlap); Megatron-Bridge's perf recipes run the
-    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes)
-    # flex dispatcher whenever they name a backend (the data file's note on the Qwen3 recipes). A row
-    # without a matched recipe states neither: like its other unstated knobs, they take the best value.
-    settings: dict = {}
-    fields = JobSpec.model_fields
-    backend = recipe.get("moe_flex_dispatcher_backend")
-    flex = recipe.get("moe_token_dispatcher_type") == "flex" or (
-        backend and recipe.get("moe_token_dispatcher_type") in (None, "flex"))
-    overlap_keys = [k for k in ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm") if isinstance(recipe.get(k), bool)]
-    overlap = any(recipe[k] for k in overlap_keys)
-    unstated_settings = []
-    if "moe_token_dispatcher" in fields:
-        if recipe:
-            settings["moe_token_dispatcher"] = "flex" if flex else "alltoall"
-        else:
-            unstated_settings.append("moe_token_dispatcher")
-    elif flex:
-        assumed.append(f"the recipe's flex dispatcher ({backend}) priced as NCCL all-to-all")
-    if "moe_a2a_overlap" in fields:
-        if overlap_keys:
-            settings["moe_a2a_overlap"] = overlap
-        else:
-            unstated_settings.append("moe_a2a_overlap")
-    elif overlap:
-        assumed.append("the recipe overlaps the EP all-to-all with compute: priced exposed")
+    settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
     if layout:
         assumed.append(f"pipeline layout {layout} costed with the balanced split")
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)
@@ -203,7 +286,7 @@ def moe_row_job(raw: dict) -> Row:
         return row
     etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
     sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
-    recompute = _recompute(p, recipe, assumed, settings)
+    recompute = _recompute(p, recipe, assumed, settings) or _family_recompute(row, unstated_settings)
     knobs = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
         ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,
@@ -216,7 +299,8 @@ def moe_row_job(raw: dict) -> Row:
     cons = Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                        **pipeline_accounting(p, model.num_layers, assumed))
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-                   precision=precision, constraints=cons, **settings)
+                   precision=precision, grad_reduce_dtype=grad_reduce_dtype(raw, assumed), constraints=cons,
+                   **settings)
     row.job = _best_settings(base, unstated_settings, row)
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
@@ -233,7 +317,8 @@ def moe_row_job(raw: dict) -> Row:
 
 
 def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[JobSpec]:
-    """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap) at
+    """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap, the
+    modules of a family's selective recomputation, `FAMILY_RECOMPUTE`, CUDA graphs, `_graph_choices`) at
     the values whose best legal configuration the formulation predicts fastest (the shipped GPU
     parameters), as `evaluate.best_config` does for a row's unstated knobs, among those whose
     configuration fits in memory when any does; None when no configuration is legal."""
@@ -242,11 +327,15 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[Job
     from ..space.enumeration import enumerate_shapes
     from .runs_fit import RowCase
 
-    choices = {"moe_token_dispatcher": ("alltoall", "flex"), "moe_a2a_overlap": (False, True)}
+    choices = {"moe_token_dispatcher": [{"moe_token_dispatcher": v} for v in ("alltoall", "flex")],
+               "moe_a2a_overlap": [{"moe_a2a_overlap": v} for v in (False, True)],
+               "recompute_modules": [{"recompute_modules": v} for v in
+                                     FAMILY_RECOMPUTE.get((row.source, row.model_family), ("", ()))[1]],
+               "cuda_graph": _graph_choices(row.raw)}
     best, best_s = None, (2, float("inf"))  # a setting whose configuration fits in memory first: the run ran
     for values in product(*(choices[k] for k in unstated)):
         try:
-            job = base.model_copy(update=dict(zip(unstated, values))) if unstated else base
+            job = base.model_copy(update={k: v for u in values for k, v in u.items()}) if unstated else base
             if unstated:
                 job = JobSpec.model_validate(job.model_dump())  # the job's own rules on the settings
         except ValueError:
@@ -258,6 +347,25 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[Job
         if (0 if fits else 1, step) < best_s:
             best, best_s = job, (0 if fits else 1, step)
     return best
+
+
+# The per-layer CUDA graphs Megatron-Bridge's MoE presets name (scripts/performance/configs/*, v0.2.0 on:
+# `cuda_graph_scope=["attn", "moe_router", "moe_preprocess"]`), and the first NeMo container whose
+# Megatron-Core can graph a whole dropless MoE iteration: the flex dispatcher's static per-rank budget came
+# with "Paged Stashing (#4247)", Megatron-LM f007db77b9 of 2026-05-22 (26.06 is the container after it).
+PER_LAYER_GRAPHS = ("attn", "moe_router", "moe_preprocess")
+FULL_ITERATION_FROM = (26, 6)
+
+
+def _graph_choices(raw: dict) -> list[dict]:
+    """The CUDA-graph settings a row stating none may have run: per-layer graphs of the static-shape
+    modules, and a whole-iteration graph from the container that could capture one (a setting with more
+    graphed is never predicted slower, so no graphs at all is not a candidate)."""
+    options = [{"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": PER_LAYER_GRAPHS}]
+    container = tuple(int(x) for x in re.findall(r"\d+", str(raw.get("container", "")))[:2])
+    if container and container >= FULL_ITERATION_FROM:
+        options.append({"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ()})
+    return options
 
 
 ROW_READERS.append((is_moe_file_row, moe_row_job))

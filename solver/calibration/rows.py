@@ -371,7 +371,7 @@ def row_job(raw: dict) -> Row:
         precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True),
-        grad_reduce_dtype=_grad_reduce_dtype(raw, assumed),
+        grad_reduce_dtype=grad_reduce_dtype(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )
@@ -393,7 +393,7 @@ def pipeline_accounting(p: dict, num_layers: int, assumed: list) -> dict:
     return {}
 
 
-def _grad_reduce_dtype(raw: dict, assumed: list) -> str:
+def grad_reduce_dtype(raw: dict, assumed: list) -> str:
     if str(raw["parallel"].get("fsdp_mixed_precision_mode", "")).upper() == "PURE":
         return "bf16"
     fixed = SOURCE_SETTINGS.get(raw["source"], {}).get("grad_reduce_dtype")

@@ -191,4 +191,7 @@ def fit(cases: Sequence[RowCase], params: Sequence[FitParam] = FIT_PARAMS, max_n
             out.notes.append(f"{p.key}: no row informs it; it stays at its prior {p.prior:g} ({p.why})")
         elif prm.at_bound:
             out.notes.append(f"{p.key} = {prm.value:g} sits on its bound [{p.lower:g}, {p.upper:g}]")
+        elif res.sd.get(p.key, 0.0) > 10 * p.prior_sd:
+            out.notes.append(f"{p.key}: the rows hardly move it (sd {res.sd[p.key]:.3g} from the rows alone, its "
+                             f"prior's {p.prior_sd:g}): it stays near its prior {p.prior:g}")
     return out

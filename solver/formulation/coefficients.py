@@ -35,13 +35,14 @@ from . import comm, frameworks
 from .layer_terms import (attention_core_s, cp_ring_exposed_s, layer_linears_s, overlapped_s, selective_recompute,
                           sharded_layer_s)
 from .recompute import modules_of
-from .precision import matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
+from .precision import gathered_param_bytes, matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
 from .kernels import elementwise_bytes_per_token, linear_s
-from .moe import attention_geometry, moe_layer_params_per_gpu
+from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
 from .memory import (
     BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes,
 )
+from .data_parallel import grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
 from ..space.shapes import Shapes
 
 GIB = 1024**3
@@ -51,56 +52,6 @@ ADAM_STEP_BYTES_PER_PARAM = 38
 # Cross entropy over the vocabulary, bytes per logit (fp32 upcast, exp, normalise; backward).
 CROSS_ENTROPY_BYTES_FWD = 16
 CROSS_ENTROPY_BYTES_BWD = 8
-# ZeRO-2/3 (FSDP) per micro-batch: the layer's unsharded bf16 gradient is cast into the
-# reduce-dtype buffer (read 2, write g) and pre-divided by the group size (read g, write g)
-# before the reduce-scatter (PyTorch FSDP `_reduce_grad` / `_div_if_needed`): 2 + 3g bytes per
-# parameter of the whole layer. Megatron's data-parallel paths accumulate into fp32 main
-# gradients inside the weight-gradient GEMM and pay nothing extra.
-def zero_grad_copy_bytes(grad_bytes: float) -> float:
-    return 2.0 + 3.0 * grad_bytes
-
-
-def grad_reduce_bytes(precision: str, grad_reduce_dtype: str) -> float:
-    """Bytes per gradient element in the data-parallel reduction."""
-    return 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
-
-
-def reduced_params_per_gpu(model: ModelSpec, tp, pp):
-    """(per layer, embedding, head) parameters one GPU reduces over data parallelism: the
-    three parts of a stage's step-level gradient reduction."""
-    h, t = model.hidden_size, np.asarray(tp, dtype=np.float64)
-    emb = model.embedding_params / t
-    head = np.where((not model.tied_embeddings) | (np.asarray(pp) > 1), emb + 2 * h / t, 2 * h / t)
-    return model.params_per_layer / t, emb, head
-
-
-def distributed_optimizer_dominates(model: ModelSpec, cluster: ClusterSpec, tp, cp, dp, pp, *,
-                                    precision: str = "bf16", grad_reduce_dtype: str = "fp32", ep=1,
-                                    etp=1) -> np.ndarray:
-    """Where zero=1 is no slower than zero=0 with every other knob the same, exactly under this
-    formulation: its reduce-scatter + all-gather (each a ring) take no longer than zero=0's
-    all-reduce for each of the three parts a stage reduces (`reduced_params_per_gpu`), its
-    overlap window is a superset (the all-gather also hides behind the next forward), its
-    optimizer step is sharded and its memory smaller. The all-reduce may be NCCL's tree, whose
-    latency is logarithmic in the nodes: across nodes with small parts it beats the two rings.
-    A MoE model's parts add the MoE layers' non-expert parameters (over dp x cp) and their local
-    experts (over the expert-data-parallel group, `moe_layer.moe_layer_terms`), each reduced on its own."""
-    shard = np.asarray(dp, dtype=np.float64) * np.asarray(cp, dtype=np.float64)
-    g = grad_reduce_bytes(precision, grad_reduce_dtype)
-    ok = np.ones(np.broadcast(shard, np.asarray(tp), np.asarray(ep)).shape, dtype=bool)
-    parts = [(params, shard, tp) for params in reduced_params_per_gpu(model, tp, pp)]
-    if model.is_moe:
-        ep, etp = np.asarray(ep, dtype=np.float64), np.asarray(etp, dtype=np.float64)
-        ne, ex = moe_layer_params_per_gpu(model, tp, ep, etp)
-        parts += [(ne, shard, tp), (ex, np.asarray(tp) * shard / (ep * etp), ep * etp)]
-    for params, n, stride in parts:
-        ar = comm.collective_s("all_reduce", params * g, cluster, n, stride)
-        two = (comm.collective_s("reduce_scatter", params * g, cluster, n, stride)
-               + comm.collective_s("all_gather", params * BF16_BYTES, cluster, n, stride))
-        ok &= two <= ar * (1 + 1e-12)
-    return ok
-
-
 @dataclass(frozen=True)
 class StageCoefficients:
     """Arrays over shapes. Times in seconds, memory in bytes; `layer_*` per layer,
@@ -189,13 +140,17 @@ def stage_coefficients(
     moe_token_dispatcher: str = "alltoall",
     framework: str = "megatron",
     recompute_modules=None,
+    fp8_param_gather: bool = False,
+    cuda_graph_impl: str = "none",
+    cuda_graph_modules: tuple = (),
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
         flash_attention=flash_attention, attention_kernel=attention_kernel, grad_reduce_dtype=grad_reduce_dtype,
         overlap_grad_reduce=overlap_grad_reduce, tp_comm_overlap=tp_comm_overlap,
         moe_load_imbalance=moe_load_imbalance, moe_a2a_overlap=moe_a2a_overlap,
-        moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules))
+        moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
+        fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules))))
     terms.layer_compute()
     terms.tensor_and_context_parallel()
     terms.data_parallel()
@@ -220,6 +175,7 @@ class _StageTerms:
         self.tp_comm_overlap, self.recompute_modules = options["tp_comm_overlap"], options["recompute_modules"]
         self.moe_load_imbalance, self.moe_a2a_overlap = options["moe_load_imbalance"], options["moe_a2a_overlap"]
         self.moe_token_dispatcher = options["moe_token_dispatcher"]
+        self.fp8_param_gather, self.cuda_graph = options["fp8_param_gather"], options["cuda_graph"]
         self.gpu = cluster.gpu
         self.stack = frameworks.profile(options["framework"])  # the software stack's terms (frameworks.py); megatron: none
         self.fam = frameworks.family_counts(self.stack, model, options["seq_length"])  # transformers: eager_layers.py
@@ -304,13 +260,14 @@ class _StageTerms:
         """A collective over the DP x CP group (stride tp)."""
         return comm.collective_s(kind, size, self.cluster, self.shard, self.t)
 
-    def dp_step(self, params_gpu):
-        """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters."""
+    def dp_step(self, params_gpu, param_bytes=BF16_BYTES):
+        """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters, gathered
+        in `param_bytes` each (the embedding and head stay BF16)."""
         z, z2_mb, dp_collective = self.z, self.z2_mb, self.dp_collective
         grads = params_gpu * self.grad_bytes
         ar = dp_collective("all_reduce", grads)
         rs = dp_collective("reduce_scatter", grads)
-        ag_step = dp_collective("all_gather", params_gpu * BF16_BYTES)
+        ag_step = dp_collective("all_gather", params_gpu * param_bytes)
         red = np.where(z == 0, ar, np.where(z >= 2, 0.0, rs))
         gat = np.where((z == 1) | ((z == 2) & (not z2_mb)), ag_step, 0.0)
         return red, gat
@@ -330,7 +287,8 @@ class _StageTerms:
             bwd_window=self.bwd + self.recompute_fwd,
             grad_copy=zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / self.hbm, zero=z,
             zero2_gathers_every_microbatch=z2_mb, phi=self.phi)
-        self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu)
+        layer_param_bytes = gathered_param_bytes(self.precision, self.fp8_param_gather)  # FP8 weights gathered in FP8
+        self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu, layer_param_bytes)
         self.emb_red, self.emb_ag = self.dp_step(self.emb_params_gpu)
         self.head_red, self.head_ag = self.dp_step(self.head_params_gpu)
         tied_bw, tied_lat = comm.p2p_link(self.cluster, t * c * d * np.maximum(p - 1, 1))
@@ -376,7 +334,7 @@ class _StageTerms:
         M, h, a, s, t, rep, rc, z = self.M, self.h, self.a, self.s, self.t, self.rep, self.rc, self.z
         flash_attention = self.flash_attention
         self.pb, self.gb, self.ob = frameworks.model_state_bytes_per_param(stack, z, self.shard, precision,
-                                                                          self.grad_reduce_dtype)
+                                                                          self.grad_reduce_dtype, self.fp8_param_gather)
         self.act_kw = dict(tokens=M, hidden=h, q_width=self.hq, kv_width=self.hkv, mlp_matrices=model.mlp_matrices,
                            heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention,
                            dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision))
@@ -455,7 +413,7 @@ class _StageTerms:
             adam_s_per_param=self.adam_bytes / hbm, a2a_overlap=self.moe_a2a_overlap,
             dispatcher=self.moe_token_dispatcher,
             latent_bytes=self.latent_width * M, hbm=hbm, mm=self.mm, bf16mm=self.bf16mm, precision=self.precision,
-            grad_reduce_dtype=self.grad_reduce_dtype,
+            grad_reduce_dtype=self.grad_reduce_dtype, fp8_param_gather=self.fp8_param_gather, cuda_graph=self.cuda_graph,
             imbalance=self.moe_load_imbalance,
             selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                            attn_working=-scores))

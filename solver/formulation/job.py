@@ -10,7 +10,8 @@ import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import JobSpec, require_uniform
-from .coefficients import StageCoefficients, distributed_optimizer_dominates, stage_coefficients
+from .coefficients import StageCoefficients, stage_coefficients
+from .data_parallel import distributed_optimizer_dominates
 from .flops import reported_flop_per_step
 from .precision import is_fp8, peak_flop_per_s
 
@@ -25,7 +26,8 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
         tp_comm_overlap=job.tp_comm_overlap, moe_load_imbalance=job.moe_load_imbalance,
         moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
-        recompute_modules=job.recompute_modules,
+        recompute_modules=job.recompute_modules, fp8_param_gather=job.fp8_param_gather,
+        cuda_graph_impl=job.cuda_graph_impl, cuda_graph_modules=job.cuda_graph_modules,
     )
 
 
@@ -48,7 +50,7 @@ def zero0_dominated(job: JobSpec, shapes: Shapes) -> np.ndarray:
     beats = distributed_optimizer_dominates(job.model, job.cluster, *(d[first] for d in degrees[:3]),
                                             np.where(degrees[3][first], 2, 1), precision=job.precision,
                                             grad_reduce_dtype=job.grad_reduce_dtype, ep=degrees[4][first],
-                                            etp=degrees[5][first])
+                                            etp=degrees[5][first], fp8_param_gather=job.fp8_param_gather)
     out[rows[order]] = beats[np.cumsum(new) - 1]
     return out
 

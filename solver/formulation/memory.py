@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .precision import weight_copy_bytes_per_param
+from .precision import weight_bytes_per_param
 
 BF16_BYTES = 2
 FP32_BYTES = 4
@@ -51,15 +51,16 @@ def runtime_bytes(reserve_gib: float, tp, cp, dp, pp, ep=1, etp=1) -> np.ndarray
     return reserve_gib * 1024**3 + NCCL_COMM_BYTES * comms
 
 
-def model_state_bytes_per_param(zero, shard, precision: str, grad_reduce_dtype: str = "fp32"):
+def model_state_bytes_per_param(zero, shard, precision: str, grad_reduce_dtype: str = "fp32",
+                                fp8_param_gather: bool = False):
     """(weights, gradients, optimizer) bytes per parameter of one GPU (see the module docstring).
     The gradient buffer has the reduction's dtype: Megatron's DDP allocates main_grad in fp32 only
     with grad_reduce_in_fp32 (megatron/core/distributed/distributed_data_parallel.py: grad_dtype =
     torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype), so `--grad-reduce-in-bf16`
-    keeps 2-byte gradients."""
+    keeps 2-byte gradients. `fp8_param_gather`: the FP8 weights only (precision.weight_bytes_per_param)."""
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
-    weight = BF16_BYTES + weight_copy_bytes_per_param(precision)  # FP8 copies of the recipe (precision.py)
+    weight = weight_bytes_per_param(precision, fp8_param_gather)  # BF16 and/or the recipe's FP8 copies (precision.py)
     grad = 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
     params = np.where(zero >= 3, weight / shard, weight)
     grads = np.where(zero >= 2, grad / shard, grad)

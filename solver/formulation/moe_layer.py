@@ -11,7 +11,8 @@ from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
 from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
-from .precision import quantize_bytes_per_element
+from .host import host_calls_s, host_exposed_s
+from .precision import gathered_param_bytes, is_fp8, quantize_bytes_per_element
 from .kernels import linear_s
 from .recompute import modules_of, norm_recompute
 from .moe import routed_tokens, moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s
@@ -20,10 +21,13 @@ from .moe import routed_tokens, moe_comm_pass_s, moe_layer_params_per_gpu, moe_m
 def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,
                attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
-               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None) -> dict:
+               adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
+               fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ())) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
-    - compute: router, grouped expert GEMMs, shared experts, (un)permutation;
+    - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
+      waits for the host outside CUDA graphs (`moe_host_s`, `host.py`: the dispatcher's sync splits
+      the forward in two segments, each the longer of its GPU and host time);
     - TP collectives: attention's gather/scatter pair, the shared experts' (they run on the
       SP-gathered tokens, Megatron `SharedExpertMLP`), the ETP gather/scatter of the routed
       copies; exposed, or behind the layer's GEMMs with --tp-comm-overlap, as the dense layer's;
@@ -49,26 +53,16 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
                                         cast_bytes=quantize_bytes_per_element(precision))
-    fwd, bwd = attn_fwd + mf, attn_bwd + mb
-    sel = selective or dict(mods=modules_of(None), attn_s=core_fwd, attn_freed=0.0, attn_working=0.0)
-    mods = sel["mods"]
-    lib = act_kw["linear_input_bytes"]
-    h, mats, f_s = model.hidden_size, model.mlp_matrices, model.moe_shared_expert_intermediate_size or 0
-    norm_freed, norm_s = norm_recompute(model, mods, True, tokens=M, hidden=h, rep=act_kw["sp_degree"],
-                                        linear_input_bytes=lib, hbm=hbm)
-    _, copies = routed_tokens(model, M / t, ep, etp, imbalance)
-    f_l = model.moe_ffn_hidden_size / etp
-    act_on, shared_on, moe_on = ("moe_act" in mods), ("shared_experts" in mods and f_s > 0), ("moe" in mods)
-    act_freed = act_on * copies * f_l * lib
-    act_s = act_on * copies * f_l * (BF16_BYTES * mats + quantize_bytes_per_element(precision)) / hbm
-    shared_freed = shared_on * M * BF16_BYTES * mats * f_s / t
-    shared_s = 0.0
-    if shared_on:
-        for N, K in (((mats - 1) * f_s / t, h), (h, f_s / t)):
-            shared_s = shared_s + linear_s(M, N, K, **mm)[0]
-    sel_s = sel["attn_s"] + norm_s + np.where(moe_on, mf, act_s + shared_s)
-    rfwd = np.where(rc == 2, fwd, np.where(rc == 1, sel_s, 0.0))
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
+    a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
+    host_f, host_b = moe_host_s(model, cluster, ep, precision, cuda_graph, pre_gpu_s=attn_fwd,
+                                post_gpu_s=mf + a2a_gpu, bwd_gpu_s=attn_bwd + mb + a2a_gpu)
+    fwd, bwd = attn_fwd + mf + host_f, attn_bwd + mb + host_b
+    sel = selective or dict(mods=modules_of(None), attn_s=core_fwd, attn_freed=0.0, attn_working=0.0)
+    moe_on = "moe" in sel["mods"]
+    sel_s, freed = moe_selective(model, sel, M=M, t=t, ep=ep, etp=etp, imbalance=imbalance, mf=mf + host_f, mm=mm,
+                                 act_kw=act_kw, hbm=hbm, precision=precision)
+    rfwd = np.where(rc == 2, fwd, np.where(rc == 1, sel_s, 0.0))
     tp_moe = tp_pass / 2 * (1 + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
     if tp_comm_overlap:
         tp_f, tp_b = hidden(tp_moe, attn_gemm_fwd + gf), hidden(tp_moe, attn_gemm_bwd + gbw)
@@ -77,36 +71,75 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     edp = t * c * d / (ep * etp)
     pb, gb, ob = state_bytes
-    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype)
-    red_ne, ag_ne = dp_step(ne)
-    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes)
+    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype, fp8_param_gather)
+    param_bytes = gathered_param_bytes(precision, fp8_param_gather)
+    red_ne, ag_ne = dp_step(ne, param_bytes)
+    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
-    moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, lib)
+    moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, act_kw["linear_input_bytes"])
     block = moe_block + latent_bytes
     # selective by module: what stays of the block, and what is rebuilt one layer at a time
-    kept = np.where(moe_on, 0.0, moe_block - act_freed - shared_freed)
-    att_act = att_act - np.where(rc == 1, sel["attn_freed"] + norm_freed + moe_block - kept, 0.0)
+    kept = np.where(moe_on, 0.0, moe_block - freed["act"] - freed["shared"])
+    att_act = att_act - np.where(rc == 1, sel["attn_freed"] + freed["norm"] + moe_block - kept, 0.0)
     att_working = att_working + np.where(rc == 1, sel["attn_working"] + np.where(moe_on, moe_block, 0.0), 0.0)
+    ep_s = hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2) + ((rc == 1) & moe_on))
     return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=np.zeros(len(z)),
-                ep=hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2) + ((rc == 1) & moe_on)), fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
+                ep=ep_s, fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
                 dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
                 window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
                 optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
                 working=att_working + np.where(rc == 2, block, 0.0))
 
 
-def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero, grad_bytes: float):
+def moe_selective(model: ModelSpec, sel: dict, *, M, t, ep, etp, imbalance: float, mf, mm: dict, act_kw: dict,
+                  hbm: float, precision: str):
+    """(recomputed forward of Megatron's selective modules, the bytes they free: norm, act, shared) of one
+    MoE layer (`recompute.py`; `sel`: the job's modules and the attention's share from the dense layer):
+    "layernorm" the separate norms' outputs, "moe_act" the experts' activation output, "shared_experts"
+    the shared experts' activations, "moe" the whole block (its forward `mf` again)."""
+    mods, lib = sel["mods"], act_kw["linear_input_bytes"]
+    h, mats, f_s = model.hidden_size, model.mlp_matrices, model.moe_shared_expert_intermediate_size or 0
+    norm_freed, norm_s = norm_recompute(model, mods, True, tokens=M, hidden=h, rep=act_kw["sp_degree"],
+                                        linear_input_bytes=lib, hbm=hbm)
+    _, copies = routed_tokens(model, M / t, ep, etp, imbalance)
+    f_l = model.moe_ffn_hidden_size / etp
+    act_on, shared_on, moe_on = ("moe_act" in mods), ("shared_experts" in mods and f_s > 0), ("moe" in mods)
+    act_s = act_on * copies * f_l * (BF16_BYTES * mats + quantize_bytes_per_element(precision)) / hbm
+    shared_s = 0.0
+    if shared_on:
+        for N, K in (((mats - 1) * f_s / t, h), (h, f_s / t)):
+            shared_s = shared_s + linear_s(M, N, K, **mm)[0]
+    sel_s = sel["attn_s"] + norm_s + np.where(moe_on, mf, act_s + shared_s)
+    return sel_s, dict(norm=norm_freed, act=act_on * copies * f_l * lib, shared=shared_on * M * BF16_BYTES * mats * f_s / t)
+
+
+def moe_host_s(model: ModelSpec, cluster: ClusterSpec, ep, precision: str, cuda_graph: tuple, *, pre_gpu_s, post_gpu_s,
+               bwd_gpu_s):
+    """(forward, backward) time the GPU of one MoE layer waits for the host outside CUDA graphs
+    (`host.py`): `cuda_graph` is the job's (--cuda-graph-impl, --cuda-graph-modules)."""
+    impl, modules = cuda_graph
+    full = impl == "full_iteration"
+    graphed = tuple(modules) if impl in ("local", "transformer_engine") else ()
+    op_s = cluster.gpu.host_op_us * 1e-6
+    calls = host_calls_s(op_s, model.num_experts / ep, fp8=is_fp8(precision), graphed=graphed, full_iteration=full)
+    return host_exposed_s(calls, pre_gpu_s=pre_gpu_s, post_gpu_s=post_gpu_s, bwd_gpu_s=bwd_gpu_s, host_op_s=op_s,
+                          full_iteration=full)
+
+
+def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero, grad_bytes: float,
+                     param_bytes: float = BF16_BYTES):
     """(gradient reduction, parameter all-gather) per step of the local experts' `expert_params_gpu`
     parameters over the expert-data-parallel group (edp ranks etp x ep apart, Megatron's expert
     rank order): an all-reduce without the distributed optimizer, else a reduce-scatter and, after
-    the sharded optimizer step, an all-gather of the bf16 weights (MoE plans are ZeRO 0/1)."""
+    the sharded optimizer step, an all-gather of the weights (`param_bytes` each: BF16, or FP8 with
+    fp8_param_gather, `precision.gathered_param_bytes`; MoE plans are ZeRO 0/1)."""
     def collective(kind, size):
         return comm.collective_s(kind, size, cluster, edp, etp * ep)
 
     grads = expert_params_gpu * grad_bytes
     red = np.where(zero == 0, collective("all_reduce", grads), collective("reduce_scatter", grads))
-    return red, np.where(zero == 1, collective("all_gather", expert_params_gpu * BF16_BYTES), 0.0)
+    return red, np.where(zero == 1, collective("all_gather", expert_params_gpu * param_bytes), 0.0)
 
 
 LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep")

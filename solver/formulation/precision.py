@@ -22,6 +22,14 @@
 - **Weight copies** (`weight_copy_bytes_per_param`): Megatron keeps the BF16 weight (no
   --fp8-param-gather) and TE caches its FP8 copy in both layouts for the iteration: 2 bytes per
   parameter, plus the scales: mxfp8 2/32, blockwise 2 x 4/16384 (negligible), per-tensor none.
+  With `--fp8-param-gather` (Megatron's FP8 primary weights: TE modules built under
+  `fp8_model_init`, the weights are quantised tensors cast from the fp32 master copy) the BF16 weight
+  is not kept (megatron/core/distributed/param_and_grad_buffer.py at d98e8a6: the DDP parameter buffer
+  holds FP8 parameters as uint8; with `--reuse-grad-buf-for-mxfp8-param-ag` MXFP8 parameters have no
+  parameter buffer, their all-gather is staged in the gradient buffer): the FP8 copies alone
+  (`weight_bytes_per_param`). The distributed optimizer then gathers 1-byte FP8 weights, except MXFP8,
+  whose BF16 weights are gathered and quantised after (Megatron-Core MoE README, "FP8 Training":
+  "50% parameter all-gather, with FP8 primary weights (except MXFP8)"): `gathered_param_bytes`.
 - **Saved activations** (`saved_linear_input_bytes`): a TE linear layer under FP8 saves for backward
   the quantised copy of its input that the weight-gradient GEMM reads (transformer_engine/pytorch/
   module/linear.py and layernorm_linear.py: `saved_inputmat` is the FP8 tensor when FP8 is on):
@@ -70,6 +78,19 @@ def quantize_bytes_per_element(precision: str) -> float:
 def weight_copy_bytes_per_param(precision: str) -> float:
     """Extra bytes per parameter of the FP8 weight copies (0 without FP8)."""
     return WEIGHT_COPY_BYTES_PER_PARAM.get(precision, 0.0)
+
+
+def weight_bytes_per_param(precision: str, fp8_param_gather: bool = False) -> float:
+    """Bytes per parameter of the weights a layer keeps: BF16 plus the recipe's FP8 copies, or with
+    fp8_param_gather the FP8 copies alone (module docstring)."""
+    copies = weight_copy_bytes_per_param(precision)
+    return copies if fp8_param_gather and is_fp8(precision) else BF16_BYTES + copies
+
+
+def gathered_param_bytes(precision: str, fp8_param_gather: bool = False) -> float:
+    """Bytes per parameter of the distributed optimizer's parameter all-gather: BF16, or FP8 (1) with
+    fp8_param_gather under a recipe other than MXFP8 (module docstring)."""
+    return 1.0 if fp8_param_gather and is_fp8(precision) and precision != "mxfp8" else float(BF16_BYTES)
 
 
 def peak_flop_per_s(gpu: GPUSpec, precision: str) -> float:

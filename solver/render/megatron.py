@@ -53,6 +53,39 @@ _ARCH = (("v100", 7), ("a100", 8), ("h100", 9), ("h200", 9), ("mi3", 9), ("b200"
          ("gb300", 10))
 _ARCH_OF_ARCHITECTURE = {"volta": 7, "ampere": 8, "hopper": 9, "blackwell": 10, "cdna3": 9, "cdna4": 9}
 FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+def _precision_flags(job, arch: int, oldest_gpu: str, notes: list[str]) -> list[str]:
+    """--bf16 / --fp16 (fp16 where the oldest GPU has no bf16), the gradient reduction's dtype, the FP8 recipe
+    and FP8 primary weights (see the module docstring)."""
+    a = []
+    if arch < 8:
+        a.append("--fp16")
+        notes.append(f"{oldest_gpu} has no bf16: launched in fp16 with dynamic loss scaling")
+    else:
+        a.append("--fp16" if job.precision == "fp16" else "--bf16")
+    if job.grad_reduce_dtype == "bf16" and job.precision != "fp16":
+        a.append("--grad-reduce-in-bf16")
+    if job.precision in FP8_FLAGS:
+        fmt, recipe = FP8_FLAGS[job.precision]
+        a += ["--fp8-format", fmt, "--fp8-recipe", recipe]
+        if recipe in ("mxfp8", "blockwise"):
+            notes.append(f"--fp8-recipe {recipe} needs Transformer Engine >= "
+                         f"{'2.1' if recipe == 'mxfp8' else '2.3'} (megatron/core/fp8_utils.py)")
+        if job.fp8_param_gather:  # FP8 primary weights (formulation/precision.py); MXFP8 stages its gather
+            a += ["--fp8-param-gather"] + (["--reuse-grad-buf-for-mxfp8-param-ag"] if recipe == "mxfp8" else [])
+    return a
+
+
+def _cuda_graph_flags(job, notes: list[str]) -> list[str]:
+    """--cuda-graph-impl and --cuda-graph-modules of the job (formulation/host.py prices what they graph)."""
+    if job.cuda_graph_impl == "none":
+        return []
+    if job.cuda_graph_impl == "full_iteration" and job.model.is_moe:
+        notes.append("a whole-iteration CUDA graph of a dropless MoE needs HybridEP's static per-rank budget: add "
+                     "--moe-expert-rank-capacity-factor (and --moe-paged-stash) for your routing")
+    return ["--cuda-graph-impl", job.cuda_graph_impl] + (
+        ["--cuda-graph-modules", *job.cuda_graph_modules] if job.cuda_graph_modules else [])
+
+
 # precision recipe -> (--fp8-format, --fp8-recipe); see the module docstring
 FP8_FLAGS = {"fp8": ("hybrid", "delayed"), "fp8-tensorwise": ("hybrid", "tensorwise"),
              "fp8-blockwise": ("e4m3", "blockwise"), "mxfp8": ("e4m3", "mxfp8")}
@@ -289,21 +322,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     notes += mnotes
     if model.is_moe or model.multi_latent_attention:
         a, layout = moe_launch(job, plan, a, notes, layout, arch)
-    if arch < 8:
-        a.append("--fp16")
-        notes.append(f"{min(gpus, key=gpu_arch).name} has no bf16: launched in fp16 with dynamic loss scaling")
-    elif job.precision == "fp16":
-        a.append("--fp16")
-    else:
-        a.append("--bf16")
-    if job.grad_reduce_dtype == "bf16" and job.precision != "fp16":
-        a.append("--grad-reduce-in-bf16")
-    if job.precision in FP8_FLAGS:
-        fmt, recipe = FP8_FLAGS[job.precision]
-        a += ["--fp8-format", fmt, "--fp8-recipe", recipe]
-        if recipe in ("mxfp8", "blockwise"):
-            notes.append(f"--fp8-recipe {recipe} needs Transformer Engine >= "
-                         f"{'2.1' if recipe == 'mxfp8' else '2.3'} (megatron/core/fp8_utils.py)")
+    a += _precision_flags(job, arch, min(gpus, key=gpu_arch).name, notes) + _cuda_graph_flags(job, notes)
     # cuDNN's fused attention is Transformer Engine's `fused` backend; FlashAttention-2 is `flash`
     backend = ("fused" if job.attention_kernel == "cudnn" else "flash") if job.flash_attention else "unfused"
     if rocm and job.flash_attention:

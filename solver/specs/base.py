@@ -54,7 +54,8 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     # GPU
     "peak_bf16_tflops": (1.0, 1e5), "peak_fp8_tflops": (1.0, 2e5), "peak_fp4_tflops": (1.0, 4e5), "hbm_gib": (0.5, 1e4),
     "hbm_gbyte_per_s": (10.0, 1e6), "num_sms": (1, 1e5), "sfu_tops": (1e-3, 1e4),
-    "layer_overhead_us": (0.0, 1e6), "sharded_layer_overhead_us": (0.0, 1e6), "runtime_reserve_gib": (0.0, 1e4),
+    "layer_overhead_us": (0.0, 1e6), "sharded_layer_overhead_us": (0.0, 1e6), "host_op_us": (0.0, 1e6),
+    "runtime_reserve_gib": (0.0, 1e4),
     "tdp_watts": (1.0, 1e5),
     # cluster and links
     "gpus_per_node": (1, 1024), "nvlink_domain_gpus": (1, 1 << 16), "num_nodes": (1, 1 << 20), "nodes_per_leaf": (1, 1 << 20),

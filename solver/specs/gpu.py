@@ -72,6 +72,14 @@ class GPUSpec(Spec):
     sharded_layer_overhead_us: float = Field(
         0.0, ge=0, description="extra per-layer, per-pass time of ZeRO-2/3 (FSDP) sharding: the unshard/reshard "
                                "hooks, allocations and stream waits around every layer, microseconds")
+    host_op_us: float = Field(
+        20.0, ge=0, description="host (CPU) time of one eager PyTorch op on this GPU's system (Python, dispatch "
+                                "and launch), microseconds; a Transformer Engine module call costs "
+                                "formulation/host.py's TE_CALL_OPS of them; prices the host-bound part of MoE "
+                                "layers outside CUDA graphs. Default: NVIDIA's measured launch latency of one "
+                                "PyTorch op, about 20 us (NVIDIA Technical Blog, 'Understanding the Visualization "
+                                "of Overhead and Latency in Nsight Systems'); the catalog's systems: Transformer "
+                                "Engine issue #2053 (x86 DGX 13.48 us, Grace 37.08 us)")
     runtime_reserve_gib: float = Field(
         1.5, ge=0, description="CUDA context and cuBLAS/cuDNN workspaces per GPU, GiB (added to every stage, with "
                                "NCCL's buffers per communicator: formulation/memory.py)")

@@ -14,6 +14,13 @@ from .model import ModelSpec
 # Megatron-LM transformer_config.py `recompute_modules` choices for transformer layers (formulation/recompute.py)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
 
+# Megatron-LM --cuda-graph-impl and --cuda-graph-modules (transformer_config.py at d98e8a6, docs/user-guide/
+# features/cuda_graph.md): per-layer graphs (`local`, `transformer_engine`) of the named modules, or the
+# whole training iteration (`full_iteration`, no modules). The formulation prices the graphed parts of a
+# MoE layer without their host time (formulation/host.py).
+CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
+CudaGraphModule = Literal["attn", "mlp", "moe_router", "moe_preprocess"]
+
 RECOMPUTE_MODES = ("none", "selective", "full")
 # Training precisions (`--precision`). The FP8 recipes are Transformer Engine's, selected in
 # Megatron-LM by `--fp8-format` and `--fp8-recipe` (megatron/core/transformer/transformer_config.py,
@@ -125,6 +132,19 @@ class JobSpec(Spec):
     moe_token_dispatcher: Literal["alltoall", "flex"] = Field(
         "alltoall", description="MoE token dispatcher for ep > 1 (Megatron --moe-token-dispatcher-type): alltoall "
                                 "(NCCL, every routed copy sent) or flex (DeepEP / HybridEP: each token once per node)")
+    cuda_graph_impl: CudaGraphImpl = Field(
+        "none", description="CUDA graphs (Megatron --cuda-graph-impl): none, per-layer graphs of cuda_graph_modules "
+                            "(local or transformer_engine), or the whole iteration (full_iteration; a dropless MoE "
+                            "needs the flex dispatcher's static per-rank budget for it)")
+    cuda_graph_modules: Tuple[CudaGraphModule, ...] = Field(
+        (), description="modules of the per-layer graphs (Megatron --cuda-graph-modules): attn, mlp, moe_router, "
+                        "moe_preprocess (with moe_router); a MoE layer's dispatch and experts have dynamic shapes "
+                        "and stay outside per-layer graphs")
+    fp8_param_gather: bool = Field(
+        False, description="FP8 recipes: the weights are kept only in the recipe's FP8 form, cast from the fp32 "
+                           "master weights, and the distributed optimizer gathers them in FP8 (Megatron "
+                           "--fp8-param-gather; MXFP8 gathers BF16 into the gradient buffer, "
+                           "--reuse-grad-buf-for-mxfp8-param-ag)")
     recompute_modules: Optional[Tuple[RecomputeModule, ...]] = Field(
         None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
                           "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
@@ -169,6 +189,12 @@ class JobSpec(Spec):
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
+        graph_problem = cuda_graph_problem(self)
+        if graph_problem:
+            raise ValueError(graph_problem)
+        if self.fp8_param_gather and (self.precision not in FP8_RECIPES or self.framework != "megatron"):
+            raise ValueError("fp8_param_gather keeps FP8 weights of an FP8 recipe in Megatron (--fp8-param-gather): "
+                             "it needs an FP8 precision and framework megatron; drop it")
         if self.attention_kernel == "flash2" and not self.flash_attention:
             raise ValueError("attention_kernel flash2 is a flash-attention kernel but flash_attention is false: "
                              "drop one of the two")
@@ -177,3 +203,29 @@ class JobSpec(Spec):
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.seq_length
+
+
+def cuda_graph_problem(job: "JobSpec") -> Optional[str]:
+    """Megatron-LM's rules on the CUDA-graph settings (transformer_config.py at d98e8a6), or None: modules
+    only with a per-layer implementation, moe_preprocess with moe_router, no per-layer graph without
+    modules on a MoE model (a whole dropless MoE layer has dynamic shapes: "default: capture whole layer,
+    but not working for MoE dynamic shapes", docs cuda_graph.md), MoE modules only on MoE models; a
+    whole-iteration graph of a dropless MoE model needs static shapes, which only the flex dispatcher's
+    per-rank budget gives (--moe-expert-rank-capacity-factor, HybridEP; the alltoall dispatcher syncs the
+    token counts to the host, token_dispatcher.py `_maybe_dtoh_and_synchronize`)."""
+    impl, mods, moe = job.cuda_graph_impl, job.cuda_graph_modules, job.model.is_moe
+    if job.framework != "megatron" and impl != "none":
+        return "cuda_graph_impl is Megatron-LM's (--cuda-graph-impl): it needs framework megatron; drop it"
+    if mods and impl in ("none", "full_iteration"):
+        return f"cuda_graph_modules need a per-layer cuda_graph_impl (local or transformer_engine), not {impl}"
+    if "moe_preprocess" in mods and "moe_router" not in mods:
+        return "cuda_graph_modules: moe_preprocess is captured only with moe_router (Megatron)"
+    if not moe and {"moe_router", "moe_preprocess"} & set(mods):
+        return "cuda_graph_modules moe_router / moe_preprocess need a mixture-of-experts model"
+    if moe and impl in ("local", "transformer_engine") and not mods:
+        return ("a per-layer CUDA graph of a whole MoE layer does not capture dropless MoE (dynamic shapes): "
+                "name cuda_graph_modules (attn, moe_router, moe_preprocess)")
+    if moe and impl == "full_iteration" and job.moe_token_dispatcher != "flex":
+        return ("a whole-iteration CUDA graph of a dropless MoE model needs the flex dispatcher's static per-rank "
+                "budget (--moe-expert-rank-capacity-factor): set moe_token_dispatcher flex")
+    return None

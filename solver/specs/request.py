@@ -16,7 +16,7 @@ from .cluster import ClusterSpec
 from .job import Constraints
 from .model import ModelSpec
 
-from .job import Precision, RecomputeModule
+from .job import CudaGraphImpl, CudaGraphModule, Precision, RecomputeModule
 
 
 def _ref(kind: str, forms: str):
@@ -99,6 +99,12 @@ class JobRequest(Request):
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
     moe_a2a_overlap: Optional[bool] = None
     moe_token_dispatcher: Optional[Literal["alltoall", "flex"]] = None
+    fp8_param_gather: Optional[bool] = Field(None, description="FP8 recipes: FP8 primary weights (--fp8-param-gather)")
+    cuda_graph_impl: Optional[CudaGraphImpl] = Field(
+        None, description="CUDA graphs (Megatron --cuda-graph-impl): none, local, transformer_engine, full_iteration")
+    cuda_graph_modules: Optional[list[CudaGraphModule]] = Field(
+        None, description="modules of per-layer CUDA graphs (--cuda-graph-modules): attn, mlp, moe_router, "
+                          "moe_preprocess")
     recompute_modules: Optional[list[RecomputeModule]] = Field(
         None, description="with recompute selective: Megatron's --recompute-modules (default core_attn)")
     constraints: Optional[ConstraintsMapping] = Field(
