@@ -34,7 +34,7 @@ import typing
 from typing import Optional
 
 from ..errors import InputError
-from ..specs import Constraints, JobSpec
+from ..specs import Constraints, JobSpec, ModelSpec
 from .rows import (ROW_READERS, Row, gpu_of, grad_reduce_dtype, measured_step_s, pipeline_accounting,
                    published_row_cluster, recompute_of)
 
@@ -261,21 +261,9 @@ def moe_row_job(raw: dict) -> Row:
     if wrong:
         row.skipped = wrong
         return row
-    other = p.get("other") or {}
-    recipe = other.get("recipe") or {}
-    update: dict = {"seq_length": int(m["seq_len"])}
-    mtp = str(other.get("mtp") or "").lower()
+    recipe = (p.get("other") or {}).get("recipe") or {}
     layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
-    if "without mtp" in mtp:
-        update["mtp_num_layers"] = 0
-    elif model.mtp_num_layers and not mtp and "m" not in layout:
-        assumed.append(f"MTP not stated: {model.mtp_num_layers} layer(s), as the published config")
-    drop = str(other.get("moe_token_drop") or "").lower()
-    if "token-drop" in drop and model.moe_expert_capacity_factor is None:
-        update["moe_expert_capacity_factor"] = CAPACITY_FACTOR_DROP
-        assumed.append(f"token dropping at capacity factor {CAPACITY_FACTOR_DROP:g} (the label states dropping, "
-                       f"not the factor)")
-    model = model.model_copy(update=update)
+    model = _row_model(model, raw, layout, assumed)
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
     if layout:
         assumed.append(f"pipeline layout {layout} costed with the balanced split")
@@ -284,20 +272,7 @@ def moe_row_job(raw: dict) -> Row:
     except (InputError, ValueError) as exc:
         row.skipped = f"cluster of {row.num_gpus} {hw.get('gpu')}: {getattr(exc, 'message', exc)}"
         return row
-    etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
-    sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
-    recompute = _recompute(p, recipe, assumed, settings) or _family_recompute(row, unstated_settings)
-    knobs = dict(
-        tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
-        ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,
-        micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
-        vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
-        recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
-    )
-    free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
-    assumed.append("unstated, best legal value: " + ", ".join(free))
-    cons = Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
-                       **pipeline_accounting(p, model.num_layers, assumed))
+    cons = _row_constraints(row, recipe, model, settings, unstated_settings)
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
                    precision=precision, grad_reduce_dtype=grad_reduce_dtype(raw, assumed), constraints=cons,
                    **settings)
@@ -314,6 +289,45 @@ def moe_row_job(raw: dict) -> Row:
     if unpriced:
         row.skipped = unpriced
     return row
+
+
+def _row_model(model: ModelSpec, raw: dict, layout: str, assumed: list) -> ModelSpec:
+    """The catalog model as the row ran it: its sequence length, MTP layers where the row drops
+    them (or the published config's, said when the row is silent), and token dropping where
+    the row's label states it."""
+    m, other = raw["model"], raw["parallel"].get("other") or {}
+    update: dict = {"seq_length": int(m["seq_len"])}
+    mtp = str(other.get("mtp") or "").lower()
+    if "without mtp" in mtp:
+        update["mtp_num_layers"] = 0
+    elif model.mtp_num_layers and not mtp and "m" not in layout:
+        assumed.append(f"MTP not stated: {model.mtp_num_layers} layer(s), as the published config")
+    drop = str(other.get("moe_token_drop") or "").lower()
+    if "token-drop" in drop and model.moe_expert_capacity_factor is None:
+        update["moe_expert_capacity_factor"] = CAPACITY_FACTOR_DROP
+        assumed.append(f"token dropping at capacity factor {CAPACITY_FACTOR_DROP:g} (the label states dropping, "
+                       f"not the factor)")
+    return model.model_copy(update=update)
+
+
+def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, unstated_settings: list) -> Constraints:
+    """The knobs the row (and its matched recipe) states as constraints; the rest, said in
+    `row.assumed`, take the best legal value."""
+    p, assumed = row.raw["parallel"], row.assumed
+    etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
+    sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
+    recompute = _recompute(p, recipe, assumed, settings) or _family_recompute(row, unstated_settings)
+    knobs = dict(
+        tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
+        ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,
+        micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
+        vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
+        recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
+    )
+    free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
+    assumed.append("unstated, best legal value: " + ", ".join(free))
+    return Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
+                       **pipeline_accounting(p, model.num_layers, assumed))
 
 
 def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[JobSpec]:
