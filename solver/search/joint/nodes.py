@@ -25,7 +25,7 @@ classes c and c' (between two nodes of c on the diagonal; -1 when c has one node
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -34,7 +34,6 @@ from ...formulation.links import MAX_LEVELS, Levels, bandwidth_levels, leaf_spin
 from ...specs import ClusterSpec
 from ...specs.cluster import pool_node_names
 from ...specs.units import GBIT_BYTES
-from ..links import LinkMatrix
 
 
 @dataclass
@@ -111,7 +110,7 @@ def _pool_matrix(cluster: ClusterSpec):
     return pool_of, gbit, eff, lat
 
 
-def node_set(cluster: ClusterSpec, links: Optional[LinkMatrix] = None, max_levels: int = MAX_LEVELS) -> NodeSet:
+def node_set(cluster: ClusterSpec, links: Optional[Any] = None, max_levels: int = MAX_LEVELS) -> NodeSet:
     """The nodes of `cluster` with their links: from the pools, or from a measured matrix
     `links` whose hosts are the cluster's nodes (by name when the cluster names them, else in
     node order)."""
