@@ -31,11 +31,11 @@ from _common import commit  # noqa: E402
 
 from solveplan.catalog import load_cluster, load_model  # noqa: E402
 from solveplan.optimize import POOL_ALONE_S, POOL_ALONE_SHARE, optimize  # noqa: E402
-from solveplan.placement.joint.baselines import anneal, sequential, uniform_description  # noqa: E402
-from solveplan.placement.joint.exhaustive import EXHAUSTIVE_MAX_NODES, solve_exhaustive  # noqa: E402
-from solveplan.placement.joint.nodes import node_set  # noqa: E402
-from solveplan.placement.joint.prepare import prepare_joint  # noqa: E402
-from solveplan.placement.joint.run import optimize_joint  # noqa: E402
+from solveplan.search.joint.baselines import anneal, sequential, uniform_description  # noqa: E402
+from solveplan.search.joint.exhaustive import EXHAUSTIVE_MAX_NODES, solve_exhaustive  # noqa: E402
+from solveplan.search.joint.nodes import node_set  # noqa: E402
+from solveplan.search.joint.prepare import prepare_joint  # noqa: E402
+from solveplan.placement.joint_run import optimize_joint  # noqa: E402
 from solveplan.specs import JobSpec  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "joint.md"
@@ -185,7 +185,7 @@ def report(rows: list[Row], big: Row, args, wall_s: float) -> str:
         f"{wall_s:.0f} s in all.", "",
         "Every step time is the float formulation's (`formulation.pipeline.evaluate_stages` on each stage's GPU "
         "type and links). Methods, each with the same time limit:",
-        "- **joint**: as `optimize` runs it: each pool alone by the single-type model (seeds), then the joint CP-SAT model (`placement.joint`), preparation included; gap from its bound;",
+        "- **joint**: as `optimize` runs it: each pool alone by the single-type model (seeds), then the joint CP-SAT model (`search.joint`), preparation included; gap from its bound;",
         "- **sequential**: today's method: shape and split for the cluster described as one GPU type (its most "
         "numerous pool) with equal links, then the optimal placement of that plan on the real pools and links;",
         "- **anneal**: Pipette-style simulated annealing over placements of the 8 best-bounded shapes;",

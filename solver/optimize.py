@@ -91,7 +91,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     intervals, and `margins` says whether its lead over the runner-up and the textbook plan is real.
 
     A cluster with pools, or given links, is planned by the joint model (shape, split and
-    placement at once: `placement.joint.run.optimize_joint`)."""
+    placement at once: `placement.joint_run.optimize_joint`)."""
     t0 = time.perf_counter()
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
@@ -285,11 +285,11 @@ POOL_ALONE_SHARE, POOL_ALONE_S, POOL_ALONE_MIN_S = 0.1, 5.0, 0.2
 def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
                     compare, shortfall_budget_s: Optional[float] = None, progress=None,
                     deadline: Optional[Deadline] = None):
-    """The joint model (`placement.joint.run.optimize_joint`) with each pool's own plan (today's
+    """The joint model (`placement.joint_run.optimize_joint`) with each pool's own plan (today's
     model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent; on
     INFEASIBLE the shortfall of `diagnose.pooled_shortfall` (its fewest-GPUs search within
     `shortfall_budget_s`, as `optimize`). All within `deadline` (`optimize`'s)."""
-    from .placement.joint.run import optimize_joint
+    from .placement.joint_run import optimize_joint
 
     if compare is not None:
         raise InputError("compare", "a configuration to compare with needs a cluster of one GPU type with equal links")

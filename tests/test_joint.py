@@ -19,10 +19,10 @@ import pytest
 
 from solveplan.catalog import load_cluster, load_gpu, load_job
 from solveplan.errors import InputError
-from solveplan.placement.joint.exhaustive import solve_exhaustive
-from solveplan.placement.joint.nodes import node_set
-from solveplan.placement.joint.prepare import prepare_joint
-from solveplan.placement.joint.solve import solve_joint
+from solveplan.search.joint.exhaustive import solve_exhaustive
+from solveplan.search.joint.nodes import node_set
+from solveplan.search.joint.prepare import prepare_joint
+from solveplan.search.joint.solve import solve_joint
 from solveplan.plan import plan_config
 from solveplan.specs import ClusterSpec, GPUSpec, JobSpec, ModelSpec
 
@@ -132,7 +132,7 @@ def test_sequential_is_slower_than_joint_on_the_mixed_example():
     placement of that plan) is slower than the joint plan by the formulation's own account, and
     the joint plan is proven optimal."""
     from solveplan.optimize import optimize
-    from solveplan.placement.joint.baselines import sequential, uniform_description
+    from solveplan.search.joint.baselines import sequential, uniform_description
 
     job = load_job({"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256})
     nodes = node_set(job.cluster)
@@ -206,9 +206,9 @@ def test_a_spent_time_limit_returns_the_heuristic_plan_without_building_the_mode
     """When preparation has used the whole limit, the joint solve does not build (or solve) a
     model past it: the incumbent comes back FEASIBLE with the relaxation's bound (valid: at
     most the step of any plan), and says why."""
-    from solveplan.placement.joint.nodes import node_set
-    from solveplan.placement.joint.prepare import prepare_joint
-    from solveplan.placement.joint.solve import solve_joint
+    from solveplan.search.joint.nodes import node_set
+    from solveplan.search.joint.prepare import prepare_joint
+    from solveplan.search.joint.solve import solve_joint
 
     job = load_job({"model": "gpt3-6.7b", "cluster": "mixed-h100-a100", "global_batch_size": 256})
     cands = prepare_joint(job, node_set(job.cluster))

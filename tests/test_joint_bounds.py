@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from solveplan.catalog import load_cluster, load_model
-from solveplan.placement.joint.bounds import best_levels, pool_count_bound_s
-from solveplan.placement.joint.exhaustive import solve_exhaustive
-from solveplan.placement.joint.heuristic import Assignment, heuristic_plans
-from solveplan.placement.joint.nodes import node_set
-from solveplan.placement.joint.prepare import prepare_joint
-from solveplan.placement.joint.run import optimize_joint
+from solveplan.search.joint.bounds import best_levels, pool_count_bound_s
+from solveplan.search.joint.exhaustive import solve_exhaustive
+from solveplan.search.joint.heuristic import Assignment, heuristic_plans
+from solveplan.search.joint.nodes import node_set
+from solveplan.search.joint.prepare import prepare_joint
+from solveplan.placement.joint_run import optimize_joint
 from solveplan.specs import JobSpec
 
 hypothesis = pytest.importorskip("hypothesis")

@@ -1,5 +1,5 @@
 """The joint model's constraint groups one by one (issue 25: each named builder of
-`placement.joint.model` accepts a known-good assignment and rejects a known-bad one).
+`search.joint.model` accepts a known-good assignment and rejects a known-bad one).
 
 Small instances: gpt3-1.3b on the mixed H100/A100 example (two pools, one class of nodes each)
 and on one pool of two racks behind a 4:1 spine (two classes, the nodes of a rack: the fast
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from solveplan.catalog import load_job
-from solveplan.placement.joint.model import (ModelBuild, add_boundary_levels, add_class_supply, add_memory_limit,
+from solveplan.search.joint.model import (ModelBuild, add_boundary_levels, add_class_supply, add_memory_limit,
                                               add_ring_levels, add_shape_choice, add_split_rule, add_stage_layers,
                                               add_stage_nodes, add_stage_pool, build_joint_model, int_tables,
                                               objective_q)
-from solveplan.placement.joint.nodes import node_set
-from solveplan.placement.joint.prepare import prepare_joint
-from solveplan.placement.joint.solve import shape_ranks
+from solveplan.search.joint.nodes import node_set
+from solveplan.search.joint.prepare import prepare_joint
+from solveplan.search.joint.solve import shape_ranks
 from solveplan.search.cpsat.ortools_cp import cp_model
 from solveplan.search.cpsat.scaling import OBJECTIVE_UNITS
 

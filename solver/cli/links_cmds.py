@@ -10,7 +10,7 @@ import click
 
 from ..errors import InputError
 from ..specs.writing import write_text
-from ..placement.topology import MAX_GENERATED_NODES
+from ..formulation.links import MAX_GENERATED_NODES
 from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, parse_ints
 
 

@@ -40,9 +40,14 @@ Baselines: Megatron's default rank order (node `c` hosts cell `c`) and whole-ser
 (rank order tp-cp-pp-dp: each replica group's pipeline on consecutive nodes).
 
 Modules, in the order `place.place` uses them: `links` (reading link matrices), `topology`
-(generated and imported matrices, interchangeable nodes), `pricing` (the grid, the
+(generated and imported matrices; their fabric, levels and interchangeable nodes are
+`formulation.links`'), `pricing` (the grid, the
 formulation's prices per bandwidth level, the `Problem`), `objective` (the objective over
 level literals, shared by the CP-SAT models), `cpsat`, `rows` and `exhaustive` (the
 solvers and the relaxation), `explain` (what the placement avoided and why), `place` (the entry point).
+
+The joint search (shape, split and placement at once: `search.joint`) hands its answer to
+`placed` (the placed plan, its hostfile and explanation) through `joint_run.optimize_joint`,
+the entry point `optimize` routes clusters of pools and measured links to.
 """
 

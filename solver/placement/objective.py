@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..formulation.links import level_chain
 from ..search.cpsat.ortools_cp import cp_model
 from .pricing import Grid, Tables
 
@@ -38,18 +39,6 @@ def ring_useful(T: Tables, s: int) -> list[bool]:
 
 def boundary_useful(T: Tables) -> list[bool]:
     return [lv > 0 and T.pi[lv - 1] != T.pi[lv] for lv in range(len(T.pi))]
-
-
-def level_chain(md: cp_model.CpModel, name: str, levels) -> dict:
-    """Order literals `ge[l]` ("every link used is at least level l") for the increasing
-    `levels`, each implying the one before (the joint model's too)."""
-    ge, prev = {}, None
-    for lv in levels:
-        ge[lv] = md.new_bool_var(f"{name}_ge{lv}")
-        if prev is not None:
-            md.add_implication(ge[lv], prev)
-        prev = ge[lv]
-    return ge
 
 
 def order_literals(md: cp_model.CpModel, name: str, useful: list[bool]) -> list:

@@ -1,6 +1,6 @@
 """Pricing a placement with the formulation (the package docstring gives the account): the
 grid of (stage, replica group) cells, `Pricer` (stage times at given ring and boundary
-bandwidths, from `formulation.pipeline`), bandwidth levels, the integer tables the solvers
+bandwidths, from `formulation.pipeline`), bandwidth levels (`formulation.links`), the integer tables the solvers
 minimise, and `Problem`, which holds all of them for one configuration on one link matrix."""
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ import numpy as np
 
 from ..errors import InputError
 from ..formulation.job import job_coefficients
+from ..formulation.links import MAX_LEVELS, Levels, bandwidth_levels, cluster_at_link, twin_classes
 from ..formulation.pipeline import pipeline_s, stage_arrays
 from ..plan import Out, ParallelConfig, default_plan_layers
-from ..specs import ClusterSpec, JobSpec
+from ..specs import JobSpec
 from ..specs.units import GBIT_BYTES
 from .links import LinkMatrix
-from .topology import twin_classes
-
-MAX_LEVELS = 24  # more distinct bandwidths than this are bucketed (rounded down, ~6% steps)
 
 
 # ---------------------------------------------------------------- grid
@@ -87,16 +85,6 @@ def whole_server_order(grid: Grid) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- pricing with the formulation
-def cluster_at_link(cluster: ClusterSpec, bw_bytes_per_s: float, lat_s: float) -> ClusterSpec:
-    """`cluster` with every inter-node link at `bw_bytes_per_s` (attained, per GPU) and `lat_s`:
-    the NIC rate that its network efficiency turns into that bandwidth, no racks, no overrides
-    (a measured or generated matrix already holds them)."""
-    return cluster.model_copy(update={
-        "nic_gbit_per_s": bw_bytes_per_s / GBIT_BYTES / cluster.network_efficiency,
-        "network_latency_us": lat_s * 1e6, "nodes_per_leaf": None, "spine_oversubscription": 1.0,
-        "link_overrides": ()})
-
-
 class Pricer:
     """Stage times of one configuration re-evaluated by the formulation at given DP-ring and
     boundary bandwidths (cached per distinct bandwidth and latency)."""
@@ -172,32 +160,6 @@ class Pricer:
             "dp_comm_s": float(dp_total.max()),
             "bottleneck_stage": b,
         }
-
-
-@dataclass
-class Levels:
-    values_bytes_per_s: np.ndarray  # ascending
-    latency_s: np.ndarray  # per level: the slowest latency of its pairs
-    index: np.ndarray  # (n, n) level of each pair, -1 on the diagonal
-
-
-def bandwidth_levels(eff_bytes: np.ndarray, lat_s: np.ndarray, max_levels: int = MAX_LEVELS) -> Levels:
-    n = len(eff_bytes)
-    off = ~np.eye(n, dtype=bool)
-    vals = eff_bytes[off]
-    uniq = np.unique(np.round(vals, 3))
-    if len(uniq) > max_levels:  # bucket downward on a geometric grid (~6% steps, conservative)
-        step = 2 ** (1 / 12)
-        base = vals.min()
-        b = np.floor(np.log(np.maximum(eff_bytes, base) / base) / np.log(step) + 1e-9)
-        eff_bytes = base * step ** b
-        uniq = np.unique(np.round(eff_bytes[off], 3))
-    index = np.full((n, n), -1, dtype=np.int64)
-    index[off] = np.searchsorted(uniq, np.round(eff_bytes[off], 3))
-    lat = np.zeros(len(uniq))
-    for i in range(len(uniq)):
-        lat[i] = np.nanmax(np.where(index == i, lat_s, -np.inf))
-    return Levels(uniq.astype(float), lat, index)
 
 
 # ---------------------------------------------------------------- integer objective tables

@@ -1,8 +1,9 @@
 """Link matrices that are built, not read, and their summary: `generate_links` (a leaf/spine
 topology with degraded nodes -- a slow NIC -- and degraded links), `import_nccl_logs` (a
 measured matrix from nccl-tests `sendrecv_perf` runs, one per node pair: see its docstring for
-the file-naming convention), `describe` (levels, slowest pairs, asymmetry) and `twin_classes`
-(nodes with identical link profiles: interchangeable in a placement)."""
+the file-naming convention), and `describe` (levels, slowest pairs, asymmetry, classes of
+interchangeable nodes). The fabric's matrices and `twin_classes` are the formulation's
+(`formulation.links`)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,11 @@ import numpy as np
 from ..calibration.nccl_tests import BANDWIDTH_REGIME_SLOPE, parse_nccl_log
 from ..catalog import read_text
 from ..errors import InputError
-from ..specs.base import PLAUSIBLE
+from ..formulation.links import leaf_spine, twin_classes
 from .links import LinkMatrix, json_number
 
 
 # ---------------------------------------------------------------- topology generator
-# The most nodes `generate_links` writes: 1024^2 cells of bandwidth and latency stay well under
-# the link reader's file size limit (specs.reading.MAX_FILE_BYTES).
-MAX_GENERATED_NODES = 1024
-
-
 def generate_links(nodes: int, *, nodes_per_leaf: Optional[int] = None, oversubscription: float = 1.0,
                    nic_gbit_per_s: float = 200.0, latency_us: float = 8.0, hop_latency_us: float = 1.0,
                    degraded_nodes: Iterable[tuple[int, float]] = (), degraded_links: Iterable[tuple[int, int, float]] = (),
@@ -39,43 +35,10 @@ def generate_links(nodes: int, *, nodes_per_leaf: Optional[int] = None, oversubs
     `rack_order="round-robin"` puts node i under leaf i % leaves (host lists that interleave
     racks, as a scheduler's allocation or sorted hostnames often do) instead of i // per_leaf.
     """
-    if not 1 <= nodes <= MAX_GENERATED_NODES:
-        raise InputError("nodes", f"must be 1 to {MAX_GENERATED_NODES} (got {nodes}): the matrix has nodes^2 cells "
-                                  f"and must stay readable as a link file")
-    if nodes_per_leaf is not None and not 1 <= nodes_per_leaf <= nodes:
-        raise InputError("nodes_per_leaf", f"must be 1 to the {nodes} nodes (got {nodes_per_leaf})")
-    for field, value, quantity in (("oversubscription", oversubscription, "spine_oversubscription"),
-                                   ("nic_gbit_per_s", nic_gbit_per_s, "nic_gbit_per_s"),
-                                   ("latency_us", latency_us, "latency_us"), ("hop_latency_us", hop_latency_us, "latency_us")):
-        lo, hi = PLAUSIBLE[quantity]
-        if not (math.isfinite(value) and lo <= value <= hi):
-            raise InputError(field, f"must be a number from {lo:g} to {hi:g} (got {value!r})")
-    per_leaf = nodes_per_leaf or nodes
-    if rack_order == "contiguous":
-        leaf = np.arange(nodes) // per_leaf
-    elif rack_order == "round-robin":
-        leaf = np.arange(nodes) % max(1, -(-nodes // per_leaf))
-    else:
-        raise InputError("rack_order", f"unknown rack order {rack_order!r}; use contiguous or round-robin")
-    same = leaf[:, None] == leaf[None, :]
-    bw = np.where(same, nic_gbit_per_s, nic_gbit_per_s / oversubscription).astype(np.float64)
-    lat = np.where(same, latency_us, latency_us + 2 * hop_latency_us).astype(np.float64)
-    notes = []
-    for node, f in degraded_nodes:
-        if not 0 <= node < nodes:
-            raise InputError("degraded_nodes", f"node {node} is outside 0..{nodes - 1}")
-        bw[node, :] *= f
-        bw[:, node] *= f
-        notes.append(f"node {node} NIC at {f:g}x")
-    for a, b, f in degraded_links:
-        for x in (a, b):
-            if not 0 <= x < nodes:
-                raise InputError("degraded_links", f"node {x} is outside 0..{nodes - 1}")
-        bw[a, b] *= f
-        bw[b, a] *= f
-        notes.append(f"link {a}-{b} at {f:g}x")
-    np.fill_diagonal(bw, np.nan)
-    np.fill_diagonal(lat, np.nan)
+    bw, lat, notes = leaf_spine(nodes, nodes_per_leaf=nodes_per_leaf, oversubscription=oversubscription,
+                                nic_gbit_per_s=nic_gbit_per_s, latency_us=latency_us,
+                                hop_latency_us=hop_latency_us, degraded_nodes=degraded_nodes,
+                                degraded_links=degraded_links, rack_order=rack_order)
     hosts = tuple(f"{host_prefix}{i}" for i in range(nodes))
     desc = f"generated: {nodes} nodes, NIC {nic_gbit_per_s:g} Gbit/s per GPU"
     if nodes_per_leaf:
@@ -242,25 +205,3 @@ def describe(lm: LinkMatrix) -> dict:
         "largest_class": max(len(c) for c in classes),
         "notes": list(lm.notes),
     }
-
-
-# ---------------------------------------------------------------- interchangeable nodes
-def twin_classes(M: np.ndarray) -> list[list[int]]:
-    """Classes of interchangeable nodes of a symmetric matrix (diagonal ignored): u and v are
-    twins when M[u][w] == M[v][w] for every other w. The relation is an equivalence (and all
-    pairs inside a class share one value), so nodes of a class can swap freely."""
-    n = len(M)
-    unassigned = np.ones(n, dtype=bool)
-    classes: list[list[int]] = []
-    for u in range(n):  # one vectorised comparison per class: rows equal to u's off u and w
-        if not unassigned[u]:
-            continue
-        rest = np.flatnonzero(unassigned)
-        rest = rest[rest > u]
-        eq = M[rest] == M[u][None, :]
-        eq[:, u] = True
-        eq[np.arange(len(rest)), rest] = True
-        members = [u] + rest[eq.all(axis=1)].tolist()
-        unassigned[members] = False
-        classes.append(members)
-    return classes

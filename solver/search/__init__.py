@@ -1,3 +1,5 @@
 """Search over the legal shapes and their layer splits: `candidates` (enumerate, price,
 prune; the state every method shares), `pruning` (valid lower bounds), `cpsat` (the CP-SAT
-model) and `baselines` (exhaustive search, Alpa-style DP)."""
+model), `baselines` (exhaustive search, Alpa-style DP) and `joint` (the joint model: shape,
+split, pool and nodes at once on clusters of pools and measured links; its own candidates and
+result for now, made a plan by `placement.joint_run`)."""

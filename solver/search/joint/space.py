@@ -28,6 +28,7 @@ import numpy as np
 from ...errors import InputError
 from ...formulation.coefficients import StageCoefficients
 from ...formulation.job import job_coefficients
+from ...formulation.links import cluster_at_link
 from ...formulation.linear import memory_feasible
 from ...formulation.splits import min_max_slot_s
 from ...search.pruning import time_lower_bound_s
@@ -36,7 +37,6 @@ from ...space.shapes import Shapes
 from ...specs import JobSpec
 from ...specs.deadline import Deadline
 from ...specs.job import Constraints
-from ..pricing import cluster_at_link
 from .nodes import NodeSet
 from .prices import Prices
 

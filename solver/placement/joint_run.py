@@ -13,18 +13,18 @@ import math
 import time
 from typing import Optional, Sequence
 
-from ...errors import InputError
-from ...plan import Comparison, Plan, SearchStats, SolveResult, jsonable
-from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
-from ...specs import JobSpec
-from ...specs.deadline import Deadline
-from ..links import LinkMatrix
-from .exhaustive import solve_exhaustive
-from .heuristic import Assignment
-from .nodes import node_set
-from .prepare import prepare_joint
-from .result import PlacedPlan, explain, placed_plan
-from .solve import solve_joint
+from ..errors import InputError
+from ..plan import Comparison, Plan, SearchStats, SolveResult, jsonable
+from ..search.joint.exhaustive import solve_exhaustive
+from ..search.joint.heuristic import Assignment
+from ..search.joint.nodes import node_set
+from ..search.joint.prepare import prepare_joint
+from ..search.joint.solve import solve_joint
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
+from ..specs import JobSpec
+from ..specs.deadline import Deadline
+from .links import LinkMatrix
+from .placed import PlacedPlan, explain, placed_plan
 
 METHODS = ("cpsat", "exhaustive")
 # the share of the time limit preparation may take before the shapes it has not bounded yet are

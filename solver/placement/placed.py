@@ -9,16 +9,16 @@ from typing import Optional
 
 import numpy as np
 
-from ...formulation.flops import reported_flop_per_step
-from ...formulation.job import job_assumptions
-from ...formulation.precision import peak_flop_per_s
-from ...plan import Plan, Stage, StageMemory, parallel_from_row
-from ...space.shapes import RECOMPUTE_CODES
-from ...specs import JobSpec
-from ...specs.units import GBIT_BYTES
-from .heuristic import Assignment
-from .nodes import NodeSet
-from .prices import Prices
+from ..formulation.flops import reported_flop_per_step
+from ..formulation.job import job_assumptions
+from ..formulation.precision import peak_flop_per_s
+from ..plan import Plan, Stage, StageMemory, parallel_from_row
+from ..search.joint.heuristic import Assignment
+from ..search.joint.nodes import NodeSet
+from ..search.joint.prices import Prices
+from ..space.shapes import RECOMPUTE_CODES
+from ..specs import JobSpec
+from ..specs.units import GBIT_BYTES
 
 
 class PlacedStage(Stage):

@@ -1,6 +1,6 @@
 """What the joint model charges, all of it the formulation's: every candidate shape's
 coefficients on each pool's GPUs with its inter-node links at each bandwidth level
-(`pricing.cluster_at_link`), their linear pieces per stage, and the float evaluation of one
+(`formulation.links.cluster_at_link`), their linear pieces per stage, and the float evaluation of one
 assignment -- a shape, a pool and nodes per stage, a layer split (`formulation.pipeline.
 evaluate_stages`).
 
@@ -25,11 +25,11 @@ import numpy as np
 
 from ...formulation.coefficients import StageCoefficients
 from ...formulation.job import job_coefficients
+from ...formulation.links import cluster_at_link
 from ...formulation.linear import LinearForm, expand, linear_form
 from ...formulation.pipeline import Evaluation, evaluate_stages, step_time_stages
 from ...space.shapes import Shapes
 from ...specs import JobSpec
-from ..pricing import cluster_at_link
 from .nodes import NodeSet
 
 

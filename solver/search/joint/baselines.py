@@ -20,7 +20,6 @@ from typing import Optional
 
 import numpy as np
 
-from ...plan import Plan
 from ...specs import ClusterSpec, JobSpec
 from .heuristic import Assignment, best_splits
 from .prepare import JointCandidates, prepare_fixed
@@ -37,7 +36,7 @@ def uniform_description(cluster: ClusterSpec) -> ClusterSpec:
                                    "node_names": (), "link_overrides": ()})
 
 
-def sequential(job: JobSpec, nodes, plan: Plan, time_limit_s: float, workers: int = 1, seed: int = 0
+def sequential(job: JobSpec, nodes, plan, time_limit_s: float, workers: int = 1, seed: int = 0
                ) -> Optional[JointOutcome]:
     """Place `plan` (chosen for equal links) on the real nodes: None when its stages cannot
     sit on whole nodes of the pools."""

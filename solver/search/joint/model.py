@@ -39,9 +39,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ...formulation.links import level_chain
 from ...formulation.splits import balanced_split
 from ...search.cpsat.ortools_cp import cp_model
-from ..objective import level_chain
 from .heuristic import Assignment
 from .nodes import NodeSet
 from .prepare import JointCandidates

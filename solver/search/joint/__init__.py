@@ -14,6 +14,8 @@ assignment), `space` (shapes and valid bounds), `bounds` (the tighter bound by s
 relaxation's survivors), `heuristic` (contiguous-block plans, their nodes repaired),
 `prepare` (pruning against the incumbent), `model` and `solve` (the CP-SAT model and its
 phases), `exhaustive` (ground truth for small clusters), `baselines` (sequential method,
-simulated annealing), `result` (the placed plan, hostfile, explanation), `run` (the entry
-point `optimize` routes to).
+simulated annealing). Shared with `placement/`: link levels, a cluster priced at a link and
+the order-literal chain (`formulation.links`). Its answer becomes a plan in `placement/`:
+`placement.placed` (the placed plan, hostfile, explanation) and `placement.joint_run` (the
+entry point `optimize` routes to).
 """

@@ -4,7 +4,7 @@ interchangeable nodes.
 
 Links. Without a measured matrix the pairs come from the cluster's description: inside a pool,
 the pool's NIC (divided by its spine oversubscription between nodes under different leaves,
-`nodes_per_leaf` in node order: `topology.generate_links`); between pools
+`nodes_per_leaf` in node order: `formulation.links.leaf_spine`); between pools
 `min(nic_a, nic_b, inter_pool_gbit_per_s)` at the larger of the two latencies (or
 `inter_pool_latency_us`); `link_overrides` replace single pairs. Nominal rates are attained at
 the lower network efficiency of the two pools. A measured matrix (`--links`, as `links place`
@@ -13,11 +13,11 @@ reads it) replaces all of this and is used as measured.
 Levels. A group of nodes (a stage's data-parallel ring, its TP/CP groups when they span
 nodes, a pipeline boundary) is priced at its slowest pair: the bandwidth of that pair's level
 and the level's latency (the slowest latency among the pairs of that level), so a group's
-price depends only on the level of its slowest pair (`pricing.bandwidth_levels`, bucketed
+price depends only on the level of its slowest pair (`formulation.links.bandwidth_levels`, bucketed
 downward beyond 24 distinct bandwidths).
 
 Classes. Nodes of one pool whose pairs to every other node sit at the same levels are
-interchangeable (`topology.twin_classes`): the joint model counts the nodes of each class a
+interchangeable (`formulation.links.twin_classes`): the joint model counts the nodes of each class a
 stage takes instead of naming nodes. `class_level[c, c']` is the level between two nodes of
 classes c and c' (between two nodes of c on the diagonal; -1 when c has one node).
 """
@@ -25,17 +25,15 @@ classes c and c' (between two nodes of c on the diagonal; -1 when c has one node
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from ...errors import InputError
+from ...formulation.links import MAX_LEVELS, Levels, bandwidth_levels, leaf_spine, twin_classes
 from ...specs import ClusterSpec
 from ...specs.cluster import pool_node_names
 from ...specs.units import GBIT_BYTES
-from ..links import LinkMatrix
-from ..pricing import MAX_LEVELS, Levels, bandwidth_levels
-from ..topology import generate_links, twin_classes
 
 
 @dataclass
@@ -90,9 +88,8 @@ def _pool_matrix(cluster: ClusterSpec):
         for b, pb in enumerate(pools):
             ia, ib = slice(start[a], start[a + 1]), slice(start[b], start[b + 1])
             if a == b:
-                gen = generate_links(pa.num_nodes, nodes_per_leaf=pa.nodes_per_leaf,
-                                     oversubscription=pa.spine_oversubscription, nic_gbit_per_s=pa.nic_gbit_per_s)
-                gbit[ia, ib] = gen.bandwidth_gbit_per_s
+                gbit[ia, ib] = leaf_spine(pa.num_nodes, nodes_per_leaf=pa.nodes_per_leaf,
+                                          oversubscription=pa.spine_oversubscription, nic_gbit_per_s=pa.nic_gbit_per_s)[0]
                 lat[ia, ib] = pa.network_latency_us
             else:
                 cap = cluster.inter_pool_gbit_per_s or np.inf
@@ -113,7 +110,7 @@ def _pool_matrix(cluster: ClusterSpec):
     return pool_of, gbit, eff, lat
 
 
-def node_set(cluster: ClusterSpec, links: Optional[LinkMatrix] = None, max_levels: int = MAX_LEVELS) -> NodeSet:
+def node_set(cluster: ClusterSpec, links: Optional[Any] = None, max_levels: int = MAX_LEVELS) -> NodeSet:
     """The nodes of `cluster` with their links: from the pools, or from a measured matrix
     `links` whose hosts are the cluster's nodes (by name when the cluster names them, else in
     node order)."""
