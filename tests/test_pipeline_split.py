@@ -282,7 +282,7 @@ def test_compare_takes_the_knobs():
 
 
 def test_joint_placement_refuses_a_job_that_requires_the_accounting():
-    from solveplan.placement.joint.space import base_shapes
+    from solveplan.search.joint.space import base_shapes
 
     job = load_job({"model": "llama3.1-8b", "cluster": "h100x16", "constraints": {"account_for_loss": [True]}})
     with pytest.raises(InputError) as e:
