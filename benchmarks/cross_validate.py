@@ -8,6 +8,10 @@ benchmarks/results/cross_validation.md (per-group MAPE, worst rows, the pick ins
 sweeps, the memory points, the in-sample errors with the shipped parameters for comparison)
 and one predicted-vs-measured plot per GPU (benchmarks/results/validation_<gpu>.png: in
 sample and left out by source). About 10 minutes on 2 cores (one fit per group).
+
+`--dense` keeps the dense rows only (the mixture-of-experts rows neither fitted nor predicted:
+the protocol of the dense accuracy table in README) and writes cross_validation_dense.md/.json,
+without plots.
 """
 
 from __future__ import annotations
@@ -29,13 +33,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", action="append", default=None)
     ap.add_argument("--by", nargs="+", default=["source", "model", "gpu"], choices=["source", "model", "gpu"])
+    ap.add_argument("--dense", action="store_true", help="dense rows only (module docstring)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = published_rows(args.data)
+    if args.dense:
+        rows = [r for r in rows if not (r.job is not None and r.job.model.is_moe)]
+    name = "cross_validation_dense" if args.dense else "cross_validation"
     cases = row_cases(rows)
     shipped = in_sample(cases)
     md = ["# Cross-validation on the published runs", "",
-          f"`python benchmarks/cross_validate.py` at commit {commit()}; {len(cases)} rows, "
+          f"`python benchmarks/cross_validate.py{' --dense' if args.dense else ''}` at commit {commit()}; "
+          f"{len(cases)} rows, "
           f"{sum(1 for r in rows if r.skipped)} skipped ({'; '.join(sorted({r.skipped for r in rows if r.skipped}))}).",
           ""]
     blob: dict = {"commit": commit(), "in_sample": summary(shipped, "source")}
@@ -60,11 +69,12 @@ def main() -> None:
     _, mem = load_rows(args.data)
     md += ["## Memory per GPU, first stage (Korthikanti et al. 2022 Fig. 1)", "", memory_table(memory_points(mem, rows)), ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    plots = plot_by_gpu(series, str(RESULTS / "validation_"))
-    md += ["Plots: " + ", ".join(f"[{Path(p).name}]({Path(p).name})" for p in plots), "",
-           f"Took {time.perf_counter() - t0:.0f} s."]
-    (RESULTS / "cross_validation.md").write_text("\n".join(md) + "\n")
-    (RESULTS / "cross_validation.json").write_text(json.dumps(blob, indent=1, default=float))
+    if not args.dense:
+        plots = plot_by_gpu(series, str(RESULTS / "validation_"))
+        md += ["Plots: " + ", ".join(f"[{Path(p).name}]({Path(p).name})" for p in plots), ""]
+    md += [f"Took {time.perf_counter() - t0:.0f} s."]
+    (RESULTS / f"{name}.md").write_text("\n".join(md) + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(blob, indent=1, default=float))
     print("\n".join(md))
 
 
