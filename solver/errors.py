@@ -47,12 +47,27 @@ def escape_text(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return f"{shown}... ({len(text):,} characters)" if cut else shown
 
 
-def escape_markup(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
-    """`escape_text`, then rich markup escaped: a name such as "[/]" or "[link=...]" prints as
-    written in a rich table or title."""
-    from rich.markup import escape
+_BRACKET = re.compile(r"(\\*)\[")
+_RICH_TAG = re.compile(r"\[[a-z#/@][^[]*?]")  # rich.markup.RE_TAGS without its escapes
 
-    return escape(escape_text(text, limit))
+
+def escape_markup(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`escape_text`, then rich markup escaped: a name such as "[/]", "[link=...]" or "\\[" prints
+    as written in a rich table or title. rich.markup.render reads k backslashes before a tag as
+    k // 2 literal ones (an odd one escapes the tag) and turns `\\[` before any other bracket into
+    `[` (rich/markup.py `_parse`, `render`), so a tag's backslashes are doubled plus one (what
+    `rich.markup.escape` does) and another bracket's get one more. Emoji codes (":smile:") print as
+    written only where the console is made with `emoji=False`, as the CLI's are."""
+    shown = escape_text(text, limit)
+
+    def one(match: re.Match) -> str:
+        k = len(match.group(1))
+        if _RICH_TAG.match(shown, match.end(1)):
+            return "\\" * (2 * k + 1) + "["
+        return "\\" * (k + 1) + "[" if k else "["
+
+    out = _BRACKET.sub(one, shown)
+    return out + "\\" if out.endswith("\\") and not out.endswith("\\\\") else out  # as rich's escape
 
 
 def unsafe_name_reason(name: str, limit: int = 256) -> Optional[str]:

@@ -21,7 +21,8 @@ SUBPROCESS = os.environ.get("SOLVEPLAN_HOSTILE_SUBPROCESS") == "1"
 NOT_FILES = ["/etc/shadow", "/etc/passwd", "/proc/kmsg", "/proc/self/environ", "/dev/zero", "/etc", "{tmp}/fifo",
              "{tmp}/missing.yaml", "../../../../etc/hostname"]
 # valid in some command: kept out of the file corpus (tested for what they should do instead)
-VALID_SOMEWHERE = {"cluster_family_name_v100.yaml", "jobs_bad.jsonl", "model_name_markup.yaml"}
+VALID_SOMEWHERE = {"cluster_family_name_v100.yaml", "jobs_bad.jsonl", "model_name_markup.yaml",
+                   "model_name_backslash_emoji.yaml"}
 FILES = sorted(p.name for p in HOSTILE.iterdir() if p.name not in VALID_SOMEWHERE) + NOT_FILES
 
 # every command line that reads a file the user names ({f}); {tmp} is a scratch directory
@@ -222,3 +223,10 @@ def test_fuzzed_command_lines_never_trace_back(cli, tmp_path, argv):
     assert r.code in (0, 2, 3, 4), (argv, r.code, r.err[-500:])
     if r.code == 2:
         assert len(r.err.splitlines()) == 1 and r.err.startswith("error: "), (argv, r.err)
+
+
+def test_backslashes_and_emoji_codes_in_a_name_print_as_written(cli):
+    """rich reads `\\[` as an escaped bracket and `:smile:` as an emoji: neither may change a name."""
+    r = cli("show", str(HOSTILE / "model_name_backslash_emoji.yaml"))
+    assert r.code == 0 and "Traceback" not in r.err, r.err
+    assert "model a\\[1] :smile: \\[b]x" in r.out

@@ -117,7 +117,7 @@ def _console():
     from rich.console import Console
 
     tty = sys.stdout.isatty()
-    return Console(soft_wrap=False, width=None if tty else 120, highlight=False)
+    return Console(soft_wrap=False, width=None if tty else 120, highlight=False, emoji=False)
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:

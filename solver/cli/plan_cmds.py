@@ -241,7 +241,7 @@ def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: Optional[
         from ..render.megatron import megatron_args
         from ..render.table import render_result
 
-        con = Console(width=None if sys.stdout.isatty() else 160)
+        con = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
         con.print(render_result(result))
         if result.plan is not None:
             con.print("[bold]Megatron-LM launch arguments[/]")
@@ -299,4 +299,4 @@ def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_para
 
         from ..render.table import render_plan
 
-        Console(width=None if sys.stdout.isatty() else 160).print(render_plan(plan))
+        Console(width=None if sys.stdout.isatty() else 160, emoji=False).print(render_plan(plan))

@@ -274,6 +274,6 @@ def to_text(renderable, width: int = 160) -> str:
     import io
 
     buf = io.StringIO()
-    con = Console(width=width, file=buf, color_system=None, force_terminal=False)
+    con = Console(width=width, file=buf, color_system=None, force_terminal=False, emoji=False)
     con.print(renderable)
     return buf.getvalue()
