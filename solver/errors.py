@@ -60,13 +60,13 @@ def escape_markup(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     written only where the console is made with `emoji=False`, as the CLI's are."""
     shown = escape_text(text, limit)
 
-    def one(match: re.Match) -> str:
+    def escape_bracket(match: re.Match) -> str:
         k = len(match.group(1))
         if _RICH_TAG.match(shown, match.end(1)):
             return "\\" * (2 * k + 1) + "["
         return "\\" * (k + 1) + "[" if k else "["
 
-    out = _BRACKET.sub(one, shown)
+    out = _BRACKET.sub(escape_bracket, shown)
     return out + "\\" if out.endswith("\\") and not out.endswith("\\\\") else out  # as rich's escape
 
 
