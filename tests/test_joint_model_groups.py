@@ -216,3 +216,27 @@ def test_cost_rows_price_a_plan_at_its_objective(instance, request):
     b, obj, pins = model()
     b.md.add(obj <= value - 1)
     assert not _feasible(b, *pins)
+
+
+def test_a_model_plan_the_float_check_refuses_without_an_incumbent_is_no_plan(mixed, monkeypatch):
+    """solve_joint's fallback when the model's plan fails the float re-check: the incumbent, or
+    (none known) UNKNOWN with no plan -- before, the missing incumbent was dereferenced."""
+    import dataclasses
+
+    from solveplan.search.joint import solve as joint_solve
+    from solveplan.search.joint.prices import Prices
+    from solveplan.search.result import FEASIBLE, UNKNOWN
+
+    real = Prices.evaluate
+
+    def refuses(self, *args):  # every stage over its memory (Evaluation.fits reads the stages)
+        ev = real(self, *args)
+        return dataclasses.replace(ev, stages=[{**st, "fits": False} for st in ev.stages])
+
+    monkeypatch.setattr(Prices, "evaluate", refuses)
+    out = joint_solve.solve_joint(dataclasses.replace(mixed, incumbent=None), time_limit_s=20)
+    assert out.status == UNKNOWN and out.plan is None, (out.status, out.notes)
+    assert any("no heuristic plan is known" in n for n in out.notes), out.notes
+    with_incumbent = joint_solve.solve_joint(mixed, time_limit_s=20)
+    assert with_incumbent.plan is not None and with_incumbent.status == FEASIBLE
+    assert any("returning the incumbent unproven" in n for n in with_incumbent.notes)
