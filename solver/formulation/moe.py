@@ -52,19 +52,20 @@ def attention_geometry(model: ModelSpec, tp):
     if not model.multi_latent_attention:
         hq, hkv = model.q_hidden_size, model.kv_hidden_size
         return [((hq + 2 * hkv) / t, h), (h, hq / t)], hq, hkv, model.head_dim, 0.0
-    d_qk = model.qk_head_dim + model.qk_pos_emb_head_dim
-    r_q, r_kv, d_v = model.q_lora_rank, model.kv_lora_rank, model.v_head_dim
+    r_kv, d_nope, d_rope, d_v = model.mla_dims
+    d_qk = d_nope + d_rope
+    r_q = model.q_lora_rank
     q = [(r_q + 0 * t, h), (a * d_qk / t, r_q)] if r_q else [(a * d_qk / t, h)]
-    kv = [(r_kv + model.qk_pos_emb_head_dim + 0 * t, h), (a * (model.qk_head_dim + d_v) / t, r_kv)]
+    kv = [(r_kv + d_rope + 0 * t, h), (a * (d_nope + d_v) / t, r_kv)]
     width = a * (d_qk + d_v) / 2
-    latent = (r_q or 0) + r_kv + model.qk_pos_emb_head_dim
+    latent = (r_q or 0) + r_kv + d_rope
     return q + kv + [(h, a * d_v / t)], width, width / 1.0, (d_qk + d_v) / 2, 2.0 * latent
 
 
 def routed_tokens(model: ModelSpec, tokens_rank, ep, etp, imbalance: float):
     """(tokens per local expert on the busiest rank, routed copies that rank computes): with
     balanced routing k*T_r*etp*ep/E per expert and k*T_r*etp in all (module docstring)."""
-    E, k = model.num_experts, model.moe_router_topk
+    E, k, _ = model.moe_dims
     ep, etp = (np.asarray(x, dtype=np.float64) for x in (ep, etp))
     per_expert = imbalance * k * tokens_rank * etp * ep / E
     return per_expert, per_expert * E / ep
@@ -93,7 +94,7 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
       the traffic is over all the copies the rank computes, not over its own tokens.
     Backward: data- and weight-gradient GEMMs (`linear_s`), twice the forward's memory traffic."""
     t = np.asarray(tp, dtype=np.float64)
-    h, E, f_e, mats = model.hidden_size, model.num_experts, model.moe_ffn_hidden_size, model.mlp_matrices
+    (E, k, f_e), h, mats = model.moe_dims, model.hidden_size, model.mlp_matrices
     T_r = tokens / t
     per_expert, copies = routed_tokens(model, T_r, ep, etp, imbalance)
     groups = E / np.asarray(ep, dtype=np.float64)
@@ -107,7 +108,7 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
         for N, K in (((mats - 1) * f_s / t, h), (h, f_s / t)):
             fw, bw = linear_s(tokens, N, K, **mm)
             gemm_f, gemm_b = gemm_f + fw, gemm_b + bw
-    sent = model.moe_router_topk * T_r
+    sent = k * T_r
     el = (ROUTER_BYTES_PER_EXPERT * E * T_r + PERMUTE_BYTES_PER_ELEMENT * h * (sent + copies)
           + BF16_BYTES * mats * f_e * copies / e_t + BF16_BYTES * mats * f_s * tokens / t)
     f_l = f_e / e_t
@@ -134,12 +135,13 @@ def remote_nodes_per_token(model: ModelSpec, nodes):
     groups, Megatron --moe-router-num-groups / --moe-router-group-topk), when each node holds
     whole groups: the node's G/nodes groups are among the g chosen s times (hypergeometric),
     then none of the k experts drawn from the chosen groups' g*E/G is on it."""
-    E, k = model.num_experts, model.moe_router_topk
+    E, k, _ = model.moe_dims
     scalar = np.ndim(nodes) == 0
     nodes = np.atleast_1d(np.asarray(nodes, dtype=np.float64))
     G, g = model.moe_router_num_groups, model.moe_router_group_topk
     hit = 1 - _miss(E, E / np.maximum(nodes, 1.0), k)
     if G is not None:
+        assert g is not None  # `ModelSpec._check_moe`: set together with G
         for i, n in enumerate(nodes.tolist()):
             if n > 1 and G % n == 0:
                 on_node = G // int(n)
@@ -167,7 +169,7 @@ def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp,
     `remote_nodes_per_token`) -- and with etp > 1 the all-gather of the received copies and the
     reduce-scatter of the experts' output over the ETP group (ranks 1 apart)."""
     t = np.asarray(tp, dtype=np.float64)
-    h, k = model.hidden_size, model.moe_router_topk
+    h, k = model.hidden_size, model.moe_dims[1]
     T_r = tokens / t
     send = imbalance * k * T_r * h * BF16_BYTES
     if dispatcher == "flex":
@@ -188,9 +190,9 @@ def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
     norms split over tp (the router h*E (+E biases) is replicated: Megatron's `TopKRouter`
     weight is not TP-split); the E/ep local experts split over etp."""
     t = np.asarray(tp, dtype=np.float64)
-    h, E = model.hidden_size, model.num_experts
+    h, (E, _, f_e) = model.hidden_size, model.moe_dims
     router = h * E + (E if model.moe_router_enable_expert_bias else 0)
-    routed = E * model.mlp_matrices * h * model.moe_ffn_hidden_size
+    routed = E * model.mlp_matrices * h * f_e
     rest = model.moe_layer_params - routed - router
     experts = routed / (np.asarray(ep, dtype=np.float64) * np.asarray(etp, dtype=np.float64))
     return rest / t + router, experts
@@ -215,10 +217,10 @@ def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: f
     precision.saved_linear_input_bytes, as the dense layer's). The shared experts as a dense MLP
     of width f_s over tp. (The block's input and norm are the layer's replicated terms.)"""
     t = np.asarray(tp, dtype=np.float64)
-    h, E, mats = model.hidden_size, model.num_experts, model.mlp_matrices
+    h, (E, _, f_e), mats = model.hidden_size, model.moe_dims, model.mlp_matrices
     T_r = tokens / t
     _, copies = routed_tokens(model, T_r, ep, etp, imbalance)
-    f_l = model.moe_ffn_hidden_size / np.asarray(etp, dtype=np.float64)
+    f_l = f_e / np.asarray(etp, dtype=np.float64)
     per_copy = linear_input_bytes * (h + f_l) + BF16_BYTES * (mats - 1) * f_l + PROB_BYTES
     f_s = model.moe_shared_expert_intermediate_size or 0
     return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t

@@ -148,6 +148,7 @@ class ModelSpec(Spec):
                 f"num_attention_heads ({a}) must divide hidden_size ({h}); e.g. hidden_size {ok}, "
                 f"or give kv_channels (the head dimension) explicitly"
             )
+        assert g is not None  # `_defaults` fills num_kv_heads
         if a % g:
             raise ValueError(f"num_kv_heads ({g}) must divide num_attention_heads ({a}); use a divisor of {a}")
         if self.gated_mlp != (self.activation in GATED_ACTIVATIONS):
@@ -177,8 +178,9 @@ class ModelSpec(Spec):
         for f in ("moe_ffn_hidden_size", "moe_router_topk"):
             if getattr(self, f) is None:
                 raise ValueError(f"a mixture-of-experts model (num_experts {self.num_experts}) needs {f}")
-        if self.moe_router_topk > self.num_experts:
-            raise ValueError(f"moe_router_topk ({self.moe_router_topk}) exceeds num_experts ({self.num_experts})")
+        E, k, _ = self.moe_dims
+        if k > E:
+            raise ValueError(f"moe_router_topk ({k}) exceeds num_experts ({E})")
         pattern = self.moe_layer_pattern
         if pattern is not None:
             if len(pattern) != self.num_layers or any(v not in (0, 1) for v in pattern):
@@ -189,7 +191,7 @@ class ModelSpec(Spec):
         groups, group_topk = self.moe_router_num_groups, self.moe_router_group_topk
         if (groups is None) != (group_topk is None):
             raise ValueError("moe_router_num_groups and moe_router_group_topk go together; give both or neither")
-        if groups is not None and (self.num_experts % groups or group_topk > groups):
+        if groups is not None and group_topk is not None and (E % groups or group_topk > groups):
             raise ValueError(f"moe_router_num_groups ({groups}) must divide num_experts ({self.num_experts}) "
                              f"and be at least moe_router_group_topk ({group_topk})")
 
@@ -217,6 +219,7 @@ class ModelSpec(Spec):
     @property
     def kv_hidden_size(self) -> int:
         """Width of K (and of V): num_kv_heads * head_dim."""
+        assert self.num_kv_heads is not None  # `_defaults` fills it
         return self.num_kv_heads * self.head_dim
 
     @property
@@ -225,6 +228,23 @@ class ModelSpec(Spec):
         if self.sliding_window is None:
             return 0
         return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
+
+    @property
+    def moe_dims(self) -> tuple[int, int, int]:
+        """(num_experts, moe_router_topk, moe_ffn_hidden_size) of a mixture-of-experts model, all
+        three set (`_check_moe` requires them together); only MoE terms ask for them."""
+        E, k, f_e = self.num_experts, self.moe_router_topk, self.moe_ffn_hidden_size
+        assert E is not None and k is not None and f_e is not None, f"{self.name} is not a mixture-of-experts model"
+        return E, k, f_e
+
+    @property
+    def mla_dims(self) -> tuple[int, int, int, int]:
+        """(kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim) of a multi-latent attention
+        model, all four set (`_check_mla` requires them); only MLA terms ask for them."""
+        r_kv, d_nope, d_rope, d_v = self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim
+        assert r_kv is not None and d_nope is not None and d_rope is not None and d_v is not None, \
+            f"{self.name} does not use multi-latent attention"
+        return r_kv, d_nope, d_rope, d_v
 
     @property
     def mlp_matrices(self) -> int:
@@ -245,11 +265,12 @@ class ModelSpec(Spec):
         if not self.multi_latent_attention:
             hq = self.q_hidden_size
             return h * (hq + 2 * self.kv_hidden_size) + hq * h
-        d_qk = self.qk_head_dim + self.qk_pos_emb_head_dim
-        r_q, r_kv = self.q_lora_rank, self.kv_lora_rank
+        r_kv, d_nope, d_rope, d_v = self.mla_dims
+        d_qk = d_nope + d_rope
+        r_q = self.q_lora_rank
         q = h * a * d_qk if r_q is None else h * r_q + r_q + r_q * a * d_qk
-        kv = h * (r_kv + self.qk_pos_emb_head_dim) + r_kv + r_kv * a * (self.qk_head_dim + self.v_head_dim)
-        return q + kv + a * self.v_head_dim * h
+        kv = h * (r_kv + d_rope) + r_kv + r_kv * a * (d_nope + d_v)
+        return q + kv + a * d_v * h
 
     @property
     def dense_layer_params(self) -> int:
@@ -267,22 +288,22 @@ class ModelSpec(Spec):
     def _moe_mlp_params(self, experts: int) -> int:
         """`experts` routed experts of (2|3)*h*f_e each, the shared experts (2|3)*h*f_s, their
         gate h, and the router h*E (+E expert biases)."""
-        h, E = self.hidden_size, self.num_experts
+        h, (E, _, f_e) = self.hidden_size, self.moe_dims
         shared = self.mlp_matrices * h * (self.moe_shared_expert_intermediate_size or 0)
         gate = h if self.moe_shared_expert_gate else 0
         router = h * E + (E if self.moe_router_enable_expert_bias else 0)
-        return experts * self.mlp_matrices * h * self.moe_ffn_hidden_size + shared + gate + router
+        return experts * self.mlp_matrices * h * f_e + shared + gate + router
 
     @property
     def moe_layer_params(self) -> int:
         """Weights of one MoE layer: attention, every routed expert, shared experts, router, norms."""
-        return self.attention_params + self._moe_mlp_params(self.num_experts) + 4 * self.hidden_size
+        return self.attention_params + self._moe_mlp_params(self.moe_dims[0]) + 4 * self.hidden_size
 
     @property
     def moe_layer_active_params(self) -> int:
         """Weights one token uses in an MoE layer: attention, top-k routed experts, shared experts,
         router, norms."""
-        return self.attention_params + self._moe_mlp_params(self.moe_router_topk) + 4 * self.hidden_size
+        return self.attention_params + self._moe_mlp_params(self.moe_dims[1]) + 4 * self.hidden_size
 
     @property
     def moe_layer_mask(self) -> tuple[bool, ...]:
@@ -316,6 +337,7 @@ class ModelSpec(Spec):
             cand = (k, q - m, m, len(rest) // q)
             if best is None or cand[3] > best[3]:
                 best = cand
+        assert best is not None  # the loop runs at least once
         return best
 
     @property
