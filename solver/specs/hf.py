@@ -52,7 +52,7 @@ in one line.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, overload
 
 from pydantic import ValidationError
 
@@ -126,6 +126,12 @@ def _text_config(data: dict, notes: list[str]) -> dict:
     return out
 
 
+@overload
+def _int(data: dict, mt: str, *keys: str) -> int: ...
+@overload
+def _int(data: dict, mt: str, *keys: str, default: int) -> int: ...
+@overload
+def _int(data: dict, mt: str, *keys: str, default: None) -> Optional[int]: ...
 def _int(data: dict, mt: str, *keys: str, default: Any = ...) -> Optional[int]:
     """The first of `keys` present in `data`, checked to be a positive integer."""
     for key in keys:
@@ -180,17 +186,23 @@ def _moe_shape(data: dict, mt: str) -> tuple[int, int, int, int]:
             0)
 
 
+def _dict_or(data: dict, key: str, default: dict) -> dict:
+    """`data[key]` when it is a dict (a nested config section), else `default`."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else default
+
+
 def _rope(data: dict, mt: str, fam: _Family, notes: list[str]) -> dict:
     if fam.position != "rope":
         return {"position_embedding": fam.position}
-    params = data.get("rope_parameters") if isinstance(data.get("rope_parameters"), dict) else {}
+    params = _dict_or(data, "rope_parameters", {})
     src = {**data, **params}
     theta = _num(src, mt, "rope_theta", None)
     theta = theta if theta is not None else _num(src, mt, "rotary_emb_base", fam.rope_theta)
     pct = _num(src, mt, "partial_rotary_factor", None)
     pct = pct if pct is not None else _num(src, mt, "rotary_pct", fam.rotary_percent)
     out = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct}
-    scaling = data.get("rope_scaling") if isinstance(data.get("rope_scaling"), dict) else params
+    scaling = _dict_or(data, "rope_scaling", params)
     kind = scaling.get("rope_type") or scaling.get("type")
     if kind == "llama3":
         out["rope_scaling_factor"] = _num(scaling, mt, "factor", None)
@@ -200,7 +212,7 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str]) -> dict:
 
 
 def _seq_length(data: dict, mt: str, notes: list[str]) -> Optional[int]:
-    rope = data.get("rope_scaling") if isinstance(data.get("rope_scaling"), dict) else {}
+    rope = _dict_or(data, "rope_scaling", {})
     pre = _int(rope, mt, "original_max_position_embeddings", default=None) \
         or _int(data, mt, "original_max_position_embeddings", default=None)
     window = _int(data, mt, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=None)
