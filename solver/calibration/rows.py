@@ -24,11 +24,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Literal, Optional
 
 from ..errors import InputError
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
+from ..specs.job import Precision
+from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
@@ -59,8 +61,9 @@ def gpu_of(text: Optional[str]) -> Optional[tuple[str, str]]:
         if re.search(pattern, t):
             return out
     return None
+GradReduceDtype = Literal["fp32", "bf16"]  # JobSpec.grad_reduce_dtype
 # Software of the time, for knobs a row leaves unstated (see the module docstring).
-ERA = {
+ERA: dict[str, dict[str, Any]] = {
     "megatron_2020_readme": {"sequence_parallel": (False,), "recompute": ("full",), "zero": (0,), "flash": False},
     "narayanan2021": {"sequence_parallel": (False,), "zero": (0,), "flash": False, "overlap_grad_reduce": False},
     "korthikanti2022": {"flash": False, "overlap_grad_reduce": False},
@@ -71,7 +74,7 @@ ERA = {
 # _common.py (v0.6.0): `cfg.mixed_precision.grad_reduce_in_fp32 = False; cfg.ddp.grad_reduce_in_fp32 =
 # False`; NeMo 2.0 scripts/performance (the NeMo performance-summary tables): with FP8,
 # `recipe.trainer.plugins.grad_reduce_in_fp32 = False`.
-SOURCE_SETTINGS = {src: {"grad_reduce_dtype": "bf16"}
+SOURCE_SETTINGS: dict[str, dict[str, GradReduceDtype]] = {src: {"grad_reduce_dtype": "bf16"}
                    for src in ("mbridge_perf", "nemo_docs_2502", "nemo_docs_2504", "nemo_docs_2507")}
 FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
 
@@ -123,7 +126,8 @@ def find_data(paths: Optional[list[str]] = None) -> list[Path]:
 def load_rows(paths: Optional[list[str]] = None) -> tuple[list[dict], dict]:
     """All measurement rows of the data files (each with its file's `sources` entry under
     `_source_meta`), and the first file's memory data points."""
-    rows, memory = [], {}
+    rows: list[dict] = []
+    memory: dict = {}
     for p in find_data(paths):
         data = read_data(p, "data")  # the safe reader: size cap, UTF-8, no duplicate keys or deep nesting
         if not isinstance(data, dict) or not isinstance(data.get("measurements"), list):
@@ -174,15 +178,17 @@ def recompute_of(text) -> Optional[str]:
     return "full" if t.startswith("full") else "selective" if t.startswith("selective") else "none"
 
 
-def precision_of(text) -> str:
+def precision_of(text) -> Precision:
     """The recipe of a row's precision text: mxfp8, fp8-blockwise, fp8-tensorwise ('fp8-cs': per-tensor
     current scaling), fp8 (per-tensor delayed scaling, also when the recipe is not stated: Megatron's
     default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer) or bf16 (anything else,
     including '16-bit' and 'not stated': the same tensor-core peak). NVFP4 rows are skipped before
     (`skip_reason`)."""
     t = str(text).lower()
-    for keys, recipe in ((("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
-                         (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise")):
+    recipes: tuple[tuple[tuple[str, ...], Precision], ...] = (
+        (("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
+        (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise"))
+    for keys, recipe in recipes:
         if any(k in t for k in keys):
             return recipe
     return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
@@ -223,7 +229,7 @@ def _model(m: dict, assumed: Optional[list] = None) -> ModelSpec:
     gated = "swiglu" in arch or "geglu" in arch
     # tied input/output embeddings: Megatron GPT (default) and MPT tie; Llama and Nemotron-4 do not
     untied = any(k in arch for k in ("llama", "nemotron"))
-    position = "rope" if "rope" in arch else "alibi" if "alibi" in arch else "learned_absolute"
+    position: PositionEmbedding = "rope" if "rope" in arch else "alibi" if "alibi" in arch else "learned_absolute"
     # Megatron's GPT recipes train with dropout 0.1; Llama, Nemotron-4 and MPT with none
     modern = any(k in arch or k in str(m.get("name", "")).lower() for k in ("llama", "nemotron", "mpt"))
     return ModelSpec(
@@ -259,7 +265,9 @@ def published_row_cluster(hw: dict, num_gpus: int, assumed: list[str]) -> Cluste
     rule for the dense rows and the MoE rows (`moe_rows`); `assumed` gains what was not stated."""
     from ..catalog import catalog_families, load_gpu
 
-    gpu_name, fam_name = gpu_of(hw["gpu"])
+    gpu = gpu_of(hw["gpu"])
+    assert gpu is not None, f"GPU {hw['gpu']!r} is not in the catalog"  # callers skip such rows first
+    gpu_name, fam_name = gpu
     fam = dict(catalog_families()[fam_name])
     fam.pop("description", None)
     fam.pop("gpu", None)
@@ -318,7 +326,9 @@ def row_job(raw: dict) -> Row:
     if gpu_of(hw.get("gpu")) is None:
         row.skipped = f"GPU {hw.get('gpu')!r} is not in the catalog"
         return row
-    row.gpu, row.family = gpu_of(hw["gpu"])
+    gpu = gpu_of(hw["gpu"])
+    assert gpu is not None  # checked above
+    row.gpu, row.family = gpu
     if p.get("gbs") is None:
         row.skipped = "global batch not stated: the step time of the measured throughput is undefined"
         return row
@@ -345,7 +355,7 @@ def row_job(raw: dict) -> Row:
     if zero is None and (p.get("distributed_optimizer") is True or "implied" in str(p.get("distributed_optimizer", ""))):
         zero = 1
     sp = p.get("sequence_parallel") if isinstance(p.get("sequence_parallel"), bool) else None
-    knobs = dict(
+    knobs: dict[str, Any] = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None,
         cp=(p.get("cp") or 1,),
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
@@ -365,7 +375,7 @@ def row_job(raw: dict) -> Row:
     flash = era.get("flash", FLASH_BY_DEFAULT)
     # llm-foundry and PyTorch FSDP runs call FlashAttention-2; Megatron-Core/NeMo default to
     # Transformer Engine's cuDNN fused attention (a kernel is named only when flash attention is on)
-    kernel = "flash2" if flash and (fsdp or "flashattention" in str(m.get("arch", "")).lower()) else "cudnn"
+    kernel: Literal["cudnn", "flash2"] = "flash2" if flash and (fsdp or "flashattention" in str(m.get("arch", "")).lower()) else "cudnn"
     row.job = JobSpec(
         model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
         precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
@@ -393,7 +403,7 @@ def pipeline_accounting(p: dict, num_layers: int, assumed: list) -> dict:
     return {}
 
 
-def grad_reduce_dtype(raw: dict, assumed: list) -> str:
+def grad_reduce_dtype(raw: dict, assumed: list) -> GradReduceDtype:
     if str(raw["parallel"].get("fsdp_mixed_precision_mode", "")).upper() == "PURE":
         return "bf16"
     fixed = SOURCE_SETTINGS.get(raw["source"], {}).get("grad_reduce_dtype")
@@ -403,7 +413,7 @@ def grad_reduce_dtype(raw: dict, assumed: list) -> str:
     return "fp32"
 
 
-def _precision(text, assumed: list) -> str:
+def _precision(text, assumed: list) -> Precision:
     out = precision_of(text)
     if out == "fp8" and "not stated" in str(text).lower():
         assumed.append("FP8 recipe not stated: per-tensor delayed scaling (Megatron's default)")
