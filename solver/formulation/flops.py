@@ -41,7 +41,7 @@ from ..specs import ModelSpec
 
 def _attention_gemm_per_token(model: ModelSpec) -> float:
     """2 FLOPs per attention weight (standard: QKV 2h(h_q + 2h_kv) and projection 2h_q h)."""
-    norms = ((model.q_lora_rank or 0) + model.kv_lora_rank) if model.multi_latent_attention else 0
+    norms = ((model.q_lora_rank or 0) + model.mla_dims[0]) if model.multi_latent_attention else 0
     return 2.0 * (model.attention_params - norms)
 
 
@@ -54,8 +54,8 @@ def layer_gemm_fwd_flop(model: ModelSpec, tokens):
 
 def moe_layer_gemm_fwd_flop(model: ModelSpec, tokens):
     """Forward GEMM FLOPs of one MoE layer: attention, router, top-k routed and shared experts."""
-    h, E, k = model.hidden_size, model.num_experts, model.moe_router_topk
-    ffn = k * model.moe_ffn_hidden_size + (model.moe_shared_expert_intermediate_size or 0)
+    h, (E, k, f_e) = model.hidden_size, model.moe_dims
+    ffn = k * f_e + (model.moe_shared_expert_intermediate_size or 0)
     per_token = _attention_gemm_per_token(model) + 2 * h * E + 2 * h * ffn * model.mlp_matrices
     return np.asarray(tokens, dtype=np.float64) * per_token
 
@@ -69,7 +69,8 @@ def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = Fal
     """QK^T and attention-times-V: 2*b*s^2*a*(d_qk + d_v) (4*b*s^2*h_q when both are the head
     dimension), half of it with `causal` (module docstring)."""
     if model.multi_latent_attention:
-        d = model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim
+        _, d_nope, d_rope, d_v = model.mla_dims
+        d = d_nope + d_rope + d_v
     else:
         d = 2 * model.head_dim
     full = 2.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.num_attention_heads * d

@@ -285,6 +285,7 @@ def layer_activation_bytes(fw: Framework, *, gated: bool, fam: Optional[LayerCou
         full, largest, kept = (T * fam.saved + fam.per_layer, T * fam.working + fam.per_layer, T * fam.input)
     else:
         s = fw.saved
+        assert s is not None  # not fused and no family counts: the framework's saved tensors
         per_f = s.per_f_gated if gated else s.per_f_plain
         sharded = (s.per_q * kw["q_width"] + s.per_kv * kw["kv_width"] + per_f * kw["ffn"] + s.per_head * heads) / t
         replicated = (s.per_h + (3.0 if kw["dropout"] else 0.0)) * h / rep + s.per_token
@@ -304,7 +305,9 @@ def head_act_bytes(fw: Framework, tokens, hidden, sp_degree, fam: Optional[Layer
         return 4.0 * tokens * hidden / sp_degree
     if fam is not None:
         return tokens * fam.head
-    return tokens * (fw.saved.head_per_h * hidden / sp_degree + fw.saved.head_per_token)
+    s = fw.saved
+    assert s is not None  # not fused and no family counts: the framework's saved tensors
+    return tokens * (s.head_per_h * hidden / sp_degree + s.head_per_token)
 
 
 def last_stage_act_bytes(fw: Framework, tokens, hidden, vocab, tp, sp_degree, fam: Optional[LayerCounts] = None):
