@@ -44,7 +44,7 @@ class Prediction:
 
     @property
     def error(self) -> float:
-        return self.predicted_s / self.row.measured_s - 1.0
+        return self.predicted_s / self.row.measured - 1.0
 
 
 def group_of(row: Row, by: str) -> str:
@@ -141,7 +141,7 @@ def memory_points(memory_datapoints: dict, rows: Sequence[Row], values: Optional
             continue
         cfg = pt["config"]
         sel = "selective" in pt["mode"]
-        job = row.job
+        job = row.job_spec
         if upd.get("a100"):
             cl = job.cluster
             job = job.model_copy(update={"cluster": cl.model_copy(update={"gpu": cl.gpu.model_copy(update=upd["a100"])})})
@@ -174,6 +174,7 @@ def validation(paths: Optional[list] = None, by: Optional[str] = None, progress=
 
     rows = published_rows(paths)
     cases = row_cases(rows, max_shapes=None if by is None else 300)
+    fits: dict[str, FitOutcome]
     if by is None:
         preds, fits = in_sample(cases), {}
     else:

@@ -38,7 +38,7 @@ def stack_of(case: RowCase) -> str:
     """The row's framework inside its source: sharded data parallelism (a stated ZeRO-2/3 or
     FSDP mode: DeepSpeed, PyTorch FSDP) or Megatron's model parallelism (everything else).
     Narayanan et al. 2021 report both (Table 2): two stacks, two calibrations."""
-    zero = case.row.job.constraints.zero
+    zero = case.row.job_spec.constraints.zero
     return "zero2/3" if zero and min(zero) >= 2 else "tp/pp"
 
 
@@ -70,9 +70,9 @@ def base_jobs(cases: Sequence[RowCase], base: str, progress=None, folds: Optiona
     if base not in BASES:
         raise ValueError(f"unknown base {base!r}; use one of {', '.join(BASES)}")
     if base == "shipped":
-        return [c.row.job for c in cases]
+        return [c.row.job_spec for c in cases]
     folds = folds if folds is not None else left_out_values(cases, progress)
-    return [_with_gpu(c.row.job, gpu_updates(folds[c.row.source]).get(c.chip, {})) for c in cases]
+    return [_with_gpu(c.row.job_spec, gpu_updates(folds[c.row.source]).get(c.chip, {})) for c in cases]
 
 
 def _with_gpu(job: JobSpec, update: dict) -> JobSpec:
@@ -104,7 +104,7 @@ def calibrate_on(cases: Sequence[RowCase], jobs: Sequence[JobSpec]) -> Calibrate
     for c, j in zip(cases, jobs):
         _, k, _ = c.predict_job(j)
         facts.append(RowFacts.of(j, c.shapes.row(k)["zero"]))
-    f = fit_few_shot(lambda fs: predict_rows(cases, jobs, fs), [c.row.measured_s for c in cases], facts)
+    f = fit_few_shot(lambda fs: predict_rows(cases, jobs, fs), [c.row.measured for c in cases], facts)
     return Calibrated(f.free, f.factors, lambda job: calibrated_job(job, f.factors))
 
 
@@ -123,7 +123,7 @@ class Draw:
 
 def run_group(cases: Sequence[RowCase], jobs: Sequence[JobSpec], k: int, draws: int, seed: int,
               fitter: Fitter = calibrate_on) -> list[Draw]:
-    meas = [c.row.measured_s for c in cases]
+    meas = [c.row.measured for c in cases]
     ids = [c.row.id for c in cases]
     zero = predict_rows(cases, jobs, {})
     out = []

@@ -259,6 +259,18 @@ class Row:
     model_family: str = ""
     raw: dict = field(default_factory=dict)
 
+    @property
+    def job_spec(self) -> JobSpec:
+        """`job` of a row that was read (not skipped): the only rows the predictors see."""
+        assert self.job is not None, f"row {self.id} has no job ({self.skipped})"
+        return self.job
+
+    @property
+    def measured(self) -> float:
+        """`measured_s` of a row that was read (not skipped): the only rows the predictors see."""
+        assert self.measured_s is not None, f"row {self.id} has no measured step time ({self.skipped})"
+        return self.measured_s
+
 
 def published_row_cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
     """The cluster a published row ran on, from what it states (`hw`) and its family: the one

@@ -100,16 +100,16 @@ class RowCase:
     def __init__(self, row: Row, max_shapes: Optional[int] = MAX_SHAPES):
         self.row = row
         self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
-        self.shapes = enumerate_shapes(row.job).shapes
-        self.layers = default_splits(row.job.model, self.shapes)
+        self.shapes = enumerate_shapes(row.job_spec).shapes
+        self.layers = default_splits(row.job_spec.model, self.shapes)
         if max_shapes and len(self.shapes) > max_shapes:
-            step, _, fits = step_time_batch(job_coefficients(row.job, self.shapes), self.layers)
+            step, _, fits = step_time_batch(job_coefficients(row.job_spec, self.shapes), self.layers)
             keep = np.argsort(np.where(fits, step, np.inf), kind="stable")[:max_shapes]
             self.shapes, self.layers = self.shapes.take(keep), self.layers[keep]
 
     def predict(self, gpu_update: Optional[dict] = None) -> tuple[float, int, bool]:
         """(step time s, index of the shape chosen, whether it fits) with the GPU's fields updated."""
-        job = self.row.job
+        job = self.row.job_spec
         if gpu_update:
             cl = job.cluster
             job = job.model_copy(update={"cluster": cl.model_copy(update={"gpu": cl.gpu.model_copy(update=gpu_update)})})

@@ -3,7 +3,7 @@ rows, ranking inside measured sweeps, memory points) and a predicted-vs-measured
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..calibration.crossval import Prediction
 from ..specs.writing import PLOT_SUFFIXES, atomic_output
@@ -87,7 +87,7 @@ def plot_by_gpu(series: dict[str, Sequence[Prediction]], path_prefix: str) -> li
                 pts = [p for p in ps if p.row.gpu == gpu and p.row.source == src]
                 if not pts:
                     continue
-                xs = [p.row.measured_s for p in pts]
+                xs = [p.row.measured for p in pts]
                 ys = [p.predicted_s for p in pts]
                 lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
                 ax.scatter(xs, ys, marker=mk, s=22, color=colours[src], label=f"{src} ({label})",
@@ -119,14 +119,14 @@ def few_shot_table(result: dict, legacy: Optional[dict] = None) -> str:
     """`fewshot_eval.few_shot` as markdown: per source (its groups pooled), then per group
     (source, GPU, stack): zero-shot and few-shot MAPE of the rows not drawn, median (worst) over
     draws; `legacy`: another fitter's result on the same draws."""
-    leg = {}
+    leg: dict = {}
     if legacy:
         leg = {("src", x["source"]): x for x in legacy["sources"]}
         leg.update({("grp", x["source"], x["gpu"], x["stack"]): x for x in legacy["groups"]})
         leg["all"] = legacy["all"]
 
     def cells(x, key):
-        old = leg.get(key)
+        old: Any = leg.get(key)  # a legacy entry whenever `legacy` is given (read only then)
         return (f"{_pct(x['zero_shot_mape'])} | {_pct(x['mape_median'])} ({_pct(x['mape_worst'])})"
                 + (f" | {_pct(old['mape_median'])} ({_pct(old['mape_worst'])})" if legacy else ""))
 
