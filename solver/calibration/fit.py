@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -97,11 +97,11 @@ def fit_least_squares(residuals: Callable[[dict], np.ndarray], params: Sequence[
             best_x, best_cost = np.asarray(x, dtype=np.float64), cost
     if best_x is None:  # every start gave non-finite residuals
         best_x = starts[-1]
-    kw = {"diff_step": diff_step} if diff_step else {}
+    kw: dict[str, Any] = {"diff_step": diff_step} if diff_step else {}
     if jacobian is not None:
         prior_jac = np.zeros((len(priors), len(free)))
-        for row, (i, _, sd) in enumerate(priors):
-            prior_jac[row, i] = prior_weight / sd
+        for row, (i, _, sd_i) in enumerate(priors):
+            prior_jac[row, i] = prior_weight / sd_i
         kw["jac"] = lambda x: np.vstack([np.asarray(jacobian(values_of(x)), dtype=np.float64), prior_jac])
     res = least_squares(fun, best_x, bounds=(lo, hi), x_scale=np.array([p.scale for p in free]), method="trf",
                         loss=loss, f_scale=loss_scale, xtol=1e-12, ftol=1e-12, gtol=1e-12,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
@@ -317,7 +317,7 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
     etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
     sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
     recompute = _recompute(p, recipe, assumed, settings) or _family_recompute(row, unstated_settings)
-    knobs = dict(
+    knobs: dict[str, Any] = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
         ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
@@ -341,7 +341,7 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[Job
     from ..space.enumeration import enumerate_shapes
     from .runs_fit import RowCase
 
-    choices = {"moe_token_dispatcher": [{"moe_token_dispatcher": v} for v in ("alltoall", "flex")],
+    choices: dict[str, list[dict[str, Any]]] = {"moe_token_dispatcher": [{"moe_token_dispatcher": v} for v in ("alltoall", "flex")],
                "moe_a2a_overlap": [{"moe_a2a_overlap": v} for v in (False, True)],
                "recompute_modules": [{"recompute_modules": v} for v in
                                      FAMILY_RECOMPUTE.get((row.source, row.model_family), ("", ()))[1]],
