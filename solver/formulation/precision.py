@@ -64,6 +64,7 @@ def is_fp8(precision: str) -> bool:
 def matmul_rate(gpu: GPUSpec, precision: str, hbm_bytes_per_s: float) -> dict:
     """Keyword arguments of `kernels.gemm_s` for the linear-layer GEMMs under `precision`."""
     if is_fp8(precision):
+        assert gpu.peak_fp8_tflops is not None  # JobSpec refuses an FP8 recipe on a GPU without an FP8 peak
         return dict(flop_per_s=gpu.peak_fp8_tflops * 1e12, efficiency=gpu.fp8_efficiency(precision),
                     num_sms=gpu.num_sms, hbm_bytes_per_s=hbm_bytes_per_s, in_bytes=1)
     return dict(flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency, num_sms=gpu.num_sms,
@@ -95,7 +96,10 @@ def gathered_param_bytes(precision: str, fp8_param_gather: bool = False) -> floa
 
 def peak_flop_per_s(gpu: GPUSpec, precision: str) -> float:
     """The peak MFU is measured against: FP8 for an FP8 recipe, else BF16."""
-    return gpu.peak_fp8_tflops * 1e12 if is_fp8(precision) else gpu.peak_flop_per_s
+    if is_fp8(precision):
+        assert gpu.peak_fp8_tflops is not None  # JobSpec refuses an FP8 recipe on a GPU without an FP8 peak
+        return gpu.peak_fp8_tflops * 1e12
+    return gpu.peak_flop_per_s
 
 
 def saved_linear_input_bytes(precision: str) -> float:

@@ -60,13 +60,13 @@ def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: 
         if etp != 1:
             errs.append(("etp", f"expert tensor parallelism ({etp}) needs a mixture-of-experts model; use etp = 1"))
         return errs
-    E, stage = model.num_experts, tp * cp * dp
+    (E, _, f_e), stage = model.moe_dims, tp * cp * dp
     if E % ep:
         errs.append(("ep", f"{ep} does not divide num_experts {E} (Megatron: experts must be a multiple of ep)"))
     if stage % (ep * etp):
         errs.append(("ep", f"etp*ep = {etp}*{ep} does not divide the {stage} GPUs of a pipeline stage "
                            f"(tp*cp*dp = {tp}*{cp}*{dp}); choose ep and etp whose product divides {stage}"))
-    if model.moe_ffn_hidden_size % etp:
+    if f_e % etp:
         errs.append(("etp", f"{etp} does not divide moe_ffn_hidden_size {model.moe_ffn_hidden_size}"))
     if etp > 1 and model.add_bias_linear:
         errs.append(("etp", "linear biases in MoE layers need etp = 1 (Megatron: bias in MoE only with ETP == 1)"))
@@ -102,7 +102,7 @@ def expert_degrees(job: JobSpec, tp: int, cp: int, dp: int) -> list[tuple[int, i
         return [(1, 1)] if cons.allows("ep", 1) and cons.allows("etp", 1) else []
     stage = tp * cp * dp
     etps = cons.etp if cons.etp is not None else sorted({1, tp})
-    g = math.gcd(stage, model.num_experts)
+    g = math.gcd(stage, model.moe_dims[0])
     out = []
     for ep in range(1 + job.moe_a2a_overlap, g + 1):
         if g % ep or not cons.allows("ep", ep):
@@ -117,6 +117,6 @@ def expert_degrees(job: JobSpec, tp: int, cp: int, dp: int) -> list[tuple[int, i
 def default_etp(model: ModelSpec, tp: int) -> int:
     """etp when a configuration leaves it out: Megatron's default (= tp) where that is legal for
     the model (it divides the expert FFN, no linear biases), else 1."""
-    if not model.is_moe or model.add_bias_linear or model.moe_ffn_hidden_size % tp:
+    if not model.is_moe or model.add_bias_linear or model.moe_dims[2] % tp:
         return 1
     return tp

@@ -51,7 +51,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     dp = N // (tp * cp * pp)
     if model.num_attention_heads % tp:
         errs.append(("tp", f"{tp} does not divide num_attention_heads {model.num_attention_heads}"))
-    if model.num_kv_heads % tp:
+    if model.kv_heads % tp:
         errs.append(("tp", f"{tp} does not divide num_kv_heads {model.num_kv_heads} (Megatron needs query groups divisible by tp)"))
     for width in tp_split_widths(model):
         if width % tp:
@@ -233,7 +233,7 @@ def least_memory_job(job: JobSpec) -> JobSpec:
     cons = job.constraints
     order = [r for r in ("full", "selective", "none") if cons.allows("recompute", r)]
     mbs = min((b for b in range(1, job.global_batch_size + 1) if cons.allows("micro_batch_size", b)), default=None)
-    update = {"vp": (1,) if cons.allows("vp", 1) else cons.vp}
+    update: dict[str, Any] = {"vp": (1,) if cons.allows("vp", 1) else cons.vp}
     if order:
         update["recompute"] = (order[0],)
     if mbs is not None:

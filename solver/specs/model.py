@@ -219,8 +219,13 @@ class ModelSpec(Spec):
     @property
     def kv_hidden_size(self) -> int:
         """Width of K (and of V): num_kv_heads * head_dim."""
-        assert self.num_kv_heads is not None  # `_defaults` fills it
-        return self.num_kv_heads * self.head_dim
+        return self.kv_heads * self.head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        """`num_kv_heads`, typed as set: `_defaults` fills it (num_attention_heads, MHA)."""
+        assert self.num_kv_heads is not None
+        return self.num_kv_heads
 
     @property
     def windowed_layers(self) -> int:
