@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, TextIO
 
 from ..errors import InputError
 from ..specs.writing import atomic_output
@@ -165,7 +165,7 @@ class Output:
                                   for r in _read_jsonl(self.partial)]
         elif overwrite and self.partial.exists():
             self.partial.unlink()
-        self._fh = None
+        self._fh: Optional[TextIO] = None
         self._appended = 0
 
     def done(self) -> dict[str, dict]:
@@ -180,7 +180,7 @@ class Output:
         self._fh.flush()
         self._appended += 1
 
-    def finish(self, ordered_ids: list[str], rows: dict[str, dict]) -> Optional[int]:
+    def finish(self, ordered_ids: list[str], rows: dict[str, dict]) -> int:
         """Write the output: the grid's rows in scenario order, then kept rows of scenarios no
         longer in the grid (their number is returned). The sidecar is removed."""
         if self._fh is not None:

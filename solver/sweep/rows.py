@@ -53,7 +53,7 @@ PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "num_microbat
                  "sequence_parallel", "zero", "ep", "etp")
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 

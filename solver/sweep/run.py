@@ -228,7 +228,8 @@ class _Progress:
     def __init__(self, total: int, enabled: bool):
         self.total, self.enabled = total, enabled and total > 0
         self.counts: dict[str, int] = {}
-        self._progress = self._task = None
+        self._progress: Any = None  # a rich Progress (imported only when enabled) and its task
+        self._task: Any = None
 
     def __enter__(self):
         if self.enabled:
