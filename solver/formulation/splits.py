@@ -140,7 +140,7 @@ def fill(slope, const, upper, active, hi: np.ndarray, num_layers: int) -> np.nda
     return lay
 
 
-def _slot_problem(form: LinearForm, p: int, rows: np.ndarray):
+def _slot_problem(form: LinearForm, p: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(slope, const, upper, active) of the stage slots of the p-stage shapes `rows`."""
     slope = np.maximum(form.slot_slope_s[rows], 1e-300)[:, None]
     const = expand(form.slot_const_s[rows], form.pp[rows], p)
