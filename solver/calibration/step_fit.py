@@ -115,7 +115,7 @@ def read_steps(path: str | Path) -> list[dict]:
     if len(rows) > MAX_STEP_ROWS:
         raise InputError("steps", f"{path.name} holds {len(rows):,} rows; at most {MAX_STEP_ROWS:,} measured steps are "
                                   f"fitted (give a representative subset)")
-    out = []
+    out: list[dict] = []
     for r in rows:
         norm = {}
         for k, v in r.items():

@@ -164,7 +164,7 @@ def linear_inputs(t: Tally, width: float, consumers: int, fp32_in: bool, linears
 def attention(t: Tally, model: ModelSpec, code: Code, fp32_in: bool, masked: bool, seq: float) -> None:
     """Projections, q/k norms, rotary, SDPA and the output projection (module docstring)."""
     h, q, kv, a, g = (float(x) for x in (model.hidden_size, model.q_hidden_size, model.kv_hidden_size,
-                                         model.num_attention_heads, model.num_kv_heads))
+                                         model.num_attention_heads, model.kv_heads))
     linear_inputs(t, h, 1 if code.fused_qkv else 3, fp32_in, 2 if code.fused_qkv else 4)
     if code.query_scale:
         t.add(traffic=4 * q, ops=(1, 1))

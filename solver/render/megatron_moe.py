@@ -189,7 +189,7 @@ def _with_sequence_parallel(job: JobSpec, plan: Plan, a: list[str], notes: list[
         notes.append(f"Megatron-LM builds MoE biases only with expert tensor parallelism 1; this plan has "
                      f"etp={etp}: it will refuse to start")
     world = job.cluster.num_gpus
-    if model.num_experts % ep or world % (etp * ep * par.pp):
+    if model.moe_dims[0] % ep or world % (etp * ep * par.pp):
         notes.append(f"ep={ep} must divide the {model.num_experts} experts and etp x ep x pp must divide the "
                      f"{world} GPUs: Megatron-LM will refuse this plan")
     return a

@@ -220,7 +220,7 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
         return empty
     # degrees, expert degrees, micro-batching and the pipeline split's variants (tp, pp, dp, cp,
     # vp, mbs, ep, etp, account_for_embedding, account_for_loss): a short Python loop
-    base = []
+    base: list[tuple[int, ...]] = []
     for tp, cp, pp, dp in _degrees(job):
         experts = expert_degrees(job, tp, cp, dp)
         variants = {ok: pipeline_variants(job, pp, ok) for ok in (False, True)}
