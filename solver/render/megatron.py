@@ -224,6 +224,8 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
     if model.num_kv_heads != model.num_attention_heads:
         a += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     if model.position_embedding == "rope":
+        # ModelSpec._defaults fills both for a rope model
+        assert model.rotary_percent is not None and model.rotary_base is not None
         a += ["--position-embedding-type", "rope", "--rotary-percent", _num(model.rotary_percent)]
         if float(model.rotary_base).is_integer():
             a += ["--rotary-base", str(int(model.rotary_base))]
