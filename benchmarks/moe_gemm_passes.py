@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from moe_kernels import CASES, MODELS, Timer  # noqa: E402
+from moe_kernels import MODELS, Timer, setup  # noqa: E402
 
 
 def grouped_passes(torch, x, w, grad, offs) -> dict:
@@ -91,18 +89,8 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    cuda = torch.cuda.is_available() and not args.tiny
-    device = "cuda" if cuda else "cpu"
-    cases = CASES
-    if args.tiny:
-        for name, (_, _, experts, topk, router) in list(MODELS.items()):
-            MODELS[name] = (64, 32, min(experts, 16), min(topk, 4), router)
-        cases = tuple((model, 64, min(ep, 4)) for model, _, ep in CASES[:3])
+    cuda, device, cases, env = setup(torch, args.tiny, num_tiny_cases=3)
     streams = [torch.cuda.Stream() for _ in range(4)] if cuda else []
-    env = dict(torch=torch.__version__, python=platform.python_version(), device=device,
-               when=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    if cuda:
-        env |= dict(device=torch.cuda.get_device_name(), cuda=torch.version.cuda)
     result = dict(what="MoE expert GEMM passes (benchmarks/moe_gemm_passes.py)",
                   how=__doc__.split("Needs only torch.")[1].strip(), env=env, rows=[])
     timer = Timer(torch, cuda)

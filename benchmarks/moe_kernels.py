@@ -140,6 +140,24 @@ def one_case(torch, timer: Timer, model: str, tokens: int, ep: int, device: str)
     return row
 
 
+def setup(torch, tiny: bool, num_tiny_cases: int) -> tuple[bool, str, tuple, dict]:
+    """(cuda, device, cases, environment) of a run; `tiny` shrinks MODELS in place and keeps the
+    first `num_tiny_cases` cases at 64 tokens (a CPU check of the script). Shared with
+    benchmarks/moe_gemm_passes.py."""
+    cuda = torch.cuda.is_available() and not tiny
+    device = "cuda" if cuda else "cpu"
+    cases = CASES
+    if tiny:
+        for name, (_, _, experts, topk, router) in list(MODELS.items()):
+            MODELS[name] = (64, 32, min(experts, 16), min(topk, 4), router)
+        cases = tuple((model, 64, min(ep, 4)) for model, _, ep in CASES[:num_tiny_cases])
+    env = dict(torch=torch.__version__, python=platform.python_version(), device=device,
+               when=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    if cuda:
+        env |= dict(device=torch.cuda.get_device_name(), cuda=torch.version.cuda)
+    return cuda, device, cases, env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
@@ -147,17 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    cuda = torch.cuda.is_available() and not args.tiny
-    device = "cuda" if cuda else "cpu"
-    cases = CASES
-    if args.tiny:
-        for name, (hidden, ffn, experts, topk, router) in list(MODELS.items()):
-            MODELS[name] = (64, 32, min(experts, 16), min(topk, 4), router)
-        cases = tuple((model, 64, min(ep, 4)) for model, _, ep in CASES[:4])
-    env = dict(torch=torch.__version__, python=platform.python_version(), device=device,
-               when=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    if cuda:
-        env |= dict(device=torch.cuda.get_device_name(), cuda=torch.version.cuda)
+    cuda, device, cases, env = setup(torch, args.tiny, num_tiny_cases=4)
     result = dict(what="one MoE layer's kernels (benchmarks/moe_kernels.py)", how=__doc__.split("Needs only torch")[1],
                   env=env, rows=[])
     timer = Timer(torch, cuda)
