@@ -24,7 +24,7 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
                  "gpt-neox-20b", "pythia-12b")
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
-       "Llama-4-Maverick-17B-128E-Instruct")
+       "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct")
 
 # Published total and active parameters (billions) of the MoE fixtures, as each publisher states
 # them. Publishers count "active" two ways: with the input embedding (Mistral, Qwen, Meta:
@@ -186,6 +186,30 @@ def test_moe_configs_published_to_two_digits(name):
     m = _load(name)
     assert abs(m.num_params / 1e9 - total) <= 0.01 * total, m.num_params
     assert active <= _active(m, no_input_emb) / 1e9 <= active * (1 + rel), _active(m, no_input_emb)
+
+
+def test_kimi_k2_read_through_its_architectures_entry():
+    """Kimi K2's model_type (kimi_k2) has no transformers class; its `architectures` entry,
+    DeepseekV3ForCausalLM, is the class its remote code loads, so the file is read as deepseek_v3
+    and the notes say so. Moonshot's README states 1T total and 32B activated (one and two
+    significant figures; activated with the output head, without the input embedding, as
+    DeepSeek counts); the catalog entry (Megatron-MoE-ModelZoo's Kimi-K2.yaml) has the same shape."""
+    m = _load("Kimi-K2-Instruct")
+    assert m.hf_model_type == "deepseek_v3" and "model_type kimi_k2, read as DeepseekV3ForCausalLM" in m.notes
+    assert m.num_experts == 384 and m.moe_router_topk == 8 and m.moe_layer_pattern == (0,) + (1,) * 60
+    assert round(m.num_params / 1e12) == 1 and round(_active(m, True) / 1e9) == 32
+    entry = load_model("kimi-k2")
+    for field in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size", "num_experts",
+                  "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
+                  "moe_layer_pattern", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                  "v_head_dim", "mtp_num_layers"):
+        assert getattr(entry, field) == getattr(m, field), field
+
+
+def test_unknown_model_type_with_an_unknown_architecture_is_refused():
+    with pytest.raises(InputError, match="unsupported architecture 'my_model'"):
+        model_from_hf_config({"model_type": "my_model", "architectures": ["MyModelForCausalLM"], "hidden_size": 64},
+                             "x")
 
 
 def test_llama4_scout_with_its_vision_encoder():

@@ -42,7 +42,7 @@ def test_every_row_is_read_or_skipped_with_a_stated_reason():
     counts = Counter(r.raw["model"]["key"] for r in readable)
     # every MoE model of the catalog the file measures is read (on H100, B200, GB200, GB300, B300)
     assert set(counts) == {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "mixtral-8x7b",
-                           "mixtral-8x22b", "llama4-scout"}, counts
+                           "mixtral-8x22b", "llama4-scout", "kimi-k2"}, counts
     assert len(readable) >= 70
 
 
@@ -172,3 +172,14 @@ def test_an_unnamed_fp8_recipe_is_the_sources_current_scaling():
     assert "not stated" in r.raw["precision"] and r.job.precision == "fp8-tensorwise"
     assert any("perf matrix" in a for a in r.assumed)
     assert BY_ID["mbridge_perf-25.09-qwen3-30b-a3b-gb200-mxfp8-8"].job.precision == "mxfp8"
+
+
+def test_kimi_k2_rows_read_from_the_catalog_entry_their_source_cites():
+    """Kimi K2's rows cite Megatron-MoE-ModelZoo's Kimi-K2.yaml, which the catalog entry follows;
+    the Muon optimizer the page notes is not priced, and the row says so."""
+    r = BY_ID["mbridge_perf-26.06-kimi-k2-gb300-mxfp8-256"]
+    assert r.skipped is None and r.job.model.name == "kimi-k2" and r.job.model.num_moe_layers == 60
+    assert any("Muon optimizer" in a and "costed as Adam" in a for a in r.assumed)
+    no_muon = _raw("mbridge_perf-26.06-kimi-k2-gb300-mxfp8-256")
+    no_muon["notes"] = [n for n in no_muon["notes"] if "muon" not in n.lower()]
+    assert not any("Muon" in a for a in moe_row_job(no_muon).assumed)

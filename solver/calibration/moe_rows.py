@@ -6,8 +6,8 @@ What a row states wins:
 - the model: the row's `model.key` names a catalog entry (each cites its config); the row's own
   dimensions (layers, hidden, heads, experts, top-k, expert FFN, MLA ranks) are checked against
   it and a row that disagrees is skipped with the difference. No dimension is taken from
-  anywhere else: a model without a catalog entry (Nemotron 3's hybrid Mamba-MoE, Kimi K2,
-  DeepSeek-V4) is skipped with that reason. MTP and token dropping follow the row's label
+  anywhere else: a model without a catalog entry (Nemotron 3's hybrid Mamba-MoE, DeepSeek-V4)
+  is skipped with that reason. MTP and token dropping follow the row's label
   ("with/without MTP", "token-drop" / "dropless"); unlabelled, the published config.
 - the configuration: tp, pp, cp, ep, vp, micro-batch, global batch; etp, recompute, sequence
   parallelism from the table or the matched Megatron-Bridge recipe (`parallel.other.recipe`, the
@@ -42,12 +42,12 @@ MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key -> catalog entry (models/*.yaml); family for cross-validation by model
 CATALOG_OF_KEY = {"deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
                   "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b", "mixtral-8x7b": "mixtral-8x7b",
-                  "mixtral-8x22b": "mixtral-8x22b", "llama4-scout": "llama4-scout", "llama4-maverick": "llama4-maverick"}
+                  "mixtral-8x22b": "mixtral-8x22b", "llama4-scout": "llama4-scout", "llama4-maverick": "llama4-maverick",
+                  "kimi-k2": "kimi-k2"}
 FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
                  "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG = {
     "nemotron3": "Nemotron 3 is a hybrid Mamba-Transformer MoE: the formulation has no Mamba layers",
-    "kimi-k2": "Kimi K2 has no catalog entry (its config is not among the sources)",
     "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
@@ -264,6 +264,9 @@ def moe_row_job(raw: dict) -> Row:
     recipe = (p.get("other") or {}).get("recipe") or {}
     layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
     model = _row_model(model, raw, layout, assumed)
+    if any("muon" in str(note).lower() for note in raw.get("notes") or ()):
+        assumed.append("Muon optimizer (the row's note) costed as Adam: Adam's two fp32 states bound the memory "
+                       "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
     if layout:
         assumed.append(f"pipeline layout {layout} costed with the balanced split")

@@ -46,8 +46,10 @@ Llama4TextConfig; DeepSeek-MoE's own remote-code `modeling_deepseek.py` for `dee
 - Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (the
   vision encoder and projector are not); a bare `llama4_text` config is accepted too.
 
-Other multimodal configs, other mixture-of-experts families and every other `model_type` are refused
-in one line.
+A `model_type` transformers has no class for, whose `architectures` names one of the classes above
+(Kimi K2: `kimi_k2` with `DeepseekV3ForCausalLM`, the class its remote code loads), is read as that
+class's family, and the notes say so. Other multimodal configs, other mixture-of-experts families and
+every other `model_type` are refused in one line.
 """
 
 from __future__ import annotations
@@ -88,7 +90,10 @@ def _model_type(data: dict) -> str:
     mt = data.get("model_type")
     archs = data.get("architectures") or []
     archs = [archs] if isinstance(archs, str) else archs
-    if mt is None and archs:
+    if archs and (mt is None or (mt not in _FAMILIES and _ARCHITECTURES.get(str(archs[0])) in _FAMILIES)):
+        # no model_type, or one transformers has no class for whose `architectures` names a
+        # modelling class it has (Kimi K2: model_type kimi_k2, DeepseekV3ForCausalLM): that class
+        # is what loads the weights (the remote code's auto_map points at it), so it is the family
         mt = _ARCHITECTURES.get(str(archs[0]), str(archs[0]))
     shown = mt if mt is not None else "?"
     if isinstance(data.get("text_config"), dict) or isinstance(data.get("vision_config"), dict):
@@ -437,7 +442,9 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     archs = data.get("architectures")
     arch = archs if isinstance(archs, str) else (archs[0] if isinstance(archs, list) and archs else mt)
     spec["source"] = f"Hugging Face config.json ({arch})"
-    spec["notes"] = "; ".join([f"converted from a Hugging Face config.json (model_type {mt})"] + notes)
+    stated = data.get("model_type")
+    read_as = f"model_type {mt}" if stated in (None, mt) else f"model_type {stated}, read as {arch}'s {mt}"
+    spec["notes"] = "; ".join([f"converted from a Hugging Face config.json ({read_as})"] + notes)
     try:
         return ModelSpec(**spec)
     except ValidationError as exc:
