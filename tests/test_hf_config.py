@@ -24,7 +24,7 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
                  "gpt-neox-20b", "pythia-12b")
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
-       "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct")
+       "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B")
 
 # Published total and active parameters (billions) of the MoE fixtures, as each publisher states
 # them. Publishers count "active" two ways: with the input embedding (Mistral, Qwen, Meta:
@@ -43,6 +43,8 @@ MOE_PUBLISHED = {
     "gpt-oss-120b": (116.8, 5.1, True, "same model card: 116.8B total, 5.1B active"),
     "Llama-4-Maverick-17B-128E-Instruct": (400, 17, False, "Meta Llama 4 model card: 17B active, 400B total"),
     "Qwen1.5-MoE-A2.7B": (14.3, 2.7, False, "Qwen/Qwen1.5-MoE-A2.7B model card: 14.3B in total, 2.7B activated"),
+    "Qwen2-57B-A14B": (57, 14, False, "Yang et al. 2024, Qwen2 Technical Report (arXiv 2407.10671) Table 1: 57B, 14B "
+                                      "activated"),
     "deepseek-moe-16b": (16.4, 2.8, False, "Dai et al. 2024, DeepSeekMoE, Table 2 / README: 16.4B total, 2.8B activated"),
 }
 # Two figures published to two digits that our count exceeds by more than their precision (checked
@@ -260,7 +262,8 @@ def test_moe_structures():
 MOE_TWINS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "mixtral-8x22b": "Mixtral-8x22B-v0.1",
              "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3", "qwen3-30b-a3b": "Qwen3-30B-A3B",
              "qwen3-235b-a22b": "Qwen3-235B-A22B", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
-             "llama4-scout": "Llama-4-Scout-17B-16E-Instruct", "llama4-maverick": "Llama-4-Maverick-17B-128E-Instruct"}
+             "llama4-scout": "Llama-4-Scout-17B-16E-Instruct", "llama4-maverick": "Llama-4-Maverick-17B-128E-Instruct",
+             "qwen2-57b-a14b": "Qwen2-57B-A14B"}
 MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
             "moe_shared_expert_gate", "moe_layer_freq", "moe_layer_pattern", "moe_router_score_function",
             "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
