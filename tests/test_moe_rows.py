@@ -183,3 +183,13 @@ def test_kimi_k2_rows_read_from_the_catalog_entry_their_source_cites():
     no_muon = _raw("mbridge_perf-26.06-kimi-k2-gb300-mxfp8-256")
     no_muon["notes"] = [n for n in no_muon["notes"] if "muon" not in n.lower()]
     assert not any("Muon" in a for a in moe_row_job(no_muon).assumed)
+
+
+def test_a_row_key_names_its_catalog_entry():
+    """Any catalog entry a row's key names is read (and checked against the row's dimensions); a key
+    no entry has is skipped, saying so."""
+    raw = _raw("mbridge_perf-26.06-kimi-k2-gb300-mxfp8-256")
+    raw["model"]["key"] = "deepseek-v2"
+    assert moe_row_job(raw).skipped == "the row states layers 61, the catalog's deepseek-v2 has 60"
+    raw["model"]["key"] = "no-such-model"
+    assert "has no catalog entry" in moe_row_job(raw).skipped

@@ -3,7 +3,8 @@ Megatron-Bridge's performance summaries and NeMo's documentation, MoE on H100 / 
 B300 / GB300) as rows `solveplan validate` predicts, with every inference named.
 
 What a row states wins:
-- the model: the row's `model.key` names a catalog entry (each cites its config); the row's own
+- the model: the row's `model.key` names a catalog entry (models/<key>.yaml, each citing its
+  config; a key no entry has is skipped with that reason); the row's own
   dimensions (layers, hidden, heads, experts, top-k, expert FFN, MLA ranks) are checked against
   it and a row that disagrees is skipped with the difference. No dimension is taken from
   anywhere else: a model without a catalog entry (Nemotron 3's hybrid Mamba-MoE, DeepSeek-V4)
@@ -39,11 +40,7 @@ from .rows import (ROW_READERS, Row, gpu_of, grad_reduce_dtype, measured_step_s,
                    published_row_cluster, recompute_of)
 
 MOE_FILE = "published_runs_moe_newgpu.json"
-# model.key -> catalog entry (models/*.yaml); family for cross-validation by model
-CATALOG_OF_KEY = {"deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
-                  "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b", "mixtral-8x7b": "mixtral-8x7b",
-                  "mixtral-8x22b": "mixtral-8x22b", "llama4-scout": "llama4-scout", "llama4-maverick": "llama4-maverick",
-                  "kimi-k2": "kimi-k2"}
+# model.key names the catalog entry (models/<key>.yaml); the family, for cross-validation by model
 FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
                  "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG = {
@@ -236,14 +233,14 @@ def _bool(*values) -> Optional[bool]:
 def moe_row_job(raw: dict) -> Row:
     """One row of the MoE / new-GPU file as a Row: a job whose constraints hold what the row (and
     its matched recipe) states, or the reason it is skipped."""
-    from ..catalog import catalog_families, load_model
+    from ..catalog import catalog_families, catalog_models, load_model
 
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
     key = str(m.get("key") or "")
     row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
               model_family=_family(key), raw=raw)
     reason = next((why for prefix, why in NOT_IN_CATALOG.items() if key.startswith(prefix)), None)
-    if reason or key not in CATALOG_OF_KEY:
+    if reason or key not in catalog_models():
         row.skipped = reason or f"model {m.get('name')!r} has no catalog entry"
         return row
     gpu = gpu_of(hw.get("gpu"))  # the one mapping of a row's GPU text (rows.gpu_of)
@@ -256,7 +253,7 @@ def moe_row_job(raw: dict) -> Row:
     if precision is None:
         row.skipped = f"precision {raw.get('precision')!r}: NVFP4 is not modelled"
         return row
-    model = load_model(CATALOG_OF_KEY[key])
+    model = load_model(key)
     wrong = _check_dims(m, model)
     if wrong:
         row.skipped = wrong
