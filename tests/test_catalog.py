@@ -64,6 +64,11 @@ def test_model_entry(name):
                        "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size"}
         moe_and_mla |= set() if raw.get("multi_latent_attention") else set(MLA_FIELDS)
     optional |= moe_and_mla
+    # a hybrid Mamba entry states its pattern and Mamba mixer (its E layers are the MoE layers: no
+    # moe_layer_freq); the others leave them out
+    hybrid = {"hybrid_layer_pattern", "mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups",
+              "mamba_conv_kernel", "mamba_chunk_size"}
+    optional |= {"moe_layer_freq"} if "hybrid_layer_pattern" in raw else hybrid
     assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None
     rope = m.position_embedding == "rope"

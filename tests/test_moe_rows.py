@@ -22,7 +22,7 @@ RAW = json.loads(PATH.read_text())["measurements"]
 ROWS = published_rows([str(PATH)])
 BY_ID = {r.id: r for r in ROWS}
 # every reason a row of this file may be skipped for, today
-REASONS = ("Nemotron 3 is a hybrid Mamba-Transformer MoE", "is not in the catalog", "has no catalog entry",
+REASONS = ("LatentMoE (experts in a latent width)", "is not in the catalog", "has no catalog entry",
            "NVFP4 is not modelled", "no legal configuration matches what the row states",
            # the file's dense rows (calibration.rows.skip_reason)
            "nvfp4: FP4 training recipes are not modelled", "fine-tuning", "activations offloaded to the Grace CPU")
@@ -42,7 +42,7 @@ def test_every_row_is_read_or_skipped_with_a_stated_reason():
     counts = Counter(r.raw["model"]["key"] for r in readable)
     # every MoE model of the catalog the file measures is read (on H100, B200, GB200, GB300, B300)
     assert set(counts) == {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "mixtral-8x7b",
-                           "mixtral-8x22b", "llama4-scout", "kimi-k2"}, counts
+                           "mixtral-8x22b", "llama4-scout", "kimi-k2", "nemotron3-nano"}, counts
     assert len(readable) >= 70
 
 

@@ -44,7 +44,36 @@ def model_facts(m) -> dict[str, Any]:
     }
     if m.is_moe:
         facts["moe"] = moe_facts(m)
+    if m.is_hybrid:
+        facts["hybrid"] = hybrid_facts(m)
     return facts
+
+
+def hybrid_facts(m) -> dict[str, Any]:
+    """The layers of a hybrid Mamba-Transformer model `show` prints: the pattern, layers and weights
+    per kind (total and active), the Mamba-2 mixer's dimensions."""
+    counts = {k: n for k, n in m.hybrid_layer_counts().items() if n}
+    total, active = m.hybrid_kind_params(), m.hybrid_kind_params(active=True)
+    return {"pattern": m.hybrid_layer_pattern, "layers": counts,
+            "layer_params": {k: total[k] for k in counts}, "layer_active_params": {k: active[k] for k in counts},
+            "mamba": dict(zip(("num_heads", "head_dim", "num_groups", "state_dim"), m.mamba_dims),
+                          d_inner=m.mamba_d_inner, conv_kernel=m.mamba_conv_kernel, chunk_size=m.mamba_chunk_size)
+            if "mamba" in counts else None}
+
+
+def _hybrid_rows(hy: dict) -> list[tuple[str, Any]]:
+    names = {"mamba": "Mamba-2", "attention": "attention", "mlp": "MLP", "moe": "MoE"}
+    rows: list[tuple[str, Any]] = [
+        ("layer kinds", ", ".join(f"{n} {names[k]}" for k, n in hy["layers"].items()) + f"  ({hy['pattern']})")]
+    if hy["mamba"]:
+        mb = hy["mamba"]
+        rows.append(("Mamba-2 mixer", f"{mb['num_heads']} heads of {mb['head_dim']} (d_inner {mb['d_inner']}), "
+                                      f"{mb['num_groups']} groups, state {mb['state_dim']}, conv {mb['conv_kernel']}, "
+                                      f"chunk {mb['chunk_size']}"))
+    per = [f"{names[k]} {v:,}" + (f" (active {hy['layer_active_params'][k]:,})" if hy["layer_active_params"][k] != v
+                                  else "") for k, v in hy["layer_params"].items()]
+    rows.append(("per layer", ", ".join(per)))
+    return rows
 
 
 def layer_pattern_summary(mask) -> str:
@@ -318,15 +347,18 @@ def _show_model(s, as_json: bool) -> None:
         ("layers", s.num_layers), ("hidden", s.hidden_size),
         ("heads (kv)", f"{s.num_attention_heads} ({s.num_kv_heads}), head_dim {s.head_dim}"),
         ("ffn", f"{s.ffn_hidden_size} ({'gated, 3 matrices' if s.gated_mlp else '2 matrices'})"
-                + (" in the dense layers" if moe and moe["num_dense_layers"] else "")),
+                + (" in the MLP layers" if s.is_hybrid else " in the dense layers" if moe and moe["num_dense_layers"]
+                   else "")),
         ("vocab", f"{s.vocab_size} ({'tied' if s.tied_embeddings else 'untied'} embeddings)"),
         ("parameters", f"{facts['num_params']:,} ({_b(facts['num_params'])})"
                        + (f"; source states {s.nominal_params_b:g}B" if s.nominal_params_b else "")),
     ]
     if moe:
         rows += _moe_rows(s, facts, moe)
-    else:
+    elif not s.is_hybrid:
         rows.append(("per layer", f"{facts['params_per_layer']:,}"))
+    if s.is_hybrid:  # the layer kinds replace the MoE/dense layer rows
+        rows = [r for r in rows if r[0] not in ("MoE layers", "per layer")] + _hybrid_rows(facts["hybrid"])
     _print_pairs(f"model {s.name}", rows + [
         ("embedding", f"{facts['embedding_params']:,}"),
         ("FLOPs/token (train)", f"{facts['flops_per_token']:.4g}  (Megatron-LM's count, causal attention)"),

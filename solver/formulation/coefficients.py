@@ -39,6 +39,7 @@ from .precision import gathered_param_bytes, matmul_rate, quantize_bytes_per_ele
 from .kernels import elementwise_bytes_per_token, linear_s
 from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
+from .hybrid import hybrid_unit
 from .memory import (
     BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes,
 )
@@ -384,6 +385,8 @@ class _StageTerms:
             layer_act=self.layer_act, working=self.recompute_working, first_act=self.first_act, z3_live=self.z3_live,
             recompute=self.rc, num_microbatches=self.m)
         model = self.model
+        if model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
+            return (*hybrid_unit(self), ends)
         if not (model.is_moe or model.mtp_num_layers):
             return dense, model.num_layers, ends
         moe_layer = self.moe_layer() if model.is_moe else None

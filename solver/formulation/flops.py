@@ -29,7 +29,8 @@ attention (DeepSeek-V2 Sec. 2.1): the GEMMs of its projections, 2 FLOPs per weig
 (`ModelSpec.attention_params` without the two latent norms), and a core of QK^T at
 d_qk = d_nope + d_rope and PV at d_v: `2*b*s^2*a*(d_qk + d_v)` (= 4*b*s^2*h_q for standard
 attention), halved with `causal`. Each MTP module (Megatron's `mtp_num_layers`) adds one layer of
-the last layer's kind, its 2h -> h projection and a second LM head.
+the last layer's kind, its 2h -> h projection and a second LM head. A hybrid Mamba model counts its
+layers by kind: attention cores only on its attention layers, Mamba layers' GEMMs and SSD scan.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
+from .mamba import mamba_layer_fwd_flop_per_token
 
 
 def _attention_gemm_per_token(model: ModelSpec) -> float:
@@ -81,8 +83,26 @@ def lm_head_fwd_flop(model: ModelSpec, tokens):
     return 2.0 * np.asarray(tokens, dtype=np.float64) * model.hidden_size * model.vocab_size
 
 
+def _hybrid_layers_fwd_flop(model: ModelSpec, tokens):
+    """Forward FLOPs of a hybrid model's layers by kind (Megatron-LM training.py `hybrid_flops`):
+    attention's projections, the MLP's and the MoE block's GEMMs (router, top-k routed and shared
+    experts), and each Mamba layer's GEMMs, conv1d and SSD scan (`mamba.mamba_layer_fwd_flop_per_token`)."""
+    h, n = model.hidden_size, model.hybrid_layer_counts()
+    per_token = n["attention"] * _attention_gemm_per_token(model) + n["mlp"] * 2 * h * model.ffn_hidden_size * model.mlp_matrices
+    if n["moe"]:
+        E, k, f_e = model.moe_dims
+        ffn = k * f_e + (model.moe_shared_expert_intermediate_size or 0)
+        per_token += n["moe"] * (2 * h * E + 2 * h * ffn * model.mlp_matrices)
+    if n["mamba"]:
+        per_token += n["mamba"] * mamba_layer_fwd_flop_per_token(model)
+    return np.asarray(tokens, dtype=np.float64) * per_token
+
+
 def layers_gemm_fwd_flop(model: ModelSpec, tokens):
-    """Forward GEMM FLOPs of every decoder layer and MTP layer (not the LM heads)."""
+    """Forward GEMM FLOPs of every decoder layer and MTP layer (not the LM heads); a hybrid model's
+    by layer kind (`_hybrid_layers_fwd_flop`)."""
+    if model.is_hybrid:
+        return _hybrid_layers_fwd_flop(model, tokens)
     dense = model.num_dense_layers * layer_gemm_fwd_flop(model, tokens)
     moe = model.num_moe_layers * moe_layer_gemm_fwd_flop(model, tokens) if model.is_moe else 0.0
     last_moe = model.is_moe and model.moe_layer_mask[-1]
@@ -92,6 +112,8 @@ def layers_gemm_fwd_flop(model: ModelSpec, tokens):
 
 
 def _attention_layers(model: ModelSpec) -> int:
+    if model.is_hybrid:
+        return model.hybrid_layer_counts()["attention"]
     return model.num_layers + model.mtp_num_layers
 
 

@@ -22,7 +22,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                attn_gemm_bwd, core_fwd, tp_pass, hidden, tp_comm_overlap, layer_cp, dp_step, opt_per_param, window,
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
-               fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ())) -> dict:
+               fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ()), attention: bool = True,
+               outer_act=None) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
@@ -48,7 +49,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       outputs (the pre-MLP norm, and the attention norm with MLA), "moe_act" the experts'
       activation output, "shared_experts" the shared experts' activations, "moe" the whole
       block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to
-      the backward."""
+      the backward. A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
@@ -63,7 +64,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     sel_s, freed = moe_selective(model, sel, M=M, t=t, ep=ep, etp=etp, imbalance=imbalance, mf=mf + host_f, mm=mm,
                                  act_kw=act_kw, hbm=hbm, precision=precision)
     rfwd = np.where(rc == 2, fwd, np.where(rc == 1, sel_s, 0.0))
-    tp_moe = tp_pass / 2 * (1 + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
+    tp_moe = tp_pass / 2 * (attention + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
     if tp_comm_overlap:
         tp_f, tp_b = hidden(tp_moe, attn_gemm_fwd + gf), hidden(tp_moe, attn_gemm_bwd + gbw)
     else:
@@ -76,7 +77,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     red_ne, ag_ne = dp_step(ne, param_bytes)
     red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
-    att_act, att_working = layer_activation_bytes(ffn=0, **act_kw)
+    att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
     moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, act_kw["linear_input_bytes"])
     block = moe_block + latent_bytes
     # selective by module: what stays of the block, and what is rebuilt one layer at a time

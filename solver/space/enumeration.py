@@ -97,7 +97,7 @@ def pipeline_variants(job: JobSpec, pp: int, interleave: bool) -> list[tuple[int
     interleaves = any(v > 1 for v in plain)
     needed = lambda v: named or (v not in plain if cons.vp is not None else not interleaves)  # noqa: E731
     for e, loss in ((True, False), (False, True), (True, True)):
-        if not (cons.allows("account_for_embedding", e) and cons.allows("account_for_loss", loss)):
+        if model.is_hybrid or not (cons.allows("account_for_embedding", e) and cons.allows("account_for_loss", loss)):
             continue
         S = slot_count(model.num_layers, e, loss)
         for v in _accounted_vps(S, pp, cons.vp, interleave, named):
@@ -126,13 +126,16 @@ def _allowed(cons, knob, values):
     return [v for v in values if cons.allows(knob, v)]
 
 
-def _knobs_legal(tp, pp, dp, cp, S, Z, moe: bool = False):
+def _knobs_legal(tp, pp, dp, cp, S, Z, moe: bool = False, hybrid: bool = False):
     """Which (sequence parallel, ZeRO) knobs a degree combination allows: SP needs tp > 1,
     optimizer sharding dp*cp > 1, ZeRO-3 no pipelining (scalars or numpy arrays); a MoE model
-    needs SP with tp > 1 and ZeRO <= 1 (`space.experts`)."""
+    needs SP with tp > 1 and ZeRO <= 1 (`space.experts`); a hybrid Mamba model ZeRO <= 1 and no
+    context parallelism (`space.experts.hybrid_violations`)."""
     ok = ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
     if moe:
         ok = ok & ~(~S & (tp > 1)) & (Z <= 1)
+    if hybrid:
+        ok = ok & (Z <= 1) & (cp == 1)
     return ok
 
 
@@ -160,7 +163,7 @@ def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
     total, max_pp = 0, 0
     moe = job.model.is_moe
     for tp, cp, pp, dp in _degrees(job):
-        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, moe).sum()) * len(expert_degrees(job, tp, cp, dp))
+        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, moe, job.model.is_hybrid).sum()) * len(expert_degrees(job, tp, cp, dp))
         if knobs == 0:
             continue
         variants = {ok: len(pipeline_variants(job, pp, ok)) for ok in (False, True)}
@@ -198,7 +201,7 @@ def _degrees(job: JobSpec):
         if model.num_attention_heads % tp or model.num_kv_heads % tp or any(w % tp for w in widths):
             continue
         for cp in _allowed(cons, "cp", divisors(N // tp)):
-            if cp > 1 and (not job.flash_attention or s % (2 * cp)):
+            if cp > 1 and (not job.flash_attention or s % (2 * cp) or model.is_hybrid):
                 continue
             for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
                 dp = N // (tp * cp * pp)
@@ -236,6 +239,6 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     deg = np.repeat(np.array(base, dtype=np.int64), nk, axis=0)
     R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
-    ok = _knobs_legal(tp, pp, dp, cp, S, Z, job.model.is_moe)
+    ok = _knobs_legal(tp, pp, dp, cp, S, Z, job.model.is_moe, job.model.is_hybrid)
     arr = np.column_stack([deg[ok][:, :6], R[ok], S[ok].astype(np.int64), Z[ok], deg[ok][:, 6:]])
     return Space(Shapes(*(arr[:, i] for i in range(13))), int(ok.sum()))

@@ -42,11 +42,33 @@ from ..specs import JobSpec, ModelSpec
 
 
 def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
-    """The FFN widths tp must divide: the dense layers' MLP (when the model has dense layers) and
-    the shared experts (Megatron splits both over the attention's tp)."""
-    dense = (model.ffn_hidden_size,) if model.num_dense_layers else ()
+    """The widths tp must divide: the dense layers' MLP (when the model has dense layers: a hybrid
+    model's MLP layers, -), the shared experts (Megatron splits both over the attention's tp), and a
+    hybrid model's Mamba heads and groups (megatron/core/ssm/mamba_mixer.py at d98e8a6: "nheads must
+    be evenly divisble by tp_size", "ngroups must be evenly divisible by tp_size")."""
+    has_mlp = model.hybrid_layer_counts()["mlp"] if model.is_hybrid else model.num_dense_layers
+    dense = (model.ffn_hidden_size,) if has_mlp else ()
     shared = (model.moe_shared_expert_intermediate_size,) if model.moe_shared_expert_intermediate_size else ()
-    return dense + shared
+    mamba = model.mamba_dims[::2] if model.is_hybrid and model.mamba_num_heads is not None else ()
+    return dense + shared + mamba
+
+
+def hybrid_violations(model: ModelSpec, *, cp: int, zero: int, account: bool) -> list[tuple[str, str]]:
+    """What a hybrid Mamba model's configuration may not use here: context parallelism (Megatron's
+    Mamba CP, megatron/core/ssm/mamba_context_parallel.py, is not priced), ZeRO-2/3 (its per-layer
+    sharding is priced for Transformer layers only), and a split counting the embedding or the loss
+    (Megatron-LM arguments.py: not with --hybrid-layer-pattern)."""
+    if not model.is_hybrid:
+        return []
+    errs = []
+    if cp > 1:
+        errs.append(("cp", "context parallelism of Mamba layers is not modelled; use cp = 1"))
+    if zero >= 2:
+        errs.append(("zero", "ZeRO-2/3 of a hybrid Mamba model is not modelled; use zero = 0 or 1"))
+    if account:
+        errs.append(("account_for_embedding", "Megatron-LM does not count the embedding or loss as layers with "
+                                              "--hybrid-layer-pattern; leave both out of the split"))
+    return errs
 
 
 def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: int, sequence_parallel: bool,

@@ -25,7 +25,7 @@ from ..errors import InputError, path
 from ..specs import JobSpec
 from ..specs.frameworks import config_conflicts, default_for
 from .enumeration import enumerate_shapes
-from .experts import default_etp, ep_violations, tp_split_widths
+from .experts import default_etp, ep_violations, hybrid_violations, tp_split_widths
 from .pipeline_split import rank_layers, split_problems, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 
@@ -55,8 +55,8 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("tp", f"{tp} does not divide num_kv_heads {model.num_kv_heads} (Megatron needs query groups divisible by tp)"))
     for width in tp_split_widths(model):
         if width % tp:
-            errs.append(("tp", f"{tp} does not divide the FFN width {width} (ffn_hidden_size or "
-                               f"moe_shared_expert_intermediate_size)"))
+            errs.append(("tp", f"{tp} does not divide the width {width} (ffn_hidden_size, "
+                               f"moe_shared_expert_intermediate_size, or mamba_num_heads / mamba_num_groups)"))
     if cp > 1 and not job.flash_attention:
         errs.append(("cp", "context parallelism needs flash attention; turn flash attention on or use cp = 1"))
     if cp > 1 and s % (2 * cp):
@@ -83,6 +83,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("zero", f"optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use zero = 0"))
     if zero == 3 and pp > 1:
         errs.append(("zero", "ZeRO-3 is not combined with pipeline parallelism; use zero = 1 or pp = 1"))
+    errs += hybrid_violations(model, cp=cp, zero=zero, account=account_for_embedding or account_for_loss)
     errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, zero=zero,
                           pp=pp, vp=vp, recompute=recompute, a2a_overlap=job.moe_a2a_overlap)
     return dp, errs

@@ -60,6 +60,7 @@ from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _Family
+from .hf_hybrid import hybrid_fields
 from .model import ModelSpec
 
 FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
@@ -430,6 +431,8 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         spec["kv_channels"] = head_dim
     if mt in _MOE:
         spec.update(_moe(data, mt, layers, notes))
+    if mt == "nemotron_h":
+        spec.update(hybrid_fields(data, mt, layers, notes, _int, _fail))
     seq = _seq_length(data, mt, notes)
     if seq is not None:
         spec["seq_length"] = seq

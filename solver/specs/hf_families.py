@@ -48,6 +48,10 @@ _FAMILIES: dict[str, _Family] = {
                     caveats=("non-parametric LayerNorm (no weights)",)),
     "olmo2": _Family(gated=True, tied=False, eps=1e-5, qk_norm=True,
                      caveats=("norms after attention and MLP (reordered), QK norm over the whole projection",)),
+    # Nemotron-H / Nemotron 3 (hybrid Mamba-2; specs/hf_hybrid.py reads the pattern and the Mamba and
+    # MoE keys): squared-ReLU MLPs, RMSNorm, no position embedding (Megatron-Bridge nemotron_h_bridge.py
+    # sets position_embedding_type "none"), untied
+    "nemotron_h": _Family(gated=False, tied=False, position="none", act="relu2", eps=1e-5),
     "nemotron": _Family(gated=False, tied=False, normalization="LayerNorm", zero_centered=True, eps=1e-5,
                         rotary_percent=0.5, act="relu2"),
     "gpt_neox": _Family(gated=False, tied=False, normalization="LayerNorm", eps=1e-5, bias=True, qkv_bias=True,
@@ -110,7 +114,7 @@ _ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
-    "Olmo2ForCausalLM": "olmo2", "NemotronForCausalLM": "nemotron", "GPTNeoXForCausalLM": "gpt_neox",
+    "Olmo2ForCausalLM": "olmo2", "NemotronForCausalLM": "nemotron", "NemotronHForCausalLM": "nemotron_h", "GPTNeoXForCausalLM": "gpt_neox",
     "GPT2LMHeadModel": "gpt2", "OPTForCausalLM": "opt", "BloomForCausalLM": "bloom",
     "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekForCausalLM": "deepseek", "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",

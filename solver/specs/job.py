@@ -181,6 +181,9 @@ class JobSpec(Spec):
         if self.precision not in PRECISIONS_RUN.get(self.framework, (self.precision,)):
             raise ValueError(f"framework {self.framework} trains {' or '.join(PRECISIONS_RUN[self.framework])} "
                              f"(torch.autocast), not {self.precision}: use framework megatron or torchtitan for FP8")
+        if self.model.is_hybrid and self.framework != "megatron":
+            raise ValueError(f"a hybrid Mamba model ({self.model.name}) is planned for framework megatron only "
+                             f"(Megatron-LM's hybrid model; {self.framework} has no Mamba-2 layers): use megatron")
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
         if self.recompute_modules and "moe_act" in self.recompute_modules and not self.model.is_moe:

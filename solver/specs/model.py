@@ -8,6 +8,7 @@ from typing import Literal, Optional
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from .base import Name, Spec
+from .hybrid import HybridShape
 
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
@@ -22,7 +23,7 @@ MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
 
 
-class ModelSpec(Spec):
+class ModelSpec(HybridShape, Spec):
     name: Name
     num_layers: PositiveInt
     hidden_size: PositiveInt
@@ -109,6 +110,19 @@ class ModelSpec(Spec):
     mtp_num_layers: NonNegativeInt = Field(
         0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
                        "layer, a 2h x h projection and two norms, and a second LM head pass")
+    # ---- hybrid Mamba-Transformer models (Nemotron-H, Nemotron 3; Megatron-LM --hybrid-layer-pattern,
+    # formerly --hybrid-override-pattern, and --mamba-*; megatron/core/ssm/mamba_mixer.py)
+    hybrid_layer_pattern: Optional[str] = Field(
+        None, description="one symbol per layer: M Mamba-2, * attention, - MLP, E MoE (Megatron "
+                          "--hybrid-layer-pattern, HF hybrid_override_pattern); unset: a Transformer")
+    mamba_state_dim: Optional[PositiveInt] = Field(None, description="SSM state size N (HF ssm_state_size)")
+    mamba_head_dim: Optional[PositiveInt] = Field(None, description="Mamba-2 head dimension P (HF mamba_head_dim)")
+    mamba_num_heads: Optional[PositiveInt] = Field(
+        None, description="Mamba-2 heads H (HF mamba_num_heads); d_inner = H x P")
+    mamba_num_groups: Optional[PositiveInt] = Field(
+        None, description="B/C groups G shared by the heads (HF n_groups, Megatron --mamba-num-groups)")
+    mamba_conv_kernel: PositiveInt = Field(4, description="depthwise causal conv1d width (HF conv_kernel; Megatron d_conv 4)")
+    mamba_chunk_size: PositiveInt = Field(128, description="SSD chunk length Q (HF chunk_size; Megatron chunk_size 128)")
     seq_length: PositiveInt = Field(2048, description="sequence length of the source's training recipe (job default)")
     global_batch_size: PositiveInt = Field(512, description="global batch (sequences) of the source's recipe (job default)")
     nominal_params_b: Optional[float] = Field(None, gt=0, description="parameter count the source states, billions")
@@ -165,6 +179,7 @@ class ModelSpec(Spec):
                              f"num_layers ({self.num_layers}) layers")
         if self.add_bias_linear and self.add_qkv_bias is False:
             raise ValueError("add_qkv_bias false with add_bias_linear true: linear biases include the QKV projection")
+        self._check_hybrid()
         self._check_moe()
         self._check_mla()
         return self
@@ -301,7 +316,10 @@ class ModelSpec(Spec):
 
     @property
     def moe_layer_params(self) -> int:
-        """Weights of one MoE layer: attention, every routed expert, shared experts, router, norms."""
+        """Weights of one MoE layer: attention, every routed expert, shared experts, router, norms;
+        a hybrid model's MoE layer (E) holds no attention: the MoE block and its norm."""
+        if self.is_hybrid:
+            return self.hybrid_kind_params()["moe"]
         return self.attention_params + self._moe_mlp_params(self.moe_dims[0]) + 4 * self.hidden_size
 
     @property
@@ -316,6 +334,8 @@ class ModelSpec(Spec):
         (Megatron-LM `get_gpt_decoder_block_spec`); all False for a dense model."""
         if not self.is_moe:
             return (False,) * self.num_layers
+        if self.hybrid_layer_pattern is not None:
+            return tuple(c == "E" for c in self.hybrid_layer_pattern)
         if self.moe_layer_pattern is not None:
             return tuple(bool(v) for v in self.moe_layer_pattern)
         return tuple(i % self.moe_layer_freq == 0 for i in range(self.num_layers))
@@ -330,6 +350,8 @@ class ModelSpec(Spec):
         (3, 0, 1, 58); Llama 4 Maverick's alternation: (0, 1, 1, 24). Of the two readings (no
         prefix, or the leading dense layers as the prefix) the one with more units is taken;
         a pattern with no period is one unit (a single pipeline stage)."""
+        if self.hybrid_layer_pattern is not None:
+            return self._hybrid_units()
         mask = self.moe_layer_mask
         if not self.is_moe:
             return 0, 1, 0, self.num_layers
@@ -344,6 +366,35 @@ class ModelSpec(Spec):
                 best = cand
         assert best is not None  # the loop runs at least once
         return best
+
+    @property
+    def norm_params(self) -> int:
+        """One norm's weights: h (RMSNorm), 2h (LayerNorm's weight and bias)."""
+        return self.hidden_size * (1 if self.normalization == "RMSNorm" else 2)
+
+    @property
+    def mamba_layer_params(self) -> int:
+        """Weights of one Mamba layer (Megatron `MambaLayer` + `MambaMixer`, mamba_mixer.py at
+        d98e8a6): the pre-norm (fused into in_proj), in_proj h x (2 d_inner + 2GN + H) without bias,
+        the conv1d's weight and bias (d_inner + 2GN) x (kernel + 1), dt_bias, A_log and D (H each),
+        the gated RMSNorm d_inner, out_proj d_inner x h."""
+        H, _, _, _ = self.mamba_dims
+        d_in, h = self.mamba_d_inner, self.hidden_size
+        conv = self.mamba_conv_channels * (self.mamba_conv_kernel + 1)
+        return self.norm_params + h * self.mamba_in_proj_width + conv + 3 * H + d_in + d_in * h
+
+    def hybrid_kind_params(self, active: bool = False) -> dict[str, int]:
+        """Weights of one layer of each hybrid kind, its pre-norm included (Megatron builds each
+        symbol as a layer with its own norm): attention, MLP, MoE (all experts, or the top-k with
+        `active`), Mamba."""
+        out = {"attention": self.attention_params + self.norm_params,
+               "mlp": self.mlp_matrices * self.hidden_size * self.ffn_hidden_size + self.norm_params}
+        if self.is_moe:
+            E, k, _ = self.moe_dims
+            out["moe"] = self._moe_mlp_params(k if active else E) + self.norm_params
+        if self.mamba_num_heads is not None:
+            out["mamba"] = self.mamba_layer_params
+        return out
 
     @property
     def num_pipeline_units(self) -> int:
@@ -376,7 +427,10 @@ class ModelSpec(Spec):
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
-    def _layers_params(self, moe_params: int) -> int:
+    def _layers_params(self, moe_params: int, active: bool = False) -> int:
+        if self.is_hybrid:
+            per = self.hybrid_kind_params(active)
+            return sum(n * per[kind] for kind, n in self.hybrid_layer_counts().items() if n)
         return self.num_dense_layers * self.dense_layer_params + self.num_moe_layers * moe_params
 
     @property
@@ -391,5 +445,5 @@ class ModelSpec(Spec):
     def num_active_params(self) -> int:
         """Parameters one token uses (MoE: top-k routed experts); equals num_params for a dense model."""
         head = 0 if self.tied_embeddings else self.embedding_params
-        layers = self._layers_params(self.moe_layer_active_params if self.is_moe else 0)
+        layers = self._layers_params(self.moe_layer_active_params if self.is_moe else 0, active=True)
         return layers + self.embedding_params + head + 2 * self.hidden_size

@@ -1,0 +1,156 @@
+"""The layers of a hybrid Mamba-Transformer model (Megatron-LM --hybrid-layer-pattern; Nemotron-H,
+Nemotron 3) in the stage coefficients: each pattern symbol is one Megatron layer with its own
+pre-norm and residual (megatron/core/models/hybrid/hybrid_block.py at d98e8a6), priced by kind from
+the same terms as a Transformer layer (`coefficients._StageTerms`, whose attributes are read here):
+
+- attention (*): the dense layer without its MLP, as a MoE layer's attention is
+  (`coefficients._StageTerms.moe_layer`), less one norm and residual (the MLP's);
+- MLP (-): the dense layer's MLP GEMMs and elementwise work, one norm and residual;
+- MoE (E): `moe_layer.moe_layer_terms` with no attention (its norm and residual, its MoE block);
+- Mamba (M): `mamba.py` (in_proj / out_proj GEMMs, the conv1d + SSD scan + norm as a roofline,
+  the activations the fused kernel saves);
+
+each with one TP collective pair per pass (attention's, the MLP's, the Mamba mixer's out_proj; a
+MoE layer's shared experts and ETP as `moe_layer_terms` prices them), its weights' data-parallel
+reduction and optimizer step, and its stored activations (Korthikanti et al. 2022 Table 2 per
+sublayer: one norm input and one linear input of the replicated 10h). A pipeline unit is one period
+of the pattern (`ModelSpec.pipeline_units`), its costs the sums of its layers', its working set the
+largest layer's: every split searched stays exactly priced. Under selective recomputation the
+attention keeps the dense layer's modules (core_attn, MLA up projections) and the MoE layers
+theirs (`moe_layer.moe_selective`); an MLP layer's "mlp" module and the Mamba mixer are not
+recomputed (no Megatron selective module names them here)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import elementwise_bytes_per_token, linear_s
+from .mamba import mamba_activation_bytes, mamba_linears, mixer_s
+from .memory import BF16_BYTES, layer_activation_bytes
+from .moe_layer import moe_layer_terms
+from .precision import gathered_param_bytes, quantize_bytes_per_element
+
+
+def _norm_s(T):
+    """(forward, backward) of one sublayer's norm and residual add on one GPU: half of the dense
+    layer's two (`kernels.elementwise_bytes_per_token` with no attention or MLP widths)."""
+    f, b = elementwise_bytes_per_token(hidden=T.h, q_width=0, kv_width=0, ffn=0, gated=False, rotary=False,
+                                       sp_degree=T.rep, tp=T.t)
+    return T.M * f / 2 / T.hbm, T.M * b / 2 / T.hbm
+
+
+def _overhead_s(T):
+    return T.gpu.layer_overhead_us * 1e-6  # ZeRO <= 1 for hybrid models (space.experts.hybrid_violations)
+
+
+def sublayer_activation_bytes(T, **widths):
+    """(stored, working) activations of one sublayer (`memory.layer_activation_bytes` with half the
+    replicated 10h: one norm input, one linear input, one dropout mask); under full recomputation the
+    sublayer's input, 2h."""
+    stored, working = layer_activation_bytes(**{**T.act_kw, "hidden": T.h / 2, **widths})
+    return np.where(T.rc == 2, BF16_BYTES * T.M * T.h / T.rep, stored), working
+
+
+def _layer(T, *, fwd, bwd, rfwd, gemm_fwd, gemm_bwd, params_gpu, act, working, cp=0.0) -> dict:
+    """The per-layer terms (`coefficients._StageTerms.per_layer_and_ends`' keys) of a sublayer with
+    one TP collective pair per pass and `params_gpu` weights on this GPU."""
+    pair = T.tp_pass / 2
+    if T.tp_comm_overlap:
+        tf, tb = T.hidden(pair, gemm_fwd), T.hidden(pair, gemm_bwd)
+    else:
+        tf = tb = pair
+    red, ag = T.dp_step(params_gpu, gathered_param_bytes(T.precision, T.fp8_param_gather))
+    n = len(T.z)
+    return dict(compute=fwd + bwd + rfwd, tp=tf * (1 + (T.rc == 2)) + tb, cp=cp + np.zeros(n), zero3=np.zeros(n),
+                ep=np.zeros(n), fwd=fwd + tf, bwd=bwd + tb, work=fwd + bwd, dp_step=red + ag,
+                opt=params_gpu * T.opt_per_param, window=T.window(fwd + tf, bwd + tb), params=params_gpu * T.pb,
+                grads=params_gpu * T.gb, optim=params_gpu * T.ob, act=act, working=working)
+
+
+def _attention_and_mlp_s(T):
+    """((forward, backward) of the attention sublayer, the same of the MLP sublayer): the dense
+    layer's times split at its MLP, each with one norm, residual and launch overhead."""
+    model, g, hbm, M = T.model, T.g, T.hbm, T.M
+    el0_f, el0_b = elementwise_bytes_per_token(hidden=T.h, q_width=T.hq, kv_width=T.hkv, ffn=0, gated=model.gated_mlp,
+                                               rotary=model.position_embedding == "rope", sp_degree=T.rep, tp=T.t)
+    nf, nb = _norm_s(T)
+    oh = _overhead_s(T)
+    mlp_f = g.mlp_fwd + M * (T.el_fwd - el0_f) / hbm
+    mlp_b = g.mlp_bwd + M * (T.el_bwd - el0_b) / hbm
+    return (T.fwd - mlp_f - nf, T.bwd - mlp_b - nb), (mlp_f + nf + oh, mlp_b + nb + 2 * oh)
+
+
+def attention_layer(T) -> dict:
+    """An attention sublayer (*): module docstring."""
+    model, rc, sel = T.model, T.rc, T.sel
+    (f, b), _ = _attention_and_mlp_s(T)
+    act, working = sublayer_activation_bytes(T, ffn=0)
+    act = act - np.where(rc == 1, sel.attention_freed_bytes - T.scores, 0.0)
+    working = working - np.where(rc == 1, T.scores, 0.0)
+    if T.latent_width:
+        act, working = act + np.where(rc == 2, 0.0, T.latent_width * T.M), working + np.where(rc == 2, T.latent_width * T.M, 0.0)
+    return _layer(T, fwd=f, bwd=b, rfwd=np.where(rc == 2, f, np.where(rc == 1, sel.attention_s, 0.0)),
+                  gemm_fwd=T.g.gemm_fwd - T.g.mlp_fwd, gemm_bwd=T.g.gemm_bwd - T.g.mlp_bwd,
+                  params_gpu=model.hybrid_kind_params()["attention"] / T.t, act=act, working=working, cp=T.layer_cp)
+
+
+def mlp_layer(T) -> dict:
+    """An MLP sublayer (-): module docstring."""
+    _, (f, b) = _attention_and_mlp_s(T)
+    act, working = sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, ffn=T.f)
+    return _layer(T, fwd=f, bwd=b, rfwd=np.where(T.rc == 2, f, 0.0), gemm_fwd=T.g.mlp_fwd, gemm_bwd=T.g.mlp_bwd,
+                  params_gpu=T.model.hybrid_kind_params()["mlp"] / T.t, act=act, working=working)
+
+
+def mamba_layer(T) -> dict:
+    """A Mamba-2 sublayer (M): its two GEMMs at the recipe's rate with the recipe's quantisation of
+    their inputs (as `layer_terms.layer_linears_s`), the mixer's kernels (`mamba.mixer_s`), its norm,
+    residual and launch overhead; activations `mamba.mamba_activation_bytes`."""
+    model, M, t, hbm, gpu = T.model, T.M, T.t, T.hbm, T.gpu
+    cast = quantize_bytes_per_element(T.precision)
+    gf = gb = cf = cb = 0.0
+    for N, K in mamba_linears(model, t):
+        fw, bw = linear_s(M, N, K, **T.mm)
+        gf, gb, cf, cb = gf + fw, gb + bw, cf + cast * M * K / hbm, cb + cast * M * N / hbm
+    mf, mb = mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
+                     hbm_bytes_per_s=hbm)
+    nf, nb = _norm_s(T)
+    oh = _overhead_s(T)
+    fwd, bwd = gf + cf + mf + nf + oh, gb + cb + mb + nb + 2 * oh
+    stored = mamba_activation_bytes(model, M, t, T.rep, T.act_kw["linear_input_bytes"])
+    act = np.where(T.rc == 2, BF16_BYTES * M * T.h / T.rep, stored)
+    return _layer(T, fwd=fwd, bwd=bwd, rfwd=np.where(T.rc == 2, fwd, 0.0), gemm_fwd=gf, gemm_bwd=gb,
+                  params_gpu=model.mamba_layer_params / t, act=act, working=np.where(T.rc == 2, stored, 0.0))
+
+
+def moe_layer(T) -> dict:
+    """A MoE sublayer (E): `moe_layer.moe_layer_terms` with no attention; its norm, residual and
+    launch overhead stand in the attention's place."""
+    nf, nb = _norm_s(T)
+    oh, zeros = _overhead_s(T), np.zeros(len(T.z))
+    return moe_layer_terms(
+        T.model, T.cluster, T.shapes, M=T.M, attn_fwd=nf + oh, attn_bwd=nb + 2 * oh, attn_gemm_fwd=zeros,
+        attn_gemm_bwd=zeros, core_fwd=zeros, tp_pass=T.tp_pass, hidden=T.hidden, tp_comm_overlap=T.tp_comm_overlap,
+        layer_cp=zeros, dp_step=T.dp_step, opt_per_param=T.opt_per_param, window=T.window,
+        state_bytes=(T.pb, T.gb, T.ob), grad_bytes=T.grad_bytes, act_kw=T.act_kw,
+        adam_s_per_param=T.adam_bytes / T.hbm, a2a_overlap=T.moe_a2a_overlap, dispatcher=T.moe_token_dispatcher,
+        latent_bytes=0.0, hbm=T.hbm, mm=T.mm, bf16mm=T.bf16mm, precision=T.precision,
+        grad_reduce_dtype=T.grad_reduce_dtype, fp8_param_gather=T.fp8_param_gather, cuda_graph=T.cuda_graph,
+        imbalance=T.moe_load_imbalance, selective=dict(mods=T.mods, attn_s=zeros, attn_freed=0.0, attn_working=0.0),
+        attention=False, outer_act=sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, ffn=0))
+
+
+KIND_TERMS = {"attention": attention_layer, "mlp": mlp_layer, "mamba": mamba_layer, "moe": moe_layer}
+
+
+def hybrid_unit(T) -> tuple[dict, int]:
+    """(the terms of one pipeline unit, the number of units): the sum of each kind's terms over one
+    period of the pattern (`ModelSpec.pipeline_units`), the working set the largest of its kinds'."""
+    model = T.model
+    _, d, m, units = model.pipeline_units
+    assert model.hybrid_layer_pattern is not None
+    counts = {k: n for k, n in model.hybrid_layer_counts(model.hybrid_layer_pattern[:d + m]).items() if n}
+    kinds = {k: KIND_TERMS[k](T) for k in counts}
+    unit = {key: sum(counts[k] * kinds[k][key] for k in kinds) for key in next(iter(kinds.values()))}
+    unit["working"] = np.maximum.reduce([np.broadcast_to(kinds[k]["working"], T.z.shape) for k in kinds])
+    return unit, units

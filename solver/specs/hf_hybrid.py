@@ -1,0 +1,55 @@
+"""The hybrid Mamba-Transformer keys of a Hugging Face `nemotron_h` config.json (Nemotron-H,
+Nemotron 3), as transformers' NemotronHConfig and Megatron-Bridge's `NemotronHBridge`
+(src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py at 067f987) read them:
+
+- `hybrid_override_pattern` -> `hybrid_layer_pattern` (one symbol per layer: M Mamba-2,
+  * attention, - MLP, E MoE; Megatron --hybrid-layer-pattern);
+- `ssm_state_size`, `mamba_head_dim`, `mamba_num_heads`, `n_groups`, `conv_kernel`,
+  `chunk_size` -> the Mamba-2 mixer (Megatron --mamba-state-dim, --mamba-head-dim,
+  --mamba-num-heads, --mamba-num-groups);
+- `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+  `moe_shared_expert_intermediate_size` -> the MoE layers (E): sigmoid router scores with the
+  expert bias (Megatron-Bridge's Nemotron 3 recipes: moe_router_score_function "sigmoid",
+  moe_router_enable_expert_bias True); `intermediate_size` stays the MLP layers' (-) width.
+
+Refused in one line: `moe_latent_size` (LatentMoE, Nemotron 3 Super and Ultra: the routed experts
+run in a latent width, not modelled) and MTP blocks (`num_nextn_predict_layers`, whose
+`mtp_hybrid_override_pattern` layers the formulation does not price)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: Callable[..., Any],
+                  fail: Callable[[str], Exception]) -> dict:
+    """The ModelSpec fields of a `nemotron_h` config beyond the Transformer's (module docstring);
+    `read_int` and `fail` are specs.hf's checked reader and error."""
+    pattern = data.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != layers:
+        raise fail(f"({mt}) 'hybrid_override_pattern' must be a string of one symbol per layer ({layers})")
+    if data.get("moe_latent_size"):
+        raise fail(f"({mt}) moe_latent_size {data['moe_latent_size']}: LatentMoE (Nemotron 3 Super / Ultra) is "
+                   f"not modelled")
+    if data.get("num_nextn_predict_layers"):
+        raise fail(f"({mt}) num_nextn_predict_layers {data['num_nextn_predict_layers']}: hybrid MTP blocks "
+                   f"(mtp_hybrid_override_pattern) are not modelled")
+    out: dict[str, Any] = dict(
+        hybrid_layer_pattern=pattern, mamba_state_dim=read_int(data, mt, "ssm_state_size"),
+        mamba_head_dim=read_int(data, mt, "mamba_head_dim"), mamba_num_heads=read_int(data, mt, "mamba_num_heads"),
+        mamba_num_groups=read_int(data, mt, "n_groups"), mamba_conv_kernel=read_int(data, mt, "conv_kernel", default=4),
+        mamba_chunk_size=read_int(data, mt, "chunk_size", default=128))
+    experts = data.get("n_routed_experts") or 0
+    if "E" in pattern:
+        experts = read_int(data, mt, "n_routed_experts")
+        out.update(num_experts=experts, moe_router_topk=read_int(data, mt, "num_experts_per_tok"),
+                   moe_ffn_hidden_size=read_int(data, mt, "moe_intermediate_size"),
+                   moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True)
+        shared = read_int(data, mt, "moe_shared_expert_intermediate_size", default=None)
+        if shared and data.get("n_shared_experts", 1):
+            out["moe_shared_expert_intermediate_size"] = shared
+    counts = {kind: pattern.count(sym) for sym, kind in (("M", "Mamba-2"), ("*", "attention"), ("-", "MLP"),
+                                                          ("E", "MoE"))}
+    notes.append("hybrid layers: " + ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+                 + (f"; {experts} experts, top-{out['moe_router_topk']}" if "E" in pattern else ""))
+    return out

@@ -1,0 +1,110 @@
+"""The hybrid Mamba-Transformer part of `ModelSpec` (Nemotron-H, Nemotron 3): Megatron-LM's layer
+pattern, the Mamba-2 mixer's dimensions and weights, the pattern's pipeline units. A mixin of
+ModelSpec, whose fields (hybrid_layer_pattern, mamba_*) it reads."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+# Megatron-LM's hybrid layer symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py
+# `Symbols`, at d98e8a6): each symbol is one layer of its own, with its own pre-norm
+HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+MAMBA_FIELDS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups")
+
+
+class HybridShape:
+    """Hybrid-model checks and derived quantities (module docstring); `self` is a ModelSpec."""
+
+    hybrid_layer_pattern: Optional[str]
+    mamba_num_heads: Optional[int]
+    mamba_head_dim: Optional[int]
+    mamba_num_groups: Optional[int]
+    mamba_state_dim: Optional[int]
+    mamba_conv_kernel: int
+    num_layers: int
+    hidden_size: int
+    num_experts: Optional[int]
+    moe_layer_pattern: Any
+    moe_layer_freq: int
+    mtp_num_layers: int
+    multi_latent_attention: bool
+    name: str
+
+    def _check_hybrid(self) -> None:
+        """Megatron-LM's hybrid pattern and MambaMixer asserts (hybrid_layer_allocation.py
+        `validate_segment_layers`, mamba_mixer.py at d98e8a6: nheads % ngroups)."""
+        pattern = self.hybrid_layer_pattern
+        if pattern is None:
+            given = [f for f in MAMBA_FIELDS if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{given[0]} applies to hybrid models only; set hybrid_layer_pattern or drop it")
+            return
+        bad = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+        if bad:
+            raise ValueError(f"hybrid_layer_pattern has symbol {bad[0]!r}; use M (Mamba), * (attention), - (MLP), E (MoE)")
+        if len(pattern) != self.num_layers:
+            raise ValueError(f"hybrid_layer_pattern lists {len(pattern)} layers but num_layers is {self.num_layers}")
+        if ("E" in pattern) != (self.num_experts is not None):
+            raise ValueError("hybrid_layer_pattern has MoE layers (E) only with num_experts set, and num_experts "
+                             "needs an E in hybrid_layer_pattern")
+        if self.mtp_num_layers or self.multi_latent_attention:
+            raise ValueError("mtp_num_layers / multi_latent_attention of a hybrid model are not modelled (Megatron's "
+                             "hybrid MTP blocks, its + MLA layers); use 0 / false")
+        if self.moe_layer_pattern is not None or self.moe_layer_freq != 1:
+            raise ValueError("moe_layer_pattern / moe_layer_freq do not apply to a hybrid model: its E layers are MoE")
+        if "M" in pattern:
+            missing = [f for f in MAMBA_FIELDS if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"a hybrid model with Mamba layers (M) needs {missing[0]}")
+            heads, groups = self.mamba_num_heads, self.mamba_num_groups
+            assert heads is not None and groups is not None
+            if heads % groups:
+                raise ValueError(f"mamba_num_groups ({groups}) must divide mamba_num_heads ({heads})")
+
+    def _hybrid_units(self) -> tuple[int, int, int, int]:
+        """A hybrid model's pipeline units (`pipeline_units`): (0, q - m, m, L/q) for the shortest
+        period q of `hybrid_layer_pattern` (m MoE layers in it); a pattern with no period, such as
+        Nemotron 3 Nano's, is one unit (a single pipeline stage)."""
+        pattern = self.hybrid_layer_pattern
+        assert pattern is not None
+        L = len(pattern)
+        q = next(q for q in range(1, L + 1) if L % q == 0 and pattern == pattern[:q] * (L // q))
+        m = pattern[:q].count("E")
+        return 0, q - m, m, L // q
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.hybrid_layer_pattern is not None
+
+    def hybrid_layer_counts(self, pattern: Optional[str] = None) -> dict[str, int]:
+        """Layers of each kind (`HYBRID_SYMBOLS`' names) in `pattern` (default the whole model's)."""
+        pattern = self.hybrid_layer_pattern if pattern is None else pattern
+        assert pattern is not None, f"{self.name} is not a hybrid model"
+        return {kind: pattern.count(sym) for sym, kind in HYBRID_SYMBOLS.items()}
+
+    @property
+    def mamba_dims(self) -> tuple[int, int, int, int]:
+        """(heads H, head dim P, groups G, state N) of a hybrid model's Mamba-2 mixer (`_check_hybrid`
+        requires them with an M layer)."""
+        H, P, G, N = self.mamba_num_heads, self.mamba_head_dim, self.mamba_num_groups, self.mamba_state_dim
+        assert H is not None and P is not None and G is not None and N is not None, f"{self.name} has no Mamba layers"
+        return H, P, G, N
+
+    @property
+    def mamba_d_inner(self) -> int:
+        """d_inner = H x P (mamba_mixer.py: with mamba_num_heads set, d_inner = nheads * headdim)."""
+        H, P, _, _ = self.mamba_dims
+        return H * P
+
+    @property
+    def mamba_in_proj_width(self) -> int:
+        """in_proj's output [z, x, B, C, dt]: 2 d_inner + 2 G N + H (mamba_mixer.py `in_proj`)."""
+        H, _, G, N = self.mamba_dims
+        return 2 * self.mamba_d_inner + 2 * G * N + H
+
+    @property
+    def mamba_conv_channels(self) -> int:
+        """Channels of the depthwise conv1d [x, B, C]: d_inner + 2 G N (mamba_mixer.py `conv_dim`)."""
+        _, _, G, N = self.mamba_dims
+        return self.mamba_d_inner + 2 * G * N
+
