@@ -239,3 +239,32 @@ def test_nemotron3_nano_runs_are_read_and_predicted():
     for case in row_cases(nano):
         step, _, fits = case.predict()
         assert np.isfinite(step) and step > 0 and fits
+
+
+def test_megatron_arguments_build_the_hybrid_model():
+    """Megatron-LM's HybridModel launch (docs/user-guide/hybrid-model-migration.md): pretrain_hybrid.py,
+    --hybrid-layer-pattern instead of --num-layers, the hybrid stack spec, the Mamba-2 dimensions; the
+    plan's pipeline split as | segments (virtual stages derived from them), no GPT split flags.
+    Checked against Megatron-LM itself by benchmarks/megatron_hybrid_args.py."""
+    from solveplan.plan import plan_config
+    from solveplan.render.megatron import megatron_args
+    nano = job(load_model("nemotron3-nano"), "h100x16", B=1024, s=8192)
+    ma = megatron_args(nano, plan_config(nano, dict(tp=1, pp=1, ep=8, etp=1)))
+    f = ma.flags()
+    assert ma.entry == "pretrain_hybrid.py"
+    assert next(ln for ln in ma.command().splitlines() if "torchrun" in ln).endswith("pretrain_hybrid.py \\")
+    assert f["--hybrid-layer-pattern"] == load_model("nemotron3-nano").hybrid_layer_pattern
+    assert (f["--mamba-num-heads"], f["--mamba-head-dim"], f["--mamba-num-groups"], f["--mamba-state-dim"]) == \
+        ("64", "64", "8", "128")
+    assert f["--spec"] == "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec"
+    assert "--num-layers" not in f and "--moe-layer-freq" not in f and f["--position-embedding-type"] == "none"
+    assert f["--num-experts"] == "128" and f["--expert-model-parallel-size"] == "8"
+    m = tiny_hybrid("M*M-" * 6)
+    j = job(m, "h100x8", B=64)
+    ma = megatron_args(j, plan_config(j, dict(tp=1, pp=2, vp=2)))
+    f = ma.flags()
+    assert f["--hybrid-layer-pattern"] == "M*M-M*|M-M*M-|M*M-M*|M-M*M-"
+    assert "--num-virtual-stages-per-pipeline-rank" not in f and "--pipeline-model-parallel-layout" not in f
+    ma = megatron_args(j, plan_config(j, dict(tp=1, pp=4, layers=[4, 8, 8, 4])))
+    assert ma.flags()["--hybrid-layer-pattern"].split("|") == ["M*M-", "M*M-M*M-", "M*M-M*M-", "M*M-"]
+    assert "--decoder-first-pipeline-num-layers" not in ma.flags()

@@ -46,6 +46,7 @@ from ..plan import Plan
 from ..space.pipeline_split import MEGATRON_FLAGS
 from ..specs import JobSpec, ModelSpec
 from .megatron_moe import moe_launch, moe_layer_freq_arg  # noqa: F401  (MoE, MLA, MTP flags)
+from .megatron_hybrid import ENTRY as HYBRID_ENTRY, hybrid_flags
 
 # GPU name prefix -> CUDA compute capability major (Megatron's get_device_arch_version); MI300X
 # (gfx942) reports 9 under ROCm. Blackwell (10) no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1.
@@ -106,6 +107,7 @@ class MegatronArgs:
     notes: list[str] = field(default_factory=list)
     layout: str | None = None  # the pipeline layout string when the split needs one
     env: dict[str, str] = field(default_factory=dict)  # environment the launch needs
+    entry: str = "pretrain_gpt.py"  # the training script (a hybrid model: pretrain_hybrid.py)
 
     def groups(self) -> list[tuple[str, list[str]]]:
         """(flag, its values) in order: none for a switch, several for a list flag
@@ -126,8 +128,9 @@ class MegatronArgs:
         """flag -> value (True for a switch)."""
         return {k: True if v is None else v for k, v in self.pairs()}
 
-    def command(self, entry: str = "pretrain_gpt.py") -> str:
+    def command(self, entry: str | None = None) -> str:
         """A copy-pasteable command (one flag per line), notes as comments above it."""
+        entry = entry or self.entry
         lines = [f"# {n}" for n in self.notes]
         pairs = [" ".join([a] + [_quote(v) for v in vals]) for a, vals in self.groups()]
         env = "".join(f"{k}={v} " for k, v in self.env.items())
@@ -324,6 +327,8 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     notes += mnotes
     if model.is_moe or model.multi_latent_attention:
         a, layout = moe_launch(job, plan, a, notes, layout, arch)
+    if model.is_hybrid:  # Megatron-Core's HybridModel, the split as pattern segments (render/megatron_hybrid.py)
+        a, layout = hybrid_flags(model, a, notes, list(plan.layers_per_stage), par.vp), None
     a += _precision_flags(job, arch, min(gpus, key=gpu_arch).name, notes) + _cuda_graph_flags(job, notes)
     # cuDNN's fused attention is Transformer Engine's `fused` backend; FlashAttention-2 is `flash`
     backend = ("fused" if job.attention_kernel == "cudnn" else "flash") if job.flash_attention else "unfused"
@@ -335,7 +340,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     if job.flash_attention:
         notes.append("older Megatron-LM releases spell the attention backend --use-flash-attn")
     notes.append(f"add your data, tokenizer (vocabulary {model.vocab_size}), --train-iters, --lr and checkpoint flags")
-    return MegatronArgs(a, notes, layout, env)
+    return MegatronArgs(a, notes, layout, env, HYBRID_ENTRY if model.is_hybrid else "pretrain_gpt.py")
 
 
 def render_megatron(job: JobSpec, plan: Plan) -> str:

@@ -183,7 +183,9 @@ class JobSpec(Spec):
                              f"(torch.autocast), not {self.precision}: use framework megatron or torchtitan for FP8")
         if self.model.is_hybrid and self.framework != "megatron":
             raise ValueError(f"a hybrid Mamba model ({self.model.name}) is planned for framework megatron only "
-                             f"(Megatron-LM's hybrid model; {self.framework} has no Mamba-2 layers): use megatron")
+                             f"(Megatron-Core's HybridModel): torchtitan has no Mamba-2 / Nemotron-H model "
+                             f"(pytorch/torchtitan at b5bcd76) and transformers' NemotronH modelling is not priced; "
+                             f"use framework megatron")
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
         if self.recompute_modules and "moe_act" in self.recompute_modules and not self.model.is_moe:

@@ -1,0 +1,191 @@
+"""Megatron-LM accepts the launch arguments of hybrid Mamba-Transformer plans.
+
+    python benchmarks/megatron_hybrid_args.py --megatron-lm PATH [--out benchmarks/results/megatron_hybrid_args.md]
+
+The same calls as benchmarks/megatron_args.py (Megatron-LM's own `parse_args`, `validate_args` and
+`core_transformer_config_from_args`, CPU torch, the planned GPU's compute capability stubbed) on the
+arguments solveplan prints for hybrid plans (Nemotron 3 Nano, Nemotron-H 56B, a periodic pattern
+pipelined over 2 ranks x 2 virtual stages): explicit configurations through `plan_config` and
+`optimize`'s own plans. Compared with the plan: the layer pattern Megatron parses (pipe segments
+removed) and its layer count, the layers each pipeline rank builds (Megatron's rule,
+hybrid_layer_allocation.select_pipeline_segment: segment vp_stage * pp + pp_rank) and the virtual
+stages validate_args derives, the Mamba-2 dimensions, the experts (count, top-k, FFN, shared,
+router) and the parallel degrees (tp, ep, etp, sequence parallelism). bf16 plans: Megatron's
+TransformerConfig refuses MoE FP8 without Transformer Engine, which is CUDA-only. One control
+breaks a rule validate_args enforces for hybrid models (a GPT virtual-stage flag next to the
+pattern). Exits 2 when Megatron-LM cannot be imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import ROOT
+from megatron_args import USER_ARGS, import_megatron, megatron_launch  # noqa: F401  (the same launch as the GPT plans)
+from solveplan.catalog import load_cluster, load_model
+from solveplan.optimize import optimize
+from solveplan.plan import plan_config
+from solveplan.render.megatron import megatron_args
+from solveplan.specs import JobSpec
+
+HF = ROOT / "tests" / "data" / "hf"
+NANO_HF, H56_HF = str(HF / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"), str(
+    HF / "Nemotron-H-56B-Base-8K" / "config.json")
+PERIODIC = dict(name="hybrid-periodic-24", num_layers=24, hidden_size=2048, num_attention_heads=16, num_kv_heads=8,
+                kv_channels=128, ffn_hidden_size=8192, vocab_size=32000, activation="squared_relu",
+                normalization="RMSNorm", add_bias_linear=False, position_embedding="none", dropout=0.0,
+                hybrid_layer_pattern="M*M-" * 6, mamba_state_dim=128, mamba_head_dim=64, mamba_num_heads=64,
+                mamba_num_groups=8, nominal_params_b=None, source="test pattern")
+# (label, model, cluster, explicit configuration or None for optimize, job extras)
+CASES = [
+    ("Nemotron 3 Nano, EP 8 (the published H100 runs' shape)", "nemotron3-nano", "h100x16",
+     dict(tp=1, pp=1, ep=8, etp=1), {"global_batch_size": 1024, "seq_length": 8192}),
+    ("Nemotron 3 Nano config.json, tp 2 + SP, EP 8 over 4 nodes", NANO_HF, "h100x32",
+     dict(tp=2, pp=1, ep=8, etp=1, sequence_parallel=True), {"global_batch_size": 512, "seq_length": 8192}),
+    ("optimize: Nemotron 3 Nano config.json", NANO_HF, "h100x16", None, {"global_batch_size": 1024, "seq_length": 8192}),
+    ("Nemotron-H 56B (Mamba, attention, MLP), tp 8", H56_HF, "h100x64", dict(tp=8, pp=1),
+     {"global_batch_size": 512, "seq_length": 8192}),
+    ("optimize: Nemotron-H 56B", H56_HF, "h100x64", None, {"global_batch_size": 512, "seq_length": 8192}),
+    ("periodic pattern, pp 2 x vp 2 (pipe segments)", PERIODIC, "h100x8", dict(tp=1, pp=2, vp=2),
+     {"global_batch_size": 64, "seq_length": 4096}),
+    ("periodic pattern, uneven pp 4", PERIODIC, "h100x8", dict(tp=1, pp=4, layers=[4, 8, 8, 4]),
+     {"global_batch_size": 64, "seq_length": 4096}),
+]
+CONTROLS = [(5, "--num-virtual-stages-per-pipeline-rank beside the pattern's segments",
+             lambda a: a + ["--num-virtual-stages-per-pipeline-rank", "2"])]
+
+
+def _plan(model_ref, cluster, cfg, extras):
+    with contextlib.redirect_stderr(io.StringIO()):
+        model = load_model(model_ref)
+    job = JobSpec(model=model, cluster=load_cluster(cluster), **extras)
+    if cfg is None:
+        res = optimize(job, time_limit_s=60, textbook=False)
+        return job, res.plan, str(res.status).split(".")[-1]
+    return job, plan_config(job, cfg), "explicit"
+
+
+def _configs(M):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        args = M["arguments"].parse_args()
+        M["arguments"].validate_args(args)
+        return args, M["core_cfg"](args)
+
+
+def _built(args, cfg, pp: int) -> dict:
+    segments = args.hybrid_layer_pattern.split("|")
+    split = [sum(len(segments[v * pp + r]) for v in range(len(segments) // pp)) for r in range(pp)]
+    d = dict(pattern=args.hybrid_layer_pattern.replace("|", ""), num_layers=cfg.num_layers, split=split,
+             vp=args.virtual_pipeline_model_parallel_size or 1, tp=cfg.tensor_model_parallel_size,
+             sp=bool(cfg.sequence_parallel), mamba=(cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_num_groups,
+                                                   cfg.mamba_state_dim), hybrid=bool(cfg.is_hybrid_model))
+    if cfg.num_moe_experts:
+        d.update(experts=(cfg.num_moe_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
+                          cfg.moe_shared_expert_intermediate_size, cfg.moe_router_score_function,
+                          cfg.moe_router_enable_expert_bias), ep=cfg.expert_model_parallel_size,
+                 etp=cfg.expert_tensor_parallel_size)
+    return d
+
+
+def _planned(model, plan) -> dict:
+    par = plan.parallel
+    d = dict(pattern=model.hybrid_layer_pattern, num_layers=model.num_layers, split=list(plan.layers_per_stage),
+             vp=par.vp, tp=par.tp, sp=bool(par.sequence_parallel), mamba=model.mamba_dims, hybrid=True)
+    if model.is_moe:
+        d.update(experts=(model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size,
+                          model.moe_shared_expert_intermediate_size, model.moe_router_score_function,
+                          model.moe_router_enable_expert_bias), ep=par.ep, etp=par.etp)
+    return d
+
+
+def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
+    try:
+        job, plan, status = _plan(model_ref, cluster, cfg, extras)
+    except Exception as exc:  # a configuration the planner refuses is a result, not a crash
+        return dict(label=label, cluster=cluster, error=f"no plan: {type(exc).__name__}: {exc}", ok=False)
+    ma = megatron_args(job, plan)
+    if mutate is not None:
+        ma.args = mutate(list(ma.args))
+    name = Path(model_ref).parent.name if str(model_ref).endswith(".json") else job.model.name
+    row = dict(label=label, model=name, cluster=cluster, par=plan.parallel, status=status,
+               layers=list(plan.layers_per_stage), pattern=ma.flags().get("--hybrid-layer-pattern"),
+               entry=ma.entry)
+    try:
+        with megatron_launch(M, job, ma):
+            args, cfg_ = _configs(M)
+        got, want = _built(args, cfg_, plan.parallel.pp), _planned(job.model, plan)
+        row["diff"] = {k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
+        row["megatron_split"] = got["split"]
+        row["ok"] = not row["diff"] and ma.entry == "pretrain_hybrid.py"
+    except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
+        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        row["ok"] = False
+    return row
+
+
+def report(rows, controls, commit, elapsed) -> str:
+    ok = sum(1 for r in rows if r.get("ok"))
+    lines = ["# Megatron-LM accepts the launch arguments of hybrid Mamba-Transformer plans", "",
+             f"`python benchmarks/megatron_hybrid_args.py --megatron-lm PATH` against NVIDIA/Megatron-LM at `{commit}`"
+             f" (the module docstring says what is called and compared; {elapsed:.0f} s).", "",
+             f"**{ok} of {len(rows)} hybrid plans accepted** by `parse_args` / `validate_args` / "
+             f"`core_transformer_config_from_args`, with the pattern, layer split, virtual stages, Mamba-2 dimensions, "
+             f"experts and parallel degrees Megatron derives equal to the plan's; entry script `pretrain_hybrid.py`.",
+             "", "| plan | model | cluster | from | tp pp cp vp dp | ep etp | layers per rank (plan = Megatron) | "
+                 "--hybrid-layer-pattern | result |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        par = r.get("par")
+        deg = f"{par.tp} {par.pp} {par.cp} {par.vp} {par.dp}" if par else "-"
+        split = ":".join(map(str, r.get("layers", [])))
+        if r.get("megatron_split") not in (None, r.get("layers")):
+            split += " vs " + ":".join(map(str, r["megatron_split"]))
+        res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('diff')}")
+        lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster')} | {r.get('status', '-')} | {deg} | "
+                     f"{getattr(par, 'ep', '-')} {getattr(par, 'etp', '-')} | {split} | `{r.get('pattern')}` | {res} |")
+    refused = sum(1 for c in controls if not c.get("ok"))
+    lines += ["", f"Controls: one rule broken each; **{refused} of {len(controls)} refused**, as they must be.", "",
+              "| broken rule | Megatron-LM's answer |", "|---|---|"]
+    lines += [f"| {c['label']} | {c.get('error') or 'ACCEPTED (the check did not bite)'} |" for c in controls]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--megatron-lm", type=Path, help="path to a Megatron-LM checkout (git work tree or export)")
+    ap.add_argument("--commit", default=None, help="the checkout's commit, for the report (default: git rev-parse)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "megatron_hybrid_args.md")
+    a = ap.parse_args(argv)
+    if a.megatron_lm is None:
+        print("give --megatron-lm PATH (a Megatron-LM checkout; it needs CPU torch and triton). Nothing was checked.",
+              file=sys.stderr)
+        return 2
+    try:
+        M = import_megatron(a.megatron_lm.resolve())
+    except RuntimeError as exc:
+        print(f"{exc}. Nothing was checked.", file=sys.stderr)
+        return 2
+    os.chdir(ROOT)
+    commit = a.commit or subprocess.run(["git", "-C", str(a.megatron_lm), "rev-parse", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip() or "unknown commit"
+    t0 = time.perf_counter()
+    rows = [check(M, *case) for case in CASES]
+    controls = [check(M, what, *CASES[i][1:], mutate=edit) for i, what, edit in CONTROLS]
+    for r in rows:
+        print(f"{'ok ' if r.get('ok') else 'BAD'} {r['label']}: {r.get('error') or r.get('diff') or ''}", file=sys.stderr)
+    for c in controls:
+        print(f"{'BAD' if c.get('ok') else 'ok '} control {c['label']}: {c.get('error') or c.get('diff')}", file=sys.stderr)
+    text = report(rows, controls, commit, time.perf_counter() - t0)
+    a.out.write_text(text)
+    print(text)
+    return 0 if all(r.get("ok") for r in rows) and not any(c.get("ok") for c in controls) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
