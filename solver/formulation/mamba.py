@@ -17,14 +17,17 @@ The SSD scan with chunk length Q (Sec. 6, "the SSD algorithm": block decompositi
 semiseparable matrix) per token, forward: the intra-chunk scores C B^T, 2 Q N per group; their
 masked product with x, 2 Q P per head; the chunk states B^T x, 2 N P per head; the states' output
 C h, 2 N P per head (the inter-chunk state passing, N P per chunk and head, is negligible). Its
-kernels are memory-bound at the sizes trained (Nemotron 3 Nano: 3.4 MFLOP against ~155 kB per
+kernels are memory-bound at the sizes trained (Nemotron 3 Nano: 3.4 MFLOP against ~150 kB per
 token), so each pass is priced as a roofline: the longer of its FLOPs at the GPU's BF16 matmul rate
-and its bytes at the HBM rate (the Triton kernels run in BF16 whatever the precision recipe). The
-bytes per token, forward, BF16 unless named: the conv reads [x, B, C] and writes its output, the scan
-kernels read that output twice (chunk states, chunk scan), the gate reads z and writes y, the norm
-reads y and writes its output; the fp32 chunk states (H P N per chunk) are written (chunk_state),
-read and written (state_passing) and read (chunk_scan). Backward: twice the forward's FLOPs and
-bytes, as for every other layer (`kernels.elementwise_bytes_per_token`)."""
+and its HBM bytes (the Triton kernels run in BF16 whatever the precision recipe). The bytes are
+counted kernel by kernel from state-spaces/mamba at e9594ce (mamba_ssm/ops/triton/ssd_combined.py,
+`MambaSplitConv1dScanCombinedFn` and `_mamba_chunk_scan_combined_fwd/_bwd`), per token on one TP rank,
+with X = d_inner, GN = one of B / C (G N), conv = X + 2 GN, S = the chunk states H P N / Q, CB = the
+chunk scores G Q (`mixer_bytes_per_token`); dt and its cumulative sums (H per token) are left out.
+Megatron's separate RMSNorm of y (`ExtendedRMSNorm`, called without z after the fused function,
+which gates y itself) adds its read and write of y, and its backward's three passes. The backward recomputes the conv, CB, the
+chunk states and the state passing before its eleven kernels: about three times the forward's bytes,
+and three times its FLOPs (the recomputed forward and twice the forward's products)."""
 
 from __future__ import annotations
 
@@ -33,7 +36,6 @@ import numpy as np
 from ..specs import ModelSpec
 from .memory import BF16_BYTES, FP32_BYTES
 
-STATE_PASSES = 4  # chunk_state write, state_passing read + write, chunk_scan read
 
 
 def mamba_linears(model: ModelSpec, tp) -> list[tuple]:
@@ -52,25 +54,37 @@ def ssd_fwd_flop_per_token(model: ModelSpec, tp=1):
     return scan + 2.0 * model.mamba_conv_kernel * model.mamba_conv_channels / t
 
 
-def mixer_fwd_bytes_per_token(model: ModelSpec, tp=1):
-    """Forward HBM bytes per token of the conv1d, the SSD scan, the gate and the norm on one TP rank
-    (module docstring)."""
-    H, P, _, N = model.mamba_dims
-    t = np.asarray(tp, dtype=np.float64)
-    conv, d_in = model.mamba_conv_channels / t, model.mamba_d_inner / t
-    bf16 = BF16_BYTES * (2 * conv + 2 * conv + 2 * d_in + 2 * d_in + H / t)
-    states = STATE_PASSES * FP32_BYTES * (H / t) * P * N / model.mamba_chunk_size
-    return bf16 + states
+def mixer_bytes_per_token(model: ModelSpec, tp=1):
+    """(forward, backward) HBM bytes per token of the conv1d, the SSD scan and the norm on one TP rank,
+    kernel by kernel (module docstring; BF16 elements unless named):
+    forward -- conv1d: read [x, B, C], write its output (2 conv); _chunk_state_fwd: read B, x, write S
+    fp32; _state_passing_fwd: read S fp32, write S bf16; _bmm_chunk_fwd: read C, B, write CB fp32;
+    _chunk_scan_fwd: read CB, x, C, S bf16, z, write out and out_x; the norm: read y, write it;
+    backward -- the conv, CB, chunk states and state passing recomputed (2 conv + 3 GN + X, S 4 + 4 + 2,
+    CB 4); _chunk_scan_bwd_dz (read x, z, out, dout, write dz, dout: 6 X); _chunk_scan_bwd_dstates (C,
+    dout; write S fp32); _state_passing_bwd (S 4 + 2 read, 4 written); _chunk_scan_chunk_state_bwd_dx
+    (x, B, dout, CB, S; write dx: 3 X + GN); _chunk_state_bwd_db (x, B, S; write dB: X + 2 GN);
+    _chunk_scan_bwd_dC (dout, C, S bf16; write dC: X + 2 GN); _chunk_scan_bwd_dcb (x, dout; write dCB
+    fp32); _bmm_chunk_bwd twice (B or C, the residual, dCB; write: 6 GN); _chunk_scan_bwd_ddAcs_stable
+    (x, dout, CB: 2 X); the conv's backward (3 conv); the norm's (3 X). In all, forward 2 conv + 7 X +
+    4 GN elements, S 12 bytes, CB 8 bytes; backward 5 conv + 20 X + 15 GN, S 34 bytes, CB 24 bytes."""
+    H, P, G, N = model.mamba_dims
+    t, Q = np.asarray(tp, dtype=np.float64), model.mamba_chunk_size
+    X, GN = model.mamba_d_inner / t, G * N / t
+    conv, S, CB = X + 2 * GN, (H / t) * P * N / Q, (G / t) * Q
+    fwd = BF16_BYTES * (2 * conv + 7 * X + 4 * GN) + 12.0 * S + 8.0 * CB
+    bwd = BF16_BYTES * (5 * conv + 20 * X + 15 * GN) + 34.0 * S + 24.0 * CB
+    return fwd, bwd
 
 
 def mixer_s(model: ModelSpec, tokens, tp, *, flop_per_s: float, efficiency: float, hbm_bytes_per_s: float):
     """(forward, backward) of the mixer's kernels between the two GEMMs on one GPU: the roofline of
-    `ssd_fwd_flop_per_token` at the BF16 matmul rate and `mixer_fwd_bytes_per_token` at the HBM rate;
-    backward twice the forward (module docstring)."""
+    `ssd_fwd_flop_per_token` (backward three times it) at the BF16 matmul rate and
+    `mixer_bytes_per_token` at the HBM rate (module docstring)."""
     T = np.asarray(tokens, dtype=np.float64)
-    fwd = np.maximum(T * ssd_fwd_flop_per_token(model, tp) / (flop_per_s * efficiency),
-                     T * mixer_fwd_bytes_per_token(model, tp) / hbm_bytes_per_s)
-    return fwd, 2.0 * fwd
+    flop_s = T * ssd_fwd_flop_per_token(model, tp) / (flop_per_s * efficiency)
+    fwd_bytes, bwd_bytes = mixer_bytes_per_token(model, tp)
+    return np.maximum(flop_s, T * fwd_bytes / hbm_bytes_per_s), np.maximum(3.0 * flop_s, T * bwd_bytes / hbm_bytes_per_s)
 
 
 def mamba_activation_bytes(model: ModelSpec, tokens, tp, sp_degree, linear_input_bytes: float):
