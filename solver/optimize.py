@@ -53,6 +53,10 @@ class OptimizeResult(SolveResult):
 def refuse_moe_placement(job: JobSpec, field: str) -> None:
     """Placement on measured links and clusters of pools price dense layers only: a mixture-of-
     experts model is bad input there, named by the field that asked for it."""
+    if job.model.is_hybrid and not job.model.is_moe:
+        raise InputError(field, f"{job.model.name} is a hybrid Mamba model; placement on measured links and clusters "
+                                f"of pools do not price Mamba layers yet: plan it on a cluster of one GPU type without "
+                                f"--links")
     if job.model.is_moe:
         raise InputError(field, f"{job.model.name} is a mixture-of-experts model; placement on measured links and "
                                 f"clusters of pools do not price expert parallelism yet: plan it on a cluster of one "

@@ -30,8 +30,9 @@ def tiny_hybrid(pattern="M*MEM-ME", **kw):
                                seq_length=1024), **moe, **kw})
 
 
-def job(model, cluster="h100x8", B=64, s=1024, **cons):
+def job(model, cluster="h100x8", B=64, s=1024, cuda_graph_impl="none", cuda_graph_modules=(), **cons):
     return JobSpec(model=model, cluster=load_cluster(cluster), global_batch_size=B, seq_length=s,
+                   cuda_graph_impl=cuda_graph_impl, cuda_graph_modules=list(cuda_graph_modules),
                    constraints=Constraints(**cons))
 
 
@@ -146,14 +147,18 @@ def test_reported_flops_count_each_layer_kind():
 
 
 def _kinds(job_, shape):
-    """(each kind's terms, the unit's) of one shape, through stage_coefficients' own path."""
+    """(each layer's terms in pattern order, the unit's, the coefficients) of one shape, through
+    stage_coefficients' own path: each MoE layer priced after the layer before it."""
     from solveplan.formulation import coefficients, hybrid
-    seen = {}
+    seen: dict = {}
     orig = hybrid.hybrid_unit
 
     def spy(T):
-        seen.update({k: hybrid.KIND_TERMS[k](T) for k in hybrid.KIND_TERMS
-                     if T.model.hybrid_layer_counts()[k] and (k != "moe" or T.model.is_moe)})
+        kinds = {k: hybrid.KIND_TERMS[k](T) for k in hybrid.KIND_TERMS if T.model.hybrid_layer_counts()[k]}
+        pattern = [hybrid.KINDS[c] for c in T.model.hybrid_layer_pattern]
+        seen["layers"] = [hybrid.moe_layer(T, kinds[pattern[i - 1]], pattern[i - 1]) if k == "moe" else kinds[k]
+                          for i, k in enumerate(pattern)]
+        seen.update(kinds)
         seen["unit"] = orig(T)[0]
         return orig(T)
     coefficients.hybrid_unit = spy
@@ -170,15 +175,31 @@ def test_a_unit_is_the_sum_of_its_layers_and_tp_splits_the_mamba_heads():
     m = tiny_hybrid("M*MEM-ME")
     j = job(m)
     kinds, co = _kinds(j, Shapes.single(tp=1, dp=8, ep=8, zero=1))
-    n = {"mamba": 4, "attention": 1, "mlp": 1, "moe": 2}
-    for key in ("compute", "params", "act"):
-        assert float(kinds["unit"][key][0]) == pytest.approx(sum(n[k] * float(np.atleast_1d(kinds[k][key])[0])
-                                                                  for k in n))
+    for key in ("compute", "params", "act", "ep"):
+        assert float(kinds["unit"][key][0]) == pytest.approx(sum(float(np.atleast_1d(layer[key])[0])
+                                                                  for layer in kinds["layers"]))
     assert float(co.layer_params_bytes[0]) == pytest.approx(float(kinds["unit"]["params"][0]))
     # weights per GPU of a Mamba layer: its parameters over tp (heads, groups and both GEMMs split)
     k2, _ = _kinds(j, Shapes.single(tp=2, dp=4, ep=4, zero=1, sequence_parallel=True))
     assert float(k2["mamba"]["params"][0]) == pytest.approx(float(kinds["mamba"]["params"][0]) / 2)
     assert float(k2["mamba"]["tp"][0]) > 0 == float(kinds["mamba"]["tp"][0])
+
+
+def test_a_moe_layer_hides_the_host_behind_the_layer_before_it():
+    """Outside CUDA graphs the host's calls before the dispatcher's sync (host.py) are the preceding
+    layer's and the router's: a MoE layer after a long Mamba layer waits less for the host than one
+    after a short MLP; graphing the preceding block (--cuda-graph-modules mamba) removes its calls."""
+    from solveplan.formulation import hybrid
+    from solveplan.space.shapes import Shapes
+    m = tiny_hybrid("M*ME-E")
+    seen, _ = _kinds(job(m, "gb200x8"), Shapes.single(tp=1, dp=8, ep=8, zero=1))
+    pattern = [hybrid.KINDS[c] for c in m.hybrid_layer_pattern]
+    after = {pattern[i - 1]: seen["layers"][i] for i, k in enumerate(pattern) if k == "moe"}
+    assert float(after["mamba"]["compute"][0]) <= float(after["mlp"]["compute"][0])
+    graphed, _ = _kinds(job(m, "gb200x8", cuda_graph_impl="transformer_engine", cuda_graph_modules=["mamba"]),
+                        Shapes.single(tp=1, dp=8, ep=8, zero=1))
+    i = next(i for i, k in enumerate(pattern) if k == "moe" and pattern[i - 1] == "mamba")
+    assert float(graphed["layers"][i]["compute"][0]) < float(seen["layers"][i]["compute"][0])
 
 
 def test_mamba_activations_by_hand():

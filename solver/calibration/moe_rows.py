@@ -198,7 +198,7 @@ def _recipe_graphs(recipe: dict, dispatcher: Optional[str], assumed: list[str]) 
     none runs without (its base recipes set `cfg.model.cuda_graph_impl = "none"`, Megatron's default)."""
     impl = recipe.get("cuda_graph_impl")
     if impl in ("local", "transformer_engine"):
-        mods = tuple(m for m in PER_LAYER_GRAPHS if m in (recipe.get("cuda_graph_scope") or ()))
+        mods = tuple(m for m in PER_LAYER_GRAPHS + ("mamba",) if m in (recipe.get("cuda_graph_scope") or ()))
         if mods and ("moe_preprocess" not in mods or "moe_router" in mods):
             return {"cuda_graph_impl": impl, "cuda_graph_modules": mods}
         assumed.append(f"CUDA graph scope {recipe.get('cuda_graph_scope')} captures no MoE-layer module: priced eager")

@@ -123,11 +123,22 @@ def mamba_layer(T) -> dict:
                   params_gpu=model.mamba_layer_params / t, act=act, working=np.where(T.rc == 2, stored, 0.0))
 
 
-def moe_layer(T) -> dict:
+# Megatron's --cuda-graph-modules name of each layer kind's block (transformer_config.py cuda_graph_modules:
+# "attn", "mlp", "moe", "mamba")
+GRAPH_MODULE = {"attention": "attn", "mlp": "mlp", "moe": "moe", "mamba": "mamba"}
+
+
+def moe_layer(T, before: dict, before_kind: str) -> dict:
     """A MoE sublayer (E): `moe_layer.moe_layer_terms` with no attention; its norm, residual and
-    launch overhead stand in the attention's place."""
+    launch overhead stand in the attention's place. The host's calls before the dispatcher's sync
+    (`host.py`: in a GPT layer, the attention's and the router's) are the preceding layer's -- `before`,
+    of kind `before_kind` -- and the router's, hidden behind that layer's GPU time and this norm's;
+    graphed when Megatron's --cuda-graph-modules names the preceding layer's block. After another MoE
+    layer (whose dispatch and experts are its own post-sync segment) the window is this norm alone."""
     nf, nb = _norm_s(T)
     oh, zeros = _overhead_s(T), np.zeros(len(T.z))
+    impl, modules = T.cuda_graph
+    graphed = [m for m in modules if m != "attn"] + (["attn"] if GRAPH_MODULE[before_kind] in modules else [])
     return moe_layer_terms(
         T.model, T.cluster, T.shapes, M=T.M, attn_fwd=nf + oh, attn_bwd=nb + 2 * oh, attn_gemm_fwd=zeros,
         attn_gemm_bwd=zeros, core_fwd=zeros, tp_pass=T.tp_pass, hidden=T.hidden, tp_comm_overlap=T.tp_comm_overlap,
@@ -135,22 +146,32 @@ def moe_layer(T) -> dict:
         state_bytes=(T.pb, T.gb, T.ob), grad_bytes=T.grad_bytes, act_kw=T.act_kw,
         adam_s_per_param=T.adam_bytes / T.hbm, a2a_overlap=T.moe_a2a_overlap, dispatcher=T.moe_token_dispatcher,
         latent_bytes=0.0, hbm=T.hbm, mm=T.mm, bf16mm=T.bf16mm, precision=T.precision,
-        grad_reduce_dtype=T.grad_reduce_dtype, fp8_param_gather=T.fp8_param_gather, cuda_graph=T.cuda_graph,
+        grad_reduce_dtype=T.grad_reduce_dtype, fp8_param_gather=T.fp8_param_gather, cuda_graph=(impl, tuple(graphed)),
         imbalance=T.moe_load_imbalance, selective=dict(mods=T.mods, attn_s=zeros, attn_freed=0.0, attn_working=0.0),
-        attention=False, outer_act=sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, ffn=0))
+        attention=False, outer_act=sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, ffn=0),
+        host_window=(before["work"] - before["bwd"] + nf + oh, before["bwd"] + nb + 2 * oh))
 
 
-KIND_TERMS = {"attention": attention_layer, "mlp": mlp_layer, "mamba": mamba_layer, "moe": moe_layer}
+KIND_TERMS = {"attention": attention_layer, "mlp": mlp_layer, "mamba": mamba_layer}
+KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # specs.hybrid.HYBRID_SYMBOLS
 
 
 def hybrid_unit(T) -> tuple[dict, int]:
-    """(the terms of one pipeline unit, the number of units): the sum of each kind's terms over one
-    period of the pattern (`ModelSpec.pipeline_units`), the working set the largest of its kinds'."""
+    """(the terms of one pipeline unit, the number of units): the sum of its layers' terms over one
+    period of the pattern (`ModelSpec.pipeline_units`), the working set the largest layer's. A MoE
+    layer is priced after the layer before it (cyclically within the period: `moe_layer`)."""
     model = T.model
     _, d, m, units = model.pipeline_units
     assert model.hybrid_layer_pattern is not None
-    counts = {k: n for k, n in model.hybrid_layer_counts(model.hybrid_layer_pattern[:d + m]).items() if n}
-    kinds = {k: KIND_TERMS[k](T) for k in counts}
-    unit = {key: sum(counts[k] * kinds[k][key] for k in kinds) for key in next(iter(kinds.values()))}
-    unit["working"] = np.maximum.reduce([np.broadcast_to(kinds[k]["working"], T.z.shape) for k in kinds])
+    period = [KINDS[c] for c in model.hybrid_layer_pattern[:d + m]]
+    kinds: dict = {k: KIND_TERMS[k](T) for k in set(period) - {"moe"}}
+    kinds["moe"] = {"work": np.zeros(len(T.z)), "bwd": np.zeros(len(T.z))}  # after a MoE layer: its norm alone
+    layers = []
+    for i, k in enumerate(period):
+        before = period[i - 1]
+        if k == "moe" and ("moe", before) not in kinds:
+            kinds[("moe", before)] = moe_layer(T, kinds[before], before)
+        layers.append(kinds[("moe", before)] if k == "moe" else kinds[k])
+    unit = {key: sum(layer[key] for layer in layers) for key in layers[0]}
+    unit["working"] = np.maximum.reduce([np.broadcast_to(layer["working"], T.z.shape) for layer in layers])
     return unit, units

@@ -23,7 +23,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
                fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ()), attention: bool = True,
-               outer_act=None) -> dict:
+               outer_act=None, host_window=None) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
@@ -49,15 +49,17 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       outputs (the pre-MLP norm, and the attention norm with MLA), "moe_act" the experts'
       activation output, "shared_experts" the shared experts' activations, "moe" the whole
       block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to
-      the backward. A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's."""
+      the backward. A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's,
+      `host_window` the (forward, backward) GPU time before the sync in place of the attention's."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
                                         cast_bytes=quantize_bytes_per_element(precision))
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
     a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
-    host_f, host_b = moe_host_s(model, cluster, ep, precision, cuda_graph, pre_gpu_s=attn_fwd,
-                                post_gpu_s=mf + a2a_gpu, bwd_gpu_s=attn_bwd + mb + a2a_gpu)
+    pre_f, pre_b = (attn_fwd, attn_bwd) if host_window is None else host_window
+    host_f, host_b = moe_host_s(model, cluster, ep, precision, cuda_graph, pre_gpu_s=pre_f,
+                                post_gpu_s=mf + a2a_gpu, bwd_gpu_s=pre_b + mb + a2a_gpu)
     fwd, bwd = attn_fwd + mf + host_f, attn_bwd + mb + host_b
     sel = selective or dict(mods=modules_of(None), attn_s=core_fwd, attn_freed=0.0, attn_working=0.0)
     moe_on = "moe" in sel["mods"]

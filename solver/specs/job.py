@@ -19,7 +19,7 @@ RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "m
 # whole training iteration (`full_iteration`, no modules). The formulation prices the graphed parts of a
 # MoE layer without their host time (formulation/host.py).
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
-CudaGraphModule = Literal["attn", "mlp", "moe_router", "moe_preprocess"]
+CudaGraphModule = Literal["attn", "mlp", "moe_router", "moe_preprocess", "mamba"]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 # Training precisions (`--precision`). The FP8 recipes are Transformer Engine's, selected in
@@ -138,8 +138,8 @@ class JobSpec(Spec):
                             "needs the flex dispatcher's static per-rank budget for it)")
     cuda_graph_modules: Tuple[CudaGraphModule, ...] = Field(
         (), description="modules of the per-layer graphs (Megatron --cuda-graph-modules): attn, mlp, moe_router, "
-                        "moe_preprocess (with moe_router); a MoE layer's dispatch and experts have dynamic shapes "
-                        "and stay outside per-layer graphs")
+                        "moe_preprocess (with moe_router), mamba (a hybrid model's Mamba layers); a MoE layer's "
+                        "dispatch and experts have dynamic shapes and stay outside per-layer graphs")
     fp8_param_gather: bool = Field(
         False, description="FP8 recipes: the weights are kept only in the recipe's FP8 form, cast from the fp32 "
                            "master weights, and the distributed optimizer gathers them in FP8 (Megatron "
@@ -225,6 +225,8 @@ def cuda_graph_problem(job: "JobSpec") -> Optional[str]:
         return f"cuda_graph_modules need a per-layer cuda_graph_impl (local or transformer_engine), not {impl}"
     if "moe_preprocess" in mods and "moe_router" not in mods:
         return "cuda_graph_modules: moe_preprocess is captured only with moe_router (Megatron)"
+    if "mamba" in mods and "M" not in (job.model.hybrid_layer_pattern or ""):
+        return "cuda_graph_modules mamba needs a hybrid model with Mamba layers (Megatron --cuda-graph-modules mamba)"
     if not moe and {"moe_router", "moe_preprocess"} & set(mods):
         return "cuda_graph_modules moe_router / moe_preprocess need a mixture-of-experts model"
     if moe and impl in ("local", "transformer_engine") and not mods:
