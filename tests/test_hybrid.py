@@ -263,6 +263,11 @@ def test_nemotron3_nano_runs_are_read_and_predicted():
     for case in row_cases(nano):
         step, _, fits = case.predict()
         assert np.isfinite(step) and step > 0 and fits
+    # the recipes' CUDA-graph scope reaches the job, mamba included (Megatron's --cuda-graph-modules mamba)
+    h100 = next(r for r in nano if r.id == "mbridge_perf-26.06-nemotron3-nano-h100-sxm5-80gb-fp8-cs-16")
+    assert h100.job.cuda_graph_impl == "transformer_engine" and h100.job.cuda_graph_modules == ("mamba",)
+    gb200 = next(r for r in nano if r.id == "mbridge_perf-26.04.01-nemotron3-nano-gb200-mxfp8-8")
+    assert set(gb200.job.cuda_graph_modules) == {"attn", "mamba", "moe_router", "moe_preprocess"}
 
 
 def test_megatron_arguments_build_the_hybrid_model():
