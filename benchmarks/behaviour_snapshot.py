@@ -56,7 +56,7 @@ def _result(res) -> dict:
     return {"status": res.status, "plan": _plan(res.plan), "bound_s": _r(res.bound_step_time_s),
             "gap": _r(res.gap, 4), "alternatives": [_plan(a) for a in res.alternatives],
             "top_k_found": res.top_k_found, "prefer": res.prefer,
-            "pools_alone": [[c.label, _r(c.step_time_s)] for c in getattr(res, "pools_alone", [])],
+            "pools_alone": [[c.label, _r(c.step_time_s)] for c in getattr(res, "pools_alone", None) or []],
             "default_order": _r(res.default_order.step_time_s) if getattr(res, "default_order", None) else None,
             "shortfall": res.shortfall is not None}
 

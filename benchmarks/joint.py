@@ -92,7 +92,7 @@ class Row:
 
 
 def pools_alone(job: JobSpec, limit_s: float, workers: int):
-    """Each pool planned alone by the single-type model (as `optimize.optimize_pooled` does)."""
+    """Each pool planned alone by the single-type model (as `optimize._search_placed` does)."""
     out = []
     for pl, view in enumerate(job.cluster.pool_views()):
         r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=min(POOL_ALONE_S, POOL_ALONE_SHARE * limit_s),

@@ -12,8 +12,8 @@ import time
 from typing import Optional
 
 from ..diagnose import memory_shortfall
-from ..optimize import OptimizeResult, optimize
-from ..plan import SearchStats, SolveResult, default_plan_layers, make_plan, parallel_from_row
+from ..optimize import optimize
+from ..plan import OptimizeResult, SearchStats, SolveResult, default_plan_layers, make_plan, parallel_from_row
 from ..search.candidates import Candidates, prepare
 from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import JobSpec
@@ -37,7 +37,7 @@ def _counts(cands: Optional[Candidates]) -> dict:
                 shapes_searched=0)
 
 
-def _solve(job: JobSpec, cands: Candidates, work: Deadline) -> SolveResult:
+def _solve(job: JobSpec, cands: Candidates, work: Deadline) -> OptimizeResult:
     """optimize() on the cached candidates. When the memory bounds already exclude every shape
     the answer is INFEASIBLE without a search, and the shortfall (with its fewest-GPUs
     suggestion) gets the budget instead of optimize's fixed 20 s."""

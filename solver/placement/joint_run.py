@@ -14,7 +14,7 @@ import time
 from typing import Optional, Sequence
 
 from ..errors import InputError
-from ..plan import Comparison, Plan, SearchStats, SolveResult, jsonable
+from ..plan import Comparison, OptimizeResult, Plan, SearchStats, jsonable
 from ..search.joint.exhaustive import solve_exhaustive
 from ..search.joint.heuristic import Assignment
 from ..search.joint.nodes import node_set
@@ -24,7 +24,7 @@ from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import JobSpec
 from ..specs.deadline import Deadline
 from .links import LinkMatrix
-from .placed import PlacedPlan, explain, placed_plan
+from .placed import explain, placed_plan
 
 METHODS = ("cpsat", "exhaustive")
 # the share of the time limit preparation may take before the shapes it has not bounded yet are
@@ -33,34 +33,12 @@ PREPARE_SHARE = 0.5
 PREPARE_SHARE_UNSEEDED = 0.9
 
 
-class JointResult(SolveResult):
-    """SolveResult of a joint search: the plan is a `PlacedPlan`; `pools_alone` the best plan
-    of each pool on its own (today's single-type model), `explanation` what the placement
-    keeps off the critical path; top-k fields and rule as `optimize.OptimizeResult`'s."""
-
-    plan: Optional[PlacedPlan] = None
-    alternatives: list[PlacedPlan] = []  # type: ignore[assignment]  # pydantic narrows the field
-    pools_alone: list[Comparison] = []
-    default_order: Optional[Comparison] = None
-    explanation: list[str] = []
-    textbook: Optional[Comparison] = None
-    compare: Optional[Comparison] = None
-    top_k_asked: int = 1  # the joint model returns the best plan only
-    top_k_found: int = 0
-    prefer: str = "fastest"  # as `optimize.OptimizeResult`'s (optimize sets them for prefer simple)
-    proof: str = "the fastest plan of the formulation"
-
-    @property
-    def top_k_cut_short(self) -> bool:
-        """As `optimize.OptimizeResult.top_k_cut_short` (one rule; this module may not import optimize)."""
-        return self.top_k_found < self.top_k_asked and not self.search.finished
-
-
 def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
                    time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
                    pools_alone: Sequence[tuple[int, Plan]] = (), progress=None,
-                   deadline: Optional[Deadline] = None) -> JointResult:
-    """The fastest plan over shapes, splits and placements (see the module docstring).
+                   deadline: Optional[Deadline] = None) -> OptimizeResult:
+    """The fastest plan over shapes, splits and placements (see the module docstring), as
+    `optimize`'s result: the plan a `PlacedPlan`, with `pools_alone`, `default_order` and `explanation`.
     `pools_alone`: (pool index, plan of that pool alone) pairs; `progress(info)`: phases.
     `deadline`: the caller's; the search keeps to the earlier of it and `time_limit_s`."""
     if method not in METHODS:
@@ -98,12 +76,13 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
                          shapes_searched=cands.num_survivors, finished=status in (OPTIMAL, INFEASIBLE),
                          solver=jsonable({**solver, "node_classes": len(nodes.classes),
                                            "bandwidth_levels": nodes.num_levels, "links": nodes.source}))
-    res = JointResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
-                      notes=notes, top_k_found=int(plan is not None))
+    res = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
+                         notes=notes, top_k_found=int(plan is not None), pools_alone=[])
     if plan is not None:
         pools = job.cluster.pool_specs()
-        res.pools_alone = [Comparison.of(f"{pools[pl].name} alone ({p.num_gpus} GPUs, equal links)", p, plan)
-                           for pl, p in pools_alone]
+        alone = [Comparison.of(f"{pools[pl].name} alone ({p.num_gpus} GPUs, equal links)", p, plan)
+                 for pl, p in pools_alone]
+        res.pools_alone = alone
         res.explanation = explain(job, cands.prices, plan_a, plan)
         dflt = default_order(cands.prices, plan_a)
         if dflt is not None:
@@ -111,7 +90,7 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
                                               placed_plan(job, cands.prices, dflt), plan)
             res.explanation.append(f"the same shape and split on the nodes in index order: "
                                    f"{res.default_order.step_time_s:.4f} s ({res.default_order.speedup:.3f}x)")
-        for c in res.pools_alone:
+        for c in alone:
             res.explanation.append(f"predicted step {plan.step_time_s:.4f} s vs {c.step_time_s:.4f} s with "
                                    f"{c.label} ({c.speedup:.3f}x)")
     return res

@@ -156,7 +156,7 @@ def throughput_table(plan) -> Table:
 
 def comparisons_table(result) -> Optional[Table]:
     rows = [c for c in (getattr(result, "textbook", None), getattr(result, "compare", None)) if c is not None]
-    rows += list(getattr(result, "pools_alone", []))
+    rows += list(getattr(result, "pools_alone", None) or [])
     if not rows:
         return None
     t = Table(title="compared with", title_justify="left")
