@@ -276,11 +276,11 @@ def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, w
         local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)
         plan = _global(_canonical(jm, cands, local, best_q, search.end, workers, seed, stats, notes, dl), batch)
     ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
-    if not ev.fits and inc is None:  # nothing verified to return: no plan, not a crash
-        notes.append("the model's plan does not fit under the float formulation and no heuristic plan is known: "
-                     "no plan")
-        return JointOutcome(UNKNOWN, None, None, None, tolerance, stats, notes)
     if not ev.fits:
+        if inc is None:  # nothing verified to return: no plan, not a crash
+            notes.append("the model's plan does not fit under the float formulation and no heuristic plan is known: "
+                         "no plan")
+            return JointOutcome(UNKNOWN, None, None, None, tolerance, stats, notes)
         notes.append("the model's plan does not fit under the float formulation: returning the incumbent unproven")
         plan, status = inc, FEASIBLE
         ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
