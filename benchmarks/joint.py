@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import commit  # noqa: E402
 
 from solveplan.catalog import load_cluster, load_model  # noqa: E402
-from solveplan.optimize import POOL_ALONE_S, POOL_ALONE_SHARE, optimize  # noqa: E402
+from solveplan.optimize import POOL_ALONE, optimize  # noqa: E402
 from solveplan.search.joint.baselines import anneal, sequential, uniform_description  # noqa: E402
 from solveplan.search.joint.exhaustive import EXHAUSTIVE_MAX_NODES, solve_exhaustive  # noqa: E402
 from solveplan.search.joint.nodes import node_set  # noqa: E402
@@ -95,7 +95,7 @@ def pools_alone(job: JobSpec, limit_s: float, workers: int):
     """Each pool planned alone by the single-type model (as `optimize._search_placed` does)."""
     out = []
     for pl, view in enumerate(job.cluster.pool_views()):
-        r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=min(POOL_ALONE_S, POOL_ALONE_SHARE * limit_s),
+        r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=min(POOL_ALONE.most_s, POOL_ALONE.share * limit_s),
                      workers=workers, textbook=False)
         if r.plan is not None:
             out.append((pl, r.plan))

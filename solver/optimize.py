@@ -23,6 +23,7 @@ from .errors import InputError
 from .plan import (Comparison, Cost, OptimizeResult, ParallelConfig, Plan, SearchStats, TieBreak, jsonable,
                    make_plan, parallel_from_row, plan_config, textbook_plan)
 from .search.candidates import Candidates, prepare
+from .search.phases import Phase, Phases
 from .search.result import FEASIBLE, INFEASIBLE, MethodResult, OPTIMAL, PlanStatus, UNKNOWN
 from .specs import JobSpec
 from .specs.deadline import Deadline, DeadlineExpired
@@ -291,28 +292,30 @@ def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = Non
     return out
 
 
-# the share of the time limit each pool's own plan may take (`pools_alone`), at most POOL_ALONE_S;
-# below POOL_ALONE_MIN_S a pool's enumeration alone would overrun it, and none is planned
-POOL_ALONE_SHARE, POOL_ALONE_S, POOL_ALONE_MIN_S = 0.1, 5.0, 0.2
+# each pool's own plan (`pools_alone`) may take a tenth of the time limit, at most 5 s; below
+# 0.2 s a pool's enumeration alone would overrun it, and none is planned (`search.phases`)
+POOL_ALONE = Phase("pool alone", share=0.1, most_s=5.0, least_s=0.2)
 
 
 def _search_placed(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
                    progress, deadline: Deadline) -> OptimizeResult:
     """The joint model (`placement.joint_run.optimize_joint`) with each pool's own plan (today's
-    model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent, all
+    model, equal links, `POOL_ALONE`: a tenth of the limit, at most 5 s each) beside it and seeding its incumbent, all
     within `deadline` (`optimize`'s)."""
     from .placement.joint_run import optimize_joint
 
     t0 = time.perf_counter()
     dl = deadline.within(float(time_limit_s))
     alone = []
-    share = min(POOL_ALONE_S, POOL_ALONE_SHARE * float(time_limit_s))
-    for pl, view in enumerate(job.cluster.pool_views() if share >= POOL_ALONE_MIN_S else ()):
+    run = Phases(float(time_limit_s), (POOL_ALONE,), start=t0)  # the share of the limit as given
+    share = run.budget_s(POOL_ALONE.name)
+    for pl, view in enumerate(job.cluster.pool_views() if run.worth(POOL_ALONE.name) else ()):
         if progress is not None:
             progress({"method": "joint", "phase": f"pool {view.name} alone", "elapsed_s": time.perf_counter() - t0,
                       "limit_s": float(time_limit_s), "final": False})
         alone_job = job.model_copy(update={"cluster": view, "prefer": "fastest"})
-        r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed, textbook=False, deadline=dl)
+        with run.run(POOL_ALONE.name):
+            r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed, textbook=False, deadline=dl)
         if r.plan is not None:
             alone.append((pl, r.plan))
     if dl.expired():  # the joint model's node set alone takes ~0.3 s at 1,024 nodes
@@ -320,6 +323,7 @@ def _search_placed(job: JobSpec, links, method: str, time_limit_s: float, worker
                                                            "started: no plan")
     res = optimize_joint(job, links, method=method, time_limit_s=max(0.05, dl.left_s()), workers=workers, seed=seed,
                          pools_alone=alone, progress=progress, deadline=dl)
+    res.search.solver["phases"] = jsonable(run.times) + res.search.solver.get("phases", [])
     if top_k > 1:
         res.notes.append("top-k is not available for the joint model: the best plan only")
         res.top_k_asked = top_k

@@ -20,6 +20,7 @@ from ..search.joint.heuristic import Assignment
 from ..search.joint.nodes import node_set
 from ..search.joint.prepare import prepare_joint
 from ..search.joint.solve import solve_joint
+from ..search.phases import Phase, Phases
 from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import JobSpec
 from ..specs.deadline import Deadline
@@ -27,10 +28,11 @@ from .links import LinkMatrix
 from .placed import explain, placed_plan
 
 METHODS = ("cpsat", "exhaustive")
-# the share of the time limit preparation may take before the shapes it has not bounded yet are
-# left out (with their cheaper bounds): the rest is the models'
-PREPARE_SHARE = 0.5
-PREPARE_SHARE_UNSEEDED = 0.9
+# the share of the time left preparation may take before the shapes it has not bounded yet are
+# left out (with their cheaper bounds): the rest is the models' (`search.joint.solve`). Without a
+# seed plan, a preparation cut short has nothing to hand the models: it gets almost all the time
+# (the heuristic inside it finds the incumbent).
+PREPARE = {True: Phase("prepare", ends_at=0.5), False: Phase("prepare", ends_at=0.9)}  # by: seeded?
 
 
 def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
@@ -61,12 +63,11 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
         if progress is not None:
             progress({"method": "joint", "phase": f"bounding shapes on {len(nodes.classes)} node classes",
                       "elapsed_s": 0.0, "limit_s": float(time_limit_s), "final": False})
-        # without a seed plan, a preparation cut short has nothing to hand the models: it gets
-        # almost all the time (the heuristic inside it finds the incumbent)
-        share = PREPARE_SHARE if seeds else PREPARE_SHARE_UNSEEDED
-        cands = prepare_joint(job, nodes, seeds, deadline=dl.within(share * dl.left_s()))
+        run = Phases(dl.left_s(), (PREPARE[bool(seeds)],), deadline=dl)
+        cands = run.call("prepare", lambda _: prepare_joint(job, nodes, seeds, deadline=run.deadline_of("prepare")))
         out = solve_joint(cands, max(0.05, dl.left_s()), workers, seed, progress=progress, deadline=dl)
-        status, plan_a, bound, tol, solver = out.status, out.plan, out.bound_s, out.tolerance_s, out.stats
+        status, plan_a, bound, tol = out.status, out.plan, out.bound_s, out.tolerance_s
+        solver = {**out.stats, "phases": run.times + out.stats.get("phases", [])}
         notes += out.notes
     plan = placed_plan(job, cands.prices, plan_a) if plan_a is not None else None
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None

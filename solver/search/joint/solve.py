@@ -32,6 +32,7 @@ from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
 from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
 from ...specs.deadline import Deadline
+from ..phases import Phase, Phases
 from .heuristic import Assignment
 from .model import JointModel, build_joint_model, int_tables, objective_q
 from .prepare import JointCandidates
@@ -41,7 +42,10 @@ PHASE3_DETERMINISTIC_S = 10.0
 # limit on a large model (850k rows: 390 s against 27 s on 2 cores); models of this size take
 # a few seconds to build and presolve there, and a small model finds good plans sooner
 MODEL_ROWS = 10_000
-FINISH_S = 0.1  # of the limit kept for what follows the last model (float check, the result)
+# The phases (`search.phases`): a model or a canonical step leaves 0.1 s of the limit for what
+# follows the last model (float check, the result); none starts with less than 0.05 s left.
+PHASES = (Phase("start", keep_s=0.05), Phase("model", keep_s=0.1), Phase("canonical-shape", keep_s=0.1),
+          Phase("canonical-placement", keep_s=0.1))
 
 
 @dataclass
@@ -85,10 +89,11 @@ def read_plan(jm: JointModel, solver, cands: JointCandidates) -> Assignment:
     return Assignment(j, tuple(pools), tuple(node_lists), tuple(layers), math.nan)
 
 
-def _phase(name, solver, st, stats) -> None:
-    stats.setdefault("phases", []).append({
-        "phase": name, "status": plan_status(st), "wall_time_s": solver.wall_time,
-        "branches": solver.num_branches, "conflicts": solver.num_conflicts})
+def _phase(run: Phases, name: str, solver, st, stats: dict) -> None:
+    """One CP-SAT solve's time and statistics, recorded as a run of phase `name`."""
+    run.record(name, solver.wall_time, status=plan_status(st), branches=solver.num_branches,
+               conflicts=solver.num_conflicts)
+    stats["phases"] = run.times
 
 
 def model_rows(cands: JointCandidates, ks) -> np.ndarray:
@@ -126,7 +131,7 @@ class _Search:
     cands: JointCandidates
     q: float  # seconds per quantum
     t0: float
-    end: float  # perf_counter time the search must end by
+    run: Phases  # the time limit from t0, shared out among the models and the canonical steps
     best: Optional[Assignment]
     best_q: Optional[int] = None
     best_jm: Optional[tuple[JointModel, np.ndarray]] = None
@@ -136,7 +141,7 @@ class _Search:
     notes: list[str] = field(default_factory=list)
 
     def out_of_time(self) -> bool:
-        return time.perf_counter() >= self.end - 0.05
+        return self.run.budget_s("start") <= 0
 
     def stop_short(self, batch: np.ndarray, note: str) -> None:
         """The time limit is spent before `batch` and the batches after it are solved: their
@@ -162,7 +167,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     `progress(info)`: before each model, the phase, the best plan and that bound so far."""
     t0 = time.perf_counter()
     dl = deadline if deadline is not None else Deadline()
-    end = t0 + min(float(time_limit_s), dl.left_s())
+    run = Phases(min(float(time_limit_s), dl.left_s()), PHASES, start=t0)
     if cands.num_survivors == 0:
         return _nothing_to_model(cands)
     inc = cands.incumbent
@@ -170,7 +175,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
     pr = cands.prices
     tolerance = (3 * pr.L + 3 * int(pr.shapes.pp.max()) + 3) * q + 1e-9 * ref
-    search = _Search(cands, q, t0, end, inc, bounds_s=[cands.outside_bound_s])
+    search = _Search(cands, q, t0, run, inc, bounds_s=[cands.outside_bound_s])
     if inc is not None:
         search.best_q = objective_q(int_tables(cands, [inc.k], q), cands, 0, inc)
     rank = shape_ranks(cands)
@@ -231,8 +236,8 @@ def _model_batch(search: _Search, batch: np.ndarray, num_pending: int, rank: np.
                                  "stand")
         return False
     stats.update(check_scaling(jm.model))
-    solver, st = solve_model(jm.model, search.end - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
-    _phase("optimize", solver, st, stats)
+    solver, st = solve_model(jm.model, search.run.budget_s("model"), workers, seed, deadline=dl)
+    _phase(search.run, "optimize", solver, st, stats)
     return _take_answer(search, jm, batch, solver, plan_status(st))
 
 
@@ -274,7 +279,7 @@ def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, w
     if status == OPTIMAL and search.best_jm is not None:
         jm, batch = search.best_jm
         local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)
-        plan = _global(_canonical(jm, cands, local, best_q, search.end, workers, seed, stats, notes, dl), batch)
+        plan = _global(_canonical(jm, cands, local, best_q, search.run, workers, seed, stats, notes, dl), batch)
     ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
     if not ev.fits:
         if inc is None:  # nothing verified to return: no plan, not a crash
@@ -303,15 +308,15 @@ def _global(a: Assignment, batch: np.ndarray) -> Assignment:
     return Assignment(int(batch[a.k]), a.pools, a.nodes, a.layers, a.objective_s)
 
 
-def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: float, workers: int, seed: int,
+def _canonical(jm: JointModel, cands, plan: Assignment, value: int, run: Phases, workers: int, seed: int,
                stats: dict, notes: list[str], dl: Deadline) -> Assignment:
     """Phases 2 and 3 (module docstring): the same answer across seeds and worker counts."""
     md = jm.model
     md.add(jm.obj <= value)
-    if len(jm.x) > 1 and deadline - FINISH_S - time.perf_counter() > 0.05:
+    if len(jm.x) > 1 and run.budget_s("canonical-shape") > 0.05:
         md.minimize(jm.rank_expr)
-        s2, st2 = solve_model(md, deadline - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
-        _phase("canonical-shape", s2, st2, stats)
+        s2, st2 = solve_model(md, run.budget_s("canonical-shape"), workers, seed, deadline=dl)
+        _phase(run, "canonical-shape", s2, st2, stats)
         if st2 == cp_model.OPTIMAL:
             plan = read_plan(jm, s2, cands)
         else:
@@ -322,9 +327,9 @@ def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: fl
     md.minimize(sum((pl * (jm.num_stages - s)) * av for s, row in enumerate(jm.a) for pl, av in enumerate(row)
                     if av is not None and pl))
     md.clear_hints()
-    solver, st3 = solve_model(md, max(0.05, deadline - FINISH_S - time.perf_counter()), 1, 0,
+    solver, st3 = solve_model(md, run.budget_s("canonical-placement", 0.05), 1, 0,
                               deterministic_s=PHASE3_DETERMINISTIC_S, deadline=dl)
-    _phase("canonical-placement", solver, st3, stats)
+    _phase(run, "canonical-placement", solver, st3, stats)
     if st3 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return read_plan(jm, solver, cands)
     notes.append("canonical placement not found in time: the placement may differ between runs")
