@@ -141,8 +141,8 @@ def _sequential(row: Row, job: JobSpec, nodes, limit_s: float, workers: int) -> 
                     workers=workers, textbook=False)
     seq = sequential(job, nodes, flat.plan, max(0.05, limit_s - (time.perf_counter() - t0)), workers) \
         if flat.plan is not None else None
-    row.res["sequential"] = ((seq.status, seq.step_time_s, None, time.perf_counter() - t0) if seq is not None and
-                             seq.plan is not None else ("NO PLACEMENT", None, None, time.perf_counter() - t0))
+    row.res["sequential"] = ((seq.status, seq.best.objective_s, None, time.perf_counter() - t0) if seq is not None and
+                             seq.best is not None else ("NO PLACEMENT", None, None, time.perf_counter() - t0))
 
 
 def _anneal(row: Row, job: JobSpec, nodes, limit_s: float, workers: int) -> None:

@@ -15,13 +15,13 @@ from typing import Optional, Sequence
 
 from ..errors import InputError
 from ..plan import Comparison, OptimizeResult, Plan, SearchStats, jsonable
-from ..search.joint.exhaustive import solve_exhaustive
+from ..search.joint.exhaustive import search_exhaustive
 from ..search.joint.heuristic import Assignment
 from ..search.joint.nodes import node_set
-from ..search.joint.prepare import prepare_joint
-from ..search.joint.solve import solve_joint
+from ..search.joint.prepare import JointCandidates, prepare_joint
+from ..search.joint.solve import PlacedChoice, solve_joint
 from ..search.phases import Phase, Phases
-from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
+from ..search.result import MethodResult
 from ..specs import JobSpec
 from ..specs.deadline import Deadline
 from .links import LinkMatrix
@@ -50,36 +50,22 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
     dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
     nodes = node_set(job.cluster, links)
     seeds = [(p.parallel.model_dump(), (pl,) * p.parallel.pp, tuple(p.layers_per_stage)) for pl, p in pools_alone]
-    notes: list[str] = []
-    if method == "exhaustive":
-        cands = prepare_joint(job, nodes, prune_time=False, deadline=dl)
-        best, evals, finished = solve_exhaustive(job, nodes, time_limit_s=dl.left_s(), cands=cands)
-        finished = finished and math.isinf(cands.outside_bound_s)
-        status = (OPTIMAL if finished else FEASIBLE) if best is not None else (INFEASIBLE if finished
-                                                                                  else UNKNOWN)
-        plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
-            {"evaluations": evals}
-    else:
-        if progress is not None:
-            progress({"method": "joint", "phase": f"bounding shapes on {len(nodes.classes)} node classes",
-                      "elapsed_s": 0.0, "limit_s": float(time_limit_s), "final": False})
-        run = Phases(dl.left_s(), (PREPARE[bool(seeds)],), deadline=dl)
-        cands = run.call("prepare", lambda _: prepare_joint(job, nodes, seeds, deadline=run.deadline_of("prepare")))
-        out = solve_joint(cands, max(0.05, dl.left_s()), workers, seed, progress=progress, deadline=dl)
-        status, plan_a, bound, tol = out.status, out.plan, out.bound_s, out.tolerance_s
-        solver = {**out.stats, "phases": run.times + out.stats.get("phases", [])}
-        notes += out.notes
+    cands, found = _search(job, nodes, seeds, method, workers, seed, progress, dl, float(time_limit_s))
+    status, bound, tol = found.status, found.bound_s, found.stats.get("tolerance_s")
+    notes: list[str] = list(found.stats.get("notes", []))
+    solver = {k: v for k, v in found.stats.items() if k != "notes"}
+    plan_a = found.best.assignment() if isinstance(found.best, PlacedChoice) else None
     plan = placed_plan(job, cands.prices, plan_a) if plan_a is not None else None
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
     search = SearchStats(method=f"{method} (joint)", wall_time_s=time.perf_counter() - t0,
                          shapes_legal=cands.num_legal, shapes_dominated=cands.num_legal - cands.num_shapes,
                          shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-                         shapes_searched=cands.num_survivors, finished=status in (OPTIMAL, INFEASIBLE),
+                         shapes_searched=cands.num_survivors, evaluations=found.evaluations, finished=found.finished,
                          solver=jsonable({**solver, "node_classes": len(nodes.classes),
                                            "bandwidth_levels": nodes.num_levels, "links": nodes.source}))
     res = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
                          notes=notes, top_k_found=int(plan is not None), pools_alone=[])
-    if plan is not None:
+    if plan is not None and plan_a is not None:
         pools = job.cluster.pool_specs()
         alone = [Comparison.of(f"{pools[pl].name} alone ({p.num_gpus} GPUs, equal links)", p, plan)
                  for pl, p in pools_alone]
@@ -95,6 +81,23 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
             res.explanation.append(f"predicted step {plan.step_time_s:.4f} s vs {c.step_time_s:.4f} s with "
                                    f"{c.label} ({c.speedup:.3f}x)")
     return res
+
+
+def _search(job: JobSpec, nodes, seeds: list, method: str, workers: int, seed: int, progress, dl: Deadline,
+            time_limit_s: float) -> tuple[JointCandidates, MethodResult]:
+    """The joint candidates and the search method's answer: the exhaustive joint search, or the
+    joint CP-SAT search after a preparation that takes at most its phase's share (`PREPARE`)."""
+    if method == "exhaustive":
+        cands = prepare_joint(job, nodes, prune_time=False, deadline=dl)
+        return cands, search_exhaustive(job, nodes, dl.left_s(), cands)
+    if progress is not None:
+        progress({"method": "joint", "phase": f"bounding shapes on {len(nodes.classes)} node classes",
+                  "elapsed_s": 0.0, "limit_s": time_limit_s, "final": False})
+    run = Phases(dl.left_s(), (PREPARE[bool(seeds)],), deadline=dl)
+    cands = run.call("prepare", lambda _: prepare_joint(job, nodes, seeds, deadline=run.deadline_of("prepare")))
+    res = solve_joint(cands, max(0.05, dl.left_s()), workers, seed, progress=progress, deadline=dl)
+    res.stats["phases"] = run.times + res.stats.get("phases", [])
+    return cands, res
 
 
 def default_order(prices, a: Assignment) -> Optional[Assignment]:

@@ -11,6 +11,8 @@ canonical, and check it against the float formulation.
   finds the pools, nodes and split with one worker, seed 0 and a deterministic time limit,
   preferring lower pool indices on earlier stages. The answer is then the same across seeds
   and worker counts.
+- The answer is a search method's `MethodResult` (`method_result`: its choice a `PlacedChoice`,
+  the tolerance and notes in its statistics), as `search.cpsat` and `search.baselines` give it.
 - Every answer is re-evaluated by the float formulation; the bound is the least of the plan's
   step, each model's optimum (q x CP-SAT's bound where it stopped short), the relaxation's
   bound of every shape not modelled and the preparation's `outside_bound_s` (every shape left
@@ -30,7 +32,7 @@ import numpy as np
 from ...search.cpsat.ortools_cp import cp_model
 from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
-from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
+from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Choice, MethodResult, PlanStatus
 from ...specs.deadline import Deadline
 from ..phases import Phase, Phases
 from .heuristic import Assignment
@@ -49,14 +51,30 @@ PHASES = (Phase("start", keep_s=0.05), Phase("model", keep_s=0.1), Phase("canoni
 
 
 @dataclass
-class JointOutcome:
-    status: PlanStatus
-    plan: Optional[Assignment]  # k indexes the candidates' shapes
-    step_time_s: Optional[float]
-    bound_s: Optional[float]
-    tolerance_s: Optional[float]
-    stats: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+class PlacedChoice(Choice):
+    """A joint answer as a search method's choice (`search.result.Choice`: `index` into the joint
+    candidates' shapes, the split, the float step time) with every stage's pool and nodes."""
+
+    pools: tuple[int, ...] = ()
+    nodes: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, a: Assignment) -> "PlacedChoice":
+        return cls(a.k, list(a.layers), a.objective_s, a.pools, a.nodes)
+
+    def assignment(self) -> Assignment:
+        return Assignment(self.index, self.pools, self.nodes, tuple(self.layers), self.objective_s)
+
+
+def method_result(status: PlanStatus, plan: Optional[Assignment], bound_s: Optional[float],
+                  tolerance_s: Optional[float], stats: dict, notes: list[str],
+                  evaluations: Optional[int] = None) -> MethodResult:
+    """The joint search's answer as every search method gives it (`search.result.MethodResult`):
+    the tolerance and the notes in its statistics, as the main path's methods put them;
+    finished when the verdict is proven (OPTIMAL or INFEASIBLE)."""
+    return MethodResult(status, PlacedChoice.of(plan) if plan is not None else None, bound_s=bound_s,
+                        evaluations=evaluations, finished=status in (OPTIMAL, INFEASIBLE),
+                        stats={**stats, "tolerance_s": tolerance_s, "notes": list(notes)})
 
 
 def shape_ranks(cands: JointCandidates) -> np.ndarray:
@@ -153,7 +171,7 @@ class _Search:
 
 def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, seed: int = 0,
                 fixed_layers: Optional[tuple[int, ...]] = None, progress=None,
-                deadline: Optional[Deadline] = None) -> JointOutcome:
+                deadline: Optional[Deadline] = None) -> MethodResult:
     """The fastest plan among the candidates (module docstring); `fixed_layers`: place a plan
     whose shape (the candidates' only one) and split are given; `deadline`: the caller's (the
     limit is at most what it leaves; stopping it stops the solves).
@@ -191,19 +209,17 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     best, best_q = search.best, search.best_q
     if best is None or best_q is None:  # INFEASIBLE only when every shape was decided (best_q: set with best)
         none_fit = search.resolved and not math.isfinite(cands.outside_bound_s)
-        return JointOutcome(INFEASIBLE if none_fit else UNKNOWN, None, None, None, tolerance, search.stats,
-                            search.notes)
+        return method_result(INFEASIBLE if none_fit else UNKNOWN, None, None, tolerance, search.stats, search.notes)
     return _outcome(search, best, best_q, tolerance, workers, seed, dl)
 
 
-def _nothing_to_model(cands: JointCandidates) -> JointOutcome:
+def _nothing_to_model(cands: JointCandidates) -> MethodResult:
     """No candidate: the time limit passed before any shape was bounded, or none fits."""
     stats: dict = {"shapes_in_model": 0, "models": 0}
     if math.isfinite(cands.outside_bound_s):
-        return JointOutcome(UNKNOWN, None, None, None, None, stats,
-                            ["the time limit was spent before any shape was bounded: no plan"])
-    return JointOutcome(INFEASIBLE, None, None, None, None, stats,
-                        ["no shape has a layer split that fits on any pool's GPUs"])
+        return method_result(UNKNOWN, None, None, None, stats,
+                             ["the time limit was spent before any shape was bounded: no plan"])
+    return method_result(INFEASIBLE, None, None, None, stats, ["no shape has a layer split that fits on any pool's GPUs"])
 
 
 def _model_batch(search: _Search, batch: np.ndarray, num_pending: int, rank: np.ndarray,
@@ -269,7 +285,7 @@ def _take_answer(search: _Search, jm: JointModel, batch: np.ndarray, solver, sta
 
 
 def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, workers: int, seed: int,
-             dl: Deadline) -> JointOutcome:
+             dl: Deadline) -> MethodResult:
     """The best plan (`best_q` quanta) made canonical when proven optimal, checked against the
     float formulation and the incumbent, with the least bound."""
     cands, stats, notes, q = search.cands, search.stats, search.notes, search.q
@@ -285,7 +301,7 @@ def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, w
         if inc is None:  # nothing verified to return: no plan, not a crash
             notes.append("the model's plan does not fit under the float formulation and no heuristic plan is known: "
                          "no plan")
-            return JointOutcome(UNKNOWN, None, None, None, tolerance, stats, notes)
+            return method_result(UNKNOWN, None, None, tolerance, stats, notes)
         notes.append("the model's plan does not fit under the float formulation: returning the incumbent unproven")
         plan, status = inc, FEASIBLE
         ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
@@ -300,7 +316,7 @@ def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, w
     stats["wall_time_s"] = time.perf_counter() - search.t0
     stats["objective_quanta"] = best_q
     stats["time_quantum_s"], stats["tolerance_s"] = q, tolerance
-    return JointOutcome(status, plan, ev.step_time_s, bound, tolerance, stats, notes)
+    return method_result(status, plan, bound, tolerance, stats, notes)
 
 
 def _global(a: Assignment, batch: np.ndarray) -> Assignment:
