@@ -42,3 +42,20 @@ def test_joint_result_is_gone():
     import solveplan.placement.joint_run as joint_run
 
     assert not hasattr(joint_run, "JointResult")
+
+
+def test_phase_times_are_reported_and_the_search_table_shows_the_solver_status():
+    """The joint path's `search.solver["phases"]` holds the phase runner's records (each pool's
+    own plan, the preparation) before the CP-SAT solves; the text table's solver status is the
+    first CP-SAT solve's, as before the runner."""
+    from rich.console import Console
+
+    from solveplan.render.table import search_table
+
+    res = optimize(_job("gpt3-1.3b", "mixed-h100-a100"), time_limit_s=30)
+    names = [p["phase"] for p in res.search.solver["phases"]]
+    assert names[:3] == ["pool alone", "pool alone", "prepare"] and "optimize" in names
+    assert all(p["wall_time_s"] >= 0 for p in res.search.solver["phases"])
+    console = Console(width=300, record=True)
+    console.print(search_table(res))
+    assert "OPTIMAL" in console.export_text()
