@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
 
-
 from .diagnose import memory_shortfall, pooled_shortfall
 from .errors import InputError
 from .plan import (Comparison, Cost, OptimizeResult, ParallelConfig, Plan, SearchStats, TieBreak, jsonable,
