@@ -8,7 +8,10 @@ benchmarks/joint.py through `optimize` (the joint path), the catalog's mixed clu
 (prefer fastest and simple), `--links` files of tests/data/links, the placement benchmark's
 generated leaf/spine matrix (benchmarks/placement.py: smaller clusters, and one of its own 256-node instances) and the admission
 planner (`admission.planner.plan`) on a single-type and a mixed job. One CP-SAT worker,
-seed 0; every limit is long enough for a proven answer (times are not recorded).
+seed 0; every limit is long enough for a proven answer (times are not recorded). One
+instance is near its limit: the 256-node placement proves its optimum in 35-50 s of its 60 s
+on 2 shared cores; on a loaded machine it may stop FEASIBLE with another placement -- run it
+again alone (`--only placement`) before reading a difference there as a change.
 
     python benchmarks/behaviour_snapshot.py -o /tmp/before.json
     python benchmarks/behaviour_snapshot.py -o /tmp/after.json && diff /tmp/before.json /tmp/after.json
