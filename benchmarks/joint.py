@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import commit  # noqa: E402
 
 from solveplan.catalog import load_cluster, load_model  # noqa: E402
-from solveplan.optimize import POOL_ALONE_S, POOL_ALONE_SHARE, optimize  # noqa: E402
+from solveplan.optimize import POOL_ALONE, optimize  # noqa: E402
 from solveplan.search.joint.baselines import anneal, sequential, uniform_description  # noqa: E402
 from solveplan.search.joint.exhaustive import EXHAUSTIVE_MAX_NODES, solve_exhaustive  # noqa: E402
 from solveplan.search.joint.nodes import node_set  # noqa: E402
@@ -92,10 +92,10 @@ class Row:
 
 
 def pools_alone(job: JobSpec, limit_s: float, workers: int):
-    """Each pool planned alone by the single-type model (as `optimize.optimize_pooled` does)."""
+    """Each pool planned alone by the single-type model (as `optimize._search_placed` does)."""
     out = []
     for pl, view in enumerate(job.cluster.pool_views()):
-        r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=min(POOL_ALONE_S, POOL_ALONE_SHARE * limit_s),
+        r = optimize(job.model_copy(update={"cluster": view}), time_limit_s=min(POOL_ALONE.most_s, POOL_ALONE.share * limit_s),
                      workers=workers, textbook=False)
         if r.plan is not None:
             out.append((pl, r.plan))
@@ -141,8 +141,8 @@ def _sequential(row: Row, job: JobSpec, nodes, limit_s: float, workers: int) -> 
                     workers=workers, textbook=False)
     seq = sequential(job, nodes, flat.plan, max(0.05, limit_s - (time.perf_counter() - t0)), workers) \
         if flat.plan is not None else None
-    row.res["sequential"] = ((seq.status, seq.step_time_s, None, time.perf_counter() - t0) if seq is not None and
-                             seq.plan is not None else ("NO PLACEMENT", None, None, time.perf_counter() - t0))
+    row.res["sequential"] = ((seq.status, seq.best.objective_s, None, time.perf_counter() - t0) if seq is not None and
+                             seq.best is not None else ("NO PLACEMENT", None, None, time.perf_counter() - t0))
 
 
 def _anneal(row: Row, job: JobSpec, nodes, limit_s: float, workers: int) -> None:

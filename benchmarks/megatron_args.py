@@ -175,6 +175,12 @@ MOE_CASES += [
      {"global_batch_size": 1024, "seq_length": 8192}, {}),
     ("optimize: DeepSeek-V2-Lite", "deepseek-v2-lite", "h100x32", None, {"global_batch_size": 512, "seq_length": 4096},
      {}),
+    ("optimize: Kimi K2 config.json (384 experts, 64 heads, one dense layer)", HFM("Kimi-K2-Instruct"), "h100x1024",
+     None, {"global_batch_size": 4096, "seq_length": 4096}, {}),
+    ("optimize: Qwen2-57B-A14B config.json (gated shared expert, QKV bias)", HFM("Qwen2-57B-A14B"), "h100x64", None,
+     {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("optimize: DeepSeek-V2 (group-limited routing, 2 shared experts)", "deepseek-v2", "h100x256", None,
+     {"global_batch_size": 2048, "seq_length": 4096}, {}),
 ]
 # MoE controls: one rule broken each; Megatron must refuse or build another model/parallelism
 MOE_CONTROLS = [

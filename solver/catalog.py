@@ -30,8 +30,10 @@ _PACKAGES = {
     "gpus": "solveplan.catalog_clusters.gpus",
     "families": "solveplan.catalog_clusters.families",
     "clusters": "solveplan.catalog_clusters",
+    "published": "solveplan.catalog_published",  # the published measurements (calibration.rows.find_data)
 }
-_REPO_DIRS = {"models": "models", "gpus": "clusters/gpus", "families": "clusters/families", "clusters": "clusters"}
+_REPO_DIRS = {"models": "models", "gpus": "clusters/gpus", "families": "clusters/families", "clusters": "clusters",
+              "published": "published"}
 
 
 def _catalog_dir(kind: str) -> Path:

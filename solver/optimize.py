@@ -14,40 +14,20 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
-
-from pydantic import Field
 
 from .diagnose import memory_shortfall, pooled_shortfall
 from .errors import InputError
-from .plan import (Comparison, Cost, Margin, ParallelConfig, Plan, SearchStats, SolveResult, TieBreak, jsonable,
+from .plan import (Comparison, Cost, OptimizeResult, ParallelConfig, Plan, SearchStats, TieBreak, jsonable,
                    make_plan, parallel_from_row, plan_config, textbook_plan)
 from .search.candidates import Candidates, prepare
+from .search.phases import Phase, Phases
 from .search.result import FEASIBLE, INFEASIBLE, MethodResult, OPTIMAL, PlanStatus, UNKNOWN
 from .specs import JobSpec
 from .specs.deadline import Deadline, DeadlineExpired
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
-
-
-class OptimizeResult(SolveResult):
-    """SolveResult plus the comparisons `optimize` makes."""
-
-    textbook: Optional[Comparison] = None
-    compare: Optional[Comparison] = None
-    top_k_asked: int = Field(1, description="distinct configurations asked for (--top-k)")
-    top_k_found: int = Field(0, description="distinct fitting configurations returned (the plan and its alternatives)")
-    prefer: str = Field("fastest", description="fastest: the optimum; simple: the simplest plan within the tolerance")
-    proof: str = Field("the fastest plan of the formulation", description="what status, bound and gap prove")
-    margins: list[Margin] = Field(default_factory=list, description="the plan against the runner-up (or the fastest "
-                                  "plan), the textbook plan and a compared configuration, with the error bar")
-    tie_break: Optional[TieBreak] = None
-    cost: Optional[Cost] = Field(None, description="GPU-hours, dollars (with a price) and energy (with a TDP)")
-
-    @property
-    def top_k_cut_short(self) -> bool:
-        """The one rule: fewer plans than asked and the search stopped by the time limit."""
-        return self.top_k_found < self.top_k_asked and not self.search.finished
 
 
 def refuse_moe_placement(job: JobSpec, field: str) -> None:
@@ -78,7 +58,7 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
              seed: int = 0, compare: Union[ParallelConfig, Mapping[str, Any], None] = None,
              progress: Optional[Callable[[dict], None]] = None, textbook: bool = True,
              cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None, links=None,
-             deadline: Optional[Deadline] = None):
+             deadline: Optional[Deadline] = None) -> OptimizeResult:
     """The fastest plan of `job` that fits, by `method` within `time_limit_s` (including
     enumeration and model building). `compare`: a configuration to compare the plan with
     (ParallelConfig, or a mapping of tp, pp, cp, vp, micro_batch_size, recompute,
@@ -94,32 +74,75 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
     default: the optimum's interval half-width, `calibration.intervals`). Every plan carries its
     intervals, and `margins` says whether its lead over the runner-up and the textbook plan is real.
 
-    A cluster with pools, or given links, is planned by the joint model (shape, split and
-    placement at once: `placement.joint_run.optimize_joint`)."""
+    One path for every cluster: the search (`_search`: candidates, the method, the plans, the
+    checked verdict; on a cluster with pools or given links the joint model -- shape, split and
+    placement at once, `_search_placed`), then the shortfall of an INFEASIBLE verdict, the
+    comparisons, the job's preference and the intervals, into one `OptimizeResult`."""
     t0 = time.perf_counter()
     method = "alpa-dp" if method == "alpa_dp" else method
     _check_arguments(method, time_limit_s, top_k, workers)
     dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
-    if links is not None or job.cluster.is_mixed:
+    placed = links is not None or job.cluster.is_mixed
+    if placed:
         refuse_moe_placement(job, "links" if links is not None else "cluster.pools")
-        res = optimize_pooled(job, links, method, time_limit_s, workers, seed, top_k, compare, shortfall_budget_s,
-                              progress, dl)
-        if job.prefer == "simple" and res.plan is not None:
-            res = _prefer_simple_pooled(job, res, links, method, dl.left_s(), workers, seed, progress, dl)
-        return _annotate(job, res)
-    search, prep_kwargs = _search_fn(method)
+        if compare is not None:
+            raise InputError("compare", "a configuration to compare with needs a cluster of one GPU type with equal "
+                                        "links")
     cmp_plan = _compare_plan(job, compare) if compare is not None else None  # bad input fails fast
+    found = _search(job, method, float(time_limit_s), int(top_k), workers, seed, progress, cands, links, dl, t0)
+    if found.out is None:
+        return out_of_time(method, t0, int(top_k), "the time limit was spent preparing the candidates: no plan")
+    out = found.out
+    if out.status == INFEASIBLE and out.shortfall is None:
+        left_s = dl.left_s()
+        budget_s = left_s if shortfall_budget_s is None else min(left_s, shortfall_budget_s)
+        out.shortfall = memory_shortfall(job, found.cands, budget_s=budget_s) if found.cands is not None \
+            else pooled_shortfall(job, budget_s)  # the joint model: no single-type candidates
+    plan = out.plan
+    if plan is not None and textbook and not placed:
+        _compare_textbook(job, out, plan, dl)
+    if cmp_plan is not None:
+        out.compare = Comparison.of("compare", cmp_plan, plan)
+    if job.prefer == "simple" and plan is not None:  # the job's preference (a spec field, not a status)
+        if placed:
+            out = _prefer_simple_pooled(job, out, links, method, dl.left_s(), workers, seed, progress, dl)
+        else:
+            _prefer_simple(job, out, plan, method, workers, seed, time.perf_counter() + dl.left_s(), progress,
+                           found.prep_kwargs)
+    out = _annotate(job, out, found.runner_up)
+    out.search.wall_time_s = time.perf_counter() - t0
+    return out
 
+
+@dataclass
+class _Found:
+    """What the search step hands on: the result so far (None: the time limit passed before
+    there was anything to search), the runner-up for the margin, the candidates and how
+    they were prepared (the single-type path's, for the shortfall and prefer simple)."""
+
+    out: Optional[OptimizeResult]
+    runner_up: Optional[Plan] = None
+    cands: Optional[Candidates] = None
+    prep_kwargs: dict = field(default_factory=dict)
+
+
+def _search(job: JobSpec, method: str, time_limit_s: float, top_k: int, workers: int, seed: int, progress,
+            cands: Optional[Candidates], links, dl: Deadline, t0: float) -> _Found:
+    """The search step of `optimize`: the joint model on a cluster with pools or given links
+    (`_search_placed`), else the candidates, `method`'s search, its plans and the checked verdict."""
+    if links is not None or job.cluster.is_mixed:
+        return _Found(_search_placed(job, links, method, time_limit_s, workers, seed, top_k, progress, dl))
+    search, prep_kwargs = _search_fn(method)
     # one plan more than asked, for the winner's margin over the runner-up (not with candidates
     # prepared before for fewer: their time pruning may have dropped it)
-    want = max(2, int(top_k)) if cands is None else int(top_k)
+    want = max(2, top_k) if cands is None else top_k
     if cands is None:
         if method == "cpsat":  # the time pruning keeps every shape that may be among the K best
             prep_kwargs = {**prep_kwargs, "top_k": want}
         try:
             cands = prepare(job, **prep_kwargs, deadline=dl)
         except DeadlineExpired:
-            return out_of_time(method, t0, int(top_k), "the time limit was spent preparing the candidates: no plan")
+            return _Found(None)
     prep_s = time.perf_counter() - t0
     left = max(0.01, dl.left_s())
     kwargs: dict[str, Any] = dict(top_k=want, progress=progress)
@@ -127,31 +150,19 @@ def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, work
         kwargs.update(workers=int(workers), seed=int(seed), deadline=dl)
     res = search(cands, left, **kwargs)
 
-    notes: list[str] = [n for n in res.stats.get("notes", []) if want == int(top_k) or "distinct configuration" not in n]
+    notes: list[str] = [n for n in res.stats.get("notes", []) if want == top_k or "distinct configuration" not in n]
     plans = _plans(job, cands, res, method, notes)
     runner_up = plans[1] if len(plans) > 1 else None
-    plans = plans[:int(top_k)]
+    plans = plans[:top_k]
     status, plan, bound = _checked_verdict(job, cands, res, plans[0] if plans else None, method, notes)
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
-    tolerance = res.stats.get("tolerance_s")
-    out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tolerance,
-                         alternatives=plans[1:], search=_search_stats(method, t0, cands, res, prep_s), notes=notes,
-                         top_k_asked=int(top_k), top_k_found=len(plans) if plan is not None else 0, shortfall=None)
+    out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap,
+                         tolerance_s=res.stats.get("tolerance_s"), alternatives=plans[1:],
+                         search=_search_stats(method, t0, cands, res, prep_s), notes=notes, top_k_asked=top_k,
+                         top_k_found=len(plans) if plan is not None else 0, shortfall=None)
     if plan is not None and out.top_k_cut_short:
         out.notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
-    if status == INFEASIBLE:
-        left_s = dl.left_s()
-        out.shortfall = memory_shortfall(job, cands, budget_s=left_s if shortfall_budget_s is None
-                                         else min(left_s, shortfall_budget_s))
-    if plan is not None and textbook:
-        _compare_textbook(job, out, plan, dl)
-    if cmp_plan is not None:
-        out.compare = Comparison.of("compare", cmp_plan, plan)
-    if job.prefer == "simple" and plan is not None:  # the job's preference (a spec field, not a status)
-        _prefer_simple(job, out, plan, method, workers, seed, time.perf_counter() + dl.left_s(), progress, prep_kwargs)
-    out = _annotate(job, out, runner_up)
-    out.search.wall_time_s = time.perf_counter() - t0
-    return out
+    return _Found(out, runner_up, cands, prep_kwargs)
 
 
 def _search_stats(method: str, t0: float, cands: Candidates, res: MethodResult, prep_s: float) -> SearchStats:
@@ -194,13 +205,17 @@ def _prefer_simple(job: JobSpec, out: OptimizeResult, fastest: Plan, method: str
     ref = reference(tb.parallel.model_dump() if tb is not None else None)
     sr = simplest(job, ref, fastest.step_time_s, tol, deadline, lambda c, s: search(c, max(0.01, s), **kw),
                   {k: v for k, v in prep_kwargs.items() if k != "top_k"}, progress)
-    found = _plans(job, sr.cands, sr.result, method, out.notes) if sr.cands is not None else []
-    if not found:  # nothing proven within the limit: keep the fastest, say so
+    level_cands, level = sr.cands, sr.result  # set together (`search.simple.SimpleResult`)
+    found = _plans(job, level_cands, level, method, out.notes) if level_cands is not None and level is not None \
+        else []
+    chosen: Optional[Plan] = None
+    if found and level_cands is not None and level is not None:
+        # the level's verdict checked as any other; proven only if T* and every earlier level are
+        level_status, chosen, bound = _checked_verdict(job, level_cands, level, found[0], method, out.notes)
+        status = OPTIMAL if OPTIMAL == level_status == sr.status == out.status else FEASIBLE
+    if chosen is None:  # nothing proven within the limit: keep the fastest, say so
         out.notes.append("prefer simple: the tie-break did not finish within the time limit; the fastest plan")
         chosen, bound, status = fastest, out.bound_step_time_s, FEASIBLE if out.status == OPTIMAL else out.status
-    else:  # the level's verdict checked as any other; proven only if T* and every earlier level are
-        level_status, chosen, bound = _checked_verdict(job, sr.cands, sr.result, found[0], method, out.notes)
-        status = OPTIMAL if OPTIMAL == level_status == sr.status == out.status else FEASIBLE
     row = chosen.parallel.model_dump()
     out.tie_break = TieBreak(tolerance_rel=tol, threshold_s=sr.threshold_s, fastest=fastest,
                              fastest_bound_s=out.bound_step_time_s,
@@ -218,8 +233,8 @@ JOINT_STATEMENT = ("best plan without interleaving or context parallelism within
                    "else the fastest (the joint model ranks only those departures)")
 
 
-def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, workers: int, seed: int, progress,
-                          deadline: Optional[Deadline] = None):
+def _prefer_simple_pooled(job: JobSpec, res: OptimizeResult, links, method: str, left_s: float, workers: int,
+                          seed: int, progress, deadline: Deadline) -> OptimizeResult:
     """prefer simple on the joint model (pools, links): the best plan with vp = cp = 1, solved
     by the same joint model, when it is within the tolerance of the fastest plan; else the
     fastest, which then beats every such plan by more than the tolerance. Proven when both
@@ -227,6 +242,7 @@ def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, 
     from .calibration.intervals import plan_band
 
     fast = res.plan
+    assert fast is not None  # optimize asks only when there is a plan
     tol = plan_band(job, fast.parallel.zero).half_width_rel if job.tolerance_rel is None else job.tolerance_rel
     res.prefer, res.proof = "simple", JOINT_STATEMENT
     if fast.parallel.vp == 1 and fast.parallel.cp == 1:
@@ -235,9 +251,8 @@ def _prefer_simple_pooled(job: JobSpec, res, links, method: str, left_s: float, 
     threshold = (1 + tol) * fast.step_time_s
     cons = job.constraints.model_copy(update={"vp": (1,), "cp": (1,)})
     plain_job = job.model_copy(update={"constraints": cons, "prefer": "fastest"})
-    plain = optimize_pooled(plain_job, links, method, max(0.05, left_s), workers, seed, 1, None, 0.0, progress,
-                            deadline) \
-        if left_s > 0.05 else None
+    plain = _search_placed(plain_job, links, method, max(0.05, left_s), workers, seed, 1, progress,
+                           deadline) if left_s > 0.05 else None
     if plain is not None and plain.plan is not None and plain.plan.step_time_s <= threshold:
         plain.prefer, plain.proof = "simple", JOINT_STATEMENT
         plain.status = OPTIMAL if OPTIMAL == plain.status == res.status else FEASIBLE
@@ -262,10 +277,9 @@ def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = Non
         return out
     out.plan = with_interval(job, out.plan)
     out.alternatives = [with_interval(job, p) for p in out.alternatives]
-    if not isinstance(out, OptimizeResult):  # the joint model's result: the plan's intervals only
+    if out.placed:  # the joint model's plan (pools, links): its intervals only
         return out
-    if not job.cluster.is_mixed:
-        out.cost = Cost.of(job, out.plan)
+    out.cost = Cost.of(job, out.plan)
     band = plan_band(job, out.plan.parallel.zero)
     t = out.plan.step_time_s
     if out.tie_break is not None:
@@ -281,46 +295,41 @@ def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = Non
     return out
 
 
-# the share of the time limit each pool's own plan may take (`pools_alone`), at most POOL_ALONE_S;
-# below POOL_ALONE_MIN_S a pool's enumeration alone would overrun it, and none is planned
-POOL_ALONE_SHARE, POOL_ALONE_S, POOL_ALONE_MIN_S = 0.1, 5.0, 0.2
+# each pool's own plan (`pools_alone`) may take a tenth of the time limit, at most 5 s; below
+# 0.2 s a pool's enumeration alone would overrun it, and none is planned (`search.phases`)
+POOL_ALONE = Phase("pool alone", share=0.1, most_s=5.0, least_s=0.2)
 
 
-def optimize_pooled(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
-                    compare, shortfall_budget_s: Optional[float] = None, progress=None,
-                    deadline: Optional[Deadline] = None):
+def _search_placed(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
+                   progress, deadline: Deadline) -> OptimizeResult:
     """The joint model (`placement.joint_run.optimize_joint`) with each pool's own plan (today's
-    model, equal links, at most POOL_ALONE_S each) beside it and seeding its incumbent; on
-    INFEASIBLE the shortfall of `diagnose.pooled_shortfall` (its fewest-GPUs search within
-    `shortfall_budget_s`, as `optimize`). All within `deadline` (`optimize`'s)."""
+    model, equal links, `POOL_ALONE`: a tenth of the limit, at most 5 s each) beside it and seeding its incumbent, all
+    within `deadline` (`optimize`'s)."""
     from .placement.joint_run import optimize_joint
 
-    if compare is not None:
-        raise InputError("compare", "a configuration to compare with needs a cluster of one GPU type with equal links")
     t0 = time.perf_counter()
-    dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
+    dl = deadline.within(float(time_limit_s))
     alone = []
-    share = min(POOL_ALONE_S, POOL_ALONE_SHARE * float(time_limit_s))
-    for pl, view in enumerate(job.cluster.pool_views() if share >= POOL_ALONE_MIN_S else ()):
+    run = Phases(float(time_limit_s), (POOL_ALONE,), start=t0)  # the share of the limit as given
+    share = run.budget_s(POOL_ALONE.name)
+    for pl, view in enumerate(job.cluster.pool_views() if run.worth(POOL_ALONE.name) else ()):
         if progress is not None:
             progress({"method": "joint", "phase": f"pool {view.name} alone", "elapsed_s": time.perf_counter() - t0,
                       "limit_s": float(time_limit_s), "final": False})
         alone_job = job.model_copy(update={"cluster": view, "prefer": "fastest"})
-        r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed, textbook=False, deadline=dl)
+        with run.run(POOL_ALONE.name):
+            r = optimize(alone_job, time_limit_s=share, workers=workers, seed=seed, textbook=False, deadline=dl)
         if r.plan is not None:
             alone.append((pl, r.plan))
     if dl.expired():  # the joint model's node set alone takes ~0.3 s at 1,024 nodes
-        return out_of_time(f"{method} (joint)", t0, int(top_k), "the time limit was spent before the joint model "
-                                                                 "started: no plan")
+        return out_of_time(f"{method} (joint)", t0, top_k, "the time limit was spent before the joint model "
+                                                           "started: no plan")
     res = optimize_joint(job, links, method=method, time_limit_s=max(0.05, dl.left_s()), workers=workers, seed=seed,
                          pools_alone=alone, progress=progress, deadline=dl)
-    if res.status == INFEASIBLE and res.shortfall is None:
-        left_s = dl.left_s()
-        res.shortfall = pooled_shortfall(job, left_s if shortfall_budget_s is None else min(left_s, shortfall_budget_s))
-    if int(top_k) > 1:
+    res.search.solver["phases"] = jsonable(run.times) + res.search.solver.get("phases", [])
+    if top_k > 1:
         res.notes.append("top-k is not available for the joint model: the best plan only")
-        res.top_k_asked = int(top_k)
-    res.search.wall_time_s = time.perf_counter() - t0
+        res.top_k_asked = top_k
     return res
 
 

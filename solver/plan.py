@@ -14,7 +14,7 @@ import math
 from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
 from .formulation.flops import FLOP_CONVENTION
 from .formulation.job import job_assumptions, job_coefficients, throughput
@@ -336,3 +336,39 @@ class SolveResult(Out):
     shortfall: Optional[Shortfall] = None
     search: SearchStats
     notes: list[str] = []
+
+
+class OptimizeResult(SolveResult):
+    """What `optimize` returns on every cluster: SolveResult plus the comparisons it makes. On a
+    cluster of pools or on measured links (the joint model) the plan is a `placement.placed.PlacedPlan`
+    (a Plan whose stages name their pool and nodes, with the hostfile) and `pools_alone`,
+    `default_order` and `explanation` say what the placement gains; elsewhere those stay empty."""
+
+    plan: Optional[SerializeAsAny[Plan]] = None  # SerializeAsAny: a PlacedPlan keeps its own fields
+    alternatives: list[SerializeAsAny[Plan]] = []
+    textbook: Optional[Comparison] = None
+    compare: Optional[Comparison] = None
+    top_k_asked: int = Field(1, description="distinct configurations asked for (--top-k)")
+    top_k_found: int = Field(0, description="distinct fitting configurations returned (the plan and its alternatives)")
+    prefer: str = Field("fastest", description="fastest: the optimum; simple: the simplest plan within the tolerance")
+    proof: str = Field("the fastest plan of the formulation", description="what status, bound and gap prove")
+    margins: list[Margin] = Field(default_factory=list, description="the plan against the runner-up (or the fastest "
+                                  "plan), the textbook plan and a compared configuration, with the error bar")
+    tie_break: Optional[TieBreak] = None
+    cost: Optional[Cost] = Field(None, description="GPU-hours, dollars (with a price) and energy (with a TDP)")
+    pools_alone: Optional[list[Comparison]] = Field(None, description="joint model: the best plan of each pool on "
+                                                    "its own (equal links); None: not planned by the joint model")
+    default_order: Optional[Comparison] = Field(None, description="joint model: the same plan on the nodes in "
+                                                "index order (Megatron's default rank order)")
+    explanation: list[str] = Field(default_factory=list, description="joint model: what the placement keeps off "
+                                   "the critical path")
+
+    @property
+    def placed(self) -> bool:
+        """Planned by the joint model (a cluster of pools, or measured links)."""
+        return self.pools_alone is not None
+
+    @property
+    def top_k_cut_short(self) -> bool:
+        """The one rule: fewer plans than asked and the search stopped by the time limit."""
+        return self.top_k_found < self.top_k_asked and not self.search.finished

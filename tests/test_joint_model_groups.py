@@ -235,8 +235,8 @@ def test_a_model_plan_the_float_check_refuses_without_an_incumbent_is_no_plan(mi
 
     monkeypatch.setattr(Prices, "evaluate", refuses)
     out = joint_solve.solve_joint(dataclasses.replace(mixed, incumbent=None), time_limit_s=20)
-    assert out.status == UNKNOWN and out.plan is None, (out.status, out.notes)
-    assert any("no heuristic plan is known" in n for n in out.notes), out.notes
+    assert out.status == UNKNOWN and out.best is None, (out.status, out.stats["notes"])
+    assert any("no heuristic plan is known" in n for n in out.stats["notes"]), out.stats["notes"]
     with_incumbent = joint_solve.solve_joint(mixed, time_limit_s=20)
-    assert with_incumbent.plan is not None and with_incumbent.status == FEASIBLE
-    assert any("returning the incumbent unproven" in n for n in with_incumbent.notes)
+    assert with_incumbent.best is not None and with_incumbent.status == FEASIBLE
+    assert any("returning the incumbent unproven" in n for n in with_incumbent.stats["notes"])

@@ -63,6 +63,19 @@ def test_h200_measurements_fit_the_gemm_model_within_ten_percent():
     assert len(ratios_at(data, gpu, "flash2_attention_efficiency", 0.2)) == 10
 
 
+def test_fp8_gemm_ratios_on_a_gpu_without_an_fp8_peak_are_refused_by_name():
+    """An A100 has no FP8 peak, so no FP8 GEMM identifies fp8_matmul_efficiency there: asking
+    for the ratios says so (it multiplied the missing peak, None, and raised a TypeError)."""
+    gpu = load_gpu("a100-80gb")
+    assert gpu.peak_fp8_tflops is None
+    data = {"gemm_fp8": [{"m": 8192, "n": 8192, "k": 8192, "s": 2e-3}]}
+    with pytest.raises(ValueError, match="a100-80gb has no FP8 peak"):
+        ratios_at(data, gpu, "fp8_matmul_efficiency", 0.7)
+    with pytest.raises(ValueError, match="no FP8 peak"):
+        ratios_at({}, gpu, "fp8_matmul_efficiency", 0.7)
+    assert len(ratios_at(data, load_gpu("h100-sxm"), "fp8_matmul_efficiency", 0.7)) == 1
+
+
 def test_probe_on_cpu_writes_a_gpu_file_a_cluster_can_name(tmp_path, cli):
     pytest.importorskip("torch")
     out = tmp_path / "my-gpu.yaml"

@@ -133,7 +133,9 @@ def _admit_one(item, field: str, sz: Sizer, free_nodes: int, clock: Clock, cache
             return _decide_job(ident, job, clock, cache)
         if free_nodes == 0:
             return Decision(id=ident, admitted=False, status="NO_CAPACITY", reason="no GPUs are free")
-        fg = fewest_gpus(job, sz.cluster(free_nodes), aj.target, time_limit_s=clock.limit, cache=cache, cancel=clock.cancel)
+        target = aj.target  # nodes is None: the job gives a target (`_nodes_asked`)
+        assert target is not None
+        fg = fewest_gpus(job, sz.cluster(free_nodes), target, time_limit_s=clock.limit, cache=cache, cancel=clock.cancel)
         if fg.num_gpus is None:
             status = "NO_CAPACITY" if fg.status == INFEASIBLE else UNKNOWN
             return Decision(id=ident, admitted=False, status=status, reason=fg.reason)

@@ -15,12 +15,12 @@ is the witness.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import Field
 
 from ..plan import Out, ParallelConfig, Shortfall, SolveResult, parallel_from_row
-from ..search.result import FEASIBLE, INFEASIBLE, UNKNOWN
+from ..search.result import CheckStatus, FEASIBLE, INFEASIBLE, UNKNOWN
 from ..specs import JobSpec
 from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, ResultCache
 from .limits import JobLike, as_job
@@ -35,7 +35,7 @@ class CheckResult(Out):
     """Does the job fit, and why (not)."""
 
     feasible: Optional[bool] = Field(description="true: some plan fits; false: none does; null: not decided in time")
-    status: Literal[FEASIBLE, INFEASIBLE, UNKNOWN]
+    status: CheckStatus
     reason: str
     shortfall: Optional[Shortfall] = None
     best_known_step_time_s: Optional[float] = Field(None, description="step time of the best plan known to fit")

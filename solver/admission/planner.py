@@ -12,9 +12,10 @@ import time
 from typing import Optional
 
 from ..diagnose import memory_shortfall
-from ..optimize import OptimizeResult, optimize
-from ..plan import SearchStats, SolveResult, default_plan_layers, make_plan, parallel_from_row
+from ..optimize import optimize
+from ..plan import OptimizeResult, SearchStats, SolveResult, default_plan_layers, make_plan, parallel_from_row
 from ..search.candidates import Candidates, prepare
+from ..search.phases import Phase, Phases
 from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
 from ..specs import JobSpec
 from ..specs.deadline import Deadline, DeadlineExpired
@@ -22,9 +23,9 @@ from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, Dropped, Re
 from .limits import JobLike, as_job
 from .screen import screen, screen_shortfall
 
-# Share of the time limit given to the solver; the rest covers candidates already in flight,
-# the textbook comparison and assembling the answer.
-SOLVER_SHARE = 0.85
+# The solver ends by 85% of the time limit, less the clock's reserve (`search.phases`); the rest
+# covers candidates already in flight, the textbook comparison and assembling the answer.
+SOLVE = Phase("solve", ends_at=0.85)
 # Notes by which `optimize` says that a part of an OPTIMAL answer was cut by the time limit.
 TIME_SHAPED = ("may differ between runs", "time limit is spent")
 
@@ -37,7 +38,7 @@ def _counts(cands: Optional[Candidates]) -> dict:
                 shapes_searched=0)
 
 
-def _solve(job: JobSpec, cands: Candidates, work: Deadline) -> SolveResult:
+def _solve(job: JobSpec, cands: Candidates, work: Deadline) -> OptimizeResult:
     """optimize() on the cached candidates. When the memory bounds already exclude every shape
     the answer is INFEASIBLE without a search, and the shortfall (with its fewest-GPUs
     suggestion) gets the budget instead of optimize's fixed 20 s."""
@@ -76,8 +77,10 @@ def bounded_plan(job: JobSpec, clock: Clock, cache: ResultCache) -> SolveResult:
     cached = cache.get(key)
     if cached is not None:
         return cached.model_copy(deep=True)
-    solver_deadline = clock.start + clock.limit * SOLVER_SHARE - clock.reserve()
-    budget = solver_deadline - time.monotonic()
+    run = Phases(clock.limit, (SOLVE,), clock=time.monotonic, start=clock.start)
+    now = time.monotonic()
+    budget = run.budget_s(SOLVE.name) - clock.reserve()
+    solver_deadline = now + budget
     if budget <= 0.02 or clock.cancelled:
         return _fallback(job, clock, cache, f"time limit {clock.limit:g} s too short to start the solver")
 

@@ -105,6 +105,7 @@ KNOBS: tuple[Knob, ...] = (
          lambda rows: any(r.multi_node for r in rows)),
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
+KNOB_NAMES = tuple(KNOB_BY_NAME)  # in KNOBS order: the knobs fit_few_shot may free by default
 
 
 def resolved_gpu_fields(cluster: ClusterSpec) -> dict[str, float]:
@@ -229,8 +230,8 @@ def identified(predict: Predict, factors: dict[str, float], name: str, noise: fl
     return KNOB_BY_NAME[name].prior_sd_log * float(np.linalg.norm(rest)) > noise
 
 
-def fit_few_shot(predict: Predict, measured: Sequence[float], facts: Sequence[RowFacts],
-                 candidates: Sequence[str] = tuple(k.name for k in KNOBS)) -> FewShotFit:
+def fit_few_shot(predict: Predict, measured: Sequence[float] | np.ndarray, facts: Sequence[RowFacts],
+                 candidates: Sequence[str] = KNOB_NAMES) -> FewShotFit:
     """The structured few-shot fit of the module docstring. `predict(factors)` gives the K
     rows' step times with the cluster calibrated by `factors`."""
     log_meas = np.log(np.asarray(measured, dtype=float))

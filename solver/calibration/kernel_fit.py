@@ -56,9 +56,12 @@ def _gemm_rows(measurements: dict, fp8: bool) -> list[dict]:
 
 
 def gemm_ratios(rows: list[dict], gpu: GPUSpec, value: float, *, fp8: bool = False) -> np.ndarray:
-    """predicted/measured of each GEMM at efficiency `value` (`kernels.gemm_s`)."""
-    m, n, k, s = (np.array([float(r[key]) for r in rows]) for key in ("m", "n", "k", "s"))
+    """predicted/measured of each GEMM at efficiency `value` (`kernels.gemm_s`); a ValueError for
+    FP8 GEMMs on a GPU without an FP8 peak (none of them identifies its FP8 efficiency)."""
     peak = gpu.peak_fp8_tflops if fp8 else gpu.peak_bf16_tflops
+    if peak is None:
+        raise ValueError(f"{gpu.name} has no FP8 peak (peak_fp8_tflops): no FP8 GEMM can be predicted on it")
+    m, n, k, s = (np.array([float(r[key]) for r in rows]) for key in ("m", "n", "k", "s"))
     predicted = gemm_s(m, n, k, flop_per_s=peak * 1e12, efficiency=value, num_sms=gpu.num_sms,
                        hbm_bytes_per_s=gpu.hbm_bytes_per_s, in_bytes=1 if fp8 else 2)
     return predicted / s

@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
+from ..specs.job import Precision
 from .rows import (ROW_READERS, Row, gpu_of, grad_reduce_dtype, measured_step_s, pipeline_accounting,
                    published_row_cluster, recompute_of)
 
@@ -51,7 +52,7 @@ NOT_IN_CATALOG = {
     "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
-PRECISION_OF_ROW = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
+PRECISION_OF_ROW: tuple[tuple[str, Optional[Precision]], ...] = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
                     ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
 # The FP8 recipe of a row whose page names none (the 25.09 tables): Megatron-Bridge's 25.09 performance
@@ -59,7 +60,7 @@ CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_c
 # current scaling -- beside fp8_mx (Blackwell) and fp8_ss (blockwise, H100), the two the page prints in
 # parentheses ("different quantization granularity"); the Qwen3-30B-A3B H100 row's micro-batch 2 is the
 # fp8_cs entry's (bf16's is 1)
-UNNAMED_FP8 = {"mbridge_perf": "fp8-tensorwise"}
+UNNAMED_FP8: dict[str, Precision] = {"mbridge_perf": "fp8-tensorwise"}
 # Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
 # mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
 # scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`; the blockwise recipe,
@@ -95,7 +96,7 @@ def _family(key: str) -> str:
     return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
 
 
-def _precision(text: str, assumed: list[str], source: str = "") -> Optional[str]:
+def _precision(text: str, assumed: list[str], source: str = "") -> Optional[Precision]:
     t = str(text).lower()
     allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
     if "fp8" in t and "not stated" in t and source in UNNAMED_FP8:

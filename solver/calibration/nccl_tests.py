@@ -50,7 +50,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, Optional, Union
+from typing import Optional, Union
 
 from ..errors import InputError
 
@@ -97,10 +97,12 @@ def busbw_factor(op: str, nranks: int) -> float:
     return 1.0
 
 
-class NcclRow(NamedTuple):
+@dataclass(frozen=True)
+class NcclRow:
     """One result of one message size (out-of-place or in-place). `size_bytes` is the
     column nccl-tests prints: the whole buffer for all-gather/reduce-scatter (count is per
-    rank there), the per-rank buffer for all-reduce and send/receive."""
+    rank there), the per-rank buffer for all-reduce and send/receive. (A record, not a
+    NamedTuple: a tuple's field `count` would hide tuple.count.)"""
 
     size_bytes: int
     count: int
@@ -398,12 +400,13 @@ def _parse_json(text: str, source: str) -> NcclRun:
             if not isinstance(h, dict):
                 raise InputError(source, f"{where}.{key}: missing (trace replay without both placements?)")
             t, alg, bus = h.get("time", h.get("cpu_time")), h.get("alg_bw"), h.get("bus_bw")
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (t, alg, bus)) or t <= 0:
+            nums = [v for v in (t, alg, bus) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if len(nums) < 3 or nums[0] <= 0:  # nums[0] is the time when all three are numbers
                 raise InputError(source, f"{where}.{key}: time/alg_bw/bus_bw must be numbers, time positive "
                                          f"(got {t!r}, {alg!r}, {bus!r})")
             if isinstance(h.get("nwrong"), (int, float)):
                 run.wrong += int(h["nwrong"])
-            halves.append(NcclRow(size, count, str(r.get("type")), float(t), float(alg), float(bus)))
+            halves.append(NcclRow(size, count, str(r.get("type")), float(nums[0]), float(nums[1]), float(nums[2])))
         run.out_of_place.append(halves[0])
         run.in_place.append(halves[1])
         run.line_numbers.append(i + 1)

@@ -26,6 +26,7 @@ import platform
 import statistics
 import time
 from datetime import datetime, timezone
+from functools import partial
 from typing import Callable, Optional
 
 from ..errors import InputError
@@ -93,7 +94,7 @@ def measure_gemms(torch, timer: Timer, shapes: list[dict], device: str) -> list[
     for row in shapes:
         a = torch.randn(row["m"], row["k"], device=device, dtype=dtype)
         b = torch.randn(row["k"], row["n"], device=device, dtype=dtype)
-        s = timer(lambda a=a, b=b: torch.matmul(a, b))
+        s = timer(partial(torch.matmul, a, b))
         out.append({**row, "s": s, "tflops": 2.0 * row["m"] * row["n"] * row["k"] / s / 1e12})
     return out
 
@@ -108,7 +109,7 @@ def measure_fp8_gemms(torch, timer: Timer, shapes: list[dict], device: str) -> t
         for row in (r for r in shapes if r["pass_"] == "fwd"):
             a = torch.randn(row["m"], row["k"], device=device).to(torch.float8_e4m3fn)
             b = torch.randn(row["n"], row["k"], device=device).to(torch.float8_e4m3fn).t()
-            s = timer(lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+            s = timer(partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
             out.append({k: v for k, v in row.items() if k != "pass_"} | {"s": s, "tflops": 2.0 * row["m"] * row["n"] * row["k"] / s / 1e12})
     except (RuntimeError, TypeError) as exc:
         return out, f"torch._scaled_mm failed: {str(exc).splitlines()[0][:200]}"
@@ -222,7 +223,7 @@ def probed_gpu(base: GPUSpec, measurements: dict, name: str) -> dict:
     fits = fit_kernels(measurements, base)
     env = measurements.get("env", {})
     data = base.model_dump(exclude={"name", "fit_notes", "source"})
-    data |= {f.field: round(f.value, 4) for f in fits}
+    data |= {f.field: round(f.value, 4) for f in fits if f.value is not None}  # fit_kernels keeps only these
     data["source"] = (f"{base.name}'s datasheet ({base.source.strip()}); efficiencies measured by solveplan probe on "
                       f"{env.get('device', '?')} (torch {env.get('torch', '?')}, {env.get('when', '?')})")
     data["fit_notes"] = "; ".join(f"{f.field} {f.value:.4f} from {f.count} kernels, model/measured MAPE "

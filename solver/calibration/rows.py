@@ -106,9 +106,9 @@ def find_data(paths: Optional[list[str]] = None) -> list[Path]:
     ../shared/data), else the copies shipped in the package (`solveplan.catalog_published`,
     the repository's published/: identical to ../shared/data, tests/test_validation.py)."""
     if not paths:
-        from .. import catalog_published
+        from ..catalog import _catalog_dir
 
-        paths = [str(Path(catalog_published.__file__).parent)]
+        paths = [str(_catalog_dir("published"))]
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():

@@ -100,11 +100,7 @@ class StageCoefficients:
     fragmentation: float  # the allocator's reserve over allocated memory (fraction)
     runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
-    layer_ep_s: np.ndarray = None  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
-
-    def __post_init__(self):
-        if self.layer_ep_s is None:
-            object.__setattr__(self, "layer_ep_s", np.zeros(len(self.pp)))
+    layer_ep_s: np.ndarray  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
 
     @property
     def layer_s(self) -> np.ndarray:

@@ -47,10 +47,10 @@ def zero0_dominated(job: JobSpec, shapes: Shapes) -> np.ndarray:
     new = np.ones(len(rows), dtype=bool)
     new[1:] = np.any([d[order][1:] != d[order][:-1] for d in degrees], axis=0)
     first = order[new]
-    beats = distributed_optimizer_dominates(job.model, job.cluster, *(d[first] for d in degrees[:3]),
-                                            np.where(degrees[3][first], 2, 1), precision=job.precision,
-                                            grad_reduce_dtype=job.grad_reduce_dtype, ep=degrees[4][first],
-                                            etp=degrees[5][first], fp8_param_gather=job.fp8_param_gather)
+    tp, cp, dp, pipelined, ep, etp = (d[first] for d in degrees)
+    beats = distributed_optimizer_dominates(job.model, job.cluster, tp, cp, dp, np.where(pipelined, 2, 1),
+                                            precision=job.precision, grad_reduce_dtype=job.grad_reduce_dtype,
+                                            ep=ep, etp=etp, fp8_param_gather=job.fp8_param_gather)
     out[rows[order]] = beats[np.cumsum(new) - 1]
     return out
 

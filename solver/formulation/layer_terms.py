@@ -22,15 +22,16 @@ class LinearTimes:
     """The linear layers of one dense layer on one GPU, per micro-batch (arrays over shapes):
     GEMM time forward and backward, the precision recipe's quantisation traffic, and the parts a
     MoE layer replaces (the MLP's GEMMs and casts) or "mla_up_proj" recomputes (MLA's up
-    projections, forward)."""
+    projections, forward). A part no linear adds to stays the scalar 0.0 (up_fwd without MLA),
+    which broadcasts against the arrays."""
 
-    gemm_fwd: np.ndarray
-    gemm_bwd: np.ndarray
-    cast_fwd: np.ndarray
-    cast_bwd: np.ndarray
-    mlp_fwd: np.ndarray
-    mlp_bwd: np.ndarray
-    up_fwd: np.ndarray
+    gemm_fwd: np.ndarray | float
+    gemm_bwd: np.ndarray | float
+    cast_fwd: np.ndarray | float
+    cast_bwd: np.ndarray | float
+    mlp_fwd: np.ndarray | float
+    mlp_bwd: np.ndarray | float
+    up_fwd: np.ndarray | float
 
 
 def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_bytes: float, hbm: float) -> LinearTimes:

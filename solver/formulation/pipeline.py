@@ -21,6 +21,7 @@ in-flight micro-batches (`inflight_microbatches`) + working sets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -204,7 +205,7 @@ def evaluate_stages(stage_co: list[StageCoefficients], stage_pi_s, layers) -> Ev
     breakdown["exposed_dp_s"] = float(st["exposed_dp"][k])
     breakdown["optimizer_s"] = float(st["opt"][k])
     total = stage_memory_bytes(st)
-    stages = []
+    stages: list[dict[str, Any]] = []
     for i in range(p):
         mem = {key: float(st[key][i]) for key in ("params", "grads", "optimizer", "activations", "other")}
         mem["total"] = float(total[i])

@@ -48,6 +48,7 @@ solvers and the relaxation), `explain` (what the placement avoided and why), `pl
 
 The joint search (shape, split and placement at once: `search.joint`) hands its answer to
 `placed` (the placed plan, its hostfile and explanation) through `joint_run.optimize_joint`,
-the entry point `optimize` routes clusters of pools and measured links to.
+`optimize`'s search step on clusters of pools and measured links (it returns the same
+`plan.OptimizeResult` as every other path).
 """
 

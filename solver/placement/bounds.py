@@ -149,17 +149,18 @@ def staircase(coarse: Problem, floors_: tuple[int, int], cap: int, time_s: float
     pairs = sorted((box_bound(coarse, (m, t)), int(m), int(t)) for m in slots[slots >= floors_[0]]
                    for t in tails[tails >= floors_[1]] if box_bound(coarse, (m, t)) < cap)
     best = HierarchyBound(coarse, INFEASIBLE, int(cap), None, None)  # nothing below cap yet
+    best_bound = int(cap)  # best.bound: row counts found set it to their value (never None with counts)
     for lb, m, t in pairs:
-        if lb >= best.bound:
+        if lb >= best_bound:
             break
         left = end - time.perf_counter()
-        hb = hierarchy_bound(coarse, best.bound - 1, floors_, left, workers, seed, box=(m, t)) if left > 0.05 else None
+        hb = hierarchy_bound(coarse, best_bound - 1, floors_, left, workers, seed, box=(m, t)) if left > 0.05 else None
         if hb is None or hb.status in (UNKNOWN, FEASIBLE):
             low = lb if hb is None or hb.bound is None else max(lb, hb.bound)
-            if hb is not None and hb.counts is not None:
-                best = HierarchyBound(coarse, FEASIBLE, hb.value, hb.counts, hb.value)
-            return HierarchyBound(coarse, FEASIBLE, min(low, best.bound), best.counts, best.value)
-        if hb.status == OPTIMAL:
-            best = HierarchyBound(coarse, OPTIMAL, hb.value, hb.counts, hb.value)
+            if hb is not None and hb.value is not None:
+                best, best_bound = HierarchyBound(coarse, FEASIBLE, hb.value, hb.counts, hb.value), hb.value
+            return HierarchyBound(coarse, FEASIBLE, min(low, best_bound), best.counts, best.value)
+        if hb.status == OPTIMAL and hb.value is not None:
+            best, best_bound = HierarchyBound(coarse, OPTIMAL, hb.value, hb.counts, hb.value), hb.value
     status = OPTIMAL if best.counts is not None else INFEASIBLE
-    return HierarchyBound(coarse, status, best.bound, best.counts, best.value)
+    return HierarchyBound(coarse, status, best_bound, best.counts, best.value)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import plan_status, solve_model
+from ..search.phases import Phase, Phases
 from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
 from .bounds import floors, hierarchy_bound, incumbent_terms, staircase
 from .objective import add_objective, level_literals
@@ -31,14 +32,16 @@ from .pricing import Problem
 from .relax import coarse_of, relaxed
 from .rows import below
 
-# Where each step must end, as shares of the time limit: the floors, the hierarchical bound,
-# the cell model at that bound, the cell model's first search, then the row-count probes; the
-# rest, but for CANONICAL_SHARE, goes to the cell model again with the proven bound. A step
-# that ends early leaves its time to the next. The canonical search is limited in CP-SAT's
-# deterministic time (machine-independent work units), with what is left of the limit as a
-# safety net in seconds.
-FLOORS_END, HIERARCHY_END, AT_BOUND_END, FIRST_END, ROWS_END = 0.1, 0.5, 0.62, 0.68, 0.75
-CANONICAL_DETERMINISTIC_S, CANONICAL_SHARE = 20.0, 0.2
+# The phases of `solve_cpsat` and where each must end, as shares of the time limit
+# (`search.phases`): the floors, the hierarchical bound, the cell model at that bound, the cell
+# model's first search, the row-count probes, the cell model again with the proven bound; the
+# last fifth is kept for the canonical search. A phase that ends early leaves its time to the
+# next. The canonical search is limited in CP-SAT's deterministic time (machine-independent work
+# units), with what is left of the limit as a safety net in seconds.
+PHASES = (Phase("floors", ends_at=0.1), Phase("hierarchy", ends_at=0.5), Phase("at-bound", ends_at=0.62),
+          Phase("first-solve", ends_at=0.68), Phase("rows", ends_at=0.75), Phase("resume", ends_at=0.8),
+          Phase("canonical", ends_at=1.0))
+CANONICAL_DETERMINISTIC_S = 20.0
 
 
 def default_workers() -> int:
@@ -202,6 +205,42 @@ def _value(prob: Problem, labels: np.ndarray) -> int:
     return prob.objective_of_nodes(prob.nodes_from_labels(labels))
 
 
+def _kept(run: Phases) -> tuple[int, Optional[int], Optional[np.ndarray]]:
+    """(bound, objective, labels): what the runner keeps of `solve_cpsat`'s phases."""
+    return int(run.bound or 0), (int(run.best_value) if run.best_value is not None else None), run.best
+
+
+def _known(run: Phases) -> tuple[int, int, np.ndarray]:
+    """`_kept` once a labelling is known (the hints' or the first solve's)."""
+    bound, obj, labels = _kept(run)
+    assert labels is not None and obj is not None, "a plan is known here (the hints' or the first solve's)"
+    return bound, obj, labels
+
+
+def _bounds_first(prob: Problem, coarse: Problem, hints: tuple, run: Phases, workers: int, seed: int,
+                  info: dict) -> tuple[int, int]:
+    """The hints' best labelling, the floors and the hierarchical bound (`bounds`), and the cell
+    model at that bound with its row counts, all offered to `run`; the floors."""
+    best = min(hints, key=prob.objective_of_nodes)
+    cap = prob.objective_of_nodes(best)
+    run.offer(value=cap, incumbent=prob.class_of[best])
+    terms = incumbent_terms(prob, prob.class_of[best])
+    fl = run.call("floors", lambda s: floors(coarse, terms, s, workers, seed), 0.01)
+    hb = run.call("hierarchy", lambda s: staircase(coarse, fl, cap, s, workers, seed), 0.01)
+    info.update(floors=list(fl), hierarchy=hb.status, hierarchy_bound=hb.bound, classes_lifted=len(coarse.classes))
+    run.offer(bound=hb.bound or 0)
+    bound = int(run.bound or 0)
+    if hb.counts is not None and hb.value is not None and bound < cap and hb.value < cap:  # realise its row counts
+        value = hb.value
+        found = run.call("at-bound", lambda s: search_at(
+            prob, value, s, workers, seed, counts=hb.counts, groups=coarse_of(prob, coarse), hints=hints,
+            floors_=fl, proven=value == bound), 0.01)
+        info["at_bound"] = found is not None
+        if found is not None:
+            run.offer(value=_value(prob, found), incumbent=found)
+    return fl
+
+
 def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int] = None, seed: int = 0,
                 hints: tuple = ()) -> tuple[PlanStatus, Optional[int], Optional[int], Optional[np.ndarray], dict]:
     """Build and solve; returns (status, objective, bound, class label per cell, info).
@@ -213,63 +252,48 @@ def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int
     objective equals a proven lower bound."""
     t0 = time.perf_counter()
     workers = default_workers() if workers is None else int(workers)
-    T = time_limit_s
-    search_s = T * (1 - CANONICAL_SHARE)  # the rest is kept for the canonical search
-
-    def left():
-        return search_s - (time.perf_counter() - t0)
-
-    def until(share: float) -> float:
-        return max(T * share - (time.perf_counter() - t0), 0.01)
-
-    info: dict = {"workers": workers}
-    labels, obj, bound, fl = None, None, 0, None
+    run = Phases(time_limit_s, PHASES, start=t0)  # each phase's budget at least 10 ms (CP-SAT's minimum)
+    run.offer(bound=0)  # the runner keeps the highest bound and the cheapest labelling found
+    info: dict = {"workers": workers, "phases": run.times}
     coarse = relaxed(prob)
-    if hints:
-        best = min(hints, key=prob.objective_of_nodes)
-        labels, obj = prob.class_of[best], prob.objective_of_nodes(best)
-        fl = floors(coarse, incumbent_terms(prob, labels), until(FLOORS_END), workers, seed)
-        hb = staircase(coarse, fl, obj, until(HIERARCHY_END), workers, seed)
-        info.update(floors=list(fl), hierarchy=hb.status, hierarchy_bound=hb.bound, classes_lifted=len(coarse.classes))
-        bound = max(bound, hb.bound or 0)
-        if hb.counts is not None and bound < obj and hb.value < obj:  # realise its row counts
-            found = search_at(prob, hb.value, until(AT_BOUND_END), workers, seed, counts=hb.counts,
-                              groups=coarse_of(prob, coarse), hints=hints, floors_=fl, proven=hb.value == bound)
-            info["at_bound"] = found is not None
-            if found is not None and _value(prob, found) < obj:
-                labels, obj = found, _value(prob, found)
-    if labels is None or bound < obj:
+    fl = _bounds_first(prob, coarse, hints, run, workers, seed, info) if hints else None
+    bound, obj, labels = _kept(run)
+    if labels is None or obj is None or bound < obj:
         m = build_model(prob, hints, at_least=bound or None, start=labels, floors_=fl)
-        solver, st = solve_model(m.model, until(FIRST_END), workers, seed)
+        solver, st = run.call("first-solve", lambda s: solve_model(m.model, s, workers, seed), 0.01)
         status = plan_status(st)
         info.update(booleans=m.classes * m.cells, branches=solver.num_branches, conflicts=solver.num_conflicts)
         if status in (OPTIMAL, FEASIBLE):
             if obj is None or int(round(solver.objective_value)) < obj:
-                labels, obj = _labels(m, solver), int(round(solver.objective_value))
-            bound = max(bound, obj if status == OPTIMAL else int(math.ceil(solver.best_objective_bound - 1e-6)))
+                run.offer(value=int(round(solver.objective_value)), incumbent=_labels(m, solver))
+            bound, obj, labels = _kept(run)
+            run.offer(bound=obj if status == OPTIMAL else int(math.ceil(solver.best_objective_bound - 1e-6)))
         elif status == INFEASIBLE and obj is not None:  # nothing below the cap at or above the bound
-            bound = obj
+            run.offer(bound=obj)
         elif labels is None:
             info["status"], info["wall_time_s"] = status, time.perf_counter() - t0
             return status, None, None, None, info
-    assert labels is not None and obj is not None, "a plan is known here (the hints' or the first solve's)"
-    if bound < obj and left() > 0.1:
-        bound, obj, labels = tighten(prob, bound, obj, labels, until(ROWS_END), workers, seed, hints, fl)
+    bound, obj, labels = _known(run)
+    if bound < obj and run.budget_s("resume") > 0.1:
+        lo, hi, known = bound, obj, labels
+        run.offer(*run.call("rows", lambda s: tighten(prob, lo, hi, known, s, workers, seed, hints, fl), 0.01))
+        bound, obj, labels = _known(run)
         info["row_bound"] = bound
-    if bound < obj and left() > 0.1:
+    if bound < obj and run.budget_s("resume") > 0.1:
         m2 = build_model(prob, hints, at_least=bound, start=labels, floors_=fl)
-        solver, st = solve_model(m2.model, left(), workers, seed)
+        solver, st = run.call("resume", lambda s: solve_model(m2.model, s, workers, seed))
         if plan_status(st) in (OPTIMAL, FEASIBLE):
             if int(round(solver.objective_value)) < obj:
-                labels, obj = _labels(m2, solver), int(round(solver.objective_value))
-            bound = max(bound, int(math.ceil(solver.best_objective_bound - 1e-6)))
+                run.offer(value=int(round(solver.objective_value)), incumbent=_labels(m2, solver))
+            run.offer(bound=int(math.ceil(solver.best_objective_bound - 1e-6)))
         elif st == cp_model.INFEASIBLE:
-            bound = obj
+            run.offer(bound=obj)
+        bound, obj, labels = _known(run)
     status = OPTIMAL if bound >= obj else FEASIBLE
     bound = min(bound, obj)
     if status == OPTIMAL:
         t1 = time.perf_counter()
-        canon = canonical(prob, coarse, obj, hints, max(time_limit_s - (t1 - t0), 0.01), fl)
+        canon = run.call("canonical", lambda s: canonical(prob, coarse, obj, hints, s, fl), 0.01)
         info["canonical"], info["canonical_s"] = canon is not None, time.perf_counter() - t1
         if canon is not None:
             labels = canon

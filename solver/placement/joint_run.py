@@ -14,53 +14,33 @@ import time
 from typing import Optional, Sequence
 
 from ..errors import InputError
-from ..plan import Comparison, Plan, SearchStats, SolveResult, jsonable
-from ..search.joint.exhaustive import solve_exhaustive
+from ..plan import Comparison, OptimizeResult, Plan, SearchStats, jsonable
+from ..search.joint.exhaustive import search_exhaustive
 from ..search.joint.heuristic import Assignment
 from ..search.joint.nodes import node_set
-from ..search.joint.prepare import prepare_joint
-from ..search.joint.solve import solve_joint
-from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN
+from ..search.joint.prepare import JointCandidates, prepare_joint
+from ..search.joint.solve import PlacedChoice, solve_joint
+from ..search.phases import Phase, Phases
+from ..search.result import MethodResult
 from ..specs import JobSpec
 from ..specs.deadline import Deadline
 from .links import LinkMatrix
-from .placed import PlacedPlan, explain, placed_plan
+from .placed import explain, placed_plan
 
 METHODS = ("cpsat", "exhaustive")
-# the share of the time limit preparation may take before the shapes it has not bounded yet are
-# left out (with their cheaper bounds): the rest is the models'
-PREPARE_SHARE = 0.5
-PREPARE_SHARE_UNSEEDED = 0.9
-
-
-class JointResult(SolveResult):
-    """SolveResult of a joint search: the plan is a `PlacedPlan`; `pools_alone` the best plan
-    of each pool on its own (today's single-type model), `explanation` what the placement
-    keeps off the critical path; top-k fields and rule as `optimize.OptimizeResult`'s."""
-
-    plan: Optional[PlacedPlan] = None
-    alternatives: list[PlacedPlan] = []  # type: ignore[assignment]  # pydantic narrows the field
-    pools_alone: list[Comparison] = []
-    default_order: Optional[Comparison] = None
-    explanation: list[str] = []
-    textbook: Optional[Comparison] = None
-    compare: Optional[Comparison] = None
-    top_k_asked: int = 1  # the joint model returns the best plan only
-    top_k_found: int = 0
-    prefer: str = "fastest"  # as `optimize.OptimizeResult`'s (optimize sets them for prefer simple)
-    proof: str = "the fastest plan of the formulation"
-
-    @property
-    def top_k_cut_short(self) -> bool:
-        """As `optimize.OptimizeResult.top_k_cut_short` (one rule; this module may not import optimize)."""
-        return self.top_k_found < self.top_k_asked and not self.search.finished
+# the share of the time left preparation may take before the shapes it has not bounded yet are
+# left out (with their cheaper bounds): the rest is the models' (`search.joint.solve`). Without a
+# seed plan, a preparation cut short has nothing to hand the models: it gets almost all the time
+# (the heuristic inside it finds the incumbent).
+PREPARE = {True: Phase("prepare", ends_at=0.5), False: Phase("prepare", ends_at=0.9)}  # by: seeded?
 
 
 def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
                    time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
                    pools_alone: Sequence[tuple[int, Plan]] = (), progress=None,
-                   deadline: Optional[Deadline] = None) -> JointResult:
-    """The fastest plan over shapes, splits and placements (see the module docstring).
+                   deadline: Optional[Deadline] = None) -> OptimizeResult:
+    """The fastest plan over shapes, splits and placements (see the module docstring), as
+    `optimize`'s result: the plan a `PlacedPlan`, with `pools_alone`, `default_order` and `explanation`.
     `pools_alone`: (pool index, plan of that pool alone) pairs; `progress(info)`: phases.
     `deadline`: the caller's; the search keeps to the earlier of it and `time_limit_s`."""
     if method not in METHODS:
@@ -70,40 +50,26 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
     dl = (deadline if deadline is not None else Deadline()).within(float(time_limit_s))
     nodes = node_set(job.cluster, links)
     seeds = [(p.parallel.model_dump(), (pl,) * p.parallel.pp, tuple(p.layers_per_stage)) for pl, p in pools_alone]
-    notes: list[str] = []
-    if method == "exhaustive":
-        cands = prepare_joint(job, nodes, prune_time=False, deadline=dl)
-        best, evals, finished = solve_exhaustive(job, nodes, time_limit_s=dl.left_s(), cands=cands)
-        finished = finished and math.isinf(cands.outside_bound_s)
-        status = (OPTIMAL if finished else FEASIBLE) if best is not None else (INFEASIBLE if finished
-                                                                                  else UNKNOWN)
-        plan_a, bound, tol, solver = best, (best.objective_s if finished and best is not None else None), None, \
-            {"evaluations": evals}
-    else:
-        if progress is not None:
-            progress({"method": "joint", "phase": f"bounding shapes on {len(nodes.classes)} node classes",
-                      "elapsed_s": 0.0, "limit_s": float(time_limit_s), "final": False})
-        # without a seed plan, a preparation cut short has nothing to hand the models: it gets
-        # almost all the time (the heuristic inside it finds the incumbent)
-        share = PREPARE_SHARE if seeds else PREPARE_SHARE_UNSEEDED
-        cands = prepare_joint(job, nodes, seeds, deadline=dl.within(share * dl.left_s()))
-        out = solve_joint(cands, max(0.05, dl.left_s()), workers, seed, progress=progress, deadline=dl)
-        status, plan_a, bound, tol, solver = out.status, out.plan, out.bound_s, out.tolerance_s, out.stats
-        notes += out.notes
+    cands, found = _search(job, nodes, seeds, method, workers, seed, progress, dl, float(time_limit_s))
+    status, bound, tol = found.status, found.bound_s, found.stats.get("tolerance_s")
+    notes: list[str] = list(found.stats.get("notes", []))
+    solver = {k: v for k, v in found.stats.items() if k != "notes"}
+    plan_a = found.best.assignment() if isinstance(found.best, PlacedChoice) else None
     plan = placed_plan(job, cands.prices, plan_a) if plan_a is not None else None
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
     search = SearchStats(method=f"{method} (joint)", wall_time_s=time.perf_counter() - t0,
                          shapes_legal=cands.num_legal, shapes_dominated=cands.num_legal - cands.num_shapes,
                          shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-                         shapes_searched=cands.num_survivors, finished=status in (OPTIMAL, INFEASIBLE),
+                         shapes_searched=cands.num_survivors, evaluations=found.evaluations, finished=found.finished,
                          solver=jsonable({**solver, "node_classes": len(nodes.classes),
                                            "bandwidth_levels": nodes.num_levels, "links": nodes.source}))
-    res = JointResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
-                      notes=notes, top_k_found=int(plan is not None))
-    if plan is not None:
+    res = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
+                         notes=notes, top_k_found=int(plan is not None), pools_alone=[])
+    if plan is not None and plan_a is not None:
         pools = job.cluster.pool_specs()
-        res.pools_alone = [Comparison.of(f"{pools[pl].name} alone ({p.num_gpus} GPUs, equal links)", p, plan)
-                           for pl, p in pools_alone]
+        alone = [Comparison.of(f"{pools[pl].name} alone ({p.num_gpus} GPUs, equal links)", p, plan)
+                 for pl, p in pools_alone]
+        res.pools_alone = alone
         res.explanation = explain(job, cands.prices, plan_a, plan)
         dflt = default_order(cands.prices, plan_a)
         if dflt is not None:
@@ -111,10 +77,27 @@ def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: 
                                               placed_plan(job, cands.prices, dflt), plan)
             res.explanation.append(f"the same shape and split on the nodes in index order: "
                                    f"{res.default_order.step_time_s:.4f} s ({res.default_order.speedup:.3f}x)")
-        for c in res.pools_alone:
+        for c in alone:
             res.explanation.append(f"predicted step {plan.step_time_s:.4f} s vs {c.step_time_s:.4f} s with "
                                    f"{c.label} ({c.speedup:.3f}x)")
     return res
+
+
+def _search(job: JobSpec, nodes, seeds: list, method: str, workers: int, seed: int, progress, dl: Deadline,
+            time_limit_s: float) -> tuple[JointCandidates, MethodResult]:
+    """The joint candidates and the search method's answer: the exhaustive joint search, or the
+    joint CP-SAT search after a preparation that takes at most its phase's share (`PREPARE`)."""
+    if method == "exhaustive":
+        cands = prepare_joint(job, nodes, prune_time=False, deadline=dl)
+        return cands, search_exhaustive(job, nodes, dl.left_s(), cands)
+    if progress is not None:
+        progress({"method": "joint", "phase": f"bounding shapes on {len(nodes.classes)} node classes",
+                  "elapsed_s": 0.0, "limit_s": time_limit_s, "final": False})
+    run = Phases(dl.left_s(), (PREPARE[bool(seeds)],), deadline=dl)
+    cands = run.call("prepare", lambda _: prepare_joint(job, nodes, seeds, deadline=run.deadline_of("prepare")))
+    res = solve_joint(cands, max(0.05, dl.left_s()), workers, seed, progress=progress, deadline=dl)
+    res.stats["phases"] = run.times + res.stats.get("phases", [])
+    return cands, res
 
 
 def default_order(prices, a: Assignment) -> Optional[Assignment]:

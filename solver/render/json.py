@@ -30,11 +30,9 @@ def result_json(result, job, torchtitan_version: str = CURRENT) -> dict:
         d["torchtitan_flags"] = torchtitan_flags(job, result.plan, torchtitan_version)
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
-    for key in ("pools_alone", "default_order"):  # the joint model's comparisons
-        if hasattr(result, key):
-            val = getattr(result, key)
-            d[key] = [c.model_dump() for c in val] if isinstance(val, list) else (val.model_dump() if val else None)
-    if hasattr(result, "explanation"):
+    if getattr(result, "placed", False):  # the joint model's comparisons and explanation
+        d["pools_alone"] = [c.model_dump() for c in result.pools_alone]
+        d["default_order"] = result.default_order.model_dump() if result.default_order is not None else None
         d["explanation"] = list(result.explanation)
     d["alternatives"] = [p.model_dump() for p in result.alternatives]
     d["top_k_asked"] = getattr(result, "top_k_asked", 1)

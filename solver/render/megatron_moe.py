@@ -95,7 +95,7 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
         a = _with_sequence_parallel(job, plan, a, notes)
     if model.multi_latent_attention:
         a = _mla_flags(model, a, notes)
-    if "Not modelled:" in (model.notes or ""):  # the catalog entry says what its spec leaves out
+    if model.notes and "Not modelled:" in model.notes:  # the catalog entry says what its spec leaves out
         missing = model.notes.split("Not modelled:", 1)[1].strip().split(". ")[0]
         if len(missing) > 160:
             missing = missing[:160].rsplit(",", 1)[0] + ", ..."

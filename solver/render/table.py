@@ -156,7 +156,7 @@ def throughput_table(plan) -> Table:
 
 def comparisons_table(result) -> Optional[Table]:
     rows = [c for c in (getattr(result, "textbook", None), getattr(result, "compare", None)) if c is not None]
-    rows += list(getattr(result, "pools_alone", []))
+    rows += list(getattr(result, "pools_alone", None) or [])
     if not rows:
         return None
     t = Table(title="compared with", title_justify="left")
@@ -192,7 +192,9 @@ def search_table(result) -> Table:
     if s.evaluations is not None:
         cols.append("evaluations")
         vals.append(f"{s.evaluations:,}")
-    phases = sol.get("phases") or []
+    # the CP-SAT solves among the phases (those with a solver status; the phase runner also
+    # records the time of phases without a solve: preparation, each pool's own plan)
+    phases = [p for p in sol.get("phases") or [] if "status" in p]
     if phases:
         ph = phases[0]
         cols += ["solver status", "branches", "conflicts", "booleans", "constraints", "quantum"]

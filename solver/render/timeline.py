@@ -87,7 +87,7 @@ def simulate(fwd: list[float], bwd: list[float], comm: float, m: int, vp: int = 
         while nb < total:
             seq.append(("B",) + bw[nb]); nb += 1  # noqa: E702
         order.append(seq)
-    done: dict[tuple[str, int, int, int], float] = {}  # (kind, virtual stage, mb) -> end
+    done: dict[tuple[str, int, int], float] = {}  # (kind, virtual stage, mb) -> end
     ops: list[Op] = []
     free = [0.0] * p
     pos = [0] * p

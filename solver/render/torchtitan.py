@@ -141,7 +141,7 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
         notes.append("torchtitan always shards the sequence between TP regions (sequence parallelism on)")
     ac = {"none": {"mode": "none"}, "selective": {"mode": "selective", "selective_ac_option": "op"},
           "full": {"mode": "full"}}[par.recompute]
-    sections: dict[str, dict] = {"training": training, "parallelism": parallelism, "activation_checkpoint": ac}
+    sections = {"training": training, "parallelism": parallelism, "activation_checkpoint": ac}
     if job.precision in ("fp8-blockwise", "mxfp8"):
         notes.append(f"the planned {job.precision} recipe is not expressed here: torchtitan's float8 converter scales "
                      f"per tensor or per row; launch with Megatron-LM's flags, or configure torchtitan's MX converter")
@@ -166,7 +166,8 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
     return sections, notes
 
 
-def _sections_03(job: JobSpec, par, training: dict, parallelism: dict, notes: list[str]):
+def _sections_03(job: JobSpec, par, training: dict, parallelism: dict,
+                 notes: list[str]) -> tuple[dict[str, dict], list[str]]:
     """torchtitan 0.3: the base config function, training, parallelism, the activation
     checkpointing subcommand and the float8 converter's fields."""
     model = job.model

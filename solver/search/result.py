@@ -10,11 +10,16 @@ from typing import Literal, Optional
 # best (a time limit or a budget stopped the proof); INFEASIBLE: proven that no plan fits;
 # UNKNOWN: no plan and no proof (time ran out first).
 PlanStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
-# the statuses by name, so that code compares with these and never spells a raw string
+# the statuses by name, so that code compares with these and never spells a raw string; the last
+# three typed as their own value, so that they also fit a narrower status (CheckStatus). (OPTIMAL
+# stays PlanStatus-typed for now: placement/place.py and optimize.py start a status variable from it
+# and assign FEASIBLE later, which its own type would refuse until they annotate it PlanStatus.)
 OPTIMAL: PlanStatus = "OPTIMAL"
-FEASIBLE: PlanStatus = "FEASIBLE"
-INFEASIBLE: PlanStatus = "INFEASIBLE"
-UNKNOWN: PlanStatus = "UNKNOWN"
+FEASIBLE: Literal["FEASIBLE"] = "FEASIBLE"
+INFEASIBLE: Literal["INFEASIBLE"] = "INFEASIBLE"
+UNKNOWN: Literal["UNKNOWN"] = "UNKNOWN"
+# What `admission.check` can say: some plan fits, none does, or not decided in time (never OPTIMAL).
+CheckStatus = Literal["FEASIBLE", "INFEASIBLE", "UNKNOWN"]
 
 
 @dataclass

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional
 
 import numpy as np
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
 BOOL_FIELDS = ("sequence_parallel", "account_for_embedding", "account_for_loss")
+# The fields a caller may leave out, and what they then hold for every shape.
+OPTIONAL_DEFAULTS = {"ep": 1, "etp": 1, "account_for_embedding": False, "account_for_loss": False}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Shapes:
     """Parallel degrees and knobs; `dp` is derived by the space (tp*cp*pp*dp = GPUs)."""
 
@@ -27,24 +28,32 @@ class Shapes:
     zero: np.ndarray  # 0 plain DP, 1 distributed optimizer / ZeRO-1, 2, 3
     # expert parallelism of the MoE layers (Megatron-Core's MoE parallel folding: the experts'
     # etp x ep x expert-dp spans the same tp x cp x dp GPUs as attention); 1 for a dense model
-    ep: Optional[np.ndarray] = None
-    etp: Optional[np.ndarray] = None
+    ep: np.ndarray
+    etp: np.ndarray
     # Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding / the loss count as
     # a layer and the layers are split as Megatron splits them (space/pipeline_split.py); False
     # for a shape whose split the planner chooses
-    account_for_embedding: Optional[np.ndarray] = None
-    account_for_loss: Optional[np.ndarray] = None
+    account_for_embedding: np.ndarray
+    account_for_loss: np.ndarray
 
-    def __post_init__(self):
-        n = len(self.tp)
-        for name, default in (("ep", 1), ("etp", 1), ("account_for_embedding", False), ("account_for_loss", False)):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, np.full(n, default, dtype=bool if name in BOOL_FIELDS else np.int64))
+    def __init__(self, tp, pp, dp, cp, vp, micro_batch_size, recompute, sequence_parallel, zero,
+                 ep=None, etp=None, account_for_embedding=None, account_for_loss=None):
+        """Every field becomes an array of one length (int64; bool for BOOL_FIELDS); the last four,
+        left out, default to ep = etp = 1 and neither accounted (`OPTIONAL_DEFAULTS`), so that
+        after construction no field is None."""
+        given = dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=micro_batch_size, recompute=recompute,
+                     sequence_parallel=sequence_parallel, zero=zero, ep=ep, etp=etp,
+                     account_for_embedding=account_for_embedding, account_for_loss=account_for_loss)
+        n = len(tp)
         for f in fields(self):
-            arr = np.asarray(getattr(self, f.name))
+            dtype = bool if f.name in BOOL_FIELDS else np.int64
+            value = given[f.name]
+            if value is None and f.name in OPTIONAL_DEFAULTS:
+                value = np.full(n, OPTIONAL_DEFAULTS[f.name], dtype=dtype)
+            arr = np.asarray(value)
             if arr.shape != (n,):
                 raise ValueError(f"Shapes.{f.name} has shape {arr.shape}, expected ({n},)")
-            object.__setattr__(self, f.name, arr.astype(bool if f.name in BOOL_FIELDS else np.int64))
+            object.__setattr__(self, f.name, arr.astype(dtype))
 
     def __len__(self) -> int:
         return len(self.tp)

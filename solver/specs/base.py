@@ -90,8 +90,8 @@ def _kind(annotation) -> tuple:
     if origin is Annotated:
         return _kind(get_args(annotation)[0])
     if origin in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        return _kind(args[0]) if len(args) == 1 else ()
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return _kind(members[0]) if len(members) == 1 else ()
     if origin is Literal:
         vals = get_args(annotation)
         return ("int",) if all(isinstance(v, int) and not isinstance(v, bool) for v in vals) else ()

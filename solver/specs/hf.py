@@ -91,17 +91,20 @@ def _model_type(data: dict) -> str:
     mt = data.get("model_type")
     archs = data.get("architectures") or []
     archs = [archs] if isinstance(archs, str) else archs
-    if archs and (mt is None or (mt not in _FAMILIES and _ARCHITECTURES.get(str(archs[0])) in _FAMILIES)):
+    by_class = _ARCHITECTURES.get(str(archs[0])) if archs else None
+    moe_keys = [k for k in _MOE_KEYS if data.get(k)]
+    if archs and (mt is None or (mt not in _FAMILIES and by_class in _FAMILIES and bool(moe_keys) == (by_class in _MOE))):
         # no model_type, or one transformers has no class for whose `architectures` names a
         # modelling class it has (Kimi K2: model_type kimi_k2, DeepseekV3ForCausalLM): that class
-        # is what loads the weights (the remote code's auto_map points at it), so it is the family
-        mt = _ARCHITECTURES.get(str(archs[0]), str(archs[0]))
+        # is what loads the weights (the remote code's auto_map points at it), so it is the family,
+        # provided it builds experts exactly when the file configures them
+        mt = by_class or str(archs[0])
     shown = mt if mt is not None else "?"
     if isinstance(data.get("text_config"), dict) or isinstance(data.get("vision_config"), dict):
         raise _fail(f"'{shown}' is a multimodal model; solveplan plans the text decoder alone: save its "
                     f"text_config as config.json")
     if not isinstance(mt, str) or mt not in _FAMILIES:
-        moe = [k for k in _MOE_KEYS if data.get(k)] or (["moe"] if isinstance(mt, str) and "moe" in mt else [])
+        moe = moe_keys or (["moe"] if isinstance(mt, str) and "moe" in mt else [])
         if moe:
             raise _fail(f"'{shown}' is a mixture-of-experts model ({moe[0]}) of a family solveplan does not map; "
                         f"supported mixture-of-experts families: {', '.join(SUPPORTED_MOE)}")

@@ -163,7 +163,11 @@ class Target(BaseModel):
 
     @property
     def required_tokens_per_s(self) -> float:
-        return float(self.tokens_per_s) if self.tokens_per_s is not None else float(self.token_budget) / float(self.deadline_s)
+        if self.tokens_per_s is not None:
+            return float(self.tokens_per_s)
+        # `_exactly_one` refused a target without a rate unless it has both (the model is frozen)
+        assert self.token_budget is not None and self.deadline_s is not None
+        return float(self.token_budget) / float(self.deadline_s)
 
 
 class AdmitJob(JobRequest):

@@ -62,13 +62,12 @@ def batches(items: list, size: int) -> list[list]:
 
 def stage_package(dest: Path) -> Path:
     """A copy of the installed solveplan package with its catalogs, as `dest/solveplan`."""
-    import solveplan
-
     from ..catalog import _catalog_dir
 
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     pkg = Path(dest) / "solveplan"
-    shutil.copytree(Path(solveplan.__file__).parent, pkg, ignore=ignore)
+    package_dir = Path(__file__).parent.parent  # this module is solveplan/sweep/ray_runner.py
+    shutil.copytree(package_dir, pkg, ignore=ignore)
     for kind, name in (("models", "catalog_models"), ("clusters", "catalog_clusters")):
         if not (pkg / name).is_dir():  # an editable install: the catalogs live beside the code
             shutil.copytree(_catalog_dir(kind), pkg / name, ignore=ignore)

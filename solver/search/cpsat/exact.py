@@ -142,7 +142,8 @@ def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True
     ks = np.asarray(shapes, dtype=np.int64)
     out = np.full(len(ks), NO_SPLIT, dtype=np.int64)
     L = num_layers
-    one = np.zeros(len(ks), dtype=bool) if fixed is None else fixed[ks].any(axis=1)
+    # (asarray: numpy's stubs type any(axis=1) as a scalar or an array; here it is the array)
+    one = np.zeros(len(ks), dtype=bool) if fixed is None else np.asarray(fixed[ks].any(axis=1))
     for p, rows in pp_blocks(form.pp[ks]):
         if p > L:
             continue
@@ -155,7 +156,7 @@ def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True
         bal = balanced_layers_matrix(L, np.full(1, p))[0]
         for r in np.setdiff1d(rows, searched).tolist():
             k = int(ks[r])
-            split = fixed[k, :p] if one[r] else bal
+            split = fixed[k, :p] if fixed is not None and one[r] else bal  # one[r] only where fixed is given
             if (split <= form.max_layers[k, :p]).all():
                 out[r] = form.objective(k, split)
     return out

@@ -116,8 +116,9 @@ def _one_split_rows(model, layers, x, z, pps, L: int, uneven: bool, fixed: Optio
     """The rows of the shapes that have one split: `fixed` (one row per model shape, Megatron's
     split of an accounted shape, zeros elsewhere) under the shape's literal; with `uneven` off the
     balanced split under each depth's literal (each shape's own where accounted shapes share it)."""
-    has = fixed.any(axis=1) if fixed is not None else np.zeros(len(x), dtype=bool)
-    one = {j: fixed[j, :int(pps[j])] for j in np.flatnonzero(has).tolist()}
+    one: dict[int, np.ndarray] = {}
+    if fixed is not None:
+        one = {j: fixed[j, :int(pps[j])] for j in np.flatnonzero(fixed.any(axis=1)).tolist()}
     for j, split in one.items():
         for i, n in enumerate(split.tolist()):
             model.add(layers[i] == n).only_enforce_if(x[j])

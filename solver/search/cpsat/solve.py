@@ -390,7 +390,7 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     m, _cap = s.build(K, prune)
     s.status0 = None
     choices, bound0, cut_short = _rounds(s, m, K)
-    status0 = s.status0 or UNKNOWN
+    status0: PlanStatus = s.status0 or UNKNOWN
     best = choices[0] if choices else None
     if status0 == INFEASIBLE:
         best, bound0, choices = None, None, []

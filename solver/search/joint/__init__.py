@@ -17,5 +17,6 @@ phases), `exhaustive` (ground truth for small clusters), `baselines` (sequential
 simulated annealing). Shared with `placement/`: link levels, a cluster priced at a link and
 the order-literal chain (`formulation.links`). Its answer becomes a plan in `placement/`:
 `placement.placed` (the placed plan, hostfile, explanation) and `placement.joint_run` (the
-entry point `optimize` routes to).
+search step `optimize` runs for pools and links, into the same `plan.OptimizeResult`). Time is
+shared among the phases by `search.phases`.
 """

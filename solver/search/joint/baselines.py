@@ -23,7 +23,8 @@ import numpy as np
 from ...specs import ClusterSpec, JobSpec
 from .heuristic import Assignment, best_splits
 from .prepare import JointCandidates, prepare_fixed
-from .solve import JointOutcome, solve_joint
+from ..result import MethodResult
+from .solve import solve_joint
 
 
 def uniform_description(cluster: ClusterSpec) -> ClusterSpec:
@@ -37,9 +38,9 @@ def uniform_description(cluster: ClusterSpec) -> ClusterSpec:
 
 
 def sequential(job: JobSpec, nodes, plan, time_limit_s: float, workers: int = 1, seed: int = 0
-               ) -> Optional[JointOutcome]:
-    """Place `plan` (chosen for equal links) on the real nodes: None when its stages cannot
-    sit on whole nodes of the pools."""
+               ) -> Optional[MethodResult]:
+    """Place `plan` (chosen for equal links) on the real nodes (the joint model's result, its
+    `best` the placed plan): None when its stages cannot sit on whole nodes of the pools."""
     row = plan.parallel.model_dump()
     cands = prepare_fixed(job, nodes, row, plan.layers_per_stage)
     if cands is None or cands.incumbent is None:

@@ -24,7 +24,8 @@ from ...specs import JobSpec
 from .heuristic import Assignment
 from .nodes import NodeSet
 from .prepare import JointCandidates, prepare_joint
-from .solve import shape_ranks
+from ..result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult
+from .solve import method_result, shape_ranks
 
 EXHAUSTIVE_MAX_NODES = 8
 BLOCK = 512  # splits per block (x shapes x stages elements per array)
@@ -151,6 +152,17 @@ def solve_exhaustive(job: JobSpec, nodes: NodeSet, max_nodes: int = EXHAUSTIVE_M
             if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
                 return _final(pr, best), evals, False
     return _final(pr, best), evals, True
+
+
+def search_exhaustive(job: JobSpec, nodes: NodeSet, time_limit_s: float, cands: JointCandidates) -> MethodResult:
+    """`solve_exhaustive` as a search method's result: OPTIMAL (its plan's step the bound) or
+    INFEASIBLE when it finished and every shape was searched (`cands.outside_bound_s` infinite),
+    else the best plan found unproven (FEASIBLE) or UNKNOWN."""
+    best, evals, finished = solve_exhaustive(job, nodes, time_limit_s=time_limit_s, cands=cands)
+    finished = finished and math.isinf(cands.outside_bound_s)
+    status = (OPTIMAL if finished else FEASIBLE) if best is not None else (INFEASIBLE if finished else UNKNOWN)
+    bound = best.objective_s if finished and best is not None else None
+    return method_result(status, best, bound, None, {"evaluations": evals}, [], evaluations=evals)
 
 
 def _final(pr, best: Optional[Assignment]) -> Optional[Assignment]:

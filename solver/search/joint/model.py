@@ -41,6 +41,7 @@ import numpy as np
 
 from ...formulation.links import level_chain
 from ...formulation.splits import balanced_split
+from ...search.cpsat.integer import _floor_q as floor_q  # the one rounding rule: every piece down
 from ...search.cpsat.ortools_cp import cp_model
 from .heuristic import Assignment
 from .nodes import NodeSet
@@ -48,12 +49,6 @@ from .prepare import JointCandidates
 from .prices import Prices
 
 ROWS = ("slot_slope", "slot_const", "opt_slope", "opt_const", "red_slope", "red_const")
-
-
-def floor_q(x, q: float) -> np.ndarray:
-    """floor(x / q), shaved by 1e-12 relative so float rounding can never round it up."""
-    r = np.asarray(x, dtype=np.float64) / q
-    return np.floor(r - np.abs(r) * 1e-12).astype(np.int64)
 
 
 @dataclass

@@ -11,6 +11,8 @@ canonical, and check it against the float formulation.
   finds the pools, nodes and split with one worker, seed 0 and a deterministic time limit,
   preferring lower pool indices on earlier stages. The answer is then the same across seeds
   and worker counts.
+- The answer is a search method's `MethodResult` (`method_result`: its choice a `PlacedChoice`,
+  the tolerance and notes in its statistics), as `search.cpsat` and `search.baselines` give it.
 - Every answer is re-evaluated by the float formulation; the bound is the least of the plan's
   step, each model's optimum (q x CP-SAT's bound where it stopped short), the relaxation's
   bound of every shape not modelled and the preparation's `outside_bound_s` (every shape left
@@ -30,8 +32,9 @@ import numpy as np
 from ...search.cpsat.ortools_cp import cp_model
 from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
 from ...search.cpsat.solve import plan_status, solve_model
-from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
+from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Choice, MethodResult, PlanStatus
 from ...specs.deadline import Deadline
+from ..phases import Phase, Phases
 from .heuristic import Assignment
 from .model import JointModel, build_joint_model, int_tables, objective_q
 from .prepare import JointCandidates
@@ -41,18 +44,37 @@ PHASE3_DETERMINISTIC_S = 10.0
 # limit on a large model (850k rows: 390 s against 27 s on 2 cores); models of this size take
 # a few seconds to build and presolve there, and a small model finds good plans sooner
 MODEL_ROWS = 10_000
-FINISH_S = 0.1  # of the limit kept for what follows the last model (float check, the result)
+# The phases (`search.phases`): a model or a canonical step leaves 0.1 s of the limit for what
+# follows the last model (float check, the result); none starts with less than 0.05 s left.
+PHASES = (Phase("start", keep_s=0.05), Phase("model", keep_s=0.1), Phase("canonical-shape", keep_s=0.1),
+          Phase("canonical-placement", keep_s=0.1))
 
 
 @dataclass
-class JointOutcome:
-    status: PlanStatus
-    plan: Optional[Assignment]  # k indexes the candidates' shapes
-    step_time_s: Optional[float]
-    bound_s: Optional[float]
-    tolerance_s: Optional[float]
-    stats: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+class PlacedChoice(Choice):
+    """A joint answer as a search method's choice (`search.result.Choice`: `index` into the joint
+    candidates' shapes, the split, the float step time) with every stage's pool and nodes."""
+
+    pools: tuple[int, ...] = ()
+    nodes: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, a: Assignment) -> "PlacedChoice":
+        return cls(a.k, list(a.layers), a.objective_s, a.pools, a.nodes)
+
+    def assignment(self) -> Assignment:
+        return Assignment(self.index, self.pools, self.nodes, tuple(self.layers), self.objective_s)
+
+
+def method_result(status: PlanStatus, plan: Optional[Assignment], bound_s: Optional[float],
+                  tolerance_s: Optional[float], stats: dict, notes: list[str],
+                  evaluations: Optional[int] = None) -> MethodResult:
+    """The joint search's answer as every search method gives it (`search.result.MethodResult`):
+    the tolerance and the notes in its statistics, as the main path's methods put them;
+    finished when the verdict is proven (OPTIMAL or INFEASIBLE)."""
+    return MethodResult(status, PlacedChoice.of(plan) if plan is not None else None, bound_s=bound_s,
+                        evaluations=evaluations, finished=status in (OPTIMAL, INFEASIBLE),
+                        stats={**stats, "tolerance_s": tolerance_s, "notes": list(notes)})
 
 
 def shape_ranks(cands: JointCandidates) -> np.ndarray:
@@ -85,10 +107,11 @@ def read_plan(jm: JointModel, solver, cands: JointCandidates) -> Assignment:
     return Assignment(j, tuple(pools), tuple(node_lists), tuple(layers), math.nan)
 
 
-def _phase(name, solver, st, stats) -> None:
-    stats.setdefault("phases", []).append({
-        "phase": name, "status": plan_status(st), "wall_time_s": solver.wall_time,
-        "branches": solver.num_branches, "conflicts": solver.num_conflicts})
+def _phase(run: Phases, name: str, solver, st, stats: dict) -> None:
+    """One CP-SAT solve's time and statistics, recorded as a run of phase `name`."""
+    run.record(name, solver.wall_time, status=plan_status(st), branches=solver.num_branches,
+               conflicts=solver.num_conflicts)
+    stats["phases"] = run.times
 
 
 def model_rows(cands: JointCandidates, ks) -> np.ndarray:
@@ -126,7 +149,7 @@ class _Search:
     cands: JointCandidates
     q: float  # seconds per quantum
     t0: float
-    end: float  # perf_counter time the search must end by
+    run: Phases  # the time limit from t0, shared out among the models and the canonical steps
     best: Optional[Assignment]
     best_q: Optional[int] = None
     best_jm: Optional[tuple[JointModel, np.ndarray]] = None
@@ -136,7 +159,7 @@ class _Search:
     notes: list[str] = field(default_factory=list)
 
     def out_of_time(self) -> bool:
-        return time.perf_counter() >= self.end - 0.05
+        return self.run.budget_s("start") <= 0
 
     def stop_short(self, batch: np.ndarray, note: str) -> None:
         """The time limit is spent before `batch` and the batches after it are solved: their
@@ -148,7 +171,7 @@ class _Search:
 
 def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, seed: int = 0,
                 fixed_layers: Optional[tuple[int, ...]] = None, progress=None,
-                deadline: Optional[Deadline] = None) -> JointOutcome:
+                deadline: Optional[Deadline] = None) -> MethodResult:
     """The fastest plan among the candidates (module docstring); `fixed_layers`: place a plan
     whose shape (the candidates' only one) and split are given; `deadline`: the caller's (the
     limit is at most what it leaves; stopping it stops the solves).
@@ -162,7 +185,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     `progress(info)`: before each model, the phase, the best plan and that bound so far."""
     t0 = time.perf_counter()
     dl = deadline if deadline is not None else Deadline()
-    end = t0 + min(float(time_limit_s), dl.left_s())
+    run = Phases(min(float(time_limit_s), dl.left_s()), PHASES, start=t0)
     if cands.num_survivors == 0:
         return _nothing_to_model(cands)
     inc = cands.incumbent
@@ -170,7 +193,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
     pr = cands.prices
     tolerance = (3 * pr.L + 3 * int(pr.shapes.pp.max()) + 3) * q + 1e-9 * ref
-    search = _Search(cands, q, t0, end, inc, bounds_s=[cands.outside_bound_s])
+    search = _Search(cands, q, t0, run, inc, bounds_s=[cands.outside_bound_s])
     if inc is not None:
         search.best_q = objective_q(int_tables(cands, [inc.k], q), cands, 0, inc)
     rank = shape_ranks(cands)
@@ -186,19 +209,17 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
     best, best_q = search.best, search.best_q
     if best is None or best_q is None:  # INFEASIBLE only when every shape was decided (best_q: set with best)
         none_fit = search.resolved and not math.isfinite(cands.outside_bound_s)
-        return JointOutcome(INFEASIBLE if none_fit else UNKNOWN, None, None, None, tolerance, search.stats,
-                            search.notes)
+        return method_result(INFEASIBLE if none_fit else UNKNOWN, None, None, tolerance, search.stats, search.notes)
     return _outcome(search, best, best_q, tolerance, workers, seed, dl)
 
 
-def _nothing_to_model(cands: JointCandidates) -> JointOutcome:
+def _nothing_to_model(cands: JointCandidates) -> MethodResult:
     """No candidate: the time limit passed before any shape was bounded, or none fits."""
     stats: dict = {"shapes_in_model": 0, "models": 0}
     if math.isfinite(cands.outside_bound_s):
-        return JointOutcome(UNKNOWN, None, None, None, None, stats,
-                            ["the time limit was spent before any shape was bounded: no plan"])
-    return JointOutcome(INFEASIBLE, None, None, None, None, stats,
-                        ["no shape has a layer split that fits on any pool's GPUs"])
+        return method_result(UNKNOWN, None, None, None, stats,
+                             ["the time limit was spent before any shape was bounded: no plan"])
+    return method_result(INFEASIBLE, None, None, None, stats, ["no shape has a layer split that fits on any pool's GPUs"])
 
 
 def _model_batch(search: _Search, batch: np.ndarray, num_pending: int, rank: np.ndarray,
@@ -231,8 +252,8 @@ def _model_batch(search: _Search, batch: np.ndarray, num_pending: int, rank: np.
                                  "stand")
         return False
     stats.update(check_scaling(jm.model))
-    solver, st = solve_model(jm.model, search.end - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
-    _phase("optimize", solver, st, stats)
+    solver, st = solve_model(jm.model, search.run.budget_s("model"), workers, seed, deadline=dl)
+    _phase(search.run, "optimize", solver, st, stats)
     return _take_answer(search, jm, batch, solver, plan_status(st))
 
 
@@ -264,7 +285,7 @@ def _take_answer(search: _Search, jm: JointModel, batch: np.ndarray, solver, sta
 
 
 def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, workers: int, seed: int,
-             dl: Deadline) -> JointOutcome:
+             dl: Deadline) -> MethodResult:
     """The best plan (`best_q` quanta) made canonical when proven optimal, checked against the
     float formulation and the incumbent, with the least bound."""
     cands, stats, notes, q = search.cands, search.stats, search.notes, search.q
@@ -274,13 +295,13 @@ def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, w
     if status == OPTIMAL and search.best_jm is not None:
         jm, batch = search.best_jm
         local = Assignment(int(np.flatnonzero(batch == plan.k)[0]), plan.pools, plan.nodes, plan.layers, math.nan)
-        plan = _global(_canonical(jm, cands, local, best_q, search.end, workers, seed, stats, notes, dl), batch)
+        plan = _global(_canonical(jm, cands, local, best_q, search.run, workers, seed, stats, notes, dl), batch)
     ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
-    if not ev.fits and inc is None:  # nothing verified to return: no plan, not a crash
-        notes.append("the model's plan does not fit under the float formulation and no heuristic plan is known: "
-                     "no plan")
-        return JointOutcome(UNKNOWN, None, None, None, tolerance, stats, notes)
     if not ev.fits:
+        if inc is None:  # nothing verified to return: no plan, not a crash
+            notes.append("the model's plan does not fit under the float formulation and no heuristic plan is known: "
+                         "no plan")
+            return method_result(UNKNOWN, None, None, tolerance, stats, notes)
         notes.append("the model's plan does not fit under the float formulation: returning the incumbent unproven")
         plan, status = inc, FEASIBLE
         ev = pr.evaluate(plan.k, plan.pools, plan.nodes, plan.layers)
@@ -295,7 +316,7 @@ def _outcome(search: _Search, best: Assignment, best_q: int, tolerance: float, w
     stats["wall_time_s"] = time.perf_counter() - search.t0
     stats["objective_quanta"] = best_q
     stats["time_quantum_s"], stats["tolerance_s"] = q, tolerance
-    return JointOutcome(status, plan, ev.step_time_s, bound, tolerance, stats, notes)
+    return method_result(status, plan, bound, tolerance, stats, notes)
 
 
 def _global(a: Assignment, batch: np.ndarray) -> Assignment:
@@ -303,15 +324,15 @@ def _global(a: Assignment, batch: np.ndarray) -> Assignment:
     return Assignment(int(batch[a.k]), a.pools, a.nodes, a.layers, a.objective_s)
 
 
-def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: float, workers: int, seed: int,
+def _canonical(jm: JointModel, cands, plan: Assignment, value: int, run: Phases, workers: int, seed: int,
                stats: dict, notes: list[str], dl: Deadline) -> Assignment:
     """Phases 2 and 3 (module docstring): the same answer across seeds and worker counts."""
     md = jm.model
     md.add(jm.obj <= value)
-    if len(jm.x) > 1 and deadline - FINISH_S - time.perf_counter() > 0.05:
+    if len(jm.x) > 1 and run.budget_s("canonical-shape") > 0.05:
         md.minimize(jm.rank_expr)
-        s2, st2 = solve_model(md, deadline - FINISH_S - time.perf_counter(), workers, seed, deadline=dl)
-        _phase("canonical-shape", s2, st2, stats)
+        s2, st2 = solve_model(md, run.budget_s("canonical-shape"), workers, seed, deadline=dl)
+        _phase(run, "canonical-shape", s2, st2, stats)
         if st2 == cp_model.OPTIMAL:
             plan = read_plan(jm, s2, cands)
         else:
@@ -322,9 +343,9 @@ def _canonical(jm: JointModel, cands, plan: Assignment, value: int, deadline: fl
     md.minimize(sum((pl * (jm.num_stages - s)) * av for s, row in enumerate(jm.a) for pl, av in enumerate(row)
                     if av is not None and pl))
     md.clear_hints()
-    solver, st3 = solve_model(md, max(0.05, deadline - FINISH_S - time.perf_counter()), 1, 0,
+    solver, st3 = solve_model(md, run.budget_s("canonical-placement", 0.05), 1, 0,
                               deterministic_s=PHASE3_DETERMINISTIC_S, deadline=dl)
-    _phase("canonical-placement", solver, st3, stats)
+    _phase(run, "canonical-placement", solver, st3, stats)
     if st3 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return read_plan(jm, solver, cands)
     notes.append("canonical placement not found in time: the placement may differ between runs")
