@@ -21,7 +21,8 @@ from solveplan.calibration.rows import published_rows
 from solveplan.calibration.runs_fit import CHIP_OF_GPU, FIT_PARAMS, fit, gpu_updates, row_cases
 from solveplan.render.validation import fit_table, summary_table
 
-FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficiency", "fp8_matmul_efficiency", "mxfp8_matmul_efficiency",
+FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficiency", "flash1_attention_efficiency",
+          "fp8_matmul_efficiency", "mxfp8_matmul_efficiency",
           "layer_overhead_us", "sharded_layer_overhead_us")
 
 
