@@ -1,7 +1,7 @@
 """Fit the GPU parameters of the formulation on every published run and (with --write) put
 them into clusters/gpus/*.yaml with the rows and uncertainty that produced them.
 
-    python benchmarks/fit_published.py [--data FILE ...] [--write]
+    python benchmarks/fit_published.py [--data FILE ...] [--dense] [--write]
 
 Bounded, regularised least squares through the formulation (solveplan.calibration.runs_fit):
 one parameter set per GPU chip, robust loss, priors from datasheets and kernel papers.
@@ -21,7 +21,8 @@ from solveplan.calibration.rows import published_rows
 from solveplan.calibration.runs_fit import CHIP_OF_GPU, FIT_PARAMS, fit, gpu_updates, row_cases
 from solveplan.render.validation import fit_table, summary_table
 
-FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficiency", "fp8_matmul_efficiency", "mxfp8_matmul_efficiency",
+FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficiency", "flash1_attention_efficiency",
+          "fp8_matmul_efficiency", "mxfp8_matmul_efficiency",
           "layer_overhead_us", "sharded_layer_overhead_us")
 
 
@@ -45,9 +46,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", action="append", default=None)
     ap.add_argument("--write", action="store_true", help="write the values into clusters/gpus/*.yaml")
+    ap.add_argument("--dense", action="store_true",
+                    help="fit on the dense rows only (the MoE rows neither fitted nor reported): the protocol of the "
+                         "shipped parameters and of `cross_validate.py --dense`")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = published_rows(args.data)
+    if args.dense:
+        rows = [r for r in rows if not (r.job is not None and r.job.model.is_moe)]
     cases = row_cases(rows)
     out = fit(cases)
     preds = in_sample(cases, out.values)
@@ -57,7 +63,7 @@ def main() -> None:
     md = [
         "# GPU parameters fitted on the published runs",
         "",
-        f"`python benchmarks/fit_published.py` at commit {commit()}: {len(cases)} rows "
+        f"`python benchmarks/fit_published.py{' --dense' if args.dense else ''}` at commit {commit()}: {len(cases)} rows "
         f"({', '.join(f'{k} {v}' for k, v in sorted(sources.items()))}), {out.nfev} function evaluations, "
         f"{took:.0f} s; log-residual rms {out.rms:.3f}.",
         "",

@@ -167,7 +167,7 @@ def test_fit_recovers_known_parameters():
     cases = row_cases(fresh)
     truth = {"m": 0.66, "fa": 0.42}
     params = (FitParam("m", ("a100",), "matmul_efficiency", 0.8, 0.5, 0.3, 1.0, "test"),
-              FitParam("fa", ("a100",), "flash2_attention_efficiency", 0.6, 0.5, 0.1, 1.0, "test"))
+              FitParam("fa", ("a100",), "flash1_attention_efficiency", 0.6, 0.5, 0.1, 1.0, "test"))  # their kernel
     meas = predictions(cases, truth, params)
     for c, t in zip(cases, meas):
         c.row.measured_s = float(t)

@@ -52,7 +52,7 @@ MEASUREMENT_NOISE_LOG = 0.01
 # rows' own noise counts for more as soon as they have more than two degrees of freedom left.
 NOISE_PSEUDO_ROWS = 2
 EFFICIENCY_FIELDS = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
-                     "flash2_attention_efficiency", "hbm_efficiency")
+                     "flash2_attention_efficiency", "flash1_attention_efficiency", "hbm_efficiency")
 OVERHEAD_FIELDS = ("layer_overhead_us", "sharded_layer_overhead_us")
 
 
@@ -72,7 +72,7 @@ class RowFacts:
     """What of a measured row decides which knobs it can inform."""
 
     precision: str
-    attention_kernel: str  # "cudnn", "flash2", or "none" (no flash attention)
+    attention_kernel: str  # "cudnn", "flash2", "flash1", or "none" (no flash attention)
     zero: int
     multi_node: bool
 
@@ -95,6 +95,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("flash2_attention_efficiency", 0.4, math.log(3.0),
          "FlashAttention-2: the catalog's 0.19 is 48% off the H200's measured kernels (kernel_fit.md)",
          lambda rows: any(r.attention_kernel == "flash2" for r in rows)),
+    Knob("flash1_attention_efficiency", 0.4, math.log(3.0),
+         "FlashAttention-1 / its Triton port: 25-40% of the A100's peak (Dao 2023), the stack's own kernel",
+         lambda rows: any(r.attention_kernel == "flash1" for r in rows)),
     Knob("layer_overhead_us", 0.7, math.log(10.0),
          "launch overhead per layer: CUDA graphs, host speed and fusion change it by a factor of 2"),
     Knob("sharded_layer_overhead_us", 0.7, math.log(10.0),
@@ -115,6 +118,7 @@ def resolved_gpu_fields(cluster: ClusterSpec) -> dict[str, float]:
     fused = g.fused_attention_efficiency
     return {"matmul_efficiency": g.matmul_efficiency, "fp8_matmul_efficiency": g.fp8_matmul_efficiency or g.matmul_efficiency,
             "attention_efficiency": fused, "flash2_attention_efficiency": g.flash2_attention_efficiency or fused,
+            "flash1_attention_efficiency": g.flash1_attention_rate,
             "hbm_efficiency": g.hbm_efficiency, "layer_overhead_us": g.layer_overhead_us,
             "sharded_layer_overhead_us": g.sharded_layer_overhead_us}
 

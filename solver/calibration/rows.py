@@ -77,6 +77,13 @@ ERA: dict[str, dict[str, Any]] = {
 SOURCE_SETTINGS: dict[str, dict[str, GradReduceDtype]] = {src: {"grad_reduce_dtype": "bf16"}
                    for src in ("mbridge_perf", "nemo_docs_2502", "nemo_docs_2504", "nemo_docs_2507")}
 FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
+# The attention kernel a source's own launch scripts ran, where it is not the rule in `row_job`:
+# llm-foundry's throughput tables (scripts/train/benchmarking/README.md, last tables 2024-01-06 @5e85bd62)
+# were taken with submit_benchmarks.py, whose `--attn_impl` defaults to 'triton' (sweep.sh never sets it) and
+# whose mpt-*.yaml say `attn_impl: triton`: llmfoundry/models/layers/flash_attn_triton.py, a copy of
+# FlashAttention's 2022 Triton port ("Overall Triton forward + backward is slightly slower than CUDA
+# forward + backward" of FlashAttention-1, its header) -- the FlashAttention-1 generation, not FlashAttention-2.
+SOURCE_KERNEL: dict[str, Literal["flash1"]] = {"mosaic_llmfoundry": "flash1"}
 
 
 def era_of(source: str, text: str) -> dict:
@@ -385,9 +392,7 @@ def row_job(raw: dict) -> Row:
         assumed.append("unstated, best legal value: " + ", ".join(free))
     overlap = str(p.get("overlap") or "").lower()
     flash = era.get("flash", FLASH_BY_DEFAULT)
-    # llm-foundry and PyTorch FSDP runs call FlashAttention-2; Megatron-Core/NeMo default to
-    # Transformer Engine's cuDNN fused attention (a kernel is named only when flash attention is on)
-    kernel: Literal["cudnn", "flash2"] = "flash2" if flash and (fsdp or "flashattention" in str(m.get("arch", "")).lower()) else "cudnn"
+    kernel = attention_kernel_of(raw, flash, bool(fsdp), assumed)
     row.job = JobSpec(
         model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
         precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
@@ -401,6 +406,17 @@ def row_job(raw: dict) -> Row:
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
     return row
+
+
+def attention_kernel_of(raw: dict, flash: bool, fsdp: bool, assumed: list) -> Literal["cudnn", "flash2", "flash1"]:
+    """The row's flash-attention kernel: the source's own (`SOURCE_KERNEL`); else FlashAttention-2 for
+    PyTorch FSDP stacks and rows that name FlashAttention; else Megatron-Core/NeMo's default, Transformer
+    Engine's cuDNN fused attention (a kernel is named only when flash attention is on)."""
+    if flash and raw["source"] in SOURCE_KERNEL:
+        assumed.append(f"attention kernel {SOURCE_KERNEL[raw['source']]} (the source's launch scripts: attn_impl triton)")
+        return SOURCE_KERNEL[raw["source"]]
+    named = "flashattention" in str(raw["model"].get("arch", "")).lower()
+    return "flash2" if flash and (fsdp or named) else "cudnn"
 
 
 def pipeline_accounting(p: dict, num_layers: int, assumed: list) -> dict:

@@ -61,12 +61,20 @@ FIT_PARAMS: tuple[FitParam, ...] = (
              "cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs (NVIDIA GEMM guide)"),
     FitParam("a100.flash2_attention_efficiency", ("a100",), "flash2_attention_efficiency", 0.6, 0.2, 0.1, 1.0,
              "FlashAttention-2 on A100: 50-73% of peak (Dao 2023, Fig. 4-5), exponentials counted apart"),
+    FitParam("a100.flash1_attention_efficiency", ("a100",), "flash1_attention_efficiency", 0.33, 0.08, 0.1, 1.0,
+             "FlashAttention-1 and its Triton port on A100: 25-40% of peak forward+backward (Dao 2023, abstract and "
+             "Fig. 4-5), exponentials counted apart"),
     FitParam("a100.layer_overhead_us", ("a100",), "layer_overhead_us", 50.0, 200.0, 0.0, 2000.0,
              "10-20 kernel launches per layer and pass at ~5 us"),
     FitParam("h100.matmul_efficiency", ("h100",), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
              "cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs"),
-    FitParam("h100.flash2_attention_efficiency", ("h100",), "flash2_attention_efficiency", 0.35, 0.15, 0.1, 1.0,
-             "FlashAttention-2 on H100: 35-40% of peak (Shah et al. 2024, FlashAttention-3, Fig. 5)"),
+    FitParam("h100.flash2_attention_efficiency", ("h100",), "flash2_attention_efficiency", 0.27, 0.07, 0.1, 1.0,
+             "FlashAttention-2 kernels measured on an H200 (the H100's die): 0.27 in this model "
+             "(../shared/data/h200_kernels.json, benchmarks/results/kernel_fit.md); 35-40% of peak at best "
+             "(Shah et al. 2024, FlashAttention-3, Fig. 5)"),
+    FitParam("h100.flash1_attention_efficiency", ("h100",), "flash1_attention_efficiency", 0.18, 0.06, 0.05, 1.0,
+             "FlashAttention-1 and its Triton port on H100: about half of FlashAttention-2 (Dao 2023: 2x faster), "
+             "whose kernels reach 0.27-0.35 here; neither uses Hopper's asynchronous tensor cores"),
     FitParam("h100.layer_overhead_us", ("h100",), "layer_overhead_us", 50.0, 200.0, 0.0, 2000.0,
              "10-20 kernel launches per layer and pass at ~5 us"),
     FitParam("h100.fp8_matmul_efficiency", ("h100",), "fp8_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,

@@ -157,8 +157,9 @@ _BASE = [
                       "delayed scaling), fp8-tensorwise (per-tensor current scaling), fp8-blockwise (1x128/128x128 "
                       "blocks, Hopper/Blackwell), mxfp8 (Blackwell, CDNA 4)."),
     click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention (default on)."),
-    click.option("--attention-kernel", type=click.Choice(["cudnn", "flash2"]), default=None,
-                 help="cudnn (Megatron --attention-backend fused, default) or flash2 (FlashAttention-2)."),
+    click.option("--attention-kernel", type=click.Choice(["cudnn", "flash2", "flash1"]), default=None,
+                 help="cudnn (Megatron --attention-backend fused, default), flash2 (FlashAttention-2) or flash1 "
+                      "(FlashAttention-1 / its Triton port, e.g. llm-foundry attn_impl: triton)."),
     click.option("--framework", type=click.Choice(["megatron", "torchtitan", "transformers"]), default=None,
                  help="The software stack that runs the plan: megatron (default; fused kernels, every parallelism), "
                       "torchtitan (FSDP2/TP/PP/CP, eager) or transformers (fp32 weights under bf16 autocast, "

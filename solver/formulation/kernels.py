@@ -128,6 +128,15 @@ def flash_attention_s(*, batch, heads, s_q, s_k, head_dim, causal, flop_per_s, e
     return combine(mm_fwd, exp), combine(mm_bwd, exp)
 
 
+def triton_block_headdim(head_dim):
+    """The head dimension FlashAttention's Triton port computes with: the next power of two, at least 16
+    (`BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)` in flash_attn_triton.py, HazyResearch/flash-attention
+    @eff9fe6, the copy llm-foundry ran as attn_impl: triton); its loads mask the padding, its tensor-core tiles
+    do not: a head of 80 costs as one of 128."""
+    d = np.maximum(np.asarray(head_dim, dtype=np.float64), 1.0)
+    return np.maximum(2.0 ** np.ceil(np.log2(d) - 1e-9), 16.0)
+
+
 def unfused_attention_s(*, batch, heads, s_q, s_k, head_dim, flop_per_s, efficiency, hbm_bytes_per_s):
     """(forward, backward) of attention with materialised scores (no flash): the two batched
     GEMMs at the GEMM rate plus softmax, mask and dropout over the score matrix (read and

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..specs import ModelSpec
 from . import comm
-from .kernels import flash_attention_s, linear_s, unfused_attention_s
+from .kernels import flash_attention_s, linear_s, triton_block_headdim, unfused_attention_s
 from .memory import BF16_BYTES
 from .recompute import mla_up_recompute, norm_recompute
 
@@ -58,7 +58,9 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
     """(forward, backward) of the attention core on one GPU: FlashAttention at the kernel's fitted
     efficiency (cuDNN's fused kernel overlaps the exponentials on Hopper+, FlashAttention-2 does
     not: `kernels.flash_attention_s`), or unfused attention with materialised scores; kernel "masked" is
-    SDPA's kernel given an explicit mask (GPUSpec.masked_attention_rate, no causal skipping)."""
+    SDPA's kernel given an explicit mask (GPUSpec.masked_attention_rate, no causal skipping); kernel "flash1"
+    the FlashAttention-1 generation (GPUSpec.flash1_attention_rate, no overlap, the head dimension padded
+    as its Triton port computes it: `kernels.triton_block_headdim`)."""
     if not flash:
         return unfused_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim,
                                    flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
@@ -67,6 +69,10 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
         return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=False,
                                  flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,
                                  efficiency=gpu.masked_attention_rate, overlap_exp=gpu.exp_overlaps_matmul)
+    if kernel == "flash1":  # the FlashAttention-1 generation: its Triton port pads the head dimension (kernels.py)
+        return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=triton_block_headdim(head_dim),
+                                 causal=True, flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,
+                                 efficiency=gpu.flash1_attention_rate, overlap_exp=False)
     fused = kernel == "cudnn"
     efficiency = (gpu.fused_attention_efficiency if fused
                   else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))

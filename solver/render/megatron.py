@@ -332,6 +332,9 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     a += _precision_flags(job, arch, min(gpus, key=gpu_arch).name, notes) + _cuda_graph_flags(job, notes)
     # cuDNN's fused attention is Transformer Engine's `fused` backend; FlashAttention-2 is `flash`
     backend = ("fused" if job.attention_kernel == "cudnn" else "flash") if job.flash_attention else "unfused"
+    if job.flash_attention and job.attention_kernel == "flash1":
+        notes.append("Megatron has no FlashAttention-1 kernel: --attention-backend flash runs FlashAttention-2, "
+                     "faster than the flash1 kernel the plan was priced with")
     if rocm and job.flash_attention:
         backend = "auto"
         notes.append("ROCm: --attention-backend auto lets Transformer Engine's ROCm build pick its CK / AOTriton "

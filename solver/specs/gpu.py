@@ -52,6 +52,11 @@ class GPUSpec(Spec):
     flash2_attention_efficiency: Optional[float] = Field(
         None, gt=0, le=1, description="the same for FlashAttention-2 (default: the fused kernel's); on Hopper "
                                       "FlashAttention-2 cannot use the asynchronous tensor cores")
+    flash1_attention_efficiency: Optional[float] = Field(
+        None, gt=0, le=1, description="the same for the FlashAttention-1 generation: the CUDA v1 kernel and its "
+                                      "Triton port (flash_attn_triton.py; llm-foundry attn_impl: triton), which "
+                                      "Dao 2023 puts at 25-40% of the A100's peak against FlashAttention-2's 50-73% "
+                                      "(default: FlashAttention-2's)")
 
     masked_attention_efficiency: Optional[float] = Field(
         None, gt=0, le=1, description="attained fraction of peak of PyTorch SDPA's kernel given an explicit mask (an "
@@ -61,6 +66,11 @@ class GPUSpec(Spec):
     @property
     def fused_attention_efficiency(self) -> float:
         return self.attention_efficiency or self.matmul_efficiency
+
+    @property
+    def flash1_attention_rate(self) -> float:
+        """`flash1_attention_efficiency`, else FlashAttention-2's, else the fused kernel's."""
+        return self.flash1_attention_efficiency or self.flash2_attention_efficiency or self.fused_attention_efficiency
 
     @property
     def masked_attention_rate(self) -> float:

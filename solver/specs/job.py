@@ -108,9 +108,11 @@ class JobSpec(Spec):
                             "elsewhere): fp8 (per-tensor delayed scaling), fp8-tensorwise (per-tensor current scaling), fp8-blockwise (1x128/128x128 blocks), "
                             "mxfp8 (32-element blocks, Blackwell)")
     flash_attention: bool = True
-    attention_kernel: Literal["cudnn", "flash2"] = Field(
+    attention_kernel: Literal["cudnn", "flash2", "flash1"] = Field(
         "cudnn", description="flash-attention implementation: cudnn (Megatron --attention-backend fused; overlaps "
-                             "the softmax with the matmuls on Hopper) or flash2 (FlashAttention-2)")
+                             "the softmax with the matmuls on Hopper), flash2 (FlashAttention-2) or flash1 (the "
+                             "FlashAttention-1 generation: the CUDA v1 kernel and its Triton port, llm-foundry's "
+                             "attn_impl: triton of 2023)")
     grad_reduce_dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="dtype of the data-parallel gradient reduction (Megatron --grad-reduce-in-bf16; "
                             "FSDP MixedPrecision.reduce_dtype); fp16 training reduces fp16 gradients")
@@ -200,9 +202,9 @@ class JobSpec(Spec):
         if self.fp8_param_gather and (self.precision not in FP8_RECIPES or self.framework != "megatron"):
             raise ValueError("fp8_param_gather keeps FP8 weights of an FP8 recipe in Megatron (--fp8-param-gather): "
                              "it needs an FP8 precision and framework megatron; drop it")
-        if self.attention_kernel == "flash2" and not self.flash_attention:
-            raise ValueError("attention_kernel flash2 is a flash-attention kernel but flash_attention is false: "
-                             "drop one of the two")
+        if self.attention_kernel in ("flash2", "flash1") and not self.flash_attention:
+            raise ValueError(f"attention_kernel {self.attention_kernel} is a flash-attention kernel but flash_attention "
+                             "is false: drop one of the two")
         return self
 
     @property

@@ -89,7 +89,7 @@ class JobRequest(Request):
     seq_length: Optional[PositiveInt] = None
     precision: Optional[Precision] = None
     flash_attention: Optional[bool] = None
-    attention_kernel: Optional[Literal["cudnn", "flash2"]] = None
+    attention_kernel: Optional[Literal["cudnn", "flash2", "flash1"]] = None
     grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = None
     tp_comm_overlap: Optional[bool] = None
     overlap_grad_reduce: Optional[bool] = None
