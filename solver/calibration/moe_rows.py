@@ -80,6 +80,40 @@ FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
     ("mla_up_proj",), ("mla_up_proj", "mlp"), ("mlp",), ("moe_act",), ("mla_up_proj", "layernorm", "moe_act"),
     ("mla_up_proj", "mlp", "moe_act"), ("core_attn",)))}
 
+# Megatron-Bridge's 25.09 performance runs: the data file names their recipes -- the v0.1.0rc3 YAML
+# configs -- without attaching them (the rows' notes); what that tag's scripts set for every run of a MoE
+# model, whatever its perf_matrix entry (scripts/performance/run_script.py at v0.1.0rc3, `main`):
+# - Qwen3 (30B-A3B, 235B-A22B): `apply_moe_token_drop(recipe.model)` -- the 25.09 page's "(tokendrop)"
+#   label -- which requires the alltoall dispatcher (training/utils/moe_token_drop.py asserts it; the
+#   Qwen3 MoE provider's default, models/qwen/qwen_provider.py `moe_token_dispatcher_type = "alltoall"`),
+#   and no EP overlap: the script sets none and the recipe's CommOverlapConfig leaves it off
+#   (training/comm_overlap.py: "Optimizations disabled by default", `overlap_moe_expert_parallel_comm =
+#   False`); the YAML (configs/qwen3/*.yaml) sets `recompute_granularity: null`;
+# - DeepSeek-V3: on H100 DeepEP (`enable_deepep` -> recipes/deepseek/deepseek_v3.py
+#   `moe_token_dispatcher_type = "flex"`) and the 1F1B all-to-all overlap (`A2A_1F1B`:
+#   overlap_moe_expert_parallel_comm = True); on B200 / GB200 token dropping, DeepEP off (alltoall) and
+#   the overlap off.
+# CUDA graphs come from each GPU's perf_matrix entry, whose parallel layout does not always match the
+# published row's: left to the best value, as before.
+SCRIPTS_2509 = {"qwen3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
+                          "recompute_granularity": "none"},
+                "deepseek-v3:h100": {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True},
+                "deepseek-v3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False}}
+
+
+def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
+    """The settings Megatron-Bridge v0.1.0rc3's performance scripts give a 25.09 MoE row (`SCRIPTS_2509`)
+    as a recipe dict, or {} for another row."""
+    if raw.get("source") != "mbridge_perf" or str(raw.get("container")) != "25.09":
+        return {}
+    key, gpu = str(raw["model"].get("key") or ""), str(raw["hardware"].get("gpu") or "").lower()
+    name = "qwen3" if key.startswith("qwen3") else (f"{key}:h100" if gpu.startswith("h100") else key)
+    if name not in SCRIPTS_2509:
+        return {}
+    assumed.append(f"settings of Megatron-Bridge v0.1.0rc3 scripts/performance/run_script.py for {name} (the 25.09 "
+                   f"recipes): {SCRIPTS_2509[name]}")
+    return dict(SCRIPTS_2509[name])
+
 
 def is_moe_file_row(raw: dict) -> bool:
     """A mixture-of-experts row of the MoE / new-GPU file (it carries `category`): category A, or
@@ -261,7 +295,7 @@ def moe_row_job(raw: dict) -> Row:
     if wrong:
         row.skipped = wrong
         return row
-    recipe = (p.get("other") or {}).get("recipe") or {}
+    recipe = (p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed)
     layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
     model = _row_model(model, raw, layout, assumed)
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
