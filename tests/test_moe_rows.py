@@ -192,6 +192,16 @@ def test_25_09_rows_take_the_settings_of_megatron_bridge_v0_1_0rc3_scripts(row_i
     assert not any(k in a for a in row.assumed if a.startswith("unstated") for k in ("dispatcher", "a2a_overlap"))
 
 
+def test_25_09_deepseek_rows_take_the_scripts_recompute_modules():
+    """v0.1.0rc3: selective recomputation of mla_up_proj + mlp on H100, + moe_act on GB200, and the
+    recipe's default (core_attn) on B200 -- stated, not the best of the family's presets."""
+    want = {"h100-sxm5-80gb-fp8-1024": ("mla_up_proj", "mlp"), "gb200-fp8-256": ("mla_up_proj", "mlp", "moe_act"),
+            "b200-fp8-256": ("core_attn",)}
+    for tail, mods in want.items():
+        job = BY_ID[f"mbridge_perf-25.09-deepseek-v3-{tail}"].job_spec
+        assert job.constraints.recompute == ("selective",) and tuple(job.recompute_modules) == mods
+
+
 def test_the_25_09_script_settings_reach_no_row_of_another_container():
     from solveplan.calibration.moe_rows import scripts_2509_recipe
 

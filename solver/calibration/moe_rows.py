@@ -92,13 +92,21 @@ FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
 # - DeepSeek-V3: on H100 DeepEP (`enable_deepep` -> recipes/deepseek/deepseek_v3.py
 #   `moe_token_dispatcher_type = "flex"`) and the 1F1B all-to-all overlap (`A2A_1F1B`:
 #   overlap_moe_expert_parallel_comm = True); on B200 / GB200 token dropping, DeepEP off (alltoall) and
-#   the overlap off.
+#   the overlap off; selective recomputation (configs/deepseek/deepseek_v3_llm_pretrain.yaml) of
+#   mla_up_proj and mlp on H100, of mla_up_proj, mlp and moe_act on GB200, and on B200 the recipe's
+#   default, none listed (recipes/deepseek/deepseek_v3.py `recompute_modules = None`: Megatron's
+#   core_attn).
 # CUDA graphs come from each GPU's perf_matrix entry, whose parallel layout does not always match the
 # published row's: left to the best value, as before.
 SCRIPTS_2509 = {"qwen3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
                           "recompute_granularity": "none"},
-                "deepseek-v3:h100": {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True},
-                "deepseek-v3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False}}
+                "deepseek-v3:h100": {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True,
+                                     "recompute_granularity": "selective", "recompute_modules": ["mla_up_proj", "mlp"]},
+                "deepseek-v3:gb200": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
+                                      "recompute_granularity": "selective",
+                                      "recompute_modules": ["mla_up_proj", "mlp", "moe_act"]},
+                "deepseek-v3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
+                                "recompute_granularity": "selective", "recompute_modules": ["core_attn"]}}
 
 
 def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
@@ -107,7 +115,8 @@ def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
     if raw.get("source") != "mbridge_perf" or str(raw.get("container")) != "25.09":
         return {}
     key, gpu = str(raw["model"].get("key") or ""), str(raw["hardware"].get("gpu") or "").lower()
-    name = "qwen3" if key.startswith("qwen3") else (f"{key}:h100" if gpu.startswith("h100") else key)
+    name = "qwen3" if key.startswith("qwen3") else f"{key}:{gpu.split('-')[0]}"
+    name = name if name in SCRIPTS_2509 or name == "qwen3" else key
     if name not in SCRIPTS_2509:
         return {}
     assumed.append(f"settings of Megatron-Bridge v0.1.0rc3 scripts/performance/run_script.py for {name} (the 25.09 "
