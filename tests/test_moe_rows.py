@@ -103,8 +103,10 @@ def test_recipe_dispatcher_and_overlap_become_job_settings():
     assert ds.job.moe_token_dispatcher == "flex" and ds.job.moe_a2a_overlap is True
     q = BY_ID["mbridge_perf-26.04.01-qwen3-235b-a22b-b200-mxfp8-256"]  # recipe: no backend, overlap off
     assert q.job.moe_token_dispatcher == "alltoall" and q.job.moe_a2a_overlap is False
-    bare = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]
+    bare = BY_ID["mbridge_perf-25.11-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]  # no recipe, after the EP overlap
     assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" in a and "best legal" in a for a in bare.assumed)
+    old = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]  # no recipe, before it: the dispatcher alone is free
+    assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" not in a and "best legal" in a for a in old.assumed)
 
 
 def test_a_preset_recipe_that_leaves_the_overlap_unset_runs_without_it():
@@ -212,3 +214,16 @@ def test_the_25_09_script_settings_reach_no_row_of_another_container():
     for r in ROWS:
         if r.raw.get("container") != "25.09" and not r.skipped:
             assert not any("v0.1.0rc3" in a for a in r.assumed), r.id
+
+
+def test_containers_older_than_megatrons_ep_overlap_run_without_it():
+    """--overlap-moe-expert-parallel-comm arrived in Megatron-Core on 2025-08-01 (moe_rows.EP_OVERLAP_FROM):
+    NeMo 25.02 / 25.04 / 25.07 rows are priced without it, not at the best value; a later row that states
+    nothing keeps the best value."""
+    for row_id in ("nemo_docs_2502-mixtral-8x7b-b200-fp8-64", "nemo_docs_2504-mixtral-8x22b-gb200-fp8-cs-256",
+                   "nemo_docs_2507-llama4-scout-gb200-fp8-cs-64"):
+        row = BY_ID[row_id]
+        assert row.job_spec.moe_a2a_overlap is False
+        assert any("predates Megatron-Core" in a for a in row.assumed)
+    later = BY_ID["mbridge_perf-25.11-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]
+    assert any(a.startswith("unstated") and "moe_a2a_overlap" in a for a in later.assumed)

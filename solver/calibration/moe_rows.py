@@ -205,6 +205,7 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
       dataclass default (scripts/performance/utils/utils.py) and `_set_moe_a2a_overlap_overrides`
       (utils/overrides.py) only turns it on, over base recipes that leave it off (recipes/*:
       `overlap_moe_expert_parallel_comm = False` or unset);
+      a container older than the feature (`EP_OVERLAP_FROM`) runs without it;
     - FP8 primary weights (`FP8_PARAM_GATHER`);
     - CUDA graphs (`_recipe_graphs`).
     A row without a matched recipe states neither the dispatcher, the overlap nor the graphs: like its
@@ -224,6 +225,9 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
         unstated.append("moe_token_dispatcher")
     if overlap_keys or _workload_base_config(recipe):
         settings["moe_a2a_overlap"] = any(recipe[k] for k in overlap_keys)
+    elif _container(raw) and _container(raw) < EP_OVERLAP_FROM:
+        settings["moe_a2a_overlap"] = False
+        assumed.append(f"no EP all-to-all overlap: container {raw.get('container')} predates Megatron-Core's")
     else:
         unstated.append("moe_a2a_overlap")
     graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
@@ -232,6 +236,17 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
     else:
         settings.update(graphs)
     return settings, unstated
+
+
+# Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm) arrived with ae1c88296f of
+# 2025-08-01 ("Support Expert Parallel A2A Overlapping - (02) Support EP A2A overlap at PP=1"; core_v0.13.0
+# of 2025-07-25 has no such option): a NeMo container of an earlier month cannot have run it.
+EP_OVERLAP_FROM = (25, 8)
+
+
+def _container(raw: dict) -> tuple[int, ...]:
+    """A row's container as (year, month), () when it states none."""
+    return tuple(int(x) for x in re.findall(r"\d+", str(raw.get("container", "")))[:2])
 
 
 def _recipe_graphs(recipe: dict, dispatcher: Optional[str], assumed: list[str]) -> Optional[dict]:
@@ -419,7 +434,7 @@ def _graph_choices(raw: dict) -> list[dict]:
     modules, and a whole-iteration graph from the container that could capture one (a setting with more
     graphed is never predicted slower, so no graphs at all is not a candidate)."""
     options = [{"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": PER_LAYER_GRAPHS}]
-    container = tuple(int(x) for x in re.findall(r"\d+", str(raw.get("container", "")))[:2])
+    container = _container(raw)
     if container and container >= FULL_ITERATION_FROM:
         options.append({"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ()})
     return options
