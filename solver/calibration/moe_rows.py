@@ -93,9 +93,9 @@ FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
 #   `moe_token_dispatcher_type = "flex"`) and the 1F1B all-to-all overlap (`A2A_1F1B`:
 #   overlap_moe_expert_parallel_comm = True); on B200 / GB200 token dropping, DeepEP off (alltoall) and
 #   the overlap off; selective recomputation (configs/deepseek/deepseek_v3_llm_pretrain.yaml) of
-#   mla_up_proj and mlp on H100, of mla_up_proj, mlp and moe_act on GB200, and on B200 the recipe's
-#   default, none listed (recipes/deepseek/deepseek_v3.py `recompute_modules = None`: Megatron's
-#   core_attn).
+#   mla_up_proj and mlp on H100, of mla_up_proj, mlp and moe_act on GB200 (B200's script lists none and
+#   its perf_matrix entry, TP 2, is not the published TP 1 run: left to the family's presets, whose
+#   best fits in memory; the recipe default core_attn does not, in the formulation).
 # CUDA graphs come from each GPU's perf_matrix entry, whose parallel layout does not always match the
 # published row's: left to the best value, as before.
 SCRIPTS_2509 = {"qwen3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
@@ -105,8 +105,7 @@ SCRIPTS_2509 = {"qwen3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_over
                 "deepseek-v3:gb200": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
                                       "recompute_granularity": "selective",
                                       "recompute_modules": ["mla_up_proj", "mlp", "moe_act"]},
-                "deepseek-v3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
-                                "recompute_granularity": "selective", "recompute_modules": ["core_attn"]}}
+                "deepseek-v3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False}}
 
 
 def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
