@@ -103,8 +103,10 @@ def test_recipe_dispatcher_and_overlap_become_job_settings():
     assert ds.job.moe_token_dispatcher == "flex" and ds.job.moe_a2a_overlap is True
     q = BY_ID["mbridge_perf-26.04.01-qwen3-235b-a22b-b200-mxfp8-256"]  # recipe: no backend, overlap off
     assert q.job.moe_token_dispatcher == "alltoall" and q.job.moe_a2a_overlap is False
-    bare = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]
+    bare = BY_ID["mbridge_perf-25.11-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]  # no recipe, after the EP overlap
     assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" in a and "best legal" in a for a in bare.assumed)
+    old = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]  # no recipe, before it: the dispatcher alone is free
+    assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" not in a and "best legal" in a for a in old.assumed)
 
 
 def test_a_preset_recipe_that_leaves_the_overlap_unset_runs_without_it():
@@ -193,3 +195,61 @@ def test_a_row_key_names_its_catalog_entry():
     assert moe_row_job(raw).skipped == "the row states layers 61, the catalog's deepseek-v2 has 60"
     raw["model"]["key"] = "no-such-model"
     assert "has no catalog entry" in moe_row_job(raw).skipped
+
+
+@pytest.mark.parametrize("row_id, dispatcher, overlap", [
+    ("mbridge_perf-25.09-qwen3-30b-a3b-h100-sxm5-80gb-fp8-16", "alltoall", False),
+    ("mbridge_perf-25.09-qwen3-235b-a22b-gb200-fp8-64", "alltoall", False),
+    ("mbridge_perf-25.09-deepseek-v3-b200-fp8-256", "alltoall", False),
+    ("mbridge_perf-25.09-deepseek-v3-h100-sxm5-80gb-fp8-1024", "flex", True)])
+def test_25_09_rows_take_the_settings_of_megatron_bridge_v0_1_0rc3_scripts(row_id, dispatcher, overlap):
+    """The 25.09 rows carry no recipe; Megatron-Bridge v0.1.0rc3's run_script.py fixes the dispatcher and
+    the EP overlap per model (moe_rows.SCRIPTS_2509): Qwen3 token-drop runs on alltoall without overlap,
+    DeepSeek-V3 with DeepEP and the 1F1B overlap on H100, token-drop alltoall without it elsewhere. They are
+    stated, not left to the best value; rows of later containers do not take them."""
+    row = BY_ID[row_id]
+    assert row.raw["container"] == "25.09" and not (row.raw["parallel"].get("other") or {}).get("recipe")
+    job = row.job_spec
+    assert (job.moe_token_dispatcher, job.moe_a2a_overlap) == (dispatcher, overlap)
+    assert any("v0.1.0rc3" in a for a in row.assumed)
+    assert not any(k in a for a in row.assumed if a.startswith("unstated") for k in ("dispatcher", "a2a_overlap"))
+
+
+def test_25_09_deepseek_rows_take_the_scripts_recompute_modules():
+    """v0.1.0rc3: selective recomputation of mla_up_proj + mlp on H100, + moe_act on GB200 -- stated, not
+    the best of the family's presets; B200's (its script's entry is another layout) stays the presets' best,
+    which fits: every 25.09 row is predicted to fit in memory, as it ran."""
+    want = {"h100-sxm5-80gb-fp8-1024": ("mla_up_proj", "mlp"), "gb200-fp8-256": ("mla_up_proj", "mlp", "moe_act")}
+    for tail, mods in want.items():
+        job = BY_ID[f"mbridge_perf-25.09-deepseek-v3-{tail}"].job_spec
+        assert job.constraints.recompute == ("selective",) and tuple(job.recompute_modules) == mods
+    from solveplan.calibration.runs_fit import RowCase
+
+    for r in ROWS:
+        if r.raw.get("container") == "25.09" and r.raw.get("category") == "A" and not r.skipped:
+            assert RowCase(r).predict()[2], r.id
+
+
+def test_the_25_09_script_settings_reach_no_row_of_another_container():
+    from solveplan.calibration.moe_rows import scripts_2509_recipe
+
+    raw = _raw("mbridge_perf-25.09-qwen3-30b-a3b-h100-sxm5-80gb-fp8-16")
+    assert scripts_2509_recipe(raw, [])["moe_a2a_overlap"] is False
+    raw["container"] = "25.11"
+    assert scripts_2509_recipe(raw, []) == {}
+    for r in ROWS:
+        if r.raw.get("container") != "25.09" and not r.skipped:
+            assert not any("v0.1.0rc3" in a for a in r.assumed), r.id
+
+
+def test_containers_older_than_megatrons_ep_overlap_run_without_it():
+    """--overlap-moe-expert-parallel-comm arrived in Megatron-Core on 2025-08-01 (moe_rows.EP_OVERLAP_FROM):
+    NeMo 25.02 / 25.04 / 25.07 rows are priced without it, not at the best value; a later row that states
+    nothing keeps the best value."""
+    for row_id in ("nemo_docs_2502-mixtral-8x7b-b200-fp8-64", "nemo_docs_2504-mixtral-8x22b-gb200-fp8-cs-256",
+                   "nemo_docs_2507-llama4-scout-gb200-fp8-cs-64"):
+        row = BY_ID[row_id]
+        assert row.job_spec.moe_a2a_overlap is False
+        assert any("predates Megatron-Core" in a for a in row.assumed)
+    later = BY_ID["mbridge_perf-25.11-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]
+    assert any(a.startswith("unstated") and "moe_a2a_overlap" in a for a in later.assumed)

@@ -81,6 +81,48 @@ FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
     ("mla_up_proj",), ("mla_up_proj", "mlp"), ("mlp",), ("moe_act",), ("mla_up_proj", "layernorm", "moe_act"),
     ("mla_up_proj", "mlp", "moe_act"), ("core_attn",)))}
 
+# Megatron-Bridge's 25.09 performance runs: the data file names their recipes -- the v0.1.0rc3 YAML
+# configs -- without attaching them (the rows' notes); what that tag's scripts set for every run of a MoE
+# model, whatever its perf_matrix entry (scripts/performance/run_script.py at v0.1.0rc3, `main`):
+# - Qwen3 (30B-A3B, 235B-A22B): `apply_moe_token_drop(recipe.model)` -- the 25.09 page's "(tokendrop)"
+#   label -- which requires the alltoall dispatcher (training/utils/moe_token_drop.py asserts it; the
+#   Qwen3 MoE provider's default, models/qwen/qwen_provider.py `moe_token_dispatcher_type = "alltoall"`),
+#   and no EP overlap: the script sets none and the recipe's CommOverlapConfig leaves it off
+#   (training/comm_overlap.py: "Optimizations disabled by default", `overlap_moe_expert_parallel_comm =
+#   False`); the YAML (configs/qwen3/*.yaml) sets `recompute_granularity: null`;
+# - DeepSeek-V3: on H100 DeepEP (`enable_deepep` -> recipes/deepseek/deepseek_v3.py
+#   `moe_token_dispatcher_type = "flex"`) and the 1F1B all-to-all overlap (`A2A_1F1B`:
+#   overlap_moe_expert_parallel_comm = True); on B200 / GB200 token dropping, DeepEP off (alltoall) and
+#   the overlap off; selective recomputation (configs/deepseek/deepseek_v3_llm_pretrain.yaml) of
+#   mla_up_proj and mlp on H100, of mla_up_proj, mlp and moe_act on GB200 (B200's script lists none and
+#   its perf_matrix entry, TP 2, is not the published TP 1 run: left to the family's presets, whose
+#   best fits in memory; the recipe default core_attn does not, in the formulation).
+# CUDA graphs come from each GPU's perf_matrix entry, whose parallel layout does not always match the
+# published row's: left to the best value, as before.
+SCRIPTS_2509 = {"qwen3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
+                          "recompute_granularity": "none"},
+                "deepseek-v3:h100": {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True,
+                                     "recompute_granularity": "selective", "recompute_modules": ["mla_up_proj", "mlp"]},
+                "deepseek-v3:gb200": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
+                                      "recompute_granularity": "selective",
+                                      "recompute_modules": ["mla_up_proj", "mlp", "moe_act"]},
+                "deepseek-v3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False}}
+
+
+def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
+    """The settings Megatron-Bridge v0.1.0rc3's performance scripts give a 25.09 MoE row (`SCRIPTS_2509`)
+    as a recipe dict, or {} for another row."""
+    if raw.get("source") != "mbridge_perf" or str(raw.get("container")) != "25.09":
+        return {}
+    key, gpu = str(raw["model"].get("key") or ""), str(raw["hardware"].get("gpu") or "").lower()
+    name = "qwen3" if key.startswith("qwen3") else f"{key}:{gpu.split('-')[0]}"
+    name = name if name in SCRIPTS_2509 or name == "qwen3" else key
+    if name not in SCRIPTS_2509:
+        return {}
+    assumed.append(f"settings of Megatron-Bridge v0.1.0rc3 scripts/performance/run_script.py for {name} (the 25.09 "
+                   f"recipes): {SCRIPTS_2509[name]}")
+    return dict(SCRIPTS_2509[name])
+
 
 def is_moe_file_row(raw: dict) -> bool:
     """A mixture-of-experts row of the MoE / new-GPU file (it carries `category`): category A, or
@@ -163,6 +205,7 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
       dataclass default (scripts/performance/utils/utils.py) and `_set_moe_a2a_overlap_overrides`
       (utils/overrides.py) only turns it on, over base recipes that leave it off (recipes/*:
       `overlap_moe_expert_parallel_comm = False` or unset);
+      a container older than the feature (`EP_OVERLAP_FROM`) runs without it;
     - FP8 primary weights (`FP8_PARAM_GATHER`);
     - CUDA graphs (`_recipe_graphs`).
     A row without a matched recipe states neither the dispatcher, the overlap nor the graphs: like its
@@ -182,6 +225,9 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
         unstated.append("moe_token_dispatcher")
     if overlap_keys or _workload_base_config(recipe):
         settings["moe_a2a_overlap"] = any(recipe[k] for k in overlap_keys)
+    elif _container(raw) and _container(raw) < EP_OVERLAP_FROM:
+        settings["moe_a2a_overlap"] = False
+        assumed.append(f"no EP all-to-all overlap: container {raw.get('container')} predates Megatron-Core's")
     else:
         unstated.append("moe_a2a_overlap")
     graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
@@ -190,6 +236,17 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
     else:
         settings.update(graphs)
     return settings, unstated
+
+
+# Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm) arrived with ae1c88296f of
+# 2025-08-01 ("Support Expert Parallel A2A Overlapping - (02) Support EP A2A overlap at PP=1"; core_v0.13.0
+# of 2025-07-25 has no such option): a NeMo container of an earlier month cannot have run it.
+EP_OVERLAP_FROM = (25, 8)
+
+
+def _container(raw: dict) -> tuple[int, ...]:
+    """A row's container as (year, month), () when it states none."""
+    return tuple(int(x) for x in re.findall(r"\d+", str(raw.get("container", "")))[:2])
 
 
 def _recipe_graphs(recipe: dict, dispatcher: Optional[str], assumed: list[str]) -> Optional[dict]:
@@ -262,7 +319,7 @@ def moe_row_job(raw: dict) -> Row:
     if wrong:
         row.skipped = wrong
         return row
-    recipe = (p.get("other") or {}).get("recipe") or {}
+    recipe = (p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed)
     layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
     model = _row_model(model, raw, layout, assumed)
     if any("muon" in str(note).lower() for note in raw.get("notes") or ()):
@@ -380,7 +437,7 @@ def _graph_choices(raw: dict) -> list[dict]:
     modules, and a whole-iteration graph from the container that could capture one (a setting with more
     graphed is never predicted slower, so no graphs at all is not a candidate)."""
     options = [{"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": PER_LAYER_GRAPHS}]
-    container = tuple(int(x) for x in re.findall(r"\d+", str(raw.get("container", "")))[:2])
+    container = _container(raw)
     if container and container >= FULL_ITERATION_FROM:
         options.append({"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ()})
     return options

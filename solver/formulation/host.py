@@ -57,6 +57,12 @@ CALLS = {"attn": (4, 5), "router": (0, 15), "dispatch": (6, 5)}
 # FP8 recipe one quantisation of each GEMM input (forward) and output gradient (backward) per expert
 # (TE GroupedLinear: `_split_quantize` per split).
 EXPERT_LAUNCHES = ((2, 4), (2, 2))  # (GEMMs forward, backward), (FP8 quantisations forward, backward)
+# With expert biases, Megatron-Core adds fc2's bias in Python one local expert at a time
+# (megatron/core/transformer/moe/experts.py `TEGroupedMLP._apply_bias`, core_v0.15.0 to core_v0.17.1,
+# `moe.expert_bias_bytes`): forward a multiply and an add per expert beside the two splits and the cat;
+# backward per expert the product's two gradients (a multiply and a reduction each), and the splits'
+# gradient (one cat). (PyTorch ops per local expert, constant) forward and backward:
+EXPERT_BIAS_OPS = ((2, 3), (4, 1))
 
 
 def _calls_s(part, op_s: float) -> float:
@@ -64,10 +70,12 @@ def _calls_s(part, op_s: float) -> float:
     return (te * TE_CALL_OPS + ops) * op_s
 
 
-def host_calls_s(host_op_s: float, local_experts, *, fp8: bool, graphed: tuple = (), full_iteration: bool = False):
+def host_calls_s(host_op_s: float, local_experts, *, fp8: bool, graphed: tuple = (), full_iteration: bool = False,
+                 expert_bias: bool = False):
     """(forward before the sync, forward after it, backward) host time of one MoE layer on one GPU: the
     eager calls (`CALLS`; a module in `graphed` -- Megatron's --cuda-graph-modules attn, moe_router
-    (+ moe_preprocess) -- is one graph launch, one PyTorch op, instead) and the per-expert launches."""
+    (+ moe_preprocess) -- is one graph launch, one PyTorch op, instead), the per-expert launches and,
+    with `expert_bias`, the per-expert bias ops (`EXPERT_BIAS_OPS`)."""
     if full_iteration:
         return 0.0, 0.0, 0.0
     g = np.asarray(local_experts, dtype=np.float64)
@@ -76,7 +84,10 @@ def host_calls_s(host_op_s: float, local_experts, *, fp8: bool, graphed: tuple =
     (gf, gb), (qf, qb) = EXPERT_LAUNCHES
     pre = _calls_s(attn, host_op_s) + _calls_s(router, host_op_s)
     post = _calls_s(CALLS["dispatch"], host_op_s)
-    return pre, post + g * (gf + fp8 * qf) * GEMM_LAUNCH_S, pre + post + g * (gb + fp8 * qb) * GEMM_LAUNCH_S
+    (bf, cf), (bb, cb) = EXPERT_BIAS_OPS
+    bias_f, bias_b = (expert_bias * (g * n + c) * host_op_s for n, c in ((bf, cf), (bb, cb)))
+    return (pre, post + bias_f + g * (gf + fp8 * qf) * GEMM_LAUNCH_S,
+            pre + post + bias_b + g * (gb + fp8 * qb) * GEMM_LAUNCH_S)
 
 
 def host_exposed_s(host: tuple, *, pre_gpu_s, post_gpu_s, bwd_gpu_s, host_op_s: float, full_iteration: bool = False):

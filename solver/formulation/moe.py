@@ -34,6 +34,28 @@ from .kernels import BF16_BYTES, grouped_linear_s, linear_s
 ROUTER_BYTES_PER_EXPERT = 16.0  # fp32 logits written, read by softmax/sigmoid, scores written, read by top-k
 PROB_BYTES = 4.0  # fp32 routing probability of a routed copy, saved by the weighted activation
 PERMUTE_BYTES_PER_ELEMENT = 4.0 * BF16_BYTES  # (un)permute: read + write a copy, each way (dispatch, combine)
+# The experts' fc2 bias, added outside the grouped GEMM (`expert_bias_bytes`): bytes per routed copy and
+# hidden element, (forward, backward)
+EXPERT_BIAS_BYTES = (6.0 * BF16_BYTES, 8.0 * BF16_BYTES)
+
+
+def expert_bias_bytes(model: ModelSpec, copies, hidden: int):
+    """(forward, backward) HBM bytes of the routed experts' fc2 bias on one GPU, for `copies` routed
+    copies of width `hidden`: zero without biases (`add_bias_linear`). Megatron-Core's TEGroupedMLP
+    builds fc2 with skip_bias_add and adds the bias, weighted by the copy's routing probability, in
+    Python, one local expert at a time (megatron/core/transformer/moe/experts.py `_apply_bias`, added by
+    a329dd6da5 "Enable bias in expert mlp [gpt-oss 5/5]", 2025-09-22, unchanged in core_v0.15.0 to
+    core_v0.17.1): `torch.cat([t + b * p for t, b, p in zip(split(out), biases, split(probs))])` --
+    forward `b * p` writes a copy-sized tensor, the add reads two and writes one, the cat reads and
+    writes one (`.to(dtype)` is a no-op: the probabilities are in the router's dtype, bf16 unless
+    --moe-router-dtype, and Transformer Engine's fused top-k returns the logits' dtype,
+    transformer_engine/pytorch/csrc/extensions/router.cpp): 6 bf16 passes; backward the split's
+    gradient is a cat (read + write), the product's two gradients each a multiply and a reduction
+    (grad * p summed over the copies, grad * b summed over the hidden width): 8 passes."""
+    if not model.add_bias_linear:
+        return 0.0, 0.0
+    fwd, bwd = EXPERT_BIAS_BYTES
+    return fwd * copies * hidden, bwd * copies * hidden
 
 
 def attention_geometry(model: ModelSpec, tp):
@@ -72,7 +94,7 @@ def routed_tokens(model: ModelSpec, tokens_rank, ep, etp, imbalance: float):
 
 
 def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *, mm: dict, bf16: dict,
-                      hbm_bytes_per_s: float, cast_bytes: float = 0.0):
+                      hbm_bytes_per_s: float, cast_bytes: float = 0.0, eager_expert_bias: bool = True):
     """(forward, backward, FP8-cast-free GEMM forward, backward) time of the MoE block of one
     layer for `tokens` (b s / cp) on this GPU:
     - router: a (T_r x h) @ (h x E) GEMM in bf16 (Megatron keeps the router out of FP8) and
@@ -92,6 +114,11 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
       TE's `GroupedLinear` quantises the dispatched copies of every local expert
       (transformer_engine/pytorch/module/grouped_linear.py: one quantiser per GEMM input), so
       the traffic is over all the copies the rank computes, not over its own tokens.
+    - with biases, the experts' fc2 bias added outside the GEMM, memory bound (`expert_bias_bytes`),
+      on the eager path (`eager_expert_bias`; a whole-iteration CUDA graph cannot capture its host-sized
+      splits: Megatron-Bridge runs GPT-OSS's graphed iterations through Transformer Engine's op fuser,
+      perf_recipes/gpt_oss/common.py `_apply_gpt_oss_120b_full_iter_fp8mx_configs`,
+      `use_transformer_engine_op_fuser = True`).
     Backward: data- and weight-gradient GEMMs (`linear_s`), twice the forward's memory traffic."""
     t = np.asarray(tp, dtype=np.float64)
     (E, k, f_e), h, mats = model.moe_dims, model.hidden_size, model.mlp_matrices
@@ -115,7 +142,8 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     shared = tokens if f_s else 0.0  # the shared experts' GEMM inputs are the rank's tokens
     cast_f = cast_bytes * (copies * (h + f_l) + shared * (h + f_s / t))
     cast_b = cast_bytes * (copies * ((mats - 1) * f_l + h) + shared * ((mats - 1) * f_s / t + h))
-    return (gemm_f + (el + cast_f) / hbm_bytes_per_s, gemm_b + (2 * el + cast_b) / hbm_bytes_per_s,
+    bias_f, bias_b = expert_bias_bytes(model, copies, h) if eager_expert_bias else (0.0, 0.0)
+    return (gemm_f + (el + cast_f + bias_f) / hbm_bytes_per_s, gemm_b + (2 * el + cast_b + bias_b) / hbm_bytes_per_s,
             gemm_f, gemm_b)
 
 

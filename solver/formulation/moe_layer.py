@@ -54,7 +54,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
-                                        cast_bytes=quantize_bytes_per_element(precision))
+                                        cast_bytes=quantize_bytes_per_element(precision),
+                                        eager_expert_bias=cuda_graph[0] != "full_iteration")
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
     a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
     pre_f, pre_b = (attn_fwd, attn_bwd) if host_window is None else host_window
@@ -125,7 +126,8 @@ def moe_host_s(model: ModelSpec, cluster: ClusterSpec, ep, precision: str, cuda_
     full = impl == "full_iteration"
     graphed = tuple(modules) if impl in ("local", "transformer_engine") else ()
     op_s = cluster.gpu.host_op_us * 1e-6
-    calls = host_calls_s(op_s, model.num_experts / ep, fp8=is_fp8(precision), graphed=graphed, full_iteration=full)
+    calls = host_calls_s(op_s, model.num_experts / ep, fp8=is_fp8(precision), graphed=graphed, full_iteration=full,
+                         expert_bias=model.add_bias_linear)
     return host_exposed_s(calls, pre_gpu_s=pre_gpu_s, post_gpu_s=post_gpu_s, bwd_gpu_s=bwd_gpu_s, host_op_s=op_s,
                           full_iteration=full)
 
