@@ -252,7 +252,7 @@ def test_show_prints_the_layer_kinds(cli):
 
 def test_nemotron3_nano_runs_are_read_and_predicted():
     """The nine published Nemotron 3 Nano runs (Megatron-Bridge performance summary) are predicted,
-    not skipped; Super and Ultra (no catalog entry: hybrid MTP, Ultra's dimensions) are skipped saying why."""
+    not skipped; Super and Ultra (no catalog entry: their runs train hybrid MTP layers) are skipped saying why."""
     from solveplan.calibration.rows import published_rows
     from solveplan.calibration.runs_fit import row_cases
     rows = [r for r in published_rows(None) if str(r.raw.get("model", {}).get("key", "")).startswith("nemotron3-")]

@@ -17,15 +17,21 @@ from solveplan.catalog import load_model
 from solveplan.formulation import flops, moe
 from solveplan.specs import ModelSpec
 
-# Nemotron 3 Super 120B-A12B's dimensions (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 config.json, as
-# quoted by public code found by code search -- a loader's check of the checkpoint: 88 layers of which
-# 40 Mamba (M), 40 MoE (E), 8 attention (*); hidden 4096, 32 heads / 2 KV heads of 128, Mamba 128 heads
-# of 64, 8 groups, state 128; 512 experts of 2688, top-22, moe_latent_size 1024, shared expert 5376,
-# relu2, untied, vocab 131072; an MTP block "*E"). The layer order is not known from a source read here
-# (one quoted pattern has 90 symbols), so the pattern below holds the stated counts only: parameter
-# counts do not depend on the order. The checkpoint's BF16 weights are 123,611,012,096, of which
-# 2,942,324,736 are its MTP block, left out here.
-SUPER_PATTERN = "ME" * 40 + "*" * 8
+# Nemotron 3 Super 120B-A12B: Megatron-LM's own launch of the checkpoint, NVIDIA/Megatron-LM@d98e8a64ddf3:
+# examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh (--hybrid-layer-pattern
+# below: 40 M, 40 E, 8 *; hidden 4096, 32 heads / 2 query groups of 128, --mamba-num-heads 128 x 64, Megatron's
+# default 8 groups and state 128; --num-experts 512, top-22, --moe-latent-size 1024, shared 5376, the experts
+# at --ffn-hidden-size 2688, squared ReLU, untied); vocab 131072 and the checkpoint's BF16 weights,
+# 123,611,012,096 of which 2,942,324,736 are its MTP block ("*E", left out here), as public code quoting
+# nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16's config.json and safetensors headers states them.
+SUPER_PATTERN = "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+# Nemotron 3 Ultra 550B-A55B: NVIDIA/Megatron-LM@d98e8a64ddf3:
+# examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh (108 layers, hidden 8192,
+# 64 heads / 2 query groups of 128, --mamba-num-heads 256 x 64, --num-experts 512, top-22, --moe-latent-size
+# 2048, shared 10240, experts at --ffn-hidden-size 5120); vocab taken as Nano's and Super's 131072 (the
+# launch reads it from the tokenizer).
+ULTRA_PATTERN = ("MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*"
+                 "EMEMEMEM*EMEMEMEME")
 SUPER_BACKBONE_PARAMS = 123_611_012_096 - 2_942_324_736
 
 
@@ -55,6 +61,17 @@ def test_super_backbone_parameters_match_the_checkpoint():
     h, l = 4096, 1024
     assert m.hybrid_kind_params()["moe"] == 512 * 2 * l * 2688 + 2 * h * 5376 + h * 512 + 512 + 2 * h * l + h
     assert m.moe_latent_proj_params == 2 * h * l and m.moe_expert_width == l
+
+
+def test_ultra_parameters_match_the_published_sizes():
+    """550B total, 55B active (the name; Megatron-Bridge perf_recipes: "550B-A55B LatentMoE"), active without
+    the input embedding as Nemotron 3 Nano's report counts; within 1%."""
+    m = super_like(num_layers=108, hidden_size=8192, num_attention_heads=64, ffn_hidden_size=5120,
+                   moe_ffn_hidden_size=5120, moe_shared_expert_intermediate_size=10240, moe_latent_size=2048,
+                   mamba_num_heads=256, hybrid_layer_pattern=ULTRA_PATTERN)
+    assert m.hybrid_layer_counts() == {"mamba": 48, "attention": 12, "mlp": 0, "moe": 48}
+    assert abs(m.num_params / 550e9 - 1) < 0.01, m.num_params
+    assert abs((m.num_active_params - m.embedding_params) / 55e9 - 1) < 0.01, m.num_active_params
 
 
 @pytest.mark.parametrize("change, words", [
