@@ -10,7 +10,7 @@ pipelined over 2 ranks x 2 virtual stages): explicit configurations through `pla
 removed) and its layer count, the layers each pipeline rank builds (Megatron's rule,
 hybrid_layer_allocation.select_pipeline_segment: segment vp_stage * pp + pp_rank) and the virtual
 stages validate_args derives, the Mamba-2 dimensions, the experts (count, top-k, FFN, shared,
-router) and the parallel degrees (tp, ep, etp, sequence parallelism). bf16 plans: Megatron's
+router, LatentMoE's latent size) and the parallel degrees (tp, ep, etp, sequence parallelism). bf16 plans: Megatron's
 TransformerConfig refuses MoE FP8 without Transformer Engine, which is CUDA-only. One control
 breaks a rule validate_args enforces for hybrid models (a GPT virtual-stage flag next to the
 pattern). Exits 2 when Megatron-LM cannot be imported.
@@ -43,6 +43,10 @@ PERIODIC = dict(name="hybrid-periodic-24", num_layers=24, hidden_size=2048, num_
                 normalization="RMSNorm", add_bias_linear=False, position_embedding="none", dropout=0.0,
                 hybrid_layer_pattern="M*M-" * 6, mamba_state_dim=128, mamba_head_dim=64, mamba_num_heads=64,
                 mamba_num_groups=8, nominal_params_b=None, source="test pattern")
+# a LatentMoE hybrid (Nemotron 3 Super's kind of MoE layer, small): experts in a 512 latent of the 2048 width
+LATENT = {**PERIODIC, "name": "hybrid-latent-moe-24", "hybrid_layer_pattern": "M*ME" * 6, "num_experts": 16,
+          "moe_ffn_hidden_size": 1024, "moe_router_topk": 4, "moe_shared_expert_intermediate_size": 2048,
+          "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True, "moe_latent_size": 512}
 # (label, model, cluster, explicit configuration or None for optimize, job extras)
 CASES = [
     ("Nemotron 3 Nano, EP 8 (the published H100 runs' shape)", "nemotron3-nano", "h100x16",
@@ -57,6 +61,8 @@ CASES = [
      {"global_batch_size": 64, "seq_length": 4096}),
     ("periodic pattern, uneven pp 4", PERIODIC, "h100x8", dict(tp=1, pp=4, layers=[4, 8, 8, 4]),
      {"global_batch_size": 64, "seq_length": 4096}),
+    ("LatentMoE hybrid (--moe-latent-size), tp 2 + SP, EP 4", LATENT, "h100x8",
+     dict(tp=2, pp=1, ep=4, etp=1, sequence_parallel=True), {"global_batch_size": 64, "seq_length": 4096}),
 ]
 CONTROLS = [(5, "--num-virtual-stages-per-pipeline-rank beside the pattern's segments",
              lambda a: a + ["--num-virtual-stages-per-pipeline-rank", "2"])]
@@ -89,7 +95,8 @@ def _built(args, cfg, pp: int) -> dict:
     if cfg.num_moe_experts:
         d.update(experts=(cfg.num_moe_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
                           cfg.moe_shared_expert_intermediate_size, cfg.moe_router_score_function,
-                          cfg.moe_router_enable_expert_bias), ep=cfg.expert_model_parallel_size,
+                          cfg.moe_router_enable_expert_bias, getattr(cfg, "moe_latent_size", None)),
+                 ep=cfg.expert_model_parallel_size,
                  etp=cfg.expert_tensor_parallel_size)
     return d
 
@@ -101,7 +108,7 @@ def _planned(model, plan) -> dict:
     if model.is_moe:
         d.update(experts=(model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size,
                           model.moe_shared_expert_intermediate_size, model.moe_router_score_function,
-                          model.moe_router_enable_expert_bias), ep=par.ep, etp=par.etp)
+                          model.moe_router_enable_expert_bias, model.moe_latent_size), ep=par.ep, etp=par.etp)
     return d
 
 

@@ -61,7 +61,8 @@ def test_model_entry(name):
         "moe_router_enable_expert_bias", "multi_latent_attention", "mtp_num_layers"}
     if "num_experts" in raw:
         moe_and_mla = {"moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk",
-                       "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size"}
+                       "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size",
+                       "moe_latent_size"}  # LatentMoE: Nemotron 3 Super / Ultra only
         moe_and_mla |= set() if raw.get("multi_latent_attention") else set(MLA_FIELDS)
     optional |= moe_and_mla
     # a hybrid Mamba entry states its pattern and Mamba mixer (its E layers are the MoE layers: no

@@ -22,7 +22,7 @@ RAW = json.loads(PATH.read_text())["measurements"]
 ROWS = published_rows([str(PATH)])
 BY_ID = {r.id: r for r in ROWS}
 # every reason a row of this file may be skipped for, today
-REASONS = ("LatentMoE (experts in a latent width)", "is not in the catalog", "has no catalog entry",
+REASONS = ("is not in the catalog", "has no catalog entry",
            "NVFP4 is not modelled", "no legal configuration matches what the row states",
            # the file's dense rows (calibration.rows.skip_reason)
            "nvfp4: FP4 training recipes are not modelled", "fine-tuning", "activations offloaded to the Grace CPU")

@@ -54,11 +54,19 @@ def layer_gemm_fwd_flop(model: ModelSpec, tokens):
     return np.asarray(tokens, dtype=np.float64) * per_token
 
 
+def moe_block_fwd_flop_per_token(model: ModelSpec) -> float:
+    """Forward GEMM FLOPs per token of one MoE block: router 2*h*E, top-k routed experts at
+    `moe_expert_width` w (h, or LatentMoE's l), shared experts at h, and LatentMoE's two projections
+    2*2*h*l (Megatron-LM d98e8a6 training.py `moe_layer_flops`, latent branch: routed 4*T*l*f*k*scale
+    plus 4*T*h*l)."""
+    h, (E, k, f_e), w = model.hidden_size, model.moe_dims, model.moe_expert_width
+    f_s = model.moe_shared_expert_intermediate_size or 0
+    return 2 * h * E + 2 * (w * k * f_e + h * f_s) * model.mlp_matrices + 4 * h * (model.moe_latent_size or 0)
+
+
 def moe_layer_gemm_fwd_flop(model: ModelSpec, tokens):
-    """Forward GEMM FLOPs of one MoE layer: attention, router, top-k routed and shared experts."""
-    h, (E, k, f_e) = model.hidden_size, model.moe_dims
-    ffn = k * f_e + (model.moe_shared_expert_intermediate_size or 0)
-    per_token = _attention_gemm_per_token(model) + 2 * h * E + 2 * h * ffn * model.mlp_matrices
+    """Forward GEMM FLOPs of one MoE layer: attention and the MoE block (`moe_block_fwd_flop_per_token`)."""
+    per_token = _attention_gemm_per_token(model) + moe_block_fwd_flop_per_token(model)
     return np.asarray(tokens, dtype=np.float64) * per_token
 
 
@@ -90,9 +98,7 @@ def _hybrid_layers_fwd_flop(model: ModelSpec, tokens):
     h, n = model.hidden_size, model.hybrid_layer_counts()
     per_token = n["attention"] * _attention_gemm_per_token(model) + n["mlp"] * 2 * h * model.ffn_hidden_size * model.mlp_matrices
     if n["moe"]:
-        E, k, f_e = model.moe_dims
-        ffn = k * f_e + (model.moe_shared_expert_intermediate_size or 0)
-        per_token += n["moe"] * (2 * h * E + 2 * h * ffn * model.mlp_matrices)
+        per_token += n["moe"] * moe_block_fwd_flop_per_token(model)
     if n["mamba"]:
         per_token += n["mamba"] * mamba_layer_fwd_flop_per_token(model)
     return np.asarray(tokens, dtype=np.float64) * per_token

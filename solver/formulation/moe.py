@@ -93,6 +93,25 @@ def routed_tokens(model: ModelSpec, tokens_rank, ep, etp, imbalance: float):
     return per_expert, per_expert * E / ep
 
 
+def latent_proj_compute_s(model: ModelSpec, tokens_rank, *, mm: dict, hbm_bytes_per_s: float, cast_bytes: float = 0.0):
+    """(forward, backward, GEMM forward, GEMM backward) of LatentMoE's two projections on one GPU
+    (zeros without `moe_latent_size`): fc1_latent_proj (T_r x h) @ (h x l) before the dispatch and
+    fc2_latent_proj (T_r x l) @ (l x h) after the combine, TELinear with parallel_mode="duplicated"
+    (Megatron-LM d98e8a6 megatron/core/transformer/moe/moe_layer.py ~266-302: whole weights on every TP
+    rank, over the rank's T_r = tokens/tp), so in the recipe's precision (`mm`) like the other linears,
+    with their inputs quantised under FP8 (`cast_bytes` per element; forward h and l, backward the
+    output gradients l and h). Megatron's FLOPs count them as 4*T*h*l forward
+    (training.py `moe_layer_flops`, latent branch)."""
+    l, h = model.moe_latent_size, model.hidden_size
+    if l is None:
+        return 0.0, 0.0, 0.0, 0.0
+    f1_f, f1_b = linear_s(tokens_rank, l, h, **mm)
+    f2_f, f2_b = linear_s(tokens_rank, h, l, **mm)
+    gemm_f, gemm_b = f1_f + f2_f, f1_b + f2_b
+    cast = cast_bytes * tokens_rank * (h + l) / hbm_bytes_per_s
+    return gemm_f + cast, gemm_b + cast, gemm_f, gemm_b
+
+
 def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *, mm: dict, bf16: dict,
                       hbm_bytes_per_s: float, cast_bytes: float = 0.0, eager_expert_bias: bool = True):
     """(forward, backward, FP8-cast-free GEMM forward, backward) time of the MoE block of one
@@ -100,9 +119,11 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     - router: a (T_r x h) @ (h x E) GEMM in bf16 (Megatron keeps the router out of FP8) and
       its scores/top-k, memory bound (ROUTER_BYTES_PER_EXPERT per token and expert);
     - routed experts: grouped GEMMs (`kernels.grouped_linear_s`, Megatron --moe-grouped-gemm)
-      of E/ep groups at the busiest rank's per-expert token count: fc1 (M_e x h) @
-      (h x (2|1) f_e/etp), fc2 (M_e x f_e/etp) @ (f_e/etp x h); their activation over the
-      routed copies, memory bound;
+      of E/ep groups at the busiest rank's per-expert token count: fc1 (M_e x w) @
+      (w x (2|1) f_e/etp), fc2 (M_e x f_e/etp) @ (f_e/etp x w), w = `moe_expert_width` (h, or
+      LatentMoE's l: Megatron-LM d98e8a6 experts.py ~219-242 builds fc1/fc2 on moe_latent_size);
+      their activation over the routed copies, memory bound; LatentMoE's two projections
+      (`latent_proj_compute_s`);
     - (un)permutation of the copies before and after each all-to-all, memory bound;
     - shared experts: a dense MLP of width f_s split over tp on all `tokens` (after the SP
       all-gather), gated like the experts.
@@ -121,30 +142,33 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
       `use_transformer_engine_op_fuser = True`).
     Backward: data- and weight-gradient GEMMs (`linear_s`), twice the forward's memory traffic."""
     t = np.asarray(tp, dtype=np.float64)
-    (E, k, f_e), h, mats = model.moe_dims, model.hidden_size, model.mlp_matrices
+    (E, k, f_e), h, mats, w = model.moe_dims, model.hidden_size, model.mlp_matrices, model.moe_expert_width
     T_r = tokens / t
     per_expert, copies = routed_tokens(model, T_r, ep, etp, imbalance)
     groups = E / np.asarray(ep, dtype=np.float64)
     e_t = np.asarray(etp, dtype=np.float64)
     r_f, r_b = linear_s(T_r, E, h, **bf16)
-    f1_f, f1_b = grouped_linear_s(groups, per_expert, (mats - 1) * f_e / e_t, h, **mm)
-    f2_f, f2_b = grouped_linear_s(groups, per_expert, h, f_e / e_t, **mm)
-    gemm_f, gemm_b = r_f + f1_f + f2_f, r_b + f1_b + f2_b
+    f1_f, f1_b = grouped_linear_s(groups, per_expert, (mats - 1) * f_e / e_t, w, **mm)
+    f2_f, f2_b = grouped_linear_s(groups, per_expert, w, f_e / e_t, **mm)
+    lat_f, lat_b, lat_gf, lat_gb = latent_proj_compute_s(model, T_r, mm=mm, hbm_bytes_per_s=hbm_bytes_per_s,
+                                                         cast_bytes=cast_bytes)
+    gemm_f, gemm_b = r_f + f1_f + f2_f + lat_gf, r_b + f1_b + f2_b + lat_gb
     f_s = model.moe_shared_expert_intermediate_size or 0
     if f_s:
         for N, K in (((mats - 1) * f_s / t, h), (h, f_s / t)):
             fw, bw = linear_s(tokens, N, K, **mm)
             gemm_f, gemm_b = gemm_f + fw, gemm_b + bw
     sent = k * T_r
-    el = (ROUTER_BYTES_PER_EXPERT * E * T_r + PERMUTE_BYTES_PER_ELEMENT * h * (sent + copies)
+    el = (ROUTER_BYTES_PER_EXPERT * E * T_r + PERMUTE_BYTES_PER_ELEMENT * w * (sent + copies)
           + BF16_BYTES * mats * f_e * copies / e_t + BF16_BYTES * mats * f_s * tokens / t)
     f_l = f_e / e_t
     shared = tokens if f_s else 0.0  # the shared experts' GEMM inputs are the rank's tokens
-    cast_f = cast_bytes * (copies * (h + f_l) + shared * (h + f_s / t))
-    cast_b = cast_bytes * (copies * ((mats - 1) * f_l + h) + shared * ((mats - 1) * f_s / t + h))
-    bias_f, bias_b = expert_bias_bytes(model, copies, h) if eager_expert_bias else (0.0, 0.0)
-    return (gemm_f + (el + cast_f + bias_f) / hbm_bytes_per_s, gemm_b + (2 * el + cast_b + bias_b) / hbm_bytes_per_s,
-            gemm_f, gemm_b)
+    cast_f = cast_bytes * (copies * (w + f_l) + shared * (h + f_s / t))
+    cast_b = cast_bytes * (copies * ((mats - 1) * f_l + w) + shared * ((mats - 1) * f_s / t + h))
+    bias_f, bias_b = expert_bias_bytes(model, copies, w) if eager_expert_bias else (0.0, 0.0)
+    lat_mem_f, lat_mem_b = lat_f - lat_gf, lat_b - lat_gb
+    return (gemm_f + lat_mem_f + (el + cast_f + bias_f) / hbm_bytes_per_s,
+            gemm_b + lat_mem_b + (2 * el + cast_b + bias_b) / hbm_bytes_per_s, gemm_f, gemm_b)
 
 
 def _miss(pool: float, taken, k: int):
@@ -190,14 +214,16 @@ def _pmf(total: int, marked: int, drawn: int, s: int) -> float:
 def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp, imbalance: float,
                     dispatcher: str = "alltoall"):
     """(all-to-all, ETP collectives) of one pass (forward or backward) of one MoE layer: the
-    dispatch and the combine of the busiest rank's k*T_r*imbalance copies of h bf16 values over
+    dispatch and the combine of the busiest rank's k*T_r*imbalance copies of w bf16 values (w =
+    `moe_expert_width`: h, or LatentMoE's l -- the dispatcher sees only latent-width tensors, Megatron-LM
+    d98e8a6 moe_layer.py: fc1_latent_proj before `dispatch`, token_dispatcher.py ~1535) over
     the EP group -- Megatron's `alltoall` dispatcher sends every copy (`comm.all_to_all_s`:
     NVLink inside the group's nodes, NICs across), the `flex` one (DeepEP / HybridEP) each token
     once per other node it is routed to (`comm.node_dedup_all_to_all_s`,
     `remote_nodes_per_token`) -- and with etp > 1 the all-gather of the received copies and the
     reduce-scatter of the experts' output over the ETP group (ranks 1 apart)."""
     t = np.asarray(tp, dtype=np.float64)
-    h, k = model.hidden_size, model.moe_dims[1]
+    h, k = model.moe_expert_width, model.moe_dims[1]
     T_r = tokens / t
     send = imbalance * k * T_r * h * BF16_BYTES
     if dispatcher == "flex":
@@ -216,11 +242,12 @@ def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp,
 def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
     """(non-expert, expert) parameters of one MoE layer on one GPU: attention, shared experts and
     norms split over tp (the router h*E (+E biases) is replicated: Megatron's `TopKRouter`
-    weight is not TP-split); the E/ep local experts split over etp."""
+    weight is not TP-split, nor are LatentMoE's projections, `parallel_mode="duplicated"`); the E/ep
+    local experts, (2|3)*w*f_e each (w = `moe_expert_width`), split over etp."""
     t = np.asarray(tp, dtype=np.float64)
     h, (E, _, f_e) = model.hidden_size, model.moe_dims
-    router = h * E + (E if model.moe_router_enable_expert_bias else 0)
-    routed = E * model.mlp_matrices * h * f_e
+    router = h * E + (E if model.moe_router_enable_expert_bias else 0) + model.moe_latent_proj_params
+    routed = E * model.mlp_matrices * model.moe_expert_width * f_e
     rest = model.moe_layer_params - routed - router
     experts = routed / (np.asarray(ep, dtype=np.float64) * np.asarray(etp, dtype=np.float64))
     return rest / t + router, experts
@@ -232,7 +259,8 @@ def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: f
     router logits and scores (fp32, E per routed token of the rank); per routed copy on the
     busiest rank (the top-k dispatched copies), what Megatron-Core's `TEGroupedMLP` saves
     (megatron/core/transformer/moe/experts.py at d98e8a6):
-    - the experts' input, saved by fc1 for its weight gradient (h elements);
+    - the experts' input, saved by fc1 for its weight gradient (w = `moe_expert_width` elements: h,
+      or LatentMoE's l);
     - fc1's output, saved by the weighted activation for its backward ((2|1) f_e/etp bf16: the
       gated activation keeps both halves, Korthikanti Table 2's MLP terms);
     - the activation's output, saved by fc2 (f_e/etp elements);
@@ -243,12 +271,15 @@ def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: f
     The two linear-layer inputs are saved in `linear_input_bytes` per element (1 under an FP8
     recipe: Transformer Engine saves the quantised input the weight-gradient GEMM reads,
     precision.saved_linear_input_bytes, as the dense layer's). The shared experts as a dense MLP
-    of width f_s over tp. (The block's input and norm are the layer's replicated terms.)"""
+    of width f_s over tp. LatentMoE: fc2_latent_proj's input, the combined l-wide output of the rank's
+    T_r tokens (fc1_latent_proj reads the block's input, which the router also reads). (The block's
+    input and norm are the layer's replicated terms.)"""
     t = np.asarray(tp, dtype=np.float64)
-    h, (E, _, f_e), mats = model.hidden_size, model.moe_dims, model.mlp_matrices
+    (E, _, f_e), mats = model.moe_dims, model.mlp_matrices
     T_r = tokens / t
     _, copies = routed_tokens(model, T_r, ep, etp, imbalance)
     f_l = f_e / np.asarray(etp, dtype=np.float64)
-    per_copy = linear_input_bytes * (h + f_l) + BF16_BYTES * (mats - 1) * f_l + PROB_BYTES
+    per_copy = linear_input_bytes * (model.moe_expert_width + f_l) + BF16_BYTES * (mats - 1) * f_l + PROB_BYTES
     f_s = model.moe_shared_expert_intermediate_size or 0
-    return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t
+    latent = linear_input_bytes * T_r * (model.moe_latent_size or 0)
+    return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t + latent

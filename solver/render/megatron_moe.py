@@ -121,6 +121,8 @@ def _expert_flags(job: JobSpec, plan: Plan, a: list[str], notes: list[str], arch
           "--moe-router-topk", str(model.moe_router_topk), "--moe-layer-freq", moe_layer_freq_arg(model),
           "--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", str(etp),
           "--moe-token-dispatcher-type", dispatcher]
+    if model.moe_latent_size:  # Megatron-LM arguments.py --moe-latent-size (LatentMoE)
+        a += ["--moe-latent-size", str(model.moe_latent_size)]
     if dispatcher == "flex":
         # TransformerConfig: "only hybridep backend supports the MNNVL case" (an NVLink domain wider
         # than a node, GB200/GB300 NVL72); DeepEP (the default backend) elsewhere

@@ -10,11 +10,12 @@ Nemotron 3), as transformers' NemotronHConfig and Megatron-Bridge's `NemotronHBr
 - `n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
   `moe_shared_expert_intermediate_size` -> the MoE layers (E): sigmoid router scores with the
   expert bias (Megatron-Bridge's Nemotron 3 recipes: moe_router_score_function "sigmoid",
-  moe_router_enable_expert_bias True); `intermediate_size` stays the MLP layers' (-) width.
+  moe_router_enable_expert_bias True); `intermediate_size` stays the MLP layers' (-) width;
+- `moe_latent_size` -> LatentMoE (Nemotron 3 Super and Ultra: the routed experts in a latent width,
+  NemotronHBridge `provider.moe_latent_size = hf_config.moe_latent_size`).
 
-Refused in one line: `moe_latent_size` (LatentMoE, Nemotron 3 Super and Ultra: the routed experts
-run in a latent width, not modelled) and MTP blocks (`num_nextn_predict_layers`, whose
-`mtp_hybrid_override_pattern` layers the formulation does not price)."""
+Refused in one line: MTP blocks (`num_nextn_predict_layers`, whose `mtp_hybrid_override_pattern`
+layers the formulation does not price)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,6 @@ def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: 
     pattern = data.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or len(pattern) != layers:
         raise fail(f"({mt}) 'hybrid_override_pattern' must be a string of one symbol per layer ({layers})")
-    if data.get("moe_latent_size"):
-        raise fail(f"({mt}) moe_latent_size {data['moe_latent_size']}: LatentMoE (Nemotron 3 Super / Ultra) is "
-                   f"not modelled")
     if data.get("num_nextn_predict_layers"):
         raise fail(f"({mt}) num_nextn_predict_layers {data['num_nextn_predict_layers']}: hybrid MTP blocks "
                    f"(mtp_hybrid_override_pattern) are not modelled")
@@ -45,6 +43,9 @@ def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: 
         out.update(num_experts=experts, moe_router_topk=read_int(data, mt, "num_experts_per_tok"),
                    moe_ffn_hidden_size=read_int(data, mt, "moe_intermediate_size"),
                    moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True)
+        latent = read_int(data, mt, "moe_latent_size", default=None)
+        if latent:
+            out["moe_latent_size"] = latent
         shared = read_int(data, mt, "moe_shared_expert_intermediate_size", default=None)
         if shared and data.get("n_shared_experts", 1):
             out["moe_shared_expert_intermediate_size"] = shared

@@ -18,7 +18,8 @@ ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
 RouterScore = Literal["softmax", "sigmoid"]
 # Fields that only a mixture-of-experts model (num_experts set) may state.
 MOE_FIELDS = ("moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
-              "moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk", "moe_expert_capacity_factor")
+              "moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk", "moe_expert_capacity_factor",
+              "moe_latent_size")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
 
@@ -85,6 +86,10 @@ class ModelSpec(HybridShape, Spec):
     moe_shared_expert_intermediate_size: Optional[PositiveInt] = Field(
         None, description="FFN hidden size of all shared experts together (Megatron "
                           "--moe-shared-expert-intermediate-size; DeepSeek: n_shared_experts x moe_intermediate_size)")
+    moe_latent_size: Optional[PositiveInt] = Field(
+        None, description="LatentMoE (Nemotron 3 Super/Ultra; Megatron --moe-latent-size, HF moe_latent_size): the "
+                          "routed experts work in this width, a duplicated h x l projection before dispatch and "
+                          "l x h after combine; unset: experts at the hidden width")
     moe_shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert's output (Qwen2-MoE)")
     moe_layer_freq: PositiveInt = Field(
         1, description="every n-th layer is MoE, counting from layer 0 (Megatron's integer --moe-layer-freq)")
@@ -203,6 +208,9 @@ class ModelSpec(HybridShape, Spec):
                                  f"got {len(pattern)} values")
         if not any(self.moe_layer_mask):
             raise ValueError("no layer is MoE: moe_layer_pattern holds no 1 (drop num_experts for a dense model)")
+        if self.moe_latent_size is not None and self.moe_latent_size >= self.hidden_size:
+            raise ValueError(f"moe_latent_size ({self.moe_latent_size}) must be below hidden_size ({self.hidden_size}): "
+                             "a latent no narrower than the hidden width is not a LatentMoE")
         groups, group_topk = self.moe_router_num_groups, self.moe_router_group_topk
         if (groups is None) != (group_topk is None):
             raise ValueError("moe_router_num_groups and moe_router_group_topk go together; give both or neither")
@@ -258,6 +266,23 @@ class ModelSpec(HybridShape, Spec):
         return E, k, f_e
 
     @property
+    def moe_expert_width(self) -> int:
+        """The width the routed experts read and write and the dispatcher moves: `moe_latent_size`
+        under LatentMoE (Megatron-LM d98e8a6 megatron/core/transformer/moe/moe_layer.py: fc1_latent_proj
+        h -> l before dispatch, fc2_latent_proj l -> h after combine; experts.py builds fc1/fc2 on
+        moe_latent_size), else hidden_size."""
+        return self.moe_latent_size or self.hidden_size
+
+    @property
+    def moe_latent_proj_params(self) -> int:
+        """LatentMoE's two projections, h x l and l x h (+ l and h biases with add_bias_linear), TELinear
+        `parallel_mode="duplicated"`: every TP rank holds them whole (moe_layer.py at d98e8a6); 0 without."""
+        l, h = self.moe_latent_size, self.hidden_size
+        if l is None:
+            return 0
+        return 2 * h * l + ((l + h) if self.add_bias_linear else 0)
+
+    @property
     def mla_dims(self) -> tuple[int, int, int, int]:
         """(kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim) of a multi-latent attention
         model, all four set (`_check_mla` requires them); only MLA terms ask for them."""
@@ -306,13 +331,15 @@ class ModelSpec(HybridShape, Spec):
         return self.dense_layer_params
 
     def _moe_mlp_params(self, experts: int) -> int:
-        """`experts` routed experts of (2|3)*h*f_e each, the shared experts (2|3)*h*f_s, their
-        gate h, and the router h*E (+E expert biases)."""
-        h, (E, _, f_e) = self.hidden_size, self.moe_dims
+        """`experts` routed experts of (2|3)*w*f_e each (w = `moe_expert_width`: h, or LatentMoE's
+        latent l), the shared experts (2|3)*h*f_s, their gate h, the router h*E (+E expert biases) and
+        LatentMoE's projections (`moe_latent_proj_params`; Megatron-Bridge theoretical_memory_utils.py
+        at 067f987df03b: 2*h*l latent projection parameters per layer)."""
+        h, (E, _, f_e), w = self.hidden_size, self.moe_dims, self.moe_expert_width
         shared = self.mlp_matrices * h * (self.moe_shared_expert_intermediate_size or 0)
         gate = h if self.moe_shared_expert_gate else 0
         router = h * E + (E if self.moe_router_enable_expert_bias else 0)
-        return experts * self.mlp_matrices * h * f_e + shared + gate + router
+        return experts * self.mlp_matrices * w * f_e + shared + gate + router + self.moe_latent_proj_params
 
     @property
     def moe_layer_params(self) -> int:
