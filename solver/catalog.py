@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import difflib
 import re
-from functools import lru_cache
+from collections.abc import Mapping
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from .errors import InputError, escape_text, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
 from .specs.frameworks import narrow_constraints
+
 # the safe reader of user files, re-exported: callers read files through the catalog
-from .specs.reading import (SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping,  # noqa: F401
-                            read_text)
+from .specs.reading import SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping, read_text  # noqa: F401
 from .specs.request import JobRequest
 
 _PACKAGES = {
@@ -49,14 +50,14 @@ def _catalog_mapping(path: Path) -> dict[str, Any]:
         return read_mapping(path, f"catalog {path.name}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _entries(kind: str) -> dict[str, Path]:
     """The catalog's files of `kind` by name (listed, not read: a lookup reads only its file)."""
     d = _catalog_dir(kind)
     return {p.stem: p for p in sorted(d.glob("*.yaml"))}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalog_entry(kind: str, name: str):
     """One catalog entry, read and validated on first use."""
     p = _entries(kind)[name]
@@ -85,7 +86,7 @@ def catalog_models() -> dict[str, ModelSpec]:
     return _catalog("models")
 
 
-def load_model(ref: Union[str, dict], field: str = "model") -> ModelSpec:
+def load_model(ref: str | dict, field: str = "model") -> ModelSpec:
     """A catalog name, a YAML/JSON ModelSpec file, a Hugging Face config.json, or a mapping."""
     if isinstance(ref, dict):
         return _model_from_mapping(ref, field, "custom", "custom")
@@ -102,7 +103,8 @@ def _model_from_mapping(data: dict, field: str, hf_name: str, default_name: str)
     """A model mapping -- a Hugging Face config.json (named after its name_or_path, else
     `hf_name`) or a ModelSpec mapping (named `default_name` unless it has a name) -- whether it
     came from a file or inline (an API call, an HTTP body): both take the same forms."""
-    from .specs.hf import FIELD as HF_FIELD, is_hf_config, model_from_hf_config
+    from .specs.hf import FIELD as HF_FIELD
+    from .specs.hf import is_hf_config, model_from_hf_config
 
     if is_hf_config(data):
         try:
@@ -167,7 +169,7 @@ def catalog_clusters() -> dict[str, ClusterSpec]:
 _FAMILY_RE = re.compile(r"^(?P<family>[a-z0-9][a-z0-9.\-]*?)x(?P<n>\d{1,18})$")  # 18 digits: past any size
 
 
-def family_name(name: str) -> Optional[tuple[str, int]]:
+def family_name(name: str) -> tuple[str, int] | None:
     """('a100', 64) for 'a100x64' (any family-shaped name; the family may not exist); None otherwise."""
     m = _FAMILY_RE.match(name.strip().lower())
     return (m.group("family"), int(m.group("n"))) if m else None
@@ -208,7 +210,7 @@ def family_rule(tmpl: Mapping[str, Any]) -> str:
     return f"multiple of {per_node}"
 
 
-def cluster_family(cluster: ClusterSpec) -> Optional[str]:
+def cluster_family(cluster: ClusterSpec) -> str | None:
     """The catalog family a cluster was made from (`a100` for `a100x64`), else None. The name
     alone does not make a cluster a family's: every parameter but the size must be the
     family's (a client's V100 cluster named `h100x64` stays the client's)."""
@@ -237,7 +239,7 @@ def resize_cluster(cluster: ClusterSpec, num_nodes: int) -> ClusterSpec:
     return cluster.model_copy(update=update)
 
 
-def load_cluster(ref: Union[str, dict], field: str = "cluster") -> ClusterSpec:
+def load_cluster(ref: str | dict, field: str = "cluster") -> ClusterSpec:
     """A named cluster, a `<gpu>x<N>` family name, a YAML/JSON ClusterSpec file, or a mapping."""
     if isinstance(ref, dict):
         return cluster_from_mapping({"name": "custom", **ref}, field)
@@ -267,7 +269,7 @@ JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce
                 "cuda_graph_modules")
 
 
-def framework_constraints(framework: Optional[str], constraints: Constraints, field: str) -> Constraints:
+def framework_constraints(framework: str | None, constraints: Constraints, field: str) -> Constraints:
     """The job's constraints narrowed to what its software stack runs (`specs/frameworks.py`):
     transformers plans data parallelism only, torchtitan has no ZeRO-1; a value the user forced
     that the stack cannot run is bad input naming the knob."""
@@ -282,7 +284,7 @@ def framework_constraints(framework: Optional[str], constraints: Constraints, fi
     return Constraints(**narrowed)
 
 
-def load_job(data: Union[JobRequest, Mapping[str, Any]], field: str = "job") -> JobSpec:
+def load_job(data: JobRequest | Mapping[str, Any], field: str = "job") -> JobSpec:
     """The JobSpec of a job mapping (`specs.request.JobRequest`): model and cluster resolved
     (catalog names, files, inline mappings), global batch and sequence from the model's recipe
     unless given. Bad input is an InputError naming its path under `field`."""

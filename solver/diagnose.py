@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,8 @@ FEWEST_GPUS_BUDGET_S = 20.0
 MODEL_STATE_BYTES_PER_PARAM = 18.0  # bf16 weight, fp32 grad, fp32 master and Adam m, v: the floor of any plan's state
 
 
-def fewest_nodes(meets: Callable[[int], Optional[bool]], start: int, max_nodes: int,
-                 has_time: Callable[[], bool], miss: Optional[int] = None) -> tuple[Optional[int], int]:
+def fewest_nodes(meets: Callable[[int], bool | None], start: int, max_nodes: int,
+                 has_time: Callable[[], bool], miss: int | None = None) -> tuple[int | None, int]:
     """The smallest node count in (miss, max_nodes] that `meets` (None from `meets`: not
     decided, counted as a miss), found by doubling from `start` and then bisection between the
     last miss and the first hit; it assumes sizes above a hit meet too, so callers that cannot
@@ -76,7 +77,7 @@ def fewest_nodes(meets: Callable[[int], Optional[bool]], start: int, max_nodes: 
     return hi, lo
 
 
-def job_fits(job: JobSpec, deadline: Optional[Deadline] = None) -> bool:
+def job_fits(job: JobSpec, deadline: Deadline | None = None) -> bool:
     """Does any plan of `job` fit in memory (exactly: some shape has a fitting split)? Decided
     on the least-memory knobs only (`space.rules.least_memory_job`). Raises DeadlineExpired
     when `deadline` passes first."""
@@ -86,7 +87,7 @@ def job_fits(job: JobSpec, deadline: Optional[Deadline] = None) -> bool:
     return cands.num_survivors > 0 and bool(cands.feasible.any())
 
 
-def fewest_gpus_that_fit(job: JobSpec, deadline: float) -> tuple[Optional[int], str]:
+def fewest_gpus_that_fit(job: JobSpec, deadline: float) -> tuple[int | None, str]:
     """The fewest GPUs of the job's cluster kind (more nodes of the same family) on which some
     plan fits, and how to name that kind; None when none is found by the deadline or up to
     FEWEST_GPUS_MAX."""
@@ -96,7 +97,7 @@ def fewest_gpus_that_fit(job: JobSpec, deadline: float) -> tuple[Optional[int], 
     seen: dict[int, bool] = {}
     dl = Deadline.after(deadline - time.perf_counter())
 
-    def fits(nodes: int) -> Optional[bool]:
+    def fits(nodes: int) -> bool | None:
         if dl.expired():
             return None
         if nodes not in seen:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 
 class InputError(ValueError):
@@ -70,7 +70,7 @@ def escape_markup(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return out + "\\" if out.endswith("\\") and not out.endswith("\\\\") else out  # as rich's escape
 
 
-def unsafe_name_reason(name: str, limit: int = 256) -> Optional[str]:
+def unsafe_name_reason(name: str, limit: int = 256) -> str | None:
     """Why `name` (a model, GPU, cluster or pool name) cannot be printed as it is (None: it can):
     empty, longer than `limit`, or holding a control or format character."""
     if not name.strip():
@@ -84,7 +84,7 @@ def unsafe_name_reason(name: str, limit: int = 256) -> Optional[str]:
     return None
 
 
-def host_name_reason(name: str) -> Optional[str]:
+def host_name_reason(name: str) -> str | None:
     """Why `name` cannot be a host (node) name in a hostfile or a launcher's list (None: it can)."""
     if HOST_NAME.fullmatch(name):
         return None
@@ -100,7 +100,7 @@ def _loc(err: dict) -> str:
     return ".".join(str(x) for x in err.get("loc", ()) if x != "__root__")
 
 
-def _message(err: dict, allowed: Optional[Iterable[str]] = None) -> str:
+def _message(err: dict, allowed: Iterable[str] | None = None) -> str:
     msg = err.get("msg", "invalid").removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":
         msg = (f"unknown key; allowed keys: {', '.join(allowed)}" if allowed is not None
@@ -110,7 +110,7 @@ def _message(err: dict, allowed: Optional[Iterable[str]] = None) -> str:
     return msg if hidden else f"{msg} (got {escape_text(repr(inp), 80)})"
 
 
-def validation_error(exc, root: str = "", allowed: Optional[Iterable[str]] = None) -> InputError:
+def validation_error(exc, root: str = "", allowed: Iterable[str] | None = None) -> InputError:
     """An InputError from a pydantic ValidationError of the object at `root`: the field is
     the first offending path; the message lists it and the others (`allowed` names the keys an
     unknown one should have been)."""

@@ -14,16 +14,29 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any
 
 from .diagnose import memory_shortfall, pooled_shortfall
 from .errors import InputError
-from .plan import (Comparison, Cost, OptimizeResult, ParallelConfig, Plan, SearchStats, TieBreak, jsonable,
-                   make_plan, parallel_from_row, plan_config, textbook_plan)
+from .plan import (
+    Comparison,
+    Cost,
+    OptimizeResult,
+    ParallelConfig,
+    Plan,
+    SearchStats,
+    TieBreak,
+    jsonable,
+    make_plan,
+    parallel_from_row,
+    plan_config,
+    textbook_plan,
+)
 from .search.candidates import Candidates, prepare
 from .search.phases import Phase, Phases
-from .search.result import FEASIBLE, INFEASIBLE, MethodResult, OPTIMAL, PlanStatus, UNKNOWN
+from .search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult, PlanStatus
 from .specs import JobSpec
 from .specs.deadline import Deadline, DeadlineExpired
 
@@ -55,10 +68,10 @@ def _search_fn(method: str):
 
 
 def optimize(job: JobSpec, method: str = "cpsat", time_limit_s: float = 60, workers: int = 1, top_k: int = 1,
-             seed: int = 0, compare: Union[ParallelConfig, Mapping[str, Any], None] = None,
-             progress: Optional[Callable[[dict], None]] = None, textbook: bool = True,
-             cands: Optional[Candidates] = None, shortfall_budget_s: Optional[float] = None, links=None,
-             deadline: Optional[Deadline] = None) -> OptimizeResult:
+             seed: int = 0, compare: ParallelConfig | Mapping[str, Any] | None = None,
+             progress: Callable[[dict], None] | None = None, textbook: bool = True,
+             cands: Candidates | None = None, shortfall_budget_s: float | None = None, links=None,
+             deadline: Deadline | None = None) -> OptimizeResult:
     """The fastest plan of `job` that fits, by `method` within `time_limit_s` (including
     enumeration and model building). `compare`: a configuration to compare the plan with
     (ParallelConfig, or a mapping of tp, pp, cp, vp, micro_batch_size, recompute,
@@ -120,14 +133,14 @@ class _Found:
     there was anything to search), the runner-up for the margin, the candidates and how
     they were prepared (the single-type path's, for the shortfall and prefer simple)."""
 
-    out: Optional[OptimizeResult]
-    runner_up: Optional[Plan] = None
-    cands: Optional[Candidates] = None
+    out: OptimizeResult | None
+    runner_up: Plan | None = None
+    cands: Candidates | None = None
     prep_kwargs: dict = field(default_factory=dict)
 
 
 def _search(job: JobSpec, method: str, time_limit_s: float, top_k: int, workers: int, seed: int, progress,
-            cands: Optional[Candidates], links, dl: Deadline, t0: float) -> _Found:
+            cands: Candidates | None, links, dl: Deadline, t0: float) -> _Found:
     """The search step of `optimize`: the joint model on a cluster with pools or given links
     (`_search_placed`), else the candidates, `method`'s search, its plans and the checked verdict."""
     if links is not None or job.cluster.is_mixed:
@@ -208,7 +221,7 @@ def _prefer_simple(job: JobSpec, out: OptimizeResult, fastest: Plan, method: str
     level_cands, level = sr.cands, sr.result  # set together (`search.simple.SimpleResult`)
     found = _plans(job, level_cands, level, method, out.notes) if level_cands is not None and level is not None \
         else []
-    chosen: Optional[Plan] = None
+    chosen: Plan | None = None
     if found and level_cands is not None and level is not None:
         # the level's verdict checked as any other; proven only if T* and every earlier level are
         level_status, chosen, bound = _checked_verdict(job, level_cands, level, found[0], method, out.notes)
@@ -269,7 +282,7 @@ def _prefer_simple_pooled(job: JobSpec, res: OptimizeResult, links, method: str,
     return res
 
 
-def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Optional[Plan] = None) -> OptimizeResult:
+def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Plan | None = None) -> OptimizeResult:
     """Every plan of `out` with its intervals, and the margins of the plan (`calibration.intervals`)."""
     from .calibration.intervals import margin, plan_band, with_interval
 
@@ -375,8 +388,8 @@ def _plans(job: JobSpec, cands: Candidates, res: MethodResult, method: str, note
     return plans
 
 
-def _checked_verdict(job: JobSpec, cands: Candidates, res: MethodResult, plan: Optional[Plan], method: str,
-                     notes: list[str]) -> tuple[PlanStatus, Optional[Plan], Optional[float]]:
+def _checked_verdict(job: JobSpec, cands: Candidates, res: MethodResult, plan: Plan | None, method: str,
+                     notes: list[str]) -> tuple[PlanStatus, Plan | None, float | None]:
     """Never trust a verdict unchecked: a plan must back OPTIMAL/FEASIBLE, any fitting plan
     refutes INFEASIBLE, and the bound may not exceed the plan. (status, plan, bound)."""
     status, bound = res.status, res.bound_s
@@ -397,7 +410,7 @@ def _checked_verdict(job: JobSpec, cands: Candidates, res: MethodResult, plan: O
     return status, plan, bound
 
 
-def _compare_plan(job: JobSpec, compare: Union[ParallelConfig, Mapping[str, Any]]):
+def _compare_plan(job: JobSpec, compare: ParallelConfig | Mapping[str, Any]):
     """The plan of a configuration to compare with (defaults as `solveplan evaluate`); InputError
     naming `compare.<key>` when it is illegal."""
     if isinstance(compare, ParallelConfig):

@@ -11,11 +11,13 @@ against another.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
+from .errors import InputError, path
 from .formulation.flops import FLOP_CONVENTION
 from .formulation.job import job_assumptions, job_coefficients, throughput
 from .formulation.pipeline import evaluate_split, step_time_batch
@@ -23,7 +25,6 @@ from .formulation.splits import default_layers, default_splits
 from .search.result import PlanStatus
 from .space.rules import complete_config, textbook_shapes
 from .space.shapes import RECOMPUTE_CODES, Shapes
-from .errors import InputError, path
 from .specs import JobSpec
 
 
@@ -123,10 +124,10 @@ class Plan(Out):
     assumptions: list[str] = []  # what the prediction assumes instead of fitting (formulation.job.job_assumptions)
     # error bars (`calibration.intervals`): where the measured step and memory lie with
     # probability `interval_coverage` on the published runs; None until `optimize` attaches them
-    step_time_interval_s: Optional[list[float]] = None
-    peak_memory_interval_bytes: Optional[list[float]] = None
-    interval_coverage: Optional[float] = None
-    interval_basis: Optional[str] = None
+    step_time_interval_s: list[float] | None = None
+    peak_memory_interval_bytes: list[float] | None = None
+    interval_coverage: float | None = None
+    interval_basis: str | None = None
 
 
 def unit_rule(model) -> str:
@@ -182,7 +183,7 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
     )
 
 
-def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field: Optional[str] = None) -> Plan:
+def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field: str | None = None) -> Plan:
     """The plan of one explicit configuration (keys `space.rules.CONFIG_KEYS`, defaults and
     checks there; the balanced split unless `layers` is given). InputError naming the key
     under `field` when the configuration is illegal for the job."""
@@ -196,7 +197,7 @@ def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field
     return make_plan(job, parallel_from_row(job, row), layers)
 
 
-def textbook_plan(job: JobSpec) -> Optional[Plan]:
+def textbook_plan(job: JobSpec) -> Plan | None:
     """The best fitting plan among the usual Megatron-LM defaults (`space.rules.textbook_shapes`)
     with the balanced layer split: any tp, pp and micro-batch size the job allows. None when no
     such plan fits."""
@@ -226,11 +227,11 @@ class Comparison(Out):
     mfu: float
     peak_memory_bytes: float
     fits: bool
-    speedup: Optional[float] = None  # its step time / the plan's (> 1: the plan is faster)
-    note: Optional[str] = None
+    speedup: float | None = None  # its step time / the plan's (> 1: the plan is faster)
+    note: str | None = None
 
     @classmethod
-    def of(cls, label: str, other: Plan, plan: Optional[Plan]) -> "Comparison":
+    def of(cls, label: str, other: Plan, plan: Plan | None) -> Comparison:
         return cls(label=label, parallel=other.parallel, layers_per_stage=other.layers_per_stage,
                    step_time_s=other.step_time_s, tokens_per_s=other.tokens_per_s, mfu=other.mfu,
                    peak_memory_bytes=other.peak_memory_bytes, fits=other.fits,
@@ -251,15 +252,15 @@ class Cost(Out):
 
     gpu_hours_per_step: float
     gpu_hours_per_million_tokens: float
-    price_per_gpu_hour_usd: Optional[float] = None
-    usd_per_step: Optional[float] = None
-    usd_per_million_tokens: Optional[float] = None
-    tdp_watts: Optional[float] = None
-    energy_kwh_per_step: Optional[float] = None
-    energy_kwh_per_million_tokens: Optional[float] = None
+    price_per_gpu_hour_usd: float | None = None
+    usd_per_step: float | None = None
+    usd_per_million_tokens: float | None = None
+    tdp_watts: float | None = None
+    energy_kwh_per_step: float | None = None
+    energy_kwh_per_million_tokens: float | None = None
 
     @classmethod
-    def of(cls, job: JobSpec, plan: "Plan") -> "Cost":
+    def of(cls, job: JobSpec, plan: Plan) -> Cost:
         n, t = plan.num_gpus, plan.step_time_s
         mtok = job.tokens_per_step / 1e6
         hours = n * t / 3600.0
@@ -291,12 +292,12 @@ class TieBreak(Out):
 
     prefer: Literal["simple"] = "simple"
     tolerance_rel: float
-    threshold_s: Optional[float]
-    fastest: Optional[Plan]
-    fastest_bound_s: Optional[float]
+    threshold_s: float | None
+    fastest: Plan | None
+    fastest_bound_s: float | None
     departures: list[str]
     levels: list[dict]
-    best_without_exotic_s: Optional[float] = None
+    best_without_exotic_s: float | None = None
     statement: str
 
 
@@ -308,7 +309,7 @@ class SearchStats(Out):
     shapes_pruned_memory: int
     shapes_pruned_time: int
     shapes_searched: int
-    evaluations: Optional[int] = None
+    evaluations: int | None = None
     solver: dict = {}
     finished: bool = True
 
@@ -317,23 +318,23 @@ class Shortfall(Out):
     """Why no plan fits: the resource, how much is needed and available, and what would help."""
 
     resource: str
-    stage: Optional[int] = None
-    needed_bytes: Optional[float] = None
-    available_bytes: Optional[float] = None
-    short_bytes: Optional[float] = None
-    best_shape: Optional[dict] = None
+    stage: int | None = None
+    needed_bytes: float | None = None
+    available_bytes: float | None = None
+    short_bytes: float | None = None
+    best_shape: dict | None = None
     suggestions: list[str] = []
     message: str
 
 
 class SolveResult(Out):
     status: PlanStatus
-    plan: Optional[Plan] = None
-    bound_step_time_s: Optional[float] = None
-    gap: Optional[float] = None
-    tolerance_s: Optional[float] = None
+    plan: Plan | None = None
+    bound_step_time_s: float | None = None
+    gap: float | None = None
+    tolerance_s: float | None = None
     alternatives: list[Plan] = []
-    shortfall: Optional[Shortfall] = None
+    shortfall: Shortfall | None = None
     search: SearchStats
     notes: list[str] = []
 
@@ -344,21 +345,21 @@ class OptimizeResult(SolveResult):
     (a Plan whose stages name their pool and nodes, with the hostfile) and `pools_alone`,
     `default_order` and `explanation` say what the placement gains; elsewhere those stay empty."""
 
-    plan: Optional[SerializeAsAny[Plan]] = None  # SerializeAsAny: a PlacedPlan keeps its own fields
+    plan: SerializeAsAny[Plan] | None = None  # SerializeAsAny: a PlacedPlan keeps its own fields
     alternatives: list[SerializeAsAny[Plan]] = []
-    textbook: Optional[Comparison] = None
-    compare: Optional[Comparison] = None
+    textbook: Comparison | None = None
+    compare: Comparison | None = None
     top_k_asked: int = Field(1, description="distinct configurations asked for (--top-k)")
     top_k_found: int = Field(0, description="distinct fitting configurations returned (the plan and its alternatives)")
     prefer: str = Field("fastest", description="fastest: the optimum; simple: the simplest plan within the tolerance")
     proof: str = Field("the fastest plan of the formulation", description="what status, bound and gap prove")
     margins: list[Margin] = Field(default_factory=list, description="the plan against the runner-up (or the fastest "
                                   "plan), the textbook plan and a compared configuration, with the error bar")
-    tie_break: Optional[TieBreak] = None
-    cost: Optional[Cost] = Field(None, description="GPU-hours, dollars (with a price) and energy (with a TDP)")
-    pools_alone: Optional[list[Comparison]] = Field(None, description="joint model: the best plan of each pool on "
+    tie_break: TieBreak | None = None
+    cost: Cost | None = Field(None, description="GPU-hours, dollars (with a price) and energy (with a TDP)")
+    pools_alone: list[Comparison] | None = Field(None, description="joint model: the best plan of each pool on "
                                                     "its own (equal links); None: not planned by the joint model")
-    default_order: Optional[Comparison] = Field(None, description="joint model: the same plan on the nodes in "
+    default_order: Comparison | None = Field(None, description="joint model: the same plan on the nodes in "
                                                 "index order (Megatron's default rank order)")
     explanation: list[str] = Field(default_factory=list, description="joint model: what the placement keeps off "
                                    "the critical path")

@@ -28,14 +28,14 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import api
-from .catalog import SpecFiles, file_policy, parse_data
 from .admission.http_guards import BearerToken, HostCheck, IncompleteConnections, require_unicode
 from .admission.http_guards import reject as _reject
+from .catalog import SpecFiles, file_policy, parse_data
 from .errors import MAX_MESSAGE_CHARS, InputError, escape_text
 from .specs.request import ClusterRef, JobRequest, Target
 
@@ -54,7 +54,7 @@ DEFAULT_MAX_CLIENT_INCOMPLETE = 8  # the same, per client address
 MAX_ADMIT_JOBS = 256
 MISSING_EXTRA = "the HTTP service needs the serve extra: pip install 'solveplan[serve]' (fastapi, uvicorn)"
 
-TimeLimit = Optional[float]
+TimeLimit = float | None
 
 
 class _In(BaseModel):
@@ -66,21 +66,21 @@ _LIMIT = Field(None, gt=0, allow_inf_nan=False, description="seconds; capped by 
 
 class JobCall(_In):
     job: JobRequest
-    time_limit_s: Optional[float] = _LIMIT
+    time_limit_s: float | None = _LIMIT
 
 
 class FewestGpusCall(_In):
     job: JobRequest
-    cluster: Optional[ClusterRef] = Field(
+    cluster: ClusterRef | None = Field(
         None, description="a family (h100), <gpu>x<N> (the largest allocation) or a cluster; default: the job's cluster")
     target: Target
-    time_limit_s: Optional[float] = _LIMIT
+    time_limit_s: float | None = _LIMIT
 
 
 class AdmitCall(_In):
     jobs: list[Any] = Field(description="jobs with num_gpus, cluster or target each; a malformed one is decided INVALID")
     cluster: ClusterRef = Field(description="the free cluster")
-    time_limit_s: Optional[float] = _LIMIT
+    time_limit_s: float | None = _LIMIT
 
 
 # ------------------------------------------------------------------ errors
@@ -146,7 +146,7 @@ class Guard:
             if not self.in_flight[client]:
                 del self.in_flight[client]
 
-    def _refusal(self, client: str) -> Optional[str]:
+    def _refusal(self, client: str) -> str | None:
         """Why a complete request of `client` cannot start now (None: it can). Only requests
         whose body has arrived count: a client still sending holds no slot (slow and idle
         connections are `IncompleteConnections`' business)."""
@@ -156,7 +156,7 @@ class Guard:
             return "the service is busy; retry later"
         return None
 
-    async def _read_body(self, receive, send) -> Optional[bytes]:
+    async def _read_body(self, receive, send) -> bytes | None:
         """The whole body, read within `body_timeout_s` and at most `max_bytes`, checked to be
         safe JSON; None when the request was answered here (408, 413, 422) or the client left."""
         import anyio
@@ -226,11 +226,11 @@ def _decoded(body: bytes) -> str:
 
 
 # ------------------------------------------------------------------ app
-def create_app(cache: Optional[api.ResultCache] = None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+def create_app(cache: api.ResultCache | None = None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_time_limit_s: float = DEFAULT_MAX_TIME_LIMIT_S, max_concurrency: int = 64,
-               spec_dir: Optional[str] = None, max_client_requests: int = DEFAULT_MAX_CLIENT_REQUESTS,
+               spec_dir: str | None = None, max_client_requests: int = DEFAULT_MAX_CLIENT_REQUESTS,
                max_requests: int = DEFAULT_MAX_REQUESTS, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
-               allowed_host_names: Optional[frozenset[str]] = None, token: Optional[str] = None):
+               allowed_host_names: frozenset[str] | None = None, token: str | None = None):
     """The FastAPI application. `cache` defaults to the library's `api.DEFAULT_CACHE` (so the
     service and in-process library calls share it). The service opens no file a client names,
     except plain names inside `spec_dir` when an operator gives one (see `Guard` for the other
@@ -335,17 +335,17 @@ def _add_routes(app, calls: _Calls) -> None:
     q_limit = Query(None, gt=0, allow_inf_nan=False, description="seconds; overrides the body's; capped by the server")
 
     @app.post("/v1/plan", response_model=api.SolveResult)
-    async def post_plan(req: JobCall, request: Request, time_limit_s: Optional[float] = q_limit):
+    async def post_plan(req: JobCall, request: Request, time_limit_s: float | None = q_limit):
         """The fastest plan that fits (CP-SAT), or the best known with its gap when time runs out."""
         return await call(request, "plan", api.plan, limit_for("plan", time_limit_s, req.time_limit_s), req.job.job_fields())
 
     @app.post("/v1/check", response_model=api.CheckResult)
-    async def post_check(req: JobCall, request: Request, time_limit_s: Optional[float] = q_limit):
+    async def post_check(req: JobCall, request: Request, time_limit_s: float | None = q_limit):
         """Does some plan fit? If not, which resource is short and by how much."""
         return await call(request, "check", api.check, limit_for("check", time_limit_s, req.time_limit_s), req.job.job_fields())
 
     @app.post("/v1/fewest-gpus", response_model=api.FewestGpusResult)
-    async def post_fewest(req: FewestGpusCall, request: Request, time_limit_s: Optional[float] = q_limit):
+    async def post_fewest(req: FewestGpusCall, request: Request, time_limit_s: float | None = q_limit):
         """The smallest allocation whose best plan meets a throughput or deadline target."""
         job = req.job.job_fields()
         ref = req.cluster if req.cluster is not None else job.get("cluster")
@@ -356,7 +356,7 @@ def _add_routes(app, calls: _Calls) -> None:
                           job, ref, req.target)
 
     @app.post("/v1/admit", response_model=api.AdmitResult)
-    async def post_admit(req: AdmitCall, request: Request, time_limit_s: Optional[float] = q_limit):
+    async def post_admit(req: AdmitCall, request: Request, time_limit_s: float | None = q_limit):
         """One decision per job, first come first served, on the free cluster."""
         if len(req.jobs) > MAX_ADMIT_JOBS:
             raise InputError("jobs", f"{len(req.jobs)} jobs; a batch holds at most {MAX_ADMIT_JOBS}")

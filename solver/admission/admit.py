@@ -5,7 +5,8 @@ what is still free and a plan fits on it (`check`, then `plan`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -25,15 +26,15 @@ DecisionStatus = Literal[PlanStatus, "NO_CAPACITY", "INVALID"]
 
 
 class Decision(Out):
-    id: Optional[Union[int, str]] = None
+    id: int | str | None = None
     admitted: bool
     status: DecisionStatus
-    num_gpus: Optional[int] = None
-    cluster: Optional[str] = None
-    plan: Optional[Plan] = None
-    gap: Optional[float] = Field(None, description="the plan's gap to the solver's bound, when it has one")
+    num_gpus: int | None = None
+    cluster: str | None = None
+    plan: Plan | None = None
+    gap: float | None = Field(None, description="the plan's gap to the solver's bound, when it has one")
     reason: str
-    field: Optional[str] = Field(None, description="the offending field when status is INVALID")
+    field: str | None = Field(None, description="the offending field when status is INVALID")
 
 
 class AdmitResult(Out):
@@ -52,7 +53,7 @@ def parse_admit_job(data: Any, field: str = "job") -> AdmitJob:
     return build(AdmitJob, dict(data), field, list_keys=True)
 
 
-def _nodes_asked(aj: AdmitJob, sz: Sizer, field: str) -> Optional[int]:
+def _nodes_asked(aj: AdmitJob, sz: Sizer, field: str) -> int | None:
     """Nodes asked for (None for a target: decided by fewest_gpus)."""
     given = [k for k in ("num_gpus", "cluster", "target") if getattr(aj, k) is not None]
     if len(given) != 1:
@@ -73,9 +74,9 @@ def _nodes_asked(aj: AdmitJob, sz: Sizer, field: str) -> Optional[int]:
     return None
 
 
-def admit(jobs: Sequence[Union[JobSpec, AdmitJob, Mapping[str, Any]]], free_cluster: Union[str, ClusterSpec],
-          time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
-          on_decision: Optional[Callable[[int, Decision], None]] = None, cancel=None) -> AdmitResult:
+def admit(jobs: Sequence[JobSpec | AdmitJob | Mapping[str, Any]], free_cluster: str | ClusterSpec,
+          time_limit_s: float | None = None, *, cache: ResultCache | None = None,
+          on_decision: Callable[[int, Decision], None] | None = None, cancel=None) -> AdmitResult:
     """One decision per job, in order (first come, first served): a job is admitted when its
     allocation fits in what is still free and a plan fits on it; an admitted job's GPUs are no
     longer free for the jobs after it. The time limit covers the batch: each job gets an equal
@@ -112,8 +113,8 @@ def _admit_one(item, field: str, sz: Sizer, free_nodes: int, clock: Clock, cache
     ident = item.get("id", item.get("name")) if isinstance(item, Mapping) else None
     if not isinstance(ident, (int, str)) or isinstance(ident, bool):
         ident = None
-    nodes: Optional[int]
-    fields: Union[JobSpec, dict]
+    nodes: int | None
+    fields: JobSpec | dict
     try:
         if isinstance(item, JobSpec):
             if item.cluster.gpu.name != sz.base.gpu.name:

@@ -22,9 +22,10 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ..errors import InputError
 from ..specs.deadline import Deadline
@@ -41,7 +42,7 @@ class Dropped(RuntimeError):
     """Queued work dropped before it started: no caller waited for it any more (or exit)."""
 
 
-_CACHES: "weakref.WeakSet[ResultCache]" = weakref.WeakSet()
+_CACHES: weakref.WeakSet[ResultCache] = weakref.WeakSet()
 
 
 class ResultCache:
@@ -54,7 +55,7 @@ class ResultCache:
     submitting work costs no thread start and a process can exit with work still queued.
     """
 
-    def __init__(self, maxsize: int = 1024, max_inflight: int = 64, workers: Optional[int] = None):
+    def __init__(self, maxsize: int = 1024, max_inflight: int = 64, workers: int | None = None):
         self.maxsize = maxsize
         self.max_inflight = max_inflight
         self.workers = workers or max(2, os.cpu_count() or 2)
@@ -101,7 +102,7 @@ class ResultCache:
             self.evictions += 1
 
     def run(self, key, fn: Callable[[], Any], store: Callable[[Any], bool] = lambda v: True,
-            lane: str = "prepare", deadline: Optional[Deadline] = None) -> Future:
+            lane: str = "prepare", deadline: Deadline | None = None) -> Future:
         """The future of `fn()` for `key`: the cached value, the computation in flight, or a new
         one queued for the workers (stored in the cache when `store(value)`). `deadline`: the one
         `fn` runs under; the cache stops it when no caller waits for the result any more."""
@@ -152,8 +153,8 @@ class ResultCache:
         if stop is not None:
             stop.stop()
 
-    def fetch(self, key, fn: Callable[[], Any], clock: Optional["Clock"], store: Callable[[Any], bool] = lambda v: True,
-              lane: str = "prepare", reserve: bool = True, deadline: Optional[Deadline] = None):
+    def fetch(self, key, fn: Callable[[], Any], clock: Clock | None, store: Callable[[Any], bool] = lambda v: True,
+              lane: str = "prepare", reserve: bool = True, deadline: Deadline | None = None):
         """`run` and wait for the value: None at the clock's deadline (or cancellation); with no
         clock, until it is computed. Raises Busy, Dropped or what `fn` raised (DeadlineExpired
         when `deadline` passed before `fn` had an answer)."""
@@ -239,7 +240,7 @@ class Clock:
     """A deadline measured from the call. `left()` is the remaining budget in seconds (0 once
     `cancel` is set: the caller went away)."""
 
-    def __init__(self, time_limit_s: Optional[float], default: float, cancel: Optional[threading.Event] = None):
+    def __init__(self, time_limit_s: float | None, default: float, cancel: threading.Event | None = None):
         limit = default if time_limit_s is None else time_limit_s
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
             raise InputError("time_limit_s", f"must be a non-negative number of seconds (got {time_limit_s!r})")
@@ -248,11 +249,11 @@ class Clock:
         self.deadline = self.start + self.limit
         self.cancel = cancel
 
-    def sub(self, limit: float) -> "Clock":
+    def sub(self, limit: float) -> Clock:
         """A clock of `limit` seconds from now, cancelled with this one."""
         return Clock(max(0.0, limit), 0.0, self.cancel)
 
-    def work(self, at: Optional[float] = None) -> Deadline:
+    def work(self, at: float | None = None) -> Deadline:
         """The deadline of a computation on this clock's behalf: `at` (monotonic seconds; default
         this clock's deadline), with its own stop flag (the cache stops it when its last waiter
         leaves)."""

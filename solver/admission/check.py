@@ -15,12 +15,10 @@ is the witness.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import Field
 
 from ..plan import Out, ParallelConfig, Shortfall, SolveResult, parallel_from_row
-from ..search.result import CheckStatus, FEASIBLE, INFEASIBLE, UNKNOWN
+from ..search.result import FEASIBLE, INFEASIBLE, UNKNOWN, CheckStatus
 from ..specs import JobSpec
 from .cache import DEFAULT_CACHE, DEFAULT_TIME_LIMIT_S, Busy, Clock, ResultCache
 from .limits import JobLike, as_job
@@ -34,23 +32,23 @@ CHECK_SOLVE_S = 2.0
 class CheckResult(Out):
     """Does the job fit, and why (not)."""
 
-    feasible: Optional[bool] = Field(description="true: some plan fits; false: none does; null: not decided in time")
+    feasible: bool | None = Field(description="true: some plan fits; false: none does; null: not decided in time")
     status: CheckStatus
     reason: str
-    shortfall: Optional[Shortfall] = None
-    best_known_step_time_s: Optional[float] = Field(None, description="step time of the best plan known to fit")
-    witness: Optional[ParallelConfig] = Field(None, description="a configuration that fits")
-    witness_layers_per_stage: Optional[list[int]] = Field(None, description="its layer split (balanced unless a solve was needed)")
+    shortfall: Shortfall | None = None
+    best_known_step_time_s: float | None = Field(None, description="step time of the best plan known to fit")
+    witness: ParallelConfig | None = Field(None, description="a configuration that fits")
+    witness_layers_per_stage: list[int] | None = Field(None, description="its layer split (balanced unless a solve was needed)")
 
 
-def _fits(par: ParallelConfig, layers: Optional[list[int]], step_s: float, how: str = "") -> CheckResult:
+def _fits(par: ParallelConfig, layers: list[int] | None, step_s: float, how: str = "") -> CheckResult:
     return CheckResult(
         feasible=True, status=FEASIBLE, best_known_step_time_s=step_s, witness=par, witness_layers_per_stage=layers,
         reason=(f"fits: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} mbs={par.micro_batch_size} "
                 f"recompute={par.recompute} zero={par.zero}, layers {layers} ({step_s:.3f} s per step{how})"))
 
 
-def _infeasible(sf: Optional[Shortfall]) -> CheckResult:
+def _infeasible(sf: Shortfall | None) -> CheckResult:
     return CheckResult(feasible=False, status=INFEASIBLE, shortfall=sf,
                        reason=sf.message if sf else "the solver proved that no plan fits")
 
@@ -59,7 +57,7 @@ def _unknown(reason: str) -> CheckResult:
     return CheckResult(feasible=None, status=UNKNOWN, reason=reason)
 
 
-def verdict_of_screen(job: JobSpec, cands, sc: Screen) -> Optional[CheckResult]:
+def verdict_of_screen(job: JobSpec, cands, sc: Screen) -> CheckResult | None:
     """A verdict from the screen, or None when it cannot decide (needs a solve)."""
     sf = screen_shortfall(job, cands, sc)
     if sf is not None:
@@ -69,7 +67,7 @@ def verdict_of_screen(job: JobSpec, cands, sc: Screen) -> Optional[CheckResult]:
     return None
 
 
-def verdict_of_result(res: SolveResult) -> Optional[CheckResult]:
+def verdict_of_result(res: SolveResult) -> CheckResult | None:
     if res.plan is not None and res.plan.fits:
         return _fits(res.plan.parallel, res.plan.layers_per_stage, res.plan.step_time_s,
                      f", solver status {res.status}")
@@ -78,7 +76,7 @@ def verdict_of_result(res: SolveResult) -> Optional[CheckResult]:
     return None
 
 
-def check(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
+def check(job: JobLike, time_limit_s: float | None = None, *, cache: ResultCache | None = None,
           cancel=None) -> CheckResult:
     """Does some plan of `job` fit? Fast path: the (cached) candidates (see the module
     docstring); a short CP-SAT solve when they cannot decide. Returns status UNKNOWN

@@ -8,12 +8,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from typing import Optional
 
 from ..errors import InputError, escape_text
 
 
-async def reject(send, status: int, kind: str, msg: str, extra_headers: Optional[list] = None) -> None:
+async def reject(send, status: int, kind: str, msg: str, extra_headers: list | None = None) -> None:
     body = json.dumps({"detail": [{"loc": ["body"], "msg": msg, "type": kind}]}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers.extend(extra_headers or ())

@@ -5,7 +5,8 @@ error naming its field under the root the caller gives (`job`, `jobs[3]`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Union
+from collections.abc import Mapping
+from typing import Any
 
 from ..catalog import load_cluster, load_job
 from ..errors import InputError, path
@@ -25,7 +26,7 @@ MAX_VOCAB = 1 << 22
 MAX_LEGAL_SHAPES = 500_000
 MAX_SHAPE_STAGES = 30_000_000
 
-JobLike = Union[JobSpec, Mapping[str, Any]]
+JobLike = JobSpec | Mapping[str, Any]
 
 
 def check_limits(job: JobSpec, field: str = "job") -> JobSpec:
@@ -71,7 +72,7 @@ def with_cluster(job: JobLike, cluster: ClusterSpec, field: str = "job") -> JobS
     return as_job({**job, "cluster": dump}, field)
 
 
-def as_cluster_ref(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster") -> Union[str, ClusterSpec]:
+def as_cluster_ref(ref: str | ClusterSpec | Mapping[str, Any], field: str = "cluster") -> str | ClusterSpec:
     """A family or cluster name as is, a cluster mapping as a ClusterSpec (InputError naming the field)."""
     if isinstance(ref, (str, ClusterSpec)):
         return ref

@@ -9,7 +9,6 @@ handed to a later call, and every caller gets its own copy."""
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 from ..diagnose import memory_shortfall
 from ..optimize import optimize
@@ -30,7 +29,7 @@ SOLVE = Phase("solve", ends_at=0.85)
 TIME_SHAPED = ("may differ between runs", "time limit is spent")
 
 
-def _counts(cands: Optional[Candidates]) -> dict:
+def _counts(cands: Candidates | None) -> dict:
     if cands is None:
         return dict(shapes_legal=0, shapes_dominated=0, shapes_pruned_memory=0, shapes_pruned_time=0, shapes_searched=0)
     return dict(shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
@@ -60,7 +59,7 @@ def final(res: SolveResult) -> bool:
             and not any(marker in note for note in res.notes for marker in TIME_SHAPED))
 
 
-def plan(job: JobLike, time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
+def plan(job: JobLike, time_limit_s: float | None = None, *, cache: ResultCache | None = None,
          cancel=None) -> SolveResult:
     """The fastest plan that fits (`optimize`, CP-SAT, with its textbook comparison), within
     `time_limit_s`. When time runs out: status FEASIBLE with the best plan known (the

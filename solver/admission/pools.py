@@ -30,7 +30,8 @@ nodes of a pool may be faster; they are not searched.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional, Union
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ..catalog import resize_cluster
 from ..diagnose import job_fits, pooled_shortfall
@@ -122,9 +123,9 @@ def describe(cluster: ClusterSpec, v: tuple[int, ...]) -> str:
     return " + ".join(f"{n} {p.name} node{'s' if n > 1 else ''}" for p, n in zip(cluster.pools, v) if n)
 
 
-def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec, Mapping[str, Any]],
-                target: Union[Target, Mapping[str, Any]], time_limit_s: Optional[float] = None, *,
-                cache: Optional[ResultCache] = None, exhaustive: bool = True, cancel=None) -> FewestGpusResult:
+def fewest_gpus(job: JobLike, family_or_cluster: str | ClusterSpec | Mapping[str, Any],
+                target: Target | Mapping[str, Any], time_limit_s: float | None = None, *,
+                cache: ResultCache | None = None, exhaustive: bool = True, cancel=None) -> FewestGpusResult:
     """`api.fewest_gpus`: a cluster of pools by `fewest_pool_nodes` (the fewest nodes of which
     pools, see the module docstring), any other family or cluster by `sizing.fewest_gpus`
     (`exhaustive` applies there)."""
@@ -174,8 +175,8 @@ class _PoolSearch:
         self.results: dict[tuple[int, ...], SolveResult] = {}
         self.dropped_links: dict[tuple[int, ...], int] = {}
         self.undecided = False
-        self.hit: Optional[tuple[int, ...]] = None
-        self.cut: Optional[str] = None
+        self.hit: tuple[int, ...] | None = None
+        self.cut: str | None = None
         self.peak_skipped: list[int] = []
         self.memory_skipped: list[int] = []
 
@@ -197,7 +198,7 @@ class _PoolSearch:
     def try_one(self, v: tuple[int, ...]) -> Probe:
         clock = self.clock
         j = self.on(v)
-        res: Optional[SolveResult]
+        res: SolveResult | None
         if not j.cluster.is_mixed:
             p, res = probe(j, self.need, clock, self.cache)
         else:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 from ..diagnose import memory_shortfall, shape_shortfall
 from ..plan import Shortfall
@@ -24,8 +23,8 @@ class Screen:
     num_legal: int
     num_shapes: int  # after dominance
     num_memory_ok: int  # shapes not excluded by memory (an upper bound on the shapes that fit)
-    witness: Optional[dict]  # shape row of the incumbent (the best fitting plan prepare found)
-    witness_layers: Optional[list[int]]  # its layer split (layers, not pipeline units)
+    witness: dict | None  # shape row of the incumbent (the best fitting plan prepare found)
+    witness_layers: list[int] | None  # its layer split (layers, not pipeline units)
     witness_step_s: float  # inf without a witness
     bound_step_s: float  # least time lower bound over the shapes that may fit (valid for every split)
 
@@ -42,7 +41,7 @@ def screen(cands: Candidates) -> Screen:
                   min(bound, float(cands.incumbent_step_s)))
 
 
-def candidates(job: JobSpec, clock: Clock, cache: ResultCache) -> Optional[Candidates]:
+def candidates(job: JobSpec, clock: Clock, cache: ResultCache) -> Candidates | None:
     """The job's candidates (cached, computed once), or None at the deadline (the preparation
     stops there too)."""
     work = clock.work()
@@ -52,7 +51,7 @@ def candidates(job: JobSpec, clock: Clock, cache: ResultCache) -> Optional[Candi
         return None
 
 
-def screen_shortfall(job: JobSpec, cands: Candidates, sc: Screen) -> Optional[Shortfall]:
+def screen_shortfall(job: JobSpec, cands: Candidates, sc: Screen) -> Shortfall | None:
     """Why no plan fits when the screen alone proves it (no legal shape; every shape excluded
     by memory), else None. No time is spent searching for more GPUs here."""
     if sc.num_shapes == 0:

@@ -6,8 +6,9 @@ cheaply as it can be (see `probe`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from pydantic import Field
 
@@ -16,7 +17,7 @@ from ..diagnose import fewest_nodes
 from ..errors import InputError
 from ..formulation.flops import layers_gemm_fwd_flop, lm_head_fwd_flop
 from ..plan import Out, SolveResult
-from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, PlanStatus
 from ..specs import ClusterSpec, JobSpec
 from ..specs.base import build
 from ..specs.request import Target
@@ -33,23 +34,23 @@ class Probe(Out):
     """One allocation fewest_gpus looked at."""
 
     num_gpus: int
-    meets: Optional[bool] = Field(description="null: not decided within the time limit")
-    tokens_per_s: Optional[float] = Field(None, description="throughput of the best plan known at this size")
-    max_tokens_per_s: Optional[float] = Field(None, description="proven upper bound on throughput at this size")
+    meets: bool | None = Field(description="null: not decided within the time limit")
+    tokens_per_s: float | None = Field(None, description="throughput of the best plan known at this size")
+    max_tokens_per_s: float | None = Field(None, description="proven upper bound on throughput at this size")
     how: str
-    nodes_per_pool: Optional[dict[str, int]] = Field(None, description="a cluster of pools: nodes of each pool")
+    nodes_per_pool: dict[str, int] | None = Field(None, description="a cluster of pools: nodes of each pool")
 
 
 class FewestGpusResult(Out):
     status: PlanStatus = Field(
         description="OPTIMAL: the smallest allocation on the searched grid; FEASIBLE: meets the target, "
                     "smaller ones not all ruled out in time; INFEASIBLE: no allocation up to the maximum meets it")
-    num_gpus: Optional[int] = None
-    cluster: Optional[str] = None
-    nodes_per_pool: Optional[dict[str, int]] = Field(
+    num_gpus: int | None = None
+    cluster: str | None = None
+    nodes_per_pool: dict[str, int] | None = Field(
         None, description="a cluster of pools: the nodes of each pool (its first ones, in listed order)")
     required_tokens_per_s: float
-    result: Optional[SolveResult] = Field(None, description="the plan at num_gpus")
+    result: SolveResult | None = Field(None, description="the plan at num_gpus")
     probes: list[Probe] = []
     reason: str
     notes: list[str] = []
@@ -74,7 +75,7 @@ class Sizer:
         return cluster_family(self.base) or self.base.name
 
 
-def resolve(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster") -> Union[str, ClusterSpec]:
+def resolve(ref: str | ClusterSpec | Mapping[str, Any], field: str = "cluster") -> str | ClusterSpec:
     """A catalog family's key (e.g. "h100"), or the ClusterSpec that `ref` names or is."""
     ref = as_cluster_ref(ref, field)
     if isinstance(ref, str) and ref.strip().lower() in catalog_families():
@@ -82,8 +83,8 @@ def resolve(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "clust
     return ref if isinstance(ref, ClusterSpec) else load_cluster(ref, field)
 
 
-def sizer(ref: Union[str, ClusterSpec, Mapping[str, Any]], field: str = "cluster",
-          max_gpus: Optional[int] = None) -> Sizer:
+def sizer(ref: str | ClusterSpec | Mapping[str, Any], field: str = "cluster",
+          max_gpus: int | None = None) -> Sizer:
     """A family name (up to `max_gpus`, default FEWEST_MAX_GPUS), a cluster name, `<gpu>x<N>`,
     a ClusterSpec or a cluster mapping (up to its size). A cluster of pools is refused
     (`admission.pools` sizes one; admission does not take one yet)."""
@@ -120,7 +121,7 @@ def min_nodes_by_peak(job: JobSpec, need: float, gpus_per_node: int) -> int:
     return max(1, math.ceil(need * per_token / (peak * gpus_per_node) * (1 - 1e-9)))
 
 
-def probe(job: JobSpec, need: float, clock: Clock, cache: ResultCache) -> tuple[Probe, Optional[SolveResult]]:
+def probe(job: JobSpec, need: float, clock: Clock, cache: ResultCache) -> tuple[Probe, SolveResult | None]:
     """Does `job`'s best plan reach `need` tokens/s? The incumbent meeting it proves a hit; the
     least time lower bound missing it proves a miss; otherwise a CP-SAT solve decides (None:
     not decided in time)."""
@@ -149,7 +150,7 @@ def probe(job: JobSpec, need: float, clock: Clock, cache: ResultCache) -> tuple[
     return decide(n, need, res, tokens, inc, ub), res
 
 
-def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Optional[float] = None,
+def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: float | None = None,
            ub: float = math.inf) -> Probe:
     """The verdict of a solve on `need` tokens/s: a plan reaching it is a hit; OPTIMAL or
     INFEASIBLE, or a bound (`ub`, tightened by the solver's) below it, is a miss; else not
@@ -167,7 +168,7 @@ def decide(num_gpus: int, need: float, res: SolveResult, tokens: float, inc: Opt
                  how=f"solver stopped at the time limit ({res.status}, {why})")
 
 
-def as_target(target: Union[Target, Mapping[str, Any]]) -> Target:
+def as_target(target: Target | Mapping[str, Any]) -> Target:
     if isinstance(target, Target):
         return target
     if not isinstance(target, Mapping):
@@ -175,8 +176,8 @@ def as_target(target: Union[Target, Mapping[str, Any]]) -> Target:
     return build(Target, dict(target), "target")
 
 
-def fewest_gpus(job: JobLike, family_or_cluster: Union[str, ClusterSpec], target: Union[Target, Mapping[str, Any]],
-                time_limit_s: Optional[float] = None, *, cache: Optional[ResultCache] = None,
+def fewest_gpus(job: JobLike, family_or_cluster: str | ClusterSpec, target: Target | Mapping[str, Any],
+                time_limit_s: float | None = None, *, cache: ResultCache | None = None,
                 exhaustive: bool = True, cancel=None) -> FewestGpusResult:
     """The smallest allocation (a multiple of the GPUs per node, up to the cluster's size or
     FEWEST_MAX_GPUS for a bare family) whose best plan meets `target`, with that plan.
@@ -235,7 +236,7 @@ class _SizeSearch:
     def on(self, nodes: int) -> JobSpec:
         return check_limits(self.base.model_copy(update={"cluster": self.sz.cluster(nodes)}))
 
-    def meets(self, nodes: int) -> Optional[bool]:
+    def meets(self, nodes: int) -> bool | None:
         if nodes not in self.probes:
             p, res = probe(self.on(nodes), self.need, self.clock, self.cache)
             self.probes[nodes] = p
@@ -311,5 +312,5 @@ def _ranges(xs: list[int]) -> str:
     return ", ".join(out)
 
 
-def _fmt_rate(x: Optional[float]) -> str:
+def _fmt_rate(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g} tokens/s"

@@ -6,9 +6,9 @@ the cluster YAML."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
 
 from ..errors import InputError
 from ..specs import ClusterSpec
@@ -26,7 +26,7 @@ class Calibration:
     base: ClusterSpec
     cluster: ClusterSpec
     links: dict[str, LinkFit]
-    steps: Optional[StepFit]
+    steps: StepFit | None
     step_source: str = ""
     log_inputs: list[str] = field(default_factory=list)
 
@@ -44,8 +44,8 @@ class Calibration:
         return d
 
 
-def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: Optional[str] = None,
-              name: Optional[str] = None, progress=None) -> Calibration:
+def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: str | None = None,
+              name: str | None = None, progress=None) -> Calibration:
     """Fit the cluster's link parameters from nccl-tests logs (`LOG[:class][:op]`) and its
     GPU efficiencies from a measured-steps file; returns the calibrated cluster and the fits.
     `progress(info)`: each phase as it starts ({"method", "phase", "elapsed_s"})."""

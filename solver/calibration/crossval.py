@@ -18,8 +18,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class Prediction:
     predicted_s: float
     config: dict
     fits: bool
-    held_out: Optional[str] = None  # the group left out of the fit that predicted this row
+    held_out: str | None = None  # the group left out of the fit that predicted this row
 
     @property
     def error(self) -> float:
@@ -57,18 +57,18 @@ def group_of(row: Row, by: str) -> str:
     raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPINGS)}")
 
 
-def _predict(case: RowCase, update: Optional[dict], held_out: Optional[str] = None) -> Prediction:
+def _predict(case: RowCase, update: dict | None, held_out: str | None = None) -> Prediction:
     step, k, fits = case.predict(update)
     return Prediction(case.row, step, case.shapes.row(k), fits, held_out)
 
 
-def in_sample(cases: Sequence[RowCase], values: Optional[dict] = None) -> list[Prediction]:
+def in_sample(cases: Sequence[RowCase], values: dict | None = None) -> list[Prediction]:
     upd = gpu_updates(values or {}, FIT_PARAMS)
     return [_predict(c, upd.get(c.chip)) for c in cases]
 
 
 def cross_validate(cases: Sequence[RowCase], by: str = "source", progress=None,
-                   only: Optional[str] = None) -> tuple[list[Prediction], dict[str, FitOutcome]]:
+                   only: str | None = None) -> tuple[list[Prediction], dict[str, FitOutcome]]:
     """Out-of-group predictions of every row, and the fit of each fold (`only`: that group's
     fold alone, so that folds can run in separate processes)."""
     groups = sorted({group_of(c.row, by) for c in cases} if only is None else {only})
@@ -130,7 +130,7 @@ def ranking(preds: Sequence[Prediction]) -> dict:
     return sweep_report(preds)
 
 
-def memory_points(memory_datapoints: dict, rows: Sequence[Row], values: Optional[dict] = None) -> list[dict]:
+def memory_points(memory_datapoints: dict, rows: Sequence[Row], values: dict | None = None) -> list[dict]:
     """Korthikanti et al. 2022 Fig. 1 per-GPU memory (first stage): model state and activations."""
     by_model = {r.id.split("-")[2]: r for r in rows if r.id.startswith("korthikanti2022-t5-") and r.job}
     upd = gpu_updates(values or {}, FIT_PARAMS)
@@ -165,7 +165,7 @@ def row_json(p: Prediction) -> dict:
             "config": p.config, "fits": p.fits, "held_out": p.held_out, "assumed": r.assumed}
 
 
-def validation(paths: Optional[list] = None, by: Optional[str] = None, progress=None) -> dict:
+def validation(paths: list | None = None, by: str | None = None, progress=None) -> dict:
     """Every published row predicted in sample with the shipped GPU parameters (`by` None) or
     out of its group (`by` in GROUPINGS): per-group summaries, rows, the pick inside measured
     sweeps, the fit of each fold and the memory points, as plain data."""

@@ -33,8 +33,8 @@ and by `solveplan validate --few-shot K` (fewshot_eval) alike: one rule in one p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class Knob:
     prior_sd_log: float
     bound_log: float  # |log-multiplier| at most this
     why: str
-    used: Callable[[Sequence["RowFacts"]], bool] = lambda rows: True
+    used: Callable[[Sequence[RowFacts]], bool] = lambda rows: True
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class RowFacts:
     multi_node: bool
 
     @classmethod
-    def of(cls, job: JobSpec, zero: int) -> "RowFacts":
+    def of(cls, job: JobSpec, zero: int) -> RowFacts:
         return cls(job.precision, job.attention_kernel if job.flash_attention else "none", int(zero),
                    job.cluster.num_nodes > 1)
 

@@ -19,8 +19,8 @@ predict the others, as a user with K measured steps would (`fewshot.fit_few_shot
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def left_out_values(cases: Sequence[RowCase], progress=None) -> dict[str, dict]:
     return out
 
 
-def base_jobs(cases: Sequence[RowCase], base: str, progress=None, folds: Optional[dict] = None) -> list[JobSpec]:
+def base_jobs(cases: Sequence[RowCase], base: str, progress=None, folds: dict | None = None) -> list[JobSpec]:
     """Each row's job on the GPU parameters the calibration starts from (`folds`: the
     `left_out_values` when already computed)."""
     if base not in BASES:
@@ -199,7 +199,7 @@ def few_shot_sweeps(result: dict) -> list[dict]:
 
 
 def few_shot(cases: Sequence[RowCase], k: int, base: str = "left-out", draws: int = DEFAULT_DRAWS,
-             seed: int = DEFAULT_SEED, jobs: Optional[Sequence[JobSpec]] = None, progress=None,
+             seed: int = DEFAULT_SEED, jobs: Sequence[JobSpec] | None = None, progress=None,
              fitter: Fitter = calibrate_on) -> dict:
     """Few-shot validation on every (source, GPU) group with at least K + 2 rows: per group,
     per source (its groups pooled) and overall, median and worst MAPE over draws, the

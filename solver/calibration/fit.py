@@ -9,8 +9,9 @@ residual variance with m - p degrees of freedom (none for an exact fit: shown as
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,10 +54,10 @@ class FitResult:
 
 
 def fit_least_squares(residuals: Callable[[dict], np.ndarray], params: Sequence[Param],
-                      seeds: Optional[Sequence[dict]] = None, diff_step: Optional[float] = None, *,
-                      prior_sd: Optional[dict[str, float]] = None, prior_weight: float = 0.1,
+                      seeds: Sequence[dict] | None = None, diff_step: float | None = None, *,
+                      prior_sd: dict[str, float] | None = None, prior_weight: float = 0.1,
                       loss: str = "linear", loss_scale: float = 1.0,
-                      jacobian: Optional[Callable[[dict], np.ndarray]] = None, max_nfev: Optional[int] = None) -> FitResult:
+                      jacobian: Callable[[dict], np.ndarray] | None = None, max_nfev: int | None = None) -> FitResult:
     """Bounded least squares over the free `params` (fixed ones pass their `value`).
     `residuals(values)` returns log-ratio residuals. `seeds`: candidate starting points (a
     coarse grid); the fit starts from the best of them. Fills `value` and `sd` of each free

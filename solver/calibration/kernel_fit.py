@@ -24,7 +24,6 @@ sees how well the model's shape terms (waves, short K, causal blocks) follow the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -42,12 +41,12 @@ class KernelFit:
     predicted/measured at that value (1.0 = the model follows the kernel exactly)."""
 
     field: str
-    value: Optional[float]
+    value: float | None
     count: int
     ratios: tuple[float, ...]
 
     @property
-    def mape(self) -> Optional[float]:
+    def mape(self) -> float | None:
         return float(np.mean(np.abs(np.asarray(self.ratios) - 1.0))) if self.ratios else None
 
 
@@ -90,7 +89,7 @@ def _attention_s(row: dict, gpu: GPUSpec, efficiency: float, overlap: bool) -> f
     return float(fwd + bwd)
 
 
-def _solve_efficiency(row: dict, gpu: GPUSpec, overlap: bool) -> Optional[float]:
+def _solve_efficiency(row: dict, gpu: GPUSpec, overlap: bool) -> float | None:
     """The efficiency at which the model's forward + backward equals the measurement (bisection
     on a log scale); None when even e = 1 is slower (the exponentials alone exceed it)."""
     measured = float(row["fwd_bwd_s"])

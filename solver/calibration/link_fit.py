@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -64,8 +63,8 @@ PRIOR_TOLERANCE = 2.0  # a fitted latency or efficiency beyond 2x (or 1/2x) the 
 @dataclass
 class LogInput:
     path: str
-    link_class: Optional[str] = None  # hint
-    op: Optional[str] = None  # hint
+    link_class: str | None = None  # hint
+    op: str | None = None  # hint
 
 
 def parse_log_arg(arg: str) -> LogInput:
@@ -259,7 +258,7 @@ class _AlphaBeta:
     eff_field: str
 
     @classmethod
-    def of(cls, points: list[LinkPoint], link_class: str) -> "_AlphaBeta":
+    def of(cls, points: list[LinkPoint], link_class: str) -> _AlphaBeta:
         return cls(np.array([p.size_bytes for p in points], dtype=np.float64), np.array([p.measured_us for p in points]),
                    np.array([p.log.k_lat for p in points]), np.array([p.log.k_bw for p in points]),
                    np.array([p.log.nominal_bytes_per_s for p in points]), f"{link_class}_latency_us",

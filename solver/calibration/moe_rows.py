@@ -32,13 +32,21 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
-from .rows import (ROW_READERS, Row, gpu_of, grad_reduce_dtype, measured_step_s, pipeline_accounting,
-                   published_row_cluster, recompute_of)
+from .rows import (
+    ROW_READERS,
+    Row,
+    gpu_of,
+    grad_reduce_dtype,
+    measured_step_s,
+    pipeline_accounting,
+    published_row_cluster,
+    recompute_of,
+)
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key names the catalog entry (models/<key>.yaml); the family, for cross-validation by model
@@ -55,7 +63,7 @@ NOT_IN_CATALOG = {
     "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
-PRECISION_OF_ROW: tuple[tuple[str, Optional[Precision]], ...] = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
+PRECISION_OF_ROW: tuple[tuple[str, Precision | None], ...] = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
                     ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
 # The FP8 recipe of a row whose page names none (the 25.09 tables): Megatron-Bridge's 25.09 performance
@@ -141,7 +149,7 @@ def _family(key: str) -> str:
     return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
 
 
-def _precision(text: str, assumed: list[str], source: str = "") -> Optional[Precision]:
+def _precision(text: str, assumed: list[str], source: str = "") -> Precision | None:
     t = str(text).lower()
     allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
     if "fp8" in t and "not stated" in t and source in UNNAMED_FP8:
@@ -156,7 +164,7 @@ def _precision(text: str, assumed: list[str], source: str = "") -> Optional[Prec
     return "bf16"
 
 
-def _check_dims(m: dict, model) -> Optional[str]:
+def _check_dims(m: dict, model) -> str | None:
     """The first dimension the row states that the catalog entry does not have, or None."""
     stated = {"layers": model.num_layers, "hidden": model.hidden_size, "heads": model.num_attention_heads,
               "num_experts": model.num_experts, "top_k": model.moe_router_topk,
@@ -175,7 +183,7 @@ def _check_dims(m: dict, model) -> Optional[str]:
     return None
 
 
-def _recompute(p: dict, recipe: dict, assumed: list[str], settings: Optional[dict] = None) -> Optional[str]:
+def _recompute(p: dict, recipe: dict, assumed: list[str], settings: dict | None = None) -> str | None:
     """The row's recompute granularity; with `selective` and the modules stated, those modules
     as the job's `recompute_modules` (Megatron's --recompute-modules, formulation/recompute.py)."""
     rec = p.get("recompute")
@@ -252,7 +260,7 @@ def _container(raw: dict) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", str(raw.get("container", "")))[:2])
 
 
-def _recipe_graphs(recipe: dict, dispatcher: Optional[str], assumed: list[str]) -> Optional[dict]:
+def _recipe_graphs(recipe: dict, dispatcher: str | None, assumed: list[str]) -> dict | None:
     """The CUDA-graph settings of a matched recipe, or None where it states none: its cuda_graph_impl and
     scope (the modules the formulation knows; a per-layer graph of a whole dropless MoE layer is not
     captured, a whole-iteration graph needs the flex dispatcher); a WorkloadBaseConfig preset that sets
@@ -279,7 +287,7 @@ def _workload_base_config(recipe: dict) -> bool:
     return bool(recipe.get("recipe_name")) and bool(tag) and tuple(map(int, tag[:2])) < (0, 6)
 
 
-def _family_recompute(row: Row, unstated: list[str]) -> Optional[str]:
+def _family_recompute(row: Row, unstated: list[str]) -> str | None:
     """For a row that states no recompute: the granularity its source runs the model family with
     (`FAMILY_RECOMPUTE`), its modules left to the best legal value; None when the source fixes none."""
     family = FAMILY_RECOMPUTE.get((row.source, row.model_family))
@@ -290,7 +298,7 @@ def _family_recompute(row: Row, unstated: list[str]) -> Optional[str]:
     return family[0]
 
 
-def _bool(*values) -> Optional[bool]:
+def _bool(*values) -> bool | None:
     return next((v for v in values if isinstance(v, bool)), None)
 
 
@@ -394,7 +402,7 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
                        **pipeline_accounting(p, model.num_layers, assumed))
 
 
-def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> Optional[JobSpec]:
+def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:
     """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap, the
     modules of a family's selective recomputation, `FAMILY_RECOMPUTE`, CUDA graphs, `_graph_choices`) at
     the values whose best legal configuration the formulation predicts fastest (the shipped GPU
@@ -449,7 +457,7 @@ def _graph_choices(raw: dict) -> list[dict]:
 ROW_READERS.append((is_moe_file_row, moe_row_job))
 
 
-def unpriced_reason(model) -> Optional[str]:
+def unpriced_reason(model) -> str | None:
     """Why the formulation cannot predict this MoE model, or None: it prices MoE layers once it has
     its expert terms (solver/formulation/moe.py, composed by coefficients.stage_coefficients).
     (`catalog.refuse_unpriced_moe` stops MoE jobs at the CLI until the two branches meet; rows do

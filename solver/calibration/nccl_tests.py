@@ -50,7 +50,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
 
 from ..errors import InputError
 
@@ -80,7 +79,7 @@ _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _CLOCK_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$")
 
 
-def canonical_op(name: str) -> Optional[str]:
+def canonical_op(name: str) -> str | None:
     """`all_reduce_perf`, `allreduce`, `AllReduce`, `ar` -> `all_reduce` (None if unknown)."""
     key = name.strip().lower().replace("-", "_")
     key = key[:-5] if key.endswith("_perf") else key
@@ -115,14 +114,14 @@ class NcclRow:
 @dataclass
 class NcclRun:
     source: str  # file name, or "<text>"
-    op: Optional[str]  # canonical name (OPS) or None when the log does not say
-    nranks: Optional[int]  # stated rank count (device lines or NCCL INFO `nranks`), else None
+    op: str | None  # canonical name (OPS) or None when the log does not say
+    nranks: int | None  # stated rank count (device lines or NCCL INFO `nranks`), else None
     out_of_place: list[NcclRow] = field(default_factory=list)
     in_place: list[NcclRow] = field(default_factory=list)
     line_numbers: list[int] = field(default_factory=list)  # 1-based line of each row (both lists share it)
     hosts: tuple[str, ...] = ()  # distinct host names of the device lines, in rank order
-    redop: Optional[str] = None
-    avg_busbw_gbs: Optional[float] = None
+    redop: str | None = None
+    avg_busbw_gbs: float | None = None
     wrong: int = 0  # elements reported wrong (both placements)
     op_from: str = ""  # where `op` came from: "log", "file name", "busbw/algbw ratio", "given"
 
@@ -151,7 +150,7 @@ class NcclRun:
         s_q, t_q = lower[-1]
         return math.log(t_max / t_q) / math.log(s_max / s_q)
 
-    def ratio_nranks(self, op: Optional[str] = None) -> Optional[int]:
+    def ratio_nranks(self, op: str | None = None) -> int | None:
         """Rank count implied by busbw/algbw of the largest message for `op` (default: the
         run's); None when the ratio does not determine it (send/receive, broadcast, or
         bandwidths printed as 0.00)."""
@@ -175,7 +174,7 @@ def _fail(source: str, lineno: int, msg: str) -> InputError:
     return InputError(source, f"line {lineno}: {msg}")
 
 
-def _op_from_name(name: str) -> Optional[str]:
+def _op_from_name(name: str) -> str | None:
     """`nccl_allreduce_16gpu.log`, `all_gather_perf.out` -> the operation (longest alias first)."""
     stem = Path(name).name.lower().replace("-", "_")
     for key in sorted((k for k in _OP_ALIASES if len(k) >= 6), key=len, reverse=True):
@@ -184,11 +183,11 @@ def _op_from_name(name: str) -> Optional[str]:
     return None
 
 
-def _parse_number(tok: str) -> Optional[float]:
+def _parse_number(tok: str) -> float | None:
     return float(tok) if _NUM_RE.match(tok) else None
 
 
-def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun:
+def parse_nccl_log(src: str | Path, name: str | None = None) -> NcclRun:
     """Parse one nccl-tests log: a path, or the text itself (a string with a newline, or any
     string that is not a file when `name` is given; `name` labels the source in messages).
 
@@ -240,7 +239,7 @@ def parse_nccl_log(src: Union[str, Path], name: Optional[str] = None) -> NcclRun
     return run
 
 
-def _read_log(src: Union[str, Path], name: Optional[str]) -> tuple[str, str]:
+def _read_log(src: str | Path, name: str | None) -> tuple[str, str]:
     """The log's text and the name of its source (`parse_nccl_log`)."""
     is_path = isinstance(src, Path) or ("\n" not in str(src) and (name is None or Path(str(src)).is_file()))
     if not is_path:
@@ -334,7 +333,7 @@ def _result_row(run: NcclRun, table: _Table, source: str, lineno: int, line: str
     run.line_numbers.append(lineno)
 
 
-def _ranks_and_op(run: NcclRun, ranks: dict[int, str], nranks_info: list[int], op: Optional[str],
+def _ranks_and_op(run: NcclRun, ranks: dict[int, str], nranks_info: list[int], op: str | None,
                   op_from: str) -> None:
     """The rank count and hosts (device lines, else NCCL INFO `nranks`), and the operation (the
     log's, else the file name's)."""

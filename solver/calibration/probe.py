@@ -25,9 +25,9 @@ from __future__ import annotations
 import platform
 import statistics
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
-from typing import Callable, Optional
 
 from ..errors import InputError
 from ..specs import GPUSpec, ModelSpec
@@ -99,7 +99,7 @@ def measure_gemms(torch, timer: Timer, shapes: list[dict], device: str) -> list[
     return out
 
 
-def measure_fp8_gemms(torch, timer: Timer, shapes: list[dict], device: str) -> tuple[list[dict], Optional[str]]:
+def measure_fp8_gemms(torch, timer: Timer, shapes: list[dict], device: str) -> tuple[list[dict], str | None]:
     """FP8 (e4m3) forward GEMMs through `torch._scaled_mm`, or the reason they cannot run."""
     if not device.startswith("cuda") or not hasattr(torch, "_scaled_mm"):
         return [], "torch._scaled_mm needs a CUDA GPU with FP8 tensor cores"
@@ -188,7 +188,7 @@ def measure_step(torch, timer: Timer, model: ModelSpec, device: str, *, tokens: 
 
 def environment(torch, device: str, tiny: bool) -> dict:
     env = {"torch": torch.__version__, "tiny": tiny, "device": device, "python": platform.python_version(),
-           "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+           "when": datetime.now(UTC).isoformat(timespec="seconds")}
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(device)
         env |= {"device": props.name, "sms": props.multi_processor_count, "mem_gib": props.total_memory / 1024**3,
@@ -197,7 +197,7 @@ def environment(torch, device: str, tiny: bool) -> dict:
 
 
 def run_probe(*, models: list[ModelSpec], tps: list[int], tokens: int, attention_cases: list[dict],
-              device: str, min_time_s: float, hbm_bytes: int, tiny: bool, step_model: Optional[ModelSpec]) -> dict:
+              device: str, min_time_s: float, hbm_bytes: int, tiny: bool, step_model: ModelSpec | None) -> dict:
     """Every measurement of the module docstring, as a kernel file (a dict)."""
     torch = import_torch()
     timer = Timer(torch, device, min_time_s=min_time_s)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from ..errors import InputError
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
@@ -54,7 +54,7 @@ GPU_PATTERNS = (
 CATALOG_MODEL_OF_KEY = {"llama3-8b": "llama3.1-8b", "llama3-70b": "llama3.1-70b"}
 
 
-def gpu_of(text: Optional[str]) -> Optional[tuple[str, str]]:
+def gpu_of(text: str | None) -> tuple[str, str] | None:
     """(catalog GPU, cluster family) of a row's `hardware.gpu` text, or None."""
     t = str(text or "").lower()
     for pattern, out in GPU_PATTERNS:
@@ -108,7 +108,7 @@ def era_of(source: str, text: str) -> dict:
     return era
 
 
-def find_data(paths: Optional[list[str]] = None) -> list[Path]:
+def find_data(paths: list[str] | None = None) -> list[Path]:
     """The data files: `paths` when given (files, or a folder holding DATA_FILES such as
     ../shared/data), else the copies shipped in the package (`solveplan.catalog_published`,
     the repository's published/: identical to ../shared/data, tests/test_validation.py)."""
@@ -130,7 +130,7 @@ def find_data(paths: Optional[list[str]] = None) -> list[Path]:
     return out
 
 
-def load_rows(paths: Optional[list[str]] = None) -> tuple[list[dict], dict]:
+def load_rows(paths: list[str] | None = None) -> tuple[list[dict], dict]:
     """All measurement rows of the data files (each with its file's `sources` entry under
     `_source_meta`), and the first file's memory data points."""
     rows: list[dict] = []
@@ -151,7 +151,7 @@ def load_rows(paths: Optional[list[str]] = None) -> tuple[list[dict], dict]:
 _GBIT = r"(\d+(?:\.\d+)?)\s*(?:Gb/s|Gbit/s|Gbps|Gb)"
 
 
-def nic_gbit_per_gpu(text: Optional[str], gpus_per_node: int) -> Optional[float]:
+def nic_gbit_per_gpu(text: str | None, gpus_per_node: int) -> float | None:
     """Per-GPU network bandwidth (Gbit/s) from a row's `inter_node` text, or None when it
     does not say: '8x 200 Gb/s HDR InfiniBand per node' -> 8*200/8; '1600 Gb/s node-node
     RoCE' -> 1600/8; '50 Gb/s per GPU' -> 50; '400 Gb/s NDR' -> 400 per NIC, one per GPU."""
@@ -178,7 +178,7 @@ def nic_gbit_per_gpu(text: Optional[str], gpus_per_node: int) -> Optional[float]
     return rate  # a bare NIC rate: one NIC per GPU (rail-optimised DGX-style nodes)
 
 
-def recompute_of(text) -> Optional[str]:
+def recompute_of(text) -> str | None:
     if text is None or "not stated" in str(text).lower():
         return None
     t = str(text).lower()
@@ -201,7 +201,7 @@ def precision_of(text) -> Precision:
     return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
 
 
-def skip_reason(raw: dict) -> Optional[str]:
+def skip_reason(raw: dict) -> str | None:
     """Why a row is not predicted at all (the one place rows are set aside before reading them)."""
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
     if raw.get("category") == "A" or m.get("num_experts") or (p.get("ep") or 1) > 1 or "moe" in (raw.get("tags") or []):
@@ -221,7 +221,7 @@ def skip_reason(raw: dict) -> Optional[str]:
     return None
 
 
-def _model(m: dict, assumed: Optional[list] = None) -> ModelSpec:
+def _model(m: dict, assumed: list | None = None) -> ModelSpec:
     """The row's model: its stated shape; a row without a vocabulary takes its catalog entry's."""
     if m.get("vocab") is None:
         from ..catalog import catalog_models
@@ -258,10 +258,10 @@ class Row:
     gpu: str  # GPU catalog name
     family: str
     num_gpus: int
-    job: Optional[JobSpec] = None
-    measured_s: Optional[float] = None
+    job: JobSpec | None = None
+    measured_s: float | None = None
     basis: str = ""
-    skipped: Optional[str] = None
+    skipped: str | None = None
     assumed: list[str] = field(default_factory=list)
     model_family: str = ""
     raw: dict = field(default_factory=dict)
@@ -448,7 +448,7 @@ def _precision(text, assumed: list) -> Precision:
     return out
 
 
-def measured_step_s(raw: dict, job: JobSpec) -> tuple[Optional[float], str]:
+def measured_step_s(raw: dict, job: JobSpec) -> tuple[float | None, str]:
     me, n = raw["measured"], int(raw["parallel"]["num_gpus"])
     if me.get("iteration_time_s"):
         return float(me["iteration_time_s"]), "iteration time"
@@ -470,11 +470,11 @@ def measured_step_s(raw: dict, job: JobSpec) -> tuple[Optional[float], str]:
     return None, ""
 
 
-def _positive(x) -> Optional[float]:
+def _positive(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 else None
 
 
-def published_rows(paths: Optional[list[str]] = None) -> list[Row]:
+def published_rows(paths: list[str] | None = None) -> list[Row]:
     """Every row of the data files; a row that cannot be read is kept, skipped with the reason."""
     out = []
     for raw in load_rows(paths)[0]:

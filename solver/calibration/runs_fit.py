@@ -22,8 +22,8 @@ robust loss and a Jacobian that re-evaluates only the rows a parameter moves.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -114,7 +114,7 @@ BORROWED = {"v100": {"layer_overhead_us": "a100.layer_overhead_us"}}
 class RowCase:
     """A published row with its candidate shapes cached, re-evaluated under trial GPU values."""
 
-    def __init__(self, row: Row, max_shapes: Optional[int] = MAX_SHAPES):
+    def __init__(self, row: Row, max_shapes: int | None = MAX_SHAPES):
         self.row = row
         self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
         self.shapes = enumerate_shapes(row.job_spec).shapes
@@ -124,7 +124,7 @@ class RowCase:
             keep = np.argsort(np.where(fits, step, np.inf), kind="stable")[:max_shapes]
             self.shapes, self.layers = self.shapes.take(keep), self.layers[keep]
 
-    def predict(self, gpu_update: Optional[dict] = None) -> tuple[float, int, bool]:
+    def predict(self, gpu_update: dict | None = None) -> tuple[float, int, bool]:
         """(step time s, index of the shape chosen, whether it fits) with the GPU's fields updated."""
         job = self.row.job_spec
         if gpu_update:
@@ -141,7 +141,7 @@ class RowCase:
         return float(step[k]), k, bool(fits[k])
 
 
-def row_cases(rows: Iterable[Row], max_shapes: Optional[int] = MAX_SHAPES) -> list[RowCase]:
+def row_cases(rows: Iterable[Row], max_shapes: int | None = MAX_SHAPES) -> list[RowCase]:
     return [RowCase(r, max_shapes) for r in rows if not r.skipped]
 
 
@@ -159,7 +159,7 @@ def gpu_updates(values: dict[str, float], params: Sequence[FitParam] = FIT_PARAM
     return out
 
 
-def predictions(cases: Sequence[RowCase], values: Optional[dict] = None,
+def predictions(cases: Sequence[RowCase], values: dict | None = None,
                 params: Sequence[FitParam] = FIT_PARAMS) -> np.ndarray:
     upd = gpu_updates(values or {}, params)
     return np.array([c.predict(upd.get(c.chip)) [0] for c in cases])

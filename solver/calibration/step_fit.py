@@ -18,7 +18,6 @@ import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -53,7 +52,7 @@ class StepRow:
     measured_s: float
     before_s: float = math.nan
     after_s: float = math.nan
-    fits_memory: Optional[bool] = None
+    fits_memory: bool | None = None
 
 
 @dataclass

@@ -13,7 +13,7 @@ in which the pick and the best differ (`differing_terms`): where a wrong pick mu
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -126,8 +126,8 @@ def admit(jobs_file, cluster, time_limit):
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def fewest_gpus_command(tokens_per_s, deadline_s, token_budget, time_limit, as_json, **job_flags):
     """The fewest GPUs of --cluster (of which pools, for a cluster of pools) meeting a throughput target."""
-    from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
     from .. import api
+    from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
 
     job = job_request(**job_flags)
     if job.get("cluster") is None:
@@ -189,8 +189,8 @@ def fewest_gpus_command(tokens_per_s, deadline_s, token_budget, time_limit, as_j
 def serve(host, port, max_time_limit, max_body_bytes, spec_dir, max_client_requests, header_timeout, max_connections,
           max_incomplete, max_client_incomplete, allow_host, token_file, log_level):
     """Serve /v1/plan, /v1/check, /v1/fewest-gpus, /v1/admit and /healthz over HTTP."""
-    from . import EXIT_BAD_INPUT, fail
     from ..service import MISSING_EXTRA
+    from . import EXIT_BAD_INPUT, fail
 
     try:
         import uvicorn

@@ -49,7 +49,8 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
             raise InputError("--plot", "needs matplotlib: pip install 'solveplan[plot]'") from None
     from ..calibration.calibrate import calibrate as fit_cluster
     from ..catalog import load_cluster
-    from ..render.calibration_report import plot as plot_fits, report_markdown, write_yaml
+    from ..render.calibration_report import plot as plot_fits
+    from ..render.calibration_report import report_markdown, write_yaml
 
     for path, flag in ((output, "-o"), (report, "--report"), (plot, "--plot")):
         if path:

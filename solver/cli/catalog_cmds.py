@@ -242,8 +242,15 @@ def clusters(as_json: bool) -> None:
 # ----------------------------------------------------------------- show
 def _resolve(name: str) -> tuple[str, Any]:
     """(kind, object) for a catalog name, `<family>x<N>`, family template, or a spec file."""
-    from ..catalog import (catalog_clusters, catalog_families, catalog_gpus, catalog_models, family_name, is_file_ref,
-                           load_cluster)
+    from ..catalog import (
+        catalog_clusters,
+        catalog_families,
+        catalog_gpus,
+        catalog_models,
+        family_name,
+        is_file_ref,
+        load_cluster,
+    )
 
     key = name.lower()
     if key in catalog_models():

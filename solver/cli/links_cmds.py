@@ -9,8 +9,8 @@ import re
 import click
 
 from ..errors import InputError
-from ..specs.writing import write_text
 from ..formulation.links import MAX_GENERATED_NODES
+from ..specs.writing import write_text
 from .options import OUTPUT, SECONDS, build_job, config_options, job_base_options, parse_ints
 
 

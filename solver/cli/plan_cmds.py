@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Optional
 
 import click
 
@@ -27,8 +26,16 @@ from ..errors import InputError
 from ..search.result import INFEASIBLE
 from ..specs.writing import PLOT_SUFFIXES, check_output, write_text
 from . import EXIT_INFEASIBLE, EXIT_NO_PLAN_IN_TIME
-from .options import (OUTPUT, SECONDS, build_job, config_options, job_base_options, job_options, parse_ints,
-                      split_options)
+from .options import (
+    OUTPUT,
+    SECONDS,
+    build_job,
+    config_options,
+    job_base_options,
+    job_options,
+    parse_ints,
+    split_options,
+)
 
 _ALIASES = {"mbs": "micro_batch_size", "micro-batch-size": "micro_batch_size", "micro_batch_size": "micro_batch_size",
             "sp": "sequence_parallel", "sequence-parallel": "sequence_parallel", "sequence_parallel": "sequence_parallel",
@@ -219,7 +226,7 @@ def _links_of(links_file: str, job):
     return links
 
 
-def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: Optional[dict], hostfile_out) -> None:
+def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: dict | None, hostfile_out) -> None:
     """The result on stdout as --format asks: json, megatron, torchtitan or the table."""
     if fmt == "json":
         from ..render.json import result_json

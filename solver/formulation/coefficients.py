@@ -30,21 +30,31 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
-from .layer_terms import (attention_core_s, cp_ring_exposed_s, layer_linears_s, overlapped_s, selective_recompute,
-                          sharded_layer_s)
-from .recompute import modules_of
-from .precision import gathered_param_bytes, matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
+from .data_parallel import grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
+from .hybrid import hybrid_unit
 from .kernels import elementwise_bytes_per_token, linear_s
+from .layer_terms import (
+    attention_core_s,
+    cp_ring_exposed_s,
+    layer_linears_s,
+    overlapped_s,
+    selective_recompute,
+    sharded_layer_s,
+)
+from .memory import (
+    BF16_BYTES,
+    FP32_BYTES,
+    LOGIT_BYTES,
+    ZERO3_LIVE_LAYERS,
+    runtime_bytes,
+)
 from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
-from .hybrid import hybrid_unit
-from .memory import (
-    BF16_BYTES, FP32_BYTES, LOGIT_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes,
-)
-from .data_parallel import grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
-from ..space.shapes import Shapes
+from .precision import gathered_param_bytes, matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
+from .recompute import modules_of
 
 GIB = 1024**3
 # Adam step per (sharded) parameter, memory bound: fp32 master r/w (8), m r/w (8), v r/w (8),
@@ -110,7 +120,7 @@ class StageCoefficients:
     def layer_static_bytes(self) -> np.ndarray:
         return self.layer_params_bytes + self.layer_grads_bytes + self.layer_optimizer_bytes
 
-    def take(self, idx) -> "StageCoefficients":
+    def take(self, idx) -> StageCoefficients:
         idx = np.atleast_1d(idx)
         vals = {}
         for f in fields(self):

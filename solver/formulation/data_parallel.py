@@ -12,6 +12,7 @@ from .memory import BF16_BYTES, FP32_BYTES
 from .moe import moe_layer_params_per_gpu
 from .precision import gathered_param_bytes
 
+
 # ZeRO-2/3 (FSDP) per micro-batch: the layer's unsharded bf16 gradient is cast into the
 # reduce-dtype buffer (read 2, write g) and pre-divided by the group size (read g, write g)
 # before the reduce-scatter (PyTorch FSDP `_reduce_grad` / `_div_if_needed`): 2 + 3g bytes per

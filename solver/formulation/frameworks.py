@@ -33,7 +33,6 @@ Megatron terms (tests/test_frameworks.py checks the coefficients are identical).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -83,7 +82,7 @@ class Framework:
     name: str
     summary: str
     # memory
-    saved: Optional[SavedTensors] = None  # None: Korthikanti Table 2 (memory.layer_activation_bytes)
+    saved: SavedTensors | None = None  # None: Korthikanti Table 2 (memory.layer_activation_bytes)
     logit_bytes: float = memory.LOGIT_BYTES
     weight_bytes: float = BF16_BYTES
     autocast_copy_bytes: float = 0.0  # bf16 copy of every weight kept from forward to backward
@@ -92,19 +91,19 @@ class Framework:
     ddp_bucket_bytes: float = 0.0  # DDP's gradient buckets (zero 0 with dp x cp > 1)
     zero2_gathers_every_microbatch: bool = False  # FSDP2 reshards after backward (torchtitan)
     weights_sharded_from_zero: int = 3  # FSDP2 shards its fp32 weights at zero 2 too (torchtitan)
-    zero3_live_bytes: Optional[float] = None  # per parameter of a live ZeRO-3 layer (None: bf16 + grad)
+    zero3_live_bytes: float | None = None  # per parameter of a live ZeRO-3 layer (None: bf16 + grad)
     # time
-    traffic: Optional[EagerTraffic] = None  # None: Megatron's fused kernels
+    traffic: EagerTraffic | None = None  # None: Megatron's fused kernels
     weight_cast_bytes: tuple[float, float] = (0.0, 0.0)  # per parameter per micro-batch (fwd, bwd)
     weight_cast_zero_max: int = 3  # autocast casts the weights at ZeRO stages up to this one
-    cross_entropy_bytes: Optional[tuple[float, float]] = None  # per logit (fwd, bwd); None: Megatron's fused
+    cross_entropy_bytes: tuple[float, float] | None = None  # per logit (fwd, bwd); None: Megatron's fused
     ops_per_layer: tuple[int, int] = (0, 0)  # aten ops dispatched by one layer (fwd, bwd)
     dispatch_us_per_op: float = 0.0
     # per family (transformers): the layer, its traffic and ops counted from the family's
     # modelling code (eager_layers.py), its sliding-window layers' explicit-mask attention, and
     # the memory peak by phase (eager_memory.py); `saved`/`traffic`/`ops_per_layer` unused then
     family_layers: bool = False
-    optimizer_step_bytes: Optional[float] = None  # per parameter; None: coefficients.ADAM_STEP_BYTES_PER_PARAM
+    optimizer_step_bytes: float | None = None  # per parameter; None: coefficients.ADAM_STEP_BYTES_PER_PARAM
     accumulate_grad_bytes: float = 0.0  # per parameter and micro-batch after the first: .grad += the cast gradient
 
     @property
@@ -261,13 +260,13 @@ def zero3_live_bytes_per_param(fw: Framework, grad_bytes: float) -> float:
     return memory.BF16_BYTES + grad_bytes if fw.zero3_live_bytes is None else fw.zero3_live_bytes
 
 
-def family_counts(fw: Framework, model, seq_length) -> Optional[LayerCounts]:
+def family_counts(fw: Framework, model, seq_length) -> LayerCounts | None:
     """The model's eager layers as its family's code runs them (eager_layers.py), for a stack
     that counts per family (transformers); None otherwise."""
     return counts(model, seq_length) if fw.family_layers else None
 
 
-def layer_activation_bytes(fw: Framework, *, gated: bool, fam: Optional[LayerCounts] = None, **kw):
+def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | None = None, **kw):
     """(stored per layer and micro-batch, transient working set) on one GPU: Korthikanti's
     count for Megatron, the eager layer's saved tensors (`SavedTensors`, or the family's
     `LayerCounts`) otherwise. Eager full recompute (transformers gradient checkpointing,
@@ -298,7 +297,7 @@ def layer_activation_bytes(fw: Framework, *, gated: bool, fam: Optional[LayerCou
     return np.where(rc == 2, kept, full), np.where(rc == 2, largest, 0.0)
 
 
-def head_act_bytes(fw: Framework, tokens, hidden, sp_degree, fam: Optional[LayerCounts] = None):
+def head_act_bytes(fw: Framework, tokens, hidden, sp_degree, fam: LayerCounts | None = None):
     """The last stage's saved tensors before the logits, per micro-batch: final norm, the LM
     head's input, token ids and labels."""
     if fw.fused:
@@ -310,14 +309,14 @@ def head_act_bytes(fw: Framework, tokens, hidden, sp_degree, fam: Optional[Layer
     return tokens * (s.head_per_h * hidden / sp_degree + s.head_per_token)
 
 
-def last_stage_act_bytes(fw: Framework, tokens, hidden, vocab, tp, sp_degree, fam: Optional[LayerCounts] = None):
+def last_stage_act_bytes(fw: Framework, tokens, hidden, vocab, tp, sp_degree, fam: LayerCounts | None = None):
     """The last stage's extra activations per micro-batch: final norm, head input, logits."""
     logit = memory.LOGIT_BYTES if fw.fused else fw.logit_bytes
     return head_act_bytes(fw, tokens, hidden, sp_degree, fam) + logit * tokens * vocab / tp
 
 
 def first_stage_act_bytes(fw: Framework, tokens, hidden, sp_degree, dropout: bool,
-                          fam: Optional[LayerCounts] = None):
+                          fam: LayerCounts | None = None):
     """The first stage's activations per micro-batch: Megatron's bf16 embedding output and its
     dropout mask; a family's learned positions' ids, embedding dropout mask and the sliding
     layers' boolean (1, 1, s, s) mask (eager_layers.LayerCounts)."""
@@ -326,7 +325,7 @@ def first_stage_act_bytes(fw: Framework, tokens, hidden, sp_degree, dropout: boo
     return (memory.BF16_BYTES + dropout) * tokens * hidden / sp_degree
 
 
-def elementwise_bytes_per_token(fw: Framework, fam: Optional[LayerCounts] = None, **kw):
+def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, **kw):
     """(forward, backward) elementwise bytes per token of one layer on one GPU."""
     from .kernels import elementwise_bytes_per_token as fused
     if fam is not None:
@@ -339,7 +338,7 @@ def elementwise_bytes_per_token(fw: Framework, fam: Optional[LayerCounts] = None
     return fwd, 2.0 * fwd
 
 
-def masked_attention_s(fam: Optional[LayerCounts], layers: int, core, masked):
+def masked_attention_s(fam: LayerCounts | None, layers: int, core, masked):
     """A layer's attention core (forward, backward), averaged over the layers: the causal
     kernel's `core`, and `masked` (the kernel over the whole s x s with the additive bias, no
     causal skipping) on the family's layers whose sliding window gets an explicit mask."""
@@ -350,7 +349,7 @@ def masked_attention_s(fam: Optional[LayerCounts], layers: int, core, masked):
 
 
 def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_per_s,
-                  fam: Optional[LayerCounts] = None, num_microbatches=1):
+                  fam: LayerCounts | None = None, num_microbatches=1):
     """A layer's (forward, backward) time with the stack's own costs: autocast's weight casts
     (read fp32, write bf16 each forward; each backward the bf16 weight gradient cast into fp32:
     read 2, write 4, and added into the existing .grad with gradient accumulation, from the
@@ -367,7 +366,7 @@ def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_p
     return (np.maximum(fwd_s + cast_f, ops[0] * op_s), np.maximum(bwd_s + cast_b, ops[1] * op_s))
 
 
-def eager_peak(fw: Framework, model, dense: dict, ends: dict, *, fam: Optional[LayerCounts], zero, shard, params, tp,
+def eager_peak(fw: Framework, model, dense: dict, ends: dict, *, fam: LayerCounts | None, zero, shard, params, tp,
                tokens, sp_degree, layer_act, working, first_act, z3_live, recompute, num_microbatches):
     """For a stack counted per family (transformers) on a dense model: replace the additive
     memory terms of `dense` (per layer) and `ends` (first/last stage) by those of the phase where

@@ -16,7 +16,6 @@ job and carries it to the pruning, the splits (`formulation.splits`) and the CP-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -31,7 +30,7 @@ def stage_class(i: int, p: int) -> int:
     return FIRST if i == 0 else LAST if i == p - 1 else MID
 
 
-def expand(classes: np.ndarray, pp: np.ndarray, P: Optional[int] = None) -> np.ndarray:
+def expand(classes: np.ndarray, pp: np.ndarray, P: int | None = None) -> np.ndarray:
     """(S, 3) per-class constants -> (S, P) per-stage constants (0 beyond each pp)."""
     P = int(pp.max()) if P is None else P
     col = np.arange(P)[None, :]
@@ -63,7 +62,7 @@ class LinearForm:
         """(S, P) bool: stage < pp."""
         return np.arange(self.max_layers.shape[1])[None, :] < self.pp[:, None]
 
-    def take(self, idx) -> "LinearForm":
+    def take(self, idx) -> LinearForm:
         """The form of the shapes `idx` (every piece is per shape; P shrinks to their largest pp)."""
         idx = np.atleast_1d(idx)
         P = int(self.pp[idx].max()) if len(idx) else 1
@@ -71,7 +70,7 @@ class LinearForm:
                              for name in self.__dataclass_fields__})
 
 
-def linear_form(co: StageCoefficients, num_layers: int, max_layers: Optional[np.ndarray] = None) -> LinearForm:
+def linear_form(co: StageCoefficients, num_layers: int, max_layers: np.ndarray | None = None) -> LinearForm:
     """Decompose the float step time of every shape in `co` into the linear pieces above.
     `max_layers`: the memory limits when they are known already (they do not depend on links)."""
     L = num_layers

@@ -8,8 +8,8 @@ as a link file), and classes of interchangeable nodes (`twin_classes`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional
 
 import numpy as np
 
@@ -73,7 +73,7 @@ def level_chain(md, name: str, levels) -> dict:
     return ge
 
 
-def leaf_spine(nodes: int, *, nodes_per_leaf: Optional[int] = None, oversubscription: float = 1.0,
+def leaf_spine(nodes: int, *, nodes_per_leaf: int | None = None, oversubscription: float = 1.0,
                nic_gbit_per_s: float = 200.0, latency_us: float = 8.0, hop_latency_us: float = 1.0,
                degraded_nodes: Iterable[tuple[int, float]] = (), degraded_links: Iterable[tuple[int, int, float]] = (),
                rack_order: str = "contiguous") -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -37,7 +37,6 @@ from ..specs import ModelSpec
 from .memory import BF16_BYTES, FP32_BYTES
 
 
-
 def mamba_linears(model: ModelSpec, tp) -> list[tuple]:
     """(N, K) of the two GEMMs on one TP rank: in_proj (2 d_inner + 2GN + H)/tp x h, out_proj
     h x d_inner/tp (mamba_mixer.py `in_proj`, `out_proj`)."""

@@ -10,12 +10,12 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
-from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
 from .host import host_calls_s, host_exposed_s
-from .precision import gathered_param_bytes, is_fp8, quantize_bytes_per_element
 from .kernels import linear_s
+from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
+from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s, routed_tokens
+from .precision import gathered_param_bytes, is_fp8, quantize_bytes_per_element
 from .recompute import modules_of, norm_recompute
-from .moe import routed_tokens, moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s
 
 
 def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M, attn_fwd, attn_bwd, attn_gemm_fwd,

@@ -20,8 +20,6 @@ then layers taken back from the costliest stages until they sum to L). Used for:
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from ..space.pipeline_split import unit_split
@@ -99,7 +97,7 @@ def default_layers(model: ModelSpec, pp: int, vp: int = 1, account_for_embedding
 
 
 def waterfill(slope, const, upper, active, num_layers: int, *, iterations: int,
-              rel_tol: Optional[float] = None) -> tuple[np.ndarray, np.ndarray]:
+              rel_tol: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Bisection on the largest stage cost M of a split (see the module docstring). Arrays are
     (R, P) per stage (`slope` may be (R, 1)); `upper` bounds each stage's layers; inactive
     stages (beyond pp) hold none. Returns (lo, hi) per row: no split has its costliest stage

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -49,7 +48,7 @@ def _floor(prob: Problem, term: str, candidates: np.ndarray, trivial: int, high:
         return int(trivial)
     lo, hi, step = 0, len(c) - 1, 1  # c[hi] is achieved; below c[lo] refuted
 
-    def refuted(i: int) -> Optional[bool]:
+    def refuted(i: int) -> bool | None:
         left = end - time.perf_counter()
         if left <= 0.05:
             return None
@@ -91,14 +90,14 @@ def floors(prob: Problem, high: tuple[int, int], time_s: float, workers: int, se
 class HierarchyBound:
     coarse: Problem  # the relaxation
     status: str  # OPTIMAL: `bound` is the relaxation's optimum
-    bound: Optional[int]
-    counts: Optional[np.ndarray]  # row counts of its best solution, coarse classes x rows
-    value: Optional[int] = None  # that solution's objective
+    bound: int | None
+    counts: np.ndarray | None  # row counts of its best solution, coarse classes x rows
+    value: int | None = None  # that solution's objective
 
 
-def hierarchy_bound(coarse: Problem, cap: int, floors_: Optional[tuple], time_s: float, workers: int, seed: int,
-                    deterministic_s: Optional[float] = None, minimise: bool = True,
-                    box: Optional[tuple] = None, at_least: Optional[int] = None) -> HierarchyBound:
+def hierarchy_bound(coarse: Problem, cap: int, floors_: tuple | None, time_s: float, workers: int, seed: int,
+                    deterministic_s: float | None = None, minimise: bool = True,
+                    box: tuple | None = None, at_least: int | None = None) -> HierarchyBound:
     """Minimise the row model of `coarse` (`relax.relaxed` of a problem) below `cap` (an
     incumbent's value); with `minimise` False, any row counts at or below `cap` (no bound);
     `box`: only placements whose max slot and tail are at most these (`staircase`); `at_least`: a proven lower bound (minimising down to it finds row counts

@@ -18,14 +18,14 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import plan_status, solve_model
 from ..search.phases import Phase, Phases
-from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, PlanStatus
 from .bounds import floors, hierarchy_bound, incumbent_terms, staircase
 from .objective import add_objective, level_literals
 from .pricing import Problem
@@ -59,8 +59,8 @@ class Model:
     objective: Any  # CP-SAT linear expression
 
 
-def build_model(prob: Problem, hints: tuple = (), at_least: Optional[int] = None,
-                start: Optional[np.ndarray] = None, floors_: Optional[tuple] = None) -> Model:
+def build_model(prob: Problem, hints: tuple = (), at_least: int | None = None,
+                start: np.ndarray | None = None, floors_: tuple | None = None) -> Model:
     """The model of `prob`; `hints` (node placements) cap the objective at the best of them
     and hint it (or hint `start`, class labels per cell); `at_least` is a proven lower bound
     on the objective, `floors_` proven floors of the max slot and tail (`bounds.floors`)."""
@@ -111,7 +111,7 @@ def _labels(m: Model, solver: cp_model.CpSolver) -> np.ndarray:
 
 
 def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float, workers: int, seed: int,
-            hints: tuple = (), floors_: Optional[tuple] = None):
+            hints: tuple = (), floors_: tuple | None = None):
     """Close the gap between a proven bound `lo` and an achieved `obj` with the row-count
     relaxation, as feasibility problems at thresholds of the objective: "no row counts at or
     below v" raises `lo` to v + 1; row counts found at a value below `obj` are handed to the
@@ -145,8 +145,8 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
 
 
 def search_at(prob: Problem, value: int, time_s: float, workers: int, seed: int, counts=None, groups=None,
-              hints: tuple = (), deterministic_s: Optional[float] = None, floors_: Optional[tuple] = None,
-              proven: bool = False) -> Optional[np.ndarray]:
+              hints: tuple = (), deterministic_s: float | None = None, floors_: tuple | None = None,
+              proven: bool = False) -> np.ndarray | None:
     """A labelling with objective <= `value` (and row counts `counts`, groups x rows, where
     `groups` gives each class's group: by default each class its own, or the class of the
     lifted links that holds it, `relax.coarse_of`), as a feasibility problem; None if none is
@@ -171,7 +171,7 @@ def search_at(prob: Problem, value: int, time_s: float, workers: int, seed: int,
 
 
 def canonical(prob: Problem, coarse: Problem, optimum: int, hints: tuple, time_s: float,
-              floors_: Optional[tuple] = None) -> Optional[np.ndarray]:
+              floors_: tuple | None = None) -> np.ndarray | None:
     """One labelling at the proven `optimum`, the same for every seed and worker count of the
     search that proved it: row counts (of `coarse`, the lifted links, then of the real links),
     then cells with those counts (or, failing both, any cells), each found by a search with
@@ -205,7 +205,7 @@ def _value(prob: Problem, labels: np.ndarray) -> int:
     return prob.objective_of_nodes(prob.nodes_from_labels(labels))
 
 
-def _kept(run: Phases) -> tuple[int, Optional[int], Optional[np.ndarray]]:
+def _kept(run: Phases) -> tuple[int, int | None, np.ndarray | None]:
     """(bound, objective, labels): what the runner keeps of `solve_cpsat`'s phases."""
     return int(run.bound or 0), (int(run.best_value) if run.best_value is not None else None), run.best
 
@@ -241,8 +241,8 @@ def _bounds_first(prob: Problem, coarse: Problem, hints: tuple, run: Phases, wor
     return fl
 
 
-def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: Optional[int] = None, seed: int = 0,
-                hints: tuple = ()) -> tuple[PlanStatus, Optional[int], Optional[int], Optional[np.ndarray], dict]:
+def solve_cpsat(prob: Problem, time_limit_s: float = 60.0, workers: int | None = None, seed: int = 0,
+                hints: tuple = ()) -> tuple[PlanStatus, int | None, int | None, np.ndarray | None, dict]:
     """Build and solve; returns (status, objective, bound, class label per cell, info).
 
     Bounds first (`bounds`: floors, the lifted links' optimum), and the cell model

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from ..errors import InputError
 from ..plan import Comparison, OptimizeResult, Plan, SearchStats, jsonable
@@ -35,10 +35,10 @@ METHODS = ("cpsat", "exhaustive")
 PREPARE = {True: Phase("prepare", ends_at=0.5), False: Phase("prepare", ends_at=0.9)}  # by: seeded?
 
 
-def optimize_joint(job: JobSpec, links: Optional[LinkMatrix] = None, *, method: str = "cpsat",
+def optimize_joint(job: JobSpec, links: LinkMatrix | None = None, *, method: str = "cpsat",
                    time_limit_s: float = 60.0, workers: int = 1, seed: int = 0,
                    pools_alone: Sequence[tuple[int, Plan]] = (), progress=None,
-                   deadline: Optional[Deadline] = None) -> OptimizeResult:
+                   deadline: Deadline | None = None) -> OptimizeResult:
     """The fastest plan over shapes, splits and placements (see the module docstring), as
     `optimize`'s result: the plan a `PlacedPlan`, with `pools_alone`, `default_order` and `explanation`.
     `pools_alone`: (pool index, plan of that pool alone) pairs; `progress(info)`: phases.
@@ -100,7 +100,7 @@ def _search(job: JobSpec, nodes, seeds: list, method: str, workers: int, seed: i
     return cands, res
 
 
-def default_order(prices, a: Assignment) -> Optional[Assignment]:
+def default_order(prices, a: Assignment) -> Assignment | None:
     """Plan `a`'s shape and split with stage s on the s-th block of nodes in index order (as a
     hostfile listing the nodes in order gives them); None when a block straddles two pools."""
     n = len(a.nodes[0])

@@ -37,9 +37,9 @@ import csv
 import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from .link_formats import MAX_LINK_ELEMENTS, MAX_LINK_HOSTS, check_hosts
 class LinkMatrix:
     hosts: tuple[str, ...]
     bandwidth_gbit_per_s: np.ndarray  # (n, n) float, diagonal NaN
-    latency_us: Optional[np.ndarray] = None  # (n, n) float, diagonal NaN
+    latency_us: np.ndarray | None = None  # (n, n) float, diagonal NaN
     measured: bool = False
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -104,7 +104,7 @@ class LinkMatrix:
         eff = 1.0 if self.measured else float(network_efficiency)
         return self.pair_gbit_per_s() * GBIT_BYTES * eff
 
-    def reordered(self, hosts: Sequence[str]) -> "LinkMatrix":
+    def reordered(self, hosts: Sequence[str]) -> LinkMatrix:
         """The same links with node i = hosts[i] (hosts must be exactly the matrix's hosts)."""
         hosts = list(hosts)
         if len(hosts) != self.n or len(set(hosts)) != len(hosts):
@@ -318,7 +318,7 @@ def links_from_csv(text: str, source: str = "", cluster=None) -> LinkMatrix:
     return LinkMatrix(hosts, bw, None, False, source)
 
 
-def load_links(path: str | Path, hosts: Optional[Sequence[str]] = None, cluster=None) -> LinkMatrix:
+def load_links(path: str | Path, hosts: Sequence[str] | None = None, cluster=None) -> LinkMatrix:
     """A link matrix from a JSON or CSV file (see the module docstring); `hosts` re-orders it;
     `cluster` bounds what a matrix without a unit may hold."""
     from ..catalog import parse_data, read_text  # the safe reader of every user file

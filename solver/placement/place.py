@@ -5,7 +5,6 @@ baselines exactly, explain it."""
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 from ..errors import InputError
 from ..plan import Out, ParallelConfig
@@ -23,8 +22,8 @@ class PlacementResult(Out):
     method: str
     wall_time_s: float
     objective: int
-    bound: Optional[int] = None
-    gap: Optional[float] = None
+    bound: int | None = None
+    gap: float | None = None
     quantum_s: float
     tp: int
     cp: int
@@ -49,7 +48,7 @@ class PlacementResult(Out):
 
 
 def place(job: JobSpec, parallel: ParallelConfig, links: LinkMatrix, *, layers=None, method: str = "auto",
-          time_limit_s: float = 60.0, workers: Optional[int] = None, seed: int = 0) -> PlacementResult:
+          time_limit_s: float = 60.0, workers: int | None = None, seed: int = 0) -> PlacementResult:
     """Place the (stage, replica) groups of `parallel` on the nodes of `links` to minimise the
     formulation's step time. `method`: "cpsat", "exhaustive" (<= 8 nodes) or "auto" (CP-SAT).
     Returns the placement priced exactly against the default rank order and whole-server

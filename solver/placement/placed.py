@@ -5,8 +5,6 @@ the links they use, the hostfile in Megatron-LM's rank order, and the nodes left
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from ..formulation.flops import reported_flop_per_step
@@ -26,8 +24,8 @@ class PlacedStage(Stage):
     gpu: str
     nodes: list[str]
     capacity_bytes: float
-    data_parallel_link_gbit_per_s: Optional[float]  # attained, slowest pair of its nodes (None: one node)
-    next_boundary_gbit_per_s: Optional[float]  # attained, slowest pair towards the next stage
+    data_parallel_link_gbit_per_s: float | None  # attained, slowest pair of its nodes (None: one node)
+    next_boundary_gbit_per_s: float | None  # attained, slowest pair towards the next stage
 
 
 class PlacedPlan(Plan):
@@ -37,7 +35,7 @@ class PlacedPlan(Plan):
     hostfile: str
 
 
-def _gbit(nodes: NodeSet, level: int) -> Optional[float]:
+def _gbit(nodes: NodeSet, level: int) -> float | None:
     if level >= nodes.num_levels:
         return None
     return round(float(nodes.levels.values_bytes_per_s[level]) / GBIT_BYTES, 6)
@@ -126,7 +124,7 @@ def _best_level(nodes: NodeSet, i: int) -> int:
 
 def _ranges(xs: list[int]) -> str:
     out: list[str] = []
-    start: Optional[int] = xs[0]
+    start: int | None = xs[0]
     for prev, cur in zip(xs, xs[1:] + [None]):
         if cur != prev + 1 if cur is not None else True:
             out.append(f"{start}" if start == prev else f"{start}-{prev}")

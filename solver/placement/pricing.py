@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -224,7 +223,7 @@ class PlacementEval(Out):
     dp_comm_s: float
     exposed_dp_s: float
     boundary_gbit_per_s: list[float]
-    dp_ring_gbit_per_s: list[Optional[float]]
+    dp_ring_gbit_per_s: list[float | None]
     objective: int
 
 

@@ -19,14 +19,11 @@ model then has to place."""
 
 from __future__ import annotations
 
-from ..search.result import FEASIBLE, INFEASIBLE, UNKNOWN
-
-from typing import Optional
-
 import numpy as np
 
 from ..search.cpsat.ortools_cp import cp_model
 from ..search.cpsat.solve import solve_model
+from ..search.result import FEASIBLE, INFEASIBLE, UNKNOWN
 from .objective import add_objective, level_literals
 from .pricing import Problem
 from .relax import twin_groups
@@ -127,7 +124,7 @@ class RowModel:
         self.model, self.x, self.prob = md, x, prob
 
 
-def below(prob: Problem, value: int, time_s: float, workers: int, seed: int, deterministic_s: Optional[float] = None,
+def below(prob: Problem, value: int, time_s: float, workers: int, seed: int, deterministic_s: float | None = None,
           minimise: bool = True, floors=None):
     """Row counts with objective <= `value`, the cheapest if `minimise`: the threshold makes
     it a feasibility problem first (it propagates far better than the objective alone).

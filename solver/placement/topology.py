@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .links import LinkMatrix, json_number
 
 
 # ---------------------------------------------------------------- topology generator
-def generate_links(nodes: int, *, nodes_per_leaf: Optional[int] = None, oversubscription: float = 1.0,
+def generate_links(nodes: int, *, nodes_per_leaf: int | None = None, oversubscription: float = 1.0,
                    nic_gbit_per_s: float = 200.0, latency_us: float = 8.0, hop_latency_us: float = 1.0,
                    degraded_nodes: Iterable[tuple[int, float]] = (), degraded_links: Iterable[tuple[int, int, float]] = (),
                    host_prefix: str = "node", rack_order: str = "contiguous") -> LinkMatrix:
@@ -69,9 +69,9 @@ def pair_of_log(path: Path, text: str, log_hosts: Sequence[str] = ()) -> tuple[s
                      "'# solveplan-pair: SRC DST', or run one rank on each of two hosts")
 
 
-def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]] = None,
+def import_nccl_logs(paths: Sequence[str | Path], hosts: Sequence[str] | None = None,
                      symmetric: bool = True, allow_latency_bound: bool = False,
-                     notes: Optional[list[str]] = None) -> LinkMatrix:
+                     notes: list[str] | None = None) -> LinkMatrix:
     """Measured matrix from nccl-tests `sendrecv_perf` logs, one run per node pair (two ranks,
     one GPU on each node: `mpirun -np 2 -H A,B sendrecv_perf -b 8 -e 1G -f 2 -g 1`).
 
@@ -112,7 +112,7 @@ def import_nccl_logs(paths: Sequence[str | Path], hosts: Optional[Sequence[str]]
     return LinkMatrix(tuple(order), bw, lat, True, f"nccl-tests sendrecv_perf, {len(paths)} logs")
 
 
-def _pair_measurement(log: str | Path, allow_latency_bound: bool, notes: Optional[list[str]]
+def _pair_measurement(log: str | Path, allow_latency_bound: bool, notes: list[str] | None
                       ) -> tuple[str, str, tuple[float, float]]:
     """One sendrecv_perf log (`LOG:sendrecv` names an unnamed log's test): its node pair and
     (bandwidth Gbit/s, latency us), as `import_nccl_logs` says."""

@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from ..plan import Plan
 from ..space.pipeline_split import MEGATRON_FLAGS
 from ..specs import JobSpec, ModelSpec
+from .megatron_hybrid import ENTRY as HYBRID_ENTRY
+from .megatron_hybrid import hybrid_flags
 from .megatron_moe import moe_launch, moe_layer_freq_arg  # noqa: F401  (MoE, MLA, MTP flags)
-from .megatron_hybrid import ENTRY as HYBRID_ENTRY, hybrid_flags
 
 # GPU name prefix -> CUDA compute capability major (Megatron's get_device_arch_version); MI300X
 # (gfx942) reports 9 under ROCm. Blackwell (10) no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1.

@@ -8,7 +8,7 @@ INFEASIBLE the shortfall and suggestions.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -19,7 +19,7 @@ from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL
 from ..specs.units import GIB
 
 
-def _fmt_s(x: Optional[float]) -> str:
+def _fmt_s(x: float | None) -> str:
     if x is None:
         return "-"
     if x == 0:
@@ -33,7 +33,7 @@ def _fmt_s(x: Optional[float]) -> str:
     return f"{x * 1e6:.1f} µs"
 
 
-def _fmt_s_unit(x: Optional[float]) -> str:
+def _fmt_s_unit(x: float | None) -> str:
     """`_fmt_s` with its unit always written ("7.008 s", "980.21 ms")."""
     text = _fmt_s(x)
     return text if text == "-" or text.endswith("s") else f"{text} s"
@@ -57,7 +57,7 @@ def status_line(result) -> Text:
     return t
 
 
-def uncertainty_text(result) -> Optional[Text]:
+def uncertainty_text(result) -> Text | None:
     """The plan's intervals, its margins over the runner-up / fastest / textbook plan and, with
     prefer simple, the tie-break that chose it."""
     plan = result.plan
@@ -74,7 +74,7 @@ def uncertainty_text(result) -> Optional[Text]:
     return t
 
 
-def interval_text(plan) -> Optional[Text]:
+def interval_text(plan) -> Text | None:
     """Where the measured step and peak memory lie (`Plan.step_time_interval_s`, ...)."""
     if plan.step_time_interval_s is None:
         return None
@@ -84,7 +84,7 @@ def interval_text(plan) -> Optional[Text]:
                 f"{mlo / GIB:.1f} to {mhi / GIB:.1f} GiB  ({plan.interval_basis})\n", style="cyan")
 
 
-def cost_text(result) -> Optional[Text]:
+def cost_text(result) -> Text | None:
     c = getattr(result, "cost", None)
     if c is None:
         return None
@@ -154,7 +154,7 @@ def throughput_table(plan) -> Table:
     return t
 
 
-def comparisons_table(result) -> Optional[Table]:
+def comparisons_table(result) -> Table | None:
     rows = [c for c in (getattr(result, "textbook", None), getattr(result, "compare", None)) if c is not None]
     rows += list(getattr(result, "pools_alone", None) or [])
     if not rows:
@@ -169,7 +169,7 @@ def comparisons_table(result) -> Optional[Table]:
     return t
 
 
-def alternatives_table(result) -> Optional[Table]:
+def alternatives_table(result) -> Table | None:
     if not result.alternatives:
         return None
     t = Table(title="next best plans (distinct configurations)", title_justify="left")
@@ -207,7 +207,7 @@ def search_table(result) -> Table:
     return t
 
 
-def shortfall_text(result) -> Optional[Text]:
+def shortfall_text(result) -> Text | None:
     sf = result.shortfall
     if sf is None:
         return None
@@ -224,7 +224,7 @@ def _title(plan) -> Text:
                 f"{plan.global_batch_size} x {plan.seq_length} tokens, {plan.framework} stack", style="bold")
 
 
-def assumptions_text(plan) -> Optional[Text]:
+def assumptions_text(plan) -> Text | None:
     """The plan's assumptions (efficiencies not fitted), said beside its status."""
     lines = getattr(plan, "assumptions", None) or []
     if not lines:

@@ -3,13 +3,14 @@ rows, ranking inside measured sweeps, memory points) and a predicted-vs-measured
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..calibration.crossval import Prediction
 from ..specs.writing import PLOT_SUFFIXES, atomic_output
 
 
-def _pct(x: Optional[float], sign: bool = False) -> str:
+def _pct(x: float | None, sign: bool = False) -> str:
     if x is None:
         return "n/a"
     return f"{x:+.1%}" if sign else f"{x:.1%}"
@@ -115,7 +116,7 @@ def plot_by_gpu(series: dict[str, Sequence[Prediction]], path_prefix: str) -> li
     return paths
 
 
-def few_shot_table(result: dict, legacy: Optional[dict] = None) -> str:
+def few_shot_table(result: dict, legacy: dict | None = None) -> str:
     """`fewshot_eval.few_shot` as markdown: per source (its groups pooled), then per group
     (source, GPU, stack): zero-shot and few-shot MAPE of the rows not drawn, median (worst) over
     draws; `legacy`: another fitter's result on the same draws."""

@@ -12,8 +12,9 @@ plan at least that good, and it refutes an INFEASIBLE verdict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,8 +22,14 @@ from ..formulation.coefficients import StageCoefficients
 from ..formulation.job import job_coefficients, zero0_dominated
 from ..formulation.linear import LinearForm, linear_form, memory_feasible
 from ..formulation.pipeline import step_time_batch
-from ..formulation.splits import (accounted_splits, balanced_split, default_splits, heuristic_splits,
-                                 slot_waterfill, with_accounted)
+from ..formulation.splits import (
+    accounted_splits,
+    balanced_split,
+    default_splits,
+    heuristic_splits,
+    slot_waterfill,
+    with_accounted,
+)
 from ..space.enumeration import enumerate_shapes
 from ..space.shapes import Shapes
 from ..specs import JobSpec
@@ -44,9 +51,9 @@ class Candidates:
     shapes: Shapes  # survivors
     coeffs: StageCoefficients  # of the survivors
     time_lb_s: np.ndarray  # per survivor
-    incumbent_index: Optional[int]  # into survivors: the shape of the best fitting plan found
+    incumbent_index: int | None  # into survivors: the shape of the best fitting plan found
     incumbent_step_s: float  # inf when none fits
-    incumbent_layers: Optional[list[int]]  # its layer split
+    incumbent_layers: list[int] | None  # its layer split
     num_legal: int
     num_dominated: int
     num_pruned_memory: int
@@ -55,9 +62,9 @@ class Candidates:
     # the LEAST_MEMORY_SHAPES shapes with the least bounds, least first
     min_memory_lb_bytes: float
     least_memory_shapes: Shapes
-    _form: Optional[LinearForm] = field(default=None, init=False, repr=False)
-    _splits: Optional[np.ndarray] = field(default=None, init=False, repr=False)
-    _fixed: Optional[np.ndarray] = field(default=None, init=False, repr=False)
+    _form: LinearForm | None = field(default=None, init=False, repr=False)
+    _splits: np.ndarray | None = field(default=None, init=False, repr=False)
+    _fixed: np.ndarray | None = field(default=None, init=False, repr=False)
 
     @property
     def num_survivors(self) -> int:
@@ -99,11 +106,11 @@ class Candidates:
             self._fixed = accounted_splits(self.job.model, self.shapes)
         return self._fixed
 
-    def accounted_split(self, j: int) -> Optional[list[int]]:
+    def accounted_split(self, j: int) -> list[int] | None:
         """Survivor j's Megatron split when it counts the embedding or the loss, else None."""
         return [int(x) for x in self.fixed_splits[j, :int(self.shapes.pp[j])]] if self.shapes.accounted[j] else None
 
-    def split_of(self, j: int) -> Optional[list[int]]:
+    def split_of(self, j: int) -> list[int] | None:
         """Survivor j's only split when it has one (accounted: Megatron's; even-split job:
         balanced), else None (every split)."""
         only = self.accounted_split(j)
@@ -111,7 +118,7 @@ class Candidates:
             return only
         return balanced_split(self.num_layers, int(self.shapes.pp[j]))
 
-    def _keep_derived(self, form: LinearForm, splits: Optional[np.ndarray], idx: np.ndarray) -> None:
+    def _keep_derived(self, form: LinearForm, splits: np.ndarray | None, idx: np.ndarray) -> None:
         """Carry the form (and splits) `prepare` derived for a superset of the survivors."""
         self._form = form.take(idx)
         if splits is not None:
@@ -125,7 +132,7 @@ def _kth(values: np.ndarray, k: int) -> float:
 
 
 def prepare(job: JobSpec, prune_time: bool = True, apply_dominance: bool = True, top_k: int = 1,
-            keep: Optional[Callable[[Shapes], np.ndarray]] = None, deadline: Optional[Deadline] = None) -> Candidates:
+            keep: Callable[[Shapes], np.ndarray] | None = None, deadline: Deadline | None = None) -> Candidates:
     """Legal shapes, priced and pruned. `prune_time`: drop the shapes whose time lower bound
     exceeds the `top_k`-th best plan found (distinct shapes): none of them can be among the
     `top_k` best. `apply_dominance`: drop dominated shapes (`formulation.job.zero0_dominated`).
@@ -207,19 +214,19 @@ class _Survivors:
     t_lb: np.ndarray
     known: np.ndarray
 
-    def take(self, idx: np.ndarray) -> "_Survivors":
+    def take(self, idx: np.ndarray) -> _Survivors:
         return _Survivors(self.shapes.take(idx), self.co.take(idx), self.t_lb[idx], self.known[idx])
 
 
 class _TimePruned(NamedTuple):
     survivors: _Survivors
-    inc_layers: Optional[list[int]]
+    inc_layers: list[int] | None
     num_pruned_time: int
     num_no_split_fits: int
     derived: tuple  # (form, splits, index) for `Candidates._keep_derived`
 
 
-def _prune_by_time(job: JobSpec, surv: _Survivors, inc_layers: Optional[list[int]], K: int) -> _TimePruned:
+def _prune_by_time(job: JobSpec, surv: _Survivors, inc_layers: list[int] | None, K: int) -> _TimePruned:
     """Drop the shapes whose time lower bound exceeds the K-th best known plan, in two rounds:
     against the balanced plans, then with the per-stage memory limits: shapes with no fitting
     split go (exact), the largest-slot bound becomes memory-aware, and the water-filled split
@@ -234,7 +241,7 @@ def _prune_by_time(job: JobSpec, surv: _Survivors, inc_layers: Optional[list[int
     form = linear_form(co, L)
     feasible = memory_feasible(form, L)
     n_infeasible = int((~feasible).sum())
-    splits: Optional[np.ndarray]
+    splits: np.ndarray | None
     slot_lb, splits = slot_waterfill(form, L)
     splits = with_accounted(job.model, surv.shapes, splits)  # an accounted shape has Megatron's split only
     if job.constraints.uneven_split:  # an even-split job keeps its balanced plans

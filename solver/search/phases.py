@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any
 
 from ..specs.deadline import Deadline
 
@@ -31,7 +32,7 @@ class Phase:
 
     name: str
     ends_at: float = 1.0
-    share: Optional[float] = None
+    share: float | None = None
     most_s: float = math.inf
     least_s: float = 0.0
     keep_s: float = 0.0
@@ -45,13 +46,13 @@ class Phases:
 
     limit_s: float
     phases: Sequence[Phase]
-    deadline: Optional[Deadline] = None
+    deadline: Deadline | None = None
     clock: Callable[[], float] = time.perf_counter
-    start: Optional[float] = None
+    start: float | None = None
     times: list[dict] = field(default_factory=list)
-    bound: Optional[float] = None
+    bound: float | None = None
     best: Any = None
-    best_value: Optional[float] = None
+    best_value: float | None = None
 
     def __post_init__(self) -> None:
         self.start = self.clock() if self.start is None else self.start
@@ -60,7 +61,7 @@ class Phases:
     def elapsed_s(self) -> float:
         return self.clock() - float(self.start or 0.0)
 
-    def budget_s(self, name: str, floor_s: Optional[float] = None) -> float:
+    def budget_s(self, name: str, floor_s: float | None = None) -> float:
         """Seconds phase `name` may take from now (at least `floor_s`, when given)."""
         p = self._by_name[name]
         if p.share is not None:
@@ -81,7 +82,7 @@ class Phases:
         return (self.deadline if self.deadline is not None else Deadline()).within(self.budget_s(name, 0.0))
 
     @contextlib.contextmanager
-    def run(self, name: str, floor_s: Optional[float] = None) -> Iterator[float]:
+    def run(self, name: str, floor_s: float | None = None) -> Iterator[float]:
         """Run phase `name`: yields its budget (`budget_s`) and records its wall time."""
         budget = self.budget_s(name, floor_s)
         t = self.clock()
@@ -90,7 +91,7 @@ class Phases:
         finally:
             self.record(name, self.clock() - t, budget_s=budget)
 
-    def call(self, name: str, fn: Callable[[float], Any], floor_s: Optional[float] = None) -> Any:
+    def call(self, name: str, fn: Callable[[float], Any], floor_s: float | None = None) -> Any:
         """`fn(budget)` run as phase `name` (`run`); its value."""
         with self.run(name, floor_s) as budget:
             return fn(budget)
@@ -99,7 +100,7 @@ class Phases:
         """One phase run's time (and what else the caller reports of it)."""
         self.times.append({"phase": name, "wall_time_s": wall_time_s, **info})
 
-    def offer(self, bound: Optional[float] = None, value: Optional[float] = None, incumbent: Any = None) -> None:
+    def offer(self, bound: float | None = None, value: float | None = None, incumbent: Any = None) -> None:
         """A proven lower bound and/or an incumbent of objective `value`: the highest bound and
         the lowest-valued incumbent are kept."""
         if bound is not None and (self.bound is None or bound > self.bound):

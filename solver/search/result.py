@@ -4,7 +4,7 @@ splits (`Choice`), the bound it proved and its statistics (`MethodResult`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal
 
 # OPTIMAL: the plan is proven best (within the stated tolerance); FEASIBLE: a plan, not proven
 # best (a time limit or a budget stopped the proof); INFEASIBLE: proven that no plan fits;
@@ -43,9 +43,9 @@ class MethodResult:
     """
 
     status: PlanStatus
-    best: Optional[Choice]
-    bound_s: Optional[float] = None
+    best: Choice | None
+    bound_s: float | None = None
     top: list[Choice] = field(default_factory=list)
-    evaluations: Optional[int] = None
+    evaluations: int | None = None
     finished: bool = True
     stats: dict = field(default_factory=dict)

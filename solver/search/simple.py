@@ -28,8 +28,8 @@ tolerance.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -46,7 +46,7 @@ STATEMENT = ("best under the tie-break (fewest departures from the textbook plan
              "parallelism first, then an uneven split, then degrees changed) among plans within the tolerance")
 
 
-def reference(textbook_parallel: Optional[dict]) -> dict:
+def reference(textbook_parallel: dict | None) -> dict:
     """The textbook plan's value of each DEGREE_KNOBS knob, coded as `Shapes` holds it
     (recompute as its code); with no textbook plan, only the textbook recompute (selective)."""
     if textbook_parallel is None:
@@ -87,9 +87,9 @@ class Level:
     changed: int
     shapes: int  # legal shapes of the subspace
     status: str  # the search's status, or "ABOVE" when the time lower bounds exceed the threshold
-    best_s: Optional[float] = None
-    bound_s: Optional[float] = None
-    threshold_s: Optional[float] = None
+    best_s: float | None = None
+    bound_s: float | None = None
+    threshold_s: float | None = None
 
 
 @dataclass
@@ -98,12 +98,12 @@ class SimpleResult:
     `proven`: every earlier level was proven above its threshold."""
 
     status: PlanStatus
-    cands: Optional[Candidates]
-    result: Optional[MethodResult]
-    threshold_s: Optional[float]
+    cands: Candidates | None
+    result: MethodResult | None
+    threshold_s: float | None
     levels: list[Level] = field(default_factory=list)
     proven: bool = True
-    best_without_exotic_s: Optional[float] = None
+    best_without_exotic_s: float | None = None
 
 
 def _levels(job: JobSpec):
@@ -114,8 +114,8 @@ def _levels(job: JobSpec):
 
 
 def simplest(job: JobSpec, ref: dict, optimum_s: float, tol: float, deadline: float,
-             search: Callable[[Candidates, float], MethodResult], prepare_kwargs: Optional[dict] = None,
-             progress: Optional[Callable[[dict], None]] = None) -> SimpleResult:
+             search: Callable[[Candidates, float], MethodResult], prepare_kwargs: dict | None = None,
+             progress: Callable[[dict], None] | None = None) -> SimpleResult:
     """The first level (see the module docstring) whose optimum is within its threshold, with
     `search(cands, seconds)` on each level's candidates until `deadline` (time.perf_counter)."""
     legal = enumerate_shapes(job).shapes

@@ -32,15 +32,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
 
 import numpy as np
 
+from ..errors import InputError
+from ..specs import JobSpec
 from .experts import expert_degrees, tp_split_widths
 from .pipeline_split import slot_count, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
-from ..errors import InputError
-from ..specs import JobSpec
 
 # How much an enumeration may build, by default (the CLI, the Python library): legal shapes,
 # and shapes x the most pipeline stages (the width of the per-stage arrays the formulation and
@@ -153,7 +152,7 @@ class SpaceSize:
         return self.shapes * self.max_pp
 
 
-def space_size(job: JobSpec, stop_above: Optional[int] = None) -> SpaceSize:
+def space_size(job: JobSpec, stop_above: int | None = None) -> SpaceSize:
     """The number of legal shapes `enumerate_shapes` would build, counted with the same rules
     without building them (O(divisor triples), stopping once over `stop_above`)."""
     cons, B = job.constraints, job.global_batch_size

@@ -28,8 +28,6 @@ holding only the embedding is not a stage it models).
 
 from __future__ import annotations
 
-from typing import Optional
-
 from ..specs import ModelSpec
 
 MEGATRON_FLAGS = {"account_for_embedding": "--account-for-embedding-in-pipeline-split",
@@ -105,7 +103,7 @@ def rank_layers(num_layers: int, pp: int, vp: int, embedding: bool, loss: bool) 
     return [sum(c[r] for c in chunks) for r in range(pp)]
 
 
-def unit_split(model: ModelSpec, pp: int, vp: int, embedding: bool, loss: bool) -> Optional[list[int]]:
+def unit_split(model: ModelSpec, pp: int, vp: int, embedding: bool, loss: bool) -> list[int] | None:
     """Megatron's split in the model's pipeline units (`ModelSpec.pipeline_units`: one per layer
     of a dense model), or None when it is illegal or gives a rank layers that are not whole units
     (a MoE model's ranks must hold their dense and MoE layers in the unit pattern the formulation

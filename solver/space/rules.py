@@ -17,7 +17,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def _int(cfg: Mapping[str, Any], key: str, default: int, field: str, least: int 
 
 
 def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
-                    job_field: Optional[str] = None) -> tuple[dict, Optional[list[int]]]:
+                    job_field: str | None = None) -> tuple[dict, list[int] | None]:
     """An explicit configuration (keys `CONFIG_KEYS`; any may be left out) completed with the
     defaults of the module docstring and checked against every rule: (the shape as
     `Shapes.row` gives it, with dp; the layer split, None for the caller's default).

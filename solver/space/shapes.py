@@ -61,16 +61,16 @@ class Shapes:
     @classmethod
     def single(cls, *, tp=1, pp=1, dp=1, cp=1, vp=1, micro_batch_size=1, recompute="none",
                sequence_parallel=False, zero=0, ep=1, etp=1, account_for_embedding=False,
-               account_for_loss=False) -> "Shapes":
+               account_for_loss=False) -> Shapes:
         code = RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else int(recompute)
         return cls(*(np.array([v]) for v in (tp, pp, dp, cp, vp, micro_batch_size, code, sequence_parallel, zero,
                                              ep, etp, account_for_embedding, account_for_loss)))
 
     @classmethod
-    def concat(cls, parts: list["Shapes"]) -> "Shapes":
+    def concat(cls, parts: list[Shapes]) -> Shapes:
         return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
 
-    def take(self, idx) -> "Shapes":
+    def take(self, idx) -> Shapes:
         idx = np.atleast_1d(idx)
         return Shapes(*(getattr(self, f.name)[idx] for f in fields(self)))
 

@@ -3,10 +3,10 @@ configs). Units live in field names; values are converted to SI once, in the `*_
 `*_s`, `*_flop_per_s` properties (`units` holds the constants). `request` is the schema of a
 job as a mapping; `base.build` makes a spec from a mapping, naming bad fields by their path."""
 
-from .model import ModelSpec
-from .gpu import GPUSpec
 from .cluster import ClusterSpec, LinkOverride, PoolSpec, require_uniform
-from .job import FP8_RECIPES, PRECISIONS, JobSpec, Constraints, Precision, RECOMPUTE_MODES, precision_problem
+from .gpu import GPUSpec
+from .job import FP8_RECIPES, PRECISIONS, RECOMPUTE_MODES, Constraints, JobSpec, Precision, precision_problem
+from .model import ModelSpec
 
 __all__ = ["ModelSpec", "GPUSpec", "ClusterSpec", "LinkOverride", "PoolSpec", "require_uniform", "JobSpec", "Constraints", "RECOMPUTE_MODES",
            "FP8_RECIPES", "PRECISIONS", "Precision", "precision_problem"]

@@ -11,14 +11,14 @@ guard of everything that cannot (the formulation's coefficients, for one).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from ..errors import InputError
 from .base import HostName, Name, Spec
-from .units import GBIT_BYTES
 from .gpu import GPUSpec
+from .units import GBIT_BYTES
 
 
 class LinkOverride(Spec):
@@ -27,7 +27,7 @@ class LinkOverride(Spec):
     src: NonNegativeInt
     dst: NonNegativeInt
     gbit_per_s: PositiveFloat
-    latency_us: Optional[PositiveFloat] = None
+    latency_us: PositiveFloat | None = None
 
 
 class NodeFabric(Spec):
@@ -36,7 +36,7 @@ class NodeFabric(Spec):
     gpu: GPUSpec
     gpus_per_node: PositiveInt = 8
     num_nodes: PositiveInt
-    nvlink_domain_gpus: Optional[PositiveInt] = Field(
+    nvlink_domain_gpus: PositiveInt | None = Field(
         None, description="GPUs that share one NVLink (NVSwitch) domain, e.g. 72 for a GB200/GB300 NVL72 rack of 18 "
                           "4-GPU trays (default: gpus_per_node): a multiple of gpus_per_node dividing the GPUs")
     nvlink_gbyte_per_s: PositiveFloat = Field(description="NVLink/NVSwitch bandwidth per GPU per direction, GB/s")
@@ -45,10 +45,10 @@ class NodeFabric(Spec):
     network_latency_us: PositiveFloat = 8.0
     nvlink_efficiency: float = Field(0.8, gt=0, le=1, description="attained fraction of NVLink bandwidth by NCCL")
     network_efficiency: float = Field(0.8, gt=0, le=1, description="attained fraction of NIC bandwidth by NCCL")
-    nodes_per_leaf: Optional[PositiveInt] = Field(None, description="nodes behind one leaf switch (rack)")
+    nodes_per_leaf: PositiveInt | None = Field(None, description="nodes behind one leaf switch (rack)")
     spine_oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription, e.g. 4 for 4:1")
     node_names: tuple[HostName, ...] = Field((), description="host names of the nodes, in order (optional)")
-    price_per_gpu_hour_usd: Optional[PositiveFloat] = Field(
+    price_per_gpu_hour_usd: PositiveFloat | None = Field(
         None, description="what one GPU-hour costs, USD (optional; sweeps report cost per million tokens from it)")
 
     @model_validator(mode="after")
@@ -107,10 +107,10 @@ class ClusterSpec(NodeFabric):
     link_overrides: tuple[LinkOverride, ...] = ()
     pools: tuple[PoolSpec, ...] = Field(
         (), description="pools of nodes of different GPU types (a mixed cluster); the top-level node fields are pool 0's")
-    inter_pool_gbit_per_s: Optional[PositiveFloat] = Field(
+    inter_pool_gbit_per_s: PositiveFloat | None = Field(
         None, description="bandwidth between nodes of different pools, per GPU per direction, Gbit/s "
                           "(default: the slower pool's NIC)")
-    inter_pool_latency_us: Optional[PositiveFloat] = Field(
+    inter_pool_latency_us: PositiveFloat | None = Field(
         None, description="latency between nodes of different pools (default: the larger pool latency)")
     source: str = "user supplied"
 
@@ -179,7 +179,7 @@ class ClusterSpec(NodeFabric):
             return self.pools
         return (PoolSpec(name=self.gpu.name, **{k: getattr(self, k) for k in FABRIC_FIELDS}),)
 
-    def pool_views(self) -> tuple["ClusterSpec", ...]:
+    def pool_views(self) -> tuple[ClusterSpec, ...]:
         """One single-type ClusterSpec per pool (the cluster itself when it has one pool)."""
         if not self.pools:
             return (self,)

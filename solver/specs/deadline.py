@@ -17,7 +17,7 @@ import contextlib
 import math
 import threading
 import time
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 
 class DeadlineExpired(Exception):
@@ -63,16 +63,16 @@ class StopFlag:
 class Deadline:
     """`at` (monotonic seconds; inf: none) and the stop flag shared with derived deadlines."""
 
-    def __init__(self, at: float = math.inf, stop: Optional[StopFlag] = None) -> None:
+    def __init__(self, at: float = math.inf, stop: StopFlag | None = None) -> None:
         self.at = float(at)
         self.flag = stop if stop is not None else StopFlag()
 
     @classmethod
-    def after(cls, seconds: float, stop: Optional[StopFlag] = None) -> "Deadline":
+    def after(cls, seconds: float, stop: StopFlag | None = None) -> Deadline:
         """A deadline `seconds` from now."""
         return cls(time.monotonic() + max(0.0, float(seconds)), stop)
 
-    def within(self, seconds: float) -> "Deadline":
+    def within(self, seconds: float) -> Deadline:
         """The earlier of this deadline and `seconds` from now, stopped with this one."""
         return Deadline(min(self.at, time.monotonic() + max(0.0, float(seconds))), self.flag)
 

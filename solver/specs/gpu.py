@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, PositiveFloat
 
 from .base import Name, Spec
 from .units import GIB
-
 
 # Architectures whose tensor cores scale blocks of 32 elements in hardware (OCP microscaling,
 # MXFP8/MXFP4): NVIDIA Blackwell (5th-generation tensor cores, `tcgen05` block-scaled MMA) and
@@ -22,13 +21,13 @@ Architecture = Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4
 
 class GPUSpec(Spec):
     name: Name
-    architecture: Optional[Architecture] = Field(
+    architecture: Architecture | None = Field(
         None, description="GPU architecture: which precision recipes it runs (MXFP8 on blackwell/cdna4) and whether "
                           "it runs CUDA or ROCm (cdna3/cdna4)")
     peak_bf16_tflops: PositiveFloat = Field(description="dense BF16/FP16 tensor-core peak, TFLOP/s")
-    peak_fp8_tflops: Optional[PositiveFloat] = Field(
+    peak_fp8_tflops: PositiveFloat | None = Field(
         None, description="dense FP8 peak, TFLOP/s, where it exists (MXFP8 and blockwise FP8 run at this rate)")
-    peak_fp4_tflops: Optional[PositiveFloat] = Field(
+    peak_fp4_tflops: PositiveFloat | None = Field(
         None, description="dense FP4 (NVFP4/MXFP4) peak, TFLOP/s, where the datasheet gives it (catalog information: "
                           "no FP4 training recipe is planned)")
     hbm_gib: PositiveFloat
@@ -40,25 +39,25 @@ class GPUSpec(Spec):
         False, description="asynchronous tensor cores (Hopper+): fused attention overlaps softmax and matmul")
     # Formulation parameters (fitted: see `source`/`fit_notes`).
     matmul_efficiency: float = Field(0.75, gt=0, le=1, description="attained fraction of peak of large BF16 GEMMs")
-    fp8_matmul_efficiency: Optional[float] = Field(
+    fp8_matmul_efficiency: float | None = Field(
         None, gt=0, le=1, description="attained fraction of the FP8 peak of large FP8 GEMMs (default: matmul_efficiency)")
-    mxfp8_matmul_efficiency: Optional[float] = Field(
+    mxfp8_matmul_efficiency: float | None = Field(
         None, gt=0, le=1, description="the same for MXFP8 GEMMs (default: fp8_matmul_efficiency)")
-    fp8_blockwise_matmul_efficiency: Optional[float] = Field(
+    fp8_blockwise_matmul_efficiency: float | None = Field(
         None, gt=0, le=1, description="the same for blockwise-scaled FP8 GEMMs (default: fp8_matmul_efficiency)")
-    attention_efficiency: Optional[float] = Field(
+    attention_efficiency: float | None = Field(
         None, gt=0, le=1, description="attained fraction of peak of the attention matmuls, fused (cuDNN) kernel "
                                       "(default: matmul_efficiency: tensor-core kernels of the same generation)")
-    flash2_attention_efficiency: Optional[float] = Field(
+    flash2_attention_efficiency: float | None = Field(
         None, gt=0, le=1, description="the same for FlashAttention-2 (default: the fused kernel's); on Hopper "
                                       "FlashAttention-2 cannot use the asynchronous tensor cores")
-    flash1_attention_efficiency: Optional[float] = Field(
+    flash1_attention_efficiency: float | None = Field(
         None, gt=0, le=1, description="the same for the FlashAttention-1 generation: the CUDA v1 kernel and its "
                                       "Triton port (flash_attn_triton.py; llm-foundry attn_impl: triton), which "
                                       "Dao 2023 puts at 25-40% of the A100's peak against FlashAttention-2's 50-73% "
                                       "(default: FlashAttention-2's)")
 
-    masked_attention_efficiency: Optional[float] = Field(
+    masked_attention_efficiency: float | None = Field(
         None, gt=0, le=1, description="attained fraction of peak of PyTorch SDPA's kernel given an explicit mask (an "
                                       "additive bias over the whole s x s, no causal skipping: transformers' "
                                       "sliding-window layers); default: the FlashAttention-2 efficiency")
@@ -95,12 +94,12 @@ class GPUSpec(Spec):
                                "NCCL's buffers per communicator: formulation/memory.py)")
     runtime_reserve_fraction: float = Field(
         0.08, ge=0, lt=1, description="allocator fragmentation: reserved over allocated memory, fraction (added to every stage)")
-    tdp_watts: Optional[PositiveFloat] = Field(
+    tdp_watts: PositiveFloat | None = Field(
         None, description="board power limit (TDP) from the datasheet, W: `optimize` reports energy at this power "
                           "(an upper bound of the GPUs' draw; hosts, NICs and cooling not counted); optional")
     source: str = "user supplied"
-    fit_notes: Optional[str] = None
-    efficiencies_assumed_from: Optional[str] = Field(
+    fit_notes: str | None = None
+    efficiencies_assumed_from: str | None = Field(
         None, description="the GPU whose fitted efficiencies this one borrows (no published rows of its own); every "
                           "plan on it says so")
 
@@ -123,7 +122,7 @@ class GPUSpec(Spec):
             return self.fp8_blockwise_matmul_efficiency or base
         return base
 
-    def assumption(self) -> Optional[str]:
+    def assumption(self) -> str | None:
         """What a plan on this GPU must say about its efficiencies, or None when they are fitted."""
         if self.efficiencies_assumed_from:
             return (f"efficiencies of {self.name} assumed from {self.efficiencies_assumed_from}'s fit (no published "

@@ -54,7 +54,7 @@ every other `model_type` are refused in one line.
 
 from __future__ import annotations
 
-from typing import Any, Optional, overload
+from typing import Any, overload
 
 from pydantic import ValidationError
 
@@ -140,8 +140,8 @@ def _int(data: dict, mt: str, *keys: str) -> int: ...
 @overload
 def _int(data: dict, mt: str, *keys: str, default: int) -> int: ...
 @overload
-def _int(data: dict, mt: str, *keys: str, default: None) -> Optional[int]: ...
-def _int(data: dict, mt: str, *keys: str, default: Any = ...) -> Optional[int]:
+def _int(data: dict, mt: str, *keys: str, default: None) -> int | None: ...
+def _int(data: dict, mt: str, *keys: str, default: Any = ...) -> int | None:
     """The first of `keys` present in `data`, checked to be a positive integer."""
     for key in keys:
         if data.get(key) is not None:
@@ -154,7 +154,7 @@ def _int(data: dict, mt: str, *keys: str, default: Any = ...) -> Optional[int]:
     return default
 
 
-def _num(data: dict, mt: str, key: str, default: Optional[float]) -> Optional[float]:
+def _num(data: dict, mt: str, key: str, default: float | None) -> float | None:
     value = data.get(key)
     if value is None:
         return default
@@ -220,7 +220,7 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str]) -> dict:
     return out
 
 
-def _seq_length(data: dict, mt: str, notes: list[str]) -> Optional[int]:
+def _seq_length(data: dict, mt: str, notes: list[str]) -> int | None:
     rope = _dict_or(data, "rope_scaling", {})
     pre = _int(rope, mt, "original_max_position_embeddings", default=None) \
         or _int(data, mt, "original_max_position_embeddings", default=None)
@@ -249,7 +249,7 @@ def _name(data: dict, path_name: str) -> str:
     return path_name
 
 
-def _int_list(data: dict, mt: str, key: str) -> Optional[list[int]]:
+def _int_list(data: dict, mt: str, key: str) -> list[int] | None:
     value = data.get(key)
     if value is None:
         return None

@@ -6,7 +6,6 @@ file of its family; `specs/hf.py`'s docstring says which fields they map."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class _Family:
     qkv_bias: bool = False
     qk_norm: bool = False
     act: str = "silu"  # hidden_act default
-    head_dim: Optional[int] = None  # the class default when the file has none
+    head_dim: int | None = None  # the class default when the file has none
     caveats: tuple[str, ...] = field(default_factory=tuple)  # what the spec (and Megatron-LM) does not model
 
 
@@ -88,7 +87,7 @@ _FAMILIES: dict[str, _Family] = {
 class _Moe:
     experts: tuple[str, ...]  # keys of the routed-expert count
     expert_ffn: str  # key of one expert's FFN hidden size
-    dense_ffn: Optional[str]  # key of the dense layers' MLP size (None: every layer is MoE)
+    dense_ffn: str | None  # key of the dense layers' MLP size (None: every layer is MoE)
     layers: str  # how the modelling code picks MoE layers: all | qwen | deepseek | llama4
     shared: str = "none"  # none | qwen2 (gated) | deepseek (n_shared_experts x expert) | llama4 (one expert)
     score: str = "softmax"  # default router score function

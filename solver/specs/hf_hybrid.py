@@ -19,7 +19,8 @@ layers the formulation does not price)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: Callable[..., Any],

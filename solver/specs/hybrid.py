@@ -4,7 +4,7 @@ ModelSpec, whose fields (hybrid_layer_pattern, mamba_*) it reads."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 # Megatron-LM's hybrid layer symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py
 # `Symbols`, at d98e8a6): each symbol is one layer of its own, with its own pre-norm
@@ -15,15 +15,15 @@ MAMBA_FIELDS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_n
 class HybridShape:
     """Hybrid-model checks and derived quantities (module docstring); `self` is a ModelSpec."""
 
-    hybrid_layer_pattern: Optional[str]
-    mamba_num_heads: Optional[int]
-    mamba_head_dim: Optional[int]
-    mamba_num_groups: Optional[int]
-    mamba_state_dim: Optional[int]
+    hybrid_layer_pattern: str | None
+    mamba_num_heads: int | None
+    mamba_head_dim: int | None
+    mamba_num_groups: int | None
+    mamba_state_dim: int | None
     mamba_conv_kernel: int
     num_layers: int
     hidden_size: int
-    num_experts: Optional[int]
+    num_experts: int | None
     moe_layer_pattern: Any
     moe_layer_freq: int
     mtp_num_layers: int
@@ -76,7 +76,7 @@ class HybridShape:
     def is_hybrid(self) -> bool:
         return self.hybrid_layer_pattern is not None
 
-    def hybrid_layer_counts(self, pattern: Optional[str] = None) -> dict[str, int]:
+    def hybrid_layer_counts(self, pattern: str | None = None) -> dict[str, int]:
         """Layers of each kind (`HYBRID_SYMBOLS`' names) in `pattern` (default the whole model's)."""
         pattern = self.hybrid_layer_pattern if pattern is None else pattern
         assert pattern is not None, f"{self.name} is not a hybrid model"

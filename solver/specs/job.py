@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Tuple
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -36,7 +36,7 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8")
 FP8_RECIPES = ("fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8")
 
 
-def precision_problem(precision: str, gpu) -> Optional[str]:
+def precision_problem(precision: str, gpu) -> str | None:
     """Why `gpu` cannot run `precision` (one line naming the fix), or None."""
     if precision in FP8_RECIPES and gpu.peak_fp8_tflops is None:
         return f"precision {precision} needs a GPU with FP8 tensor cores; {gpu.name} has none (use bf16)"
@@ -57,34 +57,34 @@ NONEMPTY = Field(min_length=1)
 class Constraints(Spec):
     """Fix or bound any planning knob. A list fixes the allowed values; *_max bounds."""
 
-    tp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
-    pp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
-    dp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
-    cp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
-    vp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
-    micro_batch_size: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = None
-    ep: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = Field(
+    tp: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = None
+    pp: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = None
+    dp: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = None
+    cp: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = None
+    vp: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = None
+    micro_batch_size: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = None
+    ep: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = Field(
         None, description="expert-parallel sizes (MoE models; Megatron --expert-model-parallel-size)")
-    etp: Optional[Annotated[tuple[PositiveInt, ...], NONEMPTY]] = Field(
+    etp: Annotated[tuple[PositiveInt, ...], NONEMPTY] | None = Field(
         None, description="expert tensor-parallel sizes (MoE; Megatron --expert-tensor-parallel-size); "
                           "unset: the search tries 1 and tp")
-    tp_max: Optional[PositiveInt] = None
-    pp_max: Optional[PositiveInt] = None
-    dp_max: Optional[PositiveInt] = None
-    cp_max: Optional[PositiveInt] = None
-    vp_max: Optional[PositiveInt] = None
-    micro_batch_size_max: Optional[PositiveInt] = None
-    ep_max: Optional[PositiveInt] = None
-    etp_max: Optional[PositiveInt] = None
-    recompute: Optional[Annotated[tuple[Recompute, ...], NONEMPTY]] = None
-    sequence_parallel: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = None
-    zero: Optional[Annotated[tuple[Literal[0, 1, 2, 3], ...], NONEMPTY]] = None
-    account_for_embedding: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = Field(
+    tp_max: PositiveInt | None = None
+    pp_max: PositiveInt | None = None
+    dp_max: PositiveInt | None = None
+    cp_max: PositiveInt | None = None
+    vp_max: PositiveInt | None = None
+    micro_batch_size_max: PositiveInt | None = None
+    ep_max: PositiveInt | None = None
+    etp_max: PositiveInt | None = None
+    recompute: Annotated[tuple[Recompute, ...], NONEMPTY] | None = None
+    sequence_parallel: Annotated[tuple[bool, ...], NONEMPTY] | None = None
+    zero: Annotated[tuple[Literal[0, 1, 2, 3], ...], NONEMPTY] | None = None
+    account_for_embedding: Annotated[tuple[bool, ...], NONEMPTY] | None = Field(
         None, description="count the embedding as a layer of the pipeline split (Megatron "
                           "--account-for-embedding-in-pipeline-split; space/pipeline_split.py); unset: the search "
                           "uses it only where interleaving needs it (a stated vp with pp x vp above the layers, or "
                           "a pipeline depth whose layers make no equal chunks)")
-    account_for_loss: Optional[Annotated[tuple[bool, ...], NONEMPTY]] = Field(
+    account_for_loss: Annotated[tuple[bool, ...], NONEMPTY] | None = Field(
         None, description="count the loss as a layer of the pipeline split (Megatron "
                           "--account-for-loss-in-pipeline-split); unset: as account_for_embedding")
     uneven_split: bool = Field(True, description="allow uneven layer splits over pipeline stages")
@@ -138,7 +138,7 @@ class JobSpec(Spec):
         "none", description="CUDA graphs (Megatron --cuda-graph-impl): none, per-layer graphs of cuda_graph_modules "
                             "(local or transformer_engine), or the whole iteration (full_iteration; a dropless MoE "
                             "needs the flex dispatcher's static per-rank budget for it)")
-    cuda_graph_modules: Tuple[CudaGraphModule, ...] = Field(
+    cuda_graph_modules: tuple[CudaGraphModule, ...] = Field(
         (), description="modules of the per-layer graphs (Megatron --cuda-graph-modules): attn, mlp, moe_router, "
                         "moe_preprocess (with moe_router), mamba (a hybrid model's Mamba layers); a MoE layer's "
                         "dispatch and experts have dynamic shapes and stay outside per-layer graphs")
@@ -147,7 +147,7 @@ class JobSpec(Spec):
                            "master weights, and the distributed optimizer gathers them in FP8 (Megatron "
                            "--fp8-param-gather; MXFP8 gathers BF16 into the gradient buffer, "
                            "--reuse-grad-buf-for-mxfp8-param-ag)")
-    recompute_modules: Optional[Tuple[RecomputeModule, ...]] = Field(
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
                           "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
                           "core_attn); priced by formulation/recompute.py for plans with recompute selective")
@@ -155,7 +155,7 @@ class JobSpec(Spec):
     prefer: Literal["fastest", "simple"] = Field(
         "fastest", description="fastest: the optimum; simple: among plans within tolerance_rel of the optimum, the "
                                "fewest departures from the textbook Megatron-LM plan (search/simple.py)")
-    tolerance_rel: Optional[float] = Field(
+    tolerance_rel: float | None = Field(
         None, ge=0, lt=1, description="with prefer simple: the relative tolerance (default: the half-width of the "
                                       "optimum's 80% interval, calibration/intervals.py)")
 
@@ -212,7 +212,7 @@ class JobSpec(Spec):
         return self.global_batch_size * self.seq_length
 
 
-def cuda_graph_problem(job: "JobSpec") -> Optional[str]:
+def cuda_graph_problem(job: JobSpec) -> str | None:
     """Megatron-LM's rules on the CUDA-graph settings (transformer_config.py at d98e8a6), or None: modules
     only with a per-layer implementation, moe_preprocess with moe_router, no per-layer graph without
     modules on a MoE model (a whole dropless MoE layer has dynamic shapes: "default: capture whole layer,

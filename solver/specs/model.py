@@ -3,7 +3,7 @@ Narayanan et al. 2021 Eq. (2) generalised to GQA and gated MLPs."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -29,8 +29,8 @@ class ModelSpec(HybridShape, Spec):
     num_layers: PositiveInt
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
-    num_kv_heads: Optional[PositiveInt] = Field(None, description="KV heads (GQA); defaults to num_attention_heads (MHA)")
-    kv_channels: Optional[PositiveInt] = Field(
+    num_kv_heads: PositiveInt | None = Field(None, description="KV heads (GQA); defaults to num_attention_heads (MHA)")
+    kv_channels: PositiveInt | None = Field(
         None, description="head dimension (Megatron --kv-channels, HF head_dim); defaults to hidden_size / heads")
     ffn_hidden_size: PositiveInt
     vocab_size: PositiveInt
@@ -42,20 +42,20 @@ class ModelSpec(HybridShape, Spec):
     # describing the model they were launched as.
     position_embedding: PositionEmbedding = Field(
         "learned_absolute", description="learned_absolute (GPT), rope, alibi (BLOOM) or none")
-    rotary_base: Optional[PositiveFloat] = Field(
+    rotary_base: PositiveFloat | None = Field(
         None, description="RoPE theta (HF rope_theta); 10000 when position_embedding is rope and it is not given")
-    rotary_percent: Optional[float] = Field(
+    rotary_percent: float | None = Field(
         None, gt=0, le=1, description="fraction of the head dimension RoPE rotates (HF partial_rotary_factor); 1.0 if not given")
-    rope_scaling_factor: Optional[PositiveFloat] = Field(
+    rope_scaling_factor: PositiveFloat | None = Field(
         None, description="Llama 3.x RoPE frequency scaling factor (HF rope_scaling.factor with rope_type llama3)")
     normalization: Normalization = "LayerNorm"
     norm_zero_centered_gamma: bool = Field(
         False, description="norm weight stored as gamma - 1 (Nemotron's layernorm1p, Gemma's RMSNorm (1 + w))")
     norm_epsilon: PositiveFloat = 1e-5
     add_bias_linear: bool = Field(True, description="biases on every linear layer (GPT-2/3, OPT, BLOOM, GPT-NeoX)")
-    add_qkv_bias: Optional[bool] = Field(
+    add_qkv_bias: bool | None = Field(
         None, description="bias on the QKV projection only (Qwen2); defaults to add_bias_linear")
-    activation: Optional[Activation] = Field(
+    activation: Activation | None = Field(
         None, description="MLP activation; swiglu/geglu are gated (gated_mlp true); defaults to swiglu or gelu by gated_mlp")
     qk_norm: bool = Field(False, description="normalisation of queries and keys per head (Qwen3, Gemma 3)")
     dropout: float = Field(
@@ -64,75 +64,75 @@ class ModelSpec(HybridShape, Spec):
     # ---- what a Hugging Face config says beyond the shape, read by the eager transformers profile
     # (formulation/eager_layers.py prices the family's own modelling code); Megatron's formulation
     # ignores them (it costs sliding windows as full causal attention).
-    hf_model_type: Optional[str] = Field(
+    hf_model_type: str | None = Field(
         None, description="the transformers model_type the spec was converted from (whose modelling code "
                           "`--framework transformers` prices); unset: a Llama-style decoder of these fields")
-    hidden_act: Optional[str] = Field(
+    hidden_act: str | None = Field(
         None, description="the Hugging Face activation name (transformers activations.ACT2FN: silu, "
                           "gelu_pytorch_tanh, gelu_new, relu, relu2, ...); unset: the one `activation` implies")
-    sliding_window: Optional[PositiveInt] = Field(
+    sliding_window: PositiveInt | None = Field(
         None, description="sliding-window attention span in tokens (HF sliding_window), on `sliding_window_layers`")
-    sliding_window_layers: Optional[NonNegativeInt] = Field(
+    sliding_window_layers: NonNegativeInt | None = Field(
         None, description="how many layers attend through the window (HF layer_types); unset with a window: all")
     # ---- mixture of experts (Megatron-LM --num-experts, --moe-*; megatron/core/transformer/
     # transformer_config.py). A model without num_experts is dense and ignores the rest.
-    num_experts: Optional[PositiveInt] = Field(
+    num_experts: PositiveInt | None = Field(
         None, description="routed experts per MoE layer (Megatron --num-experts, HF num_local_experts / "
                           "n_routed_experts / num_experts); unset for a dense model")
-    moe_ffn_hidden_size: Optional[PositiveInt] = Field(
+    moe_ffn_hidden_size: PositiveInt | None = Field(
         None, description="FFN hidden size of one routed expert (Megatron --moe-ffn-hidden-size, HF "
                           "moe_intermediate_size); ffn_hidden_size stays the size of the dense layers' MLP")
-    moe_router_topk: Optional[PositiveInt] = Field(None, description="experts each token is routed to (top-k)")
-    moe_shared_expert_intermediate_size: Optional[PositiveInt] = Field(
+    moe_router_topk: PositiveInt | None = Field(None, description="experts each token is routed to (top-k)")
+    moe_shared_expert_intermediate_size: PositiveInt | None = Field(
         None, description="FFN hidden size of all shared experts together (Megatron "
                           "--moe-shared-expert-intermediate-size; DeepSeek: n_shared_experts x moe_intermediate_size)")
-    moe_latent_size: Optional[PositiveInt] = Field(
+    moe_latent_size: PositiveInt | None = Field(
         None, description="LatentMoE (Nemotron 3 Super/Ultra; Megatron --moe-latent-size, HF moe_latent_size): the "
                           "routed experts work in this width, a duplicated h x l projection before dispatch and "
                           "l x h after combine; unset: experts at the hidden width")
     moe_shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert's output (Qwen2-MoE)")
     moe_layer_freq: PositiveInt = Field(
         1, description="every n-th layer is MoE, counting from layer 0 (Megatron's integer --moe-layer-freq)")
-    moe_layer_pattern: Optional[tuple[int, ...]] = Field(
+    moe_layer_pattern: tuple[int, ...] | None = Field(
         None, description="1 (MoE) or 0 (dense) for each layer (Megatron's list --moe-layer-freq); overrides "
                           "moe_layer_freq, e.g. DeepSeek-V3's first 3 layers dense")
     moe_router_score_function: RouterScore = Field(
         "softmax", description="router scores: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)")
     moe_router_enable_expert_bias: bool = Field(
         False, description="auxiliary-loss-free load balancing with a per-expert bias (DeepSeek-V3)")
-    moe_router_num_groups: Optional[PositiveInt] = Field(
+    moe_router_num_groups: PositiveInt | None = Field(
         None, description="expert groups for group-limited routing (DeepSeek-V3: 8 groups, tokens see top-4)")
-    moe_router_group_topk: Optional[PositiveInt] = Field(None, description="groups each token may be routed to")
-    moe_expert_capacity_factor: Optional[PositiveFloat] = Field(
+    moe_router_group_topk: PositiveInt | None = Field(None, description="groups each token may be routed to")
+    moe_expert_capacity_factor: PositiveFloat | None = Field(
         None, description="token dropping at this capacity factor; unset: dropless (every routed token computed)")
     # ---- multi-latent attention (DeepSeek-V2/V3; Megatron --multi-latent-attention)
     multi_latent_attention: bool = False
-    q_lora_rank: Optional[PositiveInt] = Field(None, description="rank of the query compression; unset: full-rank Q")
-    kv_lora_rank: Optional[PositiveInt] = Field(None, description="rank of the joint KV compression (cached latent)")
-    qk_head_dim: Optional[PositiveInt] = Field(None, description="per-head Q/K dimension without RoPE (nope)")
-    qk_pos_emb_head_dim: Optional[PositiveInt] = Field(None, description="per-head Q/K dimension with RoPE")
-    v_head_dim: Optional[PositiveInt] = Field(None, description="per-head V dimension")
+    q_lora_rank: PositiveInt | None = Field(None, description="rank of the query compression; unset: full-rank Q")
+    kv_lora_rank: PositiveInt | None = Field(None, description="rank of the joint KV compression (cached latent)")
+    qk_head_dim: PositiveInt | None = Field(None, description="per-head Q/K dimension without RoPE (nope)")
+    qk_pos_emb_head_dim: PositiveInt | None = Field(None, description="per-head Q/K dimension with RoPE")
+    v_head_dim: PositiveInt | None = Field(None, description="per-head V dimension")
     mtp_num_layers: NonNegativeInt = Field(
         0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
                        "layer, a 2h x h projection and two norms, and a second LM head pass")
     # ---- hybrid Mamba-Transformer models (Nemotron-H, Nemotron 3; Megatron-LM --hybrid-layer-pattern,
     # formerly --hybrid-override-pattern, and --mamba-*; megatron/core/ssm/mamba_mixer.py)
-    hybrid_layer_pattern: Optional[str] = Field(
+    hybrid_layer_pattern: str | None = Field(
         None, description="one symbol per layer: M Mamba-2, * attention, - MLP, E MoE (Megatron "
                           "--hybrid-layer-pattern, HF hybrid_override_pattern); unset: a Transformer")
-    mamba_state_dim: Optional[PositiveInt] = Field(None, description="SSM state size N (HF ssm_state_size)")
-    mamba_head_dim: Optional[PositiveInt] = Field(None, description="Mamba-2 head dimension P (HF mamba_head_dim)")
-    mamba_num_heads: Optional[PositiveInt] = Field(
+    mamba_state_dim: PositiveInt | None = Field(None, description="SSM state size N (HF ssm_state_size)")
+    mamba_head_dim: PositiveInt | None = Field(None, description="Mamba-2 head dimension P (HF mamba_head_dim)")
+    mamba_num_heads: PositiveInt | None = Field(
         None, description="Mamba-2 heads H (HF mamba_num_heads); d_inner = H x P")
-    mamba_num_groups: Optional[PositiveInt] = Field(
+    mamba_num_groups: PositiveInt | None = Field(
         None, description="B/C groups G shared by the heads (HF n_groups, Megatron --mamba-num-groups)")
     mamba_conv_kernel: PositiveInt = Field(4, description="depthwise causal conv1d width (HF conv_kernel; Megatron d_conv 4)")
     mamba_chunk_size: PositiveInt = Field(128, description="SSD chunk length Q (HF chunk_size; Megatron chunk_size 128)")
     seq_length: PositiveInt = Field(2048, description="sequence length of the source's training recipe (job default)")
     global_batch_size: PositiveInt = Field(512, description="global batch (sequences) of the source's recipe (job default)")
-    nominal_params_b: Optional[float] = Field(None, gt=0, description="parameter count the source states, billions")
+    nominal_params_b: float | None = Field(None, gt=0, description="parameter count the source states, billions")
     source: str = "user supplied"
-    notes: Optional[str] = None
+    notes: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -433,7 +433,7 @@ class ModelSpec(HybridShape, Spec):
         k, d, m, _ = self.pipeline_units
         return [int(u) * (d + m) + (k if i == 0 else 0) for i, u in enumerate(units)]
 
-    def layers_to_units(self, layers) -> Optional[list[int]]:
+    def layers_to_units(self, layers) -> list[int] | None:
         """The split in pipeline units of `layers` per stage; None when it cuts a unit or does
         not give the first stage the leading dense layers."""
         k, d, m, _ = self.pipeline_units

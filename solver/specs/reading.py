@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -40,14 +40,14 @@ MAX_STRING_CHARS = 1 << 16  # characters of one string scalar
 class SpecFiles:
     """Which files a caller may name (`file_policy`): `directory` None opens no file at all."""
 
-    directory: Optional[Path] = None
+    directory: Path | None = None
 
 
-_FILE_POLICY: ContextVar[Optional[SpecFiles]] = ContextVar("solveplan_file_policy", default=None)
+_FILE_POLICY: ContextVar[SpecFiles | None] = ContextVar("solveplan_file_policy", default=None)
 
 
 @contextmanager
-def file_policy(policy: Optional[SpecFiles]):
+def file_policy(policy: SpecFiles | None):
     """Within the block (this thread or task and what it starts with a copied context), user
     file names are restricted by `policy` (None: any file, the default for the CLI and the
     Python API). The HTTP service runs every request under `SpecFiles(...)`."""

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, WithJsonSchema, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from .cluster import ClusterSpec
-from .job import Constraints
+from .job import Constraints, CudaGraphImpl, CudaGraphModule, Precision, RecomputeModule
 from .model import ModelSpec
-
-from .job import CudaGraphImpl, CudaGraphModule, Precision, RecomputeModule
 
 
 def _ref(kind: str, forms: str):
@@ -61,10 +67,10 @@ HF_CONFIG_SCHEMA = {
     "type": "object", "title": "HuggingFaceConfig", "required": ["model_type"], "additionalProperties": True,
     "description": "a Hugging Face config.json of a dense decoder, as the file holds it (Llama, Mistral, Qwen2/3, "
                    "Gemma, Phi-3/4, OLMo, Nemotron, GPT-NeoX, GPT-2, OPT, BLOOM)"}
-ModelRef = Annotated[Union[str, dict], _ref("model", "a catalog name, a file path"),
+ModelRef = Annotated[str | dict, _ref("model", "a catalog name, a file path"),
                      _ref_schema("model", "a catalog model (`solveplan models`)", _inlined(ModelSpec, ("name",)),
                                  HF_CONFIG_SCHEMA)]
-ClusterRef = Annotated[Union[str, dict], _ref("cluster", "a catalog name, <gpu>x<N>, a file path"),
+ClusterRef = Annotated[str | dict, _ref("cluster", "a catalog name, <gpu>x<N>, a file path"),
                        _ref_schema("cluster", "a catalog cluster or <gpu>x<N> (`solveplan clusters`)",
                                    _inlined(ClusterSpec, ("name",)))]
 ConstraintsMapping = Annotated[dict, WithJsonSchema(_inlined(Constraints))]
@@ -81,37 +87,37 @@ class JobRequest(Request):
     """A training job: catalog names, files or inline mappings for the model and the cluster;
     the global batch and the sequence default to the model's recipe."""
 
-    id: Optional[Union[int, str]] = None
-    name: Optional[str] = None
-    model: Optional[ModelRef] = Field(None, description="catalog name (see `solveplan models`), a file, or a ModelSpec mapping")
-    cluster: Optional[ClusterRef] = Field(None, description="catalog name, <gpu>x<N>, a file, or a ClusterSpec mapping")
-    global_batch_size: Optional[PositiveInt] = None
-    seq_length: Optional[PositiveInt] = None
-    precision: Optional[Precision] = None
-    flash_attention: Optional[bool] = None
-    attention_kernel: Optional[Literal["cudnn", "flash2", "flash1"]] = None
-    grad_reduce_dtype: Optional[Literal["fp32", "bf16"]] = None
-    tp_comm_overlap: Optional[bool] = None
-    overlap_grad_reduce: Optional[bool] = None
-    framework: Optional[Literal["megatron", "torchtitan", "transformers"]] = Field(
+    id: int | str | None = None
+    name: str | None = None
+    model: ModelRef | None = Field(None, description="catalog name (see `solveplan models`), a file, or a ModelSpec mapping")
+    cluster: ClusterRef | None = Field(None, description="catalog name, <gpu>x<N>, a file, or a ClusterSpec mapping")
+    global_batch_size: PositiveInt | None = None
+    seq_length: PositiveInt | None = None
+    precision: Precision | None = None
+    flash_attention: bool | None = None
+    attention_kernel: Literal["cudnn", "flash2", "flash1"] | None = None
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = None
+    tp_comm_overlap: bool | None = None
+    overlap_grad_reduce: bool | None = None
+    framework: Literal["megatron", "torchtitan", "transformers"] | None = Field(
         None, description="the software stack: megatron (default), torchtitan or transformers")
-    moe_load_imbalance: Optional[float] = Field(None, ge=1.0, le=64.0, allow_inf_nan=False,
+    moe_load_imbalance: float | None = Field(None, ge=1.0, le=64.0, allow_inf_nan=False,
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
-    moe_a2a_overlap: Optional[bool] = None
-    moe_token_dispatcher: Optional[Literal["alltoall", "flex"]] = None
-    fp8_param_gather: Optional[bool] = Field(None, description="FP8 recipes: FP8 primary weights (--fp8-param-gather)")
-    cuda_graph_impl: Optional[CudaGraphImpl] = Field(
+    moe_a2a_overlap: bool | None = None
+    moe_token_dispatcher: Literal["alltoall", "flex"] | None = None
+    fp8_param_gather: bool | None = Field(None, description="FP8 recipes: FP8 primary weights (--fp8-param-gather)")
+    cuda_graph_impl: CudaGraphImpl | None = Field(
         None, description="CUDA graphs (Megatron --cuda-graph-impl): none, local, transformer_engine, full_iteration")
-    cuda_graph_modules: Optional[list[CudaGraphModule]] = Field(
+    cuda_graph_modules: list[CudaGraphModule] | None = Field(
         None, description="modules of per-layer CUDA graphs (--cuda-graph-modules): attn, mlp, moe_router, "
                           "moe_preprocess")
-    recompute_modules: Optional[list[RecomputeModule]] = Field(
+    recompute_modules: list[RecomputeModule] | None = Field(
         None, description="with recompute selective: Megatron's --recompute-modules (default core_attn)")
-    constraints: Optional[ConstraintsMapping] = Field(
+    constraints: ConstraintsMapping | None = Field(
         None, description="allowed values or bounds of the planning knobs (tp, pp_max, ...)")
-    prefer: Optional[Literal["fastest", "simple"]] = Field(None, description="fastest (default) or simple: the "
+    prefer: Literal["fastest", "simple"] | None = Field(None, description="fastest (default) or simple: the "
                                                            "simplest plan within the error")
-    tolerance_rel: Optional[float] = Field(None, ge=0, lt=1, allow_inf_nan=False,
+    tolerance_rel: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False,
                                            description="with prefer simple: the relative tolerance (default: the interval)")
 
     @field_validator("constraints")
@@ -138,10 +144,10 @@ class Target(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    tokens_per_s: Optional[float] = Field(None, gt=0, le=MAX_TOKENS_PER_S, allow_inf_nan=False)
-    deadline_s: Optional[float] = Field(None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
+    tokens_per_s: float | None = Field(None, gt=0, le=MAX_TOKENS_PER_S, allow_inf_nan=False)
+    deadline_s: float | None = Field(None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False,
                                         description="wall-clock seconds to train `token_budget` tokens")
-    token_budget: Optional[float] = Field(None, gt=0, le=MAX_TOKEN_BUDGET, allow_inf_nan=False,
+    token_budget: float | None = Field(None, gt=0, le=MAX_TOKEN_BUDGET, allow_inf_nan=False,
                                           description="tokens to train by the deadline")
 
     @model_validator(mode="after")
@@ -175,5 +181,5 @@ class AdmitJob(JobRequest):
     or a `cluster` of the free cluster's GPU type, or a throughput `target` (then the fewest
     GPUs that meet it)."""
 
-    num_gpus: Optional[PositiveInt] = None
-    target: Optional[Target] = None
+    num_gpus: PositiveInt | None = None
+    target: Target | None = None

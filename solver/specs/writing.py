@@ -14,15 +14,15 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
 
 from ..errors import InputError
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 
-def check_output(path: str | Path, field: str, suffixes: Optional[Sequence[str]] = None) -> Path:
+def check_output(path: str | Path, field: str, suffixes: Sequence[str] | None = None) -> Path:
     """`path` as a Path when it may be written: a new name or a regular file, in a directory
     that exists, with one of `suffixes` (when given). InputError naming `field` otherwise."""
     p = Path(path)
@@ -45,7 +45,7 @@ def check_output(path: str | Path, field: str, suffixes: Optional[Sequence[str]]
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | Path, field: str, suffixes: Optional[Sequence[str]] = None) -> Iterator[Path]:
+def atomic_output(path: str | Path, field: str, suffixes: Sequence[str] | None = None) -> Iterator[Path]:
     """A temporary path beside `path` (same suffix, so renderers pick the same format) to write;
     renamed over `path` when the block ends without an error, removed otherwise. OSError
     (ENOSPC, EACCES, ...) becomes InputError(field, 'cannot write PATH: reason')."""

@@ -12,17 +12,18 @@ runners), `ray_runner` (Ray tasks), `output` (CSV / JSON lines / Parquet, resume
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from .grid import MAX_SCENARIOS, Grid, Scenario, expand, load_grid
 from .rows import COLUMNS, STATUSES, TIMING_COLUMNS
 from .run import DEFAULT_TIME_LIMIT_S, SweepReport, run
 
 
-def sweep(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path, None] = None, *,
-          workers: Optional[int] = None, ray: Optional[str] = None, resume: bool = False, overwrite: bool = False,
-          time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: Optional[int] = None,
+def sweep(grid: str | Path | Mapping[str, Any] | Grid, output: str | Path | None = None, *,
+          workers: int | None = None, ray: str | None = None, resume: bool = False, overwrite: bool = False,
+          time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: int | None = None,
           progress: bool = False, max_scenarios: int = MAX_SCENARIOS) -> list[dict]:
     """One row (a dict of `COLUMNS`) per scenario of `grid`, in scenario order.
 

@@ -35,9 +35,10 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Optional, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
@@ -70,7 +71,7 @@ class Pool(_Strict):
 
     family: str
     num_gpus: list[PositiveInt]
-    price_per_gpu_hour_usd: Optional[PositiveFloat] = None
+    price_per_gpu_hour_usd: PositiveFloat | None = None
 
 
 class ScenarioSpec(_Strict):
@@ -78,25 +79,25 @@ class ScenarioSpec(_Strict):
 
     model: ModelRef
     cluster: ClusterRef
-    global_batch_size: Optional[PositiveInt] = None
-    seq_length: Optional[PositiveInt] = None
-    precision: Optional[Precision] = None
-    framework: Optional[Framework] = None
-    constraints: Optional[dict[str, Any]] = None
-    price_per_gpu_hour_usd: Optional[PositiveFloat] = None
-    prefer: Optional[Literal["fastest", "simple"]] = None
+    global_batch_size: PositiveInt | None = None
+    seq_length: PositiveInt | None = None
+    precision: Precision | None = None
+    framework: Framework | None = None
+    constraints: dict[str, Any] | None = None
+    price_per_gpu_hour_usd: PositiveFloat | None = None
+    prefer: Literal["fastest", "simple"] | None = None
 
 
 class Grid(_Strict):
-    models: Optional[list[ModelRef]] = None
-    clusters: Optional[list[ClusterRef]] = None
-    global_batch_sizes: Optional[list[PositiveInt]] = None
-    seq_lengths: Optional[list[PositiveInt]] = None
-    precisions: Optional[list[Precision]] = None
-    frameworks: Optional[list[Framework]] = None
-    constraints: Optional[list[dict[str, Any]]] = None
-    scenarios: Optional[list[ScenarioSpec]] = None
-    prefer: Optional[Literal["fastest", "simple"]] = None  # every scenario's (a scenario's own wins)
+    models: list[ModelRef] | None = None
+    clusters: list[ClusterRef] | None = None
+    global_batch_sizes: list[PositiveInt] | None = None
+    seq_lengths: list[PositiveInt] | None = None
+    precisions: list[Precision] | None = None
+    frameworks: list[Framework] | None = None
+    constraints: list[dict[str, Any]] | None = None
+    scenarios: list[ScenarioSpec] | None = None
+    prefer: Literal["fastest", "simple"] | None = None  # every scenario's (a scenario's own wins)
 
 
 PRODUCT_KEYS = ("models", "clusters", "global_batch_sizes", "seq_lengths", "precisions", "frameworks", "constraints")
@@ -139,7 +140,7 @@ def _path(loc) -> str:
     return out
 
 
-def _empty_list(data: Any, where: str) -> Optional[str]:
+def _empty_list(data: Any, where: str) -> str | None:
     """The path of the first empty list inside `data`, or None."""
     if isinstance(data, list):
         if not data:
@@ -171,7 +172,7 @@ def _validate(cls, data: Mapping[str, Any], prefix: str):
         raise InputError(where, f"{msg} (got {err.get('input')!r})") from None
 
 
-def load_grid(grid: Union[str, Path, Mapping[str, Any], Grid]) -> tuple[Grid, str]:
+def load_grid(grid: str | Path | Mapping[str, Any] | Grid) -> tuple[Grid, str]:
     """(Grid, folder its file paths are relative to) from a grid file, a mapping or a Grid."""
     if isinstance(grid, Grid):
         return grid, "."
@@ -189,7 +190,7 @@ def load_grid(grid: Union[str, Path, Mapping[str, Any], Grid]) -> tuple[Grid, st
     return _validate(Grid, data, ""), base
 
 
-def _constraints(data: Optional[dict], where: str) -> Optional[dict]:
+def _constraints(data: dict | None, where: str) -> dict | None:
     """Checked constraint set as written ({} and None both mean: no constraint)."""
     if not data:
         return None
@@ -197,9 +198,9 @@ def _constraints(data: Optional[dict], where: str) -> Optional[dict]:
     return data
 
 
-def _clusters(entries: list, where: str) -> list[tuple[Any, Optional[float]]]:
+def _clusters(entries: list, where: str) -> list[tuple[Any, float | None]]:
     """(cluster ref, price) per cluster; a pool expands into one `<family>x<N>` per size."""
-    out: list[tuple[Any, Optional[float]]] = []
+    out: list[tuple[Any, float | None]] = []
     for i, entry in enumerate(entries):
         if isinstance(entry, dict) and ("family" in entry or "num_gpus" in entry):
             pool = _validate(Pool, entry, f"{where}[{i}].")
@@ -209,7 +210,7 @@ def _clusters(entries: list, where: str) -> list[tuple[Any, Optional[float]]]:
     return out
 
 
-def _axis(values: Optional[list]) -> list:
+def _axis(values: list | None) -> list:
     """The values of a product axis; [None] (each scenario left to the defaults) when not given."""
     return values or [None]
 

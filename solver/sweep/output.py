@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional, TextIO
+from typing import TextIO
 
 from ..errors import InputError
 from ..specs.writing import atomic_output
@@ -165,7 +166,7 @@ class Output:
                                   for r in _read_jsonl(self.partial)]
         elif overwrite and self.partial.exists():
             self.partial.unlink()
-        self._fh: Optional[TextIO] = None
+        self._fh: TextIO | None = None
         self._appended = 0
 
     def done(self) -> dict[str, dict]:

@@ -27,13 +27,12 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional
 
 from ..errors import InputError
-from .rows import failed_row, one_line, plan_batch
-from .rows import POLL_S, default_workers
+from .rows import POLL_S, default_workers, failed_row, one_line, plan_batch
 
 MAX_RETRIES = 2
 MAX_BATCH = 16
@@ -75,7 +74,7 @@ def stage_package(dest: Path) -> Path:
 
 
 @contextmanager
-def ray_session(address: str, workers: Optional[int]):
+def ray_session(address: str, workers: int | None):
     """This process's Ray connection if it has one (left open), else a new one: `local` starts
     Ray here with `workers` CPUs, an address connects with the staged package as py_modules.
     Shut down (and the staging removed) at the end when this opened it."""
@@ -103,15 +102,15 @@ def ray_session(address: str, workers: Optional[int]):
             ray.shutdown()
 
 
-def run_ray(items: list, address: str, *, workers: Optional[int], time_limit_s: float,
-            batch_size: Optional[int], on_row, fault: Optional[dict] = None) -> None:
+def run_ray(items: list, address: str, *, workers: int | None, time_limit_s: float,
+            batch_size: int | None, on_row, fault: dict | None = None) -> None:
     """Plan (scenario, JobSpec) items as Ray tasks in `ray_session(address, workers)`."""
     with ray_session(address, workers) as ray:
         run_tasks(ray, items, time_limit_s=time_limit_s, batch_size=batch_size, on_row=on_row, fault=fault)
 
 
-def run_tasks(ray, items: list, *, time_limit_s: float, batch_size: Optional[int], on_row,
-              check: Callable[[], None] = lambda: None, fault: Optional[dict] = None) -> None:
+def run_tasks(ray, items: list, *, time_limit_s: float, batch_size: int | None, on_row,
+              check: Callable[[], None] = lambda: None, fault: dict | None = None) -> None:
     """Plan (scenario, JobSpec) items as Ray tasks on a connected `ray`; `on_row` gets each row as
     its task finishes; `check` is called while waiting (it raises to stop). `fault` ({scenario
     id: fault}, tests only) injects a failure into the task holding that scenario."""

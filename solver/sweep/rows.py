@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import InputError
 from ..plan import gpu_hours_per_million_tokens
@@ -186,7 +186,7 @@ def plan_one(scenario: Scenario, job, time_limit_s: float) -> dict:
     return result_row(scenario, job, result, time.perf_counter() - t0)
 
 
-def plan_batch(items: list[tuple[Scenario, Any]], time_limit_s: float, fault: Optional[dict] = None) -> list[dict]:
+def plan_batch(items: list[tuple[Scenario, Any]], time_limit_s: float, fault: dict | None = None) -> list[dict]:
     """Rows of (scenario, JobSpec) pairs, in order. `fault` injects failures for the tests of
     the retry path: {"raise": True} raises, {"exit_once": path} ends the worker process once."""
     if fault:

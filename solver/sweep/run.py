@@ -20,11 +20,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any
 
 from ..errors import InputError
 from .grid import MAX_SCENARIOS, Grid, Scenario, expand, load_grid
@@ -47,7 +48,7 @@ class SweepReport:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _check_args(workers: Optional[int], time_limit_s: float, batch_size: Optional[int]) -> None:
+def _check_args(workers: int | None, time_limit_s: float, batch_size: int | None) -> None:
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise InputError("workers", f"must be a positive number of processes (got {workers!r})")
     if not isinstance(time_limit_s, (int, float)) or not math.isfinite(time_limit_s) or time_limit_s <= 0:
@@ -56,10 +57,10 @@ def _check_args(workers: Optional[int], time_limit_s: float, batch_size: Optiona
         raise InputError("batch_size", f"must be a positive number of scenarios per Ray task (got {batch_size!r})")
 
 
-def run(grid: Union[str, Path, Mapping[str, Any], Grid], output: Union[str, Path, None] = None, *,
-        workers: Optional[int] = None, ray: Optional[str] = None, resume: bool = False, overwrite: bool = False,
-        time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: Optional[int] = None,
-        progress: bool = False, prefer: Optional[str] = None, max_scenarios: int = MAX_SCENARIOS) -> SweepReport:
+def run(grid: str | Path | Mapping[str, Any] | Grid, output: str | Path | None = None, *,
+        workers: int | None = None, ray: str | None = None, resume: bool = False, overwrite: bool = False,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S, batch_size: int | None = None,
+        progress: bool = False, prefer: str | None = None, max_scenarios: int = MAX_SCENARIOS) -> SweepReport:
     """Plan every scenario of `grid` (a grid file, a mapping or a Grid); see `solveplan.sweep.sweep`.
     `prefer`: the grid's `prefer` for every scenario (fastest or simple), overriding the file's."""
     t0 = time.perf_counter()
@@ -234,8 +235,14 @@ class _Progress:
     def __enter__(self):
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                       TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"),
@@ -244,7 +251,7 @@ class _Progress:
             self._task = self._progress.add_task("", total=self.total)
         return self
 
-    def advance(self, status: str, row: Optional[dict] = None) -> None:
+    def advance(self, status: str, row: dict | None = None) -> None:
         self.counts[status] = self.counts.get(status, 0) + 1
         if self._progress is not None:
             desc = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))

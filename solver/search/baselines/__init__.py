@@ -10,14 +10,12 @@ on there (it is valid for every split, so it only drops shapes that cannot fit u
 split). `benchmarks/search_cost.py` runs every method on both.
 """
 
-from typing import Optional
-
-from ..result import Choice, FEASIBLE, INFEASIBLE, OPTIMAL, PlanStatus, UNKNOWN
+from ..result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Choice, PlanStatus
 
 PREPARE_KWARGS = {"prune_time": False, "apply_dominance": False}
 
 
-def verdict(finished: bool, best: Optional[Choice]) -> tuple[PlanStatus, Optional[float]]:
+def verdict(finished: bool, best: Choice | None) -> tuple[PlanStatus, float | None]:
     """(status, bound_s) of a baseline: a finished search proves its best (or that none fits);
     a stopped one proves nothing."""
     if finished:

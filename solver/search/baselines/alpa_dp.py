@@ -56,21 +56,21 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 
-from . import verdict
-from ..candidates import Candidates
-from ..result import Choice, MethodResult
 from ...formulation.pipeline import stage_arrays, stage_memory_bytes, step_time_batch
 from ...formulation.splits import balanced_split
+from ..candidates import Candidates
+from ..result import Choice, MethodResult
+from . import verdict
 
 T_BATCH = 16  # t_max values solved at once (numpy batch)
 REL_TOL = 1e-12
 
 
-def _tables(co_one, L: int, p: int, uneven: bool = True, only: Optional[list[int]] = None):
+def _tables(co_one, L: int, p: int, uneven: bool = True, only: list[int] | None = None):
     """slot, tail, fits as (Lmax x p) arrays: row l-1 = stage i holding l layers. An even-split
     job allows each stage only its count in the balanced split (the DP then returns that split),
     an accounted shape only its count in `only` (Megatron's split)."""
@@ -163,7 +163,7 @@ def search(
     cands: Candidates,
     time_limit_s: float,
     top_k: int = 1,
-    progress: Optional[Callable[[dict], None]] = None,
+    progress: Callable[[dict], None] | None = None,
     mode: str = "minmax",
     prune: bool = True,
 ) -> MethodResult:
@@ -203,7 +203,7 @@ class _AlpaSearch:
         self.evaluations = 0
         self.dps = 0
         self.shapes_dp = 0
-        self.stopped: Optional[str] = None
+        self.stopped: str | None = None
         self.visited = 0
         self.last_report = self.t0
 

@@ -20,16 +20,16 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 
-from . import verdict
+from ...formulation.linear import expand
+from ...formulation.pipeline import step_time_batch
 from ..candidates import Candidates
 from ..pruning import tail_lower_bound_s
 from ..result import Choice, MethodResult
-from ...formulation.linear import expand
-from ...formulation.pipeline import step_time_batch
+from . import verdict
 
 BLOCK_ROWS = 1 << 15
 PROGRESS_EVERY_S = 0.5
@@ -65,8 +65,8 @@ def _caps(cands: Candidates, j: int, threshold_s: float, tail_lb_s: float) -> li
     return [int(x) for x in hi]
 
 
-def search(cands: Candidates, time_limit_s: float, top_k: int = 1, progress: Optional[Callable[[dict], None]] = None,
-           max_evaluations: Optional[int] = None) -> MethodResult:
+def search(cands: Candidates, time_limit_s: float, top_k: int = 1, progress: Callable[[dict], None] | None = None,
+           max_evaluations: int | None = None) -> MethodResult:
     """The best fitting plan(s) of `cands` by branch and bound over shapes and splits."""
     t0 = time.perf_counter()
     L = cands.num_layers

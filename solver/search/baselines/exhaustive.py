@@ -32,15 +32,15 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from . import verdict
-from ..candidates import Candidates
-from ..result import Choice, MethodResult
 from ...formulation.pipeline import step_time_batch
 from ...formulation.splits import balanced_split
+from ..candidates import Candidates
+from ..result import Choice, MethodResult
+from . import verdict
 
 BLOCK_ROWS = 1 << 17
 BLOCK_ELEMENTS = 1 << 19  # rows x stages per block: bounds the formulation's temporaries (~20 arrays)
@@ -70,7 +70,7 @@ def count_space(cands: Candidates) -> int:
                            cands.job.constraints.uneven_split) + int(acc.sum()))
 
 
-def _splits(num_layers: int, pp: int, uneven: bool = True, only: Optional[list[int]] = None):
+def _splits(num_layers: int, pp: int, uneven: bool = True, only: list[int] | None = None):
     """A stream of all compositions of L into pp positive parts, lexicographic in their cut
     points (only the balanced split when `uneven` is False; only `only` when given: an
     accounted shape's); `take(n)` returns the next (up to) n of them as an n x pp int64 array."""
@@ -78,7 +78,7 @@ def _splits(num_layers: int, pp: int, uneven: bool = True, only: Optional[list[i
 
 
 class _SplitStream:
-    def __init__(self, num_layers: int, pp: int, uneven: bool = True, only: Optional[list[int]] = None):
+    def __init__(self, num_layers: int, pp: int, uneven: bool = True, only: list[int] | None = None):
         self.L, self.p = num_layers, pp
         self.left = 1 if only is not None else count_splits(num_layers, pp) if uneven else int(pp <= num_layers)
         self._it: Iterator[int] = iter(())  # the cut points, flat (none for pp = 1)
@@ -141,8 +141,8 @@ def search(
     cands: Candidates,
     time_limit_s: float,
     top_k: int = 1,
-    progress: Optional[Callable[[dict], None]] = None,
-    max_evaluations: Optional[int] = None,
+    progress: Callable[[dict], None] | None = None,
+    max_evaluations: int | None = None,
     block_rows: int = BLOCK_ROWS,
     distinct: str = "shape",
 ) -> MethodResult:
@@ -164,7 +164,7 @@ class _Enumeration:
     """One exhaustive search: the best rows so far (top-k plans, or the best split of each
     shape), the rows pending for the next block, and the counters."""
 
-    def __init__(self, cands: Candidates, time_limit_s: float, top_k: int, progress, max_evaluations: Optional[int],
+    def __init__(self, cands: Candidates, time_limit_s: float, top_k: int, progress, max_evaluations: int | None,
                  distinct: str):
         self.t0 = time.perf_counter()
         self.cands, self.time_limit_s, self.progress, self.distinct = cands, time_limit_s, progress, distinct
@@ -227,7 +227,7 @@ class _Enumeration:
                 self.shape_best[j] = step[row]
                 self.shape_layers[j] = layers[row].copy()
 
-    def flush(self) -> Optional[str]:
+    def flush(self) -> str | None:
         """Evaluate the pending rows; return why to stop, if the time is up."""
         buf = self.buf
         if buf["rows"]:
@@ -239,12 +239,12 @@ class _Enumeration:
             self.report()
         return "time_limit" if now - self.t0 >= self.time_limit_s else None
 
-    def enumerate(self, block_rows: int) -> Optional[str]:
+    def enumerate(self, block_rows: int) -> str | None:
         """Every split of every shape, in blocks of rows; why it stopped short, if it did."""
         cands, buf = self.cands, self.buf
         L = cands.job.model.num_pipeline_units
         uneven = cands.job.constraints.uneven_split
-        stopped: Optional[str] = None
+        stopped: str | None = None
         for pos, j in enumerate(self.shape_order.tolist()):
             self.done = pos  # the shapes before this one are in the scored or the pending rows
             p = int(cands.shapes.pp[j])
@@ -273,7 +273,7 @@ class _Enumeration:
             self.done = self.n_shapes
         return stopped
 
-    def result(self, stopped: Optional[str]) -> MethodResult:
+    def result(self, stopped: str | None) -> MethodResult:
         finished = self.evaluations == self.space
         if finished:
             stopped = None

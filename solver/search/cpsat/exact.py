@@ -30,8 +30,6 @@ the model. An even-split job has one split per shape: its objective, if it fits.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from ...formulation.linear import FIRST, LAST, MID, pp_blocks
@@ -133,7 +131,7 @@ def _block_optima(form: IntegerForm, ks: np.ndarray, p: int, L: int) -> np.ndarr
 
 
 def shape_optima(form: IntegerForm, shapes, num_layers: int, uneven: bool = True,
-                 deadline: Optional[Deadline] = None, fixed: Optional[np.ndarray] = None) -> np.ndarray:
+                 deadline: Deadline | None = None, fixed: np.ndarray | None = None) -> np.ndarray:
     """Per shape of `shapes` (indices into `form`): the least objective over its splits that fit
     (NO_SPLIT where none fits). With `uneven=False` the only split is the balanced one; a shape
     with a nonzero row of `fixed` (rows as `form`'s: `Candidates.fixed_splits`) has that split

@@ -6,7 +6,6 @@ docstring gives the scaling argument."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -38,7 +37,7 @@ class IntegerForm:
     max_layers: np.ndarray  # (S, P) memory limit on each stage's layer count
 
     @classmethod
-    def make(cls, form: LinearForm, time_lb_s: np.ndarray, q: float) -> "IntegerForm":
+    def make(cls, form: LinearForm, time_lb_s: np.ndarray, q: float) -> IntegerForm:
         f = lambda x: _floor_q(x, q)  # noqa: E731
         return cls(q=q, pp=form.pp, y_slope=f(form.y_slope_s), y_const=f(form.y_const_s), base=f(form.base_s),
                    opt_slope=f(form.opt_slope_s), opt_const=f(form.opt_const_s), red_slope=f(form.red_slope_s),
@@ -86,7 +85,7 @@ class IntegerForm:
 
 
 def canonical_split(form: IntegerForm, k: int, target: int, num_layers: int, uneven: bool = True,
-                    fixed: Optional[list[int]] = None) -> Optional[list[int]]:
+                    fixed: list[int] | None = None) -> list[int] | None:
     """The canonical split of shape k among those whose integer objective is <= target:
     the smallest feasible budget for the steady-state part Y (the rest goes to the tail), then
     the most balanced split within the per-stage layer ranges this leaves; leftover layers go

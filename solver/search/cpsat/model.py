@@ -4,15 +4,14 @@ rows): `build_model` over the shapes of an `IntegerForm`, `add_hint` for a known
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
-from .ortools_cp import cp_model
 
 from ...formulation.linear import stage_class
 from ...formulation.splits import balanced_split
 from ...specs.deadline import Deadline
 from .integer import IntegerForm
+from .ortools_cp import cp_model
 from .scaling import OBJECTIVE_UNITS
 
 
@@ -41,9 +40,9 @@ def _row(model, var, slope: int, lvar, const: int, lit) -> None:
         model.add(var >= slope * lvar + const).only_enforce_if(lit)
 
 
-def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Optional[int], *,
-                uneven: bool = True, symmetry: bool = True, hint: Optional[tuple[int, list[int]]] = None,
-                deadline: Optional[Deadline] = None, fixed: Optional[np.ndarray] = None) -> Model:
+def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: int | None, *,
+                uneven: bool = True, symmetry: bool = True, hint: tuple[int, list[int]] | None = None,
+                deadline: Deadline | None = None, fixed: np.ndarray | None = None) -> Model:
     """The CP-SAT model over `shapes` (indices into the integer form) with the objective capped
     at `cap` quanta (None: uncapped, domain 64x the scaling units). A shape whose row of `fixed`
     (rows as the form's: `Candidates.fixed_splits`) is nonzero holds that split only (its middle
@@ -112,7 +111,7 @@ def build_model(form: IntegerForm, shapes: list[int], num_layers: int, cap: Opti
     return m
 
 
-def _one_split_rows(model, layers, x, z, pps, L: int, uneven: bool, fixed: Optional[np.ndarray]) -> None:
+def _one_split_rows(model, layers, x, z, pps, L: int, uneven: bool, fixed: np.ndarray | None) -> None:
     """The rows of the shapes that have one split: `fixed` (one row per model shape, Megatron's
     split of an accounted shape, zeros elsewhere) under the shape's literal; with `uneven` off the
     balanced split under each depth's literal (each shape's own where accounted shapes share it)."""

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from ...formulation.linear import middle_limits_sorted, pp_blocks
 from ...formulation.pipeline import step_time_batch
 from ...specs.deadline import Deadline
 from ..candidates import Candidates
-from ..result import Choice, FEASIBLE, INFEASIBLE, MethodResult, OPTIMAL, PlanStatus, UNKNOWN
+from ..result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Choice, MethodResult, PlanStatus
 from .exact import NO_SPLIT, shape_optima
 from .integer import IntegerForm, canonical_split
 from .model import Model, add_hint, build_model
@@ -50,8 +50,8 @@ def plan_status(cp_status: int) -> PlanStatus:
 
 
 def solve_model(model: cp_model.CpModel, time_s: float, workers: int, seed: int, presolve: bool = True,
-                callback=None, deterministic_s: Optional[float] = None,
-                deadline: Optional[Deadline] = None) -> tuple[cp_model.CpSolver, int]:
+                callback=None, deterministic_s: float | None = None,
+                deadline: Deadline | None = None) -> tuple[cp_model.CpSolver, int]:
     """Solve with the given limits; returns the solver (for values and statistics) and its status.
     `deterministic_s` also limits CP-SAT's deterministic time (work units, the same on any
     machine), so that one worker's answer does not depend on the load while it stays under
@@ -141,7 +141,7 @@ class _Answer:
     split: list[int]
     value: int
     proven: bool
-    bound_q: Optional[int]
+    bound_q: int | None
 
 
 @dataclass
@@ -150,12 +150,12 @@ class _Search:
     deadline: float
     workers: int
     seed: int
-    progress: Optional[Callable[[dict], None]]
+    progress: Callable[[dict], None] | None
     t0: float
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     stop: Deadline = field(default_factory=Deadline)  # the caller's: stops the solves when it is stopped
-    status0: Optional[PlanStatus] = None  # the first round's status, once known
+    status0: PlanStatus | None = None  # the first round's status, once known
 
     def __post_init__(self):
         cands = self.cands
@@ -221,7 +221,7 @@ class _Search:
                           incumbent_s=float(h_step[finite].min()) if finite.any() else None,
                           exact_optima_time_s=time.perf_counter() - te)
 
-    def canonical(self, k: int, target: int) -> Optional[list[int]]:
+    def canonical(self, k: int, target: int) -> list[int] | None:
         """Shape k's canonical split at `target` quanta (memoised: the hint, the known plan and
         the answer are usually the same)."""
         key = (int(k), int(target))
@@ -236,7 +236,7 @@ class _Search:
         assert split is not None, "a shape's exact optimum is the objective of some split"
         return split
 
-    def build(self, top_k: int, prune: bool = True) -> tuple[Optional[Model], Optional[int]]:
+    def build(self, top_k: int, prune: bool = True) -> tuple[Model | None, int | None]:
         """The kept model: the shapes whose optimum is at most the K-th best (all shapes, uncapped,
         when none fits: CP-SAT then proves it; every shape that fits, uncapped, without `prune`).
         (model, cap in quanta)."""
@@ -269,7 +269,7 @@ class _Search:
         self.stats["build_time_s"] = time.perf_counter() - tb
         return m, cap
 
-    def solve_round(self, round_no: int, m: Optional[Model], k_known: Optional[int]) -> Optional[_Answer]:
+    def solve_round(self, round_no: int, m: Model | None, k_known: int | None) -> _Answer | None:
         """Solve the kept model once. None when it proves that nothing fits or finds nothing
         (then `self.status0` may be set); the known plan (shape `k_known`) when CP-SAT cannot
         answer (no model: the time limit stopped its building)."""
@@ -359,8 +359,8 @@ class _Search:
 
 
 def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int = 1, seed: int = 0,
-           progress: Optional[Callable[[dict], None]] = None, prune: bool = True,
-           deadline: Optional[Deadline] = None) -> MethodResult:
+           progress: Callable[[dict], None] | None = None, prune: bool = True,
+           deadline: Deadline | None = None) -> MethodResult:
     """The fastest fitting (shape, split) of `cands` by CP-SAT, with the solver's bound; with
     `top_k` > 1 the K best distinct shapes (each with its canonical split), best first.
 
@@ -402,14 +402,14 @@ def search(cands: Candidates, time_limit_s: float, workers: int = 1, top_k: int 
     return s.finish(status0, best, bound0, choices, status0 in (OPTIMAL, INFEASIBLE))
 
 
-def _rounds(s: _Search, m: Optional[Model], K: int) -> tuple[list[Choice], Optional[float], bool]:
+def _rounds(s: _Search, m: Model | None, K: int) -> tuple[list[Choice], float | None, bool]:
     """Round r solves the model for the r-th best distinct shape (a no-good cut excludes each
     shape returned): the plans found with their canonical splits, the first round's bound, and
     whether the time limit cut the list short. Sets `s.status0` from the first round."""
     notes = s.notes
     choices: list[Choice] = []
     excluded: set[int] = set()
-    bound0: Optional[float] = None
+    bound0: float | None = None
     for round_no in range(1, K + 1):
         remaining = [k for k in s.order if k not in excluded]
         if round_no > 1 and not remaining:
@@ -449,7 +449,7 @@ def _rounds(s: _Search, m: Optional[Model], K: int) -> tuple[list[Choice], Optio
     return choices, bound0, False
 
 
-def _first_round_verdict(s: _Search, ans: _Answer, step_s: float) -> Optional[float]:
+def _first_round_verdict(s: _Search, ans: _Answer, step_s: float) -> float | None:
     """The first plan's status (`s.status0`) and bound in seconds, checked against its float
     step time."""
     proven = ans.proven

@@ -16,14 +16,13 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Optional
 
 import numpy as np
 
 from ...specs import ClusterSpec, JobSpec
+from ..result import MethodResult
 from .heuristic import Assignment, best_splits
 from .prepare import JointCandidates, prepare_fixed
-from ..result import MethodResult
 from .solve import solve_joint
 
 
@@ -38,7 +37,7 @@ def uniform_description(cluster: ClusterSpec) -> ClusterSpec:
 
 
 def sequential(job: JobSpec, nodes, plan, time_limit_s: float, workers: int = 1, seed: int = 0
-               ) -> Optional[MethodResult]:
+               ) -> MethodResult | None:
     """Place `plan` (chosen for equal links) on the real nodes (the joint model's result, its
     `best` the placed plan): None when its stages cannot sit on whole nodes of the pools."""
     row = plan.parallel.model_dump()
@@ -57,7 +56,7 @@ def _score(cands: JointCandidates, k: int, pools, node_lists) -> tuple[float, tu
 
 
 def anneal(cands: JointCandidates, shapes: int = 8, iterations: int = 2000, seed: int = 0,
-           time_limit_s: float = 60.0) -> tuple[Optional[Assignment], dict]:
+           time_limit_s: float = 60.0) -> tuple[Assignment | None, dict]:
     """The best plan simulated annealing finds over the `shapes` shapes with the least bounds."""
     t0 = time.perf_counter()
     rng = random.Random(seed)

@@ -23,8 +23,6 @@ prices' tables (`prices.StageTable`).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from .prices import Prices
@@ -136,7 +134,7 @@ def _bound(prices: Prices, stage_nodes: np.ndarray, pool_nodes) -> tuple[np.ndar
         hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
     M = lo * (1 - 1e-12)
     _, order, q_best = capacity(hi, detail=True)
-    patterns: list[Optional[tuple[int, ...]]] = []
+    patterns: list[tuple[int, ...] | None] = []
     for i in range(S):
         if not feasible[i]:
             patterns.append(None)

@@ -14,17 +14,16 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Optional
 
 import numpy as np
 
 from ...errors import InputError
 from ...formulation.splits import balanced_split
 from ...specs import JobSpec
+from ..result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult
 from .heuristic import Assignment
 from .nodes import NodeSet
 from .prepare import JointCandidates, prepare_joint
-from ..result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult
 from .solve import method_result, shape_ranks
 
 EXHAUSTIVE_MAX_NODES = 8
@@ -105,7 +104,7 @@ def _nodes_of(nodes: NodeSet, stages) -> tuple[tuple[int, ...], ...]:
 
 
 def solve_exhaustive(job: JobSpec, nodes: NodeSet, max_nodes: int = EXHAUSTIVE_MAX_NODES,
-                     time_limit_s: Optional[float] = None, cands: Optional[JointCandidates] = None):
+                     time_limit_s: float | None = None, cands: JointCandidates | None = None):
     """(best Assignment with its float step, evaluations, finished). `cands`: candidates prepared
     without time pruning (`prepare_joint(job, nodes, prune_time=False)`)."""
     if nodes.n > max_nodes:
@@ -165,7 +164,7 @@ def search_exhaustive(job: JobSpec, nodes: NodeSet, time_limit_s: float, cands: 
     return method_result(status, best, bound, None, {"evaluations": evals}, [], evaluations=evals)
 
 
-def _final(pr, best: Optional[Assignment]) -> Optional[Assignment]:
+def _final(pr, best: Assignment | None) -> Assignment | None:
     if best is None:
         return None
     ev = pr.evaluate(best.k, best.pools, best.nodes, best.layers)

@@ -12,8 +12,8 @@ the job wants even splits.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def stage_nodes(orders: list[list[int]], pattern, per_stage: int) -> tuple[tuple
 
 
 def repair(nodes: NodeSet, pattern, node_lists, orders: list[list[int]], score, rounds: int = REPAIR_ROUNDS,
-           deadline: Optional[Deadline] = None) -> tuple[tuple[int, ...], ...]:
+           deadline: Deadline | None = None) -> tuple[tuple[int, ...], ...]:
     """The stages' nodes after trades that lower `score(node_lists)` (a plan's step time): each
     round, a node of the slowest pair of the slowest ring or boundary may trade places with an
     idle node of its pool or a node of another stage of its pool, or a stage of that ring or
@@ -196,8 +196,8 @@ def best_splits(costs: StageCosts, num_layers: int, uneven: bool) -> np.ndarray:
 
 
 def heuristic_plans(prices: Prices, stage_nodes_of: np.ndarray, shapes_idx, uneven: bool,
-                    layers: Optional[tuple[int, ...]] = None, extra: Optional[dict] = None,
-                    deadline: Optional[Deadline] = None) -> list[Optional[Assignment]]:
+                    layers: tuple[int, ...] | None = None, extra: dict | None = None,
+                    deadline: Deadline | None = None) -> list[Assignment | None]:
     """The best contiguous-block plan of each shape in `shapes_idx` (None where none fits);
     shapes with the same pipeline depth and stage size share their patterns and nodes.
     `layers`: a split every plan keeps (the shapes then share one pipeline depth). `extra`:

@@ -35,7 +35,7 @@ the class supply and symmetry; ring and boundary levels (`add_ring_levels`,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +136,7 @@ class ModelBuild:
     ring: list = field(default_factory=list)  # per stage (its useful levels, ring[s] >= level literals)
     boundary_levels: list = field(default_factory=list)  # the useful levels of every boundary
     boundary: list = field(default_factory=list)  # per boundary b, bnd[b] >= level literals
-    costs: "CostVars" = field(init=False)  # made by `add_costs`
+    costs: CostVars = field(init=False)  # made by `add_costs`
     # read from the candidates
     prices: Prices = field(init=False)
     nodes: NodeSet = field(init=False)
@@ -173,9 +173,9 @@ class CostVars:
     BP: list
 
 
-def build_joint_model(cands: JointCandidates, tab: IntTables, cap: Optional[int], rank: np.ndarray,
-                      hint: Optional[tuple[int, Assignment]] = None,
-                      fixed_layers: Optional[tuple[int, ...]] = None) -> JointModel:
+def build_joint_model(cands: JointCandidates, tab: IntTables, cap: int | None, rank: np.ndarray,
+                      hint: tuple[int, Assignment] | None = None,
+                      fixed_layers: tuple[int, ...] | None = None) -> JointModel:
     """The model over the shapes `tab.ks`, objective capped at `cap` quanta; `fixed_layers`:
     the split is given (placement of a fixed plan: the sequential baseline)."""
     b = ModelBuild(cp_model.CpModel(), cands, tab, int(cap) if cap is not None else 1 << 30)
@@ -313,7 +313,7 @@ def add_boundary_levels(b: ModelBuild) -> None:
 
 
 # ---- costs
-def add_costs(b: ModelBuild, fixed_layers: Optional[tuple[int, ...]] = None) -> int:
+def add_costs(b: ModelBuild, fixed_layers: tuple[int, ...] | None = None) -> int:
     """Per stage, shape and pool: the memory limit on its layers, its cost rows and those of
     its boundaries; then the stage's split rule. The number of cost rows."""
     md, ub, S = b.md, b.ub, b.num_stages
@@ -404,7 +404,7 @@ def add_boundary_rows(b: ModelBuild, s: int, j: int, pl: int, bd: int) -> int:
     return nrows
 
 
-def add_split_rule(b: ModelBuild, s: int, fixed_layers: Optional[tuple[int, ...]]) -> None:
+def add_split_rule(b: ModelBuild, s: int, fixed_layers: tuple[int, ...] | None) -> None:
     """Stage s's layers: the given split, or the balanced split when the job wants even splits."""
     if fixed_layers is not None:
         b.md.add(b.layers[s] == int(fixed_layers[s]))

@@ -25,7 +25,7 @@ classes c and c' (between two nodes of c on the diagonal; -1 when c has one node
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def _pool_matrix(cluster: ClusterSpec):
     return pool_of, gbit, eff, lat
 
 
-def node_set(cluster: ClusterSpec, links: Optional[Any] = None, max_levels: int = MAX_LEVELS) -> NodeSet:
+def node_set(cluster: ClusterSpec, links: Any | None = None, max_levels: int = MAX_LEVELS) -> NodeSet:
     """The nodes of `cluster` with their links: from the pools, or from a measured matrix
     `links` whose hosts are the cluster's nodes (by name when the cluster names them, else in
     node order)."""

@@ -20,8 +20,8 @@ split that fits within the largest memory limits go.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -32,8 +32,15 @@ from .bounds import bound_and_patterns as _bound
 from .heuristic import Assignment, heuristic_plans, node_order, stage_nodes
 from .nodes import NodeSet
 from .prices import Prices
-from .space import (JointShapes, base_shapes, cheap_bound_s, compute_bound_s, expand_shapes, relaxed_bound_s,
-                    uniform_gpus_per_node)
+from .space import (
+    JointShapes,
+    base_shapes,
+    cheap_bound_s,
+    compute_bound_s,
+    expand_shapes,
+    relaxed_bound_s,
+    uniform_gpus_per_node,
+)
 
 PROBE = 256  # shapes priced and placed by the heuristic first, for the first incumbent
 PROBE_BASE = 64  # base tuples expanded for them
@@ -50,7 +57,7 @@ class JointCandidates:
     prices: Prices  # of the surviving shapes
     stage_nodes: np.ndarray  # (S,) nodes per stage of each survivor
     lower_bound_s: np.ndarray  # (S,) the relaxation's bound of each survivor
-    incumbent: Optional[Assignment]  # k indexes the survivors
+    incumbent: Assignment | None  # k indexes the survivors
     incumbent_step_s: float  # float formulation
     num_legal: int
     num_shapes: int  # whole-node stages that pack into the pools (after dominance)
@@ -85,7 +92,7 @@ def seed_plans(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed]) -> list[tupl
     return out
 
 
-def _index(shapes: Shapes, row: dict) -> Optional[int]:
+def _index(shapes: Shapes, row: dict) -> int | None:
     one = _single(row)
     hit = np.ones(len(shapes), dtype=bool)
     for key in SHAPE_KEYS:
@@ -95,8 +102,8 @@ def _index(shapes: Shapes, row: dict) -> Optional[int]:
 
 
 def _try(prices: Prices, per_stage: np.ndarray, lb: np.ndarray, ok: np.ndarray, uneven: bool,
-         best: Optional[Assignment], patterns: Optional[list] = None,
-         deadline: Optional[Deadline] = None) -> Optional[Assignment]:
+         best: Assignment | None, patterns: list | None = None,
+         deadline: Deadline | None = None) -> Assignment | None:
     """Heuristic plans of the shapes in order of their bound, until the bound passes the best
     or the deadline; `patterns`: per shape, one more pattern of pools to try (`heuristic_plans`'
     extra)."""
@@ -129,7 +136,7 @@ def _probe(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, bes
 
 
 def prepare_joint(job: JobSpec, nodes: NodeSet, seeds: Sequence[Seed] = (), prune_time: bool = True,
-                  deadline: Optional[Deadline] = None) -> JointCandidates:
+                  deadline: Deadline | None = None) -> JointCandidates:
     """The candidates of a joint search (module docstring). Past `deadline`, the shapes not yet
     bounded by the relaxation are left out of the candidates, and the least of their compute and
     cheap bounds becomes `outside_bound_s` (0 when the deadline passes before the shapes are
@@ -222,7 +229,7 @@ def _prepare(job: JobSpec, nodes: NodeSet, base: JointShapes, lbb: np.ndarray, b
 
 
 def _survivors(job: JobSpec, nodes: NodeSet, js: JointShapes, surv: np.ndarray, lbs: np.ndarray,
-               best: Optional[Assignment], k_inc: Optional[int], n_shapes: int, n_mem: int, outside: float
+               best: Assignment | None, k_inc: int | None, n_shapes: int, n_mem: int, outside: float
                ) -> JointCandidates:
     """The candidates: the surviving shapes `surv` (indices into `js`) in index order with their
     bounds `lbs`, priced, and the incumbent (shape `k_inc` of `js`) re-indexed and evaluated;
@@ -258,7 +265,7 @@ def _cut_short(job: JobSpec, nodes: NodeSet, best_row, best, outside: float, n_s
                            n_time, outside)
 
 
-def prepare_fixed(job: JobSpec, nodes: NodeSet, row: dict, layers) -> Optional[JointCandidates]:
+def prepare_fixed(job: JobSpec, nodes: NodeSet, row: dict, layers) -> JointCandidates | None:
     """Candidates of one shape whose split is given: the placement of a fixed plan (the
     sequential method). None when its stages cannot sit on whole nodes of the pools."""
     g = uniform_gpus_per_node(job)

@@ -21,12 +21,13 @@ With one pool and equal links every stage takes the same coefficients and T is
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from ...formulation.coefficients import StageCoefficients
 from ...formulation.job import job_coefficients
-from ...formulation.links import cluster_at_link
 from ...formulation.linear import LinearForm, expand, linear_form
+from ...formulation.links import cluster_at_link
 from ...formulation.pipeline import Evaluation, evaluate_stages, step_time_stages
 from ...space.shapes import Shapes
 from ...specs import JobSpec
@@ -91,7 +92,7 @@ class Prices:
         """The level of a group with no inter-node pair (a one-node stage)."""
         return self.nodes.num_levels
 
-    def take(self, idx) -> "Prices":
+    def take(self, idx) -> Prices:
         """The prices of the shapes `idx` (what is computed already is carried)."""
         out = Prices(self.job, self.nodes, self.shapes.take(idx))
         out._co = {key: co.take(idx) for key, co in self._co.items()}

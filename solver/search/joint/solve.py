@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -59,16 +58,16 @@ class PlacedChoice(Choice):
     nodes: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
-    def of(cls, a: Assignment) -> "PlacedChoice":
+    def of(cls, a: Assignment) -> PlacedChoice:
         return cls(a.k, list(a.layers), a.objective_s, a.pools, a.nodes)
 
     def assignment(self) -> Assignment:
         return Assignment(self.index, self.pools, self.nodes, tuple(self.layers), self.objective_s)
 
 
-def method_result(status: PlanStatus, plan: Optional[Assignment], bound_s: Optional[float],
-                  tolerance_s: Optional[float], stats: dict, notes: list[str],
-                  evaluations: Optional[int] = None) -> MethodResult:
+def method_result(status: PlanStatus, plan: Assignment | None, bound_s: float | None,
+                  tolerance_s: float | None, stats: dict, notes: list[str],
+                  evaluations: int | None = None) -> MethodResult:
     """The joint search's answer as every search method gives it (`search.result.MethodResult`):
     the tolerance and the notes in its statistics, as the main path's methods put them;
     finished when the verdict is proven (OPTIMAL or INFEASIBLE)."""
@@ -150,9 +149,9 @@ class _Search:
     q: float  # seconds per quantum
     t0: float
     run: Phases  # the time limit from t0, shared out among the models and the canonical steps
-    best: Optional[Assignment]
-    best_q: Optional[int] = None
-    best_jm: Optional[tuple[JointModel, np.ndarray]] = None
+    best: Assignment | None
+    best_q: int | None = None
+    best_jm: tuple[JointModel, np.ndarray] | None = None
     bounds_s: list = field(default_factory=list)
     resolved: bool = True
     stats: dict = field(default_factory=lambda: {"shapes_in_model": 0, "models": 0})
@@ -170,8 +169,8 @@ class _Search:
 
 
 def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, seed: int = 0,
-                fixed_layers: Optional[tuple[int, ...]] = None, progress=None,
-                deadline: Optional[Deadline] = None) -> MethodResult:
+                fixed_layers: tuple[int, ...] | None = None, progress=None,
+                deadline: Deadline | None = None) -> MethodResult:
     """The fastest plan among the candidates (module docstring); `fixed_layers`: place a plan
     whose shape (the candidates' only one) and split are given; `deadline`: the caller's (the
     limit is at most what it leaves; stopping it stops the solves).
@@ -223,7 +222,7 @@ def _nothing_to_model(cands: JointCandidates) -> MethodResult:
 
 
 def _model_batch(search: _Search, batch: np.ndarray, num_pending: int, rank: np.ndarray,
-                 fixed_layers: Optional[tuple[int, ...]], workers: int, seed: int, progress, time_limit_s: float,
+                 fixed_layers: tuple[int, ...] | None, workers: int, seed: int, progress, time_limit_s: float,
                  dl: Deadline) -> bool:
     """Build and solve the model of the shapes `batch` (sorted), capped at the best plan so far,
     and take its answer; False when the search stops here."""

@@ -21,15 +21,14 @@ A shape is memory-feasible only if a split fits within those largest limits.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Optional
 
 import numpy as np
 
 from ...errors import InputError
 from ...formulation.coefficients import StageCoefficients
 from ...formulation.job import job_coefficients
-from ...formulation.links import cluster_at_link
 from ...formulation.linear import memory_feasible
+from ...formulation.links import cluster_at_link
 from ...formulation.splits import min_max_slot_s
 from ...search.pruning import time_lower_bound_s
 from ...space.enumeration import enumerate_shapes
@@ -50,7 +49,7 @@ class JointShapes:
     num_legal: int  # legal shapes on any node count (before dominance, whole nodes and pools)
     num_dominated: int
 
-    def take(self, idx) -> "JointShapes":
+    def take(self, idx) -> JointShapes:
         return JointShapes(self.shapes.take(idx), self.stage_nodes[idx], self.num_legal, self.num_dominated)
 
 
@@ -92,7 +91,7 @@ def _placeable(job: JobSpec, shapes: Shapes) -> tuple[np.ndarray, np.ndarray]:
     return (stage_gpus % g == 0) & (hosts >= shapes.pp), per
 
 
-def base_shapes(job: JobSpec, deadline: Optional[Deadline] = None) -> tuple[JointShapes, np.ndarray]:
+def base_shapes(job: JobSpec, deadline: Deadline | None = None) -> tuple[JointShapes, np.ndarray]:
     """One shape per (tp, cp, pp, dp, micro-batch, vp, SP) on 1..N nodes with the knobs of least
     computation (no or least recompute, no ZeRO sharding): what the compute bound ranks before
     the knobs are expanded (`expand_shapes`). Also the GPUs each uses. Raises DeadlineExpired
@@ -118,7 +117,7 @@ def _base_keys(shapes: Shapes) -> np.ndarray:
     return np.column_stack([getattr(shapes, k) for k in BASE_KEYS])
 
 
-def expand_shapes(job: JobSpec, base: Shapes, deadline: Optional[Deadline] = None) -> JointShapes:
+def expand_shapes(job: JobSpec, base: Shapes, deadline: Deadline | None = None) -> JointShapes:
     """Every legal shape (all knobs) whose (tp, cp, pp, dp, micro-batch, vp) is one of `base`'s.
     No dominance: the single-type rule (`formulation.job.zero0_dominated`) depends on the links
     of one cluster, and a joint stage may sit on any pool and link level. Raises
