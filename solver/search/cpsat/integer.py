@@ -13,7 +13,7 @@ from ...formulation.linear import FIRST, LAST, LinearForm, expand
 from ...formulation.splits import balanced_split
 
 
-def _floor_q(x, q: float) -> np.ndarray:
+def floor_q(x, q: float) -> np.ndarray:
     """floor(x / q), shaved by 1e-12 relative so float rounding can never round it up."""
     r = np.asarray(x, dtype=np.float64) / q
     return np.floor(r - np.abs(r) * 1e-12).astype(np.int64)
@@ -38,7 +38,7 @@ class IntegerForm:
 
     @classmethod
     def make(cls, form: LinearForm, time_lb_s: np.ndarray, q: float) -> IntegerForm:
-        f = lambda x: _floor_q(x, q)  # noqa: E731
+        f = lambda x: floor_q(x, q)  # noqa: E731
         return cls(q=q, pp=form.pp, y_slope=f(form.y_slope_s), y_const=f(form.y_const_s), base=f(form.base_s),
                    opt_slope=f(form.opt_slope_s), opt_const=f(form.opt_const_s), red_slope=f(form.red_slope_s),
                    red_const=f(form.red_const_s), lower_bound=f(time_lb_s), max_layers=form.max_layers)

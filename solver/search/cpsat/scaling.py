@@ -11,6 +11,13 @@ SAFE_ACTIVITY = 1 << 33  # |coef|*|bound| summed over a row: 6x below the smalle
 OBJECTIVE_UNITS = 1 << 23  # the scaling incumbent's step time, in quanta
 
 
+def time_quantum_s(reference_s: float) -> float:
+    """Seconds per objective quantum: the reference plan's step time (the scaling incumbent, or a
+    stand-in without one) maps to OBJECTIVE_UNITS quanta, shaved up by 1e-9 so that it lands just
+    under them. The one rule of both CP-SAT models (search/cpsat and search/joint)."""
+    return reference_s * (1 + 1e-9) / OBJECTIVE_UNITS
+
+
 class ScalingError(RuntimeError):
     """A model would carry a coefficient or row activity beyond the safe limits."""
 

@@ -36,7 +36,7 @@ from .exact import NO_SPLIT, shape_optima
 from .integer import IntegerForm, canonical_split
 from .model import Model, add_hint, build_model
 from .ortools_cp import cp_model
-from .scaling import OBJECTIVE_UNITS, SAFE_COEFFICIENT, check_scaling
+from .scaling import OBJECTIVE_UNITS, SAFE_COEFFICIENT, check_scaling, time_quantum_s
 
 _STATUS: dict[int, PlanStatus] = {cp_model.OPTIMAL: OPTIMAL, cp_model.FEASIBLE: FEASIBLE,
                                   cp_model.INFEASIBLE: INFEASIBLE, cp_model.UNKNOWN: UNKNOWN}
@@ -197,7 +197,7 @@ class _Search:
             ref = float(np.sort(h_step[finite])[min(top_k, int(finite.sum())) - 1] if prune else h_step[finite].max())
         else:
             ref = 4.0 * float(np.max(self.cands.time_lb_s))
-        self.q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
+        self.q = time_quantum_s(ref)
         self.iform = iform = IntegerForm.make(self.form, self.cands.time_lb_s, self.q)
         self.tolerance = (2 * self.L + 3) * self.q + 1e-9 * ref
         te = time.perf_counter()

@@ -41,7 +41,7 @@ import numpy as np
 
 from ...formulation.links import level_chain
 from ...formulation.splits import balanced_split
-from ...search.cpsat.integer import _floor_q as floor_q  # the one rounding rule: every piece down
+from ...search.cpsat.integer import floor_q  # the one rounding rule: every piece down
 from ...search.cpsat.ortools_cp import cp_model
 from .heuristic import Assignment
 from .nodes import NodeSet

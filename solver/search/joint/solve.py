@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...search.cpsat.ortools_cp import cp_model
-from ...search.cpsat.scaling import OBJECTIVE_UNITS, check_scaling
+from ...search.cpsat.scaling import check_scaling, time_quantum_s
 from ...search.cpsat.solve import plan_status, solve_model
 from ...search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Choice, MethodResult, PlanStatus
 from ...specs.deadline import Deadline
@@ -189,7 +189,7 @@ def solve_joint(cands: JointCandidates, time_limit_s: float, workers: int = 1, s
         return _nothing_to_model(cands)
     inc = cands.incumbent
     ref = cands.incumbent_step_s if inc is not None else 4.0 * float(np.max(cands.lower_bound_s))
-    q = ref * (1 + 1e-9) / OBJECTIVE_UNITS
+    q = time_quantum_s(ref)
     pr = cands.prices
     tolerance = (3 * pr.L + 3 * int(pr.shapes.pp.max()) + 3) * q + 1e-9 * ref
     search = _Search(cands, q, t0, run, inc, bounds_s=[cands.outside_bound_s])
