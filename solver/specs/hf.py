@@ -93,7 +93,8 @@ def _model_type(data: dict) -> str:
     archs = [archs] if isinstance(archs, str) else archs
     by_class = _ARCHITECTURES.get(str(archs[0])) if archs else None
     moe_keys = [k for k in _MOE_KEYS if data.get(k)]
-    if archs and (mt is None or (mt not in _FAMILIES and by_class in _FAMILIES and bool(moe_keys) == (by_class in _MOE))):
+    builds_as_configured = by_class in _FAMILIES and bool(moe_keys) == (by_class in _MOE)
+    if archs and (mt is None or (mt not in _FAMILIES and builds_as_configured)):
         # no model_type, or one transformers has no class for whose `architectures` names a
         # modelling class it has (Kimi K2: model_type kimi_k2, DeepseekV3ForCausalLM): that class
         # is what loads the weights (the remote code's auto_map points at it), so it is the family,
