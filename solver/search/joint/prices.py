@@ -35,11 +35,10 @@ from .nodes import NodeSet
 
 
 @dataclass
-class StageTable:
-    """The linear pieces of every shape's stages on one pool at one ring level, seconds, per
-    layer (S,) or per stage (S, P): the slot without its p2p, the two tail rows (the tail of a
-    stage is the larger: optimizer step, or exposed reduction + optimizer step), and the
-    exposed p2p of a boundary at this level (S,)."""
+class StageRows:
+    """The linear pieces of stages as functions of their layer counts, seconds: the slot, and the
+    two tail rows (the tail of a stage is the larger: optimizer step, or exposed reduction +
+    optimizer step); `w` = m - 1/v and `v` per shape or plan row."""
 
     slot_slope: np.ndarray
     slot_const: np.ndarray
@@ -47,25 +46,25 @@ class StageTable:
     opt_const: np.ndarray
     red_slope: np.ndarray
     red_const: np.ndarray
-    pi: np.ndarray
-    w: np.ndarray  # m - 1/v
+    w: np.ndarray
     v: np.ndarray
 
 
-@dataclass
-class StageCosts:
-    """Stages of R plans (rows) as linear functions of their layer counts (R, p): slot (with
-    v x the exposed p2p), tail rows, memory limit; `objective` the step time of splits."""
+@dataclass(kw_only=True)
+class StageTable(StageRows):
+    """Every shape's stages on one pool at one ring level: per layer (S,) or per stage (S, P), the
+    slot without its p2p, and `pi` the exposed p2p of a boundary at this level (S,)."""
 
-    slot_slope: np.ndarray
-    slot_const: np.ndarray
-    opt_slope: np.ndarray
-    opt_const: np.ndarray
-    red_slope: np.ndarray
-    red_const: np.ndarray
+    pi: np.ndarray
+
+
+@dataclass(kw_only=True)
+class StageCosts(StageRows):
+    """Stages of R plans (rows) as linear functions of their layer counts (R, p): the slot with
+    v x the exposed p2p, the tail rows, and each stage's memory limit; `objective` the step time
+    of splits."""
+
     limit: np.ndarray
-    w: np.ndarray  # (R,)
-    v: np.ndarray  # (R,)
 
     def objective(self, layers: np.ndarray) -> np.ndarray:
         """Step time (s) of each row's split (R x p); inf where a stage exceeds its limit."""
@@ -135,8 +134,9 @@ class Prices:
             v = co.vp.astype(np.float64)
             cls = lambda a: expand(a, f.pp, P).astype(np.float64)  # noqa: E731
             self._table[key] = StageTable(
-                f.slot_slope_s, cls(f.slot_const_s) - (v * co.boundary_s)[:, None], f.opt_slope_s, cls(f.opt_const_s),
-                f.red_slope_s, cls(f.red_const_s), co.boundary_s, co.num_microbatches - 1.0 / v, v)
+                slot_slope=f.slot_slope_s, slot_const=cls(f.slot_const_s) - (v * co.boundary_s)[:, None],
+                opt_slope=f.opt_slope_s, opt_const=cls(f.opt_const_s), red_slope=f.red_slope_s,
+                red_const=cls(f.red_const_s), w=co.num_microbatches - 1.0 / v, v=v, pi=co.boundary_s)
         return self._table[key]
 
     def costs(self, ks, pools, ring, bnd) -> StageCosts:
@@ -154,8 +154,9 @@ class Prices:
         col = lambda name: np.column_stack([getattr(t, name)[ks] for t in tabs])  # noqa: E731
         at = lambda name: np.column_stack([getattr(t, name)[ks, s] for s, t in enumerate(tabs)])  # noqa: E731
         limit = np.column_stack([self.limits(pools[s])[ks, s] for s in range(p)])
-        return StageCosts(col("slot_slope"), at("slot_const") + v[:, None] * pis, col("opt_slope"), at("opt_const"),
-                          col("red_slope"), at("red_const"), limit, tabs[0].w[ks], v)
+        return StageCosts(slot_slope=col("slot_slope"), slot_const=at("slot_const") + v[:, None] * pis,
+                          opt_slope=col("opt_slope"), opt_const=at("opt_const"), red_slope=col("red_slope"),
+                          red_const=at("red_const"), w=tabs[0].w[ks], v=v, limit=limit)
 
     # ---------------------------------------------------------------- one assignment
     def levels_of(self, node_lists) -> tuple[list[int], list[int]]:
