@@ -311,14 +311,14 @@ def megatron_launch(M, job, ma):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def megatron_configs(M):
+def megatron_configs(M, gpt: bool = True):
     """Megatron-LM's own calls on sys.argv (quietly): parse_args, validate_args, the core
-    TransformerConfig and the GPT config; (args, config, gpt config)."""
+    TransformerConfig and (with `gpt`) the GPT config; (args, config, gpt config or None)."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         args = M["arguments"].parse_args()
         M["arguments"].validate_args(args)
         cfg = M["core_cfg"](args)
-        return args, cfg, M["gpt_cfg"](args, cfg)
+        return args, cfg, M["gpt_cfg"](args, cfg) if gpt else None
 
 
 def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
@@ -561,27 +561,43 @@ def report(rows, controls, commit, elapsed, catalog=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def megatron_cli(doc: str, report_name: str) -> argparse.ArgumentParser:
+    """The options every Megatron-LM check takes: --megatron-lm, --commit, --out."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--megatron-lm", type=Path, help="path to a Megatron-LM checkout (git work tree or export)")
     ap.add_argument("--commit", default=None, help="the checkout's commit, for the report (default: git rev-parse)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "megatron_args.md")
-    ap.add_argument("--catalog", action="store_true", help="also every catalog model's default plan (two each)")
-    ap.add_argument("--only", choices=("all", "dense", "moe"), default="all",
-                    help="run only the dense or only the mixture-of-experts plans (the report holds what ran)")
-    a = ap.parse_args(argv)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / report_name)
+    return ap
+
+
+def open_megatron(a: argparse.Namespace):
+    """(Megatron-LM's modules, its commit) for the parsed options, or None after saying why
+    nothing can be checked; the working directory becomes the repository's."""
     if a.megatron_lm is None:
         print("give --megatron-lm PATH (a Megatron-LM checkout; it needs CPU torch and triton). Nothing was checked.",
               file=sys.stderr)
-        return 2
+        return None
     try:
         M = import_megatron(a.megatron_lm.resolve())
     except RuntimeError as exc:
         print(f"{exc}. Nothing was checked.", file=sys.stderr)
-        return 2
+        return None
     os.chdir(ROOT)
     commit = a.commit or subprocess.run(["git", "-C", str(a.megatron_lm), "rev-parse", "HEAD"], capture_output=True,
                                         text=True).stdout.strip() or "unknown commit"
+    return M, commit
+
+
+def main(argv=None) -> int:
+    ap = megatron_cli(__doc__, "megatron_args.md")
+    ap.add_argument("--catalog", action="store_true", help="also every catalog model's default plan (two each)")
+    ap.add_argument("--only", choices=("all", "dense", "moe"), default="all",
+                    help="run only the dense or only the mixture-of-experts plans (the report holds what ran)")
+    a = ap.parse_args(argv)
+    opened = open_megatron(a)
+    if opened is None:
+        return 2
+    M, commit = opened
     t0 = time.perf_counter()
     rows = []
     for case in (CASES if a.only != "moe" else []):

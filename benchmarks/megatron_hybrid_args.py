@@ -18,17 +18,14 @@ pattern). Exits 2 when Megatron-LM cannot be imported.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from _common import ROOT
-from megatron_args import USER_ARGS, import_megatron, megatron_launch  # noqa: F401  (the same launch as the GPT plans)
+from megatron_args import USER_ARGS, megatron_cli, megatron_configs, megatron_launch, open_megatron  # noqa: F401
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import plan_config
@@ -78,13 +75,6 @@ def _plan(model_ref, cluster, cfg, extras):
     return job, plan_config(job, cfg), "explicit"
 
 
-def _configs(M):
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        args = M["arguments"].parse_args()
-        M["arguments"].validate_args(args)
-        return args, M["core_cfg"](args)
-
-
 def _built(args, cfg, pp: int) -> dict:
     segments = args.hybrid_layer_pattern.split("|")
     split = [sum(len(segments[v * pp + r]) for v in range(len(segments) // pp)) for r in range(pp)]
@@ -126,7 +116,7 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
                entry=ma.entry)
     try:
         with megatron_launch(M, job, ma):
-            args, cfg_ = _configs(M)
+            args, cfg_, _ = megatron_configs(M, gpt=False)
         got, want = _built(args, cfg_, plan.parallel.pp), _planned(job.model, plan)
         row["diff"] = {k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
         row["megatron_split"] = got["split"]
@@ -164,23 +154,11 @@ def report(rows, controls, commit, elapsed) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--megatron-lm", type=Path, help="path to a Megatron-LM checkout (git work tree or export)")
-    ap.add_argument("--commit", default=None, help="the checkout's commit, for the report (default: git rev-parse)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "megatron_hybrid_args.md")
-    a = ap.parse_args(argv)
-    if a.megatron_lm is None:
-        print("give --megatron-lm PATH (a Megatron-LM checkout; it needs CPU torch and triton). Nothing was checked.",
-              file=sys.stderr)
+    a = megatron_cli(__doc__, "megatron_hybrid_args.md").parse_args(argv)
+    opened = open_megatron(a)
+    if opened is None:
         return 2
-    try:
-        M = import_megatron(a.megatron_lm.resolve())
-    except RuntimeError as exc:
-        print(f"{exc}. Nothing was checked.", file=sys.stderr)
-        return 2
-    os.chdir(ROOT)
-    commit = a.commit or subprocess.run(["git", "-C", str(a.megatron_lm), "rev-parse", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip() or "unknown commit"
+    M, commit = opened
     t0 = time.perf_counter()
     rows = [check(M, *case) for case in CASES]
     controls = [check(M, what, *CASES[i][1:], mutate=edit) for i, what, edit in CONTROLS]
