@@ -61,13 +61,16 @@ class FitParam:
 # the paper, not from the rows: the only FlashAttention-1 rows (llm-foundry's) are one source, so when
 # that source is left out this prior alone prices them.
 FLASH1_OF_FLASH2 = 0.5
+# FlashAttention-2's priors (their reasons in FIT_PARAMS), which FlashAttention-1's follow
+FLASH2_PRIOR = {"a100": 0.6, "h100": 0.27}
 
 FIT_PARAMS: tuple[FitParam, ...] = (
     FitParam("a100.matmul_efficiency", ("a100",), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
              "cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs (NVIDIA GEMM guide)"),
-    FitParam("a100.flash2_attention_efficiency", ("a100",), "flash2_attention_efficiency", 0.6, 0.2, 0.1, 1.0,
+    FitParam("a100.flash2_attention_efficiency", ("a100",), "flash2_attention_efficiency", FLASH2_PRIOR["a100"], 0.2, 0.1, 1.0,
              "FlashAttention-2 on A100: 50-73% of peak (Dao 2023, Fig. 4-5), exponentials counted apart"),
-    FitParam("a100.flash1_attention_efficiency", ("a100",), "flash1_attention_efficiency", 0.6 * FLASH1_OF_FLASH2,
+    FitParam("a100.flash1_attention_efficiency", ("a100",), "flash1_attention_efficiency",
+             FLASH2_PRIOR["a100"] * FLASH1_OF_FLASH2,
              0.08, 0.1, 1.0,
              "FlashAttention-1 and its Triton port on A100: half of FlashAttention-2's prior (FLASH1_OF_FLASH2; Dao "
              "2023 gives FlashAttention-1 25-40% of peak forward+backward, abstract and Fig. 4-5), exponentials "
@@ -76,11 +79,12 @@ FIT_PARAMS: tuple[FitParam, ...] = (
              "10-20 kernel launches per layer and pass at ~5 us"),
     FitParam("h100.matmul_efficiency", ("h100",), "matmul_efficiency", 0.75, 0.15, 0.3, 1.0,
              "cuBLAS reaches 70-80% of the dense BF16 peak on large GEMMs"),
-    FitParam("h100.flash2_attention_efficiency", ("h100",), "flash2_attention_efficiency", 0.27, 0.07, 0.1, 1.0,
+    FitParam("h100.flash2_attention_efficiency", ("h100",), "flash2_attention_efficiency", FLASH2_PRIOR["h100"], 0.07, 0.1, 1.0,
              "FlashAttention-2 kernels measured on an H200 (the H100's die): 0.27 in this model "
              "(../shared/data/h200_kernels.json, benchmarks/results/kernel_fit.md); 35-40% of peak at best "
              "(Shah et al. 2024, FlashAttention-3, Fig. 5)"),
-    FitParam("h100.flash1_attention_efficiency", ("h100",), "flash1_attention_efficiency", 0.27 * FLASH1_OF_FLASH2,
+    FitParam("h100.flash1_attention_efficiency", ("h100",), "flash1_attention_efficiency",
+             FLASH2_PRIOR["h100"] * FLASH1_OF_FLASH2,
              0.06, 0.05, 1.0,
              "FlashAttention-1 and its Triton port on H100: half of FlashAttention-2's prior (FLASH1_OF_FLASH2), the "
              "H200 kernels' 0.27; neither uses Hopper's asynchronous tensor cores"),
