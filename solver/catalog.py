@@ -190,15 +190,31 @@ def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> Cluste
                                 f"use {family}x{lo} or {family}x{lo + per_node}")
     tmpl.pop("description", None)
     domain = tmpl.get("nvlink_domain_gpus")
-    if domain:  # racks of one NVLink domain (NVL72): whole racks, or a part of one rack
-        domain = int(domain)
-        if num_gpus > domain and num_gpus % domain:
-            lo = num_gpus // domain * domain
-            raise InputError(field, f"{family}x{num_gpus}: {family} racks hold {domain} GPUs in one NVLink domain; "
-                                    f"use whole racks ({family}x{lo} or {family}x{lo + domain}) or at most {domain} "
-                                    f"GPUs (a multiple of {per_node})")
-        tmpl["nvlink_domain_gpus"] = min(domain, num_gpus)
+    if domain:  # racks of one NVLink domain (NVL72): whole racks, a part of one, or equal parts of several
+        tmpl["nvlink_domain_gpus"] = share = rack_share(num_gpus, int(domain), per_node)
+        if 2 * share < int(domain) < num_gpus:
+            lo = num_gpus // int(domain) * int(domain)
+            raise InputError(field, f"{family}x{num_gpus}: {family} racks hold {domain} GPUs in one NVLink domain, "
+                                    f"and {num_gpus} GPUs do not split into equal parts of at least half a rack; use "
+                                    f"{family}x{lo} or {family}x{lo + int(domain)} (whole racks), a multiple of "
+                                    f"{_half_rack(int(domain), per_node)} GPUs, or at most {domain}")
+        if share < num_gpus and share != int(domain):
+            tmpl["source"] = (f"{tmpl.get('source', '').strip()} {num_gpus} GPUs over {num_gpus // share} racks: "
+                              f"{share} per rack (one NVLink domain each)").strip()
     return cluster_from_mapping({**tmpl, "name": f"{family}x{num_gpus}", "num_nodes": num_gpus // per_node}, field)
+
+
+def rack_share(num_gpus: int, domain: int, per_node: int) -> int:
+    """GPUs of a job per NVLink domain (NVL72 racks): the largest whole-tray divisor of the job's
+    GPUs that fits in one domain (a 256-GPU job on 72-GPU racks: 64 per rack, 16 of the 18 trays;
+    also how the published GB200/GB300 runs of 128-512 GPUs, which do not state their layout, are read)."""
+    return max((d for d in range(per_node, min(domain, num_gpus) + 1, per_node) if num_gpus % d == 0),
+               default=per_node)
+
+
+def _half_rack(domain: int, per_node: int) -> int:
+    """The smallest whole-tray share of a rack that is at least half of it (36 of 72 by 4)."""
+    return -(-domain // 2 // per_node) * per_node
 
 
 def family_rule(tmpl: Mapping[str, Any]) -> str:
@@ -206,7 +222,8 @@ def family_rule(tmpl: Mapping[str, Any]) -> str:
     per_node = int(tmpl.get("gpus_per_node", 8))
     domain = tmpl.get("nvlink_domain_gpus")
     if domain:
-        return f"multiple of {domain}, or of {per_node} up to {domain}"
+        return (f"multiple of {domain}, or of {per_node} up to {domain}, or N split into racks of equal parts of at "
+                f"least {_half_rack(int(domain), per_node)}")
     return f"multiple of {per_node}"
 
 

@@ -74,7 +74,18 @@ def test_gb200_family_takes_whole_racks_or_part_of_one():
     assert load_cluster("gb200x8").domain_gpus == 8
     assert load_cluster("gb300x144").domain_gpus == 72
     with pytest.raises(InputError, match="gb200x72 or gb200x144"):
-        load_cluster("gb200x100")
+        load_cluster("gb200x100")  # 5 racks of 20: less than half a rack each
+
+
+def test_nvl72_family_spreads_a_power_of_two_evenly_over_racks():
+    """256 GPUs on 72-GPU racks: 4 racks of 64 (16 of the 18 trays each), said in the cluster's
+    source, as the published 256-GPU GB200 rows are read (`calibration.rows`: the same rule)."""
+    for n, share in ((256, 64), (128, 64), (1024, 64), (576, 72), (40, 40)):
+        cluster = load_cluster(f"gb200x{n}")
+        assert (cluster.num_gpus, cluster.domain_gpus) == (n, share)
+        assert (f"{share} per rack" in cluster.source) == (share not in (72, n))
+    with pytest.raises(InputError, match="half a rack"):
+        load_cluster("gb300x292")  # 292 = 73 x 4: only racks of 4 GPUs would split it
     assert load_cluster("gb200-superpod-576").num_gpus == 576
 
 

@@ -282,7 +282,7 @@ class Row:
 def published_row_cluster(hw: dict, num_gpus: int, assumed: list[str]) -> ClusterSpec:
     """The cluster a published row ran on, from what it states (`hw`) and its family: the one
     rule for the dense rows and the MoE rows (`moe_rows`); `assumed` gains what was not stated."""
-    from ..catalog import catalog_families, load_gpu
+    from ..catalog import catalog_families, load_gpu, rack_share
 
     gpu = gpu_of(hw["gpu"])
     assert gpu is not None, f"GPU {hw['gpu']!r} is not in the catalog"  # callers skip such rows first
@@ -305,17 +305,10 @@ def published_row_cluster(hw: dict, num_gpus: int, assumed: list[str]) -> Cluste
     fam["source"] = f"published row: {hw.get('cluster') or 'cluster not named'}; {hw.get('inter_node') or ''}".strip()
     fam.update(gpus_per_node=min(per_node, num_gpus), num_nodes=max(1, -(-num_gpus // per_node)), name=f"{fam_name}-row")
     if fam.get("nvlink_domain_gpus"):  # NVL72 racks: the job's GPUs in equal parts of racks
-        fam["nvlink_domain_gpus"] = domain = _rack_share(num_gpus, int(fam["nvlink_domain_gpus"]), per_node)
+        fam["nvlink_domain_gpus"] = domain = rack_share(num_gpus, int(fam["nvlink_domain_gpus"]), per_node)
         if num_gpus > domain:
             assumed.append(f"{num_gpus} GPUs over NVL72 racks: {domain} per rack (one NVLink domain each)")
     return ClusterSpec(gpu=load_gpu(gpu_name), **fam)
-
-
-def _rack_share(num_gpus: int, domain: int, per_node: int) -> int:
-    """GPUs of a job per NVLink domain: the largest whole-tray divisor of the job's GPUs that fits in
-    one domain (a 256-GPU job on 72-GPU racks: 64 per rack, 16 of the 18 trays)."""
-    return max((d for d in range(per_node, min(domain, num_gpus) + 1, per_node) if num_gpus % d == 0),
-               default=per_node)
 
 
 def model_family(name: str) -> str:

@@ -410,7 +410,8 @@ def _show_cluster(c, as_json: bool) -> None:
     _print_pairs(f"cluster {c.name}", [
         ("GPUs", f"{c.num_gpus} = {c.num_nodes} nodes x {c.gpus_per_node}"),
         ("GPU", f"{c.gpu.name} ({c.gpu.peak_bf16_tflops:g} TFLOP/s bf16, {c.gpu.hbm_gib:g} GiB)"),
-        ("NVLink", f"{c.nvlink_gbyte_per_s:g} GB/s per GPU per direction"),
+        ("NVLink", f"{c.nvlink_gbyte_per_s:g} GB/s per GPU per direction, "
+                   f"{c.domain_gpus} GPUs per domain" + (" (one node)" if c.domain_gpus == c.gpus_per_node else "")),
         ("network", f"{c.nic_gbit_per_s:g} Gbit/s per GPU per direction"),
         ("racks", "one non-blocking fabric" if c.nodes_per_leaf is None else
          f"{facts['racks']} of {c.nodes_per_leaf} nodes, spine {c.spine_oversubscription:g}:1"),
