@@ -11,8 +11,9 @@ as package data (solver/calibration/intervals.json), never recomputed at optimiz
    committed cross-validation by GPU) its median measured / predicted ranged over the chips
    from R_lo to R_hi (V100 0.94 ... H100 1.19): its band is the stack's, scaled by that range
    ([lo x R_lo, hi x R_hi]).
-3. Rows are grouped by stack (Megatron-style when the chosen configuration's ZeRO stage is
-   0 or 1, FSDP when 2 or 3: `solveplan.calibration.intervals.stack_of`) and chip; the 10th and
+3. Rows are grouped by stack (mixture-of-experts models apart; else Megatron-style when the
+   chosen configuration's ZeRO stage is 0 or 1, FSDP when 2 or 3:
+   `solveplan.calibration.intervals.stack_of`) and chip; the 10th and
    90th percentiles of the ratio are an 80% interval. A cell with fewer than MIN_ROWS rows uses
    its stack pooled over chips.
 4. Memory: Korthikanti et al. 2022 Fig. 1 (the only published per-GPU memory), the range of
@@ -30,13 +31,14 @@ import argparse
 import json
 import multiprocessing
 import time
+from pathlib import Path
 
 import numpy as np
 
 from _common import RESULTS, ROOT, commit
 from solveplan.calibration.crossval import cross_validate, memory_points
 from solveplan.calibration.intervals import COVERAGE, MIN_ROWS, QUANTILES, stack_of
-from solveplan.calibration.rows import DATA_FILES, load_rows, published_rows
+from solveplan.calibration.rows import find_data, load_rows, published_rows
 from solveplan.calibration.runs_fit import CHIP_OF_GPU, row_cases
 
 RESIDUALS = RESULTS / "intervals_residuals.json"
@@ -50,7 +52,7 @@ def _fold(args) -> list[dict]:
     preds, _ = cross_validate(cases, "source", only=source)
     print(f"fold {source}: {len(preds)} rows", flush=True)
     return [{"id": p.row.id, "source": p.row.source, "gpu": p.row.gpu, "chip": CHIP_OF_GPU.get(p.row.gpu, p.row.gpu),
-             "stack": stack_of(int(p.config["zero"])), "ratio": p.row.measured_s / p.predicted_s} for p in preds]
+             "stack": stack_of(int(p.config["zero"]), p.row.job.model.is_moe), "ratio": p.row.measured_s / p.predicted_s} for p in preds]
 
 
 def residuals(data, jobs: int) -> dict:
@@ -94,7 +96,7 @@ def intervals(res: dict, data=None) -> dict:
     return {
         "made_by": "python benchmarks/intervals.py",
         "commit": res["commit"],
-        "data": list(DATA_FILES),
+        "data": [Path(f).name for f in find_data(data)],
         "coverage": COVERAGE,
         "quantiles": list(QUANTILES),
         "ratio": "measured / predicted step time",

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from solveplan.calibration.intervals import band_for, bands, memory_band, stack_of
+from solveplan.catalog import load_job
 from solveplan.formulation.job import job_coefficients
 from solveplan.formulation.pipeline import step_time_batch
 from solveplan.optimize import optimize
@@ -122,6 +123,21 @@ def test_bands_follow_the_stated_rule():
         unfitted, pooled = band_for("h200", zero), b["stacks"][stack_of(zero)]
         assert unfitted.lo < pooled["lo"] and unfitted.hi > pooled["hi"]
     assert b["coverage"] == 0.8 and 0 < memory_band().lo <= memory_band().hi
+
+
+def test_a_mixture_of_experts_plan_gets_the_moe_rows_band():
+    """MoE plans are bounded by the MoE rows' residuals (their own stack), not by the dense
+    rows': on a Blackwell chip with MoE rows the cell is theirs, and it says so."""
+    from solveplan.calibration.intervals import plan_band
+
+    b = bands()
+    assert stack_of(1, moe=True) == "moe" and stack_of(3, moe=True) == "moe"
+    moe = plan_band(load_job({"model": "qwen3-30b-a3b", "cluster": "b200x64"}), 1)
+    dense = plan_band(load_job({"model": "llama3.1-8b", "cluster": "b200x64"}), 1)
+    cell = b["cells"].get("moe/b200") or b["stacks"]["moe"]
+    assert (moe.lo, moe.hi) == (cell["lo"], cell["hi"]) and moe.basis.startswith("moe")
+    assert (dense.lo, dense.hi) != (moe.lo, moe.hi) and dense.basis.startswith("megatron")
+    assert "b200" in b["gpus_with_rows"]  # the Blackwell rows of published_runs_moe_newgpu.json count
 
 
 def test_every_plan_carries_its_interval_and_margins():

@@ -7,8 +7,9 @@ predicted by GPU parameters fitted without its source, its QUANTILES per stack a
 (an 80% interval: 10th and 90th percentiles).
 
 Which band a prediction gets (one rule, `band_for`):
-1. its stack (`stack_of`: FSDP for ZeRO 2/3, Megatron-style otherwise) and chip have at least
-   MIN_ROWS rows: that cell;
+1. its stack (`stack_of`: a mixture-of-experts model is its own, "moe", whatever its ZeRO stage:
+   its rows are predicted far less well than the dense ones; else FSDP for ZeRO 2/3 and
+   Megatron-style otherwise) and chip have at least MIN_ROWS rows: that cell;
 2. its chip has published rows but the cell is thin: its stack pooled over chips;
 3. its GPU has no published rows of its own (H200, B200, MI300X... borrow H100's fitted
    values: `runs_fit.CHIP_OF_GPU`): the stack's residuals when each chip is left out of the fit
@@ -30,9 +31,13 @@ MIN_ROWS = 10  # a (stack, chip) cell with fewer rows uses its stack pooled over
 DATA = Path(__file__).with_name("intervals.json")
 
 
-def stack_of(zero: int) -> str:
-    """The software stack a plan runs on: FSDP (Megatron-FSDP, PyTorch FSDP) for ZeRO 2/3, the
-    Megatron-style data parallelism (DDP or the distributed optimizer) for ZeRO 0/1."""
+def stack_of(zero: int, moe: bool = False) -> str:
+    """The stack whose residuals bound a plan: "moe" for a mixture-of-experts model (its published
+    rows, Megatron-Core with expert parallelism, are one group); else FSDP (Megatron-FSDP,
+    PyTorch FSDP) for ZeRO 2/3, the Megatron-style data parallelism (DDP or the distributed
+    optimizer) for ZeRO 0/1."""
+    if moe:
+        return "moe"
     return "fsdp" if int(zero) >= 2 else "megatron"
 
 
@@ -56,12 +61,15 @@ def bands() -> dict:
     return json.loads(DATA.read_text())
 
 
-def band_for(gpu_name: str, zero: int) -> Band:
-    """The step-time band of a plan on `gpu_name` (a catalog GPU name) with ZeRO stage `zero`
-    (the rule of the module docstring)."""
+def band_for(gpu_name: str, zero: int, moe: bool = False) -> Band:
+    """The step-time band of a plan on `gpu_name` (a catalog GPU name) with ZeRO stage `zero`, of a
+    mixture-of-experts model when `moe` (the rule of the module docstring)."""
     from .runs_fit import CHIP_OF_GPU
 
-    b, stack = bands(), stack_of(zero)
+    b, stack = bands(), stack_of(zero, moe)
+    if stack not in b["stacks"]:  # bands made from data without rows of this stack: the widest band there is
+        u = max(b["unfitted_gpu"].values(), key=lambda x: x["hi"] - x["lo"])
+        return Band(u["lo"], u["hi"], u["rows"], f"{stack}: no published rows in the bands' data; the widest band")
     chip = CHIP_OF_GPU.get(gpu_name, gpu_name)
     has_rows = gpu_name in b["gpus_with_rows"]
     cell = b["cells"].get(f"{stack}/{chip}")
@@ -83,14 +91,16 @@ def memory_band() -> Band:
 def plan_band(job, zero: int) -> Band:
     """The band of a plan of `job`: its GPU's; on a cluster of pools, the widest of its pools'."""
     views = job.cluster.pool_views() if job.cluster.is_mixed else [job.cluster]
-    band = max((band_for(v.gpu.name, zero) for v in views), key=lambda b: b.hi - b.lo)
+    moe = bool(job.model.is_moe)
+    band = max((band_for(v.gpu.name, zero, moe) for v in views), key=lambda b: b.hi - b.lo)
     framework = getattr(job, "framework", "megatron")
     if framework == "megatron":
         return band
     # no published run states a torchtitan or transformers stack: the stack's band as for a
     # GPU without rows of its own (the widest rule), said in the basis
-    u = bands()["unfitted_gpu"][stack_of(zero)]
-    wide = Band(u["lo"], u["hi"], u["rows"], f"{stack_of(zero)} rows, framework {framework} has no published rows")
+    stack = stack_of(zero, moe)
+    u = bands()["unfitted_gpu"][stack]
+    wide = Band(u["lo"], u["hi"], u["rows"], f"{stack} rows, framework {framework} has no published rows")
     return max((band, wide), key=lambda b: b.hi - b.lo)
 
 
