@@ -2,7 +2,11 @@
 within 3% of the measured best?
 
 A sweep is a source's set of rows for one job (model, GPU, GPU count, global batch, sequence
-length) that differ in configuration (tp, pp, vp, micro-batch, recompute, ZeRO, precision).
+length, precision recipe) on one software release (the row's container where it names one) that
+differ in configuration (tp, pp, vp, micro-batch, recompute, ZeRO): the choices a plan makes.
+Rows that differ in precision or in release are not ranked against each other: the precision is
+the job's input, not the planner's choice, and two releases of one stack differ by up to 1.6x on
+the same configuration (Megatron-Bridge's 26.06.01 GPT-OSS 120B row against 26.06's).
 Per sweep (`sweep_lines`): the pick (fastest predicted), the measured best, the regret (how
 much slower the pick measured than the best), the measured and the predicted spread of step
 times (max / min - 1: a predicted spread far below the measured one means the terms that
@@ -21,9 +25,16 @@ REGRET_OK = 0.03  # issue 26: the configuration ranked first within 3% of the me
 CONFIG_KEYS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")
 
 
+def release_of(row) -> str:
+    """The software release a row ran (its container, e.g. NeMo 25.11), "" where it names none."""
+    raw = row.raw or {}
+    return str(raw.get("container") or (raw.get("measured") or {}).get("container") or "")
+
+
 def sweep_key(p) -> tuple:
     j = p.row.job
-    return (p.row.source, j.model.name, p.row.gpu, p.row.num_gpus, j.global_batch_size, j.seq_length)
+    return (p.row.source, j.model.name, p.row.gpu, p.row.num_gpus, j.global_batch_size, j.seq_length, j.precision,
+            release_of(p.row))
 
 
 def config_of(p) -> dict:
@@ -89,7 +100,8 @@ def sweep_lines(preds: Sequence) -> list[dict]:
         pick, best = ps[int(np.argmin(pred))], ps[int(np.argmin(meas))]
         regret = pick.row.measured_s / best.row.measured_s - 1.0
         lines.append({"source": key[0], "model": key[1], "gpu": key[2], "num_gpus": key[3],
-                      "global_batch_size": key[4], "seq_length": key[5], "configs": len(ps),
+                      "global_batch_size": key[4], "seq_length": key[5], "precision": key[6],
+                      "release": key[7], "configs": len(ps),
                       "picked": pick.row.id, "best": best.row.id, "regret": float(regret),
                       "within_3pct": bool(regret <= REGRET_OK), "measured_spread": _spread(meas),
                       "predicted_spread": _spread(pred), "spearman": _spearman(pred, meas),
