@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .diagnose import memory_shortfall, pooled_shortfall
-from .errors import InputError
-from .plan import (
+from ..diagnose import memory_shortfall, pooled_shortfall
+from ..errors import InputError
+from ..plan import (
     Comparison,
     Cost,
     OptimizeResult,
@@ -34,11 +34,11 @@ from .plan import (
     plan_config,
     textbook_plan,
 )
-from .search.candidates import Candidates, prepare
-from .search.phases import Phase, Phases
-from .search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult, PlanStatus
-from .specs import JobSpec
-from .specs.deadline import Deadline, DeadlineExpired
+from ..search.candidates import Candidates, prepare
+from ..search.phases import Phase, Phases
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult, PlanStatus
+from ..specs import JobSpec
+from ..specs.deadline import Deadline, DeadlineExpired
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
 
@@ -59,10 +59,10 @@ def refuse_moe_placement(job: JobSpec, field: str) -> None:
 def _search_fn(method: str):
     """The search function of `method` (imported on first use) and how to prepare its candidates."""
     if method == "cpsat":
-        from .search.cpsat.solve import search
+        from ..search.cpsat.solve import search
 
         return search, {}
-    from .search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
+    from ..search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
 
     return {"exhaustive": exhaustive.search, "alpa-dp": alpa_dp.search}[method], dict(PREPARE_KWARGS)
 
@@ -208,8 +208,8 @@ def _prefer_simple(job: JobSpec, out: OptimizeResult, fastest: Plan, method: str
                    deadline: float, progress, prep_kwargs: dict) -> None:
     """Replace the fastest plan of `out` by the simplest within the tolerance (`search.simple`);
     status, bound and gap become those of the tie-break's proof."""
-    from .calibration.intervals import plan_band
-    from .search.simple import STATEMENT, departure_names, reference, simplest
+    from ..calibration.intervals import plan_band
+    from ..search.simple import STATEMENT, departure_names, reference, simplest
 
     tb = out.textbook  # fastest: out.plan
     tol = plan_band(job, fastest.parallel.zero).half_width_rel if job.tolerance_rel is None else job.tolerance_rel
@@ -252,7 +252,7 @@ def _prefer_simple_pooled(job: JobSpec, res: OptimizeResult, links, method: str,
     by the same joint model, when it is within the tolerance of the fastest plan; else the
     fastest, which then beats every such plan by more than the tolerance. Proven when both
     solves are, or when the plain subspace's bound is above the threshold."""
-    from .calibration.intervals import plan_band
+    from ..calibration.intervals import plan_band
 
     fast = res.plan
     assert fast is not None  # optimize asks only when there is a plan
@@ -284,7 +284,7 @@ def _prefer_simple_pooled(job: JobSpec, res: OptimizeResult, links, method: str,
 
 def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Plan | None = None) -> OptimizeResult:
     """Every plan of `out` with its intervals, and the margins of the plan (`calibration.intervals`)."""
-    from .calibration.intervals import margin, plan_band, with_interval
+    from ..calibration.intervals import margin, plan_band, with_interval
 
     if out.plan is None:
         return out
@@ -318,7 +318,7 @@ def _search_placed(job: JobSpec, links, method: str, time_limit_s: float, worker
     """The joint model (`placement.joint_run.optimize_joint`) with each pool's own plan (today's
     model, equal links, `POOL_ALONE`: a tenth of the limit, at most 5 s each) beside it and seeding its incumbent, all
     within `deadline` (`optimize`'s)."""
-    from .placement.joint_run import optimize_joint
+    from ..placement.joint_run import optimize_joint
 
     t0 = time.perf_counter()
     dl = deadline.within(float(time_limit_s))
