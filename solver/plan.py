@@ -341,7 +341,7 @@ class SolveResult(Out):
 
 class OptimizeResult(SolveResult):
     """What `optimize` returns on every cluster: SolveResult plus the comparisons it makes. On a
-    cluster of pools or on measured links (the joint model) the plan is a `placement.placed.PlacedPlan`
+    cluster of pools or on measured links (the joint model) the plan is an `optimize.placed.PlacedPlan`
     (a Plan whose stages name their pool and nodes, with the hostfile) and `pools_alone`,
     `default_order` and `explanation` say what the placement gains; elsewhere those stay empty."""
 

@@ -7,7 +7,7 @@ import pytest
 from solveplan.catalog import load_job
 from solveplan.optimize import optimize
 from solveplan.placement.links import load_links
-from solveplan.placement.placed import PlacedPlan
+from solveplan.optimize.placed import PlacedPlan
 from solveplan.plan import OptimizeResult
 from solveplan.render.json import result_json
 from conftest import DATA
@@ -39,9 +39,9 @@ def test_every_cluster_gets_the_same_result_type(placed):
 
 
 def test_joint_result_is_gone():
-    import solveplan.placement.joint_run as joint_run
+    import solveplan.optimize.joint as joint
 
-    assert not hasattr(joint_run, "JointResult")
+    assert not hasattr(joint, "JointResult")
 
 
 def test_phase_times_are_reported_and_the_search_table_shows_the_solver_status():

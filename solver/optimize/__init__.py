@@ -315,10 +315,10 @@ POOL_ALONE = Phase("pool alone", share=0.1, most_s=5.0, least_s=0.2)
 
 def _search_placed(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
                    progress, deadline: Deadline) -> OptimizeResult:
-    """The joint model (`placement.joint_run.optimize_joint`) with each pool's own plan (today's
+    """The joint model (`optimize.joint.optimize_joint`) with each pool's own plan (today's
     model, equal links, `POOL_ALONE`: a tenth of the limit, at most 5 s each) beside it and seeding its incumbent, all
     within `deadline` (`optimize`'s)."""
-    from ..placement.joint_run import optimize_joint
+    from .joint import optimize_joint
 
     t0 = time.perf_counter()
     dl = deadline.within(float(time_limit_s))

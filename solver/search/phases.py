@@ -1,6 +1,6 @@
 """Time-limited multi-phase solves (issue 25 item 2): one runner shares a call's time limit out
 among named phases, keeps the best bound and the best incumbent the phases find, and reports
-the time each phase took. Placement (`placement.cpsat`), the joint model (`placement.joint_run`,
+the time each phase took. Placement (`placement.cpsat`), the joint model (`optimize.joint`,
 `search.joint.solve`), `optimize`'s pools-alone plans and admission (`admission.planner`) declare
 their phases here instead of keeping share constants of their own.
 

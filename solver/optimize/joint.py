@@ -4,7 +4,10 @@ hostfile that realises it, the explanation, and the best plan of each pool alone
 
 `solveplan.optimize.optimize` routes here (`links=` or a cluster with pools) and hands in the
 pools-alone plans (each pool planned alone by today's model, equal links): they seed the
-incumbent where the joint space holds them, and are reported as comparisons.
+incumbent where the joint space holds them, and are reported as comparisons. The steps are
+`optimize`'s: the candidates (`search.joint.prepare`), the search method (`search.joint.solve`
+or `search.joint.exhaustive`), the plan (`placed.placed_plan`, the float formulation on the
+assigned nodes) and the result.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from collections.abc import Sequence
 
 from ..errors import InputError
+from ..placement.links import LinkMatrix
 from ..plan import Comparison, OptimizeResult, Plan, SearchStats, jsonable
 from ..search.joint.exhaustive import search_exhaustive
 from ..search.joint.heuristic import Assignment
@@ -24,7 +28,6 @@ from ..search.phases import Phase, Phases
 from ..search.result import MethodResult
 from ..specs import JobSpec
 from ..specs.deadline import Deadline
-from .links import LinkMatrix
 from .placed import explain, placed_plan
 
 METHODS = ("cpsat", "exhaustive")
