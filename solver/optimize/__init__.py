@@ -20,6 +20,7 @@ from typing import Any
 
 from ..diagnose import memory_shortfall, pooled_shortfall
 from ..errors import InputError
+from ..formulation.links import refuse_moe_placement
 from ..plan import (
     Comparison,
     Cost,
@@ -41,19 +42,6 @@ from ..specs import JobSpec
 from ..specs.deadline import Deadline, DeadlineExpired
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
-
-
-def refuse_moe_placement(job: JobSpec, field: str) -> None:
-    """Placement on measured links and clusters of pools price dense layers only: a mixture-of-
-    experts model is bad input there, named by the field that asked for it."""
-    if job.model.is_hybrid and not job.model.is_moe:
-        raise InputError(field, f"{job.model.name} is a hybrid Mamba model; placement on measured links and clusters "
-                                f"of pools do not price Mamba layers yet: plan it on a cluster of one GPU type without "
-                                f"--links")
-    if job.model.is_moe:
-        raise InputError(field, f"{job.model.name} is a mixture-of-experts model; placement on measured links and "
-                                f"clusters of pools do not price expert parallelism yet: plan it on a cluster of one "
-                                f"GPU type without --links")
 
 
 def _search_fn(method: str):
