@@ -22,7 +22,8 @@ from .formulation.flops import FLOP_CONVENTION
 from .formulation.job import job_assumptions, job_coefficients, throughput
 from .formulation.pipeline import evaluate_split, step_time_batch
 from .formulation.splits import default_layers, default_splits
-from .search.result import PlanStatus
+from .search.candidates import ShapeCounts
+from .search.result import MethodResult, PlanStatus
 from .space.rules import complete_config, textbook_shapes
 from .space.shapes import RECOMPUTE_CODES, Shapes
 from .specs import JobSpec
@@ -312,6 +313,16 @@ class SearchStats(Out):
     evaluations: int | None = None
     solver: dict = {}
     finished: bool = True
+
+    @classmethod
+    def of(cls, method: str, wall_time_s: float, cands: ShapeCounts, res: MethodResult, **solver) -> SearchStats:
+        """What a search did, on either path: the shapes at each step of its candidates'
+        preparation, and the method's own statistics (`res.stats` but its notes) with `solver`'s."""
+        return cls(method=method, wall_time_s=wall_time_s, shapes_legal=cands.num_legal,
+                   shapes_dominated=cands.num_dominated, shapes_pruned_memory=cands.num_pruned_memory,
+                   shapes_pruned_time=cands.num_pruned_time, shapes_searched=cands.num_survivors,
+                   evaluations=res.evaluations, finished=bool(res.finished),
+                   solver=jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, **solver}))
 
 
 class Shortfall(Out):

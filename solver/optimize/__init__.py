@@ -159,22 +159,12 @@ def _search(job: JobSpec, method: str, time_limit_s: float, top_k: int, workers:
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap,
                          tolerance_s=res.stats.get("tolerance_s"), alternatives=plans[1:],
-                         search=_search_stats(method, t0, cands, res, prep_s), notes=notes, top_k_asked=top_k,
+                         search=SearchStats.of(method, time.perf_counter() - t0, cands, res, prepare_time_s=prep_s),
+                         notes=notes, top_k_asked=top_k,
                          top_k_found=len(plans) if plan is not None else 0, shortfall=None)
     if plan is not None and out.top_k_cut_short:
         out.notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
     return _Found(out, runner_up, cands, prep_kwargs)
-
-
-def _search_stats(method: str, t0: float, cands: Candidates, res: MethodResult, prep_s: float) -> SearchStats:
-    """What the search did: the shapes at each step of the preparation and the method's own statistics."""
-    return SearchStats(
-        method=method, wall_time_s=time.perf_counter() - t0,
-        shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
-        shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-        shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
-        solver=jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
-    )
 
 
 def _compare_textbook(job: JobSpec, out: OptimizeResult, plan: Plan, dl: Deadline) -> None:
