@@ -6,6 +6,9 @@ comparison) -> the plans, re-evaluated with the float formulation (`plan.make_pl
 of the verdict -> on INFEASIBLE a `Shortfall` (`diagnose`: which stage and resource is short,
 by how much, and what would help) -> comparisons with the textbook Megatron-LM configuration
 and with a configuration the user passes in (`plan.textbook_plan`, `plan.plan_config`).
+On a cluster of pools or measured links the same steps are the joint model's: each pool's own
+plan (`_search_placed`), then `joint.optimize_joint` (`search.joint`'s candidates and search
+method, the plan a `placed.PlacedPlan` on the nodes, its verdict and comparisons).
 
 Nothing here prints: progress goes to the `progress` callable (one dict per event).
 """
