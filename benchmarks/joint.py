@@ -35,7 +35,7 @@ from solveplan.search.joint.baselines import anneal, sequential, uniform_descrip
 from solveplan.search.joint.exhaustive import EXHAUSTIVE_MAX_NODES, solve_exhaustive  # noqa: E402
 from solveplan.search.joint.nodes import node_set  # noqa: E402
 from solveplan.search.joint.prepare import prepare_joint  # noqa: E402
-from solveplan.placement.joint_run import optimize_joint  # noqa: E402
+from solveplan.optimize.joint import optimize_joint  # noqa: E402
 from solveplan.specs import JobSpec  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "joint.md"

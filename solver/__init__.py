@@ -12,11 +12,13 @@ imports only its own stage or an earlier one (tests/test_architecture.py checks 
     formulation/     step time and memory: flops, comm, coefficients, pipeline (the one
                      stage composition), splits (balanced, water-filling), linear
     search/          candidates (enumerate, price, prune; keeps what it derives), pruning,
-                     cpsat/ (integer form, model, scaling, solve), baselines/
+                     cpsat/ (integer form, exact, model, scaling, solve), baselines/, joint/
+                     (shape, split, pool and nodes at once), phases (the one time runner)
     plan.py          the plan value type; explicit and textbook configurations
     diagnose.py      why no plan fits; the fewest GPUs that would do
-    optimize.py      optimize(): candidates -> search -> plans -> checked verdict
-    placement/       nodes for a plan's groups on unequal links
+    placement/       a fixed plan's groups placed on unequal links; the link files
+    optimize/        optimize(): candidates -> search -> plans -> checked verdict, for every
+                     cluster (joint, placed: the joint model's steps and its placed plan)
     calibration/     fits to nccl-tests logs and measured steps; published runs
     render/          table, json, megatron, timeline, hostfile, calibration report
     admission/       bounded-time check, plan, fewest GPUs, admit (behind api.py)

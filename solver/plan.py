@@ -22,7 +22,8 @@ from .formulation.flops import FLOP_CONVENTION
 from .formulation.job import job_assumptions, job_coefficients, throughput
 from .formulation.pipeline import evaluate_split, step_time_batch
 from .formulation.splits import default_layers, default_splits
-from .search.result import PlanStatus
+from .search.candidates import ShapeCounts
+from .search.result import MethodResult, PlanStatus
 from .space.rules import complete_config, textbook_shapes
 from .space.shapes import RECOMPUTE_CODES, Shapes
 from .specs import JobSpec
@@ -313,6 +314,16 @@ class SearchStats(Out):
     solver: dict = {}
     finished: bool = True
 
+    @classmethod
+    def of(cls, method: str, wall_time_s: float, cands: ShapeCounts, res: MethodResult, **solver) -> SearchStats:
+        """What a search did, on either path: the shapes at each step of its candidates'
+        preparation, and the method's own statistics (`res.stats` but its notes) with `solver`'s."""
+        return cls(method=method, wall_time_s=wall_time_s, shapes_legal=cands.num_legal,
+                   shapes_dominated=cands.num_dominated, shapes_pruned_memory=cands.num_pruned_memory,
+                   shapes_pruned_time=cands.num_pruned_time, shapes_searched=cands.num_survivors,
+                   evaluations=res.evaluations, finished=bool(res.finished),
+                   solver=jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, **solver}))
+
 
 class Shortfall(Out):
     """Why no plan fits: the resource, how much is needed and available, and what would help."""
@@ -341,7 +352,7 @@ class SolveResult(Out):
 
 class OptimizeResult(SolveResult):
     """What `optimize` returns on every cluster: SolveResult plus the comparisons it makes. On a
-    cluster of pools or on measured links (the joint model) the plan is a `placement.placed.PlacedPlan`
+    cluster of pools or on measured links (the joint model) the plan is an `optimize.placed.PlacedPlan`
     (a Plan whose stages name their pool and nodes, with the hostfile) and `pools_alone`,
     `default_order` and `explanation` say what the placement gains; elsewhere those stay empty."""
 

@@ -18,7 +18,7 @@ from solveplan.search.joint.exhaustive import solve_exhaustive
 from solveplan.search.joint.heuristic import Assignment, heuristic_plans
 from solveplan.search.joint.nodes import node_set
 from solveplan.search.joint.prepare import prepare_joint
-from solveplan.placement.joint_run import optimize_joint
+from solveplan.optimize.joint import optimize_joint
 from solveplan.specs import JobSpec
 
 hypothesis = pytest.importorskip("hypothesis")

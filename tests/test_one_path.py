@@ -7,7 +7,7 @@ import pytest
 from solveplan.catalog import load_job
 from solveplan.optimize import optimize
 from solveplan.placement.links import load_links
-from solveplan.placement.placed import PlacedPlan
+from solveplan.optimize.placed import PlacedPlan
 from solveplan.plan import OptimizeResult
 from solveplan.render.json import result_json
 from conftest import DATA
@@ -29,6 +29,10 @@ def test_every_cluster_gets_the_same_result_type(placed):
     assert type(res) is OptimizeResult and res.status == "OPTIMAL"
     assert res.placed == (placed != "single")
     assert isinstance(res.plan, PlacedPlan) == res.placed
+    s = res.search  # one count of the shapes on every path (`search.candidates.ShapeCounts`): each legal shape
+    # is searched or set aside once, as dominated, by memory or by time
+    assert s.shapes_legal == s.shapes_dominated + s.shapes_pruned_memory + s.shapes_pruned_time + s.shapes_searched
+    assert s.shapes_searched >= 1 and s.shapes_dominated >= 1
     d = result_json(res, job)
     assert ("hostfile" in d) == ("pools_alone" in d) == res.placed  # a placed plan keeps its own fields
     if res.placed:  # the joint model returns the best plan only, and says so by the one rule's fields
@@ -39,9 +43,9 @@ def test_every_cluster_gets_the_same_result_type(placed):
 
 
 def test_joint_result_is_gone():
-    import solveplan.placement.joint_run as joint_run
+    import solveplan.optimize.joint as joint
 
-    assert not hasattr(joint_run, "JointResult")
+    assert not hasattr(joint, "JointResult")
 
 
 def test_phase_times_are_reported_and_the_search_table_shows_the_solver_status():

@@ -43,6 +43,19 @@ def test_fixed_share_phase_is_the_same_each_run_and_capped():
     assert not Phases(1.0, (Phase("pool", share=0.1, least_s=0.2),)).worth("pool")
 
 
+def test_rest_phase_takes_its_share_of_what_is_left_each_round():
+    """A phase run in rounds (placement's row-count probes): each round's budget is its share of
+    what the rounds before left, never of the whole limit."""
+    clock = FakeClock()
+    run = Phases(10.0, (Phase("probe", rest=0.6), Phase("after", rest=0.5, most_s=1.0)), clock=clock)
+    assert run.left_s() == pytest.approx(10.0) and run.budget_s("probe") == pytest.approx(6.0)
+    clock.now += 6.0
+    assert run.budget_s("probe") == pytest.approx(0.6 * 4.0)
+    assert run.budget_s("after") == pytest.approx(1.0)  # 2 s, capped by most_s
+    clock.now += 5.0  # past the limit: nothing left to share
+    assert run.left_s() == pytest.approx(-1.0) and run.budget_s("probe") < 0
+
+
 def test_the_deadline_caps_every_budget_and_is_derived():
     dl = Deadline.after(0.5)
     run = Phases(60.0, (Phase("a", ends_at=0.5),), deadline=dl)

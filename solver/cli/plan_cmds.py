@@ -192,7 +192,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
     result = optimize(job, method=method, time_limit_s=time_limit, workers=workers, top_k=top_k, seed=seed,
                       compare=cmp_cfg, progress=_StderrProgress(time_limit) if show_progress else None, links=links)
     if hostfile_out and result.plan is not None:
-        from ..placement.placed import PlacedPlan
+        from ..optimize.placed import PlacedPlan
 
         assert isinstance(result.plan, PlacedPlan)  # --hostfile needs links or pools (above): the plan is placed
         write_text(hostfile_out, result.plan.hostfile, "--hostfile")

@@ -3,7 +3,8 @@ and the joint search (`search.joint`): bandwidth levels (`bandwidth_levels`: the
 attained bandwidths of a node x node matrix, bucketed past MAX_LEVELS), a cluster priced at one
 link (`cluster_at_link`), the order-literal chain over levels (`level_chain`), a leaf/spine
 fabric's bandwidth and latency (`leaf_spine`, which `placement.topology.generate_links` writes
-as a link file), and classes of interchangeable nodes (`twin_classes`)."""
+as a link file), and classes of interchangeable nodes (`twin_classes`); what this pricing
+covers: dense layers, not experts or Mamba layers (`refuse_moe_placement`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..specs import ClusterSpec
+from ..specs import ClusterSpec, JobSpec
 from ..specs.base import PLAUSIBLE
 from ..specs.units import GBIT_BYTES
 
@@ -22,6 +23,19 @@ MAX_LEVELS = 24  # more distinct bandwidths than this are bucketed (rounded down
 # The most nodes `leaf_spine` builds (and `generate_links` writes): 1024^2 cells of bandwidth and
 # latency stay well under the link reader's file size limit (specs.reading.MAX_FILE_BYTES).
 MAX_GENERATED_NODES = 1024
+
+
+def refuse_moe_placement(job: JobSpec, field: str) -> None:
+    """Placement on measured links and clusters of pools price dense layers only: a mixture-of-
+    experts model is bad input there, named by the field that asked for it."""
+    if job.model.is_hybrid and not job.model.is_moe:
+        raise InputError(field, f"{job.model.name} is a hybrid Mamba model; placement on measured links and clusters "
+                                f"of pools do not price Mamba layers yet: plan it on a cluster of one GPU type without "
+                                f"--links")
+    if job.model.is_moe:
+        raise InputError(field, f"{job.model.name} is a mixture-of-experts model; placement on measured links and "
+                                f"clusters of pools do not price expert parallelism yet: plan it on a cluster of one "
+                                f"GPU type without --links")
 
 
 def cluster_at_link(cluster: ClusterSpec, bw_bytes_per_s: float, lat_s: float) -> ClusterSpec:

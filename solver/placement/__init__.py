@@ -46,9 +46,10 @@ formulation's prices per bandwidth level, the `Problem`), `objective` (the objec
 level literals, shared by the CP-SAT models), `cpsat`, `rows` and `exhaustive` (the
 solvers and the relaxation), `explain` (what the placement avoided and why), `place` (the entry point).
 
-The joint search (shape, split and placement at once: `search.joint`) hands its answer to
-`placed` (the placed plan, its hostfile and explanation) through `joint_run.optimize_joint`,
-`optimize`'s search step on clusters of pools and measured links (it returns the same
-`plan.OptimizeResult` as every other path).
+The joint search (shape, split and placement at once, on clusters of pools and measured links)
+is not here: it is a search method, `search.joint`, whose answer `optimize.joint` makes the
+same `plan.OptimizeResult` as every other path (its plan an `optimize.placed.PlacedPlan`).
+What it shares with this package is formulation: link levels, a cluster priced at a link and
+the order-literal chain (`formulation.links`); and the link files read here (`links.LinkMatrix`).
 """
 

@@ -42,6 +42,13 @@ PHASES = (Phase("floors", ends_at=0.1), Phase("hierarchy", ends_at=0.5), Phase("
           Phase("first-solve", ends_at=0.68), Phase("rows", ends_at=0.75), Phase("resume", ends_at=0.8),
           Phase("canonical", ends_at=1.0))
 CANONICAL_DETERMINISTIC_S = 20.0
+# `tighten`'s rounds share out what is left of its time (`Phase.rest`): a probe of the row-count
+# relaxation takes 0.6 of it when it probes just below the cheapest row counts met (the probe
+# before settled) and 0.5 when it probes the midpoint (the probe before did not settle); the cell
+# model at the row counts a probe found, half of what the probe left. With ROUND_LEAST_S or less
+# left, no more rounds (nor a cell model after the last probe).
+TIGHTEN = (Phase("probe below", rest=0.6), Phase("probe midpoint", rest=0.5), Phase("at counts", rest=0.5))
+ROUND_LEAST_S = 0.05
 
 
 def default_workers() -> int:
@@ -119,16 +126,15 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
     below the cheapest row counts met so far (minimising within the threshold, or only
     feasibility once those counts are realised); after a probe it cannot settle, the midpoint.
     Returns (lo, obj, labels)."""
-    end = time.perf_counter() + time_s
+    run = Phases(time_s, TIGHTEN)
     cap, settled, realised = obj, True, False
     while lo < obj:
         value = cap - 1 if settled else (lo + cap - 1) // 2
-        left = end - time.perf_counter()
-        if value < lo or left <= 0.05:
+        if value < lo or run.left_s() <= ROUND_LEAST_S:
             break
         proof = realised and cap == obj  # the cheapest row counts met are realised: only a proof is missing
-        status, proven, counts, got = below(prob, value, left * (0.6 if settled else 0.5), workers, seed,
-                                            minimise=not proof, floors=floors_)
+        status, proven, counts, got = below(prob, value, run.budget_s("probe below" if settled else "probe midpoint"),
+                                            workers, seed, minimise=not proof, floors=floors_)
         settled = status != UNKNOWN
         if proven is not None:
             lo = max(lo, proven)
@@ -136,9 +142,8 @@ def tighten(prob: Problem, lo: int, obj: int, labels: np.ndarray, time_s: float,
             cap = value
         elif counts is not None:
             cap = got
-            left = end - time.perf_counter()
-            found = search_at(prob, got, left / 2, workers, seed, counts=counts, hints=hints,
-                              floors_=floors_) if left > 0.05 else None
+            found = search_at(prob, got, run.budget_s("at counts"), workers, seed, counts=counts, hints=hints,
+                              floors_=floors_) if run.left_s() > ROUND_LEAST_S else None
             if found is not None and _value(prob, found) < obj:
                 labels, obj, realised = found, _value(prob, found), True
     return lo, obj, labels

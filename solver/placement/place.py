@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from ..errors import InputError
+from ..formulation.links import refuse_moe_placement
 from ..plan import Out, ParallelConfig
 from ..search.result import FEASIBLE, OPTIMAL, PlanStatus
 from ..specs import JobSpec
@@ -53,8 +54,6 @@ def place(job: JobSpec, parallel: ParallelConfig, links: LinkMatrix, *, layers=N
     formulation's step time. `method`: "cpsat", "exhaustive" (<= 8 nodes) or "auto" (CP-SAT).
     Returns the placement priced exactly against the default rank order and whole-server
     pipelines, with an explanation."""
-    from ..optimize import refuse_moe_placement
-
     refuse_moe_placement(job, "links")
     t0 = time.perf_counter()
     prob = Problem(job, parallel, links, layers)

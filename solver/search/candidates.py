@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -37,6 +37,24 @@ from ..specs.deadline import Deadline
 from .pruning import memory_lower_bound_bytes, time_lower_bound_s
 
 LEAST_MEMORY_SHAPES = 64  # shapes kept for an INFEASIBLE verdict's explanation (`diagnose`)
+
+
+class ShapeCounts(Protocol):
+    """What the candidates of either path count at each step of their preparation -- `Candidates`
+    here, `search.joint.prepare.JointCandidates` on pools and links -- and `plan.SearchStats.of`
+    reports: the legal shapes, those set aside as dominated, by memory and by time, and the
+    survivors the method searches."""
+
+    @property
+    def num_legal(self) -> int: ...
+    @property
+    def num_dominated(self) -> int: ...
+    @property
+    def num_pruned_memory(self) -> int: ...
+    @property
+    def num_pruned_time(self) -> int: ...
+    @property
+    def num_survivors(self) -> int: ...
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Time-limited multi-phase solves (issue 25 item 2): one runner shares a call's time limit out
 among named phases, keeps the best bound and the best incumbent the phases find, and reports
-the time each phase took. Placement (`placement.cpsat`), the joint model (`placement.joint_run`,
+the time each phase took. Placement (`placement.cpsat`), the joint model (`optimize.joint`,
 `search.joint.solve`), `optimize`'s pools-alone plans and admission (`admission.planner`) declare
 their phases here instead of keeping share constants of their own.
 
@@ -9,6 +9,8 @@ A phase declares what it needs (`Phase`):
   earlier phase does not use passes on to the later ones (cumulative schedule);
 - or `share`: a fixed budget of `share` x the limit, whatever has elapsed (a phase run several
   times with the same budget, such as one plan per pool), at most `most_s`;
+- or `rest`: `rest` x what is left of the limit when it starts (a phase run in rounds, each
+  taking part of what the rounds before it left, such as placement's row-count probes);
 - `keep_s`: seconds it leaves at the end for what follows it (assembling the answer);
 - `least_s`: below this budget the phase is not worth starting (`worth`).
 Every budget is also at most what the runner's `Deadline` leaves.
@@ -33,6 +35,7 @@ class Phase:
     name: str
     ends_at: float = 1.0
     share: float | None = None
+    rest: float | None = None
     most_s: float = math.inf
     least_s: float = 0.0
     keep_s: float = 0.0
@@ -61,10 +64,17 @@ class Phases:
     def elapsed_s(self) -> float:
         return self.clock() - float(self.start or 0.0)
 
+    def left_s(self) -> float:
+        """Seconds left of the limit (and of the deadline, when there is one)."""
+        s = self.limit_s - self.elapsed_s()
+        return s if self.deadline is None else min(s, self.deadline.left_s())
+
     def budget_s(self, name: str, floor_s: float | None = None) -> float:
         """Seconds phase `name` may take from now (at least `floor_s`, when given)."""
         p = self._by_name[name]
-        if p.share is not None:
+        if p.rest is not None:
+            s = min(p.rest * self.left_s(), p.most_s)
+        elif p.share is not None:
             s = min(p.share * self.limit_s, p.most_s)
         else:
             s = min(p.ends_at * self.limit_s - self.elapsed_s(), p.most_s)

@@ -12,7 +12,7 @@ from typing import Literal
 PlanStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
 # the statuses by name, so that code compares with these and never spells a raw string; the last
 # three typed as their own value, so that they also fit a narrower status (CheckStatus). (OPTIMAL
-# stays PlanStatus-typed for now: placement/place.py and optimize.py start a status variable from it
+# stays PlanStatus-typed for now: placement/place.py and optimize/ start a status variable from it
 # and assign FEASIBLE later, which its own type would refuse until they annotate it PlanStatus.)
 OPTIMAL: PlanStatus = "OPTIMAL"
 FEASIBLE: Literal["FEASIBLE"] = "FEASIBLE"

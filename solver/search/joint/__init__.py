@@ -15,8 +15,8 @@ relaxation's survivors), `heuristic` (contiguous-block plans, their nodes repair
 `prepare` (pruning against the incumbent), `model` and `solve` (the CP-SAT model and its
 phases), `exhaustive` (ground truth for small clusters), `baselines` (sequential method,
 simulated annealing). Shared with `placement/`: link levels, a cluster priced at a link and
-the order-literal chain (`formulation.links`). Its answer becomes a plan in `placement/`:
-`placement.placed` (the placed plan, hostfile, explanation) and `placement.joint_run` (the
-search step `optimize` runs for pools and links, into the same `plan.OptimizeResult`). Time is
+the order-literal chain (`formulation.links`). Its answer becomes a plan at the `optimize`
+level: `optimize.joint` (the search step `optimize` runs for pools and links, into the same
+`plan.OptimizeResult`) and `optimize.placed` (the placed plan, hostfile, explanation). Time is
 shared among the phases by `search.phases`.
 """

@@ -66,6 +66,12 @@ class JointCandidates:
     outside_bound_s: float = float("inf")  # least bound of the shapes left out unbounded (deadline)
 
     @property
+    def num_dominated(self) -> int:
+        """Legal shapes set aside before pricing: dominated, or with stages that do not fill whole
+        nodes of the pools (`search.candidates.ShapeCounts`)."""
+        return self.num_legal - self.num_shapes
+
+    @property
     def num_survivors(self) -> int:
         return len(self.lower_bound_s)
 

@@ -4,7 +4,10 @@ hostfile that realises it, the explanation, and the best plan of each pool alone
 
 `solveplan.optimize.optimize` routes here (`links=` or a cluster with pools) and hands in the
 pools-alone plans (each pool planned alone by today's model, equal links): they seed the
-incumbent where the joint space holds them, and are reported as comparisons.
+incumbent where the joint space holds them, and are reported as comparisons. The steps are
+`optimize`'s: the candidates (`search.joint.prepare`), the search method (`search.joint.solve`
+or `search.joint.exhaustive`), the plan (`placed.placed_plan`, the float formulation on the
+assigned nodes) and the result.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import time
 from collections.abc import Sequence
 
 from ..errors import InputError
-from ..plan import Comparison, OptimizeResult, Plan, SearchStats, jsonable
+from ..placement.links import LinkMatrix
+from ..plan import Comparison, OptimizeResult, Plan, SearchStats
 from ..search.joint.exhaustive import search_exhaustive
 from ..search.joint.heuristic import Assignment
 from ..search.joint.nodes import node_set
@@ -24,7 +28,6 @@ from ..search.phases import Phase, Phases
 from ..search.result import MethodResult
 from ..specs import JobSpec
 from ..specs.deadline import Deadline
-from .links import LinkMatrix
 from .placed import explain, placed_plan
 
 METHODS = ("cpsat", "exhaustive")
@@ -53,16 +56,11 @@ def optimize_joint(job: JobSpec, links: LinkMatrix | None = None, *, method: str
     cands, found = _search(job, nodes, seeds, method, workers, seed, progress, dl, float(time_limit_s))
     status, bound, tol = found.status, found.bound_s, found.stats.get("tolerance_s")
     notes: list[str] = list(found.stats.get("notes", []))
-    solver = {k: v for k, v in found.stats.items() if k != "notes"}
     plan_a = found.best.assignment() if isinstance(found.best, PlacedChoice) else None
     plan = placed_plan(job, cands.prices, plan_a) if plan_a is not None else None
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
-    search = SearchStats(method=f"{method} (joint)", wall_time_s=time.perf_counter() - t0,
-                         shapes_legal=cands.num_legal, shapes_dominated=cands.num_legal - cands.num_shapes,
-                         shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-                         shapes_searched=cands.num_survivors, evaluations=found.evaluations, finished=found.finished,
-                         solver=jsonable({**solver, "node_classes": len(nodes.classes),
-                                           "bandwidth_levels": nodes.num_levels, "links": nodes.source}))
+    search = SearchStats.of(f"{method} (joint)", time.perf_counter() - t0, cands, found,
+                            node_classes=len(nodes.classes), bandwidth_levels=nodes.num_levels, links=nodes.source)
     res = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap, tolerance_s=tol, search=search,
                          notes=notes, top_k_found=int(plan is not None), pools_alone=[])
     if plan is not None and plan_a is not None:

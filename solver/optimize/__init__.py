@@ -6,6 +6,9 @@ comparison) -> the plans, re-evaluated with the float formulation (`plan.make_pl
 of the verdict -> on INFEASIBLE a `Shortfall` (`diagnose`: which stage and resource is short,
 by how much, and what would help) -> comparisons with the textbook Megatron-LM configuration
 and with a configuration the user passes in (`plan.textbook_plan`, `plan.plan_config`).
+On a cluster of pools or measured links the same steps are the joint model's: each pool's own
+plan (`_search_placed`), then `joint.optimize_joint` (`search.joint`'s candidates and search
+method, the plan a `placed.PlacedPlan` on the nodes, its verdict and comparisons).
 
 Nothing here prints: progress goes to the `progress` callable (one dict per event).
 """
@@ -18,9 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .diagnose import memory_shortfall, pooled_shortfall
-from .errors import InputError
-from .plan import (
+from ..diagnose import memory_shortfall, pooled_shortfall
+from ..errors import InputError
+from ..formulation.links import refuse_moe_placement
+from ..plan import (
     Comparison,
     Cost,
     OptimizeResult,
@@ -34,35 +38,22 @@ from .plan import (
     plan_config,
     textbook_plan,
 )
-from .search.candidates import Candidates, prepare
-from .search.phases import Phase, Phases
-from .search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult, PlanStatus
-from .specs import JobSpec
-from .specs.deadline import Deadline, DeadlineExpired
+from ..search.candidates import Candidates, prepare
+from ..search.phases import Phase, Phases
+from ..search.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, MethodResult, PlanStatus
+from ..specs import JobSpec
+from ..specs.deadline import Deadline, DeadlineExpired
 
 METHODS = ("cpsat", "exhaustive", "alpa-dp")
-
-
-def refuse_moe_placement(job: JobSpec, field: str) -> None:
-    """Placement on measured links and clusters of pools price dense layers only: a mixture-of-
-    experts model is bad input there, named by the field that asked for it."""
-    if job.model.is_hybrid and not job.model.is_moe:
-        raise InputError(field, f"{job.model.name} is a hybrid Mamba model; placement on measured links and clusters "
-                                f"of pools do not price Mamba layers yet: plan it on a cluster of one GPU type without "
-                                f"--links")
-    if job.model.is_moe:
-        raise InputError(field, f"{job.model.name} is a mixture-of-experts model; placement on measured links and "
-                                f"clusters of pools do not price expert parallelism yet: plan it on a cluster of one "
-                                f"GPU type without --links")
 
 
 def _search_fn(method: str):
     """The search function of `method` (imported on first use) and how to prepare its candidates."""
     if method == "cpsat":
-        from .search.cpsat.solve import search
+        from ..search.cpsat.solve import search
 
         return search, {}
-    from .search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
+    from ..search.baselines import PREPARE_KWARGS, alpa_dp, exhaustive
 
     return {"exhaustive": exhaustive.search, "alpa-dp": alpa_dp.search}[method], dict(PREPARE_KWARGS)
 
@@ -171,22 +162,12 @@ def _search(job: JobSpec, method: str, time_limit_s: float, top_k: int, workers:
     gap = max(0.0, (plan.step_time_s - bound) / plan.step_time_s) if plan is not None and bound is not None else None
     out = OptimizeResult(status=status, plan=plan, bound_step_time_s=bound, gap=gap,
                          tolerance_s=res.stats.get("tolerance_s"), alternatives=plans[1:],
-                         search=_search_stats(method, t0, cands, res, prep_s), notes=notes, top_k_asked=top_k,
+                         search=SearchStats.of(method, time.perf_counter() - t0, cands, res, prepare_time_s=prep_s),
+                         notes=notes, top_k_asked=top_k,
                          top_k_found=len(plans) if plan is not None else 0, shortfall=None)
     if plan is not None and out.top_k_cut_short:
         out.notes.append(f"{out.top_k_found} of {out.top_k_asked} plans within the time limit")
     return _Found(out, runner_up, cands, prep_kwargs)
-
-
-def _search_stats(method: str, t0: float, cands: Candidates, res: MethodResult, prep_s: float) -> SearchStats:
-    """What the search did: the shapes at each step of the preparation and the method's own statistics."""
-    return SearchStats(
-        method=method, wall_time_s=time.perf_counter() - t0,
-        shapes_legal=cands.num_legal, shapes_dominated=cands.num_dominated,
-        shapes_pruned_memory=cands.num_pruned_memory, shapes_pruned_time=cands.num_pruned_time,
-        shapes_searched=cands.num_survivors, evaluations=res.evaluations, finished=bool(res.finished),
-        solver=jsonable({**{k: v for k, v in res.stats.items() if k != "notes"}, "prepare_time_s": prep_s}),
-    )
 
 
 def _compare_textbook(job: JobSpec, out: OptimizeResult, plan: Plan, dl: Deadline) -> None:
@@ -208,8 +189,8 @@ def _prefer_simple(job: JobSpec, out: OptimizeResult, fastest: Plan, method: str
                    deadline: float, progress, prep_kwargs: dict) -> None:
     """Replace the fastest plan of `out` by the simplest within the tolerance (`search.simple`);
     status, bound and gap become those of the tie-break's proof."""
-    from .calibration.intervals import plan_band
-    from .search.simple import STATEMENT, departure_names, reference, simplest
+    from ..calibration.intervals import plan_band
+    from ..search.simple import STATEMENT, departure_names, reference, simplest
 
     tb = out.textbook  # fastest: out.plan
     tol = plan_band(job, fastest.parallel.zero).half_width_rel if job.tolerance_rel is None else job.tolerance_rel
@@ -252,7 +233,7 @@ def _prefer_simple_pooled(job: JobSpec, res: OptimizeResult, links, method: str,
     by the same joint model, when it is within the tolerance of the fastest plan; else the
     fastest, which then beats every such plan by more than the tolerance. Proven when both
     solves are, or when the plain subspace's bound is above the threshold."""
-    from .calibration.intervals import plan_band
+    from ..calibration.intervals import plan_band
 
     fast = res.plan
     assert fast is not None  # optimize asks only when there is a plan
@@ -284,7 +265,7 @@ def _prefer_simple_pooled(job: JobSpec, res: OptimizeResult, links, method: str,
 
 def _annotate(job: JobSpec, out: OptimizeResult, runner_up: Plan | None = None) -> OptimizeResult:
     """Every plan of `out` with its intervals, and the margins of the plan (`calibration.intervals`)."""
-    from .calibration.intervals import margin, plan_band, with_interval
+    from ..calibration.intervals import margin, plan_band, with_interval
 
     if out.plan is None:
         return out
@@ -315,10 +296,10 @@ POOL_ALONE = Phase("pool alone", share=0.1, most_s=5.0, least_s=0.2)
 
 def _search_placed(job: JobSpec, links, method: str, time_limit_s: float, workers: int, seed: int, top_k: int,
                    progress, deadline: Deadline) -> OptimizeResult:
-    """The joint model (`placement.joint_run.optimize_joint`) with each pool's own plan (today's
+    """The joint model (`optimize.joint.optimize_joint`) with each pool's own plan (today's
     model, equal links, `POOL_ALONE`: a tenth of the limit, at most 5 s each) beside it and seeding its incumbent, all
     within `deadline` (`optimize`'s)."""
-    from .placement.joint_run import optimize_joint
+    from .joint import optimize_joint
 
     t0 = time.perf_counter()
     dl = deadline.within(float(time_limit_s))
