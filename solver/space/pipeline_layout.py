@@ -158,7 +158,8 @@ def layout_problems(layout: Layout, num_layers: int, mtp_num_layers: int) -> lis
                     f"stage with L")
     for ch in "EL":
         if flat.count(ch) != 1:
-            errs.append(f"{LAYER_CHARS[ch]} ({ch}) must appear exactly once, it appears {flat.count(ch)} times")
+            errs.append(f"{LAYER_CHARS[ch]} ({ch}) must appear exactly once, it appears {flat.count(ch)} times; "
+                        f"list it once")
     if flat.count("t") != num_layers:
         errs.append(f"{flat.count('t')} decoder layers (t) but the model has num_layers {num_layers}; list each "
                     f"layer once")
