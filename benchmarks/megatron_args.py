@@ -101,13 +101,13 @@ CASES = [
     # a pipeline layout given as input (`config`: evaluate's explicit configuration, not optimize): Megatron-Bridge's
     # Llama 3 70B H100 recipe (NVIDIA-NeMo/Megatron-Bridge@067f987:src/megatron/bridge/perf_recipes/llama/h100/
     # llama3.py:159-170: tp 4, pp 8, vp 5, its layout string)
-    ("Llama 3 70B, Megatron-Bridge's layout Et*2|(t*2|)*34,t*3|(t*2|)*3,tL (pp 8 x vp 5)", "llama3.1-70b",
+    ("Llama 3 70B, Megatron-Bridge's H100 recipe layout (pp 8 x vp 5, one 3-layer chunk)", "llama3.1-70b",
      "h100x64", {"config": dict(tp=4, pp=8, pipeline_layout="Et*2|(t*2|)*34,t*3|(t*2|)*3,tL")},
      {"precision": "fp8-tensorwise", "global_batch_size": 256, "seq_length": 4096}),
 ]
 MXFP8_CASE = next(i for i, c in enumerate(CASES) if c[0].startswith("Llama 3.1 405B MXFP8"))
 ACCOUNTED_CASE = next(i for i, c in enumerate(CASES) if "embedding and loss counted" in c[0])
-LAYOUT_CASE = next(i for i, c in enumerate(CASES) if "Megatron-Bridge's layout" in c[0])
+LAYOUT_CASE = next(i for i, c in enumerate(CASES) if "recipe layout" in c[0])
 # what a user adds to the printed arguments (data, tokenizer, schedule), and --no-rope-fusion: the
 # fused RoPE kernel is a Transformer Engine function, and TE (CUDA only) is not installed here
 # Controls: the same plans with one rule broken must be refused (or build another model), so an
@@ -173,10 +173,10 @@ A2A_CASE = len(MOE_CASES) - 1
 # (NVIDIA-NeMo/Megatron-Bridge@067f987: perf_recipes/deepseek/gb300/deepseek_v3.py:54, the published rows'
 # `pp_layout`; perf_recipes/deepseek/h100/deepseek_v3.py:36-48, pp 8 x vp 4, dense layers 1-2 on rank 1)
 MOE_CASES += [
-    ("DeepSeek-V3, Megatron-Bridge's layout Et*4|(t*4|)*14tmL (pp 8 x vp 2)", HFM("DeepSeek-V3"), "h100x1024",
+    ("DeepSeek-V3, Megatron-Bridge's GB300 recipe layout (pp 8 x vp 2, MTP beside the loss)", HFM("DeepSeek-V3"), "h100x1024",
      dict(tp=1, pp=8, ep=64, etp=1, pipeline_layout="Et*4|(t*4|)*14tmL"), {"global_batch_size": 8192, "seq_length": 4096},
      {}),
-    ("DeepSeek-V3, Megatron-Bridge's H100 layout Et|(tt|)*30mL (pp 8 x vp 4)", HFM("DeepSeek-V3"), "h100x1024",
+    ("DeepSeek-V3, Megatron-Bridge's H100 recipe layout (pp 8 x vp 4, dense layers 1-2 on rank 1)", HFM("DeepSeek-V3"), "h100x1024",
      dict(tp=2, pp=8, ep=64, etp=1, pipeline_layout="Et|(tt|)*30mL"), {"global_batch_size": 8192, "seq_length": 4096},
      {}),
 ]
