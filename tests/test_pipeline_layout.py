@@ -34,13 +34,14 @@ from solveplan.specs import JobSpec
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a"
 MLM_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MLM = f"NVIDIA/Megatron-LM@{MLM_COMMIT}"
-# DeepSeek-V3 on GB300 / B200 (src/megatron/bridge/perf_recipes/deepseek/gb300/deepseek_v3.py:54); the
+# Layout strings of Megatron-Bridge's recipes, at BRIDGE (NVIDIA-NeMo/Megatron-Bridge@067f987df0):
+# DeepSeek-V3 on GB300 / B200, src/megatron/bridge/perf_recipes/deepseek/gb300/deepseek_v3.py:54 -- the
 # published rows' recipe layout (published_runs_moe_newgpu.json `pp_layout`)
 DSV3_GB300 = "Et*4|(t*4|)*14tmL"
-DSV3_H100 = "Et|(tt|)*30mL"  # pp 8 x vp 4 (src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py:36-48)
-LLAMA3_70B_H100 = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"  # pp 8 x vp 5 (perf_recipes/llama/h100/llama3.py:167-170)
+DSV3_H100 = "Et|(tt|)*30mL"  # pp 8 x vp 4: BRIDGE:src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py:36-48
+LLAMA3_70B_H100 = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"  # pp 8 x vp 5: BRIDGE:src/megatron/bridge/perf_recipes/llama/h100/llama3.py:167-170
 GLM5_VPP2 = ("Et|t||tttt|tttt|tttt|tttt||tttt|tttt|tttt|tttt||tttt|tttt|tttt|tttt||tttt|tttt|tttt|tttt||tttt|"
-             "tttt|ttttmL")  # pp 13 x vp 2 (src/megatron/bridge/recipes/glm/h100/glm5.py:33-35)
+             "tttt|ttttmL")  # pp 13 x vp 2: BRIDGE:src/megatron/bridge/recipes/glm/h100/glm5.py:33-35
 
 
 def _dsv3(n_gpus: int = 256, **extra) -> JobSpec:
@@ -162,7 +163,8 @@ def test_chunks_follow_megatrons_rank_and_virtual_stage_order():
     assert llama.vp == 5 and llama.rank_layers == [sum(sizes[r::8]) for r in range(8)]
 
 
-# (layout, pp, num_layers, mtp layers, what the one-line refusal says): every rule of validate_layer_layout
+# (layout, pp, num_layers, mtp layers, what the one-line refusal says): every rule of validate_layer_layout;
+# test_transformer_block.py is MLM:tests/unit_tests/transformer/test_transformer_block.py (list-form layouts there)
 INVALID = [
     ("t*6|tL", 2, 7, 0, "first layer must be the embedding"),  # test_transformer_block.py:725 (no embedding)
     ("Et*6|t", 2, 7, 0, "last layer must be the loss"),  # test_transformer_block.py:727 (no loss)
@@ -237,7 +239,7 @@ def test_dense_layers_off_rank_0_are_priced_by_a_stated_upper_bound():
 @pytest.mark.parametrize("text, pp, match", [
     ("|Et|t|tL", 2, "embedding on pipeline rank 1"),
     ("Et|t|tL|", 2, "loss on pipeline rank 0"),
-    ("E|t*3|(t|)*4tm|L", 4, "standalone MTP"),  # Megatron's own test: tests/unit_tests/pipeline_parallel/test_pipeline_layout.py:202
+    ("E|t*3|(t|)*4tm|L", 4, "standalone MTP"),  # MLM:tests/unit_tests/pipeline_parallel/test_pipeline_layout.py:202
 ])
 def test_what_the_formulation_does_not_model_is_refused_in_one_line(text, pp, match):
     model = load_model("llama3.1-8b").model_copy(update={"num_layers": 8 if "m" in text else 3,

@@ -15,7 +15,10 @@ What a row states wins:
   data file's stated provenance). Knobs neither states take the best legal value, as for dense
   rows (`rows` module docstring): published runs were tuned; a granularity the source's scripts fix
   for a whole model family (`FAMILY_RECOMPUTE`: Megatron-Bridge's DeepSeek-V3, selective) is stated,
-  its modules then take the best value among those its presets use.
+  its modules then take the best value among those its presets use. A recipe's pipeline layout
+  (`pp_layout`: Megatron-Bridge's DeepSeek-V3 `Et*4|(t*4|)*14tmL`) is the row's split, read and
+  priced by `space.pipeline_layout` (what its pricing assumes joins the row's `assumed`); one
+  Megatron refuses or the formulation does not model leaves the balanced split, said.
 - precision: bf16, or the FP8 recipe the row names when the job schema has it (fp8-cs is
   per-tensor current scaling, `fp8-tensorwise`; mxfp8; fp8-blockwise); otherwise costed as FP8
   (stated in the row's `assumed`). NVFP4 is not modelled: skipped.
