@@ -322,3 +322,21 @@ def test_deepseek_v3_row_is_costed_with_its_layout():
     row.layout = DSV3_GB300
     after = case.predict()[0]
     assert after != before  # the first rank's 10 layers were the bottleneck of the balanced split
+
+
+def test_the_bounds_premise_holds_for_deepseek_v3():
+    """The bound prices a dense layer off rank 0 as a MoE layer: in the formulation a DeepSeek-V3 MoE
+    layer costs at least a dense one in time, model state and activations (a dense layer's terms are
+    the first stage's extras of the real model less those of an all-MoE copy, over its 3 dense layers)."""
+    from solveplan.formulation.job import job_coefficients
+    from solveplan.space.shapes import Shapes
+
+    model = load_model("deepseek-v3")
+    shape = Shapes.single(tp=2, pp=8, dp=64, vp=4, ep=64, etp=1, recompute="selective", sequence_parallel=True, zero=1)
+    co = [job_coefficients(JobSpec(model=m, cluster=load_cluster("h100x1024"), global_batch_size=8192,
+                                   seq_length=4096), shape)
+          for m in (model, model.model_copy(update={"moe_layer_pattern": (1,) * 61}))]
+    for first, layer in (("first_s", "layer_s"), ("first_static_bytes", "layer_static_bytes"),
+                         ("first_act_bytes", "layer_act_bytes")):
+        dense = (getattr(co[0], first)[0] - getattr(co[1], first)[0]) / 3
+        assert 0 < dense <= getattr(co[0], layer)[0], first
