@@ -24,6 +24,7 @@ from .formulation.pipeline import evaluate_split, step_time_batch
 from .formulation.splits import default_layers, default_splits
 from .search.candidates import ShapeCounts
 from .search.result import MethodResult, PlanStatus
+from .space.pipeline_layout import priced_split, read_layout
 from .space.rules import complete_config, textbook_shapes
 from .space.shapes import RECOMPUTE_CODES, Shapes
 from .specs import JobSpec
@@ -63,6 +64,9 @@ class ParallelConfig(Out):
     # --account-for-embedding/loss-in-pipeline-split, whose split the plan then has (space/pipeline_split.py)
     account_for_embedding: bool = False
     account_for_loss: bool = False
+    # Megatron's --pipeline-model-parallel-layout as the user gave it (space/pipeline_layout.py): it fixes
+    # pp, vp and the split, and the launch passes it on unchanged
+    pipeline_layout: str | None = None
 
     def shapes(self) -> Shapes:
         return Shapes.single(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vp=self.vp,
@@ -80,6 +84,7 @@ class ParallelConfig(Out):
         experts = f" ep={self.ep} etp={self.etp}" if self.ep > 1 or self.etp > 1 else ""
         counted = [n for n, on in (("embedding", self.account_for_embedding), ("loss", self.account_for_loss)) if on]
         split = f" split-counts={'+'.join(counted)}" if counted else ""
+        split += f" layout={self.pipeline_layout}" if self.pipeline_layout is not None else ""
         return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} vp={self.vp} mbs={self.micro_batch_size} "
                 f"recompute={self.recompute} sp={'on' if self.sequence_parallel else 'off'} zero={self.zero}"
                 f"{experts}{split}")
@@ -144,12 +149,16 @@ def parallel_from_row(job: JobSpec, row: dict) -> ParallelConfig:
         "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero")},
                           ep=row.get("ep", 1), etp=row.get("etp", 1),
                           account_for_embedding=bool(row.get("account_for_embedding", False)),
-                          account_for_loss=bool(row.get("account_for_loss", False)))
+                          account_for_loss=bool(row.get("account_for_loss", False)),
+                          pipeline_layout=row.get("pipeline_layout"))
 
 
 def default_plan_layers(job: JobSpec, parallel: ParallelConfig) -> list[int]:
-    """Layers per stage of `parallel` when no split is given: Megatron's when it counts the
-    embedding or the loss as a layer, else the balanced split (`formulation.splits.default_layers`)."""
+    """Layers per stage of `parallel` when no split is given: the layout's when it has one,
+    Megatron's when it counts the embedding or the loss as a layer, else the balanced split
+    (`formulation.splits.default_layers`)."""
+    if parallel.pipeline_layout is not None:
+        return read_layout(parallel.pipeline_layout, parallel.pp, job.model).rank_layers
     return default_layers(job.model, parallel.pp, parallel.vp, parallel.account_for_embedding,
                           parallel.account_for_loss)
 
@@ -157,10 +166,10 @@ def default_plan_layers(job: JobSpec, parallel: ParallelConfig) -> list[int]:
 def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan:
     """Evaluate `parallel` with `layers` per stage using the float formulation. The formulation
     prices a split in pipeline units (`ModelSpec.pipeline_units`: a layer each for a dense
-    model); a split that cuts a unit is a ValueError (`plan_config` names it as bad input)."""
-    units = job.model.layers_to_units(layers)
-    if units is None:
-        raise ValueError(f"layers {list(layers)} cut a pipeline unit of {job.model.name} ({unit_rule(job.model)})")
+    model); a split that cuts a unit is a ValueError (`plan_config` names it as bad input). A plan
+    with a pipeline layout is priced by the layout's units (`space.pipeline_layout.priced_split`),
+    and what that pricing assumes joins the plan's assumptions."""
+    units, layout_notes = _priced_units(job, parallel, layers)
     if (parallel.account_for_embedding or parallel.account_for_loss) and \
             list(layers) != default_plan_layers(job, parallel):
         raise ValueError(f"layers {list(layers)}: with the embedding / loss counted as layers the split is "
@@ -180,8 +189,22 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
         model_tflops_per_gpu=tp_.model_tflops_per_gpu, hardware_tflops_per_gpu=tp_.hardware_tflops_per_gpu,
         breakdown=ev.breakdown, stages=[Stage(**s) for s in ev.stages],
         peak_memory_bytes=ev.peak_memory_bytes, capacity_bytes=ev.capacity_bytes, fits=ev.fits,
-        assumptions=job_assumptions(job),
+        assumptions=job_assumptions(job) + layout_notes,
     )
+
+
+def _priced_units(job: JobSpec, parallel: ParallelConfig, layers) -> tuple[list[int], list[str]]:
+    """(the pipeline units per stage the formulation prices, what the layout's pricing assumes)."""
+    if parallel.pipeline_layout is not None:
+        layout = read_layout(parallel.pipeline_layout, parallel.pp, job.model)
+        if list(layers) != layout.rank_layers or parallel.vp != layout.vp:
+            raise ValueError(f"layers {list(layers)} with vp={parallel.vp}: the layout {parallel.pipeline_layout!r} "
+                             f"holds {layout.rank_layers} with vp={layout.vp}")
+        return priced_split(job.model, layout)
+    units = job.model.layers_to_units(layers)
+    if units is None:
+        raise ValueError(f"layers {list(layers)} cut a pipeline unit of {job.model.name} ({unit_rule(job.model)})")
+    return units, []
 
 
 def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field: str | None = None) -> Plan:
@@ -191,7 +214,7 @@ def plan_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "", job_field
     row, layers = complete_config(job, cfg, field, job_field)
     if layers is None:
         layers = default_plan_layers(job, parallel_from_row(job, row))
-    elif job.model.layers_to_units(layers) is None:
+    elif row.get("pipeline_layout") is None and job.model.layers_to_units(layers) is None:
         raise InputError(path(field, "layers"), f"{layers} cuts a pipeline unit: {unit_rule(job.model)}")
     # with vp > 1 a rank holding fewer than vp layers has empty virtual chunks: legal in
     # Megatron Core's --pipeline-model-parallel-layout ("E||t|L": empty stages are allowed)

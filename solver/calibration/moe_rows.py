@@ -15,7 +15,10 @@ What a row states wins:
   data file's stated provenance). Knobs neither states take the best legal value, as for dense
   rows (`rows` module docstring): published runs were tuned; a granularity the source's scripts fix
   for a whole model family (`FAMILY_RECOMPUTE`: Megatron-Bridge's DeepSeek-V3, selective) is stated,
-  its modules then take the best value among those its presets use.
+  its modules then take the best value among those its presets use. A recipe's pipeline layout
+  (`pp_layout`: Megatron-Bridge's DeepSeek-V3 `Et*4|(t*4|)*14tmL`) is the row's split, read and
+  priced by `space.pipeline_layout` (what its pricing assumes joins the row's `assumed`); one
+  Megatron refuses or the formulation does not model leaves the balanced split, said.
 - precision: bf16, or the FP8 recipe the row names when the job schema has it (fp8-cs is
   per-tensor current scaling, `fp8-tensorwise`; mxfp8; fp8-blockwise); otherwise costed as FP8
   (stated in the row's `assumed`). NVFP4 is not modelled: skipped.
@@ -338,7 +341,7 @@ def moe_row_job(raw: dict) -> Row:
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
     if layout:
-        assumed.append(f"pipeline layout {layout} costed with the balanced split")
+        _row_layout(row, layout, model)
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)
         cluster = published_row_cluster(hw, row.num_gpus, assumed)
     except (InputError, ValueError) as exc:
@@ -361,6 +364,25 @@ def moe_row_job(raw: dict) -> Row:
     if unpriced:
         row.skipped = unpriced
     return row
+
+
+def _row_layout(row: Row, layout: str, model: ModelSpec) -> None:
+    """The row's pipeline layout (its recipe's `pp_layout`) as `row.layout`, after Megatron's
+    checks (`space.pipeline_layout`: the stated pp and vp, the model's layers and MTP), and what
+    its pricing assumes into `row.assumed`. A layout Megatron refuses or the formulation does not
+    model leaves the row on the balanced split, said in `row.assumed` (a run that ran is never
+    rejected for it)."""
+    from ..space.pipeline_layout import layout_degrees, priced_split, read_layout
+
+    p = row.raw["parallel"]
+    try:
+        pp, _ = layout_degrees(layout, p.get("pp"), p.get("vp") or (1 if p.get("pp") else None))
+        _, notes = priced_split(model, read_layout(layout, pp, model))
+    except ValueError as exc:
+        row.assumed.append(f"pipeline layout {layout} costed with the balanced split: {exc}")
+        return
+    row.layout = layout
+    row.assumed.extend(notes)
 
 
 def _row_model(model: ModelSpec, raw: dict, layout: str, assumed: list) -> ModelSpec:
@@ -428,7 +450,8 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | No
             continue
         if not len(enumerate_shapes(job).shapes):
             continue
-        trial = Row(id=row.id, source=row.source, gpu=row.gpu, family=row.family, num_gpus=row.num_gpus, job=job)
+        trial = Row(id=row.id, source=row.source, gpu=row.gpu, family=row.family, num_gpus=row.num_gpus, job=job,
+                    layout=row.layout)
         step, _, fits = RowCase(trial).predict() if unstated else (0.0, 0, True)
         if (0 if fits else 1, step) < best_s:
             best, best_s = job, (0 if fits else 1, step)

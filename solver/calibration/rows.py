@@ -265,6 +265,7 @@ class Row:
     assumed: list[str] = field(default_factory=list)
     model_family: str = ""
     raw: dict = field(default_factory=dict)
+    layout: str | None = None  # the pipeline layout the run states (Megatron's; space/pipeline_layout.py)
 
     @property
     def job_spec(self) -> JobSpec:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..formulation.job import job_coefficients
 from ..formulation.pipeline import step_time_batch
-from ..formulation.splits import default_splits
+from ..formulation.splits import default_splits, layout_splits
 from ..space.enumeration import enumerate_shapes
 from .fit import Param, fit_least_squares
 from .rows import Row
@@ -122,7 +122,9 @@ class RowCase:
         self.row = row
         self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
         self.shapes = enumerate_shapes(row.job_spec).shapes
-        self.layers = default_splits(row.job_spec.model, self.shapes)
+        model = row.job_spec.model
+        self.layers = (default_splits(model, self.shapes) if row.layout is None
+                       else layout_splits(model, row.layout, self.shapes))
         if max_shapes and len(self.shapes) > max_shapes:
             step, _, fits = step_time_batch(job_coefficients(row.job_spec, self.shapes), self.layers)
             keep = np.argsort(np.where(fits, step, np.inf), kind="stable")[:max_shapes]

@@ -28,7 +28,7 @@ FLAGS = {
     "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "account_for_embedding": "--account-for-embedding", "account_for_loss": "--account-for-loss",
-    "layers": "--layers-per-stage", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
+    "layers": "--layers-per-stage", "pipeline_layout": "--pipeline-layout", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
     "top_k": "--top-k", "workers": "--workers", "links": "--links", "hostfile": "--hostfile",
     "nccl_tests": "--nccl-tests", "steps": "--steps", "plot": "--plot", "data": "--data",
     "nodes": "--nodes", "nodes_per_leaf": "--nodes-per-leaf", "oversubscription": "--oversubscription",

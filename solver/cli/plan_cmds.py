@@ -287,9 +287,12 @@ def _exit_without_plan(result, time_limit: float) -> None:
 @config_options
 @split_options
 @click.option("--layers-per-stage", default=None, help="Comma-separated layer counts, one per pipeline stage.")
+@click.option("--pipeline-layout", default=None,
+              help="Megatron-LM's --pipeline-model-parallel-layout, e.g. 'Et*4|(t*4|)*14tmL': fixes the split and vp "
+                   "(stages / pp; give --pp). Not with --layers-per-stage or --account-for-*.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_parallel, zero, account_for_embedding,
-             account_for_loss, layers_per_stage, as_json, **base):
+             account_for_loss, layers_per_stage, pipeline_layout, as_json, **base):
     """Predict step time, throughput, MFU and per-stage memory of one configuration."""
     from ..plan import plan_config
     from ..space.rules import constrained_config
@@ -298,7 +301,8 @@ def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_para
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, etp=etp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero, account_for_embedding=account_for_embedding,
                account_for_loss=account_for_loss,
-               layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None)
+               layers=parse_ints(layers_per_stage, "layers") if layers_per_stage is not None else None,
+               pipeline_layout=pipeline_layout)
     from ..calibration.intervals import with_interval
 
     plan = with_interval(job, plan_config(job, constrained_config(job, cfg)))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..space.pipeline_layout import priced_split, read_layout
 from ..space.pipeline_split import unit_split
 from ..space.shapes import Shapes
 from ..specs import ModelSpec
@@ -87,6 +88,19 @@ def default_splits(model: ModelSpec, shapes: Shapes) -> np.ndarray:
     """(S, P) the split of each shape where the planner does not choose one: Megatron's for an
     accounted shape, the balanced split of the pipeline units otherwise."""
     return with_accounted(model, shapes, balanced_layers_matrix(model.num_pipeline_units, shapes.pp))
+
+
+def layout_splits(model: ModelSpec, layout: str, shapes: Shapes) -> np.ndarray:
+    """(S, pp) the split of every shape as a pipeline layout prices it (the layout's units,
+    `space.pipeline_layout.priced_split`): the shapes of a job whose layout fixes pp and vp, every
+    one of them at that pp and vp (ValueError otherwise)."""
+    pp = int(shapes.pp[0]) if len(shapes) else 1
+    lay = read_layout(layout, pp, model)
+    if len(shapes) and ((shapes.pp != lay.pp).any() or (shapes.vp != lay.vp).any() or shapes.accounted.any()):
+        raise ValueError(f"the layout {layout!r} fixes pp = {lay.pp} and vp = {lay.vp}, with neither the embedding nor "
+                         f"the loss counted: every shape must have them")
+    units, _ = priced_split(model, lay)
+    return np.tile(np.asarray(units, dtype=np.int64), (len(shapes), 1))
 
 
 def default_layers(model: ModelSpec, pp: int, vp: int = 1, account_for_embedding: bool = False,

@@ -204,12 +204,18 @@ def split_flags(layers: list[int], vp: int) -> tuple[list[str], list[str], str |
 
 
 def pipeline_flags(plan: Plan) -> tuple[list[str], list[str], str | None]:
-    """(flags, notes, layout) of the plan's layer split: Megatron's own split when the plan
+    """(flags, notes, layout) of the plan's layer split: the layout the plan was given, as given
+    (`ParallelConfig.pipeline_layout`); Megatron's own split when the plan
     counts the embedding / loss as layers (`--account-for-embedding-in-pipeline-split`,
     `--account-for-loss-in-pipeline-split`: validate_args refuses them with a layout or with
     first/last-stage counts, and the plan's split is the one get_num_layers_to_build derives,
     space/pipeline_split.py), else `split_flags`."""
     par = plan.parallel
+    given = getattr(par, "pipeline_layout", None)
+    if given is not None:  # the user's layout, unchanged (space/pipeline_layout.py)
+        return ["--pipeline-model-parallel-layout", given], [
+            f"the pipeline layout as given ({par.pp} ranks x {par.vp} virtual stages: layers per rank "
+            f"{list(plan.layers_per_stage)})"], given
     counted = [flag for knob, flag in MEGATRON_FLAGS.items() if getattr(par, knob)]
     if not counted:
         return split_flags(list(plan.layers_per_stage), par.vp)

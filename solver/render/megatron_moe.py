@@ -102,7 +102,7 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
         notes.append(f"not launched, as not modelled ({model.name}'s catalog notes): {missing}")
     if model.mtp_num_layers:
         a += ["--mtp-num-layers", str(model.mtp_num_layers)]
-        if layout is not None:
+        if layout is not None and getattr(plan.parallel, "pipeline_layout", None) is None:  # a given layout has its m
             i = a.index("--pipeline-model-parallel-layout") + 1
             layout = a[i] = _with_mtp(layout, model.mtp_num_layers)
         notes.append(f"the {model.mtp_num_layers} MTP module(s) run on the last pipeline stage")

@@ -27,21 +27,24 @@ from ..specs import JobSpec
 from ..specs.frameworks import config_conflicts, default_for
 from .enumeration import enumerate_shapes
 from .experts import default_etp, ep_violations, hybrid_violations, tp_split_widths
+from .pipeline_layout import Layout, layout_degrees, priced_split, read_layout
 from .pipeline_split import rank_layers, split_problems, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 
 CONFIG_KEYS = ("tp", "pp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "ep", "etp",
-               "account_for_embedding", "account_for_loss", "layers", "dp", "num_microbatches")
+               "account_for_embedding", "account_for_loss", "layers", "pipeline_layout", "dp", "num_microbatches")
 
 
 def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro_batch_size: int,
                       recompute: str, sequence_parallel: bool, zero: int, ep: int = 1,
                       etp: int = 1, account_for_embedding: bool = False,
-                      account_for_loss: bool = False) -> tuple[int, list[tuple[str, str]]]:
+                      account_for_loss: bool = False, layout: bool = False) -> tuple[int, list[tuple[str, str]]]:
     """The derived dp and every rule of `enumerate_shapes` an explicit configuration breaks,
     each as (field, 'what is wrong; the fix'): fields are the configuration's knobs (`tp`,
     `tp/cp/pp` for their product), and `global_batch_size` for the job's batch. The same rules
-    as the enumeration (a test checks that both agree)."""
+    as the enumeration (a test checks that both agree), but for a configuration with a pipeline
+    layout (`layout`: `pipeline_layout` module), whose virtual stages may outnumber the layers
+    (Megatron allows empty stages)."""
     model, N = job.model, job.cluster.num_gpus
     B, s, L = job.global_batch_size, job.seq_length, model.num_pipeline_units  # layers of a dense model
     units = "layers" if L == model.num_layers else "pipeline units of whole layers (ModelSpec.pipeline_units)"
@@ -73,7 +76,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         if vp > 1:
             if pp < 2:
                 errs.append(("vp", "interleaving needs pp >= 2"))
-            if pp * vp > L and not (account_for_embedding or account_for_loss):
+            if pp * vp > L and not (account_for_embedding or account_for_loss or layout):
                 errs.append(("vp", f"pp*vp = {pp * vp} exceeds {L} {units}{_accounting_fix(model, pp, vp)}"))
             if m % pp:
                 errs.append(("vp", f"interleaving needs the {m} micro-batches to be divisible by pp = {pp}"))
@@ -140,8 +143,11 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     job_field = field if job_field is None else job_field
     unknown = sorted(set(cfg) - set(CONFIG_KEYS))
     if unknown:
-        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:13])}")
+        raise InputError(path(field, unknown[0]), f"unknown key; use {', '.join(CONFIG_KEYS[:14])}")
     tp, pp, cp, vp = (_int(cfg, k, 1, field) for k in ("tp", "pp", "cp", "vp"))
+    layout = _config_layout(job, cfg, field) if cfg.get("pipeline_layout") is not None else None
+    if layout is not None:
+        pp, vp = layout.pp, layout.vp
     mbs = _int(cfg, "micro_batch_size", 1, field)
     recompute = cfg.get("recompute") or default_for(job.framework, "recompute", "selective")
     if recompute not in RECOMPUTE_CODES:
@@ -155,7 +161,7 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     ep, etp = _int(cfg, "ep", 1, field), _int(cfg, "etp", default_etp(job.model, tp), field)
     acc = {k: _bool(cfg, k, field) for k in ("account_for_embedding", "account_for_loss")}
     dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute,
-                                 sequence_parallel=sp, zero=zero, ep=ep, etp=etp, **acc)
+                                 sequence_parallel=sp, zero=zero, ep=ep, etp=etp, **acc, layout=layout is not None)
     errs = config_conflicts(job.framework, dict(tp=tp, pp=pp, cp=cp, vp=vp, recompute=recompute, zero=zero,
                                                 ep=ep, **acc)) + errs
     if cfg.get("dp") is not None and not errs and int(cfg["dp"]) != dp:
@@ -164,8 +170,8 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
         (key, msg), more = errs[0], errs[1:]
         tail = f" (and {len(more)} more: {'; '.join(f'{k}: {m}' for k, m in more)})" if more else ""
         raise InputError(path(job_field if key == "global_batch_size" else field, key), msg + tail)
-    layers = cfg.get("layers")
-    if layers is not None:
+    layers = cfg.get("layers") if layout is None else layout.rank_layers
+    if layers is not None and layout is None:
         layers, L = [int(x) for x in layers], job.model.num_layers
         where = path(field, "layers")
         if len(layers) != pp:
@@ -180,7 +186,36 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
                                     f"layers out or give that split")
     row = dict(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute, sequence_parallel=sp,
                zero=zero, ep=ep, etp=etp, **acc)
+    if layout is not None:
+        row["pipeline_layout"] = layout.text
     return row, layers
+
+
+def _config_layout(job: JobSpec, cfg: Mapping[str, Any], field: str) -> Layout:
+    """The configuration's `pipeline_layout` read as Megatron reads it (`pipeline_layout.read_layout`:
+    pp given, or derived from a given vp; vp from the layout) and priced (`priced_split`); an
+    InputError naming the key, one line with the fix, for every rule it breaks: Megatron's, the
+    keys that cannot go with it (TransformerConfig: 'pipeline_model_parallel_layout cannot be set
+    with other pipeline layout arguments'), a framework other than Megatron-LM, and what the
+    formulation does not model."""
+    where, text = path(field, "pipeline_layout"), cfg["pipeline_layout"]
+    if not isinstance(text, str):
+        raise InputError(where, f"must be a string such as 'Et*4|t*4|t*4|t*4L' (got {type(text).__name__})")
+    for key in ("layers", "account_for_embedding", "account_for_loss"):
+        if cfg.get(key):
+            raise InputError(path(field, key), f"cannot be given with pipeline_layout (Megatron-LM: "
+                                               f"'pipeline_model_parallel_layout cannot be set with other pipeline "
+                                               f"layout arguments'): the layout fixes the split; leave {key} out")
+    if job.framework != "megatron":
+        raise InputError(where, f"a Megatron-LM layout: framework {job.framework} does not take one; use framework "
+                                f"megatron or give layers")
+    try:
+        pp, _ = layout_degrees(text, _int(cfg, "pp", 0, field) or None, _int(cfg, "vp", 0, field) or None)
+        layout = read_layout(text, pp, job.model)
+        priced_split(job.model, layout)
+    except ValueError as exc:
+        raise InputError(where, str(exc)) from None
+    return layout
 
 
 
