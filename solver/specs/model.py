@@ -433,13 +433,11 @@ class ModelSpec(HybridShape, Spec):
 
     @property
     def mtp_depth_params(self) -> int:
-        """Weights of one hybrid MTP depth (Megatron-LM d98e8a6 multi_token_prediction.py
-        `MultiTokenPredictionLayer`: enorm, hnorm and final_layernorm, eh_proj 2h x h without bias
-        (~1157-1186, ~1247), and the HybridStack of `mtp_hybrid_layer_pattern`'s layers, each with its
-        pre-norm, ~1199-1213); the embedding and output head are the model's own (shared)."""
-        mtp = self.mtp_hybrid_layer_pattern
+        """One hybrid MTP depth's weights (Megatron-LM d98e8a6 multi_token_prediction.py ~1157-1247: enorm,
+        hnorm, final_layernorm, eh_proj 2h x h, the HybridStack of `mtp_hybrid_layer_pattern`, each layer
+        with its pre-norm); the embedding and output head are the model's (shared)."""
+        per, mtp = self.hybrid_kind_params(), self.mtp_hybrid_layer_pattern
         assert mtp is not None, f"{self.name} has no hybrid MTP"
-        per = self.hybrid_kind_params()
         layers = sum(n * per[kind] for kind, n in self.hybrid_layer_counts(mtp).items() if n)
         return layers + 2 * self.hidden_size * self.hidden_size + 3 * self.norm_params
 
