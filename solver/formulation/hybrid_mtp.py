@@ -11,16 +11,16 @@ What one depth runs, forward (`MultiTokenPredictionLayer`, multi_token_predictio
 - `enorm` of the (shifted) token embedding and `hnorm` of the previous depth's hidden states, two
   norms (~1157-1168, `_concat_embeddings` ~1331-1337): two norm passes (`hybrid._norm_s`);
 - `eh_proj`, a TEColumnParallelLinear 2h -> h without bias (~1174-1187): a GEMM of M x h/tp x 2h;
-  its output all-gathered over TP (`gather_from_tensor_model_parallel_region`, ~1352; backward
+  its output all-gathered over TP (`gather_from_tensor_model_parallel_region`, ~1353; backward
   splits), with sequence parallelism its 2h input all-gathered first (backward reduce-scatter)
-  and the output scattered after (~1356-1357; backward all-gather of h) (`eh_proj_tp_s`);
+  and the output scattered after (~1358; backward all-gather of h) (`eh_proj_tp_s`);
 - the HybridStack of `mtp_hybrid_layer_pattern`'s layers (~1199-1213), each priced by kind as the
   decoder's (`hybrid.pattern_layers`: attention, MLP, MoE with its all-to-all, Mamba);
 - `final_layernorm` and the shared output layer with its cross-entropy (`_postprocess` ~1433-1441,
   hybrid_model.py `process_mtp_loss`): a second LM-head pass (`_StageTerms.head_fwd/head_bwd`) and its
   logits.
 Backward likewise. The depths run one after another (`MultiTokenPredictionBlock.forward`), so time
-and activations scale with mtp_num_layers; the weights, their gradients, optimizer state, data-
+and activations scale with mtp_num_layers (`MultiTokenPredictionBlock.forward` ~2048 loops over them); the weights, their gradients, optimizer state, data-
 parallel reduction and optimizer step scale with the depths that own weights (`mtp_weight_copies`:
 one with mtp_use_repeated_layer, multi_token_prediction.py ~1960-1968). Activations kept per depth:
 the layers' (as the decoder's), the three norms' inputs and the head's input (BF16, h each), eh_proj's
@@ -30,7 +30,7 @@ once as the last stage's own logits are. Under full recomputation the layers kee
 
 Not modelled: Megatron-Bridge's `keep_mtp_spec_in_bf16` (declared by HybridModelProvider at 067f987
 but read by neither Bridge's src nor Megatron-LM d98e8a6) and Megatron's own "ignoring FP4 in MTP
-layers" (~1391: the block runs FP8 or BF16 under an NVFP4 recipe): the block is priced at the job's
+layers" (~1394: the block runs FP8 or BF16 under an NVFP4 recipe): the block is priced at the job's
 precision."""
 
 from __future__ import annotations
