@@ -10,15 +10,19 @@ pipelined over 2 ranks x 2 virtual stages): explicit configurations through `pla
 removed) and its layer count, the layers each pipeline rank builds (Megatron's rule,
 hybrid_layer_allocation.select_pipeline_segment: segment vp_stage * pp + pp_rank) and the virtual
 stages validate_args derives, the Mamba-2 dimensions, the experts (count, top-k, FFN, shared,
-router, LatentMoE's latent size) and the parallel degrees (tp, ep, etp, sequence parallelism). bf16 plans: Megatron's
+router, LatentMoE's latent size), the MTP block (Megatron's unified pattern "main/mtp/mtp" as its own
+`parse_hybrid_pattern` reads it: the depth's layers and count, and TransformerConfig's mtp_num_layers and
+mtp_use_repeated_layer; Nemotron 3 Super's 2 repeated "*E" depths) and the parallel degrees (tp, ep,
+etp, sequence parallelism). bf16 plans: Megatron's
 TransformerConfig refuses MoE FP8 without Transformer Engine, which is CUDA-only. One control
 breaks a rule validate_args enforces for hybrid models (a GPT virtual-stage flag next to the
-pattern). Exits 2 when Megatron-LM cannot be imported.
+pattern); two break the MTP pattern's rules (depths that differ, a '|' inside a depth). Exits 2 when Megatron-LM cannot be imported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import sys
 import time
@@ -44,6 +48,8 @@ PERIODIC = dict(name="hybrid-periodic-24", num_layers=24, hidden_size=2048, num_
 LATENT = {**PERIODIC, "name": "hybrid-latent-moe-24", "hybrid_layer_pattern": "M*ME" * 6, "num_experts": 16,
           "moe_ffn_hidden_size": 1024, "moe_router_topk": 4, "moe_shared_expert_intermediate_size": 2048,
           "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True, "moe_latent_size": 512}
+# a hybrid model with MTP depths of their own weights (Megatron's unified pattern "main/M-/M-/M-")
+MTP = {**PERIODIC, "name": "hybrid-mtp-24", "mtp_num_layers": 3, "mtp_hybrid_layer_pattern": "M-"}
 # (label, model, cluster, explicit configuration or None for optimize, job extras)
 CASES = [
     ("Nemotron 3 Nano, EP 8 (the published H100 runs' shape)", "nemotron3-nano", "h100x16",
@@ -60,9 +66,30 @@ CASES = [
      {"global_batch_size": 64, "seq_length": 4096}),
     ("LatentMoE hybrid (--moe-latent-size), tp 2 + SP, EP 4", LATENT, "h100x8",
      dict(tp=2, pp=1, ep=4, etp=1, sequence_parallel=True), {"global_batch_size": 64, "seq_length": 4096}),
+    ("Nemotron 3 Super with its MTP block (2 repeated *E depths), EP 64 (the published B200/GB300 runs' shape)",
+     "nemotron3-super", "b200x64", dict(tp=1, pp=1, ep=64, etp=1), {"global_batch_size": 512, "seq_length": 8192}),
+    ("Nemotron 3 Super, tp 2 + SP, EP 64 (the published GB200 runs' shape)", "nemotron3-super", "gb200x64",
+     dict(tp=2, pp=1, ep=64, etp=1, sequence_parallel=True), {"global_batch_size": 512, "seq_length": 8192}),
+    ("optimize: Nemotron 3 Super", "nemotron3-super", "b200x64", None, {"global_batch_size": 512, "seq_length": 8192}),
+    ("hybrid MTP, 3 separate M- depths, pp 2 x vp 2", MTP, "h100x8", dict(tp=1, pp=2, vp=2),
+     {"global_batch_size": 64, "seq_length": 4096}),
 ]
+
+
+def _pattern_edit(edit):
+    """The arguments with --hybrid-layer-pattern's value rewritten by `edit`."""
+    def go(a):
+        i = a.index("--hybrid-layer-pattern") + 1
+        return a[:i] + [edit(a[i])] + a[i + 1:]
+    return go
+
+
 CONTROLS = [(5, "--num-virtual-stages-per-pipeline-rank beside the pattern's segments",
-             lambda a: a + ["--num-virtual-stages-per-pipeline-rank", "2"])]
+             lambda a: a + ["--num-virtual-stages-per-pipeline-rank", "2"]),
+            (8, "MTP depths that differ (parse_hybrid_pattern: all MTP patterns identical)",
+             _pattern_edit(lambda p: p[:-3] + "/E*")),
+            (8, "a pipe inside an MTP depth (_validate_pattern allow_pipe False)",
+             _pattern_edit(lambda p: p.replace("/*E", "/*|E")))]
 
 
 def _plan(model_ref, cluster, cfg, extras):
@@ -75,10 +102,15 @@ def _plan(model_ref, cluster, cfg, extras):
     return job, plan_config(job, cfg), "explicit"
 
 
-def _built(args, cfg, pp: int) -> dict:
-    segments = args.hybrid_layer_pattern.split("|")
+def _built(M, args, cfg, pp: int) -> dict:
+    """What Megatron derived: the main pattern's segments and layers, the MTP depths as
+    `parse_hybrid_pattern` reads the unified pattern and TransformerConfig holds them."""
+    parse = importlib.import_module("megatron.core.models.hybrid.hybrid_layer_allocation").parse_hybrid_pattern
+    parsed = parse(args.hybrid_layer_pattern)
+    segments = parsed.main_pattern.split("|")
     split = [sum(len(segments[v * pp + r]) for v in range(len(segments) // pp)) for r in range(pp)]
-    d = dict(pattern=args.hybrid_layer_pattern.replace("|", ""), num_layers=cfg.num_layers, split=split,
+    d = dict(pattern=parsed.main_pattern.replace("|", ""), num_layers=cfg.num_layers, split=split,
+             mtp=(parsed.mtp_pattern, parsed.mtp_num_depths, cfg.mtp_num_layers or 0, bool(cfg.mtp_use_repeated_layer)),
              vp=args.virtual_pipeline_model_parallel_size or 1, tp=cfg.tensor_model_parallel_size,
              sp=bool(cfg.sequence_parallel), mamba=(cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_num_groups,
                                                    cfg.mamba_state_dim), hybrid=bool(cfg.is_hybrid_model))
@@ -94,6 +126,8 @@ def _built(args, cfg, pp: int) -> dict:
 def _planned(model, plan) -> dict:
     par = plan.parallel
     d = dict(pattern=model.hybrid_layer_pattern, num_layers=model.num_layers, split=list(plan.layers_per_stage),
+             mtp=(model.mtp_hybrid_layer_pattern, model.mtp_num_layers, model.mtp_num_layers,
+                  model.mtp_use_repeated_layer),
              vp=par.vp, tp=par.tp, sp=bool(par.sequence_parallel), mamba=model.mamba_dims, hybrid=True)
     if model.is_moe:
         d.update(experts=(model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size,
@@ -117,7 +151,7 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
     try:
         with megatron_launch(M, job, ma):
             args, cfg_, _ = megatron_configs(M, gpt=False)
-        got, want = _built(args, cfg_, plan.parallel.pp), _planned(job.model, plan)
+        got, want = _built(M, args, cfg_, plan.parallel.pp), _planned(job.model, plan)
         row["diff"] = {k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
         row["megatron_split"] = got["split"]
         row["ok"] = not row["diff"] and ma.entry == "pretrain_hybrid.py"

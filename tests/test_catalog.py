@@ -70,6 +70,7 @@ def test_model_entry(name):
     hybrid = {"hybrid_layer_pattern", "mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups",
               "mamba_conv_kernel", "mamba_chunk_size"}
     optional |= {"moe_layer_freq"} if "hybrid_layer_pattern" in raw else hybrid
+    optional |= {"mtp_hybrid_layer_pattern", "mtp_use_repeated_layer"}  # a hybrid model's MTP block (Nemotron 3 Super)
     assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None
     rope = m.position_embedding == "rope"

@@ -72,7 +72,8 @@ def test_hf_config_maps_to_the_catalog_entry():
 
 
 @pytest.mark.parametrize("extra, words", [
-    ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E"}, "hybrid MTP"),
+    ({"num_nextn_predict_layers": 1}, "needs 'mtp_hybrid_override_pattern'"),
+    ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*X"}, "mtp_hybrid_layer_pattern has symbol 'X'"),
     ({"hybrid_override_pattern": "MEM"}, "one symbol per layer"),
 ])
 def test_hf_configs_it_cannot_price_are_refused_in_one_line(extra, words):
@@ -88,7 +89,12 @@ def test_hf_configs_it_cannot_price_are_refused_in_one_line(extra, words):
     (dict(mamba_state_dim=None), "needs mamba_state_dim"),
     (dict(mamba_num_groups=3), "mamba_num_groups (3) must divide mamba_num_heads (16)"),
     (dict(num_experts=None, moe_ffn_hidden_size=None, moe_router_topk=None), "only with num_experts"),
-    (dict(mtp_num_layers=1), "mtp_num_layers"),
+    (dict(mtp_num_layers=1), "mtp_num_layers (1) of a hybrid model needs mtp_hybrid_layer_pattern"),
+    (dict(mtp_hybrid_layer_pattern="*E"), "mtp_hybrid_layer_pattern '*E' needs mtp_num_layers"),
+    (dict(mtp_num_layers=2, mtp_hybrid_layer_pattern="*|E"), "mtp_hybrid_layer_pattern has symbol '|'"),
+    (dict(mtp_num_layers=2, mtp_hybrid_layer_pattern="*E", num_experts=None, moe_ffn_hidden_size=None,
+          moe_router_topk=None, hybrid_layer_pattern="M*MMM-MM"), "mtp_hybrid_layer_pattern has MoE layers (E)"),
+    (dict(mtp_use_repeated_layer=True), "mtp_use_repeated_layer needs MTP depths"),
 ])
 def test_bad_hybrid_specs_name_the_field(change, field):
     with pytest.raises(ValidationError) as e:
@@ -252,13 +258,14 @@ def test_show_prints_the_layer_kinds(cli):
 
 def test_nemotron3_nano_runs_are_read_and_predicted():
     """The nine published Nemotron 3 Nano runs (Megatron-Bridge performance summary) are predicted,
-    not skipped; Super and Ultra (no catalog entry: their runs train hybrid MTP layers) are skipped saying why."""
+    not skipped; Ultra (no catalog entry: expert-activation offload and Megatron-FSDP) is skipped saying why."""
     from solveplan.calibration.rows import published_rows
     from solveplan.calibration.runs_fit import row_cases
     rows = [r for r in published_rows(None) if str(r.raw.get("model", {}).get("key", "")).startswith("nemotron3-")]
     nano = [r for r in rows if r.raw["model"]["key"] == "nemotron3-nano"]
     assert len(nano) == 9 and all(r.skipped is None for r in nano)
-    assert all("has no catalog entry" in r.skipped for r in rows if r.raw["model"]["key"] != "nemotron3-nano")
+    ultra = [r for r in rows if r.raw["model"]["key"] == "nemotron3-ultra"]
+    assert len(ultra) == 2 and all("has no catalog entry" in r.skipped and "Megatron-FSDP" in r.skipped for r in ultra)
     for case in row_cases(nano):
         step, _, fits = case.predict()
         assert np.isfinite(step) and step > 0 and fits

@@ -42,7 +42,7 @@ def test_every_row_is_read_or_skipped_with_a_stated_reason():
     counts = Counter(r.raw["model"]["key"] for r in readable)
     # every MoE model of the catalog the file measures is read (on H100, B200, GB200, GB300, B300)
     assert set(counts) == {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "mixtral-8x7b",
-                           "mixtral-8x22b", "llama4-scout", "kimi-k2", "nemotron3-nano"}, counts
+                           "mixtral-8x22b", "llama4-scout", "kimi-k2", "nemotron3-nano", "nemotron3-super"}, counts
     assert len(readable) >= 70
 
 

@@ -7,8 +7,8 @@ What a row states wins:
   config; a key no entry has is skipped with that reason); the row's own
   dimensions (layers, hidden, heads, experts, top-k, expert FFN, MLA ranks) are checked against
   it and a row that disagrees is skipped with the difference. No dimension is taken from
-  anywhere else: a model without a catalog entry (Nemotron 3 Super and Ultra: their runs train hybrid MTP layers,
-  DeepSeek-V4) is skipped with that reason. MTP and token dropping follow the row's label
+  anywhere else: a model without a catalog entry (Nemotron 3 Ultra: its runs offload expert activations and
+  use Megatron-FSDP; DeepSeek-V4) is skipped with that reason. MTP and token dropping follow the row's label
   ("with/without MTP", "token-drop" / "dropless"); unlabelled, the published config.
 - the configuration: tp, pp, cp, ep, vp, micro-batch, global batch; etp, recompute, sequence
   parallelism from the table or the matched Megatron-Bridge recipe (`parallel.other.recipe`, the
@@ -56,13 +56,10 @@ MOE_FILE = "published_runs_moe_newgpu.json"
 FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
                  "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG = {
-    "nemotron3-super": "Nemotron 3 Super has no catalog entry: its LatentMoE is modelled (moe_latent_size), but its "
-                       "runs train its hybrid MTP block (mtp_hybrid_override_pattern *E), not modelled for hybrid "
-                       "models",
-    "nemotron3-ultra": "Nemotron 3 Ultra has no catalog entry: its LatentMoE is modelled (moe_latent_size), but its "
-                       "perf recipes (Megatron-Bridge perf_recipes/nemotronh) train 2 repeated hybrid MTP layers, "
-                       "offload the expert MLP's activations to the CPU and shard with Megatron-FSDP (HSDP), none "
-                       "modelled for hybrid models",
+    "nemotron3-ultra": "Nemotron 3 Ultra has no catalog entry: its LatentMoE and hybrid MTP are modelled "
+                       "(moe_latent_size, mtp_hybrid_layer_pattern), but its perf recipes (Megatron-Bridge "
+                       "perf_recipes/nemotronh) offload the expert MLP's activations to the CPU and shard with "
+                       "Megatron-FSDP (HSDP), neither modelled for hybrid models",
     "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback

@@ -117,6 +117,9 @@ def moe_facts(m) -> dict[str, Any]:
                 "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim, "v_head_dim": m.v_head_dim}
         if m.multi_latent_attention else None,
         "mtp_num_layers": m.mtp_num_layers,
+        "mtp_pattern": m.mtp_hybrid_layer_pattern,
+        "mtp_params": m.mtp_depth_params * m.mtp_weight_copies if m.mtp_hybrid_layer_pattern else None,
+        "mtp_repeated": m.mtp_use_repeated_layer,
     }
 
 
@@ -396,7 +399,9 @@ def _moe_rows(s, facts: dict, moe: dict) -> list[tuple[str, Any]]:
                      f"q_lora_rank {mla['q_lora_rank'] or '- (full-rank Q)'}, kv_lora_rank {mla['kv_lora_rank']}, "
                      f"qk {mla['qk_head_dim']} + rope {mla['qk_pos_emb_head_dim']}, v {mla['v_head_dim']}"))
     if moe["mtp_num_layers"]:
-        rows.append(("MTP modules", f"{moe['mtp_num_layers']} (not in the parameter count)"))
+        rows.append(("MTP modules", f"{moe['mtp_num_layers']} (not in the parameter count)" if not moe.get("mtp_pattern")
+                     else f"{moe['mtp_num_layers']} depths of {moe['mtp_pattern']!r}, {moe['mtp_params']:,} weights "
+                          f"({'one set shared by the depths; ' if moe['mtp_repeated'] else ''}not in the parameter count)"))
     rows.append(("per layer", f"MoE {moe['moe_layer_params']:,} (active {moe['moe_layer_active_params']:,})"
                               + (f", dense {moe['dense_layer_params']:,}" if moe["dense_layer_params"] else "")))
     return rows

@@ -35,6 +35,7 @@ from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
 from .data_parallel import grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
 from .hybrid import hybrid_unit
+from .hybrid_mtp import with_mtp
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import (
     attention_core_s,
@@ -392,7 +393,9 @@ class _StageTerms:
             recompute=self.rc, num_microbatches=self.m)
         model = self.model
         if model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
-            return (*hybrid_unit(self), ends)
+            unit, units = hybrid_unit(self)
+            unit, ends = with_mtp(self, unit, ends)  # its MTP block on the last stage (hybrid_mtp.py)
+            return unit, units, ends
         if not (model.is_moe or model.mtp_num_layers):
             return dense, model.num_layers, ends
         moe_layer = self.moe_layer() if model.is_moe else None

@@ -91,12 +91,25 @@ def lm_head_fwd_flop(model: ModelSpec, tokens):
     return 2.0 * np.asarray(tokens, dtype=np.float64) * model.hidden_size * model.vocab_size
 
 
+def _hybrid_layer_counts(model: ModelSpec) -> dict[str, int]:
+    """Layers of each kind a step runs: the decoder's and each MTP depth's (Megatron-LM d98e8a6
+    hybrid_layer_allocation.py `get_hybrid_layer_counts`: "MTP layers are counted once per MTP depth")."""
+    n = model.hybrid_layer_counts()
+    if model.mtp_hybrid_layer_pattern and model.mtp_num_layers:
+        mtp = model.hybrid_layer_counts(model.mtp_hybrid_layer_pattern)
+        n = {k: v + model.mtp_num_layers * mtp[k] for k, v in n.items()}
+    return n
+
+
 def _hybrid_layers_fwd_flop(model: ModelSpec, tokens):
     """Forward FLOPs of a hybrid model's layers by kind (Megatron-LM training.py `hybrid_flops`):
     attention's projections, the MLP's and the MoE block's GEMMs (router, top-k routed and shared
-    experts), and each Mamba layer's GEMMs, conv1d and SSD scan (`mamba.mamba_layer_fwd_flop_per_token`)."""
-    h, n = model.hidden_size, model.hybrid_layer_counts()
+    experts), and each Mamba layer's GEMMs, conv1d and SSD scan (`mamba.mamba_layer_fwd_flop_per_token`);
+    each MTP depth's layers and its 2h -> h eh_proj (which Megatron's count leaves out)."""
+    h, n = model.hidden_size, _hybrid_layer_counts(model)
     per_token = n["attention"] * _attention_gemm_per_token(model) + n["mlp"] * 2 * h * model.ffn_hidden_size * model.mlp_matrices
+    if model.mtp_hybrid_layer_pattern:
+        per_token += model.mtp_num_layers * 2.0 * 2 * h * h
     if n["moe"]:
         per_token += n["moe"] * moe_block_fwd_flop_per_token(model)
     if n["mamba"]:
@@ -119,7 +132,7 @@ def layers_gemm_fwd_flop(model: ModelSpec, tokens):
 
 def _attention_layers(model: ModelSpec) -> int:
     if model.is_hybrid:
-        return model.hybrid_layer_counts()["attention"]
+        return _hybrid_layer_counts(model)["attention"]
     return model.num_layers + model.mtp_num_layers
 
 

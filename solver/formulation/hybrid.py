@@ -156,14 +156,10 @@ KIND_TERMS = {"attention": attention_layer, "mlp": mlp_layer, "mamba": mamba_lay
 KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # specs.hybrid.HYBRID_SYMBOLS
 
 
-def hybrid_unit(T) -> tuple[dict, int]:
-    """(the terms of one pipeline unit, the number of units): the sum of its layers' terms over one
-    period of the pattern (`ModelSpec.pipeline_units`), the working set the largest layer's. A MoE
-    layer is priced after the layer before it (cyclically within the period: `moe_layer`)."""
-    model = T.model
-    _, d, m, units = model.pipeline_units
-    assert model.hybrid_layer_pattern is not None
-    period = [KINDS[c] for c in model.hybrid_layer_pattern[:d + m]]
+def pattern_layers(T, pattern: str) -> list[dict]:
+    """The terms of each layer of `pattern`, in order: each kind priced once (`KIND_TERMS`), a MoE
+    layer after the layer before it (cyclically within the pattern: `moe_layer`)."""
+    period = [KINDS[c] for c in pattern]
     kinds: dict = {k: KIND_TERMS[k](T) for k in set(period) - {"moe"}}
     kinds["moe"] = {"work": np.zeros(len(T.z)), "bwd": np.zeros(len(T.z))}  # after a MoE layer: its norm alone
     layers = []
@@ -172,6 +168,21 @@ def hybrid_unit(T) -> tuple[dict, int]:
         if k == "moe" and ("moe", before) not in kinds:
             kinds[("moe", before)] = moe_layer(T, kinds[before], before)
         layers.append(kinds[("moe", before)] if k == "moe" else kinds[k])
+    return layers
+
+
+def summed(T, layers: list[dict]) -> dict:
+    """The terms of `layers` run one after another: sums, the working set the largest layer's."""
     unit = {key: sum(layer[key] for layer in layers) for key in layers[0]}
     unit["working"] = np.maximum.reduce([np.broadcast_to(layer["working"], T.z.shape) for layer in layers])
-    return unit, units
+    return unit
+
+
+def hybrid_unit(T) -> tuple[dict, int]:
+    """(the terms of one pipeline unit, the number of units): the sum of its layers' terms over one
+    period of the pattern (`ModelSpec.pipeline_units`, `pattern_layers`), the working set the
+    largest layer's."""
+    model = T.model
+    _, d, m, units = model.pipeline_units
+    assert model.hybrid_layer_pattern is not None
+    return summed(T, pattern_layers(T, model.hybrid_layer_pattern[:d + m])), units

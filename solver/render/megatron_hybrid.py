@@ -7,7 +7,14 @@ instead of `pretrain_gpt.py`, `--hybrid-layer-pattern` (one symbol per layer: M 
 `--mamba-state-dim`, `--mamba-head-dim`, `--mamba-num-heads`, `--mamba-num-groups` (TransformerConfig
 fields, megatron/core/transformer/transformer_config.py); no position embedding
 (`--position-embedding-type none`, as Megatron-Bridge's NemotronHBridge sets). The MoE layers are
-the pattern's E: no `--moe-layer-freq`."""
+the pattern's E: no `--moe-layer-freq`.
+
+An MTP block is Megatron-LM's unified pattern format (arguments.py ~757-785 deprecates
+--mtp-hybrid-override-pattern and converts it to this; hybrid_layer_allocation.py
+`parse_hybrid_pattern`): "<main>/<mtp>/<mtp>...", one identical '/' part per depth after the main
+pattern and its '|' segments, from which validate_args infers --mtp-num-layers (~864-879, kept equal
+here); `--mtp-use-repeated-layer` (TransformerConfig `mtp_use_repeated_layer`) builds one shared
+depth. HybridModel places the block on the last pipeline stage (hybrid_model.py ~219-231)."""
 
 from __future__ import annotations
 
@@ -49,6 +56,16 @@ def pattern_with_stages(pattern: str, layers: list[int], vp: int) -> str:
     return "|".join(out)
 
 
+def unified_pattern(model: ModelSpec, layers: list[int], vp: int) -> str:
+    """--hybrid-layer-pattern: the main pattern with its pipeline segments (`pattern_with_stages`),
+    then '/' and the MTP depth's pattern once per depth (module docstring)."""
+    assert model.hybrid_layer_pattern is not None
+    main = pattern_with_stages(model.hybrid_layer_pattern, layers, vp)
+    if not (model.mtp_num_layers and model.mtp_hybrid_layer_pattern):
+        return main
+    return "/".join([main] + [model.mtp_hybrid_layer_pattern] * model.mtp_num_layers)
+
+
 def hybrid_flags(model: ModelSpec, args: list[str], notes: list[str], layers: list[int], vp: int) -> list[str]:
     """The GPT arguments `args` turned into a hybrid model's (module docstring), the plan's split
     (`layers` per pipeline rank, `vp` chunks each) as `|` segments of the pattern, which replace
@@ -62,7 +79,10 @@ def hybrid_flags(model: ModelSpec, args: list[str], notes: list[str], layers: li
     if model.position_embedding != "rope":  # Megatron-LM's CLI has `none` (the GPT renderer's note is for GPTModel)
         out = _without(out, "--position-embedding-type") + ["--position-embedding-type", "none"]
         notes[:] = [n for n in notes if "position-free" not in n]
-    out += ["--hybrid-layer-pattern", pattern_with_stages(model.hybrid_layer_pattern, layers, vp), "--spec", *SPEC]
+    out += ["--hybrid-layer-pattern", unified_pattern(model, layers, vp), "--spec", *SPEC]
+    if model.mtp_use_repeated_layer and model.mtp_num_layers:
+        out += ["--mtp-use-repeated-layer"]
+        notes.append(f"the {model.mtp_num_layers} MTP depths share one set of weights (--mtp-use-repeated-layer)")
     if model.mamba_num_heads is not None:
         H, P, G, N = model.mamba_dims
         out += ["--mamba-state-dim", str(N), "--mamba-head-dim", str(P), "--mamba-num-heads", str(H),

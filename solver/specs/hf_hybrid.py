@@ -14,8 +14,12 @@ Nemotron 3), as transformers' NemotronHConfig and Megatron-Bridge's `NemotronHBr
 - `moe_latent_size` -> LatentMoE (Nemotron 3 Super and Ultra: the routed experts in a latent width,
   NemotronHBridge `provider.moe_latent_size = hf_config.moe_latent_size`).
 
-Refused in one line: MTP blocks (`num_nextn_predict_layers`, whose `mtp_hybrid_override_pattern`
-layers the formulation does not price)."""
+- `num_nextn_predict_layers`, `mtp_hybrid_override_pattern`, `mtp_use_repeated_layer` -> the MTP
+  block (`mtp_num_layers`, `mtp_hybrid_layer_pattern`, `mtp_use_repeated_layer`), as NemotronHBridge's
+  `_hf_mtp_config` and provider_bridge read them (a depth count needs the pattern; repeated unless
+  the config says false). Nemotron 3 Super's config holds one shared "*E" block; its Megatron-Bridge
+  recipes run it for 2 depths (recipes/nemotronh/h100/nemotron_3_super.py: mtp_num_layers 2), which
+  the catalog entry models/nemotron3-super.yaml states."""
 
 from __future__ import annotations
 
@@ -30,14 +34,23 @@ def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: 
     pattern = data.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or len(pattern) != layers:
         raise fail(f"({mt}) 'hybrid_override_pattern' must be a string of one symbol per layer ({layers})")
-    if data.get("num_nextn_predict_layers"):
-        raise fail(f"({mt}) num_nextn_predict_layers {data['num_nextn_predict_layers']}: hybrid MTP blocks "
-                   f"(mtp_hybrid_override_pattern) are not modelled")
+    mtp = data.get("num_nextn_predict_layers") or 0
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+        raise fail(f"({mt}) 'num_nextn_predict_layers' must be a non-negative integer (got {mtp!r})")
+    mtp_pattern = data.get("mtp_hybrid_override_pattern")
+    if mtp and not (isinstance(mtp_pattern, str) and mtp_pattern):
+        raise fail(f"({mt}) num_nextn_predict_layers {mtp} needs 'mtp_hybrid_override_pattern', the layers of one MTP "
+                   f"depth (NemotronHBridge `_hf_mtp_config` refuses it too)")
     out: dict[str, Any] = dict(
         hybrid_layer_pattern=pattern, mamba_state_dim=read_int(data, mt, "ssm_state_size"),
         mamba_head_dim=read_int(data, mt, "mamba_head_dim"), mamba_num_heads=read_int(data, mt, "mamba_num_heads"),
         mamba_num_groups=read_int(data, mt, "n_groups"), mamba_conv_kernel=read_int(data, mt, "conv_kernel", default=4),
         mamba_chunk_size=read_int(data, mt, "chunk_size", default=128))
+    if mtp:
+        out.update(mtp_num_layers=mtp, mtp_hybrid_layer_pattern=mtp_pattern,
+                   mtp_use_repeated_layer=bool(data.get("mtp_use_repeated_layer", True)))
+        notes.append(f"MTP: {mtp} depth(s) of {mtp_pattern!r}" + (", one shared set of weights"
+                                                                     if out["mtp_use_repeated_layer"] else ""))
     experts = data.get("n_routed_experts") or 0
     if "E" in pattern:
         experts = read_int(data, mt, "n_routed_experts")

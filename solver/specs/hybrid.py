@@ -27,6 +27,8 @@ class HybridShape:
     moe_layer_pattern: Any
     moe_layer_freq: int
     mtp_num_layers: int
+    mtp_hybrid_layer_pattern: str | None
+    mtp_use_repeated_layer: bool
     multi_latent_attention: bool
     name: str
 
@@ -35,6 +37,9 @@ class HybridShape:
         `validate_segment_layers`, mamba_mixer.py at d98e8a6: nheads % ngroups)."""
         pattern = self.hybrid_layer_pattern
         if pattern is None:
+            if self.mtp_hybrid_layer_pattern is not None or self.mtp_use_repeated_layer:
+                raise ValueError("mtp_hybrid_layer_pattern / mtp_use_repeated_layer apply to hybrid models only (a "
+                                 "Transformer's MTP depth repeats its last layer); set hybrid_layer_pattern or drop them")
             given = [f for f in MAMBA_FIELDS if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to hybrid models only; set hybrid_layer_pattern or drop it")
@@ -47,12 +52,13 @@ class HybridShape:
         if ("E" in pattern) != (self.num_experts is not None):
             raise ValueError("hybrid_layer_pattern has MoE layers (E) only with num_experts set, and num_experts "
                              "needs an E in hybrid_layer_pattern")
-        if self.mtp_num_layers or self.multi_latent_attention:
-            raise ValueError("mtp_num_layers / multi_latent_attention of a hybrid model are not modelled (Megatron's "
-                             "hybrid MTP blocks, its + MLA layers); use 0 / false")
+        if self.multi_latent_attention:
+            raise ValueError("multi_latent_attention of a hybrid model is not modelled (Megatron's + MLA layers); "
+                             "use false")
+        self._check_hybrid_mtp()
         if self.moe_layer_pattern is not None or self.moe_layer_freq != 1:
             raise ValueError("moe_layer_pattern / moe_layer_freq do not apply to a hybrid model: its E layers are MoE")
-        if "M" in pattern:
+        if "M" in pattern + (self.mtp_hybrid_layer_pattern or ""):
             missing = [f for f in MAMBA_FIELDS if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"a hybrid model with Mamba layers (M) needs {missing[0]}")
@@ -60,6 +66,28 @@ class HybridShape:
             assert heads is not None and groups is not None
             if heads % groups:
                 raise ValueError(f"mamba_num_groups ({groups}) must divide mamba_num_heads ({heads})")
+
+    def _check_hybrid_mtp(self) -> None:
+        """A hybrid model's MTP depths as Megatron-LM builds them (d98e8a6): the unified pattern's parts
+        after '/' are one per depth, identical, of layer symbols only (hybrid_layer_allocation.py
+        `parse_hybrid_pattern`, `_validate_pattern` with allow_pipe False); --mtp-num-layers with a
+        hybrid model needs an MTP pattern (arguments.py ~899-907)."""
+        mtp, n = self.mtp_hybrid_layer_pattern, self.mtp_num_layers
+        if n and not mtp:
+            raise ValueError(f"mtp_num_layers ({n}) of a hybrid model needs mtp_hybrid_layer_pattern, the layers of one "
+                             f"MTP depth (Megatron's unified --hybrid-layer-pattern 'main/mtp/mtp'; Nemotron 3 Super: '*E')")
+        if mtp is None:
+            if self.mtp_use_repeated_layer:
+                raise ValueError("mtp_use_repeated_layer needs MTP depths: set mtp_num_layers and mtp_hybrid_layer_pattern")
+            return
+        if not n:
+            raise ValueError(f"mtp_hybrid_layer_pattern {mtp!r} needs mtp_num_layers >= 1 (the MTP depths it runs)")
+        bad = sorted(set(mtp) - set(HYBRID_SYMBOLS))
+        if not mtp or bad:
+            raise ValueError(f"mtp_hybrid_layer_pattern has symbol {(bad or [''])[0]!r}; one depth's layers as "
+                             f"M (Mamba), * (attention), - (MLP), E (MoE), no '|' or '/'")
+        if "E" in mtp and self.num_experts is None:
+            raise ValueError("mtp_hybrid_layer_pattern has MoE layers (E) but the model has no experts (num_experts)")
 
     def _hybrid_units(self) -> tuple[int, int, int, int]:
         """A hybrid model's pipeline units (`pipeline_units`): (0, q - m, m, L/q) for the shortest

@@ -114,7 +114,15 @@ class ModelSpec(HybridShape, Spec):
     v_head_dim: PositiveInt | None = Field(None, description="per-head V dimension")
     mtp_num_layers: NonNegativeInt = Field(
         0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
-                       "layer, a 2h x h projection and two norms, and a second LM head pass")
+                       "layer, a 2h x h projection and two norms, and a second LM head pass; a hybrid model's "
+                       "each run mtp_hybrid_layer_pattern")
+    mtp_hybrid_layer_pattern: str | None = Field(
+        None, description="a hybrid model's layers of one MTP depth, symbols as hybrid_layer_pattern's (Megatron's "
+                          "unified --hybrid-layer-pattern 'main/mtp/mtp', one '/' part per depth; HF "
+                          "mtp_hybrid_override_pattern; Nemotron 3 Super: '*E')")
+    mtp_use_repeated_layer: bool = Field(
+        False, description="one set of MTP weights that every depth reuses (Megatron --mtp-use-repeated-layer; "
+                           "Nemotron 3 Super's recipes: one checkpointed block run for 2 depths)")
     # ---- hybrid Mamba-Transformer models (Nemotron-H, Nemotron 3; Megatron-LM --hybrid-layer-pattern,
     # formerly --hybrid-override-pattern, and --mamba-*; megatron/core/ssm/mamba_mixer.py)
     hybrid_layer_pattern: str | None = Field(
@@ -422,6 +430,22 @@ class ModelSpec(HybridShape, Spec):
         if self.mamba_num_heads is not None:
             out["mamba"] = self.mamba_layer_params
         return out
+
+    @property
+    def mtp_depth_params(self) -> int:
+        """One hybrid MTP depth's weights (Megatron-LM d98e8a6 multi_token_prediction.py ~1157-1247: enorm,
+        hnorm, final_layernorm, eh_proj 2h x h, the HybridStack of `mtp_hybrid_layer_pattern`, each layer
+        with its pre-norm); the embedding and output head are the model's (shared)."""
+        per, mtp = self.hybrid_kind_params(), self.mtp_hybrid_layer_pattern
+        assert mtp is not None, f"{self.name} has no hybrid MTP"
+        layers = sum(n * per[kind] for kind, n in self.hybrid_layer_counts(mtp).items() if n)
+        return layers + 2 * self.hidden_size * self.hidden_size + 3 * self.norm_params
+
+    @property
+    def mtp_weight_copies(self) -> int:
+        """How many depths hold their own MTP weights: 1 with mtp_use_repeated_layer (multi_token_prediction.py
+        `MultiTokenPredictionBlock._build_layers` ~1960-1968 builds one shared layer), else mtp_num_layers."""
+        return 1 if self.mtp_use_repeated_layer else self.mtp_num_layers
 
     @property
     def num_pipeline_units(self) -> int:
