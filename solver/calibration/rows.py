@@ -188,12 +188,12 @@ def recompute_of(text) -> str | None:
 def precision_of(text) -> Precision:
     """The recipe of a row's precision text: mxfp8, fp8-blockwise, fp8-tensorwise ('fp8-cs': per-tensor
     current scaling), fp8 (per-tensor delayed scaling, also when the recipe is not stated: Megatron's
-    default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer) or bf16 (anything else,
-    including '16-bit' and 'not stated': the same tensor-core peak). NVFP4 rows are skipped before
-    (`skip_reason`)."""
+    default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer), nvfp4 (Transformer Engine's
+    NVFP4BlockScaling) or bf16 (anything else, including '16-bit' and 'not stated': the same tensor-core
+    peak). MXFP4 rows are skipped before (`skip_reason`)."""
     t = str(text).lower()
     recipes: tuple[tuple[tuple[str, ...], Precision], ...] = (
-        (("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
+        (("nvfp4",), "nvfp4"), (("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
         (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise"))
     for keys, recipe in recipes:
         if any(k in t for k in keys):
@@ -206,8 +206,8 @@ def skip_reason(raw: dict) -> str | None:
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
     if raw.get("category") == "A" or m.get("num_experts") or (p.get("ep") or 1) > 1 or "moe" in (raw.get("tags") or []):
         return "mixture-of-experts: read by calibration.moe_rows (not registered in this process)"
-    if any(k in str(raw.get("precision", "")).lower() for k in ("nvfp4", "mxfp4")):
-        return "nvfp4: FP4 training recipes are not modelled (precision bf16 / fp8 recipes only)"
+    if "mxfp4" in str(raw.get("precision", "")).lower():
+        return "mxfp4: the MXFP4 training recipe is not modelled (precision bf16 / fp8 recipes / nvfp4 only)"
     gpu = str((raw.get("hardware") or {}).get("gpu", "")).lower()
     if (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
             and gpu.startswith(("gb200", "gb300"))):
@@ -391,7 +391,7 @@ def row_job(raw: dict) -> Row:
         precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True),
-        grad_reduce_dtype=grad_reduce_dtype(raw, assumed),
+        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **nvfp4_settings(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )
@@ -432,6 +432,43 @@ def grad_reduce_dtype(raw: dict, assumed: list) -> GradReduceDtype:
         assumed.append(f"gradients reduced in {fixed} (the source's launch scripts: grad_reduce_in_fp32 = False)")
         return fixed
     return "fp32"
+
+
+# Megatron-Bridge's NVFP4 precision config, which its performance scripts use for every NVFP4 run
+# (scripts/performance/utils/precision.py get_precision_config("nvfp4") at v0.4.2 and v0.5.0,
+# perf_recipes/_common.py _perf_precision at v0.6.0): bf16_with_nvfp4_mixed in
+# src/megatron/bridge/training/mixed_precision.py sets fp4_param_gather = True and leaves
+# first_last_layers_bf16 False (MixedPrecisionConfig's default, num_layers_at_start/end_in_bf16 = 0);
+# a model's own config may keep layers in BF16 (nemotron_3_super_bf16_with_nvfp4_mixed: the last 14)
+NVFP4_SOURCES = {"mbridge_perf": dict(fp8_param_gather=True, bf16_layers_at_start=0, bf16_layers_at_end=0)}
+
+
+def nvfp4_settings(raw: dict, assumed: list, model_key: str = "") -> dict:
+    """The job settings of an NVFP4 row: its source's precision config (`NVFP4_SOURCES`), the BF16 layers
+    its recipe block states (`num_layers_at_start_in_bf16` / `num_layers_at_end_in_bf16` with
+    `first_last_layers_bf16`) or its model's config states (`NVFP4_MODEL_BF16_LAYERS`); {} for another row."""
+    if precision_of(raw.get("precision")) != "nvfp4":
+        return {}
+    out = dict(NVFP4_SOURCES.get(raw.get("source", ""), {}))
+    recipe = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
+    model_layers = next((v for k, v in NVFP4_MODEL_BF16_LAYERS.items() if model_key.startswith(k)), None)
+    if recipe.get("first_last_layers_bf16") is not None:
+        on = bool(recipe["first_last_layers_bf16"])
+        out.update(bf16_layers_at_start=int(recipe.get("num_layers_at_start_in_bf16") or 0) if on else 0,
+                   bf16_layers_at_end=int(recipe.get("num_layers_at_end_in_bf16") or 0) if on else 0)
+    elif model_layers is not None:
+        out.update(bf16_layers_at_start=model_layers[0], bf16_layers_at_end=model_layers[1])
+    if out:
+        assumed.append(f"NVFP4 as the source's precision config runs it: NVFP4 weights gathered "
+                       f"({out.get('fp8_param_gather', False)}), layers kept in BF16 at the start / end: "
+                       f"{out.get('bf16_layers_at_start', 0)} / {out.get('bf16_layers_at_end', 0)}")
+    return out
+
+
+# (start, end) layers a model's own NVFP4 config keeps in BF16: Megatron-Bridge
+# nemotron_3_super_bf16_with_nvfp4_mixed (src/megatron/bridge/training/mixed_precision.py at v0.6.0:
+# first_last_layers_bf16 = True, num_layers_at_end_in_bf16 = 14)
+NVFP4_MODEL_BF16_LAYERS = {"nemotron3-super": (0, 14)}
 
 
 def _precision(text, assumed: list) -> Precision:
