@@ -183,7 +183,9 @@ def bf16_layer_extra_s(model: ModelSpec, attn_linears, tokens, tp, g, gpu, preci
     the recipe's GEMMs and casts `g` (layer_terms.layer_linears_s), the forward once more under full
     recomputation. The layer's other terms (attention core, elementwise work) do not depend on the recipe.
     A MoE model's BF16 layers are priced with the dense layer's linears (attention and the MLP of
-    ffn_hidden_size): the experts' own BF16 rate is not priced (an approximation, said by the job)."""
+    ffn_hidden_size): the experts' own BF16 rate is not priced (an approximation, said by the job). Memory
+    is the recipe's for every layer: a BF16 layer's saved linear inputs (2 bytes, not NVFP4's 0.56) are
+    not added (a BF16 layer under fp4_param_gather keeps its weights as Megatron builds them)."""
     if not is_quantized(precision):
         return np.zeros_like(np.asarray(tp, dtype=np.float64))
     b = layer_linears_s(model, attn_linears, tokens, tp, matmul_rate(gpu, "bf16", hbm), 0.0, hbm)

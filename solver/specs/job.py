@@ -48,7 +48,7 @@ def precision_problem(precision: str, gpu) -> str | None:
     if precision in FP4_RECIPES and (gpu.peak_fp4_tflops is None or gpu.architecture != "blackwell"):
         return (f"precision {precision} needs NVIDIA FP4 tensor cores (Blackwell: GPUSpec.architecture blackwell and "
                 f"peak_fp4_tflops); {gpu.name} ({gpu.architecture or 'architecture not stated'}) has none "
-                f"(use mxfp8 or fp8)")
+                f"(use {'mxfp8' if gpu.has_mx_formats else 'fp8' if gpu.peak_fp8_tflops else 'bf16'})")
     if precision in FP8_RECIPES and gpu.peak_fp8_tflops is None:
         return f"precision {precision} needs a GPU with FP8 tensor cores; {gpu.name} has none (use bf16)"
     if precision == "mxfp8" and not gpu.has_mx_formats:
