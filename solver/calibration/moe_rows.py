@@ -38,13 +38,13 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
+from .nvfp4_rows import nvfp4_settings
 from .rows import (
     ROW_READERS,
     Row,
     gpu_of,
     grad_reduce_dtype,
     measured_step_s,
-    nvfp4_settings,
     pipeline_accounting,
     published_row_cluster,
     recompute_of,

@@ -32,6 +32,7 @@ from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
+from .nvfp4_rows import nvfp4_settings
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
@@ -432,43 +433,6 @@ def grad_reduce_dtype(raw: dict, assumed: list) -> GradReduceDtype:
         assumed.append(f"gradients reduced in {fixed} (the source's launch scripts: grad_reduce_in_fp32 = False)")
         return fixed
     return "fp32"
-
-
-# Megatron-Bridge's NVFP4 precision config, which its performance scripts use for every NVFP4 run
-# (scripts/performance/utils/precision.py get_precision_config("nvfp4") at v0.4.2 and v0.5.0,
-# perf_recipes/_common.py _perf_precision at v0.6.0): bf16_with_nvfp4_mixed in
-# src/megatron/bridge/training/mixed_precision.py sets fp4_param_gather = True and leaves
-# first_last_layers_bf16 False (MixedPrecisionConfig's default, num_layers_at_start/end_in_bf16 = 0);
-# a model's own config may keep layers in BF16 (nemotron_3_super_bf16_with_nvfp4_mixed: the last 14)
-NVFP4_SOURCES = {"mbridge_perf": dict(fp8_param_gather=True, bf16_layers_at_start=0, bf16_layers_at_end=0)}
-
-
-def nvfp4_settings(raw: dict, assumed: list, model_key: str = "") -> dict:
-    """The job settings of an NVFP4 row: its source's precision config (`NVFP4_SOURCES`), the BF16 layers
-    its recipe block states (`num_layers_at_start_in_bf16` / `num_layers_at_end_in_bf16` with
-    `first_last_layers_bf16`) or its model's config states (`NVFP4_MODEL_BF16_LAYERS`); {} for another row."""
-    if precision_of(raw.get("precision")) != "nvfp4":
-        return {}
-    out = dict(NVFP4_SOURCES.get(raw.get("source", ""), {}))
-    recipe = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
-    model_layers = next((v for k, v in NVFP4_MODEL_BF16_LAYERS.items() if model_key.startswith(k)), None)
-    if recipe.get("first_last_layers_bf16") is not None:
-        on = bool(recipe["first_last_layers_bf16"])
-        out.update(bf16_layers_at_start=int(recipe.get("num_layers_at_start_in_bf16") or 0) if on else 0,
-                   bf16_layers_at_end=int(recipe.get("num_layers_at_end_in_bf16") or 0) if on else 0)
-    elif model_layers is not None:
-        out.update(bf16_layers_at_start=model_layers[0], bf16_layers_at_end=model_layers[1])
-    if out:
-        assumed.append(f"NVFP4 as the source's precision config runs it: NVFP4 weights gathered "
-                       f"({out.get('fp8_param_gather', False)}), layers kept in BF16 at the start / end: "
-                       f"{out.get('bf16_layers_at_start', 0)} / {out.get('bf16_layers_at_end', 0)}")
-    return out
-
-
-# (start, end) layers a model's own NVFP4 config keeps in BF16: Megatron-Bridge
-# nemotron_3_super_bf16_with_nvfp4_mixed (src/megatron/bridge/training/mixed_precision.py at v0.6.0:
-# first_last_layers_bf16 = True, num_layers_at_end_in_bf16 = 14)
-NVFP4_MODEL_BF16_LAYERS = {"nemotron3-super": (0, 14)}
 
 
 def _precision(text, assumed: list) -> Precision:
