@@ -128,3 +128,12 @@ def test_torchtitan_says_nvfp4_is_not_configured():
     sections, notes = torchtitan_config(job, _plan(job))
     assert any("nvfp4" in n and "Megatron-LM" in n for n in notes)
     assert "quantize.linear.float8" not in sections
+
+
+def test_admission_peak_bound_counts_the_fp4_peak_under_nvfp4():
+    """Admission's bound (no plan computes faster than the peak) must hold for FP4 GEMMs too."""
+    from solveplan.admission.sizing import peak_flop_per_s
+
+    gpu = load_gpu("gb200")
+    assert peak_flop_per_s(gpu, "nvfp4") == gpu.peak_fp4_tflops * 1e12
+    assert peak_flop_per_s(gpu, "mxfp8") == peak_flop_per_s(gpu) == gpu.peak_fp8_tflops * 1e12
