@@ -1,11 +1,17 @@
 """Fit the GPU parameters of the formulation on every published run and (with --write) put
 them into clusters/gpus/*.yaml with the rows and uncertainty that produced them.
 
-    python benchmarks/fit_published.py [--data FILE ...] [--dense] [--write]
+    python benchmarks/fit_published.py [--data FILE ...] [--dense] [--write] [--only FIELD]
 
 Bounded, regularised least squares through the formulation (solveplan.calibration.runs_fit):
 one parameter set per GPU chip, robust loss, priors from datasheets and kernel papers.
 Writes benchmarks/results/fit_published.md (parameters, uncertainties, in-sample errors).
+
+`--only FIELD` fits that GPUSpec field alone (every chip's parameter of it, with its prior), the other
+parameters at their shipped values, on the rows of those chips, and writes
+benchmarks/results/fit_published_FIELD.md (with --write, that field alone and a `FIELD_fit` note):
+how a parameter new to the formulation (nvfp4_matmul_efficiency, for the NVFP4 rows) is fitted once
+without refitting, and so moving, the others.
 """
 
 from __future__ import annotations
@@ -22,8 +28,43 @@ from solveplan.calibration.runs_fit import CHIP_OF_GPU, FIT_PARAMS, fit, gpu_upd
 from solveplan.render.validation import fit_table, summary_table
 
 FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficiency", "flash1_attention_efficiency",
-          "fp8_matmul_efficiency", "mxfp8_matmul_efficiency",
+          "fp8_matmul_efficiency", "mxfp8_matmul_efficiency", "nvfp4_matmul_efficiency",
           "layer_overhead_us", "sharded_layer_overhead_us")
+
+
+def fit_only(field: str, rows, write: bool) -> None:
+    """`--only FIELD` (module docstring)."""
+    params = [p for p in FIT_PARAMS if p.field == field]
+    assert params, f"no fitted parameter of field {field}"
+    chips = {c for p in params for c in p.chips}
+    cases = [c for c in row_cases(rows) if c.chip in chips]
+    t0 = time.perf_counter()
+    out = fit(cases, params)
+    preds = in_sample(cases, out.values)
+    md = [f"# {field} fitted alone on the published runs", "",
+          f"`python benchmarks/fit_published.py --dense --only {field}` at commit {commit()}: {len(cases)} rows of "
+          f"the {', '.join(sorted(chips))} chips, the other parameters at their shipped values (clusters/gpus/*.yaml); "
+          f"{out.nfev} function evaluations, {time.perf_counter() - t0:.0f} s; log-residual rms {out.rms:.3f}.", "",
+          fit_table(out.values, out.sd, params), "",
+          "Notes: " + ("; ".join(out.notes) if out.notes else "no parameter on a bound."), "",
+          "## In sample (these chips' rows)", "", summary_table(summary(preds, "gpu"), "gpu"), ""]
+    (RESULTS / f"fit_published_{field}.md").write_text("\n".join(md))
+    print("\n".join(md))
+    if write:
+        upd = gpu_updates(out.values, params)
+        per_chip = Counter(c.chip for c in cases)
+        for gpu, chip in CHIP_OF_GPU.items():
+            if field in upd.get(chip, {}):
+                write_field(gpu, field, upd[chip][field], f"fitted alone on {per_chip[chip]} {chip}-chip rows, prior "
+                            f"{params[0].prior:g}: benchmarks/fit_published.py --dense --only {field} at {commit()}")
+
+
+def write_field(gpu: str, field: str, value: float, comment: str) -> None:
+    """Replace (or add) one field of clusters/gpus/<gpu>.yaml, the line ending in `comment`."""
+    path = ROOT / "clusters" / "gpus" / f"{gpu}.yaml"
+    text, line = path.read_text(), f"{field}: {value:.4g}  # {comment}"
+    pattern = re.compile(rf"^{field}:.*$", re.M)
+    path.write_text(pattern.sub(line, text) if pattern.search(text) else text.rstrip("\n") + "\n" + line + "\n")
 
 
 def write_yaml(gpu: str, values: dict, note: str, assumed_from: str | None = None) -> None:
@@ -49,11 +90,14 @@ def main() -> None:
     ap.add_argument("--dense", action="store_true",
                     help="fit on the dense rows only (the MoE rows neither fitted nor reported): the protocol of the "
                          "shipped parameters and of `cross_validate.py --dense`")
+    ap.add_argument("--only", default=None, help="fit this GPUSpec field alone (module docstring)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = published_rows(args.data)
     if args.dense:
         rows = [r for r in rows if not (r.job is not None and r.job.model.is_moe)]
+    if args.only:
+        return fit_only(args.only, rows, args.write)
     cases = row_cases(rows)
     out = fit(cases)
     preds = in_sample(cases, out.values)

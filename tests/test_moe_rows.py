@@ -23,9 +23,9 @@ ROWS = published_rows([str(PATH)])
 BY_ID = {r.id: r for r in ROWS}
 # every reason a row of this file may be skipped for, today
 REASONS = ("is not in the catalog", "has no catalog entry",
-           "NVFP4 is not modelled", "no legal configuration matches what the row states",
+           "no legal configuration matches what the row states",
            # the file's dense rows (calibration.rows.skip_reason)
-           "nvfp4: FP4 training recipes are not modelled", "fine-tuning", "activations offloaded to the Grace CPU")
+           "fine-tuning", "activations offloaded to the Grace CPU")
 
 
 def _raw(row_id):
@@ -76,7 +76,27 @@ def test_precision_recipes():
     assert cs == ("fp8-tensorwise" if "fp8-tensorwise" in allowed else "fp8")
     raw = _raw("mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16")
     raw["precision"] = "nvfp4"
-    assert "NVFP4" in moe_row_job(raw).skipped
+    raw["hardware"]["gpu"] = "NVIDIA GB200 NVL72"  # NVFP4 needs Blackwell's FP4 tensor cores
+    fp4 = moe_row_job(raw)
+    assert fp4.skipped is None and fp4.job.precision == "nvfp4"
+    # Megatron-Bridge's bf16_with_nvfp4_mixed: NVFP4 weights gathered, no BF16 layers unless stated
+    assert fp4.job.fp8_param_gather and (fp4.job.bf16_layers_at_start, fp4.job.bf16_layers_at_end) == (0, 0)
+    raw["parallel"].setdefault("other", {}).setdefault("recipe", {}).update(
+        first_last_layers_bf16=True, num_layers_at_start_in_bf16=1, num_layers_at_end_in_bf16=2)
+    stated = moe_row_job(raw)
+    assert (stated.job.bf16_layers_at_start, stated.job.bf16_layers_at_end) == (1, 2)
+    assert any("1 / 2" in a for a in stated.assumed)
+
+
+def test_no_nvfp4_row_is_refused_for_its_precision():
+    """Every NVFP4 row of the file is read (the dense ones predicted), or skipped for a reason other
+    than its precision (Nemotron 3 Super: no catalog entry, its hybrid MTP block)."""
+    fp4 = [r for r in ROWS if "nvfp4" in str(r.raw.get("precision", "")).lower()]
+    assert len(fp4) == 15
+    assert all(r.skipped is None or "fp4" not in r.skipped.lower() for r in fp4)
+    read = [r for r in fp4 if r.skipped is None]
+    assert len(read) >= 8 and all(r.job.precision == "nvfp4" and r.measured_s > 0 for r in read)
+    assert all(r.skipped.startswith("Nemotron 3 Super") for r in fp4 if r.skipped)
 
 
 def test_a_row_disagreeing_with_the_catalog_is_skipped_with_the_difference():

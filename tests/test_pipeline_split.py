@@ -126,7 +126,9 @@ def test_rule_equals_megatron_functions():
 
 # --- the published rows it makes predictable -------------------------------------------------------
 
-RECIPE_ROWS = ("mbridge_perf-26.04.01-llama3.1-405b-gb200-mxfp8-256", "mbridge_perf-26.06-llama3.1-405b-gb200-mxfp8-256")
+RECIPE_ROWS = ("mbridge_perf-26.04.01-llama3.1-405b-gb200-mxfp8-256", "mbridge_perf-26.06-llama3.1-405b-gb200-mxfp8-256",
+               # the same recipe under NVFP4 (LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2)
+               "mbridge_perf-26.04.01-llama3.1-405b-gb200-nvfp4-256", "mbridge_perf-26.06-llama3.1-405b-gb200-nvfp4-256")
 
 
 def test_nvidia_405b_recipe_rows_are_predicted_with_megatrons_split():

@@ -90,9 +90,10 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
     assert len(moe) == 106 and all(r.skipped is None or "mixture-of-experts: read by" not in r.skipped for r in moe)
     dense_new = [r for r in skipped if "category" in r.raw and r not in moe]
     reasons = {r.skipped.split(":")[0].split(" (")[0] for r in dense_new}
-    assert reasons <= {"nvfp4", "sft", "lora", "activations offloaded to the Grace CPU"}, reasons
+    assert reasons <= {"sft", "lora", "activations offloaded to the Grace CPU"}, reasons
     blackwell = [r for r in ROWS if not r.skipped and r.gpu in ("b200", "gb200", "b300", "gb300") and r not in moe]
-    assert len(blackwell) == 43 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8"}
+    assert len(blackwell) == 51 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8", "nvfp4"}
+    assert sum(r.job.precision == "nvfp4" for r in blackwell) == 8
     # vp 12 (one layer per virtual stage), FP8, CP with TP and GQA, FSDP: all evaluated
     ids = {r.id for r in ROWS if not r.skipped}
     assert "dgxc-v24.11.1-nemotron4-340b-fp8-128" in ids and "dgxc-v24.11.1-llama3.1-405b-bf16-576" in ids
@@ -100,7 +101,7 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
 
 def test_in_sample_errors_with_the_shipped_parameters(shipped):
     lines = {ln["group"]: ln for ln in summary(shipped, "source")}
-    assert lines["all"]["rows"] == 264
+    assert lines["all"]["rows"] == 272  # the 8 dense NVFP4 rows included
     assert lines["all"]["mape"] <= 0.07, lines["all"]
     for group, ln in lines.items():
         assert ln["mape"] <= 0.20, (group, ln)
@@ -239,7 +240,8 @@ def test_rows_of_the_new_gpu_file_read_what_they_state():
     fsdp = by_id["nemo_docs_2504-llama3-70b-gb200-fp8-cs-64"]
     assert fsdp.job.constraints.zero == (3,) and fsdp.job.attention_kernel == "cudnn"  # Megatron-FSDP, not PyTorch's
     assert by_id["mbridge_perf-26.04.01-llama3-70b-gb200-fp8-cs-64"].skipped.startswith("activations offloaded")
-    assert by_id["mbridge_perf-26.06-llama3.1-405b-gb300-nvfp4-256"].skipped.startswith("nvfp4")
+    fp4 = by_id["mbridge_perf-26.06-llama3.1-405b-gb300-nvfp4-256"]
+    assert fp4.skipped is None and fp4.job.precision == "nvfp4" and fp4.job.fp8_param_gather
 
 
 def test_gb200_rows_of_another_source_in_their_own_words(tmp_path):
@@ -254,9 +256,11 @@ def test_gb200_rows_of_another_source_in_their_own_words(tmp_path):
            "parallel": {"num_gpus": 144, "tp": 2, "pp": 4, "cp": 1, "mbs": 1, "gbs": 144},
            "measured": {"tokens_per_s_per_gpu": 3000}}
     path = tmp_path / "gb200.json"
-    path.write_text(json.dumps({"sources": {}, "measurements": [row, {**row, "id": "y", "precision": "NVFP4"}]}))
-    r, fp4 = published_rows([str(path)])
-    assert r.skipped is None and fp4.skipped.startswith("nvfp4")
+    path.write_text(json.dumps({"sources": {}, "measurements": [row, {**row, "id": "y", "precision": "NVFP4"},
+                                                                {**row, "id": "z", "precision": "MXFP4"}]}))
+    r, fp4, mx4 = published_rows([str(path)])
+    assert r.skipped is None and mx4.skipped.startswith("mxfp4")
+    assert fp4.skipped is None and fp4.job.precision == "nvfp4" and not fp4.job.fp8_param_gather  # source unknown
     cl = r.job.cluster
     assert r.job.precision == "mxfp8" and cl.gpu.name == "gb200" and cl.gpus_per_node == 4 and cl.domain_gpus == 72
     assert in_sample(row_cases([r]))[0].predicted_s > 0

@@ -181,7 +181,7 @@ class _PoolSearch:
         self.memory_skipped: list[int] = []
 
     def reaches(self, v: tuple[int, ...]) -> bool:  # peak FLOP/s can reach the target
-        return (sum(n * self.g * peak_flop_per_s(p.gpu) for n, p in zip(v, self.pools)) * (1 + 1e-9)
+        return (sum(n * self.g * peak_flop_per_s(p.gpu, self.base.precision) for n, p in zip(v, self.pools)) * (1 + 1e-9)
                 >= self.need * self.per_token)
 
     def max_peak_at(self, total: int) -> tuple[int, ...]:  # the allocation of `total` nodes with the most peak FLOP/s

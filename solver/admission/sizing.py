@@ -109,15 +109,17 @@ def flop_per_token(model) -> float:
     return 3.0 * (float(layers_gemm_fwd_flop(m, 1)) + (1 + m.mtp_num_layers) * float(lm_head_fwd_flop(m, 1)))
 
 
-def peak_flop_per_s(gpu) -> float:
-    """A GPU's peak rate (bf16 or fp8, the larger): no plan computes faster (efficiencies <= 1)."""
-    return max(gpu.peak_flop_per_s, (gpu.peak_fp8_tflops or 0.0) * 1e12)
+def peak_flop_per_s(gpu, precision: str = "bf16") -> float:
+    """A GPU's peak rate (bf16 or fp8, the larger; under nvfp4 the FP4 peak too, formulation/precision.py):
+    no plan computes faster (efficiencies <= 1)."""
+    fp4 = (gpu.peak_fp4_tflops or 0.0) * 1e12 if precision == "nvfp4" else 0.0
+    return max(gpu.peak_flop_per_s, (gpu.peak_fp8_tflops or 0.0) * 1e12, fp4)
 
 
 def min_nodes_by_peak(job: JobSpec, need: float, gpus_per_node: int) -> int:
     """Nodes below which no plan can reach `need` tokens/s even at the GPUs' peak: every plan
     does at least `flop_per_token` FLOPs per token at no more than `peak_flop_per_s`."""
-    per_token, peak = flop_per_token(job.model), peak_flop_per_s(job.cluster.gpu)
+    per_token, peak = flop_per_token(job.model), peak_flop_per_s(job.cluster.gpu, job.precision)
     return max(1, math.ceil(need * per_token / (peak * gpus_per_node) * (1 - 1e-9)))
 
 

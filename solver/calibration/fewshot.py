@@ -52,7 +52,8 @@ MEASUREMENT_NOISE_LOG = 0.01
 # rows' own noise counts for more as soon as they have more than two degrees of freedom left.
 NOISE_PSEUDO_ROWS = 2
 EFFICIENCY_FIELDS = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
-                     "flash2_attention_efficiency", "flash1_attention_efficiency", "hbm_efficiency")
+                     "flash2_attention_efficiency", "flash1_attention_efficiency", "hbm_efficiency",
+                     "nvfp4_matmul_efficiency")
 OVERHEAD_FIELDS = ("layer_overhead_us", "sharded_layer_overhead_us")
 
 
@@ -120,6 +121,7 @@ def resolved_gpu_fields(cluster: ClusterSpec) -> dict[str, float]:
             "attention_efficiency": fused, "flash2_attention_efficiency": g.flash2_attention_efficiency or fused,
             "flash1_attention_efficiency": g.flash1_attention_rate,
             "hbm_efficiency": g.hbm_efficiency, "layer_overhead_us": g.layer_overhead_us,
+            "nvfp4_matmul_efficiency": g.fp4_efficiency(),  # the time scale moves NVFP4 GEMMs too
             "sharded_layer_overhead_us": g.sharded_layer_overhead_us}
 
 

@@ -21,7 +21,8 @@ What a row states wins:
   Megatron refuses or the formulation does not model leaves the balanced split, said.
 - precision: bf16, or the FP8 recipe the row names when the job schema has it (fp8-cs is
   per-tensor current scaling, `fp8-tensorwise`; mxfp8; fp8-blockwise); otherwise costed as FP8
-  (stated in the row's `assumed`). NVFP4 is not modelled: skipped.
+  (stated in the row's `assumed`); nvfp4 with its source's precision config and the BF16 layers its
+  recipe or model config keeps (`rows.nvfp4_settings`).
 - hardware: the GPU catalog entry and its `<family>x<N>` reference cluster (the rows state no
   fabric); a GPU without a catalog entry is skipped.
 - routing: every Megatron-Bridge MoE row forces balanced routing ("forced balanced token
@@ -40,6 +41,7 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
+from .nvfp4_rows import nvfp4_settings
 from .rows import (
     ROW_READERS,
     Row,
@@ -63,7 +65,7 @@ NOT_IN_CATALOG = {
     "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
-PRECISION_OF_ROW: tuple[tuple[str, Precision | None], ...] = (("nvfp4", None), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
+PRECISION_OF_ROW: tuple[tuple[str, Precision], ...] = (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
                     ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
 # The FP8 recipe of a row whose page names none (the 25.09 tables): Megatron-Bridge's 25.09 performance
@@ -149,7 +151,7 @@ def _family(key: str) -> str:
     return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
 
 
-def _precision(text: str, assumed: list[str], source: str = "") -> Precision | None:
+def _precision(text: str, assumed: list[str], source: str = "") -> Precision:
     t = str(text).lower()
     allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
     if "fp8" in t and "not stated" in t and source in UNNAMED_FP8:
@@ -157,7 +159,7 @@ def _precision(text: str, assumed: list[str], source: str = "") -> Precision | N
         return UNNAMED_FP8[source]
     for marker, precision in PRECISION_OF_ROW:
         if marker in t:
-            if precision is None or precision in allowed:
+            if precision in allowed:
                 return precision
             assumed.append(f"{text}: the FP8 recipe is not in the job schema, costed as fp8")
             return "fp8"
@@ -322,9 +324,6 @@ def moe_row_job(raw: dict) -> Row:
     row.gpu, row.family = gpu
     assumed = row.assumed
     precision = _precision(raw.get("precision", "bf16"), assumed, raw["source"])
-    if precision is None:
-        row.skipped = f"precision {raw.get('precision')!r}: NVFP4 is not modelled"
-        return row
     model = load_model(key)
     wrong = _check_dims(m, model)
     if wrong:
@@ -337,6 +336,7 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append("Muon optimizer (the row's note) costed as Adam: Adam's two fp32 states bound the memory "
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
+    settings.update(nvfp4_settings(raw, assumed, key))
     if layout:
         _row_layout(row, layout, model)
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)

@@ -32,6 +32,7 @@ from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
+from .nvfp4_rows import nvfp4_settings
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
@@ -188,12 +189,12 @@ def recompute_of(text) -> str | None:
 def precision_of(text) -> Precision:
     """The recipe of a row's precision text: mxfp8, fp8-blockwise, fp8-tensorwise ('fp8-cs': per-tensor
     current scaling), fp8 (per-tensor delayed scaling, also when the recipe is not stated: Megatron's
-    default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer) or bf16 (anything else,
-    including '16-bit' and 'not stated': the same tensor-core peak). NVFP4 rows are skipped before
-    (`skip_reason`)."""
+    default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer), nvfp4 (Transformer Engine's
+    NVFP4BlockScaling) or bf16 (anything else, including '16-bit' and 'not stated': the same tensor-core
+    peak). MXFP4 rows are skipped before (`skip_reason`)."""
     t = str(text).lower()
     recipes: tuple[tuple[tuple[str, ...], Precision], ...] = (
-        (("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
+        (("nvfp4",), "nvfp4"), (("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
         (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise"))
     for keys, recipe in recipes:
         if any(k in t for k in keys):
@@ -206,8 +207,8 @@ def skip_reason(raw: dict) -> str | None:
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
     if raw.get("category") == "A" or m.get("num_experts") or (p.get("ep") or 1) > 1 or "moe" in (raw.get("tags") or []):
         return "mixture-of-experts: read by calibration.moe_rows (not registered in this process)"
-    if any(k in str(raw.get("precision", "")).lower() for k in ("nvfp4", "mxfp4")):
-        return "nvfp4: FP4 training recipes are not modelled (precision bf16 / fp8 recipes only)"
+    if "mxfp4" in str(raw.get("precision", "")).lower():
+        return "mxfp4: the MXFP4 training recipe is not modelled (precision bf16 / fp8 recipes / nvfp4 only)"
     gpu = str((raw.get("hardware") or {}).get("gpu", "")).lower()
     if (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
             and gpu.startswith(("gb200", "gb300"))):
@@ -392,7 +393,7 @@ def row_job(raw: dict) -> Row:
         precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True),
-        grad_reduce_dtype=grad_reduce_dtype(raw, assumed),
+        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **nvfp4_settings(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )

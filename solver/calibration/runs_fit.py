@@ -105,6 +105,9 @@ FIT_PARAMS: tuple[FitParam, ...] = (
                  "Transformer Engine per-tensor FP8 GEMMs: ~60% of the FP8 peak (H100's prior)"),
         FitParam(f"{chip}.mxfp8_matmul_efficiency", (chip,), "mxfp8_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,
                  "MXFP8 GEMMs run at the FP8 tensor rate with scales in hardware: the per-tensor prior"),
+        FitParam(f"{chip}.nvfp4_matmul_efficiency", (chip,), "nvfp4_matmul_efficiency", 0.6, 0.15, 0.2, 1.0,
+                 "NVFP4 GEMMs are block-scaled MMAs at the FP4 datasheet rate, as MXFP8's at the FP8 rate: MXFP8's "
+                 "prior (GPUSpec.fp4_efficiency, the unfitted default, is the chip's MXFP8 value)"),
         FitParam(f"{chip}.layer_overhead_us", (chip,), "layer_overhead_us", 50.0, 200.0, 0.0, 2000.0,
                  "10-20 kernel launches per layer and pass at ~5 us"),
     )),

@@ -18,7 +18,7 @@ import click
 
 from ..catalog import load_job, read_mapping
 from ..errors import InputError
-from ..specs import JobSpec
+from ..specs import PRECISIONS, JobSpec
 
 # spec path -> the flag that sets it
 FLAGS = {
@@ -152,10 +152,11 @@ _BASE = [
     click.option("--job", "job_file", default=None, type=click.Path(dir_okay=False), help="Job file (YAML/JSON); flags override it."),
     click.option("--global-batch-size", type=int, default=None, help="Sequences per optimizer step (default: the model's recipe)."),
     click.option("--seq-len", "seq_len", type=int, default=None, help="Sequence length (default: the model's recipe)."),
-    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8"]), default=None,
+    click.option("--precision", type=click.Choice(list(PRECISIONS)), default=None,
                  help="bf16 (default), fp16 (fp16 gradients), or a Transformer Engine FP8 recipe: fp8 (per-tensor "
                       "delayed scaling), fp8-tensorwise (per-tensor current scaling), fp8-blockwise (1x128/128x128 "
-                      "blocks, Hopper/Blackwell), mxfp8 (Blackwell, CDNA 4)."),
+                      "blocks, Hopper/Blackwell), mxfp8 (Blackwell, CDNA 4); or nvfp4 (FP4 GEMMs, NVFP4BlockScaling, "
+                      "Blackwell)."),
     click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention (default on)."),
     click.option("--attention-kernel", type=click.Choice(["cudnn", "flash2", "flash1"]), default=None,
                  help="cudnn (Megatron --attention-backend fused, default), flash2 (FlashAttention-2) or flash1 "

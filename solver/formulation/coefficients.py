@@ -54,7 +54,13 @@ from .memory import (
 )
 from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
-from .precision import gathered_param_bytes, matmul_rate, quantize_bytes_per_element, saved_linear_input_bytes
+from .precision import (
+    gathered_param_bytes,
+    is_quantized,
+    matmul_rate,
+    quantize_bytes_per_element,
+    saved_linear_input_bytes,
+)
 from .recompute import modules_of
 
 GIB = 1024**3
@@ -151,6 +157,7 @@ def stage_coefficients(
     fp8_param_gather: bool = False,
     cuda_graph_impl: str = "none",
     cuda_graph_modules: tuple = (),
+    bf16_layers: tuple[int, int] = (0, 0),
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -158,7 +165,8 @@ def stage_coefficients(
         overlap_grad_reduce=overlap_grad_reduce, tp_comm_overlap=tp_comm_overlap,
         moe_load_imbalance=moe_load_imbalance, moe_a2a_overlap=moe_a2a_overlap,
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
-        fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules))))
+        fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
+        bf16_layers=bf16_layers))
     terms.layer_compute()
     terms.tensor_and_context_parallel()
     terms.data_parallel()
@@ -167,6 +175,23 @@ def stage_coefficients(
     terms.memory()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
+
+
+def bf16_layer_extra_s(model: ModelSpec, attn_linears, tokens, tp, g, gpu, precision: str, hbm: float, rc):
+    """What one transformer layer kept in BF16 under a quantised recipe adds to its stage per micro-batch
+    (Megatron --first-last-layers-bf16: megatron/core/fp4_utils.py:250-262 and fp8_utils.py:714-724 build
+    the first / last N layers without the recipe): its linear GEMMs at the BF16 rate without casts, less
+    the recipe's GEMMs and casts `g` (layer_terms.layer_linears_s), the forward once more under full
+    recomputation. The layer's other terms (attention core, elementwise work) do not depend on the recipe.
+    A MoE model's BF16 layers are priced with the dense layer's linears (attention and the MLP of
+    ffn_hidden_size): the experts' own BF16 rate is not priced (an approximation, said by the job). Memory
+    is the recipe's for every layer: a BF16 layer's saved linear inputs (2 bytes, not NVFP4's 0.56) are
+    not added (a BF16 layer under fp4_param_gather keeps its weights as Megatron builds them)."""
+    if not is_quantized(precision):
+        return np.zeros_like(np.asarray(tp, dtype=np.float64))
+    b = layer_linears_s(model, attn_linears, tokens, tp, matmul_rate(gpu, "bf16", hbm), 0.0, hbm)
+    fwd = b.gemm_fwd - g.gemm_fwd - g.cast_fwd
+    return fwd + (b.gemm_bwd - g.gemm_bwd - g.cast_bwd) + np.where(rc == 2, fwd, 0.0)
 
 
 class _StageTerms:
@@ -184,6 +209,7 @@ class _StageTerms:
         self.moe_load_imbalance, self.moe_a2a_overlap = options["moe_load_imbalance"], options["moe_a2a_overlap"]
         self.moe_token_dispatcher = options["moe_token_dispatcher"]
         self.fp8_param_gather, self.cuda_graph = options["fp8_param_gather"], options["cuda_graph"]
+        self.bf16_layers = options.get("bf16_layers", (0, 0))
         self.gpu = cluster.gpu
         self.stack = frameworks.profile(options["framework"])  # the software stack's terms (frameworks.py); megatron: none
         self.fam = frameworks.family_counts(self.stack, model, options["seq_length"])  # transformers: eager_layers.py
@@ -241,6 +267,7 @@ class _StageTerms:
         self.core_on = "core_attn" in mods
         self.recompute_fwd = recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, sel.time_s, 0.0))
         self.layer_compute_s = fwd + bwd + recompute_fwd
+        self.bf16_extra_s = bf16_layer_extra_s(model, attn_linears, M, t, g, gpu, precision, hbm, rc)
 
     def hidden(self, comm_s, window_s):
         """What of a collective stays exposed behind a compute window (compute lost beside it)."""
@@ -377,7 +404,9 @@ class _StageTerms:
                      grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
                                                                 layer_params_gpu * gb, self.layer_act, self.m),
                      optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
-        ends = dict(first_s=self.emb_fwd + self.emb_bwd + self.z_edges, last_s=self.head_fwd + self.head_bwd,
+        start, end = self.bf16_layers  # layers kept in BF16 under a quantised recipe: first / last stage extras
+        ends = dict(first_s=self.emb_fwd + self.emb_bwd + self.z_edges + start * self.bf16_extra_s,
+                    last_s=self.head_fwd + self.head_bwd + end * self.bf16_extra_s,
                     first_fwd_s=self.emb_fwd, last_bwd_s=self.head_bwd,
                     first_dp_step_s=self.emb_red + self.emb_ag + self.tied,
                     last_dp_step_s=self.head_red + self.head_ag + self.tied,

@@ -13,7 +13,7 @@ from ..specs import JobSpec, require_uniform
 from .coefficients import StageCoefficients, stage_coefficients
 from .data_parallel import distributed_optimizer_dominates
 from .flops import reported_flop_per_step
-from .precision import is_fp8, peak_flop_per_s
+from .precision import is_fp4, is_fp8, peak_flop_per_s
 
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
@@ -28,6 +28,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
         recompute_modules=job.recompute_modules, fp8_param_gather=job.fp8_param_gather,
         cuda_graph_impl=job.cuda_graph_impl, cuda_graph_modules=job.cuda_graph_modules,
+        bf16_layers=(job.bf16_layers_at_start, job.bf16_layers_at_end),
     )
 
 
@@ -86,10 +87,17 @@ def job_assumptions(job: JobSpec) -> list[str]:
         for line in (gpu.assumption(), _recipe_assumption(gpu, job.precision)):
             if line and line not in out:
                 out.append(line)
+    if job.model.is_moe and job.bf16_layers_at_start + job.bf16_layers_at_end:
+        out.append(f"{job.bf16_layers_at_start + job.bf16_layers_at_end} layers kept in BF16 priced with the dense "
+                   f"layer's linears at the BF16 rate (coefficients.bf16_layer_extra_s); their experts' BF16 GEMMs "
+                   f"are not priced")
     return out
 
 
 def _recipe_assumption(gpu, precision: str):
+    if is_fp4(precision) and gpu.nvfp4_matmul_efficiency is None:
+        return (f"nvfp4 GEMM efficiency of {gpu.name} not fitted: the fraction of the FP4 peak is its MXFP8 "
+                f"efficiency {gpu.fp4_efficiency():.3g} of the FP8 peak (GPUSpec.fp4_efficiency)")
     own = {"mxfp8": gpu.mxfp8_matmul_efficiency, "fp8-blockwise": gpu.fp8_blockwise_matmul_efficiency}
     if is_fp8(precision) and precision in own and own[precision] is None:
         return (f"{precision} GEMM efficiency of {gpu.name} not fitted: its per-tensor FP8 efficiency "

@@ -14,7 +14,7 @@ from .host import host_calls_s, host_exposed_s
 from .kernels import linear_s
 from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
 from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s, routed_tokens
-from .precision import gathered_param_bytes, is_fp8, quantize_bytes_per_element
+from .precision import gathered_param_bytes, is_quantized, quantize_bytes_per_element
 from .recompute import modules_of, norm_recompute
 
 
@@ -126,7 +126,7 @@ def moe_host_s(model: ModelSpec, cluster: ClusterSpec, ep, precision: str, cuda_
     full = impl == "full_iteration"
     graphed = tuple(modules) if impl in ("local", "transformer_engine") else ()
     op_s = cluster.gpu.host_op_us * 1e-6
-    calls = host_calls_s(op_s, model.num_experts / ep, fp8=is_fp8(precision), graphed=graphed, full_iteration=full,
+    calls = host_calls_s(op_s, model.num_experts / ep, fp8=is_quantized(precision), graphed=graphed, full_iteration=full,
                          expert_bias=model.add_bias_linear)
     return host_exposed_s(calls, pre_gpu_s=pre_gpu_s, post_gpu_s=post_gpu_s, bwd_gpu_s=bwd_gpu_s, host_op_s=op_s,
                           full_iteration=full)

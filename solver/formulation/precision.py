@@ -35,24 +35,61 @@
   module/linear.py and layernorm_linear.py: `saved_inputmat` is the FP8 tensor when FP8 is on):
   1 byte per element instead of 2 for the inputs of QKV, the attention projection, fc1 and fc2
   (memory.layer_activation_bytes); the other saved tensors stay BF16.
+
+**NVFP4** (Transformer Engine's NVFP4BlockScaling, transformer_engine/common/recipe/__init__.py:489-609
+at d0067d0; Megatron-LM `--fp4-format e2m1`, megatron/core/fp4_utils.py). All three GEMMs of a TE
+linear layer (fprop, dgrad, wgrad) take FP4 (E2M1) operands: fprop reads `fp4_quant_fwd_inp` x
+`fp4_quant_fwd_weight`, dgrad the gradient x weight, wgrad the gradient x input, each quantised by
+its QParams (recipe lines 596-609). Each FP4 value is 0.5 byte; "each group of 16 consecutive
+values is scaled together" by an E4M3 (1-byte) scale, plus one FP32 per tensor (recipe docstring).
+- GEMM rate: the dense FP4 peak (`GPUSpec.peak_fp4_tflops`) times `GPUSpec.fp4_efficiency()`;
+  operands of 0.5 byte in the GEMM's own traffic (`in_bytes`).
+- Quantisation traffic per element of a GEMM input (activation forward, output gradient backward):
+  TE needs the tensor's row-wise form (fprop / dgrad) and its column-wise form (wgrad), each computed
+  from the BF16 input ("both versions are computed from the high precision input", recipe docstring);
+  the column-wise form of inputs and gradients passes a 16x16 random Hadamard transform first
+  (`random_hadamard_transform=not disable_rht`, lines 598 and 606: "RHT is currently only applied to
+  column-wise usage so that it can be used for wgrad GEMM"), and the per-tensor FP32 scale needs the
+  amax of the input and of its transform before any cast (NVFP4Quantizer `with_rht`,
+  `with_post_rht_amax`, transformer_engine/pytorch/tensor/nvfp4_tensor.py:119-162). Counted: one
+  read for the amaxes (2), one read per layout for the two casts (2 + 2), and each layout written as
+  0.5 + 1/16 (E4M3 scale per 16): 7.125 bytes. Stochastic rounding of the gradients (line 607) is
+  computed in the cast kernel: no traffic of its own.
+- Weight copies: the weight is quantised with one E4M3 scale per 16x16 block
+  (`fp4_2d_quantization`, line 603) and cached in both layouts: 2 x (0.5 + 1/256) bytes per
+  parameter; with `--fp4-param-gather` (Megatron-Bridge's bf16_with_nvfp4_mixed sets
+  fp4_param_gather = True) the NVFP4 weights alone, and the distributed optimizer gathers them as
+  native NVFP4 (megatron/training/arguments.py:1516-1520 at d98e8a6): 0.5 + 1/256 bytes per parameter.
+- Saved activations: the wgrad GEMM reads the column-wise (Hadamard-transformed) NVFP4 copy of the
+  input, which is what the layer saves: 0.5 + 1/16 bytes per element.
+- Layers kept in BF16 (`--first-last-layers-bf16`, `--num-layers-at-start-in-bf16`, `--num-layers-at-
+  end-in-bf16`; megatron/core/fp4_utils.py:250-262 builds those layers without the FP4 recipe): their
+  linear GEMMs at the BF16 rate without casts, priced per layer as an extra of the first / last
+  pipeline stage (`bf16_layer_extra_s`).
 """
 
 from __future__ import annotations
 
-from ..specs import FP8_RECIPES, GPUSpec
+from ..specs import FP4_RECIPES, FP8_RECIPES, GPUSpec
 
 BF16_BYTES = 2
+FP4_BYTES = 0.5  # E2M1
+NVFP4_SCALE_BYTES = 1.0 / 16  # one E4M3 scale per 16 elements (1D blocks: activations, gradients)
+NVFP4_WEIGHT_SCALE_BYTES = 1.0 / 256  # one E4M3 scale per 16x16 block (2D weight quantisation)
+NVFP4_PER_ELEMENT = FP4_BYTES + NVFP4_SCALE_BYTES
 QUANTIZE_BYTES_PER_ELEMENT = {
     "fp8": 4.0,
     "fp8-tensorwise": 6.0,
     "fp8-blockwise": 4.0 + 2 * 4.0 / 128,
     "mxfp8": 4.0 + 2 * 1.0 / 32,
+    "nvfp4": BF16_BYTES + 2 * BF16_BYTES + 2 * NVFP4_PER_ELEMENT,  # amax read, two cast reads, two layouts written
 }
 WEIGHT_COPY_BYTES_PER_PARAM = {
     "fp8": 2.0,
     "fp8-tensorwise": 2.0,
     "fp8-blockwise": 2.0 + 2 * 4.0 / (128 * 128),
     "mxfp8": 2.0 + 2 * 1.0 / 32,
+    "nvfp4": 2 * (FP4_BYTES + NVFP4_WEIGHT_SCALE_BYTES),
 }
 
 
@@ -61,8 +98,22 @@ def is_fp8(precision: str) -> bool:
     return precision in FP8_RECIPES
 
 
+def is_fp4(precision: str) -> bool:
+    """An FP4 recipe (nvfp4: its linear GEMMs run at the FP4 peak)."""
+    return precision in FP4_RECIPES
+
+
+def is_quantized(precision: str) -> bool:
+    """A Transformer Engine recipe that quantises the linear layers' GEMM inputs (FP8 or NVFP4)."""
+    return is_fp8(precision) or is_fp4(precision)
+
+
 def matmul_rate(gpu: GPUSpec, precision: str, hbm_bytes_per_s: float) -> dict:
     """Keyword arguments of `kernels.gemm_s` for the linear-layer GEMMs under `precision`."""
+    if is_fp4(precision):
+        assert gpu.peak_fp4_tflops is not None  # JobSpec refuses nvfp4 on a GPU without an FP4 peak
+        return dict(flop_per_s=gpu.peak_fp4_tflops * 1e12, efficiency=gpu.fp4_efficiency(),
+                    num_sms=gpu.num_sms, hbm_bytes_per_s=hbm_bytes_per_s, in_bytes=FP4_BYTES)
     if is_fp8(precision):
         assert gpu.peak_fp8_tflops is not None  # JobSpec refuses an FP8 recipe on a GPU without an FP8 peak
         return dict(flop_per_s=gpu.peak_fp8_tflops * 1e12, efficiency=gpu.fp8_efficiency(precision),
@@ -72,12 +123,12 @@ def matmul_rate(gpu: GPUSpec, precision: str, hbm_bytes_per_s: float) -> dict:
 
 
 def quantize_bytes_per_element(precision: str) -> float:
-    """HBM bytes to quantise one element of a GEMM input (0 without FP8)."""
+    """HBM bytes to quantise one element of a GEMM input (0 without FP8 or NVFP4)."""
     return QUANTIZE_BYTES_PER_ELEMENT.get(precision, 0.0)
 
 
 def weight_copy_bytes_per_param(precision: str) -> float:
-    """Extra bytes per parameter of the FP8 weight copies (0 without FP8)."""
+    """Extra bytes per parameter of the FP8 / NVFP4 weight copies (0 without a quantised recipe)."""
     return WEIGHT_COPY_BYTES_PER_PARAM.get(precision, 0.0)
 
 
@@ -85,17 +136,22 @@ def weight_bytes_per_param(precision: str, fp8_param_gather: bool = False) -> fl
     """Bytes per parameter of the weights a layer keeps: BF16 plus the recipe's FP8 copies, or with
     fp8_param_gather the FP8 copies alone (module docstring)."""
     copies = weight_copy_bytes_per_param(precision)
-    return copies if fp8_param_gather and is_fp8(precision) else BF16_BYTES + copies
+    return copies if fp8_param_gather and is_quantized(precision) else BF16_BYTES + copies
 
 
 def gathered_param_bytes(precision: str, fp8_param_gather: bool = False) -> float:
     """Bytes per parameter of the distributed optimizer's parameter all-gather: BF16, or FP8 (1) with
-    fp8_param_gather under a recipe other than MXFP8 (module docstring)."""
+    fp8_param_gather under a recipe other than MXFP8, NVFP4 with scales under nvfp4 (module docstring)."""
+    if is_fp4(precision) and fp8_param_gather:
+        return FP4_BYTES + NVFP4_WEIGHT_SCALE_BYTES
     return 1.0 if fp8_param_gather and is_fp8(precision) and precision != "mxfp8" else float(BF16_BYTES)
 
 
 def peak_flop_per_s(gpu: GPUSpec, precision: str) -> float:
-    """The peak MFU is measured against: FP8 for an FP8 recipe, else BF16."""
+    """The peak MFU is measured against: FP4 for nvfp4, FP8 for an FP8 recipe, else BF16."""
+    if is_fp4(precision):
+        assert gpu.peak_fp4_tflops is not None  # JobSpec refuses nvfp4 on a GPU without an FP4 peak
+        return gpu.peak_fp4_tflops * 1e12
     if is_fp8(precision):
         assert gpu.peak_fp8_tflops is not None  # JobSpec refuses an FP8 recipe on a GPU without an FP8 peak
         return gpu.peak_fp8_tflops * 1e12
@@ -103,5 +159,8 @@ def peak_flop_per_s(gpu: GPUSpec, precision: str) -> float:
 
 
 def saved_linear_input_bytes(precision: str) -> float:
-    """Bytes per element of a linear layer's input saved for backward (1 under FP8, else 2)."""
+    """Bytes per element of a linear layer's input saved for backward (1 under FP8, 0.5 + 1/16 under
+    NVFP4, else 2)."""
+    if is_fp4(precision):
+        return NVFP4_PER_ELEMENT
     return 1.0 if is_fp8(precision) else float(BF16_BYTES)

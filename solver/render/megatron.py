@@ -25,7 +25,11 @@ runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_f
   E5M2 gradients; Megatron's default recipe), fp8-tensorwise -> hybrid + tensorwise (current
   scaling), fp8-blockwise -> e4m3 + blockwise and mxfp8 -> e4m3 + mxfp8 (TE's own defaults for
   these two recipes, Float8BlockScaling / MXFP8BlockScaling: E4M3 for every tensor, as DeepSeek-V3
-  and NVIDIA's MXFP8 pre-training recipe train).
+  and NVIDIA's MXFP8 pre-training recipe train); nvfp4 -> `--fp4-format e2m1 --fp4-recipe nvfp4`
+  (TransformerConfig.fp4 / fp4_recipe; megatron/core/fp4_utils.py builds TE's NVFP4BlockScaling),
+  `--fp4-param-gather` for NVFP4 primary weights, and `--first-last-layers-bf16
+  --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M` for layers the job keeps in BF16
+  (the same flags under an FP8 recipe).
 - AMD Instinct (ROCm): no CUDA-only environment (CUDA_DEVICE_MAX_CONNECTIONS has no effect under
   HIP) and `--attention-backend auto` (Transformer Engine's ROCm build has no cuDNN; it picks its
   CK / AOTriton fused attention); the notes say what differs.
@@ -74,6 +78,12 @@ def _precision_flags(job, arch: int, oldest_gpu: str, notes: list[str]) -> list[
                          f"{'2.1' if recipe == 'mxfp8' else '2.3'} (megatron/core/fp8_utils.py)")
         if job.fp8_param_gather:  # FP8 primary weights (formulation/precision.py); MXFP8 stages its gather
             a += ["--fp8-param-gather"] + (["--reuse-grad-buf-for-mxfp8-param-ag"] if recipe == "mxfp8" else [])
+    if job.precision == "nvfp4":
+        a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] + (["--fp4-param-gather"] if job.fp8_param_gather else [])
+        notes.append("--fp4-format needs Transformer Engine >= 2.7.0.dev0 (NVFP4BlockScaling) and a Blackwell GPU")
+    if job.bf16_layers_at_start or job.bf16_layers_at_end:
+        a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(job.bf16_layers_at_start),
+              "--num-layers-at-end-in-bf16", str(job.bf16_layers_at_end)]
     return a
 
 

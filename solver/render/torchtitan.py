@@ -35,7 +35,9 @@ How the plan maps (torchtitan's parallelisms are FSDP2-based, not Megatron's), b
 - recompute none/selective/full -> activation checkpointing none / selective (per-op) / full.
 - precision fp8 / fp8-tensorwise -> the float8 linear converter (0.2: tensorwise scaling with
   float8 all-gather under FSDP; 0.3: rowwise, the recipes it has), the output projection left in
-  bf16; fp8-blockwise and mxfp8 are said in a note, not configured.
+  bf16; fp8-blockwise and mxfp8 are said in a note, not configured; so is nvfp4: torchtitan's NVFP4
+  path (torchtitan/components/quantization/nvfp4.py at b5bcd76) is a torchao prototype converter set
+  in config functions (e.g. llama3_debugmodel_nvfp4), not Transformer Engine's NVFP4BlockScaling.
 - AMD Instinct: torchtitan on ROCm takes the same sections; nothing CUDA-specific is emitted.
 """
 
@@ -58,6 +60,10 @@ OUTPUT_FQN = {"0.3": "lm_head", "0.2": "output"}  # the decoder's output project
 BASE_CONFIGS = {"llama3.1-8b": ("llama3_8b", "8B"), "llama3.1-70b": ("llama3_70b", "70B"),
                 "llama3.1-405b": ("llama3_405b", "405B")}
 MODULE_NAME = "solveplan_job"  # the module (file) and config function the 0.3 output defines
+
+NVFP4_NOTE = ("the planned nvfp4 recipe (Transformer Engine NVFP4BlockScaling) is not expressed here: torchtitan's "
+              "NVFP4 path is a torchao prototype converter set in config functions (torchtitan/components/"
+              "quantization/nvfp4.py); launch with Megatron-LM's flags (--fp4-format e2m1), the flags here run bf16")
 
 
 def module_fqns_per_model_part(layers: list[int], vp: int, num_layers: int,
@@ -145,6 +151,8 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
     if job.precision in ("fp8-blockwise", "mxfp8"):
         notes.append(f"the planned {job.precision} recipe is not expressed here: torchtitan's float8 converter scales "
                      f"per tensor or per row; launch with Megatron-LM's flags, or configure torchtitan's MX converter")
+    if job.precision == "nvfp4":
+        notes.append(NVFP4_NOTE)
     if job.precision in ("fp8", "fp8-tensorwise"):
         if job.precision == "fp8":
             notes.append("torchtitan's float8 tensorwise recipe scales per tensor from the current amax (current "
@@ -183,6 +191,8 @@ def _sections_03(job: JobSpec, par, training: dict, parallelism: dict,
     if job.precision in ("fp8-blockwise", "mxfp8"):
         notes.append(f"the planned {job.precision} recipe is not expressed here: torchtitan's float8 converter scales "
                      f"per tensor or per row; launch with Megatron-LM's flags, or configure torchtitan's MX converter")
+    if job.precision == "nvfp4":
+        notes.append(NVFP4_NOTE)
     if job.precision in ("fp8", "fp8-tensorwise"):
         sections["float8"] = {"recipe_name": "rowwise", "filter_fqns": [OUTPUT_FQN["0.3"]]}
         notes.append("torchtitan 0.3 sets float8 only in a config function (Float8LinearConverter on model_spec; "

@@ -5,8 +5,18 @@ job as a mapping; `base.build` makes a spec from a mapping, naming bad fields by
 
 from .cluster import ClusterSpec, LinkOverride, PoolSpec, require_uniform
 from .gpu import GPUSpec
-from .job import FP8_RECIPES, PRECISIONS, RECOMPUTE_MODES, Constraints, JobSpec, Precision, precision_problem
+from .job import (
+           FP4_RECIPES,
+           FP8_RECIPES,
+           PRECISIONS,
+           QUANTIZED_RECIPES,
+           RECOMPUTE_MODES,
+           Constraints,
+           JobSpec,
+           Precision,
+           precision_problem,
+)
 from .model import ModelSpec
 
 __all__ = ["ModelSpec", "GPUSpec", "ClusterSpec", "LinkOverride", "PoolSpec", "require_uniform", "JobSpec", "Constraints", "RECOMPUTE_MODES",
-           "FP8_RECIPES", "PRECISIONS", "Precision", "precision_problem"]
+           "FP4_RECIPES", "FP8_RECIPES", "PRECISIONS", "QUANTIZED_RECIPES", "Precision", "precision_problem"]

@@ -28,8 +28,8 @@ class GPUSpec(Spec):
     peak_fp8_tflops: PositiveFloat | None = Field(
         None, description="dense FP8 peak, TFLOP/s, where it exists (MXFP8 and blockwise FP8 run at this rate)")
     peak_fp4_tflops: PositiveFloat | None = Field(
-        None, description="dense FP4 (NVFP4/MXFP4) peak, TFLOP/s, where the datasheet gives it (catalog information: "
-                          "no FP4 training recipe is planned)")
+        None, description="dense FP4 (NVFP4/MXFP4) peak, TFLOP/s, where the datasheet gives it: the rate of the "
+                          "nvfp4 recipe's GEMMs (formulation/precision.py)")
     hbm_gib: PositiveFloat
     hbm_gbyte_per_s: PositiveFloat = Field(description="HBM bandwidth, GB/s (10^9 B/s)")
     num_sms: int = Field(108, gt=0, description="streaming multiprocessors (compute units): wave quantisation of GEMMs")
@@ -45,6 +45,9 @@ class GPUSpec(Spec):
         None, gt=0, le=1, description="the same for MXFP8 GEMMs (default: fp8_matmul_efficiency)")
     fp8_blockwise_matmul_efficiency: float | None = Field(
         None, gt=0, le=1, description="the same for blockwise-scaled FP8 GEMMs (default: fp8_matmul_efficiency)")
+    nvfp4_matmul_efficiency: float | None = Field(
+        None, gt=0, le=1, description="attained fraction of the FP4 peak of large NVFP4 GEMMs (default, the prior: the "
+                                      "fraction of the FP8 peak MXFP8 GEMMs reach on this chip, `fp4_efficiency`)")
     attention_efficiency: float | None = Field(
         None, gt=0, le=1, description="attained fraction of peak of the attention matmuls, fused (cuDNN) kernel "
                                       "(default: matmul_efficiency: tensor-core kernels of the same generation)")
@@ -121,6 +124,12 @@ class GPUSpec(Spec):
         if recipe == "fp8-blockwise":
             return self.fp8_blockwise_matmul_efficiency or base
         return base
+
+    def fp4_efficiency(self) -> float:
+        """Attained fraction of the FP4 peak of a large NVFP4 GEMM: the fitted `nvfp4_matmul_efficiency`, or
+        by one rule the same fraction of the FP4 peak as the chip's MXFP8 GEMMs reach of the FP8 peak (both are
+        block-scaled tcgen05 MMAs of Blackwell at the datasheet rate of their format; no row informs it)."""
+        return self.nvfp4_matmul_efficiency or self.fp8_efficiency("mxfp8")
 
     def assumption(self) -> str | None:
         """What a plan on this GPU must say about its efficiencies, or None when they are fitted."""

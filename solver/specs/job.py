@@ -30,14 +30,25 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # NVIDIA's "fp8-cs" recipes), fp8-blockwise = 1x128 activation and
 # 128x128 weight blocks (DeepSeek-V3's recipe; TE Float8BlockScaling: `blockwise`), mxfp8 = OCP
 # microscaling, 32-element blocks with E8M0 scales in the tensor cores (TE MXFP8BlockScaling:
-# `mxfp8`, Blackwell only in Megatron-LM's words).
-Precision = Literal["bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8"]
-PRECISIONS = ("bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8")
+# `mxfp8`, Blackwell only in Megatron-LM's words). nvfp4 = Transformer Engine's NVFP4BlockScaling
+# (transformer_engine/common/recipe/__init__.py:489 at d0067d0: E2M1 values, an E4M3 scale per 16
+# elements and an FP32 per-tensor scale; 16x16 weight blocks, random Hadamard transforms on the wgrad
+# inputs, stochastic rounding of gradients), selected in Megatron-LM by `--fp4-format e2m1`
+# (`--fp4-recipe nvfp4`, the default; transformer_config.py fp4 / fp4_recipe at d98e8a6), Blackwell
+# only ("NVFP4BlockScaling recipe for Blackwell+ architecture").
+Precision = Literal["bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4"]
+PRECISIONS = ("bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4")
 FP8_RECIPES = ("fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8")
+FP4_RECIPES = ("nvfp4",)
+QUANTIZED_RECIPES = FP8_RECIPES + FP4_RECIPES  # Transformer Engine quantises the linear layers' GEMM inputs
 
 
 def precision_problem(precision: str, gpu) -> str | None:
     """Why `gpu` cannot run `precision` (one line naming the fix), or None."""
+    if precision in FP4_RECIPES and (gpu.peak_fp4_tflops is None or gpu.architecture != "blackwell"):
+        return (f"precision {precision} needs NVIDIA FP4 tensor cores (Blackwell: GPUSpec.architecture blackwell and "
+                f"peak_fp4_tflops); {gpu.name} ({gpu.architecture or 'architecture not stated'}) has none "
+                f"(use {'mxfp8' if gpu.has_mx_formats else 'fp8' if gpu.peak_fp8_tflops else 'bf16'})")
     if precision in FP8_RECIPES and gpu.peak_fp8_tflops is None:
         return f"precision {precision} needs a GPU with FP8 tensor cores; {gpu.name} has none (use bf16)"
     if precision == "mxfp8" and not gpu.has_mx_formats:
@@ -106,7 +117,8 @@ class JobSpec(Spec):
         "bf16", description="bf16 (fp32 main gradients, 18 B/param), fp16 (Megatron's fp16 optimizer: fp16 "
                             "gradients, 16 B/param), or an FP8 recipe of Transformer Engine (FP8 GEMMs, bf16 "
                             "elsewhere): fp8 (per-tensor delayed scaling), fp8-tensorwise (per-tensor current scaling), fp8-blockwise (1x128/128x128 blocks), "
-                            "mxfp8 (32-element blocks, Blackwell)")
+                            "mxfp8 (32-element blocks, Blackwell), nvfp4 (Transformer Engine NVFP4BlockScaling: FP4 "
+                            "GEMMs with 16-element blocks, Blackwell)")
     flash_attention: bool = True
     attention_kernel: Literal["cudnn", "flash2", "flash1"] = Field(
         "cudnn", description="flash-attention implementation: cudnn (Megatron --attention-backend fused; overlaps "
@@ -146,7 +158,14 @@ class JobSpec(Spec):
         False, description="FP8 recipes: the weights are kept only in the recipe's FP8 form, cast from the fp32 "
                            "master weights, and the distributed optimizer gathers them in FP8 (Megatron "
                            "--fp8-param-gather; MXFP8 gathers BF16 into the gradient buffer, "
-                           "--reuse-grad-buf-for-mxfp8-param-ag)")
+                           "--reuse-grad-buf-for-mxfp8-param-ag); under nvfp4 the NVFP4 weights, gathered in "
+                           "NVFP4 (--fp4-param-gather)")
+    bf16_layers_at_start: int = Field(
+        0, ge=0, description="nvfp4 / FP8 current-scaling recipes: transformer layers at the start kept in BF16 "
+                             "(Megatron --first-last-layers-bf16 --num-layers-at-start-in-bf16)")
+    bf16_layers_at_end: int = Field(
+        0, ge=0, description="the same at the end (--num-layers-at-end-in-bf16; Megatron-Bridge's "
+                             "nemotron_3_super_bf16_with_nvfp4_mixed keeps 14)")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
                           "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
@@ -199,9 +218,17 @@ class JobSpec(Spec):
         graph_problem = cuda_graph_problem(self)
         if graph_problem:
             raise ValueError(graph_problem)
-        if self.fp8_param_gather and (self.precision not in FP8_RECIPES or self.framework != "megatron"):
-            raise ValueError("fp8_param_gather keeps FP8 weights of an FP8 recipe in Megatron (--fp8-param-gather): "
-                             "it needs an FP8 precision and framework megatron; drop it")
+        if self.fp8_param_gather and (self.precision not in QUANTIZED_RECIPES or self.framework != "megatron"):
+            raise ValueError("fp8_param_gather keeps FP8 (FP4) weights of an FP8 (NVFP4) recipe in Megatron "
+                             "(--fp8-param-gather / --fp4-param-gather): it needs such a precision and framework "
+                             "megatron; drop it")
+        bf16_layers = self.bf16_layers_at_start + self.bf16_layers_at_end
+        if bf16_layers and (self.precision not in QUANTIZED_RECIPES or self.precision == "fp8"
+                            or bf16_layers > self.model.num_layers):
+            raise ValueError(f"bf16_layers_at_start/end ({bf16_layers} layers) keep layers of an FP8/NVFP4 recipe in "
+                             f"BF16: they need precision nvfp4 or an FP8 recipe other than delayed scaling (Megatron: "
+                             f"'Delayed scaling does not support first / last layer in BF16') and at most "
+                             f"{self.model.num_layers} layers; drop them")
         if self.attention_kernel in ("flash2", "flash1") and not self.flash_attention:
             raise ValueError(f"attention_kernel {self.attention_kernel} is a flash-attention kernel but flash_attention "
                              "is false: drop one of the two")

@@ -105,7 +105,12 @@ class JobRequest(Request):
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
     moe_a2a_overlap: bool | None = None
     moe_token_dispatcher: Literal["alltoall", "flex"] | None = None
-    fp8_param_gather: bool | None = Field(None, description="FP8 recipes: FP8 primary weights (--fp8-param-gather)")
+    fp8_param_gather: bool | None = Field(None, description="FP8 recipes: FP8 primary weights (--fp8-param-gather); "
+                                                           "nvfp4: NVFP4 primary weights (--fp4-param-gather)")
+    bf16_layers_at_start: int | None = Field(None, ge=0, description="nvfp4 / FP8: first layers kept in BF16 "
+                                                                     "(--num-layers-at-start-in-bf16)")
+    bf16_layers_at_end: int | None = Field(None, ge=0, description="nvfp4 / FP8: last layers kept in BF16 "
+                                                                   "(--num-layers-at-end-in-bf16)")
     cuda_graph_impl: CudaGraphImpl | None = Field(
         None, description="CUDA graphs (Megatron --cuda-graph-impl): none, local, transformer_engine, full_iteration")
     cuda_graph_modules: list[CudaGraphModule] | None = Field(

@@ -1,0 +1,41 @@
+"""The NVFP4 settings of a published row (read by `rows.row_job` and `moe_rows.moe_row_job`): what its
+source's precision config and its recipe block state about NVFP4 weights and layers kept in BF16
+(formulation/precision.py prices both)."""
+
+from __future__ import annotations
+
+# Megatron-Bridge's NVFP4 precision config, which its performance scripts use for every NVFP4 run
+# (scripts/performance/utils/precision.py get_precision_config("nvfp4") at v0.4.2 and v0.5.0,
+# perf_recipes/_common.py _perf_precision at v0.6.0): bf16_with_nvfp4_mixed in
+# src/megatron/bridge/training/mixed_precision.py sets fp4_param_gather = True and leaves
+# first_last_layers_bf16 False (MixedPrecisionConfig's default, num_layers_at_start/end_in_bf16 = 0);
+# a model's own config may keep layers in BF16 (nemotron_3_super_bf16_with_nvfp4_mixed: the last 14)
+NVFP4_SOURCES = {"mbridge_perf": dict(fp8_param_gather=True, bf16_layers_at_start=0, bf16_layers_at_end=0)}
+
+
+def nvfp4_settings(raw: dict, assumed: list, model_key: str = "") -> dict:
+    """The job settings of an NVFP4 row: its source's precision config (`NVFP4_SOURCES`), the BF16 layers
+    its recipe block states (`num_layers_at_start_in_bf16` / `num_layers_at_end_in_bf16` with
+    `first_last_layers_bf16`) or its model's config states (`NVFP4_MODEL_BF16_LAYERS`); {} for another row."""
+    if "nvfp4" not in str(raw.get("precision", "")).lower():  # rows.precision_of's nvfp4
+        return {}
+    out = dict(NVFP4_SOURCES.get(raw.get("source", ""), {}))
+    recipe = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
+    model_layers = next((v for k, v in NVFP4_MODEL_BF16_LAYERS.items() if model_key.startswith(k)), None)
+    if recipe.get("first_last_layers_bf16") is not None:
+        on = bool(recipe["first_last_layers_bf16"])
+        out.update(bf16_layers_at_start=int(recipe.get("num_layers_at_start_in_bf16") or 0) if on else 0,
+                   bf16_layers_at_end=int(recipe.get("num_layers_at_end_in_bf16") or 0) if on else 0)
+    elif model_layers is not None:
+        out.update(bf16_layers_at_start=model_layers[0], bf16_layers_at_end=model_layers[1])
+    if out:
+        assumed.append(f"NVFP4 as the source's precision config runs it: NVFP4 weights gathered "
+                       f"({out.get('fp8_param_gather', False)}), layers kept in BF16 at the start / end: "
+                       f"{out.get('bf16_layers_at_start', 0)} / {out.get('bf16_layers_at_end', 0)}")
+    return out
+
+
+# (start, end) layers a model's own NVFP4 config keeps in BF16: Megatron-Bridge
+# nemotron_3_super_bf16_with_nvfp4_mixed (src/megatron/bridge/training/mixed_precision.py at v0.6.0:
+# first_last_layers_bf16 = True, num_layers_at_end_in_bf16 = 14)
+NVFP4_MODEL_BF16_LAYERS = {"nemotron3-super": (0, 14)}
