@@ -144,3 +144,15 @@ def test_super_rows_are_read_and_predicted():
     for case in row_cases(read):
         step, _, fits = case.predict()
         assert np.isfinite(step) and step > 0 and fits
+
+
+def test_nvfp4_mtp_says_megatron_runs_it_without_fp4():
+    """Megatron-LM's MTP layers ignore FP4 (multi_token_prediction.py): an nvfp4 plan of a model with
+    MTP says its MTP GEMMs are priced at nvfp4; without MTP or FP4 it says nothing of the kind."""
+    from solveplan.catalog import load_job
+    from solveplan.formulation.job import job_assumptions
+
+    said = lambda **kw: any("MTP layer" in a for a in job_assumptions(load_job(kw)))  # noqa: E731
+    assert said(model="nemotron3-super", cluster="b200x64", precision="nvfp4")
+    assert not said(model="nemotron3-super", cluster="b200x64", precision="mxfp8")
+    assert not said(model="llama3.1-8b", cluster="b200x64", precision="nvfp4")
