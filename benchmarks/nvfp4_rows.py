@@ -6,12 +6,15 @@ The NVFP4 rows of the published files (../shared/data, or the shipped copy): eac
 (the shipped GPU parameters, nvfp4_matmul_efficiency fitted by `fit_published.py --dense --only
 nvfp4_matmul_efficiency`) and left out of the fit by source, by model family and by GPU (the folds of
 `cross_validate.py --dense`, fitted on the dense rows of the other groups: the NVFP4 efficiency at its
-prior where the fold holds no NVFP4 row). The NVFP4 rows a reader skips are listed with the reason.
+prior where the fold holds no NVFP4 row). The mixture-of-experts NVFP4 rows are predicted by
+`moe_validation.py` (its folds fit on every row, MoE included): their errors are read from its committed
+results/moe_validation.json, so run that first. The NVFP4 rows a reader skips are listed with the reason.
 Writes benchmarks/results/nvfp4_rows.md.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -36,7 +39,8 @@ def main() -> None:
                                                 if p.row.job_spec.precision == "nvfp4"})
     cols = list(errors)
     md = ["# The published NVFP4 runs", "",
-          f"`python benchmarks/nvfp4_rows.py` at commit {commit()}: {len(fp4)} NVFP4 rows, {len(mine)} predicted, "
+          f"`python benchmarks/nvfp4_rows.py` at commit {commit()}: {len(fp4)} NVFP4 rows, {len(mine)} dense ones "
+          f"predicted here, "
           f"{time.perf_counter() - t0:.0f} s. Error = predicted / measured - 1.", "",
           "| row | measured s | " + " | ".join(cols) + " |", "|---|---:|" + "---:|" * len(cols)]
     for c in mine:
@@ -44,10 +48,32 @@ def main() -> None:
                   + " | ".join(f"{100 * errors[k][id(c.row)]:+.1f}%" for k in cols) + " |")
     md.append("| **MAPE** | | " + " | ".join(
         f"**{100 * np.mean([abs(v) for v in errors[k].values()]):.1f}%**" for k in cols) + " |")
+    md += _moe_lines({r.id for r in fp4 if not r.skipped and r.job_spec.model.is_moe}, cols)
     md += ["", "Skipped:", ""] + [f"- {r.id}: {r.skipped}" for r in fp4 if r.skipped] + [""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "nvfp4_rows.md").write_text("\n".join(md))
     print("\n".join(md))
+
+
+def _moe_lines(ids: set[str], cols: list[str]) -> list[str]:
+    """The MoE NVFP4 rows as moe_validation.py predicted them (its committed JSON), one table."""
+    if not ids:
+        return []
+    res = json.loads((RESULTS / "moe_validation.json").read_text())
+    runs = [("in sample", res["rows"])] + [(f"left out by {by}", res["left_out"][by]["rows"]) for by in
+                                           ("source", "model", "gpu")]
+    err = {k: {x["id"]: x for x in rows if x["id"] in ids} for k, rows in runs}
+    out = ["", f"Mixture-of-experts NVFP4 rows ({len(ids)}), from moe_validation.json at {res['commit']} "
+                "(`python benchmarks/moe_validation.py`):", "",
+           "| row | measured s | " + " | ".join(cols) + " |", "|---|---:|" + "---:|" * len(cols)]
+    for i in sorted(ids):
+        first = err["in sample"].get(i)
+        cells = [f"{100 * err[k][i]['error']:+.1f}%" if i in err[k] else "-" for k in cols]
+        out.append(f"| {i} | {first['measured_s']:.3f} | " + " | ".join(cells) + " |" if first else f"| {i} | - | "
+                   + " | ".join(cells) + " |")
+    out.append("| **MAPE** | | " + " | ".join(
+        f"**{100 * np.mean([abs(x['error']) for x in err[k].values()]):.1f}%**" if err[k] else "-" for k in cols) + " |")
+    return out
 
 
 if __name__ == "__main__":
