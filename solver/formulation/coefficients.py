@@ -267,7 +267,9 @@ class _StageTerms:
         self.core_on = "core_attn" in mods
         self.recompute_fwd = recompute_fwd = np.where(rc == 2, fwd, np.where(rc == 1, sel.time_s, 0.0))
         self.layer_compute_s = fwd + bwd + recompute_fwd
-        self.bf16_extra_s = bf16_layer_extra_s(model, attn_linears, M, t, g, gpu, precision, hbm, rc)
+        # a job without BF16 layers (every job but a few FP4/FP8 recipes) skips pricing the layer twice
+        self.bf16_extra_s = (bf16_layer_extra_s(model, attn_linears, M, t, g, gpu, precision, hbm, rc)
+                             if sum(self.bf16_layers) else np.zeros_like(np.asarray(t, dtype=np.float64)))
 
     def hidden(self, comm_s, window_s):
         """What of a collective stays exposed behind a compute window (compute lost beside it)."""
