@@ -535,6 +535,16 @@ def _controls_table(controls: list[dict], title: str, also: str) -> list[str]:
     return lines
 
 
+def degrees_and_split(r: dict) -> tuple[str, str]:
+    """A report row's "tp pp cp vp dp" and its layer split (with Megatron's beside it where they differ)."""
+    par = r.get("par")
+    deg = f"{par.tp} {par.pp} {par.cp} {par.vp} {par.dp}" if par else "-"
+    split = ":".join(map(str, r.get("layers", [])))
+    if r.get("megatron_split") not in (None, r.get("layers")):
+        split += " vs " + ":".join(map(str, r["megatron_split"]))
+    return deg, split
+
+
 def moe_report(rows, controls) -> list[str]:
     ok = sum(1 for r in rows if r.get("ok"))
     lines = ["", "## Mixture-of-experts plans", "",
@@ -551,11 +561,7 @@ def moe_report(rows, controls) -> list[str]:
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
              "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        par = r.get("par")
-        deg = f"{par.tp} {par.pp} {par.cp} {par.vp} {par.dp}" if par else "-"
-        split = ":".join(map(str, r.get("layers", [])))
-        if r.get("megatron_split") not in (None, r.get("layers")):
-            split += " vs " + ":".join(map(str, r["megatron_split"]))
+        deg, split = degrees_and_split(r)
         freq = "-"
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('arch_diff')}")
         src = "optimize " + r["status"].split(".")[-1] if r.get("status", "explicit") != "explicit" else "explicit"
@@ -596,10 +602,7 @@ def report(rows, controls, commit, elapsed, catalog=None) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         par = r.get("par")
-        deg = f"{par.tp} {par.pp} {par.cp} {par.vp} {par.dp}" if par else "-"
-        split = ":".join(map(str, r.get("layers", [])))
-        if r.get("megatron_split") not in (None, r.get("layers")):
-            split += " vs " + ":".join(map(str, r["megatron_split"]))
+        deg, split = degrees_and_split(r)
         env = " ".join(f"{k}={v}" for k, v in (r.get("env") or {}).items()) or "-"
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('arch_diff')}")
         lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {deg} | "

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from _common import ROOT
-from megatron_args import USER_ARGS, megatron_cli, megatron_configs, megatron_launch, open_megatron  # noqa: F401
+from megatron_args import USER_ARGS, degrees_and_split, megatron_cli, megatron_configs, megatron_launch, open_megatron  # noqa: F401
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import plan_config
@@ -173,10 +173,7 @@ def report(rows, controls, commit, elapsed) -> str:
                  "--hybrid-layer-pattern | result |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         par = r.get("par")
-        deg = f"{par.tp} {par.pp} {par.cp} {par.vp} {par.dp}" if par else "-"
-        split = ":".join(map(str, r.get("layers", [])))
-        if r.get("megatron_split") not in (None, r.get("layers")):
-            split += " vs " + ":".join(map(str, r["megatron_split"]))
+        deg, split = degrees_and_split(r)
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('diff')}")
         lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster')} | {r.get('status', '-')} | {deg} | "
                      f"{getattr(par, 'ep', '-')} {getattr(par, 'etp', '-')} | {split} | `{r.get('pattern')}` | {res} |")
