@@ -32,8 +32,9 @@ FIELDS = ("matmul_efficiency", "attention_efficiency", "flash2_attention_efficie
           "layer_overhead_us", "sharded_layer_overhead_us")
 
 
-def fit_only(field: str, rows, write: bool) -> None:
-    """`--only FIELD` (module docstring)."""
+def fit_only(field: str, rows, write: bool, dense: bool) -> None:
+    """`--only FIELD` (module docstring); `dense`: the rows are the dense ones (--dense), as the provenance says."""
+    how = f"benchmarks/fit_published.py{' --dense' if dense else ''} --only {field}"
     params = [p for p in FIT_PARAMS if p.field == field]
     assert params, f"no fitted parameter of field {field}"
     chips = {c for p in params for c in p.chips}
@@ -42,7 +43,7 @@ def fit_only(field: str, rows, write: bool) -> None:
     out = fit(cases, params)
     preds = in_sample(cases, out.values)
     md = [f"# {field} fitted alone on the published runs", "",
-          f"`python benchmarks/fit_published.py --dense --only {field}` at commit {commit()}: {len(cases)} rows of "
+          f"`python {how}` at commit {commit()}: {len(cases)} rows of "
           f"the {', '.join(sorted(chips))} chips, the other parameters at their shipped values (clusters/gpus/*.yaml); "
           f"{out.nfev} function evaluations, {time.perf_counter() - t0:.0f} s; log-residual rms {out.rms:.3f}.", "",
           fit_table(out.values, out.sd, params), "",
@@ -56,7 +57,7 @@ def fit_only(field: str, rows, write: bool) -> None:
         for gpu, chip in CHIP_OF_GPU.items():
             if field in upd.get(chip, {}):
                 write_field(gpu, field, upd[chip][field], f"fitted alone on {per_chip[chip]} {chip}-chip rows, prior "
-                            f"{params[0].prior:g}: benchmarks/fit_published.py --dense --only {field} at {commit()}")
+                            f"{params[0].prior:g}: {how} at {commit()}")
 
 
 def write_field(gpu: str, field: str, value: float, comment: str) -> None:
@@ -97,7 +98,7 @@ def main() -> None:
     if args.dense:
         rows = [r for r in rows if not (r.job is not None and r.job.model.is_moe)]
     if args.only:
-        return fit_only(args.only, rows, args.write)
+        return fit_only(args.only, rows, args.write, args.dense)
     cases = row_cases(rows)
     out = fit(cases)
     preds = in_sample(cases, out.values)
