@@ -178,6 +178,21 @@ def test_evaluate_honours_the_jobs_constraints(cli, tmp_path):
     assert "--tp" in r.err and "constraints" in r.err
 
 
+def test_evaluate_honours_the_jobs_expert_constraints(cli, tmp_path):
+    """ep/etp constraints are constraints like tp's: a job fixing ep prices that ep when --ep is not
+    given (it silently priced ep 1 before), and an --ep outside them is one line naming --ep."""
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"model": "qwen3-30b-a3b", "cluster": "h100x64", "global_batch_size": 512,
+                               "constraints": {"ep": [8], "etp": [1]}}))
+    r = cli("evaluate", "--job", str(job), "--tp", "1", "--pp", "1", "--json")
+    assert r.code == 0, r.err
+    par = json.loads(r.out)["parallel"]
+    assert (par["ep"], par["etp"]) == (8, 1)
+    r = cli("evaluate", "--job", str(job), "--tp", "1", "--pp", "1", "--ep", "4")
+    _one_line_exit_2(r, "evaluate --ep 4")
+    assert "--ep" in r.err and "ep in [8]" in r.err
+
+
 def test_calibrate_without_scipy_says_which_extra(cli, monkeypatch, tmp_path):
     import sys
 

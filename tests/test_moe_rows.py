@@ -108,6 +108,16 @@ def test_a_row_disagreeing_with_the_catalog_is_skipped_with_the_difference():
     assert "kv_lora_rank 256" in moe_row_job(raw).skipped
 
 
+def test_a_row_no_configuration_can_run_says_which_rule_it_breaks():
+    """The 25.09 DeepSeek-V3 GB200 row states ep 64 with pp 8 on 256 GPUs: 32 GPUs per stage, which an
+    EP group of 64 cannot fit (Megatron carves EP out of a stage's tp*cp*dp): the reason names the rule."""
+    why = BY_ID["mbridge_perf-25.09-deepseek-v3-gb200-mxfp8-256"].skipped
+    assert why.startswith("no legal configuration") and "ep:" in why and "the 32 GPUs of a pipeline stage" in why
+    raw = _raw("mbridge_perf-25.09-deepseek-v3-gb200-mxfp8-256")
+    raw["parallel"]["ep"] = 32
+    assert moe_row_job(raw).skipped is None
+
+
 def test_mixture_of_experts_rows_are_priced():
     """MoE is priced: no readable row waits for it (`unpriced_reason` is None for every model)."""
     readable = [r for r in ROWS if r.job is not None]

@@ -351,7 +351,7 @@ def moe_row_job(raw: dict) -> Row:
     row.job = _best_settings(base, unstated_settings, row)
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
-                       "enforces them)")
+                       "enforces them)" + _first_broken_rule(base))
         return row
     row.measured_s, row.basis = measured_step_s(raw, row.job)
     if row.measured_s is None:
@@ -361,6 +361,19 @@ def moe_row_job(raw: dict) -> Row:
     if unpriced:
         row.skipped = unpriced
     return row
+
+
+def _first_broken_rule(job: JobSpec) -> str:
+    """': <knob>: <the rule it breaks>' of the configuration the row's stated knobs fix (`evaluate`'s check,
+    `space.rules.constrained_config`), or '' when the stated knobs alone break none (the rules then
+    exclude every choice of the unstated ones)."""
+    from ..space.rules import constrained_config
+
+    try:
+        constrained_config(job, {})
+    except InputError as exc:
+        return f": {exc}"
+    return ""
 
 
 def _row_layout(row: Row, layout: str, model: ModelSpec) -> None:

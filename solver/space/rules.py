@@ -220,7 +220,7 @@ def _config_layout(job: JobSpec, cfg: Mapping[str, Any], field: str) -> Layout:
 
 
 CONSTRAINED_KNOBS = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero",
-                     "account_for_embedding", "account_for_loss")
+                     "ep", "etp", "account_for_embedding", "account_for_loss")
 
 
 def constrained_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "") -> dict:
