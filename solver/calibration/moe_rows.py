@@ -364,9 +364,8 @@ def moe_row_job(raw: dict) -> Row:
 
 
 def _first_broken_rule(job: JobSpec) -> str:
-    """': <knob>: <the rule it breaks>' of the configuration the row's stated knobs fix (`evaluate`'s check,
-    `space.rules.constrained_config`), or '' when the stated knobs alone break none (the rules then
-    exclude every choice of the unstated ones)."""
+    """': <knob>: <rule>' the row's stated knobs break (`evaluate`'s check, `space.rules.constrained_config`),
+    or '' when they break none alone (the rules then exclude every choice of the unstated ones)."""
     from ..space.rules import constrained_config
 
     try:
