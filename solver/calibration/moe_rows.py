@@ -364,8 +364,7 @@ def moe_row_job(raw: dict) -> Row:
 
 
 def _first_broken_rule(job: JobSpec) -> str:
-    """': <knob>: <rule>' the row's stated knobs break (`evaluate`'s check, `space.rules.constrained_config`),
-    or '' when they break none alone (the rules then exclude every choice of the unstated ones)."""
+    """': <knob>: <rule>' the row's stated knobs break (`evaluate`'s check), '' if none alone does."""
     from ..space.rules import constrained_config
 
     try:
