@@ -197,7 +197,6 @@ class _StageTerms:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, options: dict):
         self.model, self.cluster, self.shapes, self.options = model, cluster, shapes, options
         self.precision = options["precision"]
-        self._at_precision: dict[str, _StageTerms] = {}
         self.flash_attention, self.attention_kernel = options["flash_attention"], options["attention_kernel"]
         self.grad_reduce_dtype, self.overlap_grad_reduce = options["grad_reduce_dtype"], options["overlap_grad_reduce"]
         self.tp_comm_overlap, self.recompute_modules = options["tp_comm_overlap"], options["recompute_modules"]
@@ -225,24 +224,10 @@ class _StageTerms:
 
     def run_sections(self) -> _StageTerms:
         """Run the sections in order (the module docstring's parts); the per-layer terms after."""
-        self.layer_compute()
-        self.tensor_and_context_parallel()
-        self.data_parallel()
-        self.stage_ends()
-        self.overlap_windows()
-        self.memory()
+        for section in (self.layer_compute, self.tensor_and_context_parallel, self.data_parallel, self.stage_ends,
+                        self.overlap_windows, self.memory):
+            section()
         return self
-
-    def at_precision(self, precision: str) -> _StageTerms:
-        """The same job's terms with its linear layers at `precision` (no FP8 / FP4 weights gathered, no
-        BF16-kept layers): what a part Megatron runs at another precision than the job's costs (the MTP
-        block's, `mtp.py`). Itself at its own precision; each other one computed once."""
-        if precision == self.precision:
-            return self
-        if precision not in self._at_precision:
-            options = {**self.options, "precision": precision, "fp8_param_gather": False, "bf16_layers": (0, 0)}
-            self._at_precision[precision] = _StageTerms(self.model, self.cluster, self.shapes, options).run_sections()
-        return self._at_precision[precision]
 
     def layer_compute(self) -> None:
         """Compute per layer per micro-batch (one GPU)."""
@@ -412,22 +397,19 @@ class _StageTerms:
 
     def dense_layer(self) -> dict:
         """The per-layer terms of one dense (Transformer) layer."""
-        z, pb, gb, ob = self.z, self.pb, self.gb, self.ob
-        layer_params_gpu, opt_per_param = self.layer_params_gpu, self.opt_per_param
+        z, pb, gb, ob, layer_params_gpu = self.z, self.pb, self.gb, self.ob, self.layer_params_gpu
         return dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
                     ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
                     work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
-                    opt=layer_params_gpu * opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
+                    opt=layer_params_gpu * self.opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
                     grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
                                                                layer_params_gpu * gb, self.layer_act, self.m),
                     optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
 
     def per_layer_and_ends(self) -> tuple[dict, int, dict]:
-        """The dense layer's terms and the first/last stage's extras; a MoE model's layers folded into
-        one unit per pipeline layer (`moe_layer.fold_layers`), a hybrid model's pattern (`hybrid.py`); the
-        MTP block on the last stage (`mtp.with_mtp`, both model kinds)."""
-        z, state = self.z, self.state
-        layer_params_gpu, opt_per_param = self.layer_params_gpu, self.opt_per_param
+        """The dense layer's terms and the stage extras; a MoE model's layers folded in units (`moe_layer.fold_layers`),
+        a hybrid model's pattern (`hybrid.py`); the MTP block on the last stage (`mtp.with_mtp`, every model kind)."""
+        z, state, layer_params_gpu, opt_per_param = self.z, self.state, self.layer_params_gpu, self.opt_per_param
         dense = self.dense_layer()
         start, end = self.bf16_layers  # layers kept in BF16 under a quantised recipe: first / last stage extras
         ends = dict(first_s=self.emb_fwd + self.emb_bwd + self.z_edges + start * self.bf16_extra_s,
@@ -445,13 +427,12 @@ class _StageTerms:
                 layer_params_gpu, self.emb_params_gpu, self.head_params_gpu), tp=self.t, tokens=self.M, sp_degree=self.rep,
             layer_act=self.layer_act, working=self.recompute_working, first_act=self.first_act, z3_live=self.z3_live,
             recompute=self.rc, num_microbatches=self.m)
-        model = self.model
-        if model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
+        if self.model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
             unit, units = hybrid_unit(self)
-        elif model.is_moe:
-            unit, units, ends = fold_layers(model, dense, self.moe_layer(), ends)
+        elif self.model.is_moe:
+            unit, units, ends = fold_layers(self.model, dense, self.moe_layer(), ends)
         else:
-            unit, units = dense, model.num_layers
+            unit, units = dense, self.model.num_layers
         unit, ends = with_mtp(self, unit, ends)  # the MTP block on the last stage (mtp.py)
         return unit, units, ends
 

@@ -84,6 +84,19 @@ def eh_proj_tp_s(T):
     return fwd, bwd
 
 
+def at_precision(T, precision: str):
+    """The same job's `coefficients._StageTerms` with its linear layers at `precision` (no FP8 / FP4 weights
+    gathered, no BF16-kept layers): what an MTP part Megatron runs at another precision than the job's
+    costs. `T` itself at its own precision; each other one computed once per `T`."""
+    if precision == T.precision:
+        return T
+    cache = T.__dict__.setdefault("_mtp_at_precision", {})
+    if precision not in cache:
+        options = {**T.options, "precision": precision, "fp8_param_gather": False, "bf16_layers": (0, 0)}
+        cache[precision] = type(T)(T.model, T.cluster, T.shapes, options).run_sections()
+    return cache[precision]
+
+
 def _layer_precisions(T) -> list[str]:
     """The precision each layer of one depth runs at (module docstring): a Transformer model's one layer
     at `precision.mtp_linear_precision`; a hybrid model's layer i at the job's recipe unless
@@ -101,14 +114,14 @@ def _layer_precisions(T) -> list[str]:
 
 def depth_layers(T) -> dict:
     """The terms of one depth's layers (`coefficients._StageTerms.per_layer_and_ends`' keys), each at its
-    precision (`_layer_precisions`, priced by `_StageTerms.at_precision`): a Transformer model's one layer
+    precision (`_layer_precisions`, priced by `at_precision`): a Transformer model's one layer
     of the decoder's last layer's kind, a hybrid model's pattern layers summed (`hybrid.summed`)."""
     model, precisions = T.model, _layer_precisions(T)
     if not model.is_hybrid:
-        U = T.at_precision(precisions[0])
+        U = at_precision(T, precisions[0])
         return U.moe_layer() if model.is_moe and model.moe_layer_mask[-1] else U.dense_layer()
     pattern = model.mtp_hybrid_layer_pattern
-    priced = {p: pattern_layers(T.at_precision(p), pattern) for p in set(precisions)}
+    priced = {p: pattern_layers(at_precision(T, p), pattern) for p in set(precisions)}
     return summed(T, [priced[p][i] for i, p in enumerate(precisions)])
 
 
@@ -118,7 +131,7 @@ def depth_rest(T) -> dict:
     bytes. eh_proj at `precision.mtp_linear_precision` (its GEMM, its input's and output gradient's
     quantisation, its saved input, its weight's copies), everything else in BF16."""
     model, M, h, t, hbm = T.model, T.M, T.h, T.t, T.hbm
-    E = T.at_precision(mtp_linear_precision(T.precision))
+    E = at_precision(T, mtp_linear_precision(T.precision))
     cast = quantize_bytes_per_element(E.precision)
     proj_f, proj_b = linear_s(M, h / t, 2 * h, **E.mm)
     proj_f, proj_b = proj_f + cast * M * 2 * h / hbm, proj_b + cast * M * h / t / hbm
