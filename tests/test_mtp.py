@@ -160,6 +160,31 @@ def test_transformer_mtp_pays_eh_proj_tp_collectives(kind, sp, monkeypatch):
     assert np.allclose(one.last_s, _co(model, tp=1, dp=8).last_s, rtol=1e-15)
 
 
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("tied", [False, True])
+def test_last_stage_keeps_its_own_embedding_copy_with_pipeline_stages(kind, tied):
+    """With pp > 1 the last stage keeps a copy of the word embedding for the MTP block (language_module.py
+    ~253-290 at d98e8a6) whose gradient is all-reduced with the first stage's (finalize_model_grads.py
+    ~146-250): beyond what the block costs at pp 1, the last stage holds the first stage's embedding state
+    and pays its DP reduction, and both stages the embedding group's all-reduce. A model with tied
+    embeddings already keeps that copy as its output weight: nothing more."""
+    base = KINDS[kind]()
+    base = type(base)(**{**base.model_dump(), "tied_embeddings": tied})
+    model = _with_mtp(base, 2)
+    (a1, r1), (a2, r2) = [[_co(m, pp=p) for m in (base, model)] for p in (1, 2)]
+    d1, d2 = ({k: getattr(r, k) - getattr(a, k) for k in ("last_static_bytes", "last_dp_step_s", "first_dp_step_s")}
+              for a, r in ((a1, r1), (a2, r2)))
+    assert np.allclose(d1["first_dp_step_s"], 0.0)
+    if tied:
+        for key in d1:
+            assert np.allclose(d2[key], d1[key], rtol=1e-12), key
+        return
+    ar = d2["first_dp_step_s"]
+    assert np.all(ar > 0)
+    assert np.allclose(d2["last_static_bytes"] - d1["last_static_bytes"], a1.first_static_bytes, rtol=1e-12)
+    assert np.allclose(d2["last_dp_step_s"] - d1["last_dp_step_s"], a2.first_dp_step_s + ar, rtol=1e-12)
+
+
 def _mtp_delta(model, n, precision, **shape):
     """(the last stage's MTP terms beyond the model without MTP, the decoder unit's terms) at `precision` on B200."""
     a, r = (_co(m, "b200x8", precision, **shape) for m in (model, _with_mtp(model, n)))

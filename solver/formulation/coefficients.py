@@ -33,7 +33,7 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
-from .data_parallel import grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
+from .data_parallel import embedding_group_allreduce_s, grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
 from .hybrid import hybrid_unit
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import (
@@ -329,9 +329,8 @@ class _StageTerms:
         self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu, layer_param_bytes)
         self.emb_red, self.emb_ag = self.dp_step(self.emb_params_gpu)
         self.head_red, self.head_ag = self.dp_step(self.head_params_gpu)
-        tied_bw, tied_lat = comm.p2p_link(self.cluster, t * c * d * np.maximum(p - 1, 1))
-        self.tied = np.where(model.tied_embeddings & (p > 1),
-                             comm.allreduce_s(self.emb_params_gpu * grad_bytes, 2, tied_bw, tied_lat), 0.0)
+        self.embedding_ar = embedding_group_allreduce_s(self.cluster, self.emb_params_gpu, grad_bytes, t, c, d, p)
+        self.tied = np.where(model.tied_embeddings & (p > 1), self.embedding_ar, 0.0)
         self.adam_bytes = self.stack.optimizer_step_bytes or ADAM_STEP_BYTES_PER_PARAM  # per parameter (frameworks.py)
         self.opt_per_param = self.adam_bytes / self.hbm / np.where(z >= 1, shard, 1.0)
 

@@ -11,6 +11,9 @@ added to the last stage's ends (`coefficients._StageTerms.per_layer_and_ends`' `
 nothing a split changes: each split searched stays exactly priced.
 
 What one depth runs, forward (`MultiTokenPredictionLayer`):
+- `_get_embeddings` (~1254-1329): the shifted token ids through the model's embedding (the
+  decoder's own `LanguageModelEmbedding`, gather and dropout; backward its dense table gradient),
+  priced as the first stage's (`_StageTerms.emb_fwd` / `emb_bwd`);
 - `enorm` of the (shifted) token embedding and `hnorm` of the previous depth's hidden states
   (~1157-1168, `_concat_embeddings` ~1331-1337) and, after the layers, `final_layernorm`
   (`_postprocess` ~1433-1441): three norms without residual adds, priced as two `hybrid._norm_s`
@@ -39,6 +42,15 @@ norms' inputs and the head's input (BF16, h each), eh_proj's saved input (2h at 
 and the logits (`memory.LOGIT_BYTES`), counted once as the last stage's own logits are (one micro-batch
 in flight under 1F1B; interleaved, the last stage holds more: an under-count there). Under full
 recomputation the layers keep their inputs only (as in the decoder); the rest is left as stored.
+
+The embedding's copy (`embedding_copy`): with pp > 1 the last stage keeps its own copy of the word
+embedding for the block ("If use Multi-Token Prediction (MTP), we also need to maintain duplicated
+embedding weights in mtp process stage", megatron/core/models/common/language_module/language_module.py
+~253-290; gpt_model.py / hybrid_model.py build `self.embedding` where `pre_process or mtp_process`), once
+however many depths: its weights, gradient and optimizer state, its data-parallel reduction and optimizer
+step, and the all-reduce of its gradient with the first stage's (finalize_model_grads.py ~146-250:
+`_get_shared_word_embedding_weight` for `mtp_num_layers`), on both stages. A model with tied embeddings
+already keeps that copy as its output weight (`data_parallel.reduced_params_per_gpu`): nothing more.
 
 Precision (`precision.mtp_linear_precision`, `_layer_precisions`): `_proj_and_transformer_layer`
 (~1384-1402) enters the FP8 recipe's autocast for eh_proj and for the layers only `if self.config.fp8`,
@@ -139,15 +151,27 @@ def depth_rest(T) -> dict:
     tp_f, tp_b = eh_proj_tp_s(T)
     params = 2 * h * h / t + 3 * model.norm_params
     red, ag = E.dp_step(params, gathered_param_bytes(E.precision, E.fp8_param_gather))
-    return dict(fwd=proj_f + 2 * nf + tp_f + T.head_fwd, bwd=proj_b + 2 * nb + tp_b + T.head_bwd, params=params,
+    return dict(fwd=T.emb_fwd + proj_f + 2 * nf + tp_f + T.head_fwd, bwd=T.emb_bwd + proj_b + 2 * nb + tp_b + T.head_bwd,
+                params=params,
                 state=E.state, dp_step=red + ag,
                 act=M * h / T.rep * (4 * BF16_BYTES + 2 * E.act_kw["linear_input_bytes"]) + LOGIT_BYTES * M * T.V / t)
+
+
+def embedding_copy(T) -> dict:
+    """The last stage's copy of the word embedding for the MTP block (module docstring): with pp > 1 and
+    untied embeddings, its state bytes, (DP reduction + all-gather + the embedding group's all-reduce)
+    per step and optimizer step on the last stage, the all-reduce on the first; else nothing."""
+    copy = np.where((np.asarray(T.p) > 1) & (not T.model.tied_embeddings), 1.0, 0.0)
+    emb = T.emb_params_gpu
+    return dict(static=copy * emb * T.state, dp_step=copy * (T.emb_red + T.emb_ag + T.embedding_ar),
+                opt=copy * emb * T.opt_per_param, first_dp_step=copy * T.embedding_ar)
 
 
 def with_mtp(T, unit: dict, ends: dict) -> tuple[dict, dict]:
     """The pipeline unit and the stage ends with the model's MTP block added to the last stage (module
     docstring): n = mtp_num_layers depths of time, activations and compute windows; c =
-    `mtp_weight_copies` of weights, gradients, optimizer state, DP reduction and optimizer step. A depth
+    `mtp_weight_copies` of weights, gradients, optimizer state, DP reduction and optimizer step; the
+    embedding's copy once (`embedding_copy`). A depth
     whose working set exceeds the decoder's (a layer kind the decoder lacks, or a BF16 layer under a
     quantised recipe) widens every stage's working set to it (an over-count off the last stage)."""
     model = T.model
@@ -168,4 +192,9 @@ def with_mtp(T, unit: dict, ends: dict) -> tuple[dict, dict]:
     add("last_optimizer_step_s", c * (layers["opt"] + rest["params"] * T.opt_per_param))
     add("last_static_bytes", c * (layers["params"] + layers["grads"] + layers["optim"] + rest["params"] * rest["state"]))
     add("last_act_bytes", n * (layers["act"] + rest["act"]))
+    copy = embedding_copy(T)
+    add("last_static_bytes", copy["static"])
+    add("last_dp_step_s", copy["dp_step"])
+    add("last_optimizer_step_s", copy["opt"])
+    add("first_dp_step_s", copy["first_dp_step"])
     return unit, ends
