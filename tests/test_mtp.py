@@ -185,6 +185,27 @@ def test_last_stage_keeps_its_own_embedding_copy_with_pipeline_stages(kind, tied
     assert np.allclose(d2["last_dp_step_s"] - d1["last_dp_step_s"], a2.first_dp_step_s + ar, rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_full_recomputation_keeps_the_region_inputs_and_runs_its_forward_again(kind):
+    """Under full recomputation Megatron checkpoints each depth's norms, eh_proj, layers and final norm
+    (multi_token_prediction.py ~1492-1716): beyond its layers the depth keeps the region's two inputs and
+    the head's input (3h in BF16 per token) and its logits, and costs more time than without recomputation
+    (its eh_proj, norms and TP gathers run forward again)."""
+    from solveplan.formulation.memory import LOGIT_BYTES
+    base, n = KINDS[kind](), 2
+    model = _with_mtp(base, n)
+    full, none = ([_co(m, tp=2, dp=4, sequence_parallel=True, recompute=rc) for m in (base, model)]
+                  for rc in ("full", "none"))
+    a, r = full
+    a0, r0 = none
+    M, h, V = 1024, base.hidden_size, base.vocab_size
+    kept = 3 * 2 * M * h / 2 + LOGIT_BYTES * M * V / 2
+    assert np.allclose(r.last_act_bytes - a.last_act_bytes, n * (a.layer_act_bytes + kept), rtol=1e-12)
+    rest_full = (r.last_s - a.last_s) / n - a.layer_s
+    rest_none = (r0.last_s - a0.last_s) / n - a0.layer_s
+    assert np.all(rest_full > rest_none)
+
+
 def _mtp_delta(model, n, precision, **shape):
     """(the last stage's MTP terms beyond the model without MTP, the decoder unit's terms) at `precision` on B200."""
     a, r = (_co(m, "b200x8", precision, **shape) for m in (model, _with_mtp(model, n)))

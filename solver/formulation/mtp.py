@@ -41,7 +41,12 @@ depth, gpt_layer_specs.py ~778-782). Activations kept per depth: the layers' (as
 norms' inputs and the head's input (BF16, h each), eh_proj's saved input (2h at its linear-input bytes),
 and the logits (`memory.LOGIT_BYTES`), counted once as the last stage's own logits are (one micro-batch
 in flight under 1F1B; interleaved, the last stage holds more: an under-count there). Under full
-recomputation the layers keep their inputs only (as in the decoder); the rest is left as stored.
+recomputation Megatron checkpoints the whole `_proj_and_transformer_layer` of each depth (forward ~1700-1716,
+`_checkpointed_forward` ~1492-1653: norms, eh_proj, the layers, final_layernorm): the depth keeps the
+region's two inputs and the head's input, its norms, eh_proj and TP gathers run forward again in the
+backward, and while it is rebuilt its norms' and eh_proj's inputs are live beside the layers' (the working
+set); its layers are priced as the decoder's under full recomputation (each keeps its input, its forward
+again in the backward: an over-count of h in BF16 per layer, whose input the region rebuilds).
 
 The embedding's copy (`embedding_copy`): with pp > 1 the last stage keeps its own copy of the word
 embedding for the block ("If use Multi-Token Prediction (MTP), we also need to maintain duplicated
@@ -151,10 +156,13 @@ def depth_rest(T) -> dict:
     tp_f, tp_b = eh_proj_tp_s(T)
     params = 2 * h * h / t + 3 * model.norm_params
     red, ag = E.dp_step(params, gathered_param_bytes(E.precision, E.fp8_param_gather))
-    return dict(fwd=T.emb_fwd + proj_f + 2 * nf + tp_f + T.head_fwd, bwd=T.emb_bwd + proj_b + 2 * nb + tp_b + T.head_bwd,
-                params=params,
-                state=E.state, dp_step=red + ag,
-                act=M * h / T.rep * (4 * BF16_BYTES + 2 * E.act_kw["linear_input_bytes"]) + LOGIT_BYTES * M * T.V / t)
+    full = T.rc == 2  # the checkpointed region: its two inputs and the head's input kept, its forward run again
+    region_f = proj_f + 2 * nf + tp_f
+    region_act = M * h / T.rep * (3 * BF16_BYTES + 2 * E.act_kw["linear_input_bytes"])  # norms' inputs, eh_proj's
+    act = np.where(full, 3 * BF16_BYTES * M * h / T.rep, region_act + BF16_BYTES * M * h / T.rep)
+    return dict(fwd=T.emb_fwd + region_f + T.head_fwd, bwd=T.emb_bwd + proj_b + 2 * nb + tp_b + T.head_bwd,
+                rfwd=np.where(full, region_f, 0.0), params=params, state=E.state, dp_step=red + ag,
+                act=act + LOGIT_BYTES * M * T.V / t, working=np.where(full, region_act, 0.0))
 
 
 def embedding_copy(T) -> dict:
@@ -179,13 +187,13 @@ def with_mtp(T, unit: dict, ends: dict) -> tuple[dict, dict]:
     if not n:
         return unit, ends
     layers, rest = depth_layers(T), depth_rest(T)
-    unit = {**unit, "working": np.maximum(unit["working"], layers["working"])}
+    unit = {**unit, "working": np.maximum(unit["working"], layers["working"] + rest["working"])}
     ends = dict(ends)
 
     def add(key, value):
         ends[key] = ends[key] + value
 
-    add("last_s", n * (sum(layers[k] for k in LAYER_TIME_KEYS) + rest["fwd"] + rest["bwd"]))
+    add("last_s", n * (sum(layers[k] for k in LAYER_TIME_KEYS) + rest["fwd"] + rest["bwd"] + rest["rfwd"]))
     add("last_bwd_s", n * (layers["bwd"] + rest["bwd"]))
     add("last_window_s", n * (layers["window"] + T.window(rest["fwd"], rest["bwd"])))
     add("last_dp_step_s", c * (layers["dp_step"] + rest["dp_step"]))
