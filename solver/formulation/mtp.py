@@ -179,9 +179,9 @@ def with_mtp(T, unit: dict, ends: dict) -> tuple[dict, dict]:
     """The pipeline unit and the stage ends with the model's MTP block added to the last stage (module
     docstring): n = mtp_num_layers depths of time, activations and compute windows; c =
     `mtp_weight_copies` of weights, gradients, optimizer state, DP reduction and optimizer step; the
-    embedding's copy once (`embedding_copy`). A depth
-    whose working set exceeds the decoder's (a layer kind the decoder lacks, or a BF16 layer under a
-    quantised recipe) widens every stage's working set to it (an over-count off the last stage)."""
+    embedding's copy once (`embedding_copy`). A depth whose working set exceeds the decoder's (a layer
+    kind the decoder lacks, a BF16 layer under a quantised recipe, the rebuilt region under full
+    recomputation) widens every stage's working set to it (an over-count off the last stage)."""
     model = T.model
     n, c = model.mtp_num_layers, model.mtp_weight_copies
     if not n:
