@@ -33,9 +33,8 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks
-from .data_parallel import grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
+from .data_parallel import embedding_group_allreduce_s, grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
 from .hybrid import hybrid_unit
-from .hybrid_mtp import with_mtp
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import (
     attention_core_s,
@@ -48,12 +47,12 @@ from .layer_terms import (
 from .memory import (
     BF16_BYTES,
     FP32_BYTES,
-    LOGIT_BYTES,
     ZERO3_LIVE_LAYERS,
     runtime_bytes,
 )
 from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
+from .mtp import with_mtp
 from .precision import (
     gathered_param_bytes,
     is_quantized,
@@ -167,12 +166,7 @@ def stage_coefficients(
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
         bf16_layers=bf16_layers))
-    terms.layer_compute()
-    terms.tensor_and_context_parallel()
-    terms.data_parallel()
-    terms.stage_ends()
-    terms.overlap_windows()
-    terms.memory()
+    terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
 
@@ -201,7 +195,7 @@ class _StageTerms:
     recompute, z ZeRO; h hidden, f ffn, V vocabulary, a heads, s sequence, m micro-batches)."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, options: dict):
-        self.model, self.cluster, self.shapes = model, cluster, shapes
+        self.model, self.cluster, self.shapes, self.options = model, cluster, shapes, options
         self.precision = options["precision"]
         self.flash_attention, self.attention_kernel = options["flash_attention"], options["attention_kernel"]
         self.grad_reduce_dtype, self.overlap_grad_reduce = options["grad_reduce_dtype"], options["overlap_grad_reduce"]
@@ -227,6 +221,13 @@ class _StageTerms:
         self.s = float(options["seq_length"])
         self.m = shapes.num_microbatches(options["global_batch_size"])
         self.rep = np.where(sp, self.t, 1.0)  # norms, residuals and dropout are replicated over TP unless SP
+
+    def run_sections(self) -> _StageTerms:
+        """Run the sections in order (the module docstring's parts); the per-layer terms after."""
+        for section in (self.layer_compute, self.tensor_and_context_parallel, self.data_parallel, self.stage_ends,
+                        self.overlap_windows, self.memory):
+            section()
+        return self
 
     def layer_compute(self) -> None:
         """Compute per layer per micro-batch (one GPU)."""
@@ -328,9 +329,8 @@ class _StageTerms:
         self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu, layer_param_bytes)
         self.emb_red, self.emb_ag = self.dp_step(self.emb_params_gpu)
         self.head_red, self.head_ag = self.dp_step(self.head_params_gpu)
-        tied_bw, tied_lat = comm.p2p_link(self.cluster, t * c * d * np.maximum(p - 1, 1))
-        self.tied = np.where(model.tied_embeddings & (p > 1),
-                             comm.allreduce_s(self.emb_params_gpu * grad_bytes, 2, tied_bw, tied_lat), 0.0)
+        self.embedding_ar = embedding_group_allreduce_s(self.cluster, self.emb_params_gpu, grad_bytes, t, c, d, p)
+        self.tied = np.where(model.tied_embeddings & (p > 1), self.embedding_ar, 0.0)
         self.adam_bytes = self.stack.optimizer_step_bytes or ADAM_STEP_BYTES_PER_PARAM  # per parameter (frameworks.py)
         self.opt_per_param = self.adam_bytes / self.hbm / np.where(z >= 1, shard, 1.0)
 
@@ -394,18 +394,22 @@ class _StageTerms:
         self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep, self.fam)  # norm, head, logits
         self.state = self.pb + self.gb + self.ob
 
+    def dense_layer(self) -> dict:
+        """The per-layer terms of one dense (Transformer) layer."""
+        z, pb, gb, ob, layer_params_gpu = self.z, self.pb, self.gb, self.ob, self.layer_params_gpu
+        return dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
+                    ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
+                    work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
+                    opt=layer_params_gpu * self.opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
+                    grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
+                                                               layer_params_gpu * gb, self.layer_act, self.m),
+                    optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
+
     def per_layer_and_ends(self) -> tuple[dict, int, dict]:
-        """The dense layer's terms and the first/last stage's extras; a MoE model's layers (and
-        MTP modules) folded into one unit per pipeline layer (`moe_layer.fold_layers`)."""
-        z, pb, gb, ob, state = self.z, self.pb, self.gb, self.ob, self.state
-        layer_params_gpu, opt_per_param = self.layer_params_gpu, self.opt_per_param
-        dense = dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
-                     ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
-                     work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
-                     opt=layer_params_gpu * opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
-                     grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
-                                                                layer_params_gpu * gb, self.layer_act, self.m),
-                     optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
+        """The dense layer's terms and the stage extras; a MoE model's layers folded in units (`moe_layer.fold_layers`),
+        a hybrid model's pattern (`hybrid.py`); the MTP block on the last stage (`mtp.with_mtp`, every model kind)."""
+        z, state, layer_params_gpu, opt_per_param = self.z, self.state, self.layer_params_gpu, self.opt_per_param
+        dense = self.dense_layer()
         start, end = self.bf16_layers  # layers kept in BF16 under a quantised recipe: first / last stage extras
         ends = dict(first_s=self.emb_fwd + self.emb_bwd + self.z_edges + start * self.bf16_extra_s,
                     last_s=self.head_fwd + self.head_bwd + end * self.bf16_extra_s,
@@ -422,19 +426,14 @@ class _StageTerms:
                 layer_params_gpu, self.emb_params_gpu, self.head_params_gpu), tp=self.t, tokens=self.M, sp_degree=self.rep,
             layer_act=self.layer_act, working=self.recompute_working, first_act=self.first_act, z3_live=self.z3_live,
             recompute=self.rc, num_microbatches=self.m)
-        model = self.model
-        if model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
+        if self.model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
             unit, units = hybrid_unit(self)
-            unit, ends = with_mtp(self, unit, ends)  # its MTP block on the last stage (hybrid_mtp.py)
-            return unit, units, ends
-        if not (model.is_moe or model.mtp_num_layers):
-            return dense, model.num_layers, ends
-        moe_layer = self.moe_layer() if model.is_moe else None
-        M, h, t = self.M, self.h, self.t
-        proj_f, proj_b = linear_s(M, h / t, 2 * h, **self.mm)  # MTP's projection of [norm(h); norm(emb)] (2h -> h)
-        return fold_layers(model, dense, moe_layer, ends, mtp_extra=dict(
-            fwd=proj_f + self.head_fwd, bwd=proj_b + self.head_bwd, params=2 * h * h / t, state=state,
-            opt=opt_per_param, dp_step=self.dp_step, logits=LOGIT_BYTES * M * self.V / t))
+        elif self.model.is_moe:
+            unit, units, ends = fold_layers(self.model, dense, self.moe_layer(), ends)
+        else:
+            unit, units = dense, self.model.num_layers
+        unit, ends = with_mtp(self, unit, ends)  # the MTP block on the last stage (mtp.py)
+        return unit, units, ends
 
     def moe_layer(self) -> dict:
         """A MoE layer's terms (`moe_layer.moe_layer_terms`): the dense layer without its MLP, and

@@ -27,6 +27,15 @@ def grad_reduce_bytes(precision: str, grad_reduce_dtype: str) -> float:
     return 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
 
 
+def embedding_group_allreduce_s(cluster: ClusterSpec, emb_params_gpu, grad_bytes: float, tp, cp, dp, pp):
+    """The all-reduce of the word embedding's gradient between the first and the last pipeline stage,
+    which both keep a copy of the table with pp > 1 (Megatron-LM d98e8a6 finalize_model_grads.py:146-250
+    `_allreduce_word_embedding_grads`: tied embeddings, or an MTP block on the last stage): two ranks
+    tp x cp x dp x (pp - 1) apart, over their one link (`comm.p2p_link`)."""
+    bw, lat = comm.p2p_link(cluster, tp * cp * dp * np.maximum(pp - 1, 1))
+    return comm.allreduce_s(emb_params_gpu * grad_bytes, 2, bw, lat)
+
+
 def reduced_params_per_gpu(model: ModelSpec, tp, pp):
     """(per layer, embedding, head) parameters one GPU reduces over data parallelism: the
     three parts of a stage's step-level gradient reduction."""

@@ -91,10 +91,6 @@ def job_assumptions(job: JobSpec) -> list[str]:
         out.append(f"{job.bf16_layers_at_start + job.bf16_layers_at_end} layers kept in BF16 priced with the dense "
                    f"layer's linears at the BF16 rate (coefficients.bf16_layer_extra_s); their experts' BF16 GEMMs "
                    f"are not priced")
-    if is_fp4(job.precision) and job.model.mtp_num_layers:
-        out.append(f"the {job.model.mtp_num_layers} MTP layer(s) priced at nvfp4, although Megatron-LM runs them "
-                   f"without FP4 ('currently ignoring FP4 in MTP layers', multi_token_prediction.py at d98e8a6): "
-                   f"their GEMMs are priced faster than they run")
     return out
 
 

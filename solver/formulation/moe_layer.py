@@ -150,43 +150,21 @@ def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero
 LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep")
 
 
-def fold_layers(model: ModelSpec, dense: dict, moe_layer, ends: dict, mtp_extra: dict):
+def fold_layers(model: ModelSpec, dense: dict, moe_layer: dict, ends: dict):
     """The coefficients of one pipeline unit (`ModelSpec.pipeline_units`: d dense and m MoE
-    layers) and the stage extras: the k leading dense layers on the first stage, the MTP
-    modules on the last (Megatron places them after the decoder, with the LM head): each one
-    layer of the last layer's kind, its 2h -> h projection and a second LM-head pass with its
-    logits (Megatron-LM megatron/core/transformer/multi_token_prediction.py); the MTP layer's
-    activations are counted once, as the last stage's logits are (one micro-batch in flight
-    under 1F1B; with interleaving the last stage holds more: an under-count there). Every cost
-    stays linear in the units a stage holds, so each split searched is priced exactly."""
+    layers) and the stage extras with the k leading dense layers on the first stage. Every cost
+    stays linear in the units a stage holds, so each split searched is priced exactly. (The MTP
+    block on the last stage is `mtp.with_mtp`'s, for every model kind.)"""
     k, d_u, m_u, units = model.pipeline_units
-    keys = dense.keys()
-    unit = dense if moe_layer is None else {key: d_u * dense[key] + m_u * moe_layer[key] for key in keys}
-    if moe_layer is not None:
-        unit["working"] = np.maximum(dense["working"], moe_layer["working"])
+    unit = {key: d_u * dense[key] + m_u * moe_layer[key] for key in dense.keys()}
+    unit["working"] = np.maximum(dense["working"], moe_layer["working"])
     ends = dict(ends)
-
-    def add(prefix: str, layer: dict, n):
-        ends[f"{prefix}_s"] = ends[f"{prefix}_s"] + n * sum(layer[x] for x in LAYER_TIME_KEYS)
-        ends[f"{prefix}_dp_step_s"] = ends[f"{prefix}_dp_step_s"] + n * layer["dp_step"]
-        ends[f"{prefix}_optimizer_step_s"] = ends[f"{prefix}_optimizer_step_s"] + n * layer["opt"]
-        ends[f"{prefix}_window_s"] = ends[f"{prefix}_window_s"] + n * layer["window"]
-        ends[f"{prefix}_static_bytes"] = ends[f"{prefix}_static_bytes"] + n * (layer["params"] + layer["grads"] + layer["optim"])
-        ends[f"{prefix}_act_bytes"] = ends[f"{prefix}_act_bytes"] + n * layer["act"]
-
     if k:
-        add("first", dense, k)
+        ends["first_s"] = ends["first_s"] + k * sum(dense[x] for x in LAYER_TIME_KEYS)
         ends["first_fwd_s"] = ends["first_fwd_s"] + k * dense["fwd"]
-    n = model.mtp_num_layers
-    if n:
-        layer = moe_layer if moe_layer is not None and model.moe_layer_mask[-1] else dense
-        add("last", layer, n)
-        x = mtp_extra
-        ends["last_s"] = ends["last_s"] + n * (x["fwd"] + x["bwd"])
-        ends["last_bwd_s"] = ends["last_bwd_s"] + n * (layer["bwd"] + x["bwd"])
-        red, ag = x["dp_step"](x["params"])
-        ends["last_dp_step_s"] = ends["last_dp_step_s"] + n * (red + ag)
-        ends["last_optimizer_step_s"] = ends["last_optimizer_step_s"] + n * x["params"] * x["opt"]
-        ends["last_static_bytes"] = ends["last_static_bytes"] + n * x["params"] * x["state"]
-        ends["last_act_bytes"] = ends["last_act_bytes"] + n * x["logits"]
+        ends["first_dp_step_s"] = ends["first_dp_step_s"] + k * dense["dp_step"]
+        ends["first_optimizer_step_s"] = ends["first_optimizer_step_s"] + k * dense["opt"]
+        ends["first_window_s"] = ends["first_window_s"] + k * dense["window"]
+        ends["first_static_bytes"] = ends["first_static_bytes"] + k * (dense["params"] + dense["grads"] + dense["optim"])
+        ends["first_act_bytes"] = ends["first_act_bytes"] + k * dense["act"]
     return unit, units, ends

@@ -66,6 +66,11 @@ values is scaled together" by an E4M3 (1-byte) scale, plus one FP32 per tensor (
   end-in-bf16`; megatron/core/fp4_utils.py:250-262 builds those layers without the FP4 recipe): their
   linear GEMMs at the BF16 rate without casts, priced per layer as an extra of the first / last
   pipeline stage (`bf16_layer_extra_s`).
+- The MTP block (`mtp.py`): Megatron-LM runs eh_proj, and a Transformer model's MTP layer, without FP4
+  (multi_token_prediction.py:1384-1402 at d98e8a6 enters only the FP8 recipe's autocast; an NVFP4 job
+  has no FP8 recipe, transformer_config.py:1581-1582): those are priced at BF16 (`mtp_linear_precision`);
+  a hybrid model's MTP layers run NVFP4 like its decoder's (hybrid_block.py:339-402 enters the FP4
+  context per layer).
 """
 
 from __future__ import annotations
@@ -164,3 +169,10 @@ def saved_linear_input_bytes(precision: str) -> float:
     if is_fp4(precision):
         return NVFP4_PER_ELEMENT
     return 1.0 if is_fp8(precision) else float(BF16_BYTES)
+
+
+def mtp_linear_precision(precision: str) -> str:
+    """The precision Megatron-LM runs an MTP depth's eh_proj and a Transformer model's MTP layer at: BF16
+    under an FP4 recipe (multi_token_prediction.py:1384-1402 at d98e8a6: only `config.fp8` enters a
+    quantised autocast, "currently ignoring FP4 in MTP layers"), else the job's (module docstring)."""
+    return "bf16" if is_fp4(precision) else precision
