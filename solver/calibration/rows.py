@@ -209,17 +209,65 @@ def skip_reason(raw: dict) -> str | None:
         return "mixture-of-experts: read by calibration.moe_rows (not registered in this process)"
     if "mxfp4" in str(raw.get("precision", "")).lower():
         return "mxfp4: the MXFP4 training recipe is not modelled (precision bf16 / fp8 recipes / nvfp4 only)"
-    gpu = str((raw.get("hardware") or {}).get("gpu", "")).lower()
-    if (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
-            and gpu.startswith(("gb200", "gb300"))):
-        # Megatron-Bridge scripts/performance/configs/llama/*_workload_base_configs.py (v0.2.0-v0.5.x): every
-        # use_megatron_fsdp=True GB200/GB300 preset also sets cpu_offloading_num_layers (5 to 92 layers)
-        return "activations offloaded to the Grace CPU (the source's Megatron-FSDP presets): not modelled"
+    if grace_offload_preset(raw) and cpu_offload_of(raw, []) is None:
+        return ("a Megatron-FSDP GB200/GB300 preset of Megatron-Bridge offloads activations to the Grace CPU, but "
+                "neither the row nor OFFLOAD_2509 states how many layers")
     if raw.get("task") not in (None, "pretrain"):
         return f"{raw.get('task')} (fine-tuning): packed/frozen-weight steps, not the pre-training step priced here"
     if str(m.get("arch", "")).strip().lower() == "not stated":
         return "model architecture not stated"
     return None
+
+
+def grace_offload_preset(raw: dict) -> bool:
+    """A Megatron-FSDP GB200/GB300 run of Megatron-Bridge's performance page: every such preset also sets
+    cpu_offloading_num_layers (scripts/performance/configs/llama/*_workload_base_configs.py, v0.2.0-v0.5.x: 5 to
+    92 layers; the v0.1.0rc3 YAML perf_matrix: 20 to 95)."""
+    p, gpu = raw.get("parallel") or {}, str((raw.get("hardware") or {}).get("gpu", "")).lower()
+    return (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
+            and gpu.startswith(("gb200", "gb300")))
+
+
+# The 25.09 rows name no recipe (their notes: "the 25.09 recipes (v0.1.0rc3 YAML configs) were not parsed"): the
+# perf_matrix entry of Megatron-Bridge v0.1.0rc3 (2025-10-08; rc4 the same) that matches the row's GPU, GPU count,
+# TP and micro-batch, read there: (model key, GPU, GPUs, tp, mbs) -> (layers offloaded, where, FP8 recipe or None).
+# scripts/performance/utils/helpers.py:131-135 at v0.1.0rc3 turns a preset's cpu_offloading_num_layers into
+# cpu_offloading = True, cpu_offloading_weights = False (activations only).
+OFFLOAD_2509: dict[tuple[str, str, int, int, int], tuple[int, str, Precision | None]] = {
+    ("llama3-70b", "gb200", 64, 1, 2): (
+        40, "scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml:146, perf_matrix gb200.num_gpus_64."
+            "fp8_cs (mbs 2; the bf16 and fp8_ds entries run mbs 1)", "fp8-tensorwise"),
+    ("llama3.1-405b", "gb200", 128, 2, 1): (
+        95, "scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml:116 and :123, perf_matrix "
+            "gb200.num_gpus_128.fp8_ds and fp8_cs (both TP 2, PP 1, Megatron-FSDP)", None),
+}
+
+
+def cpu_offload_of(raw: dict, assumed: list) -> dict | None:
+    """The CPU offloading job settings of a row (`cpu_offloading_num_layers`, and the FP8 recipe where the matched
+    preset fixes it): {} for a row without offloading, None for a Grace offload preset whose layer count neither
+    the row (`parallel.other.recipe.cpu_offloading_num_layers`) nor OFFLOAD_2509 gives. `assumed` gains the source."""
+    p = raw.get("parallel") or {}
+    recipe = (p.get("other") or {}).get("recipe") or {}
+    if recipe.get("cpu_offloading_num_layers"):
+        n = int(recipe["cpu_offloading_num_layers"])
+        assumed.append(f"cpu_offloading_num_layers {n} from the row's recipe {recipe.get('recipe_name')} "
+                       f"(Megatron-Bridge {recipe.get('recipe_tag')}, {recipe.get('recipe_file')})")
+        return {"cpu_offloading_num_layers": n}
+    if not grace_offload_preset(raw):
+        return {}
+    m, gpu = raw.get("model") or {}, str((raw.get("hardware") or {}).get("gpu", "")).lower()
+    key = (str(m.get("key")), gpu, int(p.get("num_gpus") or 0), int(p.get("tp") or 1), int(p.get("mbs") or 0))
+    if str(raw.get("container")) != "25.09" or key not in OFFLOAD_2509:
+        return None
+    n, where, recipe_fp8 = OFFLOAD_2509[key]
+    assumed.append(f"cpu_offloading_num_layers {n} from Megatron-Bridge v0.1.0rc3 {where} (the 25.09 recipes; "
+                   f"the row states none)")
+    out: dict = {"cpu_offloading_num_layers": n}
+    if recipe_fp8 and precision_of(raw.get("precision")) == "fp8":
+        assumed.append(f"FP8 recipe {recipe_fp8}: the matched perf_matrix entry's")
+        out["precision"] = recipe_fp8
+    return out
 
 
 def _model(m: dict, assumed: list | None = None) -> ModelSpec:
@@ -378,6 +426,9 @@ def row_job(raw: dict) -> Row:
         sequence_parallel=(bool(sp),) if sp is not None else None,
         zero=(zero,) if zero is not None else None,
     )
+    offload = cpu_offload_of(raw, assumed) or {}  # Megatron's rules then fix pp 1 and recompute none (specs.job)
+    if offload and knobs["recompute"] is None:
+        knobs["recompute"] = ("none",)
     for k in ("sequence_parallel", "recompute", "zero"):
         if knobs[k] is None and k in era:
             knobs[k] = era[k]
@@ -388,9 +439,10 @@ def row_job(raw: dict) -> Row:
     overlap = str(p.get("overlap") or "").lower()
     flash = era.get("flash", FLASH_BY_DEFAULT)
     kernel = attention_kernel_of(raw, flash, bool(fsdp), assumed)
+    precision = offload.pop("precision", None) or _precision(raw.get("precision"), assumed)
     row.job = JobSpec(
         model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-        precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
+        precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True),
         grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **nvfp4_settings(raw, assumed),

@@ -29,6 +29,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         recompute_modules=job.recompute_modules, fp8_param_gather=job.fp8_param_gather,
         cuda_graph_impl=job.cuda_graph_impl, cuda_graph_modules=job.cuda_graph_modules,
         bf16_layers=(job.bf16_layers_at_start, job.bf16_layers_at_end),
+        cpu_offloading_num_layers=job.cpu_offloading_num_layers,
     )
 
 
