@@ -33,6 +33,7 @@ from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
 from .nvfp4_rows import nvfp4_settings
+from .offload_rows import cpu_offload_of, grace_offload_preset
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
@@ -219,57 +220,6 @@ def skip_reason(raw: dict) -> str | None:
     return None
 
 
-def grace_offload_preset(raw: dict) -> bool:
-    """A Megatron-FSDP GB200/GB300 run of Megatron-Bridge's performance page: every such preset also sets
-    cpu_offloading_num_layers (scripts/performance/configs/llama/*_workload_base_configs.py, v0.2.0-v0.5.x: 5 to
-    92 layers; the v0.1.0rc3 YAML perf_matrix: 20 to 95)."""
-    p, gpu = raw.get("parallel") or {}, str((raw.get("hardware") or {}).get("gpu", "")).lower()
-    return (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
-            and gpu.startswith(("gb200", "gb300")))
-
-
-# The 25.09 rows name no recipe (their notes: "the 25.09 recipes (v0.1.0rc3 YAML configs) were not parsed"): the
-# perf_matrix entry of Megatron-Bridge v0.1.0rc3 (2025-10-08; rc4 the same) that matches the row's GPU, GPU count,
-# TP and micro-batch, read there: (model key, GPU, GPUs, tp, mbs) -> (layers offloaded, where, FP8 recipe or None).
-# scripts/performance/utils/helpers.py:131-135 at v0.1.0rc3 turns a preset's cpu_offloading_num_layers into
-# cpu_offloading = True, cpu_offloading_weights = False (activations only).
-OFFLOAD_2509: dict[tuple[str, str, int, int, int], tuple[int, str, Precision | None]] = {
-    ("llama3-70b", "gb200", 64, 1, 2): (
-        40, "scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml:146, perf_matrix gb200.num_gpus_64."
-            "fp8_cs (mbs 2; the bf16 and fp8_ds entries run mbs 1)", "fp8-tensorwise"),
-    ("llama3.1-405b", "gb200", 128, 2, 1): (
-        95, "scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml:116 and :123, perf_matrix "
-            "gb200.num_gpus_128.fp8_ds and fp8_cs (both TP 2, PP 1, Megatron-FSDP)", None),
-}
-
-
-def cpu_offload_of(raw: dict, assumed: list) -> dict | None:
-    """The CPU offloading job settings of a row (`cpu_offloading_num_layers`, and the FP8 recipe where the matched
-    preset fixes it): {} for a row without offloading, None for a Grace offload preset whose layer count neither
-    the row (`parallel.other.recipe.cpu_offloading_num_layers`) nor OFFLOAD_2509 gives. `assumed` gains the source."""
-    p = raw.get("parallel") or {}
-    recipe = (p.get("other") or {}).get("recipe") or {}
-    if recipe.get("cpu_offloading_num_layers"):
-        n = int(recipe["cpu_offloading_num_layers"])
-        assumed.append(f"cpu_offloading_num_layers {n} from the row's recipe {recipe.get('recipe_name')} "
-                       f"(Megatron-Bridge {recipe.get('recipe_tag')}, {recipe.get('recipe_file')})")
-        return {"cpu_offloading_num_layers": n}
-    if not grace_offload_preset(raw):
-        return {}
-    m, gpu = raw.get("model") or {}, str((raw.get("hardware") or {}).get("gpu", "")).lower()
-    key = (str(m.get("key")), gpu, int(p.get("num_gpus") or 0), int(p.get("tp") or 1), int(p.get("mbs") or 0))
-    if str(raw.get("container")) != "25.09" or key not in OFFLOAD_2509:
-        return None
-    n, where, recipe_fp8 = OFFLOAD_2509[key]
-    assumed.append(f"cpu_offloading_num_layers {n} from Megatron-Bridge v0.1.0rc3 {where} (the 25.09 recipes; "
-                   f"the row states none)")
-    out: dict = {"cpu_offloading_num_layers": n}
-    if recipe_fp8 and precision_of(raw.get("precision")) == "fp8":
-        assumed.append(f"FP8 recipe {recipe_fp8}: the matched perf_matrix entry's")
-        out["precision"] = recipe_fp8
-    return out
-
-
 def _model(m: dict, assumed: list | None = None) -> ModelSpec:
     """The row's model: its stated shape; a row without a vocabulary takes its catalog entry's."""
     if m.get("vocab") is None:
@@ -426,9 +376,7 @@ def row_job(raw: dict) -> Row:
         sequence_parallel=(bool(sp),) if sp is not None else None,
         zero=(zero,) if zero is not None else None,
     )
-    offload = cpu_offload_of(raw, assumed) or {}  # Megatron's rules then fix pp 1 and recompute none (specs.job)
-    if offload and knobs["recompute"] is None:
-        knobs["recompute"] = ("none",)
+    precision, offload = precision_and_offload(raw, knobs, assumed)
     for k in ("sequence_parallel", "recompute", "zero"):
         if knobs[k] is None and k in era:
             knobs[k] = era[k]
@@ -439,7 +387,6 @@ def row_job(raw: dict) -> Row:
     overlap = str(p.get("overlap") or "").lower()
     flash = era.get("flash", FLASH_BY_DEFAULT)
     kernel = attention_kernel_of(raw, flash, bool(fsdp), assumed)
-    precision = offload.pop("precision", None) or _precision(raw.get("precision"), assumed)
     row.job = JobSpec(
         model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
@@ -453,6 +400,20 @@ def row_job(raw: dict) -> Row:
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
     return row
+
+
+def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precision, dict]:
+    """The row's precision and CPU activation offloading (`offload_rows.cpu_offload_of`): an offloading row
+    fixes recompute none (Megatron's rule; specs.job.offload_constraints fixes pp 1) and takes the FP8 recipe
+    of its matched preset where the row names none."""
+    offload = cpu_offload_of(raw, assumed) or {}
+    if offload and knobs["recompute"] is None:
+        knobs["recompute"] = ("none",)
+    preset_fp8 = offload.pop("fp8_recipe", None)
+    if preset_fp8 and precision_of(raw.get("precision")) == "fp8":
+        assumed.append(f"FP8 recipe {preset_fp8}: the matched perf_matrix entry's")
+        return preset_fp8, offload
+    return _precision(raw.get("precision"), assumed), offload
 
 
 def attention_kernel_of(raw: dict, flash: bool, fsdp: bool, assumed: list) -> Literal["cudnn", "flash2", "flash1"]:

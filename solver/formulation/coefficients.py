@@ -54,7 +54,6 @@ from .memory import (
 )
 from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
-from .offload import with_offload
 from .precision import (
     gathered_param_bytes,
     is_quantized,
@@ -119,7 +118,7 @@ class StageCoefficients:
     runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
     layer_ep_s: np.ndarray  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
-    layer_offload_s: np.ndarray  # exposed CPU activation offloading copies (offload.py; 0 without offloading)
+    layer_offload_s: np.ndarray | float = 0.0  # exposed CPU activation offloading copies (offload.py, job.py)
 
     @property
     def layer_s(self) -> np.ndarray:
@@ -132,11 +131,8 @@ class StageCoefficients:
 
     def take(self, idx) -> StageCoefficients:
         idx = np.atleast_1d(idx)
-        vals = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            vals[f.name] = v[idx] if isinstance(v, np.ndarray) else v
-        return StageCoefficients(**vals)
+        vals = {f.name: getattr(self, f.name) for f in fields(self)}
+        return StageCoefficients(**{k: v[idx] if isinstance(v, np.ndarray) else v for k, v in vals.items()})
 
 
 def stage_coefficients(
@@ -161,7 +157,6 @@ def stage_coefficients(
     cuda_graph_impl: str = "none",
     cuda_graph_modules: tuple = (),
     bf16_layers: tuple[int, int] = (0, 0),
-    cpu_offloading_num_layers: int = 0,
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -178,8 +173,6 @@ def stage_coefficients(
     terms.overlap_windows()
     terms.memory()
     unit, units, ends = terms.per_layer_and_ends()
-    host = cluster.gpu.host_link_gbyte_per_s  # Megatron's CPU activation offloading (offload.py; dense, pp 1)
-    unit = with_offload(unit, units, cpu_offloading_num_layers, host and host * 1e9)
     return terms.coefficients(unit, units, ends)
 
 
@@ -502,6 +495,5 @@ class _StageTerms:
             + self.allocator,
             capacity_bytes=float(gpu.hbm_bytes),
             layer_ep_s=unit["ep"],
-            layer_offload_s=unit["offload"],
             **ends,
         )

@@ -32,6 +32,8 @@ so the one stage holds all L layers and the per-layer terms below are exact for 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 # Transformer Engine < 2.10 can hold one offloaded layer more than the refactored synchroniser (docstring)
@@ -96,13 +98,14 @@ def exposed_offload_s(fwd_s, bwd_s, offloaded_bytes, host_bytes_per_s: float, nu
             + _backward_stall_s(bwd_s, copy_s, num_layers, offloaded))
 
 
-def with_offload(unit: dict, num_layers: int, offloaded: int, host_bytes_per_s: float | None) -> dict:
-    """A dense model's per-layer terms with `offloaded` layers offloaded: the saved activations of the
-    stage (all `num_layers` layers: pp 1) scaled to `resident_layers`, and the exposed copies spread over
-    the layers (`offload`, seconds per layer per micro-batch; zeros without offloading)."""
-    act = np.asarray(unit["act"], dtype=np.float64)
-    if offloaded <= 0 or host_bytes_per_s is None:
-        return {**unit, "offload": np.zeros_like(act)}
-    exposed = exposed_offload_s(unit["fwd"], unit["bwd"], act, host_bytes_per_s, num_layers, offloaded)
-    return {**unit, "act": act * resident_layers(num_layers, offloaded) / num_layers,
-            "offload": exposed / num_layers}
+def with_offload(co, num_layers: int, offloaded: int, host_gbyte_per_s: float | None):
+    """Stage coefficients `co` (coefficients.StageCoefficients of a dense model) with `offloaded` of its
+    `num_layers` layers offloaded: the per-layer saved activations scaled to `resident_layers` of the stage
+    (all the layers: pp 1), and the exposed copies spread over the layers (`layer_offload_s`, seconds per layer
+    per micro-batch). Unchanged without offloading."""
+    if offloaded <= 0 or host_gbyte_per_s is None:
+        return co
+    act = np.asarray(co.layer_act_bytes, dtype=np.float64)
+    exposed = exposed_offload_s(co.layer_fwd_s, co.layer_bwd_s, act, host_gbyte_per_s * 1e9, num_layers, offloaded)
+    return replace(co, layer_act_bytes=act * resident_layers(num_layers, offloaded) / num_layers,
+                   layer_offload_s=exposed / num_layers)
