@@ -109,7 +109,14 @@ CASES = [
     # kept in BF16 (--first-last-layers-bf16 --num-layers-at-start/end-in-bf16)
     ("Llama 3.1 70B NVFP4 on GB300, NVFP4 weights, first and last layer in BF16", "llama3.1-70b", "gb300x72", {},
      {"precision": "nvfp4", "fp8_param_gather": True, "bf16_layers_at_start": 1, "bf16_layers_at_end": 1}),
+    # CPU activation offloading (--cpu-offloading-num-layers): Megatron-Bridge's Llama 3 70B GB200 FP8-CS preset
+    # (scripts/performance/configs/llama/llama3_workload_base_configs.py at v0.4.2, LLAMA3_70B_PRETRAIN_CONFIG_GB200_
+    # FP8_CS_V2: tp 1, pp 1, mbs 2, GBS 256, Megatron-FSDP, 40 layers offloaded)
+    ("Llama 3 70B on GB200, Megatron-FSDP, 40 layers' activations offloaded to Grace (Megatron-Bridge's preset)",
+     "llama3.1-70b", "gb200x64", {"config": dict(tp=1, pp=1, micro_batch_size=2, zero=3, recompute="none")},
+     {"precision": "fp8-tensorwise", "global_batch_size": 256, "seq_length": 8192, "cpu_offloading_num_layers": 40}),
 ]
+OFFLOAD_CASE = next(i for i, c in enumerate(CASES) if "offloaded to Grace" in c[0])
 NVFP4_CASE = next(i for i, c in enumerate(CASES) if "NVFP4" in c[0])
 MXFP8_CASE = next(i for i, c in enumerate(CASES) if c[0].startswith("Llama 3.1 405B MXFP8"))
 ACCOUNTED_CASE = next(i for i, c in enumerate(CASES) if "embedding and loss counted" in c[0])
@@ -134,6 +141,10 @@ CONTROLS = [
         a, "--pipeline-model-parallel-layout", a[a.index("--pipeline-model-parallel-layout") + 1].replace("L", "")), e)),
     (NVFP4_CASE, "--fp4-param-gather without --fp4-format (NVFP4 weights of no FP4 recipe)",
      lambda a, e: (_drop(_drop(a, "--fp4-format", 1), "--fp4-recipe", 1), e)),
+    (OFFLOAD_CASE, "CPU offloading with full recomputation",
+     lambda a, e: (a + ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers",
+                        "1"], e)),
+    (OFFLOAD_CASE, "CPU offloading of all 80 layers", lambda a, e: (_set(a, "--cpu-offloading-num-layers", "80"), e)),
 ]
 HFM = lambda name: str(HF / name / "config.json")  # noqa: E731
 # (label, model, cluster, explicit configuration (evaluate-style, with ep/etp), job extras, model
@@ -347,15 +358,19 @@ def megatron_launch(M, job, ma):
 
 def precision_diff(job, cfg) -> dict:
     """What of the planned precision recipe Megatron's TransformerConfig does not hold: the FP4 format and
-    recipe of nvfp4 (fp4 e2m1, fp4_recipe nvfp4), NVFP4 weights (fp4_param) and the layers kept in BF16
-    (first_last_layers_bf16, num_layers_at_start/end_in_bf16); {} when all agree."""
+    recipe of nvfp4 (fp4 e2m1, fp4_recipe nvfp4), NVFP4 weights (fp4_param), the layers kept in BF16
+    (first_last_layers_bf16, num_layers_at_start/end_in_bf16) and CPU activation offloading (cpu_offloading with
+    cpu_offloading_num_layers, activations on, weights off); {} when all agree."""
     fp4 = job.precision == "nvfp4"
     start, end = job.bf16_layers_at_start, job.bf16_layers_at_end
+    n = job.cpu_offloading_num_layers  # CPU activation offloading: activations of n layers, not weights
     want = {"fp4": "e2m1" if fp4 else None, "fp4_param": fp4 and job.fp8_param_gather,
-            "bf16_layers": (start, end) if start or end else None}
+            "bf16_layers": (start, end) if start or end else None, "cpu_offloading": (n, True, False) if n else None}
     got = {"fp4": cfg.fp4, "fp4_param": bool(cfg.fp4_param) and str(cfg.fp4_recipe).endswith("nvfp4"),
            "bf16_layers": (cfg.num_layers_at_start_in_bf16, cfg.num_layers_at_end_in_bf16)
-           if cfg.first_last_layers_bf16 else None}
+           if cfg.first_last_layers_bf16 else None,
+           "cpu_offloading": (cfg.cpu_offloading_num_layers, cfg.cpu_offloading_activations, cfg.cpu_offloading_weights)
+           if cfg.cpu_offloading else None}
     return {k: (want[k], got[k]) for k in want if want[k] != got[k]}
 
 

@@ -21,6 +21,7 @@ from .errors import InputError, escape_text, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
 from .specs.frameworks import narrow_constraints
+from .specs.job import offload_constraints
 
 # the safe reader of user files, re-exported: callers read files through the catalog
 from .specs.reading import SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping, read_text  # noqa: F401
@@ -283,7 +284,7 @@ def load_cluster(ref: str | dict, field: str = "cluster") -> ClusterSpec:
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
                 "overlap_grad_reduce", "prefer", "tolerance_rel", "moe_load_imbalance", "moe_a2a_overlap",
                 "moe_token_dispatcher", "framework", "recompute_modules", "fp8_param_gather", "cuda_graph_impl",
-                "cuda_graph_modules", "bf16_layers_at_start", "bf16_layers_at_end")
+                "cuda_graph_modules", "bf16_layers_at_start", "bf16_layers_at_end", "cpu_offloading_num_layers")
 
 
 def framework_constraints(framework: str | None, constraints: Constraints, field: str) -> Constraints:
@@ -333,4 +334,9 @@ def load_job(data: JobRequest | Mapping[str, Any], field: str = "job") -> JobSpe
     for key in JOB_SETTINGS:
         if getattr(req, key) is not None:
             job[key] = getattr(req, key)
+    if req.cpu_offloading_num_layers:  # Megatron's rules fix pp 1 and no recomputation (specs.job)
+        try:
+            job["constraints"] = Constraints(**offload_constraints(job["constraints"].model_dump(exclude_defaults=True)))
+        except ValueError as e:
+            raise InputError(path(field, "constraints", e.args[0]), e.args[1]) from None
     return build(JobSpec, job, field)

@@ -180,6 +180,8 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
         st["layers"] = int(n)
     if not job.model.is_moe:  # a dense plan's breakdown keeps its keys
         ev.breakdown.pop("ep_comm_s", None)
+    if not job.cpu_offloading_num_layers:  # only a plan that offloads activations has the key
+        ev.breakdown.pop("offload_s", None)
     tp_ = throughput(job, ev.step_time_s, RECOMPUTE_CODES[parallel.recompute])
     return Plan(
         model=job.model.name, cluster=job.cluster.name, num_gpus=job.cluster.num_gpus,

@@ -25,7 +25,7 @@ BY_ID = {r.id: r for r in ROWS}
 REASONS = ("is not in the catalog", "has no catalog entry",
            "no legal configuration matches what the row states",
            # the file's dense rows (calibration.rows.skip_reason)
-           "fine-tuning", "activations offloaded to the Grace CPU")
+           "fine-tuning", "offloads activations to the Grace CPU, but neither the row")
 
 
 def _raw(row_id):

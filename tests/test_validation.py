@@ -90,9 +90,9 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
     assert len(moe) == 106 and all(r.skipped is None or "mixture-of-experts: read by" not in r.skipped for r in moe)
     dense_new = [r for r in skipped if "category" in r.raw and r not in moe]
     reasons = {r.skipped.split(":")[0].split(" (")[0] for r in dense_new}
-    assert reasons <= {"sft", "lora", "activations offloaded to the Grace CPU"}, reasons
+    assert reasons <= {"sft", "lora"}, reasons  # the Grace-offload presets are read (cpu_offloading_num_layers)
     blackwell = [r for r in ROWS if not r.skipped and r.gpu in ("b200", "gb200", "b300", "gb300") and r not in moe]
-    assert len(blackwell) == 51 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8", "nvfp4"}
+    assert len(blackwell) == 55 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8", "nvfp4"}
     assert sum(r.job.precision == "nvfp4" for r in blackwell) == 8
     # vp 12 (one layer per virtual stage), FP8, CP with TP and GQA, FSDP: all evaluated
     ids = {r.id for r in ROWS if not r.skipped}
@@ -101,7 +101,7 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
 
 def test_in_sample_errors_with_the_shipped_parameters(shipped):
     lines = {ln["group"]: ln for ln in summary(shipped, "source")}
-    assert lines["all"]["rows"] == 272  # the 8 dense NVFP4 rows included
+    assert lines["all"]["rows"] == 276  # the 8 dense NVFP4 rows and the 4 CPU-offloading Megatron-FSDP rows included
     assert lines["all"]["mape"] <= 0.07, lines["all"]
     for group, ln in lines.items():
         assert ln["mape"] <= 0.20, (group, ln)
@@ -239,7 +239,8 @@ def test_rows_of_the_new_gpu_file_read_what_they_state():
     assert r.job.grad_reduce_dtype == "bf16"  # Megatron-Bridge's performance scripts (cited in rows.py)
     fsdp = by_id["nemo_docs_2504-llama3-70b-gb200-fp8-cs-64"]
     assert fsdp.job.constraints.zero == (3,) and fsdp.job.attention_kernel == "cudnn"  # Megatron-FSDP, not PyTorch's
-    assert by_id["mbridge_perf-26.04.01-llama3-70b-gb200-fp8-cs-64"].skipped.startswith("activations offloaded")
+    offload = by_id["mbridge_perf-26.04.01-llama3-70b-gb200-fp8-cs-64"]  # the recipe's cpu_offloading_num_layers
+    assert offload.skipped is None and offload.job.cpu_offloading_num_layers == 40
     fp4 = by_id["mbridge_perf-26.06-llama3.1-405b-gb300-nvfp4-256"]
     assert fp4.skipped is None and fp4.job.precision == "nvfp4" and fp4.job.fp8_param_gather
 

@@ -27,9 +27,7 @@ What a row states wins:
   fabric); a GPU without a catalog entry is skipped.
 - routing: every Megatron-Bridge MoE row forces balanced routing ("forced balanced token
   distribution", the page's footnote), the formulation's default (`JobSpec.moe_load_imbalance`
-  1.0).
-
-Rows of the file's category B (dense models on Blackwell) are not read here.
+  1.0). Rows of the file's category B (dense models on Blackwell) are not read here.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
 from .nvfp4_rows import nvfp4_settings
+from .offload_rows import cpu_offload_of, grace_offload_preset
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
@@ -209,12 +210,9 @@ def skip_reason(raw: dict) -> str | None:
         return "mixture-of-experts: read by calibration.moe_rows (not registered in this process)"
     if "mxfp4" in str(raw.get("precision", "")).lower():
         return "mxfp4: the MXFP4 training recipe is not modelled (precision bf16 / fp8 recipes / nvfp4 only)"
-    gpu = str((raw.get("hardware") or {}).get("gpu", "")).lower()
-    if (raw.get("source") == "mbridge_perf" and str(p.get("fsdp", "")).lower().startswith("megatron-fsdp")
-            and gpu.startswith(("gb200", "gb300"))):
-        # Megatron-Bridge scripts/performance/configs/llama/*_workload_base_configs.py (v0.2.0-v0.5.x): every
-        # use_megatron_fsdp=True GB200/GB300 preset also sets cpu_offloading_num_layers (5 to 92 layers)
-        return "activations offloaded to the Grace CPU (the source's Megatron-FSDP presets): not modelled"
+    if grace_offload_preset(raw) and cpu_offload_of(raw, []) is None:
+        return ("a Megatron-FSDP GB200/GB300 preset of Megatron-Bridge offloads activations to the Grace CPU, but "
+                "neither the row nor OFFLOAD_2509 states how many layers")
     if raw.get("task") not in (None, "pretrain"):
         return f"{raw.get('task')} (fine-tuning): packed/frozen-weight steps, not the pre-training step priced here"
     if str(m.get("arch", "")).strip().lower() == "not stated":
@@ -378,6 +376,7 @@ def row_job(raw: dict) -> Row:
         sequence_parallel=(bool(sp),) if sp is not None else None,
         zero=(zero,) if zero is not None else None,
     )
+    precision, offload = precision_and_offload(raw, knobs, assumed)
     for k in ("sequence_parallel", "recompute", "zero"):
         if knobs[k] is None and k in era:
             knobs[k] = era[k]
@@ -390,7 +389,7 @@ def row_job(raw: dict) -> Row:
     kernel = attention_kernel_of(raw, flash, bool(fsdp), assumed)
     row.job = JobSpec(
         model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
-        precision=_precision(raw.get("precision"), assumed), flash_attention=flash, attention_kernel=kernel,
+        precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True),
         grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **nvfp4_settings(raw, assumed),
@@ -401,6 +400,20 @@ def row_job(raw: dict) -> Row:
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
     return row
+
+
+def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precision, dict]:
+    """The row's precision and CPU activation offloading (`offload_rows.cpu_offload_of`): an offloading row
+    fixes recompute none (Megatron's rule; specs.job.offload_constraints fixes pp 1) and takes the FP8 recipe
+    of its matched preset where the row names none."""
+    offload = cpu_offload_of(raw, assumed) or {}
+    if offload and knobs["recompute"] is None:
+        knobs["recompute"] = ("none",)
+    preset_fp8 = offload.pop("fp8_recipe", None)
+    if preset_fp8 and precision_of(raw.get("precision")) == "fp8":
+        assumed.append(f"FP8 recipe {preset_fp8}: the matched perf_matrix entry's")
+        return preset_fp8, offload
+    return _precision(raw.get("precision"), assumed), offload
 
 
 def attention_kernel_of(raw: dict, flash: bool, fsdp: bool, assumed: list) -> Literal["cudnn", "flash2", "flash1"]:

@@ -178,6 +178,10 @@ _BASE = [
                       "--overlap-moe-expert-parallel-comm; default off)."),
     click.option("--moe-token-dispatcher", type=click.Choice(["alltoall", "flex"]), default=None,
                  help="MoE dispatcher for ep > 1: alltoall (default) or flex (DeepEP/HybridEP, one send per node)."),
+    click.option("--cpu-offloading-num-layers", type=click.IntRange(min=0), default=None,
+                 help="Megatron's CPU activation offloading (--cpu-offloading-num-layers): the saved activations of "
+                      "the first N layers go to host memory and back (pp 1, no recomputation, N < layers; priced at "
+                      "the GPU's host link: NVLink-C2C on GB200/GB300, PCIe elsewhere). Default 0."),
     click.option("--recompute-modules", default=None,
                  help="With recompute selective: Megatron's --recompute-modules, comma-separated (core_attn, moe_act, "
                       "layernorm, mla_up_proj, mlp, moe, shared_experts; default core_attn)."),
@@ -298,7 +302,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
                 flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
                 overlap_grad_reduce=None, prefer=None, tolerance_rel=None, moe_load_imbalance=None,
                 moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, recompute_modules=None,
-                **constraint_flags) -> dict:
+                cpu_offloading_num_layers=None, **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
@@ -307,6 +311,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "overlap_grad_reduce": overlap_grad_reduce, "prefer": prefer, "tolerance_rel": tolerance_rel,
              "moe_load_imbalance": moe_load_imbalance, "moe_a2a_overlap": moe_a2a_overlap,
              "moe_token_dispatcher": moe_token_dispatcher, "framework": framework,
+             "cpu_offloading_num_layers": cpu_offloading_num_layers,
              "recompute_modules": None if recompute_modules is None else
              [m.strip() for m in str(recompute_modules).split(",") if m.strip()]}
     data.update({k: v for k, v in flags.items() if v is not None})

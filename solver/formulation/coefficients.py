@@ -117,10 +117,12 @@ class StageCoefficients:
     runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
     layer_ep_s: np.ndarray  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
+    layer_offload_s: np.ndarray | float = 0.0  # exposed CPU activation offloading copies (offload.py, job.py)
 
     @property
     def layer_s(self) -> np.ndarray:
-        return self.layer_compute_s + self.layer_tp_s + self.layer_cp_s + self.layer_zero3_s + self.layer_ep_s
+        return (self.layer_compute_s + self.layer_tp_s + self.layer_cp_s + self.layer_zero3_s + self.layer_ep_s
+                + self.layer_offload_s)
 
     @property
     def layer_static_bytes(self) -> np.ndarray:
@@ -128,11 +130,8 @@ class StageCoefficients:
 
     def take(self, idx) -> StageCoefficients:
         idx = np.atleast_1d(idx)
-        vals = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            vals[f.name] = v[idx] if isinstance(v, np.ndarray) else v
-        return StageCoefficients(**vals)
+        vals = {f.name: getattr(self, f.name) for f in fields(self)}
+        return StageCoefficients(**{k: v[idx] if isinstance(v, np.ndarray) else v for k, v in vals.items()})
 
 
 def stage_coefficients(

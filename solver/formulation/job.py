@@ -13,14 +13,17 @@ from ..specs import JobSpec, require_uniform
 from .coefficients import StageCoefficients, stage_coefficients
 from .data_parallel import distributed_optimizer_dominates
 from .flops import reported_flop_per_step
+from .offload import with_offload
 from .precision import is_fp4, is_fp8, peak_flop_per_s
 
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
     """The coefficients of `shapes` on the job's cluster, which must have one GPU type (a mixed
-    cluster is priced pool by pool: `ClusterSpec.pool_views`)."""
-    return stage_coefficients(
-        job.model, require_uniform(job.cluster), shapes,
+    cluster is priced pool by pool: `ClusterSpec.pool_views`), with the job's CPU activation offloading
+    (`offload.with_offload`)."""
+    cluster = require_uniform(job.cluster)
+    co = stage_coefficients(
+        job.model, cluster, shapes,
         global_batch_size=job.global_batch_size, seq_length=job.seq_length,
         precision=job.precision, flash_attention=job.flash_attention, attention_kernel=job.attention_kernel,
         grad_reduce_dtype=job.grad_reduce_dtype, overlap_grad_reduce=job.overlap_grad_reduce,
@@ -30,6 +33,8 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         cuda_graph_impl=job.cuda_graph_impl, cuda_graph_modules=job.cuda_graph_modules,
         bf16_layers=(job.bf16_layers_at_start, job.bf16_layers_at_end),
     )
+    # Megatron's CPU activation offloading (dense models, pp 1: specs.job.cpu_offload_problem)
+    return with_offload(co, job.model.num_layers, job.cpu_offloading_num_layers, cluster.gpu.host_link_gbyte_per_s)
 
 
 def zero0_dominated(job: JobSpec, shapes: Shapes) -> np.ndarray:

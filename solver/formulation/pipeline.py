@@ -198,6 +198,7 @@ def evaluate_stages(stage_co: list[StageCoefficients], stage_pi_s, layers) -> Ev
         "cp_comm_s": lb * cb.layer_cp_s[0],
         "zero3_comm_s": lb * cb.layer_zero3_s[0],
         "ep_comm_s": lb * cb.layer_ep_s[0],
+        "offload_s": lb * float(np.atleast_1d(cb.layer_offload_s)[0]),
         "pp_comm_s": v * float(stage_pi_s[b]),
     }
     breakdown = {key: float(m * val) for key, val in per_mb.items()}

@@ -58,6 +58,8 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
     n_gpus = len(used) * g
     peak = sum(peak_flop_per_s(p.gpu, job.precision) * g for st, pl in zip(a.nodes, a.pools) for p in [pools[pl]] for _ in st)
     T = ev.step_time_s
+    if not job.cpu_offloading_num_layers:  # only a plan that offloads activations has the key (plan.make_plan)
+        ev.breakdown.pop("offload_s", None)
     mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute])
     stages = []
     for s, st in enumerate(ev.stages):

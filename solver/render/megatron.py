@@ -30,6 +30,9 @@ runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_f
   `--fp4-param-gather` for NVFP4 primary weights, and `--first-last-layers-bf16
   --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M` for layers the job keeps in BF16
   (the same flags under an FP8 recipe).
+- CPU activation offloading: `--cpu-offloading-num-layers N` (arguments.py:1950 turns `cpu_offloading` on;
+  activations only, Megatron's defaults); TransformerConfig refuses it with pp > 1 or recomputation
+  (transformer_config.py:1884-1899), which the plan never has (specs.job.offload_constraints).
 - AMD Instinct (ROCm): no CUDA-only environment (CUDA_DEVICE_MAX_CONNECTIONS has no effect under
   HIP) and `--attention-backend auto` (Transformer Engine's ROCm build has no cuDNN; it picks its
   CK / AOTriton fused attention); the notes say what differs.
@@ -312,6 +315,11 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
             a += ["--recompute-modules", *job.recompute_modules]
     elif par.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if job.cpu_offloading_num_layers:  # arguments.py:1950 sets --cpu-offloading from it (activations, not weights)
+        a += ["--cpu-offloading-num-layers", str(job.cpu_offloading_num_layers)]
+        notes.append(f"--cpu-offloading-num-layers {job.cpu_offloading_num_layers}: Transformer Engine copies the first "
+                     f"{job.cpu_offloading_num_layers} layers' saved activations to pinned host memory (leave the "
+                     f"NVTE_CPU_OFFLOAD_V1 variable unset: the plan is priced with TE's default schedule)")
     fsdp = par.zero >= 2
     if par.zero >= 1:
         a.append("--use-distributed-optimizer")

@@ -65,6 +65,13 @@ NVFP4_NOTE = ("the planned nvfp4 recipe (Transformer Engine NVFP4BlockScaling) i
               "NVFP4 path is a torchao prototype converter set in config functions (torchtitan/components/"
               "quantization/nvfp4.py); launch with Megatron-LM's flags (--fp4-format e2m1), the flags here run bf16")
 
+# pytorch/torchtitan b5bcd76: training.enable_cpu_offload (torchtitan/config/configs.py:70) is FSDP2's
+# CPUOffloadPolicy for parameters, gradients and optimizer state; experiments/graph_trainer's "sac_and_offload" is a
+# compiler memory policy under a byte budget. Neither offloads the activations of a number of layers.
+OFFLOAD_NOTE = ("torchtitan has no layer-level activation offloading (training.enable_cpu_offload offloads FSDP2's "
+                "parameters, gradients and optimizer state): the plan's cpu_offloading_num_layers is not expressed; "
+                "launch with Megatron-LM's --cpu-offloading-num-layers")
+
 
 def module_fqns_per_model_part(layers: list[int], vp: int, num_layers: int,
                                output_fqn: str = OUTPUT_FQN[CURRENT]) -> list[list[str]]:
@@ -111,6 +118,8 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
     if par.recompute == "selective" and job.recompute_modules is not None:
         notes.append(f"Megatron's recompute modules ({', '.join(job.recompute_modules) or 'none'}) are not expressed: "
                      f"torchtitan's selective activation checkpointing is per op; the plan was priced with them")
+    if job.cpu_offloading_num_layers:
+        notes.append(OFFLOAD_NOTE)
     local = job.global_batch_size // par.dp  # per data-parallel rank
     training = {"seq_len": job.seq_length, "global_batch_size": job.global_batch_size}
     parallelism: dict = {"tensor_parallel_degree": par.tp, "context_parallel_degree": par.cp,

@@ -92,6 +92,13 @@ class GPUSpec(Spec):
                                 "PyTorch op, about 20 us (NVIDIA Technical Blog, 'Understanding the Visualization "
                                 "of Overhead and Latency in Nsight Systems'); the catalog's systems: Transformer "
                                 "Engine issue #2053 (x86 DGX 13.48 us, Grace 37.08 us)")
+    host_link_gbyte_per_s: PositiveFloat | None = Field(
+        None, description="GPU-to-host (CPU memory) bandwidth per direction per GPU, GB/s (10^9 B/s), when every "
+                          "GPU of a node copies at once: the rate of Megatron's layer-level activation offloading "
+                          "(--cpu-offloading-num-layers; formulation/offload.py). x86 hosts: the GPU's PCIe link "
+                          "(Gen5 x16 64, Gen4 x16 32, Gen3 x16 16); Grace superchips: NVLink-C2C shared by the "
+                          "Grace's GPUs, or the Grace's LPDDR5X where that is slower. None: not stated (a job "
+                          "that offloads is then refused, naming this field)")
     runtime_reserve_gib: float = Field(
         1.5, ge=0, description="CUDA context and cuBLAS/cuDNN workspaces per GPU, GiB (added to every stage, with "
                                "NCCL's buffers per communicator: formulation/memory.py)")

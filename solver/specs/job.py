@@ -166,6 +166,12 @@ class JobSpec(Spec):
     bf16_layers_at_end: int = Field(
         0, ge=0, description="the same at the end (--num-layers-at-end-in-bf16; Megatron-Bridge's "
                              "nemotron_3_super_bf16_with_nvfp4_mixed keeps 14)")
+    cpu_offloading_num_layers: int = Field(
+        0, ge=0, description="Megatron-LM layer-level CPU activation offloading (--cpu-offloading-num-layers N): the "
+                             "saved activations of the first N transformer layers go to host memory during the "
+                             "forward and come back for the backward (Transformer Engine cpu_offload.py; priced by "
+                             "formulation/offload.py at the GPU's host_link_gbyte_per_s). Megatron needs N < the "
+                             "model's layers, pp 1 and no recomputation (cpu_offload_problem)")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
                           "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
@@ -193,6 +199,20 @@ class JobSpec(Spec):
             raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
         return {**data, "constraints": Constraints(**narrowed)}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _offload_knobs(cls, data):
+        """CPU offloading fixes pp 1 and no recomputation (Megatron's rules, `offload_constraints`)."""
+        if not isinstance(data, dict) or not isinstance(data.get("cpu_offloading_num_layers"), int) \
+                or data["cpu_offloading_num_layers"] <= 0:
+            return data
+        cons = data.get("constraints", {})
+        given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons or {})
+        try:
+            return {**data, "constraints": Constraints(**offload_constraints(given))}
+        except ValueError as e:
+            raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
+
     @model_validator(mode="after")
     def _check(self):
         for pool in self.cluster.pool_specs():
@@ -215,6 +235,9 @@ class JobSpec(Spec):
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
+        offload = cpu_offload_problem(self)
+        if offload:
+            raise ValueError(offload)
         graph_problem = cuda_graph_problem(self)
         if graph_problem:
             raise ValueError(graph_problem)
@@ -264,4 +287,52 @@ def cuda_graph_problem(job: JobSpec) -> str | None:
     if moe and impl == "full_iteration" and job.moe_token_dispatcher != "flex":
         return ("a whole-iteration CUDA graph of a dropless MoE model needs the flex dispatcher's static per-rank "
                 "budget (--moe-expert-rank-capacity-factor): set moe_token_dispatcher flex")
+    return None
+
+
+# Megatron-LM d98e8a6 megatron/core/transformer/transformer_config.py:1884-1899 (TransformerConfig.__post_init__)
+OFFLOAD_PP_RULE = "Megatron: 'Currently there is no support for Pipeline parallelism with CPU offloading'"
+OFFLOAD_RECOMPUTE_RULE = "Megatron: 'CPU offloading does not work when activation recomputation is enabled'"
+
+
+def offload_constraints(given: dict) -> dict:
+    """The constraints of a job with CPU offloading: pp 1 and recompute none (transformer_config.py:1891-1899 at
+    d98e8a6); ValueError(knob, message) naming the constraint that excludes them."""
+    pp, rc = given.get("pp"), given.get("recompute")
+    if pp is not None and 1 not in tuple(pp):
+        raise ValueError("pp", f"allows {list(pp)}, but cpu_offloading_num_layers needs pp 1 ({OFFLOAD_PP_RULE}); "
+                               f"allow pp 1 or set cpu_offloading_num_layers 0")
+    if rc is not None and "none" not in tuple(rc):
+        raise ValueError("recompute", f"allows {list(rc)}, but cpu_offloading_num_layers needs recompute none "
+                                      f"({OFFLOAD_RECOMPUTE_RULE}); allow none or set cpu_offloading_num_layers 0")
+    return {**given, "pp": (1,), "recompute": ("none",)}
+
+
+def cpu_offload_problem(job: JobSpec) -> str | None:
+    """Why `job`'s cpu_offloading_num_layers cannot run (one line naming the fix), or None. Megatron-LM d98e8a6:
+    arguments.py:1950 (N > 0 turns cpu_offloading on), transformer_config.py:1884 ("CPU offloading can be done only
+    for layers less than num_layers": 0 <= N < layers) and :2800 ("CUDA graphs not supported with CPU offloading"
+    unless full_iteration); Transformer Engine's offload context is Megatron's only (framework megatron); the
+    formulation prices it for dense transformer models (formulation/offload.py), on a GPU that states its host link."""
+    n, model = job.cpu_offloading_num_layers, job.model
+    if n == 0:
+        return None
+    if job.framework != "megatron":
+        return (f"cpu_offloading_num_layers is Megatron-LM's (--cpu-offloading-num-layers, Transformer Engine's offload "
+                f"context); framework {job.framework} has no layer-level activation offloading: use framework megatron "
+                f"or set it to 0")
+    if n >= model.num_layers:
+        return (f"cpu_offloading_num_layers {n} must be less than the model's {model.num_layers} layers (Megatron: 'CPU "
+                f"offloading can be done only for layers less than {model.num_layers}'); use at most {model.num_layers - 1}")
+    if model.is_moe or model.is_hybrid or model.mtp_num_layers:
+        return (f"cpu_offloading_num_layers is priced for dense transformer models only ({model.name} is "
+                f"{'a hybrid Mamba' if model.is_hybrid else 'a mixture-of-experts' if model.is_moe else 'an MTP'} "
+                f"model: its layers' saved activations differ by kind); set it to 0")
+    if job.cuda_graph_impl not in ("none", "full_iteration"):
+        return (f"cpu_offloading_num_layers with cuda_graph_impl {job.cuda_graph_impl}: Megatron: 'CUDA graphs not "
+                f"supported with CPU offloading' (only full_iteration); set cuda_graph_impl none")
+    for pool in job.cluster.pool_specs():
+        if pool.gpu.host_link_gbyte_per_s is None:
+            return (f"cpu_offloading_num_layers needs the GPU-to-host bandwidth: GPU {pool.gpu.name} states no "
+                    f"host_link_gbyte_per_s; add it to the GPU file (GB/s per direction per GPU)")
     return None

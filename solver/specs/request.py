@@ -111,6 +111,9 @@ class JobRequest(Request):
                                                                      "(--num-layers-at-start-in-bf16)")
     bf16_layers_at_end: int | None = Field(None, ge=0, description="nvfp4 / FP8: last layers kept in BF16 "
                                                                    "(--num-layers-at-end-in-bf16)")
+    cpu_offloading_num_layers: int | None = Field(
+        None, ge=0, description="Megatron's CPU activation offloading of the first N layers (--cpu-offloading-num-layers; "
+                                "needs pp 1, no recomputation, N < layers)")
     cuda_graph_impl: CudaGraphImpl | None = Field(
         None, description="CUDA graphs (Megatron --cuda-graph-impl): none, local, transformer_engine, full_iteration")
     cuda_graph_modules: list[CudaGraphModule] | None = Field(
