@@ -2,8 +2,8 @@
 predict the others, as a user with K measured steps would (`fewshot.fit_few_shot`, the fit
 `solveplan calibrate --steps` runs).
 
-- Group: the rows of one source on one GPU with one framework (`stack_of`): one stack on one
-  cluster type, what one calibrated cluster file covers. A group needs K + 2 rows (K to fit, 2 or more to predict).
+- Group: the rows of one source on one GPU with one framework (`stack_of`; MoE runs apart from dense
+  ones): one stack on one cluster type, what one calibrated cluster file covers. A group needs K + 2 rows (K to fit, 2 or more to predict).
 - Which K rows (`draw_rows`): the group's rows sorted by measured step time, cut into K
   strata of equal count, one row drawn from each stratum (numpy default_rng([seed, draw])):
   the K measurements spread from the group's fastest to its slowest runs, as a user measures
@@ -35,9 +35,13 @@ DEFAULT_SEED = 0
 
 
 def stack_of(case: RowCase) -> str:
-    """The row's framework inside its source: sharded data parallelism (a stated ZeRO-2/3 or
-    FSDP mode: DeepSpeed, PyTorch FSDP) or Megatron's model parallelism (everything else).
-    Narayanan et al. 2021 report both (Table 2): two stacks, two calibrations."""
+    """The row's framework inside its source: a mixture-of-experts model's Megatron-Core path (the token
+    dispatcher, grouped GEMMs and expert parallelism: the stack the error bars give their own band,
+    `intervals.stack_of`), sharded data parallelism (a stated ZeRO-2/3 or FSDP mode: DeepSpeed, PyTorch
+    FSDP) or Megatron's model parallelism (everything else). Narayanan et al. 2021 report both of the
+    last two (Table 2), Megatron-Bridge dense and MoE runs: each stack its own calibration."""
+    if case.row.job_spec.model.is_moe:
+        return "moe"
     zero = case.row.job_spec.constraints.zero
     return "zero2/3" if zero and min(zero) >= 2 else "tp/pp"
 
