@@ -27,6 +27,7 @@ import numpy as np
 from ..specs import JobSpec
 from .crossval import Prediction
 from .fewshot import RowFacts, calibrated_job, fit_few_shot
+from .intervals import stack_of as intervals_stack_of
 from .runs_fit import RowCase, fit, gpu_updates
 
 BASES = ("shipped", "left-out")
@@ -35,15 +36,12 @@ DEFAULT_SEED = 0
 
 
 def stack_of(case: RowCase) -> str:
-    """The row's framework inside its source: a mixture-of-experts model's Megatron-Core path (the token
-    dispatcher, grouped GEMMs and expert parallelism: the stack the error bars give their own band,
-    `intervals.stack_of`), sharded data parallelism (a stated ZeRO-2/3 or FSDP mode: DeepSpeed, PyTorch
-    FSDP) or Megatron's model parallelism (everything else). Narayanan et al. 2021 report both of the
-    last two (Table 2), Megatron-Bridge dense and MoE runs: each stack its own calibration."""
-    if case.row.job_spec.model.is_moe:
-        return "moe"
+    """The row's stack inside its source, by the error bars' rule (`intervals.stack_of`): "moe" for a
+    mixture-of-experts model, "fsdp" for a stated ZeRO-2/3 or FSDP mode (DeepSpeed, PyTorch FSDP),
+    "megatron" otherwise. Narayanan et al. 2021 report both of the last two (Table 2), Megatron-Bridge
+    dense and MoE runs: each stack its own calibration."""
     zero = case.row.job_spec.constraints.zero
-    return "zero2/3" if zero and min(zero) >= 2 else "tp/pp"
+    return intervals_stack_of(2 if zero and min(zero) >= 2 else 0, case.row.job_spec.model.is_moe)
 
 
 def group_key(case: RowCase) -> tuple[str, str, str]:
