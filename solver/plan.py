@@ -163,6 +163,15 @@ def default_plan_layers(job: JobSpec, parallel: ParallelConfig) -> list[int]:
                           parallel.account_for_loss)
 
 
+def drop_absent_terms(job: JobSpec, breakdown: dict) -> None:
+    """A plan's breakdown shows only the terms its job can have: expert-parallel traffic for MoE models,
+    offloading copies for a job that offloads activations (every plan, single-type or placed, by this rule)."""
+    if not job.model.is_moe:
+        breakdown.pop("ep_comm_s", None)
+    if not job.cpu_offloading_num_layers:
+        breakdown.pop("offload_s", None)
+
+
 def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan:
     """Evaluate `parallel` with `layers` per stage using the float formulation. The formulation
     prices a split in pipeline units (`ModelSpec.pipeline_units`: a layer each for a dense
@@ -178,10 +187,7 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
     ev = evaluate_split(co, 0, units)
     for st, n in zip(ev.stages, layers):
         st["layers"] = int(n)
-    if not job.model.is_moe:  # a dense plan's breakdown keeps its keys
-        ev.breakdown.pop("ep_comm_s", None)
-    if not job.cpu_offloading_num_layers:  # only a plan that offloads activations has the key
-        ev.breakdown.pop("offload_s", None)
+    drop_absent_terms(job, ev.breakdown)
     tp_ = throughput(job, ev.step_time_s, RECOMPUTE_CODES[parallel.recompute])
     return Plan(
         model=job.model.name, cluster=job.cluster.name, num_gpus=job.cluster.num_gpus,

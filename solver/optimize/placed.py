@@ -10,7 +10,7 @@ import numpy as np
 from ..formulation.flops import reported_flop_per_step
 from ..formulation.job import job_assumptions
 from ..formulation.precision import peak_flop_per_s
-from ..plan import Plan, Stage, StageMemory, parallel_from_row
+from ..plan import Plan, Stage, StageMemory, drop_absent_terms, parallel_from_row
 from ..search.joint.heuristic import Assignment
 from ..search.joint.nodes import NodeSet
 from ..search.joint.prices import Prices
@@ -58,8 +58,7 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
     n_gpus = len(used) * g
     peak = sum(peak_flop_per_s(p.gpu, job.precision) * g for st, pl in zip(a.nodes, a.pools) for p in [pools[pl]] for _ in st)
     T = ev.step_time_s
-    if not job.cpu_offloading_num_layers:  # only a plan that offloads activations has the key (plan.make_plan)
-        ev.breakdown.pop("offload_s", None)
+    drop_absent_terms(job, ev.breakdown)
     mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute])
     stages = []
     for s, st in enumerate(ev.stages):
