@@ -137,3 +137,18 @@ def test_admission_peak_bound_counts_the_fp4_peak_under_nvfp4():
     gpu = load_gpu("gb200")
     assert peak_flop_per_s(gpu, "nvfp4") == gpu.peak_fp4_tflops * 1e12
     assert peak_flop_per_s(gpu, "mxfp8") == peak_flop_per_s(gpu) == gpu.peak_fp8_tflops * 1e12
+
+
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8", "nvfp4"])
+def test_embedding_and_head_keep_no_quantised_weight_copies(precision):
+    """The word embedding and the LM head are not Transformer Engine linears (gpt_model.py:272-276): under
+    a quantised recipe their state is BF16's, while a decoder layer's weights carry the recipe's copies."""
+    quant, bf16 = _job(precision=precision), _job(precision="bf16")
+    shapes = enumerate_shapes(bf16).shapes
+    shapes = shapes.take(np.flatnonzero(shapes.pp > 1)[:20])
+    cq, cb = job_coefficients(quant, shapes), job_coefficients(bf16, shapes)
+    np.testing.assert_allclose(cq.first_static_bytes, cb.first_static_bytes, rtol=1e-12)
+    np.testing.assert_allclose(cq.last_static_bytes, cb.last_static_bytes, rtol=1e-12)
+    assert np.all(cq.first_static_bytes > 0)
+    copies = P.weight_copy_bytes_per_param(precision)
+    assert copies > 0 and np.all(cq.layer_static_bytes != cb.layer_static_bytes)

@@ -245,6 +245,16 @@ def test_rows_of_the_new_gpu_file_read_what_they_state():
     assert fp4.skipped is None and fp4.job.precision == "nvfp4" and fp4.job.fp8_param_gather
 
 
+def test_dgx_cloud_rows_keep_bf16_gradients_as_their_yaml_says():
+    """NVIDIA/dgxc-benchmarking@v24.11.1's yamls set optim.grad_sync_dtype: bf16 (Apex distributed_fused_adam):
+    the row's gradient buffer is 2 bytes per parameter, and its assumptions say where that comes from."""
+    dgxc = [r for r in ROWS if r.source == "dgxc_v24111" and not r.skipped]
+    assert dgxc and all(r.job.grad_reduce_dtype == "bf16" for r in dgxc)
+    assert all(any("optim.grad_sync_dtype bf16" in a for a in r.assumed) for r in dgxc)
+    others = [r for r in ROWS if r.source in ("korthikanti2022", "megatron_core_h100_2024") and not r.skipped]
+    assert others and all(r.job.grad_reduce_dtype == "fp32" for r in others)  # no such statement: fp32
+
+
 def test_gb200_rows_of_another_source_in_their_own_words(tmp_path):
     """A held-out file: an NVL72 rack written as a 72-GPU node, the recipe in words, the fabric per tray."""
     import json

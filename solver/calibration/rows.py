@@ -70,14 +70,17 @@ ERA: dict[str, dict[str, Any]] = {
     "narayanan2021": {"sequence_parallel": (False,), "zero": (0,), "flash": False, "overlap_grad_reduce": False},
     "korthikanti2022": {"flash": False, "overlap_grad_reduce": False},
 }
-# Settings a source's own launch scripts fix for every run it publishes (read in those scripts):
-# NVIDIA's performance recipes reduce gradients in bf16 -- Megatron-Bridge
-# scripts/performance/configs/*/*_llm_pretrain.py (v0.2.0-v0.5.x) and src/megatron/bridge/perf_recipes/
-# _common.py (v0.6.0): `cfg.mixed_precision.grad_reduce_in_fp32 = False; cfg.ddp.grad_reduce_in_fp32 =
-# False`; NeMo 2.0 scripts/performance (the NeMo performance-summary tables): with FP8,
-# `recipe.trainer.plugins.grad_reduce_in_fp32 = False`.
-SOURCE_SETTINGS: dict[str, dict[str, GradReduceDtype]] = {src: {"grad_reduce_dtype": "bf16"}
-                   for src in ("mbridge_perf", "nemo_docs_2502", "nemo_docs_2504", "nemo_docs_2507")}
+# Settings a source's own launch scripts fix for every run it publishes, with the evidence a row's
+# `assumed` quotes. Gradients in bf16: Megatron-Bridge scripts/performance/configs/*/*_llm_pretrain.py
+# (v0.2.0-v0.5.x) and src/megatron/bridge/perf_recipes/_common.py (v0.6.0) set grad_reduce_in_fp32 = False
+# (mixed_precision and ddp), as NeMo 2.0 scripts/performance does with FP8; NVIDIA/dgxc-benchmarking@v24.11.1
+# (llama3.1/, nemotron/, grok1/ yamls) sets optim.grad_sync_dtype: bf16 with Apex's distributed_fused_adam, whose
+# contiguous gradient buffer has that dtype (apex/contrib/optimizers/distributed_fused_adam.py `_init_grad_buffer`).
+_SCRIPTS, NEMO_DOCS = "the source's launch scripts: grad_reduce_in_fp32 = False", ("nemo_docs_2502", "nemo_docs_2504", "nemo_docs_2507")
+_DGXC_YAML = "the source's yaml: optim.grad_sync_dtype bf16, Apex distributed_fused_adam's gradient buffer in it"
+SOURCE_SETTINGS: dict[str, dict[str, tuple[GradReduceDtype, str]]] = {
+    **{src: {"grad_reduce_dtype": ("bf16", _SCRIPTS)} for src in ("mbridge_perf", *NEMO_DOCS)},
+    "dgxc_v24111": {"grad_reduce_dtype": ("bf16", _DGXC_YAML)}}
 FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
 # The attention kernel a source's own launch scripts ran, where it is not the rule in `row_job`:
 # llm-foundry's throughput tables (scripts/train/benchmarking/README.md, last tables 2024-01-06 @5e85bd62)
@@ -444,8 +447,9 @@ def grad_reduce_dtype(raw: dict, assumed: list) -> GradReduceDtype:
         return "bf16"
     fixed = SOURCE_SETTINGS.get(raw["source"], {}).get("grad_reduce_dtype")
     if fixed:
-        assumed.append(f"gradients reduced in {fixed} (the source's launch scripts: grad_reduce_in_fp32 = False)")
-        return fixed
+        dtype, evidence = fixed
+        assumed.append(f"gradients reduced in {dtype} ({evidence})")
+        return dtype
     return "fp32"
 
 

@@ -44,16 +44,12 @@ from .layer_terms import (
     selective_recompute,
     sharded_layer_s,
 )
-from .memory import (
-    BF16_BYTES,
-    FP32_BYTES,
-    ZERO3_LIVE_LAYERS,
-    runtime_bytes,
-)
+from .memory import BF16_BYTES, FP32_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes
 from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
 from .mtp import with_mtp
 from .precision import (
+    edge_weight_precision,
     gathered_param_bytes,
     is_quantized,
     matmul_rate,
@@ -392,6 +388,8 @@ class _StageTerms:
         self.first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, self.fam)  # embedding
         self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep, self.fam)  # norm, head, logits
         self.state = self.pb + self.gb + self.ob
+        self.edge_state = sum(frameworks.model_state_bytes_per_param(  # embedding and head: no FP8 copies
+            stack, z, self.shard, edge_weight_precision(precision), self.grad_reduce_dtype, False))
 
     def dense_layer(self) -> dict:
         """The per-layer terms of one dense (Transformer) layer."""
@@ -407,7 +405,7 @@ class _StageTerms:
     def per_layer_and_ends(self) -> tuple[dict, int, dict]:
         """The dense layer's terms and the stage extras; a MoE model's layers folded in units (`moe_layer.fold_layers`),
         a hybrid model's pattern (`hybrid.py`); the MTP block on the last stage (`mtp.with_mtp`, every model kind)."""
-        z, state, layer_params_gpu, opt_per_param = self.z, self.state, self.layer_params_gpu, self.opt_per_param
+        z, layer_params_gpu, opt_per_param = self.z, self.layer_params_gpu, self.opt_per_param
         dense = self.dense_layer()
         start, end = self.bf16_layers  # layers kept in BF16 under a quantised recipe: first / last stage extras
         ends = dict(first_s=self.emb_fwd + self.emb_bwd + self.z_edges + start * self.bf16_extra_s,
@@ -417,8 +415,8 @@ class _StageTerms:
                     last_dp_step_s=self.head_red + self.head_ag + self.tied,
                     first_optimizer_step_s=self.emb_params_gpu * opt_per_param,
                     last_optimizer_step_s=self.head_params_gpu * opt_per_param, first_window_s=self.first_window,
-                    last_window_s=self.last_window, first_static_bytes=self.emb_params_gpu * state,
-                    last_static_bytes=self.head_params_gpu * state, first_act_bytes=self.first_act,
+                    last_window_s=self.last_window, first_static_bytes=self.emb_params_gpu * self.edge_state,
+                    last_static_bytes=self.head_params_gpu * self.edge_state, first_act_bytes=self.first_act,
                     last_act_bytes=self.last_act)
         self.allocator = frameworks.eager_peak(  # transformers: the phase its step peaks in (eager_memory.py)
             self.stack, self.model, dense, ends, fam=self.fam, zero=z, shard=self.shard, params=(

@@ -171,7 +171,7 @@ def embedding_copy(T) -> dict:
     per step and optimizer step on the last stage, the all-reduce on the first; else nothing."""
     copy = np.where((np.asarray(T.p) > 1) & (not T.model.tied_embeddings), 1.0, 0.0)
     emb = T.emb_params_gpu
-    return dict(static=copy * emb * T.state, dp_step=copy * (T.emb_red + T.emb_ag + T.embedding_ar),
+    return dict(static=copy * emb * T.edge_state, dp_step=copy * (T.emb_red + T.emb_ag + T.embedding_ar),
                 opt=copy * emb * T.opt_per_param, first_dp_step=copy * T.embedding_ar)
 
 

@@ -137,6 +137,15 @@ def weight_copy_bytes_per_param(precision: str) -> float:
     return WEIGHT_COPY_BYTES_PER_PARAM.get(precision, 0.0)
 
 
+def edge_weight_precision(precision: str) -> str:
+    """The precision whose weight bytes the word embedding and the LM head keep: BF16 under every
+    quantised recipe, whose FP8/FP4 weight copies exist only for Transformer Engine's linear layers
+    (Megatron-LM d98e8a6 megatron/core/models/gpt/gpt_model.py:272-276: the output layer is
+    tensor_parallel.ColumnParallelLinear unless MXFP8's opt-in fp8_output_proj; the embedding is a
+    VocabParallelEmbedding). BF16/FP16 stay themselves (FP16 keeps its 2-byte gradients)."""
+    return "bf16" if is_quantized(precision) else precision
+
+
 def weight_bytes_per_param(precision: str, fp8_param_gather: bool = False) -> float:
     """Bytes per parameter of the weights a layer keeps: BF16 plus the recipe's FP8 copies, or with
     fp8_param_gather the FP8 copies alone (module docstring)."""
