@@ -115,6 +115,10 @@ CASES = [
     ("Llama 3 70B on GB200, Megatron-FSDP, 40 layers' activations offloaded to Grace (Megatron-Bridge's preset)",
      "llama3.1-70b", "gb200x64", {"config": dict(tp=1, pp=1, micro_batch_size=2, zero=3, recompute="none")},
      {"precision": "fp8-tensorwise", "global_batch_size": 256, "seq_length": 8192, "cpu_offloading_num_layers": 40}),
+    # Megatron's precision-aware optimizer (--use-precision-aware-optimizer, Transformer Engine's FusedAdam): BF16
+    # runs of Megatron-Bridge's perf scripts turn it on (scripts/performance/run_script.py: bf16 with adam)
+    ("Llama 3.1 8B BF16, precision-aware optimizer (fp32 moments)", "llama3.1-8b", "h100x64", {},
+     {"precision_aware_optimizer": True}),
 ]
 OFFLOAD_CASE = next(i for i, c in enumerate(CASES) if "offloaded to Grace" in c[0])
 NVFP4_CASE = next(i for i, c in enumerate(CASES) if "NVFP4" in c[0])
@@ -199,6 +203,12 @@ MOE_CASES += [
      dict(tp=2, pp=8, ep=64, etp=1, pipeline_layout="Et|(tt|)*30mL"), {"global_batch_size": 8192, "seq_length": 4096},
      {}),
 ]
+# DeepSeek's perf recipes: the precision-aware optimizer with bf16 moments (Megatron-Bridge
+# src/megatron/bridge/perf_recipes/deepseek/common.py `_enable_deepseek_precision_aware_optimizer`)
+MOE_CASES.append(("DeepSeek-V3, precision-aware optimizer with bf16 moments (DeepSeek's recipes)", HFM("DeepSeek-V3"),
+                  "h100x1024", dict(tp=2, pp=8, ep=64, etp=1, pipeline_layout="Et|(tt|)*30mL"),
+                  {"global_batch_size": 8192, "seq_length": 4096, "precision_aware_optimizer": True,
+                   "optimizer_moment_dtype": "bf16"}, {}))
 # NVFP4 on a MoE model: GPT-OSS 20B with its last 4 layers in BF16 (Megatron-Bridge v0.5.0
 # scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py: first_last_layers_bf16 = True,
 # num_layers_at_start_in_bf16 = 0, num_layers_at_end_in_bf16 = 4)
@@ -356,11 +366,17 @@ def megatron_launch(M, job, ma):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def precision_diff(job, cfg) -> dict:
+def precision_diff(job, cfg, args) -> dict:
     """What of the planned precision recipe Megatron's TransformerConfig does not hold: the FP4 format and
     recipe of nvfp4 (fp4 e2m1, fp4_recipe nvfp4), NVFP4 weights (fp4_param), the layers kept in BF16
     (first_last_layers_bf16, num_layers_at_start/end_in_bf16) and CPU activation offloading (cpu_offloading with
-    cpu_offloading_num_layers, activations on, weights off); {} when all agree."""
+    cpu_offloading_num_layers, activations on, weights off); and what the parsed arguments do not hold of the
+    optimizer (use_precision_aware_optimizer, exp_avg_dtype and exp_avg_sq_dtype as validate_args maps them to torch
+    dtypes); {} when all agree."""
+    moments = job.optimizer_moment_dtype
+    opt = {"optimizer": ((job.precision_aware_optimizer, moments, moments),
+                         (bool(args.use_precision_aware_optimizer), TORCH_DTYPE_NAMES.get(str(args.exp_avg_dtype)),
+                          TORCH_DTYPE_NAMES.get(str(args.exp_avg_sq_dtype))))}
     fp4 = job.precision == "nvfp4"
     start, end = job.bf16_layers_at_start, job.bf16_layers_at_end
     n = job.cpu_offloading_num_layers  # CPU activation offloading: activations of n layers, not weights
@@ -371,7 +387,11 @@ def precision_diff(job, cfg) -> dict:
            if cfg.first_last_layers_bf16 else None,
            "cpu_offloading": (cfg.cpu_offloading_num_layers, cfg.cpu_offloading_activations, cfg.cpu_offloading_weights)
            if cfg.cpu_offloading else None}
-    return {k: (want[k], got[k]) for k in want if want[k] != got[k]}
+    return {k: (want[k], got[k]) for k in want if want[k] != got[k]} | {k: v for k, v in opt.items() if v[0] != v[1]}
+
+
+# validate_args maps the dtype flags to torch dtypes (arguments.py:1077-1085 at d98e8a6; fp8 is torch.uint8)
+TORCH_DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
 
 
 def megatron_configs(M, gpt: bool = True):
@@ -410,7 +430,7 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
         row["megatron_vp"] = args.virtual_pipeline_model_parallel_size or 1
         row["dp"] = args.data_parallel_size
         got, want = built_architecture(args, cfg, gpt), planned_architecture(job.model)
-        row["arch_diff"] = {k: (want[k], got[k]) for k in want if want[k] != got[k]} | precision_diff(job, cfg)
+        row["arch_diff"] = {k: (want[k], got[k]) for k in want if want[k] != got[k]} | precision_diff(job, cfg, args)
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
                      and not row["arch_diff"])
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
@@ -529,9 +549,9 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
         want_m["a2a_overlap"] = bool(getattr(job, "moe_a2a_overlap", False))
         got_m["a2a_overlap"] = bool(cfg_.overlap_moe_expert_parallel_comm)
         diff.update({k: (want_m[k], got_m.get(k)) for k in want_m if want_m[k] != got_m.get(k)})
-        row["arch_diff"] = diff | precision_diff(job, cfg_)
+        row["arch_diff"] = diff | precision_diff(job, cfg_, args)
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
-                     and not diff)
+                     and not row["arch_diff"])
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         row["ok"] = False

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
-from . import comm, frameworks
+from . import comm, frameworks, memory
 from .data_parallel import embedding_group_allreduce_s, grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
 from .hybrid import hybrid_unit
 from .kernels import elementwise_bytes_per_token, linear_s
@@ -59,9 +59,6 @@ from .precision import (
 from .recompute import modules_of
 
 GIB = 1024**3
-# Adam step per (sharded) parameter, memory bound: fp32 master r/w (8), m r/w (8), v r/w (8),
-# fp32 gradient read (4), bf16 weight write (2), gradient zeroing (4), norm for clipping (4).
-ADAM_STEP_BYTES_PER_PARAM = 38
 # Cross entropy over the vocabulary, bytes per logit (fp32 upcast, exp, normalise; backward).
 CROSS_ENTROPY_BYTES_FWD = 16
 CROSS_ENTROPY_BYTES_BWD = 8
@@ -152,6 +149,7 @@ def stage_coefficients(
     cuda_graph_impl: str = "none",
     cuda_graph_modules: tuple = (),
     bf16_layers: tuple[int, int] = (0, 0),
+    adam_state_bytes: float = memory.ADAM_STATE_BYTES,
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -160,7 +158,7 @@ def stage_coefficients(
         moe_load_imbalance=moe_load_imbalance, moe_a2a_overlap=moe_a2a_overlap,
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
-        bf16_layers=bf16_layers))
+        bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes))
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
@@ -198,6 +196,7 @@ class _StageTerms:
         self.moe_load_imbalance, self.moe_a2a_overlap = options["moe_load_imbalance"], options["moe_a2a_overlap"]
         self.moe_token_dispatcher = options["moe_token_dispatcher"]
         self.fp8_param_gather, self.cuda_graph = options["fp8_param_gather"], options["cuda_graph"]
+        self.adam_state_bytes = options["adam_state_bytes"]  # per parameter before sharding (memory.py)
         self.bf16_layers = options.get("bf16_layers", (0, 0))
         self.gpu = cluster.gpu
         self.stack = frameworks.profile(options["framework"])  # the software stack's terms (frameworks.py); megatron: none
@@ -326,7 +325,7 @@ class _StageTerms:
         self.head_red, self.head_ag = self.dp_step(self.head_params_gpu)
         self.embedding_ar = embedding_group_allreduce_s(self.cluster, self.emb_params_gpu, grad_bytes, t, c, d, p)
         self.tied = np.where(model.tied_embeddings & (p > 1), self.embedding_ar, 0.0)
-        self.adam_bytes = self.stack.optimizer_step_bytes or ADAM_STEP_BYTES_PER_PARAM  # per parameter (frameworks.py)
+        self.adam_bytes = self.stack.optimizer_step_bytes or memory.adam_step_bytes_per_param(self.adam_state_bytes)
         self.opt_per_param = self.adam_bytes / self.hbm / np.where(z >= 1, shard, 1.0)
 
     def stage_ends(self) -> None:
@@ -366,7 +365,8 @@ class _StageTerms:
         M, h, a, s, t, rep, rc, z = self.M, self.h, self.a, self.s, self.t, self.rep, self.rc, self.z
         flash_attention = self.flash_attention
         self.pb, self.gb, self.ob = frameworks.model_state_bytes_per_param(stack, z, self.shard, precision,
-                                                                          self.grad_reduce_dtype, self.fp8_param_gather)
+                                                                          self.grad_reduce_dtype, self.fp8_param_gather,
+                                                                          self.adam_state_bytes)
         self.act_kw = dict(tokens=M, hidden=h, q_width=self.hq, kv_width=self.hkv, mlp_matrices=model.mlp_matrices,
                            heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention,
                            dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision))
@@ -389,7 +389,7 @@ class _StageTerms:
         self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep, self.fam)  # norm, head, logits
         self.state = self.pb + self.gb + self.ob
         self.edge_state = sum(frameworks.model_state_bytes_per_param(  # embedding and head: no FP8 copies
-            stack, z, self.shard, edge_weight_precision(precision), self.grad_reduce_dtype, False))
+            stack, z, self.shard, edge_weight_precision(precision), self.grad_reduce_dtype, False, self.adam_state_bytes))
 
     def dense_layer(self) -> dict:
         """The per-layer terms of one dense (Transformer) layer."""
@@ -453,7 +453,7 @@ class _StageTerms:
             dispatcher=self.moe_token_dispatcher,
             latent_bytes=self.latent_width * M, hbm=hbm, mm=self.mm, bf16mm=self.bf16mm, precision=self.precision,
             grad_reduce_dtype=self.grad_reduce_dtype, fp8_param_gather=self.fp8_param_gather, cuda_graph=self.cuda_graph,
-            imbalance=self.moe_load_imbalance,
+            imbalance=self.moe_load_imbalance, adam_state_bytes=self.adam_state_bytes,
             selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                            attn_working=-scores))
 

@@ -103,7 +103,7 @@ class Framework:
     # modelling code (eager_layers.py), its sliding-window layers' explicit-mask attention, and
     # the memory peak by phase (eager_memory.py); `saved`/`traffic`/`ops_per_layer` unused then
     family_layers: bool = False
-    optimizer_step_bytes: float | None = None  # per parameter; None: coefficients.ADAM_STEP_BYTES_PER_PARAM
+    optimizer_step_bytes: float | None = None  # per parameter; None: memory.adam_step_bytes_per_param
     accumulate_grad_bytes: float = 0.0  # per parameter and micro-batch after the first: .grad += the cast gradient
 
     @property
@@ -206,7 +206,7 @@ def profile(name: str) -> Framework:
 
 # ---------------------------------------------------------------- the hooks
 def model_state_bytes_per_param(fw: Framework, zero, shard, precision: str, grad_reduce_dtype: str = "fp32",
-                                fp8_param_gather: bool = False):
+                                fp8_param_gather: bool = False, adam_bytes: float = memory.ADAM_STATE_BYTES):
     """(weights, gradients, optimizer) bytes per parameter of one GPU. Eager stacks: fp32
     weights (sharded by ZeRO-3; by FSDP2 at zero 2 as well) plus the bf16 copy kept from forward to backward
     (autocast's cast of each weight, saved by its linear; FSDP2 without resharding after
@@ -214,7 +214,7 @@ def model_state_bytes_per_param(fw: Framework, zero, shard, precision: str, grad
     fp32 buckets (torch DistributedDataParallel, gradient_as_bucket_view=False) with plain data
     parallelism, AdamW's two fp32 moments (8, sharded from ZeRO-1)."""
     if fw.fused:
-        return memory.model_state_bytes_per_param(zero, shard, precision, grad_reduce_dtype, fp8_param_gather)
+        return memory.model_state_bytes_per_param(zero, shard, precision, grad_reduce_dtype, fp8_param_gather, adam_bytes)
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
     params = (np.where(zero >= fw.weights_sharded_from_zero, fw.weight_bytes / shard, fw.weight_bytes)

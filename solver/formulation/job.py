@@ -13,6 +13,7 @@ from ..specs import JobSpec, require_uniform
 from .coefficients import StageCoefficients, stage_coefficients
 from .data_parallel import distributed_optimizer_dominates
 from .flops import reported_flop_per_step
+from .memory import adam_state_bytes_per_param
 from .offload import with_offload
 from .precision import is_fp4, is_fp8, peak_flop_per_s
 
@@ -32,6 +33,8 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         recompute_modules=job.recompute_modules, fp8_param_gather=job.fp8_param_gather,
         cuda_graph_impl=job.cuda_graph_impl, cuda_graph_modules=job.cuda_graph_modules,
         bf16_layers=(job.bf16_layers_at_start, job.bf16_layers_at_end),
+        adam_state_bytes=adam_state_bytes_per_param(job.precision, job.precision_aware_optimizer,
+                                                    job.optimizer_moment_dtype),
     )
     # Megatron's CPU activation offloading (dense models, pp 1: specs.job.cpu_offload_problem)
     return with_offload(co, job.model.num_layers, job.cpu_offloading_num_layers, cluster.gpu.host_link_gbyte_per_s)

@@ -51,20 +51,47 @@ def runtime_bytes(reserve_gib: float, tp, cp, dp, pp, ep=1, etp=1) -> np.ndarray
     return reserve_gib * 1024**3 + NCCL_COMM_BYTES * comms
 
 
+ADAM_STATE_BYTES = 12.0  # fp32 master weight, first and second moments
+MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+# The Adam step's traffic beside its state (read and written once each): fp32 gradient read (4), bf16
+# weight write (2), gradient zeroing (4), norm for clipping (4).
+ADAM_STEP_OTHER_BYTES = 14.0
+
+
+def adam_state_bytes_per_param(precision: str, precision_aware: bool = False, moment_dtype: str = "fp32") -> float:
+    """Adam's state per parameter before sharding. Megatron's default optimizer: 12 (fp32 master, m, v).
+    With `--use-precision-aware-optimizer` (Megatron-LM d98e8a6 megatron/core/optimizer/__init__.py:564-588,
+    optimizer_config.py:190-194 and 407-414): the moments in `--exp-avg-dtype` / `--exp-avg-sq-dtype`, and under
+    BF16 or delayed-scaling FP8 the master weight kept by Transformer Engine's FusedAdam as the 16 bits the BF16
+    weight lacks (store_param_remainders, default True; int16 in distrib_optimizer.py:1008); under FP16 or the
+    other quantised recipes Megatron keeps the fp32 master (4)."""
+    if not precision_aware:
+        return ADAM_STATE_BYTES
+    master = 2.0 if precision in ("bf16", "fp8") else 4.0
+    return master + 2 * MOMENT_BYTES[moment_dtype]
+
+
+def adam_step_bytes_per_param(state_bytes: float = ADAM_STATE_BYTES) -> float:
+    """HBM traffic of the Adam step per (sharded) parameter, memory bound: its state read and written, and
+    ADAM_STEP_OTHER_BYTES (38 with the default 12-byte state)."""
+    return 2 * state_bytes + ADAM_STEP_OTHER_BYTES
+
+
 def model_state_bytes_per_param(zero, shard, precision: str, grad_reduce_dtype: str = "fp32",
-                                fp8_param_gather: bool = False):
+                                fp8_param_gather: bool = False, adam_bytes: float = ADAM_STATE_BYTES):
     """(weights, gradients, optimizer) bytes per parameter of one GPU (see the module docstring).
     The gradient buffer has the reduction's dtype: Megatron's DDP allocates main_grad in fp32 only
     with grad_reduce_in_fp32 (megatron/core/distributed/distributed_data_parallel.py: grad_dtype =
     torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype), so `--grad-reduce-in-bf16`
-    keeps 2-byte gradients. `fp8_param_gather`: the FP8 weights only (precision.weight_bytes_per_param)."""
+    keeps 2-byte gradients. `fp8_param_gather`: the FP8 weights only (precision.weight_bytes_per_param).
+    `adam_bytes`: the optimizer state before sharding (`adam_state_bytes_per_param`)."""
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
     weight = weight_bytes_per_param(precision, fp8_param_gather)  # BF16 and/or the recipe's FP8 copies (precision.py)
     grad = 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
     params = np.where(zero >= 3, weight / shard, weight)
     grads = np.where(zero >= 2, grad / shard, grad)
-    opt = np.where(zero >= 1, 12.0 / shard, 12.0)
+    opt = np.where(zero >= 1, adam_bytes / shard, adam_bytes)
     return params, grads, opt
 
 

@@ -12,7 +12,7 @@ from ..specs import ClusterSpec, ModelSpec
 from . import comm
 from .host import host_calls_s, host_exposed_s
 from .kernels import linear_s
-from .memory import BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
+from .memory import ADAM_STATE_BYTES, BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
 from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s, routed_tokens
 from .precision import gathered_param_bytes, is_quantized, quantize_bytes_per_element
 from .recompute import modules_of, norm_recompute
@@ -23,7 +23,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
                fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ()), attention: bool = True,
-               outer_act=None, host_window=None) -> dict:
+               outer_act=None, host_window=None, adam_state_bytes: float = ADAM_STATE_BYTES) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
@@ -75,7 +75,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     edp = t * c * d / (ep * etp)
     pb, gb, ob = state_bytes
-    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype, fp8_param_gather)
+    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype, fp8_param_gather, adam_state_bytes)
     param_bytes = gathered_param_bytes(precision, fp8_param_gather)
     red_ne, ag_ne = dp_step(ne, param_bytes)
     red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes)

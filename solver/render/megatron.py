@@ -13,7 +13,9 @@ runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_f
   pipeline-layout flags: validate_args asserts it); a plan that counts the embedding / loss as
   layers: `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`
   and Megatron's own split (TransformerConfig refuses them beside a layout or first/last counts).
-- zero=1: `--use-distributed-optimizer`. zero=2/3: Megatron-FSDP, `--use-megatron-fsdp
+- zero=1: `--use-distributed-optimizer` (with the job's precision-aware optimizer,
+  `--use-precision-aware-optimizer` and the moments' `--exp-avg-dtype` / `--exp-avg-sq-dtype`).
+  zero=2/3: Megatron-FSDP, `--use-megatron-fsdp
   --data-parallel-sharding-strategy optim_grads | optim_grads_params`, which validate_args
   refuses without `--ckpt-format fsdp_dtensor` and with CUDA_DEVICE_MAX_CONNECTIONS=1.
 - tp > 1 or cp > 1 without Megatron-FSDP on a GPU older than Blackwell: validate_args asserts
@@ -291,6 +293,22 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
     return a, notes
 
 
+def _sharding_flags(job, zero: int, notes: list[str]) -> list[str]:
+    """The optimizer's sharding (zero 1: the distributed optimizer; 2/3: Megatron-FSDP) and the job's
+    precision-aware optimizer (optimizer/__init__.py:564-588 at d98e8a6, TE's FusedAdam; priced in memory.py)."""
+    a = ["--use-distributed-optimizer"] if zero >= 1 else []
+    if job.precision_aware_optimizer:
+        a.append("--use-precision-aware-optimizer")
+        if job.optimizer_moment_dtype != "fp32":
+            a += ["--exp-avg-dtype", job.optimizer_moment_dtype, "--exp-avg-sq-dtype", job.optimizer_moment_dtype]
+    if zero >= 2:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_STRATEGY[zero],
+              "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
+        notes.append(f"zero={zero} is Megatron-FSDP's {FSDP_STRATEGY[zero]} strategy; it needs the fsdp_dtensor "
+                     f"checkpoint format and refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (leave it unset)")
+    return a
+
+
 def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     """Megatron-LM arguments (and launch environment) for `plan` of `job`."""
     par, model = plan.parallel, job.model
@@ -321,13 +339,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
                      f"{job.cpu_offloading_num_layers} layers' saved activations to pinned host memory (leave the "
                      f"NVTE_CPU_OFFLOAD_V1 variable unset: the plan is priced with TE's default schedule)")
     fsdp = par.zero >= 2
-    if par.zero >= 1:
-        a.append("--use-distributed-optimizer")
-    if fsdp:
-        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_STRATEGY[par.zero],
-              "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
-        notes.append(f"zero={par.zero} is Megatron-FSDP's {FSDP_STRATEGY[par.zero]} strategy; it needs the fsdp_dtensor "
-                     f"checkpoint format and refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (leave it unset)")
+    a += _sharding_flags(job, par.zero, notes)
     if job.overlap_grad_reduce and par.dp * par.cp > 1:
         a.append("--overlap-grad-reduce")
         if par.zero >= 1:

@@ -172,6 +172,14 @@ class JobSpec(Spec):
                              "forward and come back for the backward (Transformer Engine cpu_offload.py; priced by "
                              "formulation/offload.py at the GPU's host_link_gbyte_per_s). Megatron needs N < the "
                              "model's layers, pp 1 and no recomputation (cpu_offload_problem)")
+    precision_aware_optimizer: bool = Field(
+        False, description="Megatron --use-precision-aware-optimizer: Transformer Engine's FusedAdam keeps the moments "
+                           "in optimizer_moment_dtype and, under bf16 or delayed-scaling fp8, the master weight as its "
+                           "16-bit remainder (formulation/memory.adam_state_bytes_per_param); needs the distributed "
+                           "optimizer (zero 1)")
+    optimizer_moment_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = Field(
+        "fp32", description="dtype of Adam's two moments (Megatron --exp-avg-dtype and --exp-avg-sq-dtype); other "
+                            "than fp32 needs precision_aware_optimizer (DeepSeek-V3's recipes: bf16)")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
                           "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
@@ -198,6 +206,20 @@ class JobSpec(Spec):
         except ValueError as e:
             raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
         return {**data, "constraints": Constraints(**narrowed)}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _optimizer_knobs(cls, data):
+        """The precision-aware optimizer needs Megatron's distributed optimizer (`optimizer_constraints`)."""
+        if not isinstance(data, dict) or data.get("precision_aware_optimizer") is not True \
+                or data.get("framework", "megatron") != "megatron":  # another stack: optimizer_problem says why
+            return data
+        cons = data.get("constraints", {})
+        given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons or {})
+        try:
+            return {**data, "constraints": Constraints(**optimizer_constraints(given))}
+        except ValueError as e:
+            raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
 
     @model_validator(mode="before")
     @classmethod
@@ -235,9 +257,9 @@ class JobSpec(Spec):
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
-        offload = cpu_offload_problem(self)
-        if offload:
-            raise ValueError(offload)
+        for problem in (cpu_offload_problem(self), optimizer_problem(self)):
+            if problem:
+                raise ValueError(problem)
         graph_problem = cuda_graph_problem(self)
         if graph_problem:
             raise ValueError(graph_problem)
@@ -287,6 +309,34 @@ def cuda_graph_problem(job: JobSpec) -> str | None:
     if moe and impl == "full_iteration" and job.moe_token_dispatcher != "flex":
         return ("a whole-iteration CUDA graph of a dropless MoE model needs the flex dispatcher's static per-rank "
                 "budget (--moe-expert-rank-capacity-factor): set moe_token_dispatcher flex")
+    return None
+
+
+# Megatron-LM d98e8a6 megatron/core/optimizer/__init__.py:1057-1060 (get_megatron_optimizer)
+OPTIMIZER_ZERO_RULE = "Megatron: '--use-precision-aware-optimizer only supported with distributed optimizer'"
+
+
+def optimizer_constraints(given: dict) -> dict:
+    """The constraints of a job with the precision-aware optimizer: zero 1, Megatron's distributed optimizer
+    (OPTIMIZER_ZERO_RULE; Megatron-FSDP has its own dtype options, not priced); ValueError(knob, message)."""
+    zero = given.get("zero")
+    if zero is not None and 1 not in tuple(zero):
+        raise ValueError("zero", f"allows {list(zero)}, but precision_aware_optimizer needs zero 1, the distributed "
+                                 f"optimizer ({OPTIMIZER_ZERO_RULE}); allow zero 1 or drop precision_aware_optimizer")
+    return {**given, "zero": (1,)}
+
+
+def optimizer_problem(job: JobSpec) -> str | None:
+    """Why the job's optimizer settings cannot run (one line naming the fix), or None: a moment dtype other than
+    fp32 needs the precision-aware optimizer (Megatron-LM d98e8a6 optimizer_config.py:475-480: 'exp_avg_dtype can
+    only be fp32 when not using precision-aware optimizer'), which is Megatron's (Transformer Engine's FusedAdam)."""
+    if job.optimizer_moment_dtype != "fp32" and not job.precision_aware_optimizer:
+        return (f"optimizer_moment_dtype {job.optimizer_moment_dtype} needs precision_aware_optimizer true (Megatron: "
+                f"'exp_avg_dtype can only be fp32 when not using precision-aware optimizer'); set it or use fp32")
+    if job.precision_aware_optimizer and job.framework != "megatron":
+        return (f"precision_aware_optimizer is Megatron-LM's (--use-precision-aware-optimizer, Transformer Engine's "
+                f"FusedAdam); framework {job.framework} is priced with AdamW's fp32 state: use framework megatron or "
+                f"drop it")
     return None
 
 

@@ -111,6 +111,11 @@ class JobRequest(Request):
                                                                      "(--num-layers-at-start-in-bf16)")
     bf16_layers_at_end: int | None = Field(None, ge=0, description="nvfp4 / FP8: last layers kept in BF16 "
                                                                    "(--num-layers-at-end-in-bf16)")
+    precision_aware_optimizer: bool | None = Field(
+        None, description="Megatron --use-precision-aware-optimizer (Transformer Engine FusedAdam; needs zero 1)")
+    optimizer_moment_dtype: Literal["fp32", "bf16", "fp16", "fp8"] | None = Field(
+        None, description="Adam's moments (--exp-avg-dtype / --exp-avg-sq-dtype); not fp32 needs the precision-aware "
+                          "optimizer")
     cpu_offloading_num_layers: int | None = Field(
         None, ge=0, description="Megatron's CPU activation offloading of the first N layers (--cpu-offloading-num-layers; "
                                 "needs pp 1, no recomputation, N < layers)")
