@@ -125,6 +125,7 @@ NVFP4_CASE = next(i for i, c in enumerate(CASES) if "NVFP4" in c[0])
 MXFP8_CASE = next(i for i, c in enumerate(CASES) if c[0].startswith("Llama 3.1 405B MXFP8"))
 ACCOUNTED_CASE = next(i for i, c in enumerate(CASES) if "embedding and loss counted" in c[0])
 LAYOUT_CASE = next(i for i, c in enumerate(CASES) if "recipe layout" in c[0])
+PA_CASE = next(i for i, c in enumerate(CASES) if "precision-aware optimizer" in c[0])
 # what a user adds to the printed arguments (data, tokenizer, schedule), and --no-rope-fusion: the
 # fused RoPE kernel is a Transformer Engine function, and TE (CUDA only) is not installed here
 # Controls: the same plans with one rule broken must be refused (or build another model), so an
@@ -149,6 +150,8 @@ CONTROLS = [
      lambda a, e: (a + ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers",
                         "1"], e)),
     (OFFLOAD_CASE, "CPU offloading of all 80 layers", lambda a, e: (_set(a, "--cpu-offloading-num-layers", "80"), e)),
+    (PA_CASE, "precision-aware optimizer planned, --use-precision-aware-optimizer dropped",
+     lambda a, e: (_drop(a, "--use-precision-aware-optimizer", 0), e)),
 ]
 HFM = lambda name: str(HF / name / "config.json")  # noqa: E731
 # (label, model, cluster, explicit configuration (evaluate-style, with ep/etp), job extras, model
@@ -209,6 +212,7 @@ MOE_CASES.append(("DeepSeek-V3, precision-aware optimizer with bf16 moments (Dee
                   "h100x1024", dict(tp=2, pp=8, ep=64, etp=1, pipeline_layout="Et|(tt|)*30mL"),
                   {"global_batch_size": 8192, "seq_length": 4096, "precision_aware_optimizer": True,
                    "optimizer_moment_dtype": "bf16"}, {}))
+MOE_PA_CASE = len(MOE_CASES) - 1
 # NVFP4 on a MoE model: GPT-OSS 20B with its last 4 layers in BF16 (Megatron-Bridge v0.5.0
 # scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py: first_last_layers_bf16 = True,
 # num_layers_at_start_in_bf16 = 0, num_layers_at_end_in_bf16 = 4)
@@ -254,6 +258,8 @@ MOE_CONTROLS = [
                                                                   "--recompute-num-layers", "1"], e)),
     (9, "etp 4 x ep 64 x pp 4 = 1024 ranks on 512 GPUs",
      lambda a, e: (_set(_set(a, "--expert-model-parallel-size", "64"), "--expert-tensor-parallel-size", "4"), e)),
+    (MOE_PA_CASE, "bf16 moments planned, --exp-avg-dtype / --exp-avg-sq-dtype dropped (fp32 moments built)",
+     lambda a, e: (_drop(_drop(a, "--exp-avg-dtype", 1), "--exp-avg-sq-dtype", 1), e)),
 ]
 USER_ARGS = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "10", "--lr", "1e-4",
              "--no-rope-fusion"]
