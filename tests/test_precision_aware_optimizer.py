@@ -102,3 +102,13 @@ def test_the_library_and_service_take_it_from_a_job_mapping():
     assert api.check(job, time_limit_s=20).feasible
     with pytest.raises(InputError, match="optimizer_moment_dtype bf16 needs precision_aware_optimizer"):
         api.check({**job, "precision_aware_optimizer": False}, time_limit_s=20)
+
+
+def test_rules_apply_to_values_pydantic_coerces():
+    """A JobSpec built in Python with "true" or "8" (which pydantic reads as True and 8) gets the same narrowed
+    constraints as the typed values: the rule is applied before validation, on the raw value."""
+    assert _job(precision_aware_optimizer="true").constraints.zero == (1,)
+    offload = _job(cpu_offloading_num_layers="8")
+    assert offload.cpu_offloading_num_layers == 8
+    assert (offload.constraints.pp, offload.constraints.recompute) == ((1,), ("none",))
+    assert _job(precision_aware_optimizer="false").constraints.zero is None

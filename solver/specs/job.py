@@ -199,41 +199,24 @@ class JobSpec(Spec):
         job is built (catalog.load_job narrows first, naming the knob of a conflict)."""
         if not isinstance(data, dict) or data.get("framework", "megatron") == "megatron":
             return data
-        cons = data.get("constraints", {})
-        given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons)
-        try:
-            narrowed = narrow_constraints(data["framework"], given, Constraints.model_fields)
-        except ValueError as e:
-            raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
-        return {**data, "constraints": Constraints(**narrowed)}
+        return _constrained(data, lambda given: narrow_constraints(data["framework"], given, Constraints.model_fields))
 
     @model_validator(mode="before")
     @classmethod
     def _optimizer_knobs(cls, data):
         """The precision-aware optimizer needs Megatron's distributed optimizer (`optimizer_constraints`)."""
-        if not isinstance(data, dict) or data.get("precision_aware_optimizer") is not True \
+        if not isinstance(data, dict) or not _given_true(data.get("precision_aware_optimizer")) \
                 or data.get("framework", "megatron") != "megatron":  # another stack: optimizer_problem says why
             return data
-        cons = data.get("constraints", {})
-        given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons or {})
-        try:
-            return {**data, "constraints": Constraints(**optimizer_constraints(given))}
-        except ValueError as e:
-            raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
+        return _constrained(data, optimizer_constraints)
 
     @model_validator(mode="before")
     @classmethod
     def _offload_knobs(cls, data):
         """CPU offloading fixes pp 1 and no recomputation (Megatron's rules, `offload_constraints`)."""
-        if not isinstance(data, dict) or not isinstance(data.get("cpu_offloading_num_layers"), int) \
-                or data["cpu_offloading_num_layers"] <= 0:
+        if not isinstance(data, dict) or _given_int(data.get("cpu_offloading_num_layers")) <= 0:
             return data
-        cons = data.get("constraints", {})
-        given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons or {})
-        try:
-            return {**data, "constraints": Constraints(**offload_constraints(given))}
-        except ValueError as e:
-            raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
+        return _constrained(data, offload_constraints)
 
     @model_validator(mode="after")
     def _check(self):
@@ -310,6 +293,32 @@ def cuda_graph_problem(job: JobSpec) -> str | None:
         return ("a whole-iteration CUDA graph of a dropless MoE model needs the flex dispatcher's static per-rank "
                 "budget (--moe-expert-rank-capacity-factor): set moe_token_dispatcher flex")
     return None
+
+
+def _constrained(data: dict, narrow) -> dict:
+    """`data` with its constraints passed through `narrow` (given constraints -> narrowed; ValueError(knob,
+    message) when a rule excludes what they allow), the error naming `constraints.<knob>`."""
+    cons = data.get("constraints") or {}
+    given = cons.model_dump(exclude_defaults=True) if isinstance(cons, Constraints) else dict(cons)
+    try:
+        return {**data, "constraints": Constraints(**narrow(given))}
+    except ValueError as e:
+        raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
+
+
+def _given_true(value) -> bool:
+    """Whether a raw field value is one pydantic reads as True (so a rule keyed on it applies before validation)."""
+    return value is True or (isinstance(value, (int, str)) and str(value).strip().lower() in {"1", "true", "t", "yes",
+                                                                                               "y", "on"})
+
+
+def _given_int(value) -> int:
+    """A raw integer field value as pydantic reads it (int or digit string), else 0 (validation reports it)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9):
+        return int(value)
+    return 0
 
 
 # Megatron-LM d98e8a6 megatron/core/optimizer/__init__.py:1057-1060 (get_megatron_optimizer)
