@@ -120,6 +120,22 @@ def _other_framework(job: JobSpec) -> list[str]:
     return [f"framework megatron runs what framework {job.framework} excludes ({', '.join(narrowed)})"]
 
 
+def _smaller_optimizer_state(job: JobSpec, par, cap: float) -> list[str]:
+    """A suggestion where Megatron's precision-aware optimizer with bf16 moments (6 bytes of Adam state per
+    parameter instead of 12, formulation/memory.adam_state_bytes_per_param) is not yet the job's: whether the
+    least-memory shape, with the distributed optimizer it needs, fits so."""
+    if job.framework != "megatron" or job.optimizer_moment_dtype == "bf16" or par.zero >= 2:
+        return []
+    smaller = job.model_copy(update={"precision_aware_optimizer": True, "optimizer_moment_dtype": "bf16"})
+    alt = par.model_copy(update={"zero": 1})
+    peak, _ = _least_memory(smaller, alt.shapes())
+    verdict = "fits" if peak[0] <= cap else f"still needs {peak[0] / GIB:.1f} GiB"
+    allowed = "" if job.constraints.allows("zero", 1) else " (your constraints exclude zero 1)"
+    return [f"Megatron's precision-aware optimizer with bf16 moments (job fields precision_aware_optimizer true, "
+            f"optimizer_moment_dtype bf16: 6 bytes of Adam state per parameter, not 12): {verdict} with "
+            f"{alt.describe()}{allowed}"]
+
+
 def shape_shortfall(job: JobSpec) -> Shortfall:
     """No legal shape at all: divisibility (heads, batch, layers) or the constraints."""
     N = job.cluster.num_gpus
@@ -189,6 +205,7 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     done = [t for c, t in ((par.recompute == "full", "full recomputation"), (par.micro_batch_size == 1, "micro-batch size 1")) if c]
     if done:
         suggestions.append(f"the least-memory plan already uses {' and '.join(done)}")
+    suggestions += _smaller_optimizer_state(job, par, cap)
     suggestions.append(_more_gpus(job, budget_s))
     cons = users_constraints(job.framework, job.constraints.model_dump(exclude_defaults=True))
     if cons:

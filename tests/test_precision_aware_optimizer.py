@@ -112,3 +112,23 @@ def test_rules_apply_to_values_pydantic_coerces():
     assert offload.cpu_offloading_num_layers == 8
     assert (offload.constraints.pp, offload.constraints.recompute) == ((1,), ("none",))
     assert _job(precision_aware_optimizer="false").constraints.zero is None
+
+
+def test_an_infeasible_job_is_told_what_the_smaller_optimizer_state_would_do(cli):
+    from solveplan.diagnose import _least_memory, _smaller_optimizer_state
+
+    job = _job(model="gpt3-13b", cluster="a100-40gbx8", constraints={"tp": [1], "pp": [1], "zero": [0, 1]})
+    par = ParallelConfig(tp=1, pp=1, dp=8, cp=1, vp=1, micro_batch_size=1, num_microbatches=8, recompute="full",
+                         sequence_parallel=False, zero=0)
+    base, _ = _least_memory(job, par.shapes())
+    aware, _ = _least_memory(job.model_copy(update={"precision_aware_optimizer": True, "optimizer_moment_dtype": "bf16"}),
+                             par.model_copy(update={"zero": 1}).shapes())
+    assert aware[0] < base[0]
+    (fits,) = _smaller_optimizer_state(job, par, cap=(aware[0] + base[0]) / 2)
+    assert "fits with" in fits and "zero=1" in fits
+    (short,) = _smaller_optimizer_state(job, par, cap=aware[0] / 2)
+    assert f"still needs {aware[0] / 1024**3:.1f} GiB" in short
+    assert _smaller_optimizer_state(_job(precision_aware_optimizer=True, optimizer_moment_dtype="bf16"), par, 1.0) == []
+    res = cli("optimize", "--model", "gpt3-13b", "--cluster", "a100-40gbx8", "--tp", "1", "--pp", "1", "--zero", "0,1",
+              "--global-batch-size", "64")
+    assert res.code != 0 and "precision-aware optimizer with bf16 moments" in res.err, res.err
