@@ -4,7 +4,9 @@
   weight (2), an fp32 main gradient (4) and fp32 Adam state (master weight, m, v: 12) = 18
   bytes (Megatron-LM distributed-optimizer docs, "bf16 params, fp32 grads"); fp16 training
   (Megatron's fp16 optimizer) has fp16 gradients: 16 (ZeRO paper Sec. 3.1); an FP8 recipe adds
-  the cached FP8 weight in both layouts and its scales (precision.py: 2, mxfp8 2.06). Sharding over the
+  the cached FP8 weight in both layouts and its scales (precision.py: 2, mxfp8 2.06) to the decoder's
+  linear layers, not to the embedding and LM head (`precision.edge_weight_precision`); Adam's 12
+  bytes are the job's (`adam_state_bytes_per_param`: less with the precision-aware optimizer). Sharding over the
   d data-parallel ranks (x cp): ZeRO-1 / distributed optimizer divides the Adam state, ZeRO-2
   the gradients too, ZeRO-3 / FSDP everything (Rajbhandari et al. 2020).
 - Activations per layer per micro-batch (`layer_activation_bytes`): Korthikanti et al. 2022
