@@ -132,3 +132,14 @@ def test_an_infeasible_job_is_told_what_the_smaller_optimizer_state_would_do(cli
     res = cli("optimize", "--model", "gpt3-13b", "--cluster", "a100-40gbx8", "--tp", "1", "--pp", "1", "--zero", "0,1",
               "--global-batch-size", "64")
     assert res.code != 0 and "precision-aware optimizer with bf16 moments" in res.err, res.err
+
+
+def test_torchtitan_section_says_the_optimizer_is_not_expressed():
+    from solveplan.render.torchtitan import torchtitan_config
+
+    aware = _job(precision_aware_optimizer=True, optimizer_moment_dtype="bf16")
+    _, notes = torchtitan_config(aware, _plan(aware))
+    assert any("precision-aware optimizer" in n and "6 bytes of Adam state" in n for n in notes), notes
+    plain = _job()
+    _, notes = torchtitan_config(plain, _plan(plain))
+    assert not any("precision-aware optimizer" in n for n in notes)

@@ -44,6 +44,7 @@ How the plan maps (torchtitan's parallelisms are FSDP2-based, not Megatron's), b
 from __future__ import annotations
 
 from ..errors import InputError
+from ..formulation.memory import adam_state_bytes_per_param
 from ..plan import Plan
 from ..specs import JobSpec
 from .megatron import _chunks
@@ -71,6 +72,13 @@ NVFP4_NOTE = ("the planned nvfp4 recipe (Transformer Engine NVFP4BlockScaling) i
 OFFLOAD_NOTE = ("torchtitan has no layer-level activation offloading (training.enable_cpu_offload offloads FSDP2's "
                 "parameters, gradients and optimizer state): the plan's cpu_offloading_num_layers is not expressed; "
                 "launch with Megatron-LM's --cpu-offloading-num-layers")
+
+# pytorch/torchtitan b5bcd76 torchtitan/components/optimizer/optimizer.py: AdamW over FSDP2's fp32 parameters;
+# implementation "fused_opt_states_bf16" keeps bf16 moments (not set by the config written here); no master-weight
+# remainder (the weights themselves are the fp32 master).
+OPTIMIZER_NOTE = ("the plan's precision-aware optimizer (Megatron --use-precision-aware-optimizer, {state:g} bytes of "
+                  "Adam state per parameter) is not expressed: torchtitan's AdamW keeps fp32 moments over fp32 weights "
+                  "here; launch with Megatron-LM's flags for the planned memory")
 
 
 def module_fqns_per_model_part(layers: list[int], vp: int, num_layers: int,
@@ -120,6 +128,9 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
                      f"torchtitan's selective activation checkpointing is per op; the plan was priced with them")
     if job.cpu_offloading_num_layers:
         notes.append(OFFLOAD_NOTE)
+    if job.precision_aware_optimizer:
+        notes.append(OPTIMIZER_NOTE.format(state=adam_state_bytes_per_param(
+            job.precision, True, job.optimizer_moment_dtype)))
     local = job.global_batch_size // par.dp  # per data-parallel rank
     training = {"seq_len": job.seq_length, "global_batch_size": job.global_batch_size}
     parallelism: dict = {"tensor_parallel_degree": par.tp, "context_parallel_degree": par.cp,
