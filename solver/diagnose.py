@@ -131,9 +131,9 @@ def _smaller_optimizer_state(job: JobSpec, par, cap: float) -> list[str]:
     peak, _ = _least_memory(smaller, alt.shapes())
     verdict = "fits" if peak[0] <= cap else f"still needs {peak[0] / GIB:.1f} GiB"
     allowed = "" if job.constraints.allows("zero", 1) else " (your constraints exclude zero 1)"
-    return [f"Megatron's precision-aware optimizer with bf16 moments (job fields precision_aware_optimizer true, "
-            f"optimizer_moment_dtype bf16: 6 bytes of Adam state per parameter, not 12): {verdict} with "
-            f"{alt.describe()}{allowed}"]
+    return [f"Megatron's precision-aware optimizer with bf16 moments (--precision-aware-optimizer "
+            f"--optimizer-moment-dtype bf16, or the job fields of those names: 6 bytes of Adam state per parameter, "
+            f"not 12): {verdict} with {alt.describe()}{allowed}"]
 
 
 def shape_shortfall(job: JobSpec) -> Shortfall:

@@ -60,7 +60,7 @@ def test_plan_memory_and_optimizer_step_shrink_by_the_state():
 
 
 @pytest.mark.parametrize("kw, words", [
-    (dict(optimizer_moment_dtype="bf16"), "needs precision_aware_optimizer"),
+    (dict(optimizer_moment_dtype="bf16"), "needs precision_aware_optimizer true"),
     (dict(precision_aware_optimizer=True, constraints={"zero": [0]}), "needs zero 1"),
     (dict(precision_aware_optimizer=True, framework="torchtitan"), "Megatron-LM's"),
 ])
@@ -100,7 +100,7 @@ def test_the_library_and_service_take_it_from_a_job_mapping():
     job = {"model": "llama3.1-8b", "cluster": "h100x8", "precision_aware_optimizer": True,
            "optimizer_moment_dtype": "bf16"}
     assert api.check(job, time_limit_s=20).feasible
-    with pytest.raises(InputError, match="optimizer_moment_dtype bf16 needs precision_aware_optimizer"):
+    with pytest.raises(InputError, match="optimizer_moment_dtype bf16 .* needs precision_aware_optimizer"):
         api.check({**job, "precision_aware_optimizer": False}, time_limit_s=20)
 
 
@@ -143,3 +143,17 @@ def test_torchtitan_section_says_the_optimizer_is_not_expressed():
     plain = _job()
     _, notes = torchtitan_config(plain, _plan(plain))
     assert not any("precision-aware optimizer" in n for n in notes)
+
+
+def test_cli_flags(cli):
+    base = ("--model", "llama3.1-8b", "--cluster", "h100x8", "--tp", "1", "--pp", "1", "--micro-batch-size", "1",
+            "--recompute", "full", "--json")
+    plain = cli("evaluate", *base)
+    aware = cli("evaluate", *base, "--precision-aware-optimizer", "--optimizer-moment-dtype", "bf16")
+    assert plain.code == 0 and aware.code == 0, (plain.err, aware.err)
+    import json
+
+    opt = [json.loads(r.out)["stages"][0]["memory_bytes"]["optimizer"] for r in (plain, aware)]
+    assert opt[1] == pytest.approx(opt[0] * 6 / 12, rel=1e-9)
+    bad = cli("evaluate", *base, "--optimizer-moment-dtype", "bf16")
+    assert bad.code == 2 and "--precision-aware-optimizer" in bad.err and len(bad.err.strip().splitlines()) == 1

@@ -35,6 +35,7 @@ FLAGS = {
     "nic_gbit_per_s": "--nic-gbit-per-s", "rack_order": "--rack-order", "degraded_nodes": "--degraded-node",
     "degraded_links": "--degraded-link", "attention_kernel": "--attention-kernel", "framework": "--framework",
     "grad_reduce_dtype": "--grad-reduce-dtype", "tp_comm_overlap": "--tp-comm-overlap",
+    "precision_aware_optimizer": "--precision-aware-optimizer", "optimizer_moment_dtype": "--optimizer-moment-dtype",
     "overlap_grad_reduce": "--overlap-grad-reduce", "resume": "--resume", "output": "--output", "ray": "--ray",
     "batch_size": "--batch-size", "max_scenarios": "--max-scenarios", "target": "--tokens-per-s / --deadline with --token-budget",
     "token_file": "--token-file",
@@ -185,6 +186,12 @@ _BASE = [
     click.option("--recompute-modules", default=None,
                  help="With recompute selective: Megatron's --recompute-modules, comma-separated (core_attn, moe_act, "
                       "layernorm, mla_up_proj, mlp, moe, shared_experts; default core_attn)."),
+    click.option("--precision-aware-optimizer/--no-precision-aware-optimizer", default=None,
+                 help="Megatron's --use-precision-aware-optimizer: Adam's master weight kept as its 16-bit remainder "
+                      "under bf16 / delayed fp8 (10 bytes of state per parameter, not 12); zero 1 only. Default off."),
+    click.option("--optimizer-moment-dtype", type=click.Choice(["fp32", "bf16", "fp16", "fp8"]), default=None,
+                 help="Adam's moments (Megatron --exp-avg-dtype / --exp-avg-sq-dtype; bf16: 6 bytes of state per "
+                      "parameter); other than fp32 needs --precision-aware-optimizer. Default fp32."),
 ]
 
 _CONSTRAINTS = [
@@ -302,7 +309,8 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
                 flash_attention=None, attention_kernel=None, grad_reduce_dtype=None, tp_comm_overlap=None,
                 overlap_grad_reduce=None, prefer=None, tolerance_rel=None, moe_load_imbalance=None,
                 moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, recompute_modules=None,
-                cpu_offloading_num_layers=None, **constraint_flags) -> dict:
+                cpu_offloading_num_layers=None, precision_aware_optimizer=None, optimizer_moment_dtype=None,
+                **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
@@ -312,6 +320,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "moe_load_imbalance": moe_load_imbalance, "moe_a2a_overlap": moe_a2a_overlap,
              "moe_token_dispatcher": moe_token_dispatcher, "framework": framework,
              "cpu_offloading_num_layers": cpu_offloading_num_layers,
+             "precision_aware_optimizer": precision_aware_optimizer, "optimizer_moment_dtype": optimizer_moment_dtype,
              "recompute_modules": None if recompute_modules is None else
              [m.strip() for m in str(recompute_modules).split(",") if m.strip()]}
     data.update({k: v for k, v in flags.items() if v is not None})

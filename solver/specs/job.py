@@ -340,8 +340,9 @@ def optimizer_problem(job: JobSpec) -> str | None:
     fp32 needs the precision-aware optimizer (Megatron-LM d98e8a6 optimizer_config.py:475-480: 'exp_avg_dtype can
     only be fp32 when not using precision-aware optimizer'), which is Megatron's (Transformer Engine's FusedAdam)."""
     if job.optimizer_moment_dtype != "fp32" and not job.precision_aware_optimizer:
-        return (f"optimizer_moment_dtype {job.optimizer_moment_dtype} needs precision_aware_optimizer true (Megatron: "
-                f"'exp_avg_dtype can only be fp32 when not using precision-aware optimizer'); set it or use fp32")
+        return (f"optimizer_moment_dtype {job.optimizer_moment_dtype} (--optimizer-moment-dtype) needs "
+                f"precision_aware_optimizer true (--precision-aware-optimizer; Megatron: 'exp_avg_dtype can only be fp32 "
+                f"when not using precision-aware optimizer'); set it or use fp32")
     if job.precision_aware_optimizer and job.framework != "megatron":
         return (f"precision_aware_optimizer is Megatron-LM's (--use-precision-aware-optimizer, Transformer Engine's "
                 f"FusedAdam); framework {job.framework} is priced with AdamW's fp32 state: use framework megatron or "
