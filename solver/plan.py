@@ -17,6 +17,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
+from .catalog import JOB_SETTINGS
 from .errors import InputError, path
 from .formulation.flops import FLOP_CONVENTION
 from .formulation.job import job_assumptions, job_coefficients, throughput
@@ -127,6 +128,7 @@ class Plan(Out):
     peak_memory_bytes: float
     capacity_bytes: float
     fits: bool
+    settings: dict[str, Any] = {}  # the job's software settings beyond its defaults (`job_settings`): what was priced
     assumptions: list[str] = []  # what the prediction assumes instead of fitting (formulation.job.job_assumptions)
     # error bars (`calibration.intervals`): where the measured step and memory lie with
     # probability `interval_coverage` on the published runs; None until `optimize` attaches them
@@ -163,6 +165,19 @@ def default_plan_layers(job: JobSpec, parallel: ParallelConfig) -> list[int]:
                           parallel.account_for_loss)
 
 
+def job_settings(job: JobSpec) -> dict[str, Any]:
+    """The job's software settings (`catalog.JOB_SETTINGS`, the framework apart: the plan has its own field) that
+    differ from JobSpec's defaults, e.g. {"precision": "mxfp8", "precision_aware_optimizer": True}: what the plan
+    was priced with beyond model, cluster, batch and stack, so that a plan's JSON says it."""
+    fields = JobSpec.model_fields
+    out: dict[str, Any] = {}
+    for name in JOB_SETTINGS:
+        value = getattr(job, name)
+        if name != "framework" and value != fields[name].default:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
 def drop_absent_terms(job: JobSpec, breakdown: dict) -> None:
     """A plan's breakdown shows only the terms its job can have: expert-parallel traffic for MoE models,
     offloading copies for a job that offloads activations (every plan, single-type or placed, by this rule)."""
@@ -197,7 +212,7 @@ def make_plan(job: JobSpec, parallel: ParallelConfig, layers: list[int]) -> Plan
         model_tflops_per_gpu=tp_.model_tflops_per_gpu, hardware_tflops_per_gpu=tp_.hardware_tflops_per_gpu,
         breakdown=ev.breakdown, stages=[Stage(**s) for s in ev.stages],
         peak_memory_bytes=ev.peak_memory_bytes, capacity_bytes=ev.capacity_bytes, fits=ev.fits,
-        assumptions=job_assumptions(job) + layout_notes,
+        settings=job_settings(job), assumptions=job_assumptions(job) + layout_notes,
     )
 
 

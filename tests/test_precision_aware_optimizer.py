@@ -157,3 +157,14 @@ def test_cli_flags(cli):
     assert opt[1] == pytest.approx(opt[0] * 6 / 12, rel=1e-9)
     bad = cli("evaluate", *base, "--optimizer-moment-dtype", "bf16")
     assert bad.code == 2 and "--precision-aware-optimizer" in bad.err and len(bad.err.strip().splitlines()) == 1
+
+
+def test_a_plan_says_the_settings_it_was_priced_with():
+    from solveplan.render.table import _title
+
+    aware = _job(precision="fp8", precision_aware_optimizer=True, optimizer_moment_dtype="bf16")
+    plan = _plan(aware)
+    assert plan.settings == {"precision": "fp8", "precision_aware_optimizer": True, "optimizer_moment_dtype": "bf16"}
+    assert "megatron stack, precision fp8, precision_aware_optimizer true, optimizer_moment_dtype bf16" in str(_title(plan))
+    plain = _plan(_job())
+    assert plain.settings == {} and str(_title(plain)).endswith("megatron stack")

@@ -10,7 +10,7 @@ import numpy as np
 from ..formulation.flops import reported_flop_per_step
 from ..formulation.job import job_assumptions
 from ..formulation.precision import peak_flop_per_s
-from ..plan import Plan, Stage, StageMemory, drop_absent_terms, parallel_from_row
+from ..plan import Plan, Stage, StageMemory, drop_absent_terms, job_settings, parallel_from_row
 from ..search.joint.heuristic import Assignment
 from ..search.joint.nodes import NodeSet
 from ..search.joint.prices import Prices
@@ -81,7 +81,7 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
         breakdown=ev.breakdown, stages=stages, peak_memory_bytes=ev.peak_memory_bytes,
         capacity_bytes=ev.capacity_bytes, fits=ev.fits, gpus_per_pool=per_pool,
         idle_nodes=[nodes.hosts[i] for i in range(nodes.n) if i not in set(used)],
-        hostfile=hostfile(nodes, a, g), assumptions=job_assumptions(job))
+        hostfile=hostfile(nodes, a, g), settings=job_settings(job), assumptions=job_assumptions(job))
 
 
 def explain(job: JobSpec, prices: Prices, a: Assignment, plan: PlacedPlan) -> list[str]:

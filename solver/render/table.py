@@ -220,8 +220,10 @@ def shortfall_text(result) -> Text | None:
 
 
 def _title(plan) -> Text:
+    settings = "".join(f", {k} {str(v).lower() if isinstance(v, bool) else v}"
+                       for k, v in (getattr(plan, "settings", None) or {}).items())
     return Text(f"{plan.model} on {plan.cluster} ({plan.num_gpus} GPUs), global batch "
-                f"{plan.global_batch_size} x {plan.seq_length} tokens, {plan.framework} stack", style="bold")
+                f"{plan.global_batch_size} x {plan.seq_length} tokens, {plan.framework} stack{settings}", style="bold")
 
 
 def assumptions_text(plan) -> Text | None:
