@@ -21,7 +21,7 @@ from .errors import InputError, escape_text, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
 from .specs.frameworks import narrow_constraints
-from .specs.job import offload_constraints
+from .specs.job import rule_constraints
 
 # the safe reader of user files, re-exported: callers read files through the catalog
 from .specs.reading import SpecFiles, file_policy, is_file_ref, parse_data, read_data, read_mapping, read_text  # noqa: F401
@@ -335,9 +335,8 @@ def load_job(data: JobRequest | Mapping[str, Any], field: str = "job") -> JobSpe
     for key in JOB_SETTINGS:
         if getattr(req, key) is not None:
             job[key] = getattr(req, key)
-    if req.cpu_offloading_num_layers:  # Megatron's rules fix pp 1 and no recomputation (specs.job)
-        try:
-            job["constraints"] = Constraints(**offload_constraints(job["constraints"].model_dump(exclude_defaults=True)))
-        except ValueError as e:
-            raise InputError(path(field, "constraints", e.args[0]), e.args[1]) from None
+    try:  # the settings' Megatron rules (offloading: pp 1, no recomputation; precision-aware optimizer: zero 1)
+        job["constraints"] = Constraints(**rule_constraints(job, job["constraints"].model_dump(exclude_defaults=True)))
+    except ValueError as e:
+        raise InputError(path(field, "constraints", e.args[0]), e.args[1]) from None
     return build(JobSpec, job, field)

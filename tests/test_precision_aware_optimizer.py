@@ -70,8 +70,15 @@ def test_megatrons_rules(kw, words):
 
 
 def test_the_search_keeps_the_distributed_optimizer():
+    from solveplan.catalog import load_job
+    from solveplan.errors import InputError
+
     job = _job(precision_aware_optimizer=True, constraints={"zero": [0, 1, 3]})
     assert job.constraints.zero == (1,)
+    with pytest.raises(InputError) as e:  # a job mapping: the error names the constraint, as offloading's does
+        load_job({"model": "llama3.1-8b", "cluster": "h100x8", "precision_aware_optimizer": True,
+                  "constraints": {"zero": [0]}}, field="job")
+    assert e.value.field == "job.constraints.zero"
 
 
 def test_evaluate_refuses_zero_0_in_one_line(cli, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, TypeAdapter, ValidationError, model_validator
 
 from .base import Spec
 from .cluster import ClusterSpec
@@ -203,20 +203,11 @@ class JobSpec(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _optimizer_knobs(cls, data):
-        """The precision-aware optimizer needs Megatron's distributed optimizer (`optimizer_constraints`)."""
-        if not isinstance(data, dict) or not _given_true(data.get("precision_aware_optimizer")) \
-                or data.get("framework", "megatron") != "megatron":  # another stack: optimizer_problem says why
+    def _rule_knobs(cls, data):
+        """The constraints narrowed by the Megatron rules the job's settings bring (`rule_constraints`)."""
+        if not isinstance(data, dict) or not settings_rules(data):
             return data
-        return _constrained(data, optimizer_constraints)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _offload_knobs(cls, data):
-        """CPU offloading fixes pp 1 and no recomputation (Megatron's rules, `offload_constraints`)."""
-        if not isinstance(data, dict) or _given_int(data.get("cpu_offloading_num_layers")) <= 0:
-            return data
-        return _constrained(data, offload_constraints)
+        return _constrained(data, lambda given: rule_constraints(data, given))
 
     @model_validator(mode="after")
     def _check(self):
@@ -306,19 +297,36 @@ def _constrained(data: dict, narrow) -> dict:
         raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
 
 
-def _given_true(value) -> bool:
-    """Whether a raw field value is one pydantic reads as True (so a rule keyed on it applies before validation)."""
-    return value is True or (isinstance(value, (int, str)) and str(value).strip().lower() in {"1", "true", "t", "yes",
-                                                                                               "y", "on"})
+_BOOL, _INT = TypeAdapter(bool), TypeAdapter(int)
 
 
-def _given_int(value) -> int:
-    """A raw integer field value as pydantic reads it (int or digit string), else 0 (validation reports it)."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9):
-        return int(value)
-    return 0
+def _given(data: dict, name: str, adapter: TypeAdapter):
+    """A raw field value of the job mapping as pydantic will read it, or None when it will not validate
+    (validation then reports it): the rules below apply before validation, to what it will hold."""
+    try:
+        return adapter.validate_python(data.get(name))
+    except ValidationError:
+        return None
+
+
+def settings_rules(data: dict) -> list:
+    """The constraint narrowings Megatron's rules impose for the settings of the job mapping `data`: the
+    precision-aware optimizer's (`optimizer_constraints`; another stack is refused by `optimizer_problem`) and
+    CPU offloading's (`offload_constraints`)."""
+    rules = []
+    if data.get("framework", "megatron") == "megatron" and _given(data, "precision_aware_optimizer", _BOOL):
+        rules.append(optimizer_constraints)
+    if (_given(data, "cpu_offloading_num_layers", _INT) or 0) > 0:
+        rules.append(offload_constraints)
+    return rules
+
+
+def rule_constraints(data: dict, given: dict) -> dict:
+    """`given` constraints narrowed by every rule of `settings_rules(data)`; ValueError(knob, message) naming the
+    constraint a rule excludes (catalog.load_job turns it into the error at constraints.<knob>)."""
+    for narrow in settings_rules(data):
+        given = narrow(given)
+    return given
 
 
 # Megatron-LM d98e8a6 megatron/core/optimizer/__init__.py:1057-1060 (get_megatron_optimizer)
