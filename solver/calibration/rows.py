@@ -407,7 +407,7 @@ def row_job(raw: dict) -> Row:
 
 def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precision, dict]:
     """The row's precision and CPU activation offloading (`offload_rows.cpu_offload_of`): an offloading row
-    fixes recompute none (Megatron's rule; specs.job.offload_constraints fixes pp 1) and takes the FP8 recipe
+    fixes recompute none (Megatron's rule; specs.job.SETTING_RULES fix pp 1) and takes the FP8 recipe
     of its matched preset where the row names none."""
     offload = cpu_offload_of(raw, assumed) or {}
     if offload and knobs["recompute"] is None:

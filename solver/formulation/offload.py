@@ -26,7 +26,7 @@ Time. `exposed_offload_s` runs that schedule, layer by layer, for one micro-batc
 hosts) queue on the side stream behind the forward (device to host) and the backward (host to device); the
 compute stream stalls only where a copy has not ended when a layer must wait for it. What the stall adds to the
 micro-batch is the exposed part; a link fast enough to hide each copy behind the layers in between adds nothing.
-No parameter is fitted. Megatron needs pp 1 and no recomputation with offloading (specs.job.offload_constraints),
+No parameter is fitted. Megatron needs pp 1 and no recomputation with offloading (specs.job.SETTING_RULES),
 so the one stage holds all L layers and the per-layer terms below are exact for it.
 """
 

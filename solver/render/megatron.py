@@ -34,7 +34,7 @@ runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_f
   (the same flags under an FP8 recipe).
 - CPU activation offloading: `--cpu-offloading-num-layers N` (arguments.py:1950 turns `cpu_offloading` on;
   activations only, Megatron's defaults); TransformerConfig refuses it with pp > 1 or recomputation
-  (transformer_config.py:1884-1899), which the plan never has (specs.job.offload_constraints).
+  (transformer_config.py:1884-1899), which the plan never has (specs.job.SETTING_RULES).
 - AMD Instinct (ROCm): no CUDA-only environment (CUDA_DEVICE_MAX_CONNECTIONS has no effect under
   HIP) and `--attention-backend auto` (Transformer Engine's ROCm build has no cuDNN; it picks its
   CK / AOTriton fused attention); the notes say what differs.

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import InputError, path
 from ..specs import JobSpec
 from ..specs.frameworks import config_conflicts, default_for
-from ..specs.job import OFFLOAD_PP_RULE, OFFLOAD_RECOMPUTE_RULE
+from ..specs.job import rule_violations
 from .enumeration import enumerate_shapes
 from .experts import default_etp, ep_violations, hybrid_violations, tp_split_widths
 from .pipeline_layout import Layout, layout_degrees, priced_split, read_layout
@@ -68,7 +68,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("cp", f"seq length {s} must be divisible by 2*cp = {2 * cp}"))
     if pp > L:
         errs.append(("pp", f"{pp} stages for {L} {units}; use pp <= {L}"))
-    errs += offload_violations(job, pp=pp, recompute=recompute)
+    errs += rule_violations(job, dict(pp=pp, recompute=recompute, zero=zero))  # the settings' rules (specs.job)
     if B % dp:
         errs.append(("global_batch_size", f"{B} is not divisible by the derived dp = {N}/({tp}*{cp}*{pp}) = {dp}"))
     elif (B // dp) % micro_batch_size:
@@ -93,22 +93,6 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, zero=zero,
                           pp=pp, vp=vp, recompute=recompute, a2a_overlap=job.moe_a2a_overlap)
     return dp, errs
-
-
-def offload_violations(job: JobSpec, *, pp: int, recompute: str) -> list[tuple[str, str]]:
-    """Megatron's rules on a configuration of a job with CPU offloading (`cpu_offloading_num_layers` > 0):
-    pp 1 and no recomputation (megatron/core/transformer/transformer_config.py:1891-1899 at d98e8a6; the job's
-    constraints hold the same rules, specs.job.offload_constraints)."""
-    n = job.cpu_offloading_num_layers
-    if not n:
-        return []
-    errs = []
-    if pp > 1:
-        errs.append(("pp", f"{pp} with cpu_offloading_num_layers {n} ({OFFLOAD_PP_RULE}); use pp 1"))
-    if recompute != "none":
-        errs.append(("recompute", f"{recompute} with cpu_offloading_num_layers {n} ({OFFLOAD_RECOMPUTE_RULE}); "
-                                  f"use recompute none"))
-    return errs
 
 
 def _accounting_fix(model, pp: int, vp: int) -> str:

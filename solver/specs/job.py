@@ -171,7 +171,7 @@ class JobSpec(Spec):
                              "saved activations of the first N transformer layers go to host memory during the "
                              "forward and come back for the backward (Transformer Engine cpu_offload.py; priced by "
                              "formulation/offload.py at the GPU's host_link_gbyte_per_s). Megatron needs N < the "
-                             "model's layers, pp 1 and no recomputation (cpu_offload_problem)")
+                             "model's layers, pp 1 and no recomputation (SETTING_RULES, cpu_offload_problem)")
     precision_aware_optimizer: bool = Field(
         False, description="Megatron --use-precision-aware-optimizer: Transformer Engine's FusedAdam keeps the moments "
                            "in optimizer_moment_dtype and, under bf16 or delayed-scaling fp8, the master weight as its "
@@ -204,8 +204,8 @@ class JobSpec(Spec):
     @model_validator(mode="before")
     @classmethod
     def _rule_knobs(cls, data):
-        """The constraints narrowed by the Megatron rules the job's settings bring (`rule_constraints`)."""
-        if not isinstance(data, dict) or not settings_rules(data):
+        """The constraints narrowed by the Megatron rules the job's settings bring (`SETTING_RULES`)."""
+        if not isinstance(data, dict) or not setting_rules(data):
             return data
         return _constrained(data, lambda given: rule_constraints(data, given))
 
@@ -300,47 +300,59 @@ def _constrained(data: dict, narrow) -> dict:
 _BOOL, _INT = TypeAdapter(bool), TypeAdapter(int)
 
 
-def _given(data: dict, name: str, adapter: TypeAdapter):
-    """A raw field value of the job mapping as pydantic will read it, or None when it will not validate
-    (validation then reports it): the rules below apply before validation, to what it will hold."""
+def _given(get, name: str, adapter: TypeAdapter):
+    """A field value (`get(name)`, raw in a job mapping) as pydantic will read it, or None when it will not
+    validate (validation then reports it): the rules below apply before validation, to what it will hold."""
     try:
-        return adapter.validate_python(data.get(name))
+        return adapter.validate_python(get(name))
     except ValidationError:
         return None
 
 
-def settings_rules(data: dict) -> list:
-    """The constraint narrowings Megatron's rules impose for the settings of the job mapping `data`: the
-    precision-aware optimizer's (`optimizer_constraints`; another stack is refused by `optimizer_problem`) and
-    CPU offloading's (`offload_constraints`)."""
-    rules = []
-    if data.get("framework", "megatron") == "megatron" and _given(data, "precision_aware_optimizer", _BOOL):
-        rules.append(optimizer_constraints)
-    if (_given(data, "cpu_offloading_num_layers", _INT) or 0) > 0:
-        rules.append(offload_constraints)
-    return rules
+# Megatron's rules a setting brings on the searched knobs: (setting, knob, the one value allowed, Megatron's words).
+# Megatron-LM d98e8a6: megatron/core/transformer/transformer_config.py:1884-1899 (TransformerConfig.__post_init__:
+# CPU offloading) and megatron/core/optimizer/__init__.py:1057-1060 (get_megatron_optimizer: the precision-aware
+# optimizer; Megatron-FSDP has its own dtype options, not priced).
+SETTING_RULES = (
+    ("cpu_offloading_num_layers", "pp", 1,
+     "Megatron: 'Currently there is no support for Pipeline parallelism with CPU offloading'"),
+    ("cpu_offloading_num_layers", "recompute", "none",
+     "Megatron: 'CPU offloading does not work when activation recomputation is enabled'"),
+    ("precision_aware_optimizer", "zero", 1,
+     "Megatron: '--use-precision-aware-optimizer only supported with distributed optimizer'"),
+)
 
 
-def rule_constraints(data: dict, given: dict) -> dict:
-    """`given` constraints narrowed by every rule of `settings_rules(data)`; ValueError(knob, message) naming the
-    constraint a rule excludes (catalog.load_job turns it into the error at constraints.<knob>)."""
-    for narrow in settings_rules(data):
-        given = narrow(given)
+def _setting_on(data, setting: str) -> bool:
+    """Whether a setting that brings rules is on in `data` (a job mapping with raw values, or a JobSpec): offloading
+    N > 0 layers; the precision-aware optimizer on Megatron (another stack is refused by `optimizer_problem`)."""
+    get = data.get if isinstance(data, dict) else lambda k, d=None: getattr(data, k, d)
+    if setting == "cpu_offloading_num_layers":
+        return (_given(get, setting, _INT) or 0) > 0
+    return get("framework", "megatron") == "megatron" and bool(_given(get, setting, _BOOL))
+
+
+def setting_rules(data) -> list[tuple[str, str, object, str]]:
+    """The rules of `SETTING_RULES` whose setting is on in `data`."""
+    return [rule for rule in SETTING_RULES if _setting_on(data, rule[0])]
+
+
+def rule_constraints(data, given: dict) -> dict:
+    """`given` constraints narrowed to each rule's one value; ValueError(knob, message) naming the constraint a rule
+    excludes (catalog.load_job turns it into the error at constraints.<knob>)."""
+    for setting, knob, value, why in setting_rules(data):
+        allowed = given.get(knob)
+        if allowed is not None and value not in tuple(allowed):
+            raise ValueError(knob, f"allows {list(allowed)}, but {setting} needs {knob} {value} ({why}); allow "
+                                   f"{knob} {value} or drop {setting}")
+        given = {**given, knob: (value,)}
     return given
 
 
-# Megatron-LM d98e8a6 megatron/core/optimizer/__init__.py:1057-1060 (get_megatron_optimizer)
-OPTIMIZER_ZERO_RULE = "Megatron: '--use-precision-aware-optimizer only supported with distributed optimizer'"
-
-
-def optimizer_constraints(given: dict) -> dict:
-    """The constraints of a job with the precision-aware optimizer: zero 1, Megatron's distributed optimizer
-    (OPTIMIZER_ZERO_RULE; Megatron-FSDP has its own dtype options, not priced); ValueError(knob, message)."""
-    zero = given.get("zero")
-    if zero is not None and 1 not in tuple(zero):
-        raise ValueError("zero", f"allows {list(zero)}, but precision_aware_optimizer needs zero 1, the distributed "
-                                 f"optimizer ({OPTIMIZER_ZERO_RULE}); allow zero 1 or drop precision_aware_optimizer")
-    return {**given, "zero": (1,)}
+def rule_violations(job: JobSpec, config: dict) -> list[tuple[str, str]]:
+    """(knob, message) for each knob of a configuration that a rule of the job's settings excludes."""
+    return [(knob, f"{config[knob]} with {setting} {str(getattr(job, setting)).lower()} ({why}); use {knob} {value}")
+            for setting, knob, value, why in setting_rules(job) if knob in config and config[knob] != value]
 
 
 def optimizer_problem(job: JobSpec) -> str | None:
@@ -356,24 +368,6 @@ def optimizer_problem(job: JobSpec) -> str | None:
                 f"FusedAdam); framework {job.framework} is priced with AdamW's fp32 state: use framework megatron or "
                 f"drop it")
     return None
-
-
-# Megatron-LM d98e8a6 megatron/core/transformer/transformer_config.py:1884-1899 (TransformerConfig.__post_init__)
-OFFLOAD_PP_RULE = "Megatron: 'Currently there is no support for Pipeline parallelism with CPU offloading'"
-OFFLOAD_RECOMPUTE_RULE = "Megatron: 'CPU offloading does not work when activation recomputation is enabled'"
-
-
-def offload_constraints(given: dict) -> dict:
-    """The constraints of a job with CPU offloading: pp 1 and recompute none (transformer_config.py:1891-1899 at
-    d98e8a6); ValueError(knob, message) naming the constraint that excludes them."""
-    pp, rc = given.get("pp"), given.get("recompute")
-    if pp is not None and 1 not in tuple(pp):
-        raise ValueError("pp", f"allows {list(pp)}, but cpu_offloading_num_layers needs pp 1 ({OFFLOAD_PP_RULE}); "
-                               f"allow pp 1 or set cpu_offloading_num_layers 0")
-    if rc is not None and "none" not in tuple(rc):
-        raise ValueError("recompute", f"allows {list(rc)}, but cpu_offloading_num_layers needs recompute none "
-                                      f"({OFFLOAD_RECOMPUTE_RULE}); allow none or set cpu_offloading_num_layers 0")
-    return {**given, "pp": (1,), "recompute": ("none",)}
 
 
 def cpu_offload_problem(job: JobSpec) -> str | None:
