@@ -23,6 +23,7 @@ import numpy as np
 
 from .catalog import cluster_family, resize_cluster
 from .formulation.job import job_coefficients
+from .formulation.memory import adam_state_bytes_per_param
 from .formulation.pipeline import step_time_batch
 from .formulation.splits import least_memory_splits, with_accounted
 from .plan import Shortfall, make_plan, parallel_from_row
@@ -121,8 +122,8 @@ def _other_framework(job: JobSpec) -> list[str]:
 
 
 def _smaller_optimizer_state(job: JobSpec, par, cap: float) -> list[str]:
-    """A suggestion where Megatron's precision-aware optimizer with bf16 moments (6 bytes of Adam state per
-    parameter instead of 12, formulation/memory.adam_state_bytes_per_param) is not yet the job's: whether the
+    """A suggestion where Megatron's precision-aware optimizer with bf16 moments (less Adam state per parameter,
+    formulation/memory.adam_state_bytes_per_param) is not yet the job's: whether the
     least-memory shape, with the distributed optimizer it needs, fits so."""
     if job.framework != "megatron" or job.optimizer_moment_dtype == "bf16" or par.zero >= 2:
         return []
@@ -131,9 +132,11 @@ def _smaller_optimizer_state(job: JobSpec, par, cap: float) -> list[str]:
     peak, _ = _least_memory(smaller, alt.shapes())
     verdict = "fits" if peak[0] <= cap else f"still needs {peak[0] / GIB:.1f} GiB"
     allowed = "" if job.constraints.allows("zero", 1) else " (your constraints exclude zero 1)"
+    now, then = (adam_state_bytes_per_param(job.precision, aware, moments) for aware, moments in (
+        (job.precision_aware_optimizer, job.optimizer_moment_dtype), (True, "bf16")))
     return [f"Megatron's precision-aware optimizer with bf16 moments (--precision-aware-optimizer "
-            f"--optimizer-moment-dtype bf16, or the job fields of those names: 6 bytes of Adam state per parameter, "
-            f"not 12): {verdict} with {alt.describe()}{allowed}"]
+            f"--optimizer-moment-dtype bf16, or the job fields of those names: {then:g} bytes of Adam state per "
+            f"parameter, not {now:g}): {verdict} with {alt.describe()}{allowed}"]
 
 
 def shape_shortfall(job: JobSpec) -> Shortfall:

@@ -175,3 +175,14 @@ def test_a_plan_says_the_settings_it_was_priced_with():
     assert "megatron stack, precision fp8, precision_aware_optimizer true, optimizer_moment_dtype bf16" in str(_title(plan))
     plain = _plan(_job())
     assert plain.settings == {} and str(_title(plain)).endswith("megatron stack")
+
+
+def test_the_suggestion_states_the_bytes_of_the_job_s_recipe():
+    """Under MXFP8 Megatron keeps an fp32 master (8 bytes with bf16 moments), under BF16 a remainder (6)."""
+    from solveplan.diagnose import _smaller_optimizer_state
+
+    par = ParallelConfig(tp=2, pp=2, dp=4, cp=1, vp=1, micro_batch_size=1, num_microbatches=16, recompute="full",
+                         sequence_parallel=True, zero=1)
+    (bf16,) = _smaller_optimizer_state(_job(), par, cap=1.0)
+    (mx,) = _smaller_optimizer_state(_job(model="llama3.1-8b", cluster="b200x16", precision="mxfp8"), par, cap=1.0)
+    assert "6 bytes of Adam state per parameter, not 12" in bf16 and "8 bytes of Adam state per parameter, not 12" in mx

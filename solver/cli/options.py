@@ -190,8 +190,8 @@ _BASE = [
                  help="Megatron's --use-precision-aware-optimizer: Adam's master weight kept as its 16-bit remainder "
                       "under bf16 / delayed fp8 (10 bytes of state per parameter, not 12); zero 1 only. Default off."),
     click.option("--optimizer-moment-dtype", type=click.Choice(["fp32", "bf16", "fp16", "fp8"]), default=None,
-                 help="Adam's moments (Megatron --exp-avg-dtype / --exp-avg-sq-dtype; bf16: 6 bytes of state per "
-                      "parameter); other than fp32 needs --precision-aware-optimizer. Default fp32."),
+                 help="Adam's moments (Megatron --exp-avg-dtype / --exp-avg-sq-dtype; bf16 under a bf16 job: 6 bytes of "
+                      "state per parameter); other than fp32 needs --precision-aware-optimizer. Default fp32."),
 ]
 
 _CONSTRAINTS = [
