@@ -13,7 +13,6 @@ fullest stage's parts, so that what is over is visible.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -21,28 +20,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import RESULTS, commit  # noqa: E402
 from solveplan.calibration.rows import published_rows  # noqa: E402
 from solveplan.calibration.runs_fit import RowCase  # noqa: E402
-from solveplan.formulation.job import job_coefficients  # noqa: E402
-from solveplan.formulation.pipeline import evaluate_split  # noqa: E402
 
 GIB = 1024**3
-PARTS = ("params", "grads", "optimizer", "activations")
+PARTS = ("params", "grads", "optimizer", "activations", "other")
 
 
 def row_memory(r) -> dict:
     """The chosen shape's peak and capacity (GiB) and the fullest stage's parts."""
-    case = RowCase(r)
-    _, k, fits = case.predict()
-    sh = case.shapes.take([k])
-    ev = evaluate_split(job_coefficients(r.job_spec, case.shapes), k, case.layers[k][: int(sh.pp[0])])
-    stage = max(ev.stages, key=lambda st: sum(st["memory_bytes"].values()))
-    parts = {p: stage["memory_bytes"].get(p, 0.0) / GIB for p in PARTS}
-    peak, cap = ev.peak_memory_bytes / GIB, ev.capacity_bytes / GIB
-    parts["other"] = peak - sum(parts.values())
-    return dict(id=r.id, source=r.source, fits=fits, peak=peak, cap=cap, parts=parts,
-                shape=f"tp {sh.tp[0]} pp {sh.pp[0]} cp {sh.cp[0]} vp {sh.vp[0]} mbs {sh.micro_batch_size[0]} "
-                      f"zero {sh.zero[0]} {r.job_spec.precision}")
+    ev, sh, fits = RowCase(r).evaluate_chosen()
+    stage = max(ev.stages, key=lambda st: st["memory_bytes"]["total"])
+    parts = {p: stage["memory_bytes"][p] / GIB for p in PARTS}
+    return dict(id=r.id, source=r.source, fits=fits, peak=ev.peak_memory_bytes / GIB, cap=ev.capacity_bytes / GIB,
+                parts=parts, shape=f"tp {sh.tp[0]} pp {sh.pp[0]} cp {sh.cp[0]} vp {sh.vp[0]} mbs {sh.micro_batch_size[0]} "
+                                    f"zero {sh.zero[0]} {r.job_spec.precision}")
 
 
 def report(mems: list[dict], commit: str) -> str:
@@ -63,19 +56,17 @@ def report(mems: list[dict], commit: str) -> str:
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in sorted(over, key=lambda m: m["peak"] / m["cap"], reverse=True):
         p = m["parts"]
-        out.append(f"| {m['id']} | {m['shape']} | " + " | ".join(f"{p[k]:.1f}" for k in (*PARTS, "other"))
+        out.append(f"| {m['id']} | {m['shape']} | " + " | ".join(f"{p[k]:.1f}" for k in PARTS)
                    + f" | {m['peak']:.1f} | {m['cap']:.0f} | +{m['peak'] / m['cap'] - 1:.1%} |")
     return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "memory_fit.md")
+    ap.add_argument("--out", type=Path, default=RESULTS / "memory_fit.md")
     a = ap.parse_args(argv)
     mems = [row_memory(r) for r in published_rows() if not r.skipped]
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    text = report(mems, commit)
+    text = report(mems, commit())
     a.out.write_text(text)
     print(text)
     return 0

@@ -12,26 +12,22 @@ legal shapes that fits, else the fastest); the table adds the shape, the exposed
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import RESULTS, commit  # noqa: E402
 from solveplan.calibration.rows import published_rows  # noqa: E402
 from solveplan.calibration.runs_fit import RowCase  # noqa: E402
-from solveplan.formulation.job import job_coefficients  # noqa: E402
-from solveplan.formulation.pipeline import evaluate_split  # noqa: E402
 
 GIB = 1024**3
 
 
 def row_line(r) -> str:
-    case = RowCase(r)
-    step, k, fits = case.predict()
-    sh = case.shapes.take([k])
-    ev = evaluate_split(job_coefficients(r.job_spec, case.shapes), k, case.layers[k][: int(sh.pp[0])])
+    ev, sh, fits = RowCase(r).evaluate_chosen()
+    step = ev.step_time_s
     act = ev.stages[0]["memory_bytes"]["activations"] / GIB
     return (f"| {r.id} | {r.job_spec.cpu_offloading_num_layers} of {r.job_spec.model.num_layers} | "
             f"{r.job_spec.precision} | tp {sh.tp[0]}, mbs {sh.micro_batch_size[0]}, zero {sh.zero[0]}, "
@@ -42,13 +38,11 @@ def row_line(r) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "offload_rows.md")
+    ap.add_argument("--out", type=Path, default=RESULTS / "offload_rows.md")
     a = ap.parse_args(argv)
     rows = [r for r in published_rows() if not r.skipped and r.job_spec.cpu_offloading_num_layers]
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     out = ["# Published runs with CPU activation offloading", "",
-           f"`python benchmarks/offload_rows.py` at {commit}: the {len(rows)} published rows that offload activations "
+           f"`python benchmarks/offload_rows.py` at {commit()}: the {len(rows)} published rows that offload activations "
            "to the Grace CPU, predicted with the shipped parameters (nothing refitted). Where each row's layer count "
            "comes from is in its assumptions (`solveplan validate --json`).", "",
            "| row | layers offloaded | precision | shape chosen | measured s | predicted s | error | exposed "

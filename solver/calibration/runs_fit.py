@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..formulation.job import job_coefficients
-from ..formulation.pipeline import step_time_batch
+from ..formulation.pipeline import evaluate_split, step_time_batch
 from ..formulation.splits import default_splits, layout_splits
 from ..space.enumeration import enumerate_shapes
 from .fit import Param, fit_least_squares
@@ -140,6 +140,14 @@ class RowCase:
             cl = job.cluster
             job = job.model_copy(update={"cluster": cl.model_copy(update={"gpu": cl.gpu.model_copy(update=gpu_update)})})
         return self.predict_job(job)
+
+    def evaluate_chosen(self):
+        """(the `pipeline.evaluate_split` of the shape `predict` chooses, with its split; that shape; whether it
+        fits): the stages, breakdown and memory of the plan a row is predicted by (benchmarks' row reports)."""
+        _, k, fits = self.predict()
+        shape = self.shapes.take([k])
+        ev = evaluate_split(job_coefficients(self.row.job_spec, shape), 0, self.layers[k][: int(shape.pp[0])])
+        return ev, shape, fits
 
     def predict_job(self, job) -> tuple[float, int, bool]:
         """`predict` for the row's job on another cluster (a calibrated one): the fastest
