@@ -9,7 +9,7 @@ import pytest
 
 from solveplan.catalog import load_cluster, load_gpu, load_model
 from solveplan.formulation import precision as P
-from solveplan.formulation.coefficients import bf16_layer_extra_s
+from solveplan.formulation.layer_terms import bf16_layer_extra_s
 from solveplan.formulation.job import job_assumptions, job_coefficients
 from solveplan.formulation.kernels import gemm_s
 from solveplan.formulation.pipeline import step_time_batch

@@ -38,6 +38,7 @@ from .hybrid import hybrid_unit
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import (
     attention_core_s,
+    bf16_layer_extra_s,
     cp_ring_exposed_s,
     layer_linears_s,
     overlapped_s,
@@ -51,7 +52,6 @@ from .mtp import with_mtp
 from .precision import (
     edge_weight_precision,
     gathered_param_bytes,
-    is_quantized,
     matmul_rate,
     quantize_bytes_per_element,
     saved_linear_input_bytes,
@@ -162,23 +162,6 @@ def stage_coefficients(
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
-
-
-def bf16_layer_extra_s(model: ModelSpec, attn_linears, tokens, tp, g, gpu, precision: str, hbm: float, rc):
-    """What one transformer layer kept in BF16 under a quantised recipe adds to its stage per micro-batch
-    (Megatron --first-last-layers-bf16: megatron/core/fp4_utils.py:250-262 and fp8_utils.py:714-724 build
-    the first / last N layers without the recipe): its linear GEMMs at the BF16 rate without casts, less
-    the recipe's GEMMs and casts `g` (layer_terms.layer_linears_s), the forward once more under full
-    recomputation. The layer's other terms (attention core, elementwise work) do not depend on the recipe.
-    A MoE model's BF16 layers are priced with the dense layer's linears (attention and the MLP of
-    ffn_hidden_size): the experts' own BF16 rate is not priced (an approximation, said by the job). Memory
-    is the recipe's for every layer: a BF16 layer's saved linear inputs (2 bytes, not NVFP4's 0.56) are
-    not added (a BF16 layer under fp4_param_gather keeps its weights as Megatron builds them)."""
-    if not is_quantized(precision):
-        return np.zeros_like(np.asarray(tp, dtype=np.float64))
-    b = layer_linears_s(model, attn_linears, tokens, tp, matmul_rate(gpu, "bf16", hbm), 0.0, hbm)
-    fwd = b.gemm_fwd - g.gemm_fwd - g.cast_fwd
-    return fwd + (b.gemm_bwd - g.gemm_bwd - g.cast_bwd) + np.where(rc == 2, fwd, 0.0)
 
 
 class _StageTerms:

@@ -97,7 +97,7 @@ def job_assumptions(job: JobSpec) -> list[str]:
                 out.append(line)
     if job.model.is_moe and job.bf16_layers_at_start + job.bf16_layers_at_end:
         out.append(f"{job.bf16_layers_at_start + job.bf16_layers_at_end} layers kept in BF16 priced with the dense "
-                   f"layer's linears at the BF16 rate (coefficients.bf16_layer_extra_s); their experts' BF16 GEMMs "
+                   f"layer's linears at the BF16 rate (layer_terms.bf16_layer_extra_s); their experts' BF16 GEMMs "
                    f"are not priced")
     return out
 

@@ -2,7 +2,7 @@
 `coefficients.stage_coefficients` composes into a stage's linear coefficients (docs/DESIGN.md
 section 3) -- the linear layers' GEMMs and quantisation, the attention core, Megatron's selective
 recomputation by module, the overlap rule of a collective beside compute, ZeRO-2/3's per-layer
-sharding traffic and the context-parallel ring."""
+sharding traffic and the context-parallel ring, and what a layer kept in BF16 under a quantised recipe adds."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..specs import ModelSpec
 from . import comm
 from .kernels import flash_attention_s, linear_s, triton_block_headdim, unfused_attention_s
 from .memory import BF16_BYTES
+from .precision import is_quantized, matmul_rate
 from .recompute import mla_up_recompute, norm_recompute
 
 
@@ -149,3 +150,20 @@ def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, re
     fwd = (cp - 1) * comm.p2p_s(kv_chunk_bytes, bw, lat)
     exposed = overlapped_s(fwd, core_fwd, phi) * (1 + (recompute == 2)) + overlapped_s(2 * fwd, core_bwd, phi)
     return np.where(cp > 1, exposed, 0.0)
+
+
+def bf16_layer_extra_s(model: ModelSpec, attn_linears, tokens, tp, g, gpu, precision: str, hbm: float, rc):
+    """What one transformer layer kept in BF16 under a quantised recipe adds to its stage per micro-batch
+    (Megatron --first-last-layers-bf16: megatron/core/fp4_utils.py:250-262 and fp8_utils.py:714-724 build
+    the first / last N layers without the recipe): its linear GEMMs at the BF16 rate without casts, less
+    the recipe's GEMMs and casts `g` (layer_terms.layer_linears_s), the forward once more under full
+    recomputation. The layer's other terms (attention core, elementwise work) do not depend on the recipe.
+    A MoE model's BF16 layers are priced with the dense layer's linears (attention and the MLP of
+    ffn_hidden_size): the experts' own BF16 rate is not priced (an approximation, said by the job). Memory
+    is the recipe's for every layer: a BF16 layer's saved linear inputs (2 bytes, not NVFP4's 0.56) are
+    not added (a BF16 layer under fp4_param_gather keeps its weights as Megatron builds them)."""
+    if not is_quantized(precision):
+        return np.zeros_like(np.asarray(tp, dtype=np.float64))
+    b = layer_linears_s(model, attn_linears, tokens, tp, matmul_rate(gpu, "bf16", hbm), 0.0, hbm)
+    fwd = b.gemm_fwd - g.gemm_fwd - g.cast_fwd
+    return fwd + (b.gemm_bwd - g.gemm_bwd - g.cast_bwd) + np.where(rc == 2, fwd, 0.0)
