@@ -183,7 +183,7 @@ def drop_absent_terms(job: JobSpec, breakdown: dict) -> None:
     offloading copies for a job that offloads activations (every plan, single-type or placed, by this rule)."""
     if not job.model.is_moe:
         breakdown.pop("ep_comm_s", None)
-    if not job.cpu_offloading_num_layers:
+    if not (job.cpu_offloading_num_layers or job.offload_modules):
         breakdown.pop("offload_s", None)
 
 

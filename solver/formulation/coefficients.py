@@ -19,7 +19,8 @@ is exactly one formula for every cost. Its parts:
   gathers prefetched behind the previous layer and reduce-scatters behind the backward, the
   data-parallel reduction behind the last micro-batch's backward, pipeline sends behind the
   other chunk's work when interleaved (Megatron's --overlap-p2p-communication);
-- memory (`memory.py`);
+- memory (`memory.py`), less what fine-grained activation offloading moves to the host, whose copies'
+  stall is a term of its own (`fine_offload.py`);
 - the software stack (`frameworks.py`, `framework=`): eager stacks' saved tensors, logits, model
   state, elementwise traffic, weight casts and per-op dispatch; megatron leaves every term as is.
 """
@@ -34,6 +35,7 @@ from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks, memory
 from .data_parallel import embedding_group_allreduce_s, grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
+from .fine_offload import attention_offloaded, expert_offloaded, with_fine_offload
 from .hybrid import hybrid_unit
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import (
@@ -110,7 +112,7 @@ class StageCoefficients:
     runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
     layer_ep_s: np.ndarray  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
-    layer_offload_s: np.ndarray | float = 0.0  # exposed CPU activation offloading copies (offload.py, job.py)
+    layer_offload_s: np.ndarray | float = 0.0  # exposed activation offloading copies (fine_offload.py, offload.py)
 
     @property
     def layer_s(self) -> np.ndarray:
@@ -150,6 +152,7 @@ def stage_coefficients(
     cuda_graph_modules: tuple = (),
     bf16_layers: tuple[int, int] = (0, 0),
     adam_state_bytes: float = memory.ADAM_STATE_BYTES,
+    offload_modules: tuple = (),
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -158,7 +161,7 @@ def stage_coefficients(
         moe_load_imbalance=moe_load_imbalance, moe_a2a_overlap=moe_a2a_overlap,
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
-        bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes))
+        bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules))
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
@@ -182,6 +185,8 @@ class _StageTerms:
         self.adam_state_bytes = options["adam_state_bytes"]  # per parameter before sharding (memory.py)
         self.bf16_layers = options.get("bf16_layers", (0, 0))
         self.gpu = cluster.gpu
+        self.offload_modules = frozenset(options.get("offload_modules", ()))  # fine-grained offloading (fine_offload.py)
+        self.host_bytes_per_s = (self.gpu.host_link_gbyte_per_s or 0.0) * 1e9
         self.stack = frameworks.profile(options["framework"])  # the software stack's terms (frameworks.py); megatron: none
         self.fam = frameworks.family_counts(self.stack, model, options["seq_length"])  # transformers: eager_layers.py
         self.t = shapes.tp.astype(np.float64)
@@ -375,15 +380,16 @@ class _StageTerms:
             stack, z, self.shard, edge_weight_precision(precision), self.grad_reduce_dtype, False, self.adam_state_bytes))
 
     def dense_layer(self) -> dict:
-        """The per-layer terms of one dense (Transformer) layer."""
+        """The per-layer terms of one dense (Transformer) layer; with fine-grained offloading, its attention's
+        modules (`fine_offload.py`)."""
         z, pb, gb, ob, layer_params_gpu = self.z, self.pb, self.gb, self.ob, self.layer_params_gpu
-        return dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
+        return with_fine_offload(self, dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
                     ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
                     work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
                     opt=layer_params_gpu * self.opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
                     grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
                                                                layer_params_gpu * gb, self.layer_act, self.m),
-                    optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
+                    optim=layer_params_gpu * ob, act=self.layer_act, working=self.working), attention_offloaded(self))
 
     def per_layer_and_ends(self) -> tuple[dict, int, dict]:
         """The dense layer's terms and the stage extras; a MoE model's layers folded in units (`moe_layer.fold_layers`),
@@ -417,7 +423,7 @@ class _StageTerms:
 
     def moe_layer(self) -> dict:
         """A MoE layer's terms (`moe_layer.moe_layer_terms`): the dense layer without its MLP, and
-        the experts."""
+        the experts; with fine-grained offloading, its attention's and MoE block's modules (`fine_offload.py`)."""
         model, M, h, t, rep, hbm, g, sel = self.model, self.M, self.h, self.t, self.rep, self.hbm, self.g, self.sel
         mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
         el0_fwd, el0_bwd = elementwise_bytes_per_token(hidden=h, q_width=self.hq, kv_width=self.hkv, ffn=0,
@@ -426,7 +432,7 @@ class _StageTerms:
         attn_fwd = self.fwd - mlp_fwd - M * (self.el_fwd - el0_fwd) / hbm  # the layer without its MLP
         attn_bwd = self.bwd - mlp_bwd - M * (self.el_bwd - el0_bwd) / hbm
         scores = self.scores
-        return moe_layer_terms(
+        layer = moe_layer_terms(
             model, self.cluster, self.shapes, M=M, attn_fwd=attn_fwd, attn_bwd=attn_bwd,
             attn_gemm_fwd=g.gemm_fwd - mlp_fwd, attn_gemm_bwd=g.gemm_bwd - mlp_bwd, core_fwd=self.core_fwd,
             tp_pass=self.tp_pass, hidden=self.hidden, tp_comm_overlap=self.tp_comm_overlap, layer_cp=self.layer_cp,
@@ -439,6 +445,8 @@ class _StageTerms:
             imbalance=self.moe_load_imbalance, adam_state_bytes=self.adam_state_bytes,
             selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                            attn_working=-scores))
+        shapes = self.shapes
+        return with_fine_offload(self, layer, attention_offloaded(self) + expert_offloaded(self, shapes.ep, shapes.etp))
 
     def boundary_s(self, unit: dict, units: int) -> np.ndarray:
         """Pipeline boundaries: each TP rank sends its 1/t of the activations (sequence
@@ -475,5 +483,6 @@ class _StageTerms:
             + self.allocator,
             capacity_bytes=float(gpu.hbm_bytes),
             layer_ep_s=unit["ep"],
+            layer_offload_s=unit["offload"],
             **ends,
         )

@@ -18,12 +18,15 @@ of the pattern (`ModelSpec.pipeline_units`), its costs the sums of its layers', 
 largest layer's: every split searched stays exactly priced. Under selective recomputation the
 attention keeps the dense layer's modules (core_attn, MLA up projections) and the MoE layers
 theirs (`moe_layer.moe_selective`); an MLP layer's "mlp" module and the Mamba mixer are not
-recomputed (no Megatron selective module names them here)."""
+recomputed (no Megatron selective module names them here). Fine-grained activation offloading
+(`fine_offload.py`) takes the attention's modules from attention layers and the MoE block's from MoE
+layers; MLP and Mamba layers have none."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .fine_offload import Offloaded, attention_offloaded, expert_offloaded, with_fine_offload
 from .kernels import elementwise_bytes_per_token, linear_s
 from .mamba import mamba_activation_bytes, mamba_linears, mixer_s
 from .memory import BF16_BYTES, layer_activation_bytes
@@ -163,13 +166,22 @@ def pattern_layers(T, pattern: str) -> list[dict]:
     period = [KINDS[c] for c in pattern]
     kinds: dict = {k: KIND_TERMS[k](T) for k in set(period) - {"moe"}}
     kinds["moe"] = {"work": np.zeros(len(T.z)), "bwd": np.zeros(len(T.z))}  # after a MoE layer: its norm alone
-    layers = []
     for i, k in enumerate(period):
         before = period[i - 1]
         if k == "moe" and ("moe", before) not in kinds:
             kinds[("moe", before)] = moe_layer(T, kinds[before], before)
-        layers.append(kinds[("moe", before)] if k == "moe" else kinds[k])
-    return layers
+    offloaded = {k: with_fine_offload(T, layer, _offloaded(T, k)) for k, layer in kinds.items() if k != "moe"}
+    return [offloaded[("moe", period[i - 1])] if k == "moe" else offloaded[k] for i, k in enumerate(period)]
+
+
+def _offloaded(T, kind) -> Offloaded:
+    """What fine-grained offloading takes from a layer of `kind` (`fine_offload.py`): the attention's modules, a
+    MoE layer's (`("moe", kind before)`) experts'; nothing from an MLP or Mamba layer (no Megatron module)."""
+    if kind == "attention":
+        return attention_offloaded(T)
+    if isinstance(kind, tuple):
+        return expert_offloaded(T, T.shapes.ep, T.shapes.etp)
+    return Offloaded()
 
 
 def summed(T, layers: list[dict]) -> dict:

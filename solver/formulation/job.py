@@ -20,8 +20,8 @@ from .precision import is_fp4, is_fp8, peak_flop_per_s
 
 def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
     """The coefficients of `shapes` on the job's cluster, which must have one GPU type (a mixed
-    cluster is priced pool by pool: `ClusterSpec.pool_views`), with the job's CPU activation offloading
-    (`offload.with_offload`)."""
+    cluster is priced pool by pool: `ClusterSpec.pool_views`), with the job's activation offloading: module by module
+    (`fine_offload.py`, inside the layers' terms) or Megatron's layer-level CPU offloading (`offload.with_offload`)."""
     cluster = require_uniform(job.cluster)
     co = stage_coefficients(
         job.model, cluster, shapes,
@@ -35,6 +35,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         bf16_layers=(job.bf16_layers_at_start, job.bf16_layers_at_end),
         adam_state_bytes=adam_state_bytes_per_param(job.precision, job.precision_aware_optimizer,
                                                     job.optimizer_moment_dtype),
+        offload_modules=job.offload_modules,
     )
     # Megatron's CPU activation offloading (dense models, pp 1: specs.job.cpu_offload_problem)
     return with_offload(co, job.model.num_layers, job.cpu_offloading_num_layers, cluster.gpu.host_link_gbyte_per_s)

@@ -147,7 +147,7 @@ def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero
     return red, np.where(zero == 1, collective("all_gather", expert_params_gpu * param_bytes), 0.0)
 
 
-LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep")
+LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep", "offload")
 
 
 def fold_layers(model: ModelSpec, dense: dict, moe_layer: dict, ends: dict):

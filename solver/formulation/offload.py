@@ -108,4 +108,4 @@ def with_offload(co, num_layers: int, offloaded: int, host_gbyte_per_s: float | 
     act = np.asarray(co.layer_act_bytes, dtype=np.float64)
     exposed = exposed_offload_s(co.layer_fwd_s, co.layer_bwd_s, act, host_gbyte_per_s * 1e9, num_layers, offloaded)
     return replace(co, layer_act_bytes=act * resident_layers(num_layers, offloaded) / num_layers,
-                   layer_offload_s=exposed / num_layers)
+                   layer_offload_s=co.layer_offload_s + exposed / num_layers)

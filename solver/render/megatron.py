@@ -32,6 +32,8 @@ runs Megatron's own `parse_args`, `validate_args` and `core_transformer_config_f
   `--fp4-param-gather` for NVFP4 primary weights, and `--first-last-layers-bf16
   --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M` for layers the job keeps in BF16
   (the same flags under an FP8 recipe).
+- fine-grained activation offloading: `--fine-grained-activation-offloading --offload-modules ...`
+  (`--use-transformer-engine-op-fuser` with fused_group_mlp) and NVTE_CPU_OFFLOAD_V1=1 (`MegatronArgs.env`).
 - CPU activation offloading: `--cpu-offloading-num-layers N` (arguments.py:1950 turns `cpu_offloading` on;
   activations only, Megatron's defaults); TransformerConfig refuses it with pp > 1 or recomputation
   (transformer_config.py:1884-1899), which the plan never has (specs.job.SETTING_RULES).
@@ -309,6 +311,25 @@ def _sharding_flags(job, zero: int, notes: list[str]) -> list[str]:
     return a
 
 
+def _offload_module_flags(job: JobSpec, env: dict[str, str], notes: list[str]) -> list[str]:
+    """Fine-grained activation offloading (the job's offload_modules; specs/offloading.py): TransformerConfig's
+    fine_grained_activation_offloading and offload_modules (transformer_config.py:1323-1342), the op fuser that
+    fused_group_mlp needs (:2186-2188), and NVTE_CPU_OFFLOAD_V1=1, which validate_args asserts with Transformer
+    Engine 2.10 and later (arguments.py:1935-1940)."""
+    if not job.offload_modules:
+        return []
+    a = ["--fine-grained-activation-offloading", "--offload-modules", *job.offload_modules]
+    if "fused_group_mlp" in job.offload_modules:  # the fused grouped MLP (experts.py `_is_fused_impl_supported`)
+        a.append("--use-transformer-engine-op-fuser")
+        if job.model.activation == "squared_relu":
+            a.append("--use-fused-weighted-squared-relu")
+    env["NVTE_CPU_OFFLOAD_V1"] = "1"
+    notes.append(f"--offload-modules {' '.join(job.offload_modules)}: those modules' saved inputs go to pinned host "
+                 f"memory after their forward and come back before their backward (NVTE_CPU_OFFLOAD_V1=1 keeps "
+                 f"Transformer Engine from offloading weights; validate_args asserts it from TE 2.10)")
+    return a
+
+
 def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     """Megatron-LM arguments (and launch environment) for `plan` of `job`."""
     par, model = plan.parallel, job.model
@@ -338,6 +359,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
         notes.append(f"--cpu-offloading-num-layers {job.cpu_offloading_num_layers}: Transformer Engine copies the first "
                      f"{job.cpu_offloading_num_layers} layers' saved activations to pinned host memory (leave the "
                      f"NVTE_CPU_OFFLOAD_V1 variable unset: the plan is priced with TE's default schedule)")
+    a += _offload_module_flags(job, env, notes)
     fsdp = par.zero >= 2
     a += _sharding_flags(job, par.zero, notes)
     if job.overlap_grad_reduce and par.dp * par.cp > 1:

@@ -72,6 +72,9 @@ NVFP4_NOTE = ("the planned nvfp4 recipe (Transformer Engine NVFP4BlockScaling) i
 OFFLOAD_NOTE = ("torchtitan has no layer-level activation offloading (training.enable_cpu_offload offloads FSDP2's "
                 "parameters, gradients and optimizer state): the plan's cpu_offloading_num_layers is not expressed; "
                 "launch with Megatron-LM's --cpu-offloading-num-layers")
+MODULE_OFFLOAD_NOTE = ("torchtitan has no per-module activation offloading (its config at b5bcd76 offloads only FSDP2's "
+                       "state, training.enable_cpu_offload): the plan's offload_modules ({mods}) are not expressed; "
+                       "launch with Megatron-LM's --offload-modules")
 
 # pytorch/torchtitan b5bcd76 torchtitan/components/optimizer/optimizer.py: AdamW over FSDP2's fp32 parameters;
 # implementation "fused_opt_states_bf16" keeps bf16 moments (not set by the config written here); no master-weight
@@ -128,6 +131,8 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
                      f"torchtitan's selective activation checkpointing is per op; the plan was priced with them")
     if job.cpu_offloading_num_layers:
         notes.append(OFFLOAD_NOTE)
+    if job.offload_modules:
+        notes.append(MODULE_OFFLOAD_NOTE.format(mods=", ".join(job.offload_modules)))
     if job.precision_aware_optimizer:
         notes.append(OPTIMIZER_NOTE.format(state=adam_state_bytes_per_param(
             job.precision, True, job.optimizer_moment_dtype)))

@@ -68,7 +68,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("cp", f"seq length {s} must be divisible by 2*cp = {2 * cp}"))
     if pp > L:
         errs.append(("pp", f"{pp} stages for {L} {units}; use pp <= {L}"))
-    errs += rule_violations(job, dict(pp=pp, recompute=recompute, zero=zero))  # the settings' rules (specs.job)
+    errs += rule_violations(job, dict(pp=pp, recompute=recompute, zero=zero, etp=etp))  # the settings' rules (specs.job)
     if B % dp:
         errs.append(("global_batch_size", f"{B} is not divisible by the derived dp = {N}/({tp}*{cp}*{pp}) = {dp}"))
     elif (B // dp) % micro_batch_size:

@@ -10,6 +10,7 @@ from .base import Spec
 from .cluster import ClusterSpec
 from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
+from .offloading import OffloadModule, fine_offload_problem
 
 # Megatron-LM transformer_config.py `recompute_modules` choices for transformer layers (formulation/recompute.py)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -172,6 +173,12 @@ class JobSpec(Spec):
                              "forward and come back for the backward (Transformer Engine cpu_offload.py; priced by "
                              "formulation/offload.py at the GPU's host_link_gbyte_per_s). Megatron needs N < the "
                              "model's layers, pp 1 and no recomputation (SETTING_RULES, cpu_offload_problem)")
+    offload_modules: tuple[OffloadModule, ...] = Field(
+        (), description="Megatron-LM fine-grained activation offloading (--fine-grained-activation-offloading "
+                        "--offload-modules): the modules whose saved inputs go to host memory after their forward "
+                        "and come back before their backward (attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, "
+                        "expert_fc1, moe_act, fused_group_mlp; empty: off); priced by formulation/fine_offload.py at "
+                        "the GPU's host_link_gbyte_per_s, Megatron's rules in specs/offloading.py")
     precision_aware_optimizer: bool = Field(
         False, description="Megatron --use-precision-aware-optimizer: Transformer Engine's FusedAdam keeps the moments "
                            "in optimizer_moment_dtype and, under bf16 or delayed-scaling fp8, the master weight as its "
@@ -231,7 +238,7 @@ class JobSpec(Spec):
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
-        for problem in (cpu_offload_problem(self), optimizer_problem(self)):
+        for problem in (cpu_offload_problem(self), fine_offload_problem(self), optimizer_problem(self)):
             if problem:
                 raise ValueError(problem)
         graph_problem = cuda_graph_problem(self)
@@ -297,7 +304,7 @@ def _constrained(data: dict, narrow) -> dict:
         raise ValueError(f"constraints.{e.args[0]}: {e.args[1]}") from None
 
 
-_BOOL, _INT = TypeAdapter(bool), TypeAdapter(int)
+_BOOL, _INT, _MODULES = TypeAdapter(bool), TypeAdapter(int), TypeAdapter(tuple[OffloadModule, ...])
 
 
 def _given(get, name: str, adapter: TypeAdapter):
@@ -312,7 +319,8 @@ def _given(get, name: str, adapter: TypeAdapter):
 # Megatron's rules a setting brings on the searched knobs: (setting, knob, the one value allowed, Megatron's words).
 # Megatron-LM d98e8a6: megatron/core/transformer/transformer_config.py:1884-1899 (TransformerConfig.__post_init__:
 # CPU offloading) and megatron/core/optimizer/__init__.py:1057-1060 (get_megatron_optimizer: the precision-aware
-# optimizer; Megatron-FSDP has its own dtype options, not priced).
+# optimizer; Megatron-FSDP has its own dtype options, not priced) and megatron/core/transformer/moe/experts.py:390-400
+# (`_is_fused_impl_supported`: the op fuser that fused_group_mlp offloading needs runs without expert TP).
 SETTING_RULES = (
     ("cpu_offloading_num_layers", "pp", 1,
      "Megatron: 'Currently there is no support for Pipeline parallelism with CPU offloading'"),
@@ -320,15 +328,21 @@ SETTING_RULES = (
      "Megatron: 'CPU offloading does not work when activation recomputation is enabled'"),
     ("precision_aware_optimizer", "zero", 1,
      "Megatron: '--use-precision-aware-optimizer only supported with distributed optimizer'"),
+    ("offload_modules", "etp", 1,
+     "Megatron: 'Fused GroupedMLP is not supported for this configuration' with expert tensor parallelism: "
+     "fused_group_mlp offloading needs --use-transformer-engine-op-fuser"),
 )
 
 
 def _setting_on(data, setting: str) -> bool:
     """Whether a setting that brings rules is on in `data` (a job mapping with raw values, or a JobSpec): offloading
-    N > 0 layers; the precision-aware optimizer on Megatron (another stack is refused by `optimizer_problem`)."""
+    N > 0 layers; fused_group_mlp among the offloaded modules; the precision-aware optimizer on Megatron (another
+    stack is refused by `optimizer_problem`)."""
     get = data.get if isinstance(data, dict) else lambda k, d=None: getattr(data, k, d)
     if setting == "cpu_offloading_num_layers":
         return (_given(get, setting, _INT) or 0) > 0
+    if setting == "offload_modules":  # the op fuser's rule: the fused_group_mlp module only
+        return "fused_group_mlp" in (_given(get, setting, _MODULES) or ())
     return get("framework", "megatron") == "megatron" and bool(_given(get, setting, _BOOL))
 
 
@@ -351,7 +365,10 @@ def rule_constraints(data, given: dict) -> dict:
 
 def rule_violations(job: JobSpec, config: dict) -> list[tuple[str, str]]:
     """(knob, message) for each knob of a configuration that a rule of the job's settings excludes."""
-    return [(knob, f"{config[knob]} with {setting} {str(getattr(job, setting)).lower()} ({why}); use {knob} {value}")
+    def shown(value) -> str:
+        return " ".join(value) if isinstance(value, tuple) else str(value).lower()
+
+    return [(knob, f"{config[knob]} with {setting} {shown(getattr(job, setting))} ({why}); use {knob} {value}")
             for setting, knob, value, why in setting_rules(job) if knob in config and config[knob] != value]
 
 

@@ -23,6 +23,7 @@ from pydantic import (
 from .cluster import ClusterSpec
 from .job import Constraints, CudaGraphImpl, CudaGraphModule, Precision, RecomputeModule
 from .model import ModelSpec
+from .offloading import OffloadModule
 
 
 def _ref(kind: str, forms: str):
@@ -119,6 +120,9 @@ class JobRequest(Request):
     cpu_offloading_num_layers: int | None = Field(
         None, ge=0, description="Megatron's CPU activation offloading of the first N layers (--cpu-offloading-num-layers; "
                                 "needs pp 1, no recomputation, N < layers)")
+    offload_modules: list[OffloadModule] | None = Field(
+        None, description="Megatron's fine-grained activation offloading (--offload-modules): attn_norm, qkv_linear, "
+                          "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, fused_group_mlp")
     cuda_graph_impl: CudaGraphImpl | None = Field(
         None, description="CUDA graphs (Megatron --cuda-graph-impl): none, local, transformer_engine, full_iteration")
     cuda_graph_modules: list[CudaGraphModule] | None = Field(
