@@ -30,11 +30,12 @@ kernel, not the model).
 
 Mixture-of-experts plans (`MOE_CASES`: Mixtral, DeepSeek-V3 and V2-Lite with MLA and MTP,
 Qwen3-MoE, GPT-OSS, Llama 4; EP inside a node and across nodes, ETP > 1, dense first layers
-with uneven splits, a pipeline layout holding the MTP module, token dropping) go through the same
+with uneven splits, a pipeline layout holding the MTP module, token dropping, fine-grained activation
+offloading of Megatron-Bridge's recipes: expert_fc1, core_attn + attn_proj, fused_group_mlp) go through the same
 three calls, and the TransformerConfig Megatron builds is compared with the plan: experts, top-k,
 MoE FFN size, shared experts, the MoE layer pattern (from `--moe-layer-freq`, int or list), router
 score function, expert bias, group-limited routing, capacity factor, EP and ETP, MLA ranks and
-head dimensions, MTP layers. Two rules Megatron enforces only once processes start are checked
+head dimensions, MTP layers, and (as for dense plans, `precision_diff`) the offloaded modules. Two rules Megatron enforces only once processes start are checked
 with Megatron's own code where it is pure: the expert grid (`parallel_state.RankGenerator`, order
 tp-cp-ep-dp-pp, as `initialize_model_parallel` builds it: world size divisible by etp x ep x pp;
 which nodes each EP group spans), and MoELayer.forward's refusal of TP > 1 without sequence
@@ -219,6 +220,24 @@ MOE_PA_CASE = len(MOE_CASES) - 1
 MOE_CASES.append(("GPT-OSS 20B NVFP4 on GB200, NVFP4 weights, last 4 layers in BF16", HFM("gpt-oss-20b"), "gb200x72",
                   dict(tp=1, pp=1, ep=8, etp=1), {"global_batch_size": 288, "seq_length": 4096, "precision": "nvfp4",
                                                   "fp8_param_gather": True, "bf16_layers_at_end": 4}, {}))
+# fine-grained activation offloading (--offload-modules; specs/offloading.py) as Megatron-Bridge's perf recipes
+# use it (NVIDIA-NeMo/Megatron-Bridge@067f987: perf_recipes/deepseek/gb200/deepseek_v3.py:281-282 expert_fc1;
+# perf_recipes/deepseek/common.py:114-116 core_attn + attn_proj beside recompute of layernorm, mla_up_proj and
+# moe_act; nemotronh/gb200/nemotronh.py:269-270 fused_group_mlp, which needs Transformer Engine's op fuser)
+MOE_CASES += [
+    ("DeepSeek-V3 on GB200, expert_fc1 offloaded (Megatron-Bridge's GB200 recipe), GB300 layout", HFM("DeepSeek-V3"),
+     "gb200x256", dict(tp=1, pp=8, ep=32, etp=1, pipeline_layout="Et*4|(t*4|)*14tmL"),
+     {"global_batch_size": 8192, "seq_length": 4096, "offload_modules": ("expert_fc1",)}, {}),
+    ("DeepSeek-V3, core_attn + attn_proj offloaded, layernorm / mla_up_proj / moe_act recomputed", HFM("DeepSeek-V3"),
+     "h100x1024", dict(tp=2, pp=8, ep=64, etp=1, recompute="selective", pipeline_layout="Et|(tt|)*30mL"),
+     {"global_batch_size": 8192, "seq_length": 4096, "offload_modules": ("core_attn", "attn_proj"),
+      "recompute_modules": ("layernorm", "mla_up_proj", "moe_act")}, {}),
+    ("Qwen3-30B-A3B on GB200, fused_group_mlp offloaded (Transformer Engine's op fuser), EP 8", HFM("Qwen3-30B-A3B"),
+     "gb200x8", dict(tp=1, pp=1, ep=8, etp=1), {"global_batch_size": 256, "seq_length": 4096,
+                                                 "offload_modules": ("fused_group_mlp",)}, {}),
+]
+OFFLOAD_CASE = len(MOE_CASES) - 2
+FUSED_OFFLOAD_CASE = len(MOE_CASES) - 1
 # optimize's own plans (cfg None: `optimize`, 60 s limit, on the MoE-priced formulation): the jobs
 # issue 22 judges (Qwen3-30B-A3B's real config on h100x64, DeepSeek-V3 on h100x1024, Mixtral 8x22B on
 # a100x256) and a few more
@@ -260,6 +279,9 @@ MOE_CONTROLS = [
      lambda a, e: (_set(_set(a, "--expert-model-parallel-size", "64"), "--expert-tensor-parallel-size", "4"), e)),
     (MOE_PA_CASE, "bf16 moments planned, --exp-avg-dtype / --exp-avg-sq-dtype dropped (fp32 moments built)",
      lambda a, e: (_drop(_drop(a, "--exp-avg-dtype", 1), "--exp-avg-sq-dtype", 1), e)),
+    (OFFLOAD_CASE, "attn_proj offloaded without core_attn", lambda a, e: ([x for x in a if x != "core_attn"], e)),
+    (FUSED_OFFLOAD_CASE, "fused_group_mlp offloaded without --use-transformer-engine-op-fuser",
+     lambda a, e: ([x for x in a if x != "--use-transformer-engine-op-fuser"], e)),
 ]
 USER_ARGS = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "10", "--lr", "1e-4",
              "--no-rope-fusion"]
@@ -355,7 +377,7 @@ def megatron_launch(M, job, ma):
     arch = gpu_arch(job.cluster.gpu)
     margs = M["arguments"]
     saved = (margs.get_device_arch_version, margs.is_te_min_version, torch.cuda.get_device_capability, sys.argv)
-    saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS")}
+    saved_env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "CUDA_DEVICE_MAX_CONNECTIONS", *ma.env)}
     margs.get_device_arch_version = lambda: arch
     if "--delay-wgrad-compute" in ma.args or "--fp4-format" in ma.args:  # NVFP4: TE >= 2.7.0.dev0, said in a note
         margs.is_te_min_version = lambda *a, **k: True
@@ -375,8 +397,9 @@ def megatron_launch(M, job, ma):
 def precision_diff(job, cfg, args) -> dict:
     """What of the planned precision recipe Megatron's TransformerConfig does not hold: the FP4 format and
     recipe of nvfp4 (fp4 e2m1, fp4_recipe nvfp4), NVFP4 weights (fp4_param), the layers kept in BF16
-    (first_last_layers_bf16, num_layers_at_start/end_in_bf16) and CPU activation offloading (cpu_offloading with
-    cpu_offloading_num_layers, activations on, weights off); and what the parsed arguments do not hold of the
+    (first_last_layers_bf16, num_layers_at_start/end_in_bf16), CPU activation offloading (cpu_offloading with
+    cpu_offloading_num_layers, activations on, weights off) and fine-grained offloading (fine_grained_activation_
+    offloading with offload_modules, and use_transformer_engine_op_fuser for fused_group_mlp); and what the parsed arguments do not hold of the
     optimizer (use_precision_aware_optimizer, exp_avg_dtype and exp_avg_sq_dtype as validate_args maps them to torch
     dtypes); {} when all agree."""
     moments = job.optimizer_moment_dtype
@@ -386,13 +409,17 @@ def precision_diff(job, cfg, args) -> dict:
     fp4 = job.precision == "nvfp4"
     start, end = job.bf16_layers_at_start, job.bf16_layers_at_end
     n = job.cpu_offloading_num_layers  # CPU activation offloading: activations of n layers, not weights
+    mods = tuple(job.offload_modules)  # fine-grained offloading; fused_group_mlp with the op fuser
     want = {"fp4": "e2m1" if fp4 else None, "fp4_param": fp4 and job.fp8_param_gather,
-            "bf16_layers": (start, end) if start or end else None, "cpu_offloading": (n, True, False) if n else None}
+            "bf16_layers": (start, end) if start or end else None, "cpu_offloading": (n, True, False) if n else None,
+            "offload_modules": (mods, "fused_group_mlp" in mods) if mods else None}
     got = {"fp4": cfg.fp4, "fp4_param": bool(cfg.fp4_param) and str(cfg.fp4_recipe).endswith("nvfp4"),
            "bf16_layers": (cfg.num_layers_at_start_in_bf16, cfg.num_layers_at_end_in_bf16)
            if cfg.first_last_layers_bf16 else None,
            "cpu_offloading": (cfg.cpu_offloading_num_layers, cfg.cpu_offloading_activations, cfg.cpu_offloading_weights)
-           if cfg.cpu_offloading else None}
+           if cfg.cpu_offloading else None,
+           "offload_modules": (tuple(cfg.offload_modules), bool(cfg.use_transformer_engine_op_fuser))
+           if cfg.fine_grained_activation_offloading else None}
     return {k: (want[k], got[k]) for k in want if want[k] != got[k]} | {k: v for k, v in opt.items() if v[0] != v[1]}
 
 
@@ -593,7 +620,8 @@ def moe_report(rows, controls) -> list[str]:
              "own plans (60 s limit) rendered by `megatron_args` and run through "
              "the same calls; Megatron's TransformerConfig is compared with the plan (experts, top-k, MoE FFN, shared "
              "experts, the MoE layer pattern, router, capacity, EP, ETP, token dispatcher, all-to-all overlap, MLA "
-             "dimensions, MTP) and with the layer split; "
+             "dimensions, MTP; the precision, optimizer and offloaded modules as for dense plans) and with the layer "
+             "split; "
              "the expert grid is Megatron's own `RankGenerator` (nodes one EP group spans). Stubbed in addition: "
              "`torch.cuda.get_device_capability` (validate_args reads it for `--moe-grouped-gemm`) returns the "
              "planned GPU's compute capability; with `--delay-wgrad-compute`, validate_args' Transformer Engine "

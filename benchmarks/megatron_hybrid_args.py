@@ -73,6 +73,12 @@ CASES = [
     ("optimize: Nemotron 3 Super", "nemotron3-super", "b200x64", None, {"global_batch_size": 512, "seq_length": 8192}),
     ("hybrid MTP, 3 separate M- depths, pp 2 x vp 2", MTP, "h100x8", dict(tp=1, pp=2, vp=2),
      {"global_batch_size": 64, "seq_length": 4096}),
+    # Megatron-Bridge's Nemotron-H GB200 recipe (perf_recipes/nemotronh/gb200/nemotronh.py:269-276 at 067f987):
+    # the fused grouped MLP offloaded, its activation recomputed
+    ("Nemotron 3 Nano on GB200, fused_group_mlp offloaded (TE op fuser, fused weighted squared ReLU), moe_act "
+     "recomputed", "nemotron3-nano", "gb200x8", dict(tp=1, pp=1, ep=8, etp=1, recompute="selective"),
+     {"global_batch_size": 512, "seq_length": 8192, "offload_modules": ("fused_group_mlp",),
+      "recompute_modules": ("moe_act",)}),
 ]
 
 
