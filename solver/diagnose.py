@@ -5,8 +5,8 @@ INFEASIBLE verdict and for admission control.
 - `memory_shortfall`: the shape and split that need the least memory
   (`formulation.splits.least_memory_splits` over the candidates' least-memory shapes), which
   stage is short and by how much, and what would help -- recomputation, a smaller
-  micro-batch, more GPUs (the fewest of the cluster's kind on which a plan fits, when there is
-  time to search for them);
+  micro-batch, Megatron's precision-aware optimizer, fine-grained activation offloading, more GPUs
+  (the fewest of the cluster's kind on which a plan fits, when there is time to search for them);
 - `fewest_nodes`: the search over node counts that both that suggestion and
   `admission.sizing.fewest_gpus` use: doubling until a size meets the test, then bisection
   between the last miss and the first hit.
@@ -32,6 +32,7 @@ from .space.rules import least_memory_job
 from .specs import JobSpec
 from .specs.deadline import Deadline, DeadlineExpired
 from .specs.frameworks import ALLOWED, users_constraints
+from .specs.offloading import fine_offload_problem
 from .specs.units import GIB
 
 
@@ -48,6 +49,12 @@ def _least_memory(job: JobSpec, shapes) -> tuple[np.ndarray, np.ndarray]:
 FEWEST_GPUS_MAX = 65536  # the search for the fewest GPUs that fit stops here
 FEWEST_GPUS_BUDGET_S = 20.0
 MODEL_STATE_BYTES_PER_PARAM = 18.0  # bf16 weight, fp32 grad, fp32 master and Adam m, v: the floor of any plan's state
+# the modules an INFEASIBLE answer tries offloading, by whether the model is MoE, the widest first: the attention's
+# (DeepSeek's Megatron-Bridge recipes) and the experts' (DeepSeek-V3's GB200 recipe); per-layer CUDA graphs of
+# Megatron's local kind allow the experts' alone (specs/offloading.py)
+OFFLOADED: dict[bool, list[tuple[str, ...]]] = {False: [("core_attn", "attn_proj")],
+                                                  True: [("core_attn", "attn_proj", "expert_fc1", "moe_act"),
+                                                         ("expert_fc1", "moe_act")]}
 
 
 def fewest_nodes(meets: Callable[[int], bool | None], start: int, max_nodes: int,
@@ -139,6 +146,38 @@ def _smaller_optimizer_state(job: JobSpec, par, cap: float) -> list[str]:
             f"parameter, not {now:g}): {verdict} with {alt.describe()}{allowed}"]
 
 
+def _offloaded_activations(job: JobSpec, need: float, cap: float, budget_s: float) -> list[str]:
+    """A suggestion where no activation offloading is yet the job's: whether a plan fits with the modules Megatron-
+    Bridge's recipes offload (`OFFLOADED`: the attention's Q, K, V and projection input; a MoE model's expert fc1
+    input and output too), Megatron's fine-grained offloading (formulation/fine_offload.py), and a plan that does;
+    where none does, the memory it still needs, and nothing when it needs no less than the `need` of the plan
+    without it (the model state is what is short). A search of its own within `budget_s` (nothing said past it)."""
+    if job.framework != "megatron" or job.offload_modules or job.cpu_offloading_num_layers:
+        return []
+    for mods in OFFLOADED[job.model.is_moe]:
+        offjob = job.model_copy(update={"offload_modules": mods})
+        if fine_offload_problem(offjob) is None:
+            break
+    else:
+        return []
+    try:
+        cands = prepare(offjob, deadline=Deadline().within(budget_s))
+    except DeadlineExpired:
+        return []
+    flag = f"--offload-modules {','.join(mods)}"
+    if cands.incumbent_index is None:
+        peak, _ = _least_memory(offjob, cands.least_memory_shapes)
+        least = float(np.min(peak, initial=np.inf))
+        if least >= need:
+            return []
+        verdict = f"still needs {least / GIB:.1f} GiB of the {cap / GIB:.1f}"
+    else:
+        par = parallel_from_row(offjob, cands.shapes.row(cands.incumbent_index))
+        verdict = f"a plan fits, e.g. {par.describe()} at {cands.incumbent_step_s:.2f} s per step"
+    return [f"fine-grained activation offloading ({flag}, or the job field offload_modules: those modules' saved "
+            f"inputs in host memory, copied over the GPU's host link): {verdict}"]
+
+
 def shape_shortfall(job: JobSpec) -> Shortfall:
     """No legal shape at all: divisibility (heads, batch, layers) or the constraints."""
     N = job.cluster.num_gpus
@@ -209,6 +248,10 @@ def memory_shortfall(job: JobSpec, cands: Candidates, budget_s: float = FEWEST_G
     if done:
         suggestions.append(f"the least-memory plan already uses {' and '.join(done)}")
     suggestions += _smaller_optimizer_state(job, par, cap)
+    if budget_s > 0:  # a search of its own: only where the caller gives time (as for the fewest GPUs)
+        t0 = time.perf_counter()
+        suggestions += _offloaded_activations(job, need, cap, budget_s)
+        budget_s = max(0.0, budget_s - (time.perf_counter() - t0))
     suggestions.append(_more_gpus(job, budget_s))
     cons = users_constraints(job.framework, job.constraints.model_dump(exclude_defaults=True))
     if cons:

@@ -170,3 +170,32 @@ def test_cli_flag(cli):
     code, out, err = cli(*base, "--offload-modules", "attn_proj")
     assert code == 2 and out == "" and "\n" not in err.strip() and "Traceback" not in err
     assert "needs core_attn too" in err
+
+
+def _shortfall(job):
+    from solveplan.diagnose import memory_shortfall
+    from solveplan.search.candidates import prepare
+
+    return memory_shortfall(job, prepare(job, prune_time=False), budget_s=1.0)
+
+
+def test_an_infeasible_answer_names_offloading_where_it_makes_a_plan_fit():
+    """Qwen3-30B-A3B at 12k tokens without recomputation does not fit 8 H100s; offloading the attention's and the
+    experts' saved inputs does, and a job that asks for it gets a plan."""
+    from solveplan.optimize import optimize
+
+    kw = dict(model="qwen3-30b-a3b", seq_length=12288, constraints={"recompute": ["none"], "cp": [1]})
+    sf = _shortfall(_job(**kw))
+    said = [s for s in sf.suggestions if s.startswith("fine-grained activation offloading")]
+    assert len(said) == 1 and "--offload-modules core_attn,attn_proj,expert_fc1,moe_act" in said[0]
+    assert "a plan fits" in said[0]
+    res = optimize(_job(offload_modules=("core_attn", "attn_proj", "expert_fc1", "moe_act"), **kw), time_limit_s=30)
+    assert res.plan is not None and res.plan.fits
+
+
+def test_no_offloading_suggestion_when_the_model_state_is_short():
+    """DeepSeek-V3's weights, gradients and Adam state alone exceed 64 GB200s: offloading activations cannot help, and
+    the answer does not suggest it."""
+    sf = _shortfall(_job(model="deepseek-v3", cluster="gb200x64", global_batch_size=1024, precision="mxfp8"))
+    assert sf.resource == "memory"
+    assert not any("offload" in s for s in sf.suggestions)
