@@ -98,6 +98,7 @@ class StageMemory(Out):
     activations: float
     other: float
     total: float
+    host: float = 0.0  # activations offloaded to pinned host memory per GPU (not in `total`: not GPU memory)
 
 
 class Stage(Out):

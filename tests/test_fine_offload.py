@@ -199,3 +199,28 @@ def test_no_offloading_suggestion_when_the_model_state_is_short():
     sf = _shortfall(_job(model="deepseek-v3", cluster="gb200x64", global_batch_size=1024, precision="mxfp8"))
     assert sf.resource == "memory"
     assert not any("offload" in s for s in sf.suggestions)
+
+
+def test_host_memory_is_reported_beside_the_gpu_total():
+    """The offloaded activations are held in pinned host memory: each stage reports them (every in-flight
+    micro-batch's), outside the GPU total; layer-level CPU offloading reports its N layers'."""
+    job = _job(cluster="gb200x8", offload_modules=("core_attn", "attn_proj"))
+    m, tokens = job.model, 4096
+    hq, hkv = m.num_attention_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    copied = BF16 * tokens * (hq + 2 * hkv) + 2 * BF16 * tokens * hq  # Q, K, V, the core's output, the proj input
+    par = ParallelConfig(tp=1, pp=2, dp=4, cp=1, vp=1, micro_batch_size=1, num_microbatches=16, recompute="none",
+                         sequence_parallel=False, zero=1)
+    plan = make_plan(job, par, [16, 16])
+    assert plan.stages[0].memory_bytes.host == pytest.approx(2 * 16 * copied, rel=1e-12)  # 1F1B: 2 in flight on stage 0
+    assert plan.stages[1].memory_bytes.host == pytest.approx(16 * copied, rel=1e-12)
+    base = make_plan(_job(cluster="gb200x8"), par, [16, 16])
+    assert base.stages[0].memory_bytes.host == 0.0
+    for s in plan.stages:  # not GPU memory: the total is the parts' sum without it
+        mb = s.memory_bytes
+        assert mb.total == pytest.approx(mb.params + mb.grads + mb.optimizer + mb.activations + mb.other, rel=1e-12)
+    cpu = _job(cluster="gb200x8", cpu_offloading_num_layers=8)
+    one = ParallelConfig(tp=1, pp=1, dp=8, cp=1, vp=1, micro_batch_size=1, num_microbatches=8, recompute="none",
+                         sequence_parallel=False, zero=1)
+    full = make_plan(_job(cluster="gb200x8"), one, [32]).stages[0].memory_bytes.activations
+    held = make_plan(cpu, one, [32]).stages[0].memory_bytes.host
+    assert 0 < held < full * 8 / 32  # 8 of 32 layers' saved activations (the stage's total counts the head's too)

@@ -47,7 +47,7 @@ def test_optimize_json(cli):
     assert set(d["parallel"]) >= {"tp", "pp", "dp", "cp", "vp", "micro_batch_size", "num_microbatches", "recompute",
                                   "sequence_parallel", "zero"}
     for st in d["stages"]:
-        assert set(st["memory_bytes"]) == {"params", "grads", "optimizer", "activations", "other", "total"}
+        assert set(st["memory_bytes"]) == {"params", "grads", "optimizer", "activations", "other", "total", "host"}
         assert st["fits"] and st["layers"] >= 1
     assert sum(s["layers"] for s in d["stages"]) == 40
     assert 0 <= d["bound_step_time_s"] <= d["step_time_s"]

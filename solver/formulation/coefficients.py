@@ -113,6 +113,11 @@ class StageCoefficients:
     capacity_bytes: float
     layer_ep_s: np.ndarray  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
     layer_offload_s: np.ndarray | float = 0.0  # exposed activation offloading copies (fine_offload.py, offload.py)
+    # activations offloaded to pinned host memory, per in-flight micro-batch (not GPU memory): per layer, and the
+    # first / last stage's extras (a MoE model's leading dense layers, the MTP block)
+    layer_host_bytes: np.ndarray | float = 0.0
+    first_host_bytes: np.ndarray | float = 0.0
+    last_host_bytes: np.ndarray | float = 0.0
 
     @property
     def layer_s(self) -> np.ndarray:
@@ -406,7 +411,7 @@ class _StageTerms:
                     last_optimizer_step_s=self.head_params_gpu * opt_per_param, first_window_s=self.first_window,
                     last_window_s=self.last_window, first_static_bytes=self.emb_params_gpu * self.edge_state,
                     last_static_bytes=self.head_params_gpu * self.edge_state, first_act_bytes=self.first_act,
-                    last_act_bytes=self.last_act)
+                    last_act_bytes=self.last_act, first_host_bytes=np.zeros(len(z)), last_host_bytes=np.zeros(len(z)))
         self.allocator = frameworks.eager_peak(  # transformers: the phase its step peaks in (eager_memory.py)
             self.stack, self.model, dense, ends, fam=self.fam, zero=z, shard=self.shard, params=(
                 layer_params_gpu, self.emb_params_gpu, self.head_params_gpu), tp=self.t, tokens=self.M, sp_degree=self.rep,
@@ -484,5 +489,6 @@ class _StageTerms:
             capacity_bytes=float(gpu.hbm_bytes),
             layer_ep_s=unit["ep"],
             layer_offload_s=unit["offload"],
+            layer_host_bytes=unit["host"],
             **ends,
         )

@@ -127,14 +127,14 @@ def stall_s(copied, fwd_s, bwd_s, host_bytes_per_s: float):
 
 def with_fine_offload(T, layer: dict, off: Offloaded) -> dict:
     """`layer` (the per-layer terms of `coefficients._StageTerms.per_layer_and_ends`) with `off` offloaded: its
-    stored activations less the freed bytes, its working set two layers' freed bytes more, and the stall
-    (`offload`, seconds per micro-batch). Nothing under full recomputation; an `offload` of zeros without
-    offloading."""
+    stored activations less the freed bytes, its working set two layers' freed bytes more, the stall (`offload`,
+    seconds per micro-batch) and the bytes held in pinned host memory (`host`, the copies). Nothing under full
+    recomputation; zeros without offloading."""
     zeros = np.zeros(len(T.z))
     if not T.offload_modules:
-        return {**layer, "offload": zeros}
+        return {**layer, "offload": zeros, "host": zeros}
     full = T.rc == 2
     freed = np.where(full, 0.0, off.freed)
     copied = np.where(full, 0.0, off.copied)
     return {**layer, "act": layer["act"] - freed, "working": layer["working"] + MARGIN_LAYERS * freed,
-            "offload": zeros + stall_s(copied, layer["fwd"], layer["bwd"], T.host_bytes_per_s)}
+            "offload": zeros + stall_s(copied, layer["fwd"], layer["bwd"], T.host_bytes_per_s), "host": zeros + copied}

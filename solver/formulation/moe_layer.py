@@ -167,4 +167,5 @@ def fold_layers(model: ModelSpec, dense: dict, moe_layer: dict, ends: dict):
         ends["first_window_s"] = ends["first_window_s"] + k * dense["window"]
         ends["first_static_bytes"] = ends["first_static_bytes"] + k * (dense["params"] + dense["grads"] + dense["optim"])
         ends["first_act_bytes"] = ends["first_act_bytes"] + k * dense["act"]
+        ends["first_host_bytes"] = ends["first_host_bytes"] + k * dense["host"]
     return unit, units, ends

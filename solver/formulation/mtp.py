@@ -200,6 +200,7 @@ def with_mtp(T, unit: dict, ends: dict) -> tuple[dict, dict]:
     add("last_optimizer_step_s", c * (layers["opt"] + rest["params"] * T.opt_per_param))
     add("last_static_bytes", c * (layers["params"] + layers["grads"] + layers["optim"] + rest["params"] * rest["state"]))
     add("last_act_bytes", n * (layers["act"] + rest["act"]))
+    add("last_host_bytes", n * layers["host"])
     copy = embedding_copy(T)
     add("last_static_bytes", copy["static"])
     add("last_dp_step_s", copy["dp_step"])

@@ -101,11 +101,13 @@ def exposed_offload_s(fwd_s, bwd_s, offloaded_bytes, host_bytes_per_s: float, nu
 def with_offload(co, num_layers: int, offloaded: int, host_gbyte_per_s: float | None):
     """Stage coefficients `co` (coefficients.StageCoefficients of a dense model) with `offloaded` of its
     `num_layers` layers offloaded: the per-layer saved activations scaled to `resident_layers` of the stage
-    (all the layers: pp 1), and the exposed copies spread over the layers (`layer_offload_s`, seconds per layer
-    per micro-batch). Unchanged without offloading."""
+    (all the layers: pp 1), the exposed copies spread over the layers (`layer_offload_s`, seconds per layer
+    per micro-batch) and what the host holds (`layer_host_bytes`: the N layers' activations, spread the same way).
+    Unchanged without offloading."""
     if offloaded <= 0 or host_gbyte_per_s is None:
         return co
     act = np.asarray(co.layer_act_bytes, dtype=np.float64)
     exposed = exposed_offload_s(co.layer_fwd_s, co.layer_bwd_s, act, host_gbyte_per_s * 1e9, num_layers, offloaded)
-    return replace(co, layer_act_bytes=act * resident_layers(num_layers, offloaded) / num_layers,
-                   layer_offload_s=co.layer_offload_s + exposed / num_layers)
+    kept = act * resident_layers(num_layers, offloaded) / num_layers
+    return replace(co, layer_act_bytes=kept, layer_offload_s=co.layer_offload_s + exposed / num_layers,
+                   layer_host_bytes=co.layer_host_bytes + act * offloaded / num_layers)

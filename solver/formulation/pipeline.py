@@ -44,7 +44,8 @@ def inflight_microbatches(pp, vp, m, stage):
 def stage_arrays(co: StageCoefficients, layers: np.ndarray) -> dict:
     """Per-stage times and memory for rows of `layers` (R x P, zeros beyond pp); `co` holds
     the coefficients of each row's shape (length R). Keys: tau, slot, exposed_dp, opt (s);
-    params, grads, optimizer, activations, other (bytes); on (stage < pp)."""
+    params, grads, optimizer, activations, other (bytes of GPU memory), host (activations offloaded to host memory);
+    on (stage < pp)."""
     R, P = layers.shape
     L = layers.astype(np.float64)
     col = np.arange(P)[None, :]
@@ -54,7 +55,7 @@ def stage_arrays(co: StageCoefficients, layers: np.ndarray) -> dict:
     last = (col == pp - 1).astype(np.float64)
     v = co.vp[:, None].astype(np.float64)
     m = co.num_microbatches[:, None].astype(np.float64)
-    c = lambda a: np.asarray(a, dtype=np.float64)[:, None]  # noqa: E731
+    c = lambda a: np.broadcast_to(np.asarray(a, dtype=np.float64), (R,))[:, None]  # noqa: E731  (a scalar: every row)
 
     tau = L * c(co.layer_s) + first * c(co.first_s) + last * c(co.last_s)
     slot = np.where(on, tau + v * c(co.boundary_s), 0.0)
@@ -75,12 +76,13 @@ def stage_arrays(co: StageCoefficients, layers: np.ndarray) -> dict:
     grads = grads + emb_state * frac(co.layer_grads_bytes)
     optim = optim + emb_state * frac(co.layer_optimizer_bytes)
     act = L * c(co.layer_act_bytes) * mu + first * c(co.first_act_bytes) * mu + last * c(co.last_act_bytes)
+    host = L * c(co.layer_host_bytes) * mu + first * c(co.first_host_bytes) * mu + last * c(co.last_host_bytes)
     # working sets, then the allocator's fragmentation over everything and the runtime reserve
     allocated = params + grads + optim + act + c(co.const_bytes)
     other = c(co.const_bytes) + co.fragmentation * allocated + c(co.runtime_bytes)
     mask = lambda x: np.where(on, x, 0.0)  # noqa: E731
     return dict(tau=mask(tau), slot=slot, exposed_dp=exposed_dp, opt=opt, params=mask(params), grads=mask(grads),
-                optimizer=mask(optim), activations=mask(act), other=mask(other), on=on)
+                optimizer=mask(optim), activations=mask(act), other=mask(other), host=mask(host), on=on)
 
 
 def stage_memory_bytes(st: dict) -> np.ndarray:
@@ -210,6 +212,7 @@ def evaluate_stages(stage_co: list[StageCoefficients], stage_pi_s, layers) -> Ev
     for i in range(p):
         mem = {key: float(st[key][i]) for key in ("params", "grads", "optimizer", "activations", "other")}
         mem["total"] = float(total[i])
+        mem["host"] = float(st["host"][i])  # offloaded activations in host memory: not in the GPU's total
         stages.append({
             "stage": i,
             "layers": int(layers[i]),

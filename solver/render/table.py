@@ -121,14 +121,18 @@ def stages_table(plan) -> Table:
         f"stages (memory in GiB; {plan.capacity_bytes / GIB:.1f} GiB usable per GPU)"
     t = Table(title=title, title_justify="left")
     lead = ("stage", "pool", "gpu", "nodes", "layers") if placed else ("stage", "layers")
-    for c in lead + ("time/micro-batch", "params", "grads", "optimizer", "activations", "other", "total", "fits"):
+    parts = ["params", "grads", "optimizer", "activations", "other", "total"]
+    headers = list(parts)
+    if any(s.memory_bytes.host for s in plan.stages):  # activations offloaded to host memory: beside, not in, the total
+        parts.append("host")
+        headers.append("host (offloaded)")
+    for c in (*lead, "time/micro-batch", *headers, "fits"):
         t.add_column(c, justify="left" if c in ("pool", "gpu", "nodes") else "right")
     for s in plan.stages:
         mb = s.memory_bytes
         where = (escape_markup(s.pool), escape_markup(s.gpu), escape_markup(_hosts(s.nodes), 1000)) if placed else ()
         t.add_row(str(s.stage), *where, str(s.layers), _fmt_s(s.time_per_microbatch_s),
-                  *(f"{getattr(mb, k) / GIB:.2f}" for k in ("params", "grads", "optimizer", "activations", "other", "total")),
-                  "yes" if s.fits else Text("NO", style="bold red"))
+                  *(f"{getattr(mb, k) / GIB:.2f}" for k in parts), "yes" if s.fits else Text("NO", style="bold red"))
     return t
 
 
