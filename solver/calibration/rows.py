@@ -4,7 +4,7 @@ the row states, with every inference named.
 
 What a row states wins. What it leaves unstated is filled in one of two ways, and the row's
 `assumed` list says which:
-- facts of the software and hardware of the row's time (`ERA`): 2020-2022 Megatron-LM had no
+- facts of the software and hardware of the row's time (`eras.py`): 2020-2022 Megatron-LM had no
   flash attention, no sequence parallelism before Korthikanti et al. 2022, no distributed
   optimizer and no overlapped gradient reduction; a fabric that is "not stated" is the GPU
   family's reference system (DGX A100: 8x HDR 200 Gb/s, DGX H100: 8x NDR 400 Gb/s);
@@ -32,6 +32,7 @@ from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
+from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
 from .nvfp4_rows import nvfp4_settings
 from .offload_rows import cpu_offload_of, grace_offload_preset
 
@@ -63,56 +64,6 @@ def gpu_of(text: str | None) -> tuple[str, str] | None:
         if re.search(pattern, t):
             return out
     return None
-GradReduceDtype = Literal["fp32", "bf16"]  # JobSpec.grad_reduce_dtype
-# Software of the time, for knobs a row leaves unstated (see the module docstring).
-ERA: dict[str, dict[str, Any]] = {
-    "megatron_2020_readme": {"sequence_parallel": (False,), "recompute": ("full",), "zero": (0,), "flash": False},
-    "narayanan2021": {"sequence_parallel": (False,), "zero": (0,), "flash": False, "overlap_grad_reduce": False},
-    "korthikanti2022": {"flash": False, "overlap_grad_reduce": False},
-}
-# Settings a source's own launch scripts fix for every run it publishes, with the evidence a row's
-# `assumed` quotes. Gradients in bf16: Megatron-Bridge scripts/performance/configs/*/*_llm_pretrain.py
-# (v0.2.0-v0.5.x) and src/megatron/bridge/perf_recipes/_common.py (v0.6.0) set grad_reduce_in_fp32 = False
-# (mixed_precision and ddp), as NeMo 2.0 scripts/performance does with FP8; NVIDIA/dgxc-benchmarking@v24.11.1
-# (llama3.1/, nemotron/, grok1/ yamls) sets optim.grad_sync_dtype: bf16 with Apex's distributed_fused_adam, whose
-# contiguous gradient buffer has that dtype (apex/contrib/optimizers/distributed_fused_adam.py `_init_grad_buffer`).
-_SCRIPTS, NEMO_DOCS = "the source's launch scripts: grad_reduce_in_fp32 = False", ("nemo_docs_2502", "nemo_docs_2504", "nemo_docs_2507")
-_DGXC_YAML = "the source's yaml: optim.grad_sync_dtype bf16, Apex distributed_fused_adam's gradient buffer in it"
-SOURCE_SETTINGS: dict[str, dict[str, tuple[GradReduceDtype, str]]] = {
-    **{src: {"grad_reduce_dtype": ("bf16", _SCRIPTS)} for src in ("mbridge_perf", *NEMO_DOCS)},
-    "dgxc_v24111": {"grad_reduce_dtype": ("bf16", _DGXC_YAML)}}
-FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
-# The attention kernel a source's own launch scripts ran, where it is not the rule in `row_job`:
-# llm-foundry's throughput tables (scripts/train/benchmarking/README.md, last tables 2024-01-06 @5e85bd62)
-# were taken with submit_benchmarks.py, whose `--attn_impl` defaults to 'triton' (sweep.sh never sets it) and
-# whose mpt-*.yaml say `attn_impl: triton`: llmfoundry/models/layers/flash_attn_triton.py, a copy of
-# FlashAttention's 2022 Triton port ("Overall Triton forward + backward is slightly slower than CUDA
-# forward + backward" of FlashAttention-1, its header) -- the FlashAttention-1 generation, not FlashAttention-2.
-SOURCE_KERNEL: dict[str, Literal["flash1"]] = {"mosaic_llmfoundry": "flash1"}
-
-
-def era_of(source: str, text: str) -> dict:
-    """The software facts of a row's time for knobs it leaves unstated: the ERA table for
-    known sources; otherwise read from the source's own words. Runs dated 2022 or earlier
-    had no flash attention in Megatron-style stacks (it reached Megatron-LM and NeMo in 2023),
-    2021 or earlier no sequence parallelism, distributed optimizer or overlapped gradient
-    reduction; DeepSpeed's pipeline engine reduces gradients after the pipeline flush (not
-    overlapped) with ZeRO-1, and Megatron-DeepSpeed has no Megatron sequence parallelism."""
-    if source in ERA:
-        return ERA[source]
-    t = text.lower()
-    years = [int(y) for y in re.findall(r"(?<!\d)(20[12]\d)(?!\d)", t)]
-    era: dict = {}
-    if years and max(years) <= 2022:
-        era["flash"] = False
-    if years and max(years) <= 2021:
-        era.update(sequence_parallel=(False,), zero=(0,), overlap_grad_reduce=False)
-    if "deepspeed" in t:  # Megatron-DeepSpeed: no Megatron sequence parallelism, ZeRO-1, reduction after the flush
-        era.update(overlap_grad_reduce=False, sequence_parallel=(False,))
-        era.setdefault("zero", (1,))
-    return era
-
-
 def find_data(paths: list[str] | None = None) -> list[Path]:
     """The data files: `paths` when given (files, or a folder holding DATA_FILES such as
     ../shared/data), else the copies shipped in the package (`solveplan.catalog_published`,
