@@ -8,10 +8,14 @@ import re
 from typing import Any, Literal
 
 GradReduceDtype = Literal["fp32", "bf16"]  # JobSpec.grad_reduce_dtype
+# DeepSpeed's ZeRO-3 before v0.5.5 (2021-11): per-parameter gathers after a device synchronisation
+# (JobSpec.zero3_gathers, formulation/layer_terms.per_parameter_zero3_s); v0.5.5 coalesced them
+DEEPSPEED_ZERO3 = "per_parameter"
 # Software of the time, for knobs a row leaves unstated (see the module docstring).
 ERA: dict[str, dict[str, Any]] = {
     "megatron_2020_readme": {"sequence_parallel": (False,), "recompute": ("full",), "zero": (0,), "flash": False},
-    "narayanan2021": {"sequence_parallel": (False,), "zero": (0,), "flash": False, "overlap_grad_reduce": False},
+    "narayanan2021": {"sequence_parallel": (False,), "zero": (0,), "flash": False, "overlap_grad_reduce": False,
+                      "zero3_gathers": DEEPSPEED_ZERO3},
     "korthikanti2022": {"flash": False, "overlap_grad_reduce": False},
 }
 # Settings a source's own launch scripts fix for every run it publishes, with the evidence a row's
@@ -41,7 +45,8 @@ def era_of(source: str, text: str) -> dict:
     had no flash attention in Megatron-style stacks (it reached Megatron-LM and NeMo in 2023),
     2021 or earlier no sequence parallelism, distributed optimizer or overlapped gradient
     reduction; DeepSpeed's pipeline engine reduces gradients after the pipeline flush (not
-    overlapped) with ZeRO-1, and Megatron-DeepSpeed has no Megatron sequence parallelism."""
+    overlapped) with ZeRO-1, and Megatron-DeepSpeed has no Megatron sequence parallelism; DeepSpeed's
+    ZeRO-3 of 2021 or earlier gathered parameter by parameter (`DEEPSPEED_ZERO3`)."""
     if source in ERA:
         return ERA[source]
     t = text.lower()
@@ -54,4 +59,6 @@ def era_of(source: str, text: str) -> dict:
     if "deepspeed" in t:  # Megatron-DeepSpeed: no Megatron sequence parallelism, ZeRO-1, reduction after the flush
         era.update(overlap_grad_reduce=False, sequence_parallel=(False,))
         era.setdefault("zero", (1,))
+        if years and max(years) <= 2021:
+            era["zero3_gathers"] = DEEPSPEED_ZERO3
     return era

@@ -335,6 +335,8 @@ def row_job(raw: dict) -> Row:
         if knobs[k] is None and k in era:
             knobs[k] = era[k]
             assumed.append(f"{k} = {era[k][0]} (software of the time)")
+    if knobs["zero"] == (3,) and "zero3_gathers" in era:
+        assumed.append("ZeRO-3 as DeepSpeed ran it before v0.5.5: each weight gathered alone, nothing overlapped")
     free = [k for k, v in knobs.items() if v is None]
     if free:
         assumed.append("unstated, best legal value: " + ", ".join(free))
@@ -345,7 +347,7 @@ def row_job(raw: dict) -> Row:
         model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
-        overlap_grad_reduce=era.get("overlap_grad_reduce", True),
+        overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
         grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **nvfp4_settings(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),

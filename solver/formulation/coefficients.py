@@ -43,7 +43,9 @@ from .layer_terms import (
     bf16_layer_extra_s,
     cp_ring_exposed_s,
     layer_linears_s,
+    mlp_linears,
     overlapped_s,
+    per_parameter_zero3_s,
     selective_recompute,
     sharded_layer_s,
 )
@@ -158,6 +160,7 @@ def stage_coefficients(
     bf16_layers: tuple[int, int] = (0, 0),
     adam_state_bytes: float = memory.ADAM_STATE_BYTES,
     offload_modules: tuple = (),
+    zero3_gathers: str = "prefetched",
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -166,7 +169,8 @@ def stage_coefficients(
         moe_load_imbalance=moe_load_imbalance, moe_a2a_overlap=moe_a2a_overlap,
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
-        bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules))
+        bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules,
+        zero3_gathers=zero3_gathers))
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
@@ -306,12 +310,17 @@ class _StageTerms:
         layer_params_gpu = self.layer_params_gpu
         dp_collective = self.dp_collective
         self.z2_mb = z2_mb = self.stack.zero2_gathers_every_microbatch
+        grad_copy = zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / self.hbm
         self.layer_zero3, self.z_edges = sharded_layer_s(
             ag=dp_collective("all_gather", layer_params_gpu * BF16_BYTES),
             rs=dp_collective("reduce_scatter", layer_params_gpu * grad_bytes), fwd=self.fwd,
-            bwd_window=self.bwd + self.recompute_fwd,
-            grad_copy=zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / self.hbm, zero=z,
+            bwd_window=self.bwd + self.recompute_fwd, grad_copy=grad_copy, zero=z,
             zero2_gathers_every_microbatch=z2_mb, phi=self.phi)
+        if self.options.get("zero3_gathers") == "per_parameter":  # DeepSpeed ZeRO-3 before v0.5.5 (layer_terms)
+            weights = [BF16_BYTES * N * K for N, K in attention_geometry(model, t)[0] + mlp_linears(model, t)]
+            ds = per_parameter_zero3_s(weights, grad_bytes / BF16_BYTES, self.cluster, shard, t,
+                                       self.bwd + self.recompute_fwd, self.rc, self.phi)
+            self.layer_zero3 = np.where(z == 3, ds + grad_copy, self.layer_zero3)
         layer_param_bytes = gathered_param_bytes(self.precision, self.fp8_param_gather)  # FP8 weights gathered in FP8
         self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu, layer_param_bytes)
         self.emb_red, self.emb_ag = self.dp_step(self.emb_params_gpu)
@@ -468,19 +477,13 @@ class _StageTerms:
         gpu, t, c, d, p = self.gpu, self.t, self.c, self.d, self.p
         return StageCoefficients(
             num_microbatches=self.m, pp=p, vp=self.v,
-            layer_compute_s=unit["compute"],
-            layer_tp_s=unit["tp"],
-            layer_cp_s=unit["cp"],
-            layer_zero3_s=unit["zero3"],
-            layer_fwd_s=unit["fwd"],
-            layer_bwd_s=unit["bwd"],
+            layer_compute_s=unit["compute"], layer_tp_s=unit["tp"], layer_cp_s=unit["cp"], layer_zero3_s=unit["zero3"],
+            layer_fwd_s=unit["fwd"], layer_bwd_s=unit["bwd"],
             boundary_s=self.boundary_s(unit, units),
             layer_dp_step_s=unit["dp_step"],
             layer_optimizer_step_s=unit["opt"],
             layer_window_s=unit["window"],
-            layer_params_bytes=unit["params"],
-            layer_grads_bytes=unit["grads"],
-            layer_optimizer_bytes=unit["optim"],
+            layer_params_bytes=unit["params"], layer_grads_bytes=unit["grads"], layer_optimizer_bytes=unit["optim"],
             layer_act_bytes=unit["act"],
             const_bytes=unit["working"],
             fragmentation=float(gpu.runtime_reserve_fraction),

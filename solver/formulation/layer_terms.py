@@ -12,7 +12,7 @@ import numpy as np
 
 from ..specs import ModelSpec
 from . import comm
-from .kernels import flash_attention_s, linear_s, triton_block_headdim, unfused_attention_s
+from .kernels import GEMM_LAUNCH_S, flash_attention_s, linear_s, triton_block_headdim, unfused_attention_s
 from .memory import BF16_BYTES
 from .precision import is_quantized, matmul_rate
 from .recompute import mla_up_recompute, norm_recompute
@@ -35,15 +35,20 @@ class LinearTimes:
     up_fwd: np.ndarray | float
 
 
+def mlp_linears(model: ModelSpec, tp) -> list[tuple]:
+    """(N, K) of the MLP's two linears on one TP rank: fc1 (the gate and up projections fused, as Megatron
+    builds them) and fc2."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    return [(f * (model.mlp_matrices - 1) / tp, h), (h, f / tp)]
+
+
 def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_bytes: float, hbm: float) -> LinearTimes:
-    """Attention's linears (`attn_linears`, (N, K) on this TP rank) and the MLP's, each a GEMM
+    """Attention's linears (`attn_linears`, (N, K) on this TP rank) and the MLP's (`mlp_linears`), each a GEMM
     forward and its two backward GEMMs (`kernels.linear_s`) at the recipe's rate `mm`, plus the
     recipe's quantisation of each GEMM's input (`cast_bytes` per element: 0 without FP8)."""
-    h, f = model.hidden_size, model.ffn_hidden_size
-    mlp_linears = [(f * (model.mlp_matrices - 1) / tp, h), (h, f / tp)]  # (N, K)
     gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = mlp_fwd = mlp_bwd = up_fwd = 0.0
     up_index = (1, 3) if model.q_lora_rank else (2,)
-    for i, (N, K) in enumerate(list(attn_linears) + mlp_linears):
+    for i, (N, K) in enumerate(list(attn_linears) + mlp_linears(model, tp)):
         fw, bw = linear_s(tokens, N, K, **mm)
         gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
         cf, cb = cast_bytes * tokens * K / hbm, cast_bytes * tokens * N / hbm
@@ -139,6 +144,30 @@ def sharded_layer_s(*, ag, rs, fwd, bwd_window, grad_copy, zero, zero2_gathers_e
     exposed = np.where(zero == 3, z3, np.where(zero == 2, z2, 0.0))
     edges = np.where(zero == 3, ag + rs, np.where(zero == 2, rs + (ag if zero2_gathers_every_microbatch else 0.0), 0.0))
     return exposed, edges
+
+
+# DeepSpeed ZeRO-3 before v0.5.5 (microsoft/DeepSpeed v0.3.16 deepspeed/runtime/zero/partition_parameters.py and
+# stage3.py, the release of Narayanan et al. 2021's comparison; v0.5.5 brought coalesced gathers): a parameter of at
+# least `stage3_param_persistence_threshold` elements (default 1e5) is gathered on its own (`_allgather_param`)
+# after `torch.cuda.synchronize()`, by `torch.distributed.all_gather` into a list of one view per rank, which
+# PyTorch's ProcessGroupNCCL of that time fills with one copy per rank after the collective; the gradients are
+# reduce-scattered per parameter from such lists (`_reduce_scatter_gradient`, one copy per rank to flatten them).
+DS_COPY_LAUNCH_S = GEMM_LAUNCH_S  # one copy kernel's host submission (kernels.GEMM_LAUNCH_S: 4-6 us measured)
+
+
+def per_parameter_zero3_s(tensors_bytes, grad_scale: float, cluster, n, stride, bwd_window, recompute, phi: float):
+    """Exposed ZeRO-3 traffic per layer and micro-batch under DeepSpeed's per-parameter gathers (comment above):
+    each weight tensor (`tensors_bytes`: the layer's linear weights on one GPU, BF16; biases and norms stay below
+    the persistence threshold and are never gathered) is all-gathered over the n ranks before the forward, again
+    before the recomputed forward under full recomputation (the forward released it) and before the backward, with
+    nothing to overlap (the host synchronised the GPU first), plus the host's n copy launches; its gradient is
+    reduce-scattered (`grad_scale` x its bytes) behind the backward, the n flattening copies on the host."""
+    bw, lat, _ = comm.group_links(cluster, n, stride)
+    launches = np.asarray(n, dtype=np.float64) * DS_COPY_LAUNCH_S
+    gather = sum(comm.allgather_s(b, n, bw, lat) + launches for b in tensors_bytes)
+    scatter = sum(comm.allgather_s(grad_scale * b, n, bw, lat) for b in tensors_bytes)
+    passes = 2 + (np.asarray(recompute) == 2)
+    return passes * gather + len(tensors_bytes) * launches + overlapped_s(scatter, bwd_window, phi)
 
 
 def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, recompute, phi: float):

@@ -303,6 +303,9 @@ def _sharding_flags(job, zero: int, notes: list[str]) -> list[str]:
         a.append("--use-precision-aware-optimizer")
         if job.optimizer_moment_dtype != "fp32":
             a += ["--exp-avg-dtype", job.optimizer_moment_dtype, "--exp-avg-sq-dtype", job.optimizer_moment_dtype]
+    if zero == 3 and job.zero3_gathers == "per_parameter":
+        notes.append("zero=3 was priced with DeepSpeed's per-parameter ZeRO-3 gathers (zero3_gathers per_parameter); "
+                     "Megatron-FSDP prefetches one gather per layer behind the compute, faster than priced")
     if zero >= 2:
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_STRATEGY[zero],
               "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]

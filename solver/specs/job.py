@@ -173,6 +173,11 @@ class JobSpec(Spec):
                              "forward and come back for the backward (Transformer Engine cpu_offload.py; priced by "
                              "formulation/offload.py at the GPU's host_link_gbyte_per_s). Megatron needs N < the "
                              "model's layers, pp 1 and no recomputation (SETTING_RULES, cpu_offload_problem)")
+    zero3_gathers: Literal["prefetched", "per_parameter"] = Field(
+        "prefetched", description="how the stack gathers ZeRO-3 weights: prefetched (Megatron-FSDP, PyTorch FSDP: one "
+                                  "gather per layer behind the previous layer's compute) or per_parameter (DeepSpeed "
+                                  "ZeRO-3 before v0.5.5: each weight tensor on its own after a device synchronisation, "
+                                  "nothing overlapped; formulation/layer_terms.per_parameter_zero3_s)")
     offload_modules: tuple[OffloadModule, ...] = Field(
         (), description="Megatron-LM fine-grained activation offloading (--fine-grained-activation-offloading "
                         "--offload-modules): the modules whose saved inputs go to host memory after their forward "

@@ -120,6 +120,9 @@ class JobRequest(Request):
     cpu_offloading_num_layers: int | None = Field(
         None, ge=0, description="Megatron's CPU activation offloading of the first N layers (--cpu-offloading-num-layers; "
                                 "needs pp 1, no recomputation, N < layers)")
+    zero3_gathers: Literal["prefetched", "per_parameter"] | None = Field(
+        None, description="ZeRO-3 gathers: prefetched (FSDP, Megatron-FSDP; default) or per_parameter (DeepSpeed "
+                          "ZeRO-3 before v0.5.5)")
     offload_modules: list[OffloadModule] | None = Field(
         None, description="Megatron's fine-grained activation offloading (--offload-modules): attn_norm, qkv_linear, "
                           "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, fused_group_mlp")
