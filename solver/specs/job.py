@@ -10,7 +10,7 @@ from .base import Spec
 from .cluster import ClusterSpec
 from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
-from .offloading import OffloadModule, fine_offload_problem
+from .offloading import OffloadModule, fine_offload_problem, host_link_problem
 
 # Megatron-LM transformer_config.py `recompute_modules` choices for transformer layers (formulation/recompute.py)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -415,8 +415,4 @@ def cpu_offload_problem(job: JobSpec) -> str | None:
     if job.cuda_graph_impl not in ("none", "full_iteration"):
         return (f"cpu_offloading_num_layers with cuda_graph_impl {job.cuda_graph_impl}: Megatron: 'CUDA graphs not "
                 f"supported with CPU offloading' (only full_iteration); set cuda_graph_impl none")
-    for pool in job.cluster.pool_specs():
-        if pool.gpu.host_link_gbyte_per_s is None:
-            return (f"cpu_offloading_num_layers needs the GPU-to-host bandwidth: GPU {pool.gpu.name} states no "
-                    f"host_link_gbyte_per_s; add it to the GPU file (GB/s per direction per GPU)")
-    return None
+    return host_link_problem(job, "cpu_offloading_num_layers")

@@ -76,10 +76,15 @@ def _stack_problem(job, mods: set) -> str | None:
         return (f"offload_modules {', '.join(sorted(mods & NORM_OFFLOAD_MODULES))} with CUDA graphs: the norms cross "
                 f"the graphs' boundaries and cannot be offloaded (Megatron's offloading guide); drop them or set "
                 f"cuda_graph_impl none")
+    return host_link_problem(job, "offload_modules")
+
+
+def host_link_problem(job, setting: str) -> str | None:
+    """Why an offloading `setting` cannot be priced on the job's GPUs: one states no host link (the copies' rate)."""
     for pool in job.cluster.pool_specs():
         if pool.gpu.host_link_gbyte_per_s is None:
-            return (f"offload_modules needs the GPU-to-host bandwidth: GPU {pool.gpu.name} states no "
-                    f"host_link_gbyte_per_s; add it to the GPU file (GB/s per direction per GPU)")
+            return (f"{setting} needs the GPU-to-host bandwidth: GPU {pool.gpu.name} states no host_link_gbyte_per_s; "
+                    f"add it to the GPU file (GB/s per direction per GPU)")
     return None
 
 
