@@ -397,13 +397,14 @@ class _StageTerms:
         """The per-layer terms of one dense (Transformer) layer; with fine-grained offloading, its attention's
         modules (`fine_offload.py`)."""
         z, pb, gb, ob, layer_params_gpu = self.z, self.pb, self.gb, self.ob, self.layer_params_gpu
-        return with_fine_offload(self, dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
-                    ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
-                    work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
-                    opt=layer_params_gpu * self.opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
-                    grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
-                                                               layer_params_gpu * gb, self.layer_act, self.m),
-                    optim=layer_params_gpu * ob, act=self.layer_act, working=self.working), attention_offloaded(self))
+        layer = dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
+                     ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
+                     work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
+                     opt=layer_params_gpu * self.opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
+                     grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
+                                                                layer_params_gpu * gb, self.layer_act, self.m),
+                     optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
+        return with_fine_offload(self, layer, attention_offloaded(self))
 
     def per_layer_and_ends(self) -> tuple[dict, int, dict]:
         """The dense layer's terms and the stage extras; a MoE model's layers folded in units (`moe_layer.fold_layers`),
