@@ -56,10 +56,11 @@ MOE_FILE = "published_runs_moe_newgpu.json"
 FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
                  "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG = {
-    "nemotron3-ultra": "Nemotron 3 Ultra has no catalog entry: its LatentMoE and hybrid MTP are modelled "
-                       "(moe_latent_size, mtp_hybrid_layer_pattern), but its perf recipes (Megatron-Bridge "
-                       "perf_recipes/nemotronh) offload the expert MLP's activations to the CPU and shard with "
-                       "Megatron-FSDP (HSDP), neither modelled for hybrid models",
+    "nemotron3-ultra": "Nemotron 3 Ultra has no catalog entry: its dimensions are in its Hugging Face config "
+                       "(nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16, which Megatron-Bridge's recipe loads), not "
+                       "in the sources; its LatentMoE, hybrid MTP and expert-MLP offloading are modelled, but its "
+                       "perf recipes (perf_recipes/nemotronh) shard with Megatron-FSDP (HSDP), not modelled for "
+                       "hybrid models",
     "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
