@@ -12,13 +12,14 @@ in (`global_batch_size`, `tp/cp/pp`, `compare.tp`, `model.num_layers`, `bandwidt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import click
 
 from ..catalog import load_job, read_mapping
 from ..errors import InputError
 from ..specs import PRECISIONS, JobSpec
+from ..specs.job import MomentDtype, Zero3Gathers
 
 # spec path -> the flag that sets it
 FLAGS = {
@@ -184,7 +185,7 @@ _BASE = [
                  help="Megatron's CPU activation offloading (--cpu-offloading-num-layers): the saved activations of "
                       "the first N layers go to host memory and back (pp 1, no recomputation, N < layers; priced at "
                       "the GPU's host link: NVLink-C2C on GB200/GB300, PCIe elsewhere). Default 0."),
-    click.option("--zero3-gathers", type=click.Choice(["prefetched", "per_parameter"]), default=None,
+    click.option("--zero3-gathers", type=click.Choice(get_args(Zero3Gathers)), default=None,
                  help="How the stack gathers ZeRO-3 weights: prefetched (Megatron-FSDP, PyTorch FSDP; default) or "
                       "per_parameter (DeepSpeed ZeRO-3 before v0.5.5: each weight alone, nothing overlapped)."),
     click.option("--offload-modules", default=None,
@@ -197,7 +198,7 @@ _BASE = [
     click.option("--precision-aware-optimizer/--no-precision-aware-optimizer", default=None,
                  help="Megatron's --use-precision-aware-optimizer: Adam's master weight kept as its 16-bit remainder "
                       "under bf16 / delayed fp8 (10 bytes of state per parameter, not 12); zero 1 only. Default off."),
-    click.option("--optimizer-moment-dtype", type=click.Choice(["fp32", "bf16", "fp16", "fp8"]), default=None,
+    click.option("--optimizer-moment-dtype", type=click.Choice(get_args(MomentDtype)), default=None,
                  help="Adam's moments (Megatron --exp-avg-dtype / --exp-avg-sq-dtype; bf16 under a bf16 job: 6 bytes of "
                       "state per parameter); other than fp32 needs --precision-aware-optimizer. Default fp32."),
 ]

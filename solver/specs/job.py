@@ -21,6 +21,10 @@ RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "m
 # MoE layer without their host time (formulation/host.py).
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
 CudaGraphModule = Literal["attn", "mlp", "moe_router", "moe_preprocess", "mamba"]
+# Adam's moment dtypes (Megatron --exp-avg-dtype / --exp-avg-sq-dtype; formulation/memory.MOMENT_BYTES) and how a
+# stack gathers ZeRO-3 weights (formulation/layer_terms: sharded_layer_s, per_parameter_zero3_s)
+MomentDtype = Literal["fp32", "bf16", "fp16", "fp8"]
+Zero3Gathers = Literal["prefetched", "per_parameter"]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 # Training precisions (`--precision`). The FP8 recipes are Transformer Engine's, selected in
@@ -173,7 +177,7 @@ class JobSpec(Spec):
                              "forward and come back for the backward (Transformer Engine cpu_offload.py; priced by "
                              "formulation/offload.py at the GPU's host_link_gbyte_per_s). Megatron needs N < the "
                              "model's layers, pp 1 and no recomputation (SETTING_RULES, cpu_offload_problem)")
-    zero3_gathers: Literal["prefetched", "per_parameter"] = Field(
+    zero3_gathers: Zero3Gathers = Field(
         "prefetched", description="how the stack gathers ZeRO-3 weights: prefetched (Megatron-FSDP, PyTorch FSDP: one "
                                   "gather per layer behind the previous layer's compute) or per_parameter (DeepSpeed "
                                   "ZeRO-3 before v0.5.5: each weight tensor on its own after a device synchronisation, "
@@ -189,7 +193,7 @@ class JobSpec(Spec):
                            "in optimizer_moment_dtype and, under bf16 or delayed-scaling fp8, the master weight as its "
                            "16-bit remainder (formulation/memory.adam_state_bytes_per_param); needs the distributed "
                            "optimizer (zero 1)")
-    optimizer_moment_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = Field(
+    optimizer_moment_dtype: MomentDtype = Field(
         "fp32", description="dtype of Adam's two moments (Megatron --exp-avg-dtype and --exp-avg-sq-dtype); other "
                             "than fp32 needs precision_aware_optimizer (DeepSeek-V3's recipes: bf16)")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from .cluster import ClusterSpec
-from .job import Constraints, CudaGraphImpl, CudaGraphModule, Precision, RecomputeModule
+from .job import Constraints, CudaGraphImpl, CudaGraphModule, MomentDtype, Precision, RecomputeModule, Zero3Gathers
 from .model import ModelSpec
 from .offloading import OffloadModule
 
@@ -114,13 +114,13 @@ class JobRequest(Request):
                                                                    "(--num-layers-at-end-in-bf16)")
     precision_aware_optimizer: bool | None = Field(
         None, description="Megatron --use-precision-aware-optimizer (Transformer Engine FusedAdam; needs zero 1)")
-    optimizer_moment_dtype: Literal["fp32", "bf16", "fp16", "fp8"] | None = Field(
+    optimizer_moment_dtype: MomentDtype | None = Field(
         None, description="Adam's moments (--exp-avg-dtype / --exp-avg-sq-dtype); not fp32 needs the precision-aware "
                           "optimizer")
     cpu_offloading_num_layers: int | None = Field(
         None, ge=0, description="Megatron's CPU activation offloading of the first N layers (--cpu-offloading-num-layers; "
                                 "needs pp 1, no recomputation, N < layers)")
-    zero3_gathers: Literal["prefetched", "per_parameter"] | None = Field(
+    zero3_gathers: Zero3Gathers | None = Field(
         None, description="ZeRO-3 gathers: prefetched (FSDP, Megatron-FSDP; default) or per_parameter (DeepSpeed "
                           "ZeRO-3 before v0.5.5)")
     offload_modules: list[OffloadModule] | None = Field(
