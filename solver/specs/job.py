@@ -325,39 +325,42 @@ def _given(get, name: str, adapter: TypeAdapter):
         return None
 
 
-# Megatron's rules a setting brings on the searched knobs: (setting, knob, the one value allowed, Megatron's words).
+def _layers_offloaded(get) -> bool:
+    return (_given(get, "cpu_offloading_num_layers", _INT) or 0) > 0
+
+
+def _fused_group_mlp_offloaded(get) -> bool:
+    return "fused_group_mlp" in (_given(get, "offload_modules", _MODULES) or ())
+
+
+def _precision_aware_on_megatron(get) -> bool:  # another stack is refused by `optimizer_problem`
+    return get("framework", "megatron") == "megatron" and bool(_given(get, "precision_aware_optimizer", _BOOL))
+
+
+# Megatron's rules a setting brings on the searched knobs: (setting, whether it is on -- a predicate of the field
+# getter, raw values of a job mapping or a JobSpec's --, knob, the one value allowed, Megatron's words).
 # Megatron-LM d98e8a6: megatron/core/transformer/transformer_config.py:1884-1899 (TransformerConfig.__post_init__:
 # CPU offloading) and megatron/core/optimizer/__init__.py:1057-1060 (get_megatron_optimizer: the precision-aware
 # optimizer; Megatron-FSDP has its own dtype options, not priced) and megatron/core/transformer/moe/experts.py:390-400
 # (`_is_fused_impl_supported`: the op fuser that fused_group_mlp offloading needs runs without expert TP).
 SETTING_RULES = (
-    ("cpu_offloading_num_layers", "pp", 1,
+    ("cpu_offloading_num_layers", _layers_offloaded, "pp", 1,
      "Megatron: 'Currently there is no support for Pipeline parallelism with CPU offloading'"),
-    ("cpu_offloading_num_layers", "recompute", "none",
+    ("cpu_offloading_num_layers", _layers_offloaded, "recompute", "none",
      "Megatron: 'CPU offloading does not work when activation recomputation is enabled'"),
-    ("precision_aware_optimizer", "zero", 1,
+    ("precision_aware_optimizer", _precision_aware_on_megatron, "zero", 1,
      "Megatron: '--use-precision-aware-optimizer only supported with distributed optimizer'"),
-    ("offload_modules", "etp", 1,
+    ("offload_modules", _fused_group_mlp_offloaded, "etp", 1,
      "Megatron: 'Fused GroupedMLP is not supported for this configuration' with expert tensor parallelism: "
      "fused_group_mlp offloading needs --use-transformer-engine-op-fuser"),
 )
 
 
-def _setting_on(data, setting: str) -> bool:
-    """Whether a setting that brings rules is on in `data` (a job mapping with raw values, or a JobSpec): offloading
-    N > 0 layers; fused_group_mlp among the offloaded modules; the precision-aware optimizer on Megatron (another
-    stack is refused by `optimizer_problem`)."""
-    get = data.get if isinstance(data, dict) else lambda k, d=None: getattr(data, k, d)
-    if setting == "cpu_offloading_num_layers":
-        return (_given(get, setting, _INT) or 0) > 0
-    if setting == "offload_modules":  # the op fuser's rule: the fused_group_mlp module only
-        return "fused_group_mlp" in (_given(get, setting, _MODULES) or ())
-    return get("framework", "megatron") == "megatron" and bool(_given(get, setting, _BOOL))
-
-
 def setting_rules(data) -> list[tuple[str, str, object, str]]:
-    """The rules of `SETTING_RULES` whose setting is on in `data`."""
-    return [rule for rule in SETTING_RULES if _setting_on(data, rule[0])]
+    """(setting, knob, value, Megatron's words) of each rule of `SETTING_RULES` whose setting is on in `data` (a
+    job mapping with raw values, or a JobSpec)."""
+    get = data.get if isinstance(data, dict) else lambda k, d=None: getattr(data, k, d)
+    return [(setting, knob, value, why) for setting, on, knob, value, why in SETTING_RULES if on(get)]
 
 
 def rule_constraints(data, given: dict) -> dict:
