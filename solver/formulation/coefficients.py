@@ -114,12 +114,12 @@ class StageCoefficients:
     runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
     capacity_bytes: float
     layer_ep_s: np.ndarray  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
-    layer_offload_s: np.ndarray | float = 0.0  # exposed activation offloading copies (fine_offload.py, offload.py)
+    layer_offload_s: np.ndarray  # exposed activation offloading copies (fine_offload.py, offload.py)
     # activations offloaded to pinned host memory, per in-flight micro-batch (not GPU memory): per layer, and the
     # first / last stage's extras (a MoE model's leading dense layers, the MTP block)
-    layer_host_bytes: np.ndarray | float = 0.0
-    first_host_bytes: np.ndarray | float = 0.0
-    last_host_bytes: np.ndarray | float = 0.0
+    layer_host_bytes: np.ndarray
+    first_host_bytes: np.ndarray
+    last_host_bytes: np.ndarray
 
     @property
     def layer_s(self) -> np.ndarray:

@@ -74,6 +74,8 @@ def _selective(T, module: str) -> np.ndarray:
 def attention_offloaded(T) -> Offloaded:
     """The attention modules' bytes of one layer (module docstring); `T` the `coefficients._StageTerms`."""
     mods, model = T.offload_modules, T.model
+    if not mods:  # every plan without offloading passes here: nothing to compute
+        return Offloaded()
     per_h = T.M * T.h / T.rep
     lib = T.act_kw["linear_input_bytes"]
     mla = bool(model.multi_latent_attention)

@@ -55,7 +55,7 @@ def stage_arrays(co: StageCoefficients, layers: np.ndarray) -> dict:
     last = (col == pp - 1).astype(np.float64)
     v = co.vp[:, None].astype(np.float64)
     m = co.num_microbatches[:, None].astype(np.float64)
-    c = lambda a: np.broadcast_to(np.asarray(a, dtype=np.float64), (R,))[:, None]  # noqa: E731  (a scalar: every row)
+    c = lambda a: np.asarray(a, dtype=np.float64)[:, None]  # noqa: E731
 
     tau = L * c(co.layer_s) + first * c(co.first_s) + last * c(co.last_s)
     slot = np.where(on, tau + v * c(co.boundary_s), 0.0)
@@ -200,7 +200,7 @@ def evaluate_stages(stage_co: list[StageCoefficients], stage_pi_s, layers) -> Ev
         "cp_comm_s": lb * cb.layer_cp_s[0],
         "zero3_comm_s": lb * cb.layer_zero3_s[0],
         "ep_comm_s": lb * cb.layer_ep_s[0],
-        "offload_s": lb * float(np.atleast_1d(cb.layer_offload_s)[0]),
+        "offload_s": lb * cb.layer_offload_s[0],
         "pp_comm_s": v * float(stage_pi_s[b]),
     }
     breakdown = {key: float(m * val) for key, val in per_mb.items()}
