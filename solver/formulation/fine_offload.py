@@ -50,8 +50,9 @@ from .memory import BF16_BYTES
 from .moe import routed_tokens
 from .recompute import separate_norms
 
-# FP8 recipes whose expert fc1 offload copies the original BF16 input (module docstring)
-BF16_FC1_RECIPES = ("fp8", "fp8-tensorwise", "fp8-blockwise")
+# the recipes whose expert fc1 offload copies the saved (quantised) input; every other copies the original BF16
+# input (Megatron experts.py:278-284: `if self.offload_expert_fc1 and not (use_mxfp8 or use_nvfp4)`)
+SAVED_INPUT_FC1_RECIPES = ("mxfp8", "nvfp4")
 MARGIN_LAYERS = 2  # the offload margin's group and the one in flight (module docstring)
 
 
@@ -110,7 +111,7 @@ def expert_offloaded(T, ep, etp) -> Offloaded:
         norm = BF16_BYTES * T.M * T.h / T.rep
         out += Offloaded(norm, norm)
     if "expert_fc1" in mods:
-        sent = BF16_BYTES * copies * w if T.precision in BF16_FC1_RECIPES else fc1_in
+        sent = fc1_in if T.precision in SAVED_INPUT_FC1_RECIPES else BF16_BYTES * copies * w
         out += Offloaded(fc1_in, sent)
     if "moe_act" in mods:
         out += Offloaded(act_in, act_in)
