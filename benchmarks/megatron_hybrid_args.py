@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from _common import ROOT
-from megatron_args import USER_ARGS, degrees_and_split, megatron_cli, megatron_configs, megatron_launch, open_megatron  # noqa: F401
+from megatron_args import (USER_ARGS, degrees_and_split, megatron_cli, megatron_configs,  # noqa: F401
+                           megatron_launch, open_megatron, sharding_diff)
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import plan_config
@@ -79,6 +80,10 @@ CASES = [
      "recomputed", "nemotron3-nano", "gb200x8", dict(tp=1, pp=1, ep=8, etp=1, recompute="selective"),
      {"global_batch_size": 512, "seq_length": 8192, "offload_modules": ("fused_group_mlp",),
       "recompute_modules": ("moe_act",)}),
+    # Megatron-FSDP as Megatron-Bridge's Nemotron 3 Ultra recipes shard (perf_recipes/nemotronh/common.py
+    # `_apply_nemotron_3_ultra_fsdp_hsdp` at 067f987: use_megatron_fsdp, optim_grads_params)
+    ("Nemotron 3 Super, Megatron-FSDP (ZeRO-3) with EP 64 on 256 GB200s", "nemotron3-super", "gb200x256",
+     dict(tp=1, pp=1, ep=64, etp=1, zero=3), {"global_batch_size": 1024, "seq_length": 8192}),
 ]
 
 
@@ -158,7 +163,8 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
         with megatron_launch(M, job, ma):
             args, cfg_, _ = megatron_configs(M, gpt=False)
         got, want = _built(M, args, cfg_, plan.parallel.pp), _planned(job.model, plan)
-        row["diff"] = {k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
+        row["diff"] = ({k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
+                       | sharding_diff(plan.parallel.zero, args))
         row["megatron_split"] = got["split"]
         row["ok"] = not row["diff"] and ma.entry == "pretrain_hybrid.py"
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:

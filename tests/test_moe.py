@@ -97,7 +97,7 @@ def test_a2a_overlap_hides_the_all_to_all_behind_compute():
     (dict(ep=16), "ep"),  # more experts ranks than experts
     (dict(tp=4, ep=8, etp=4), "ep"),  # etp*ep = 32 does not divide the 16 GPUs of the stage
     (dict(tp=2, sequence_parallel=False), "sequence_parallel"),  # MoELayer: MoE + TP needs SP
-    (dict(zero=2, ep=2), "zero"),  # not modelled
+    (dict(zero=3, ep=2, pp=2), "zero"),  # ZeRO-3 is not combined with pipelining (as for dense models)
 ])
 def test_megatron_moe_rules_are_refused_naming_the_field(cfg, field):
     from solveplan.errors import InputError
@@ -274,6 +274,45 @@ def test_expert_memory_is_sharded_over_ep_etp_and_expert_data_parallel():
     assert float(co.layer_params_bytes[0]) == pytest.approx(2 * (experts + rest), rel=1e-12)
     assert float(co.layer_grads_bytes[0]) == pytest.approx(4 * (experts + rest), rel=1e-12)
     assert float(co.layer_optimizer_bytes[0]) == pytest.approx(12 * experts / 4 + 12 * rest / 32, rel=1e-12)
+
+
+def test_megatron_fsdp_shards_experts_over_expert_data_parallel():
+    """Qwen3-30B-A3B, 64 GPUs, tp 2, dp 32, ep 8, etp 2 (edp = 4) under ZeRO-3 (Megatron-FSDP): the
+    experts' weights, gradients and Adam state over edp, the rest over dp (mcore_fsdp_adapter.py: expert
+    parameters over expt_dp); ZeRO-2 shards the gradients and state only."""
+    m = load_model("qwen3-30b-a3b")
+    h, E = 2048, 128
+    experts = E / 8 * 3 * h * 768 / 2
+    router = h * E
+    rest = (m.moe_layer_params - E * 3 * h * 768 - router) / 2 + router
+    shape = dict(tp=2, dp=32, ep=8, etp=2, sequence_parallel=True)
+    z3, z2 = _co(m, "h100x64", zero=3, **shape), _co(m, "h100x64", zero=2, **shape)
+    assert float(z3.layer_params_bytes[0]) == pytest.approx(2 * (experts / 4 + rest / 32), rel=1e-12)
+    assert float(z3.layer_grads_bytes[0]) == pytest.approx(4 * (experts / 4 + rest / 32), rel=1e-12)
+    assert float(z3.layer_optimizer_bytes[0]) == pytest.approx(12 * experts / 4 + 12 * rest / 32, rel=1e-12)
+    assert float(z2.layer_params_bytes[0]) == pytest.approx(2 * (experts + rest), rel=1e-12)
+    assert float(z2.layer_grads_bytes[0]) == pytest.approx(4 * (experts / 4 + rest / 32), rel=1e-12)
+
+
+def test_megatron_fsdp_moves_the_expert_reduction_into_each_layer():
+    """ZeRO-1 reduces every gradient once per step (layer_dp_step_s) and gathers nothing per layer; ZeRO-3
+    gathers each MoE layer's weights (experts over edp) and reduce-scatters its gradients every micro-batch
+    (layer_zero3_s > 0) and keeps no step-level reduction or gather; ZeRO-3 keeps two gathered layers live."""
+    m = load_model("qwen3-30b-a3b")
+    z1, z3 = (_co(m, "h100x64", dp=64, ep=8, zero=z) for z in (1, 3))
+    assert float(z1.layer_zero3_s[0]) == 0.0 and float(z1.layer_dp_step_s[0]) > 0.0
+    assert float(z3.layer_zero3_s[0]) > 0.0 and float(z3.layer_dp_step_s[0]) == 0.0
+    live = float(z3.const_bytes[0]) - float(z1.const_bytes[0])
+    params = float(z1.layer_params_bytes[0]) / 2  # the layer's weights on one GPU, unsharded (bf16)
+    assert live == pytest.approx(2 * params * (2 + 4), rel=1e-12)  # two layers: bf16 weight + fp32 gradient each
+
+
+def test_megatron_fsdp_expert_traffic_follows_the_expert_group():
+    """With ep = 8 the experts' FSDP group (edp = 8, ranks 8 apart) spans the 8 nodes of h100x64, with ep = 64
+    the experts are not sharded (edp = 1): less ZeRO-3 traffic per layer, all of it the attention's."""
+    m = load_model("qwen3-30b-a3b")
+    spread, local = (_co(m, "h100x64", dp=64, ep=ep, zero=3) for ep in (8, 64))
+    assert float(local.layer_zero3_s[0]) < float(spread.layer_zero3_s[0])
 
 
 def test_load_imbalance_scales_the_all_to_all_and_the_expert_work():

@@ -48,6 +48,7 @@ from .layer_terms import (
     per_parameter_zero3_s,
     selective_recompute,
     sharded_layer_s,
+    sharding_of,
 )
 from .memory import BF16_BYTES, FP32_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes
 from .moe import attention_geometry
@@ -384,7 +385,7 @@ class _StageTerms:
             layer_act = layer_act + np.where(rc == 2, 0.0, self.latent_width * M)
             working = working + np.where(rc == 2, self.latent_width * M, 0.0)
         self.recompute_working = working  # the working set before ZeRO-3's live layers (eager_peak)
-        z3_per_param = frameworks.zero3_live_bytes_per_param(stack, self.grad_bytes)
+        self.z3_per_param = z3_per_param = frameworks.zero3_live_bytes_per_param(stack, self.grad_bytes)
         self.z3_live = np.where(z == 3, ZERO3_LIVE_LAYERS * self.layer_params_gpu * z3_per_param, 0.0)
         self.layer_act, self.working = layer_act, working + self.z3_live
         self.first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, self.fam)  # embedding
@@ -457,7 +458,7 @@ class _StageTerms:
             dispatcher=self.moe_token_dispatcher,
             latent_bytes=self.latent_width * M, hbm=hbm, mm=self.mm, bf16mm=self.bf16mm, precision=self.precision,
             grad_reduce_dtype=self.grad_reduce_dtype, fp8_param_gather=self.fp8_param_gather, cuda_graph=self.cuda_graph,
-            imbalance=self.moe_load_imbalance, adam_state_bytes=self.adam_state_bytes,
+            imbalance=self.moe_load_imbalance, adam_state_bytes=self.adam_state_bytes, sharding=sharding_of(self),
             selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                            attn_working=-scores))
         shapes = self.shapes

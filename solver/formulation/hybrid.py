@@ -28,6 +28,7 @@ import numpy as np
 
 from .fine_offload import Offloaded, attention_offloaded, expert_offloaded, with_fine_offload
 from .kernels import elementwise_bytes_per_token, linear_s
+from .layer_terms import sharded_terms, sharding_of
 from .mamba import mamba_activation_bytes, mamba_linears, mixer_s
 from .memory import BF16_BYTES, layer_activation_bytes
 from .moe_layer import moe_layer_terms
@@ -43,7 +44,8 @@ def _norm_s(T):
 
 
 def _overhead_s(T):
-    return T.gpu.layer_overhead_us * 1e-6  # ZeRO <= 1 for hybrid models (space.experts.hybrid_violations)
+    """A sublayer's launch overhead per pass, with sharded data parallelism's per-layer hooks (as the dense layer's)."""
+    return (T.gpu.layer_overhead_us + np.where(T.z >= 2, T.gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
 
 
 def sublayer_activation_bytes(T, **widths):
@@ -63,11 +65,12 @@ def _layer(T, *, fwd, bwd, rfwd, gemm_fwd, gemm_bwd, params_gpu, act, working, c
     else:
         tf = tb = pair
     red, ag = T.dp_step(params_gpu, gathered_param_bytes(T.precision, T.fp8_param_gather))
+    zero3, live = sharded_terms(sharding_of(T), T.z, params_gpu=params_gpu, fwd=fwd + tf, bwd_window=bwd + tb + rfwd)
     n = len(T.z)
-    return dict(compute=fwd + bwd + rfwd, tp=tf * (1 + (T.rc == 2)) + tb, cp=cp + np.zeros(n), zero3=np.zeros(n),
+    return dict(compute=fwd + bwd + rfwd, tp=tf * (1 + (T.rc == 2)) + tb, cp=cp + np.zeros(n), zero3=zero3,
                 ep=np.zeros(n), fwd=fwd + tf, bwd=bwd + tb, work=fwd + bwd, dp_step=red + ag,
                 opt=params_gpu * T.opt_per_param, window=T.window(fwd + tf, bwd + tb), params=params_gpu * T.pb,
-                grads=params_gpu * T.gb, optim=params_gpu * T.ob, act=act, working=working)
+                grads=params_gpu * T.gb, optim=params_gpu * T.ob, act=act, working=working + live)
 
 
 def _attention_and_mlp_s(T):
@@ -150,7 +153,7 @@ def moe_layer(T, before: dict, before_kind: str) -> dict:
         adam_s_per_param=T.adam_bytes / T.hbm, a2a_overlap=T.moe_a2a_overlap, dispatcher=T.moe_token_dispatcher,
         latent_bytes=0.0, hbm=T.hbm, mm=T.mm, bf16mm=T.bf16mm, precision=T.precision,
         grad_reduce_dtype=T.grad_reduce_dtype, fp8_param_gather=T.fp8_param_gather, cuda_graph=(impl, tuple(graphed)),
-        imbalance=T.moe_load_imbalance, adam_state_bytes=T.adam_state_bytes,
+        imbalance=T.moe_load_imbalance, adam_state_bytes=T.adam_state_bytes, sharding=sharding_of(T),
         selective=dict(mods=T.mods, attn_s=zeros, attn_freed=0.0, attn_working=0.0),
         attention=False, outer_act=sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, ffn=0),
         host_window=(before["work"] - before["bwd"] + nf + oh, before["bwd"] + nb + 2 * oh))

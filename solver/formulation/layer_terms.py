@@ -12,8 +12,9 @@ import numpy as np
 
 from ..specs import ModelSpec
 from . import comm
+from .data_parallel import zero_grad_copy_bytes
 from .kernels import GEMM_LAUNCH_S, flash_attention_s, linear_s, triton_block_headdim, unfused_attention_s
-from .memory import BF16_BYTES
+from .memory import BF16_BYTES, ZERO3_LIVE_LAYERS
 from .precision import is_quantized, matmul_rate
 from .recompute import mla_up_recompute, norm_recompute
 
@@ -144,6 +145,36 @@ def sharded_layer_s(*, ag, rs, fwd, bwd_window, grad_copy, zero, zero2_gathers_e
     exposed = np.where(zero == 3, z3, np.where(zero == 2, z2, 0.0))
     edges = np.where(zero == 3, ag + rs, np.where(zero == 2, rs + (ag if zero2_gathers_every_microbatch else 0.0), 0.0))
     return exposed, edges
+
+
+def sharding_of(terms) -> dict:
+    """What a layer priced apart from the dense layer (a MoE layer, a hybrid model's sublayer) takes for its
+    ZeRO-2/3 terms (`sharded_terms`) from the stage's dense-layer terms `terms` (`coefficients._StageTerms`): the
+    DP x CP collective, whether ZeRO-2 gathers every micro-batch, the overlap rule's interference, the live bytes
+    per gathered parameter, the cluster, the gradients' reduction bytes and the HBM rate."""
+    return dict(collective=terms.dp_collective, z2_mb=terms.z2_mb, phi=terms.phi, live_per_param=terms.z3_per_param,
+                cluster=terms.cluster, grad_bytes=terms.grad_bytes, hbm=terms.hbm)
+
+
+def sharded_terms(sharding: dict, zero, *, params_gpu, fwd, bwd_window, experts_gpu=0.0, edp=1, expert_stride=1):
+    """(exposed time per micro-batch, live working bytes) of ZeRO-2/3 (Megatron-FSDP) sharding one layer, as
+    `sharded_layer_s` prices the dense layer: its `params_gpu` weights gathered and their gradients
+    reduce-scattered over the DP x CP group (`sharding["collective"]`), and a MoE layer's `experts_gpu` local
+    expert weights over the expert-data-parallel group (edp ranks `expert_stride` = etp x ep apart: Megatron-FSDP
+    shards expert parameters over expt_dp, megatron/core/distributed/fsdp/mcore_fsdp_adapter.py at d98e8a6; its
+    FSDP unit is the whole layer, experts included). Under ZeRO-3, ZERO3_LIVE_LAYERS such layers stay gathered
+    (the one computed and the one prefetched), `sharding["live_per_param"]` bytes per parameter."""
+    def experts(kind, size):
+        return comm.collective_s(kind, size, sharding["cluster"], edp, expert_stride)
+
+    grad_bytes, both = sharding["grad_bytes"], params_gpu + experts_gpu
+    ag = sharding["collective"]("all_gather", params_gpu * BF16_BYTES) + experts("all_gather", experts_gpu * BF16_BYTES)
+    rs = sharding["collective"]("reduce_scatter", params_gpu * grad_bytes) + experts("reduce_scatter",
+                                                                                    experts_gpu * grad_bytes)
+    exposed, _ = sharded_layer_s(ag=ag, rs=rs, fwd=fwd, bwd_window=bwd_window, zero=zero, phi=sharding["phi"],
+                                 grad_copy=zero_grad_copy_bytes(grad_bytes) * both / sharding["hbm"],
+                                 zero2_gathers_every_microbatch=sharding["z2_mb"])
+    return exposed, np.where(zero == 3, ZERO3_LIVE_LAYERS * both * sharding["live_per_param"], 0.0)
 
 
 # DeepSpeed ZeRO-3 before v0.5.5 (microsoft/DeepSpeed v0.3.16 deepspeed/runtime/zero/partition_parameters.py and

@@ -12,6 +12,7 @@ from ..specs import ClusterSpec, ModelSpec
 from . import comm
 from .host import host_calls_s, host_exposed_s
 from .kernels import linear_s
+from .layer_terms import sharded_terms
 from .memory import ADAM_STATE_BYTES, BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
 from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s, routed_tokens
 from .precision import gathered_param_bytes, is_quantized, quantize_bytes_per_element
@@ -23,7 +24,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
                fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ()), attention: bool = True,
-               outer_act=None, host_window=None, adam_state_bytes: float = ADAM_STATE_BYTES) -> dict:
+               outer_act=None, host_window=None, adam_state_bytes: float = ADAM_STATE_BYTES, sharding: dict) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
@@ -40,7 +41,9 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       collective's SMs (`hidden`);
     - data parallelism: the non-expert parameters as the dense layer's (over dp x cp, stride
       tp), the local experts' gradients over the expert-data-parallel group (edp ranks etp*ep
-      apart) and their optimizer state sharded over it by the distributed optimizer;
+      apart) and their optimizer state sharded over it by the distributed optimizer; under
+      ZeRO-2/3 (Megatron-FSDP) each layer's traffic per micro-batch over the same two groups
+      (`layer_terms.sharded_terms`; `sharding`: `layer_terms.sharding_of` the dense layer's terms);
     - memory: attention's activations (`layer_activation_bytes` without an MLP) plus the MoE
       block's (`moe.moe_mlp_activation_bytes`), none kept under full recomputation (one layer
       rebuilt at a time);
@@ -74,11 +77,13 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
         tp_f = tp_b = tp_moe
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     edp = t * c * d / (ep * etp)
-    pb, gb, ob = state_bytes
-    pbe, gbe, obe = model_state_bytes_per_param(z, edp, precision, grad_reduce_dtype, fp8_param_gather, adam_state_bytes)
+    (pb, gb, ob), (pbe, gbe, obe) = state_bytes, model_state_bytes_per_param(
+        z, edp, precision, grad_reduce_dtype, fp8_param_gather, adam_state_bytes)
     param_bytes = gathered_param_bytes(precision, fp8_param_gather)
     red_ne, ag_ne = dp_step(ne, param_bytes)
-    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes)
+    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes, sharding["z2_mb"])
+    zero3, live = sharded_terms(sharding, z, params_gpu=ne, experts_gpu=ex, edp=edp, expert_stride=etp * ep,
+                                fwd=fwd + tp_f, bwd_window=bwd + tp_b + rfwd)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
     moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, act_kw["linear_input_bytes"])
@@ -88,12 +93,12 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     att_act = att_act - np.where(rc == 1, sel["attn_freed"] + freed["norm"] + moe_block - kept, 0.0)
     att_working = att_working + np.where(rc == 1, sel["attn_working"] + np.where(moe_on, moe_block, 0.0), 0.0)
     ep_s = hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2) + ((rc == 1) & moe_on))
-    return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=np.zeros(len(z)),
+    return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=zero3,
                 ep=ep_s, fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
                 dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
                 window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
                 optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
-                working=att_working + np.where(rc == 2, block, 0.0))
+                working=att_working + np.where(rc == 2, block, 0.0) + live)
 
 
 def moe_selective(model: ModelSpec, sel: dict, *, M, t, ep, etp, imbalance: float, mf, mm: dict, act_kw: dict,
@@ -133,18 +138,21 @@ def moe_host_s(model: ModelSpec, cluster: ClusterSpec, ep, precision: str, cuda_
 
 
 def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero, grad_bytes: float,
-                     param_bytes: float = BF16_BYTES):
+                     param_bytes: float = BF16_BYTES, zero2_gathers_every_microbatch: bool = False):
     """(gradient reduction, parameter all-gather) per step of the local experts' `expert_params_gpu`
     parameters over the expert-data-parallel group (edp ranks etp x ep apart, Megatron's expert
     rank order): an all-reduce without the distributed optimizer, else a reduce-scatter and, after
     the sharded optimizer step, an all-gather of the weights (`param_bytes` each: BF16, or FP8 with
-    fp8_param_gather, `precision.gathered_param_bytes`; MoE plans are ZeRO 0/1)."""
+    fp8_param_gather, `precision.gathered_param_bytes`). ZeRO-2/3 reduce per micro-batch inside the layer
+    (`layer_terms.sharded_terms`); ZeRO-2 gathers the weights once per step, as the dense layer's (`dp_step`)."""
     def collective(kind, size):
         return comm.collective_s(kind, size, cluster, edp, etp * ep)
 
     grads = expert_params_gpu * grad_bytes
-    red = np.where(zero == 0, collective("all_reduce", grads), collective("reduce_scatter", grads))
-    return red, np.where(zero == 1, collective("all_gather", expert_params_gpu * param_bytes), 0.0)
+    red = np.where(zero == 0, collective("all_reduce", grads),
+                   np.where(zero >= 2, 0.0, collective("reduce_scatter", grads)))
+    step_gather = (zero == 1) | ((zero == 2) & (not zero2_gathers_every_microbatch))
+    return red, np.where(step_gather, collective("all_gather", expert_params_gpu * param_bytes), 0.0)
 
 
 LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep", "offload")

@@ -128,13 +128,13 @@ def _allowed(cons, knob, values):
 def _knobs_legal(tp, pp, dp, cp, S, Z, moe: bool = False, hybrid: bool = False):
     """Which (sequence parallel, ZeRO) knobs a degree combination allows: SP needs tp > 1,
     optimizer sharding dp*cp > 1, ZeRO-3 no pipelining (scalars or numpy arrays); a MoE model
-    needs SP with tp > 1 and ZeRO <= 1 (`space.experts`); a hybrid Mamba model ZeRO <= 1 and no
-    context parallelism (`space.experts.hybrid_violations`)."""
+    needs SP with tp > 1 (`space.experts`); a hybrid Mamba model no context parallelism
+    (`space.experts.hybrid_violations`)."""
     ok = ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
     if moe:
-        ok = ok & ~(~S & (tp > 1)) & (Z <= 1)
+        ok = ok & ~(~S & (tp > 1))
     if hybrid:
-        ok = ok & (Z <= 1) & (cp == 1)
+        ok = ok & (cp == 1)
     return ok
 
 

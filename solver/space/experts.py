@@ -24,9 +24,11 @@ edp = tp * cp * dp / (etp * ep). Rules, as Megatron-LM d98e8a6 enforces them:
   asserts ep > 1, no full recomputation and a virtual pipeline size when pp > 1 (vp > 1 here);
   at most one MTP module (checked on the job).
 
-Product restriction (not a Megatron rule, stated): a MoE model is planned with ZeRO 0 or 1
-(the distributed optimizer, which Megatron shards over dp x cp for the dense parameters and
-over edp for the experts); ZeRO-2/3 (Megatron-FSDP) are not priced for experts.
+Sharding: the distributed optimizer (ZeRO-1) shards the dense parameters' state over dp x cp and
+the experts' over edp; Megatron-FSDP (ZeRO-2/3) shards them over the same two groups
+(megatron/core/distributed/fsdp/mcore_fsdp_adapter.py: expert parameters over expt_dp), which
+Megatron accepts with EP (arguments.py refuses only torch FSDP2 with EP, and Megatron-FSDP with
+--moe-single-grouped-weight, which no plan sets).
 
 Which etp the search tries (like the vp it tries, `enumeration.interleavings`): 1 (the Megatron
 MoE README's recommendation for fine-grained experts) and tp (Megatron's default,
@@ -53,18 +55,16 @@ def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
     return dense + shared + mamba
 
 
-def hybrid_violations(model: ModelSpec, *, cp: int, zero: int, account: bool) -> list[tuple[str, str]]:
+def hybrid_violations(model: ModelSpec, *, cp: int, account: bool) -> list[tuple[str, str]]:
     """What a hybrid Mamba model's configuration may not use here: context parallelism (Megatron's
-    Mamba CP, megatron/core/ssm/mamba_context_parallel.py, is not priced), ZeRO-2/3 (its per-layer
-    sharding is priced for Transformer layers only), and a split counting the embedding or the loss
-    (Megatron-LM arguments.py: not with --hybrid-layer-pattern)."""
+    Mamba CP, megatron/core/ssm/mamba_context_parallel.py, is not priced) and a split counting the
+    embedding or the loss (Megatron-LM arguments.py: not with --hybrid-layer-pattern). ZeRO-2/3
+    (Megatron-FSDP) shards each sublayer as a Transformer layer (formulation/hybrid.py)."""
     if not model.is_hybrid:
         return []
     errs = []
     if cp > 1:
         errs.append(("cp", "context parallelism of Mamba layers is not modelled; use cp = 1"))
-    if zero >= 2:
-        errs.append(("zero", "ZeRO-2/3 of a hybrid Mamba model is not modelled; use zero = 0 or 1"))
     if account:
         errs.append(("account_for_embedding", "Megatron-LM does not count the embedding or loss as layers with "
                                               "--hybrid-layer-pattern; leave both out of the split"))
@@ -72,7 +72,7 @@ def hybrid_violations(model: ModelSpec, *, cp: int, zero: int, account: bool) ->
 
 
 def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: int, sequence_parallel: bool,
-                  zero: int, pp: int = 1, vp: int = 1, recompute: str = "none",
+                  pp: int = 1, vp: int = 1, recompute: str = "none",
                   a2a_overlap: bool = False) -> list[tuple[str, str]]:
     """Every rule of the module docstring a configuration breaks, as (field, 'what; the fix')."""
     errs: list[tuple[str, str]] = []
@@ -95,8 +95,6 @@ def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: 
     if tp > 1 and not sequence_parallel:
         errs.append(("sequence_parallel", "a MoE model with tp > 1 needs sequence parallelism (Megatron MoELayer); "
                                           "turn it on"))
-    if zero >= 2:
-        errs.append(("zero", "ZeRO-2/3 with experts is not modelled; use zero = 0 or 1"))
     if a2a_overlap:
         errs += a2a_overlap_violations(ep=ep, pp=pp, vp=vp, recompute=recompute)
     return errs
@@ -131,7 +129,7 @@ def expert_degrees(job: JobSpec, tp: int, cp: int, dp: int) -> list[tuple[int, i
             continue
         for etp in etps:
             if (cons.allows("etp", etp) and not ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
-                                                              sequence_parallel=True, zero=0)):
+                                                              sequence_parallel=True)):
                 out.append((ep, etp))
     return out
 

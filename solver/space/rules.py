@@ -89,8 +89,8 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("zero", f"optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use zero = 0"))
     if zero == 3 and pp > 1:
         errs.append(("zero", "ZeRO-3 is not combined with pipeline parallelism; use zero = 1 or pp = 1"))
-    errs += hybrid_violations(model, cp=cp, zero=zero, account=account_for_embedding or account_for_loss)
-    errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, zero=zero,
+    errs += hybrid_violations(model, cp=cp, account=account_for_embedding or account_for_loss)
+    errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel,
                           pp=pp, vp=vp, recompute=recompute, a2a_overlap=job.moe_a2a_overlap)
     return dp, errs
 
