@@ -56,7 +56,9 @@ def test_the_row_states_reach_the_job():
     # tokens/s per GPU -> step time: gbs x seq / (tokens/s/GPU x GPUs)
     me = r.raw["measured"]["tokens_per_s_per_gpu"]
     assert r.measured_s == pytest.approx(job.global_batch_size * 4096 / (me * 1024), rel=1e-4)  # derived, rounded
-    assert any("unstated, best legal value" in a and "zero" in a for a in r.assumed)
+    # the row's FSDP column says "no (DDP)": the distributed optimizer or not, never Megatron-FSDP
+    assert r.raw["parallel"]["fsdp"] == "no (DDP)" and c.zero == (0, 1)
+    assert any("no FSDP (the source's column)" in a for a in r.assumed)
 
 
 def test_recipe_knobs_and_labels_are_read():

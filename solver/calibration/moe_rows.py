@@ -43,6 +43,7 @@ from .nvfp4_rows import nvfp4_settings
 from .rows import (
     ROW_READERS,
     Row,
+    ddp_zero,
     gpu_of,
     grad_reduce_dtype,
     measured_step_s,
@@ -412,8 +413,7 @@ def _row_model(model: ModelSpec, raw: dict, layout: str, assumed: list) -> Model
 
 
 def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, unstated_settings: list) -> Constraints:
-    """The knobs the row (and its matched recipe) states as constraints; the rest, said in
-    `row.assumed`, take the best legal value."""
+    """The knobs the row (and its matched recipe) states as constraints; the rest, said in `row.assumed`, the best."""
     p, assumed = row.raw["parallel"], row.assumed
     etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
     sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
@@ -424,8 +424,9 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
         vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
         recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
+        zero=ddp_zero(p, assumed),
     )
-    free = [k for k, v in knobs.items() if v is None] + ["zero"] + unstated_settings
+    free = [k for k, v in knobs.items() if v is None] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))
     return Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                        **pipeline_accounting(p, model.num_layers, assumed))

@@ -328,7 +328,7 @@ def row_job(raw: dict) -> Row:
         vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
         recompute=(recompute_of(p.get("recompute")),) if recompute_of(p.get("recompute")) else None,
         sequence_parallel=(bool(sp),) if sp is not None else None,
-        zero=(zero,) if zero is not None else None,
+        zero=(zero,) if zero is not None else ddp_zero(p, assumed),
     )
     precision, offload = precision_and_offload(raw, knobs, assumed)
     for k in ("sequence_parallel", "recompute", "zero"):
@@ -370,6 +370,15 @@ def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precis
         assumed.append(f"FP8 recipe {preset_fp8}: the matched perf_matrix entry's")
         return preset_fp8, offload
     return _precision(raw.get("precision"), assumed), offload
+
+
+def ddp_zero(p: dict, assumed: list) -> tuple[int, ...] | None:
+    """(0, 1) for a row whose FSDP column says it ran data-parallel without FSDP ("no (DDP)", Megatron-Bridge's
+    performance summary): with or without the distributed optimizer, never Megatron-FSDP's ZeRO-2/3; else None."""
+    if not re.match(r"no\b", str(p.get("fsdp") or "").lower()):  # "no (DDP)", not "not stated"
+        return None
+    assumed.append("no FSDP (the source's column): zero 0 or 1, the faster")
+    return (0, 1)
 
 
 def attention_kernel_of(raw: dict, flash: bool, fsdp: bool, assumed: list) -> Literal["cudnn", "flash2", "flash1"]:
