@@ -25,7 +25,8 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B")
-HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K")  # tests/test_hybrid.py
+HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
+          "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16")
 
 # Published total and active parameters (billions) of the MoE fixtures, as each publisher states
 # them. Publishers count "active" two ways: with the input embedding (Mistral, Qwen, Meta:

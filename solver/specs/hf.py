@@ -60,7 +60,7 @@ from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _Family
-from .hf_hybrid import hybrid_fields
+from .hf_hybrid import hybrid_fields, pattern_from_block_types
 from .model import ModelSpec
 
 FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
@@ -389,6 +389,8 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     notes: list[str] = []
     data = _text_config(data, notes)
     mt = _model_type(data)
+    if mt == "nemotron_h":
+        data = pattern_from_block_types(data, _fail)
     fam = _FAMILIES[mt]
     layers, hidden, heads, ffn = _shape(data, mt) if mt not in _MOE else _moe_shape(data, mt)
     kv_heads = _int(data, mt, "num_key_value_heads", default=None)

@@ -14,6 +14,10 @@ Nemotron 3), as transformers' NemotronHConfig and Megatron-Bridge's `NemotronHBr
 - `moe_latent_size` -> LatentMoE (Nemotron 3 Super and Ultra: the routed experts in a latent width,
   NemotronHBridge `provider.moe_latent_size = hf_config.moe_latent_size`).
 
+- transformers' newer NemotronHConfig form (Nemotron 3 Ultra's config.json): `layers_block_type`, one of
+  "mamba" / "attention" / "mlp" / "moe" per layer, in place of the pattern string (its length the
+  layer count when `num_hidden_layers` is absent), and `mtp_layers_block_type` in place of
+  `mtp_hybrid_override_pattern` (`pattern_from_block_types`);
 - `num_nextn_predict_layers`, `mtp_hybrid_override_pattern`, `mtp_use_repeated_layer` -> the MTP
   block (`mtp_num_layers`, `mtp_hybrid_layer_pattern`, `mtp_use_repeated_layer`), as NemotronHBridge's
   `_hf_mtp_config` and provider_bridge read them (a depth count needs the pattern; repeated unless
@@ -25,6 +29,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # specs.hybrid.HYBRID_SYMBOLS
+
+
+def pattern_from_block_types(data: dict, fail: Callable[[str], Exception]) -> dict:
+    """`data` with the pattern strings (`hybrid_override_pattern`, `mtp_hybrid_override_pattern`) and the layer
+    count built from the list form (`layers_block_type`, `mtp_layers_block_type`) where only that is given."""
+    out = dict(data)
+    for key, pattern_key in (("layers_block_type", "hybrid_override_pattern"),
+                             ("mtp_layers_block_type", "mtp_hybrid_override_pattern")):
+        blocks = data.get(key)
+        if blocks is None or data.get(pattern_key) is not None:
+            continue
+        if not isinstance(blocks, list) or not blocks or any(b not in BLOCK_SYMBOLS for b in blocks):
+            raise fail(f"(nemotron_h) '{key}' must be a list of {', '.join(BLOCK_SYMBOLS)} (got {blocks!r:.80})")
+        out[pattern_key] = "".join(BLOCK_SYMBOLS[b] for b in blocks)
+    if out.get("num_hidden_layers") is None and isinstance(out.get("hybrid_override_pattern"), str):
+        out["num_hidden_layers"] = len(out["hybrid_override_pattern"])
+    return out
 
 
 def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: Callable[..., Any],
