@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import os
 import re
@@ -120,7 +121,11 @@ CASES = [
     # runs of Megatron-Bridge's perf scripts turn it on (scripts/performance/run_script.py: bf16 with adam)
     ("Llama 3.1 8B BF16, precision-aware optimizer (fp32 moments)", "llama3.1-8b", "h100x64", {},
      {"precision_aware_optimizer": True}),
+    # Megatron-FSDP's HSDP (--num-distributed-optimizer-instances, --outer-dp-sharding-strategy optim)
+    ("Llama 3.1 8B, Megatron-FSDP HSDP: ZeRO-3 inside each of 8 nodes, the optimizer state across them",
+     "llama3.1-8b", "h100x64", {"config": dict(tp=1, pp=1, zero=3)}, {"distributed_optimizer_instances": 8}),
 ]
+HSDP_CASE = len(CASES) - 1
 OFFLOAD_CASE = next(i for i, c in enumerate(CASES) if "offloaded to Grace" in c[0])
 NVFP4_CASE = next(i for i, c in enumerate(CASES) if "NVFP4" in c[0])
 MXFP8_CASE = next(i for i, c in enumerate(CASES) if c[0].startswith("Llama 3.1 405B MXFP8"))
@@ -153,6 +158,8 @@ CONTROLS = [
     (OFFLOAD_CASE, "CPU offloading of all 80 layers", lambda a, e: (_set(a, "--cpu-offloading-num-layers", "80"), e)),
     (PA_CASE, "precision-aware optimizer planned, --use-precision-aware-optimizer dropped",
      lambda a, e: (_drop(a, "--use-precision-aware-optimizer", 0), e)),
+    (HSDP_CASE, "HSDP's outer 'optim' sharding with Megatron-FSDP's optim_grads",
+     lambda a, e: (_set(a, "--data-parallel-sharding-strategy", "optim_grads"), e)),
 ]
 HFM = lambda name: str(HF / name / "config.json")  # noqa: E731
 # (label, model, cluster, explicit configuration (evaluate-style, with ep/etp), job extras, model
@@ -383,7 +390,9 @@ def megatron_launch(M, job, ma):
     CUDA device here): the device's compute capability (`get_device_arch_version`, and
     `torch.cuda.get_device_capability`, which validate_args reads for --moe-grouped-gemm) is the
     planned GPU's; with --delay-wgrad-compute, validate_args' Transformer Engine version check
-    (TE >= 2.8, CUDA-only, absent) passes, as the launch note states that version. All restored after."""
+    (TE >= 2.8, CUDA-only, absent) passes, as the launch note states that version, and so does
+    TransformerConfig's (TE >= 2.6.0dev0) for moe_act / layernorm recomputed under FP8 where the launch
+    note states it. All restored after."""
     import torch
 
     arch = gpu_arch(job.cluster.gpu)
@@ -393,6 +402,10 @@ def megatron_launch(M, job, ma):
     margs.get_device_arch_version = lambda: arch
     if "--delay-wgrad-compute" in ma.args or "--fp4-format" in ma.args:  # NVFP4: TE >= 2.7.0.dev0, said in a note
         margs.is_te_min_version = lambda *a, **k: True
+    tconf = importlib.import_module("megatron.core.transformer.transformer_config")
+    saved_tconf = tconf.is_te_min_version
+    if any("Transformer Engine >= 2.6.0dev0" in n for n in ma.notes):  # FP8 moe_act / layernorm recompute, said
+        tconf.is_te_min_version = lambda *a, **k: True
     torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)
     os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")
     os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
@@ -402,17 +415,20 @@ def megatron_launch(M, job, ma):
         yield
     finally:
         margs.get_device_arch_version, margs.is_te_min_version, torch.cuda.get_device_capability, sys.argv = saved
+        tconf.is_te_min_version = saved_tconf
         for k, v in saved_env.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
-def sharding_diff(zero: int, args) -> dict:
+def sharding_diff(zero: int, args, instances: int = 1) -> dict:
     """The plan's optimizer sharding against what the parsed arguments hold: zero 1 the distributed optimizer,
     2 / 3 Megatron-FSDP's optim_grads / optim_grads_params (validate_args turns the distributed optimizer on for
-    Megatron-FSDP v1); {} when they agree."""
-    want = (zero >= 1, zero >= 2, {2: "optim_grads", 3: "optim_grads_params"}.get(zero))
+    Megatron-FSDP v1), HSDP's instances and outer 'optim' sharding; {} when they agree."""
+    want = (zero >= 1, zero >= 2, {2: "optim_grads", 3: "optim_grads_params"}.get(zero), instances,
+            "optim" if instances > 1 else "no_shard")
     fsdp = bool(args.use_megatron_fsdp)
-    got = (bool(args.use_distributed_optimizer), fsdp, args.data_parallel_sharding_strategy if fsdp else None)
+    got = (bool(args.use_distributed_optimizer), fsdp, args.data_parallel_sharding_strategy if fsdp else None,
+           args.num_distributed_optimizer_instances, args.outer_dp_sharding_strategy)
     return {} if want == got else {"sharding": (want, got)}
 
 
@@ -486,7 +502,7 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
         row["dp"] = args.data_parallel_size
         got, want = built_architecture(args, cfg, gpt), planned_architecture(job.model)
         row["arch_diff"] = ({k: (want[k], got[k]) for k in want if want[k] != got[k]} | precision_diff(job, cfg, args)
-                            | sharding_diff(par.zero, args))
+                            | sharding_diff(par.zero, args, job.distributed_optimizer_instances))
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
                      and not row["arch_diff"])
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
@@ -605,7 +621,8 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
         want_m["a2a_overlap"] = bool(getattr(job, "moe_a2a_overlap", False))
         got_m["a2a_overlap"] = bool(cfg_.overlap_moe_expert_parallel_comm)
         diff.update({k: (want_m[k], got_m.get(k)) for k in want_m if want_m[k] != got_m.get(k)})
-        row["arch_diff"] = diff | precision_diff(job, cfg_, args) | sharding_diff(par.zero, args)
+        row["arch_diff"] = (diff | precision_diff(job, cfg_, args)
+                            | sharding_diff(par.zero, args, job.distributed_optimizer_instances))
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
                      and not row["arch_diff"])
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
@@ -648,7 +665,9 @@ def moe_report(rows, controls) -> list[str]:
              "the expert grid is Megatron's own `RankGenerator` (nodes one EP group spans). Stubbed in addition: "
              "`torch.cuda.get_device_capability` (validate_args reads it for `--moe-grouped-gemm`) returns the "
              "planned GPU's compute capability; with `--delay-wgrad-compute`, validate_args' Transformer Engine "
-             "version check (TE >= 2.8, CUDA-only, absent here) passes, as the launch note states that version.", "",
+             "version check (TE >= 2.8, CUDA-only, absent here) passes, as the launch note states that version, and "
+             "TransformerConfig's (TE >= 2.6.0dev0) for moe_act / layernorm recomputed under FP8, where the note "
+             "states it.", "",
              f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism.", "",
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
              "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]

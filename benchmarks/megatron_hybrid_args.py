@@ -3,7 +3,8 @@
     python benchmarks/megatron_hybrid_args.py --megatron-lm PATH [--out benchmarks/results/megatron_hybrid_args.md]
 
 The same calls as benchmarks/megatron_args.py (Megatron-LM's own `parse_args`, `validate_args` and
-`core_transformer_config_from_args`, CPU torch, the planned GPU's compute capability stubbed) on the
+`core_transformer_config_from_args`, CPU torch, the planned GPU's compute capability stubbed, Transformer Engine's
+version checks where the launch notes state the version) on the
 arguments solveplan prints for hybrid plans (Nemotron 3 Nano, Nemotron-H 56B, a periodic pattern
 pipelined over 2 ranks x 2 virtual stages): explicit configurations through `plan_config` and
 `optimize`'s own plans. Compared with the plan: the layer pattern Megatron parses (pipe segments
@@ -84,6 +85,13 @@ CASES = [
     # `_apply_nemotron_3_ultra_fsdp_hsdp` at 067f987: use_megatron_fsdp, optim_grads_params)
     ("Nemotron 3 Super, Megatron-FSDP (ZeRO-3) with EP 64 on 256 GB200s", "nemotron3-super", "gb200x256",
      dict(tp=1, pp=1, ep=64, etp=1, zero=3), {"global_batch_size": 1024, "seq_length": 8192}),
+    # Megatron-Bridge's Nemotron 3 Ultra GB300 recipe (perf_recipes/nemotronh/gb300/nemotronh.py and common.py at
+    # 067f987): HSDP with one instance per 64-GPU NVLink domain, EP 64, MXFP8, fused grouped MLP offloaded, moe_act
+    # recomputed, its MTP block run twice
+    ("Nemotron 3 Ultra on 256 GB300s as Megatron-Bridge's recipe: HSDP (4 instances), EP 64, fused_group_mlp "
+     "offloaded", "nemotron3-ultra", "gb300x256", dict(tp=1, pp=1, ep=64, etp=1, zero=3, recompute="selective"),
+     {"global_batch_size": 256, "seq_length": 8192, "precision": "mxfp8", "distributed_optimizer_instances": 4,
+      "offload_modules": ("fused_group_mlp",), "recompute_modules": ("moe_act",), "moe_token_dispatcher": "flex"}),
 ]
 
 
@@ -164,7 +172,7 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
             args, cfg_, _ = megatron_configs(M, gpt=False)
         got, want = _built(M, args, cfg_, plan.parallel.pp), _planned(job.model, plan)
         row["diff"] = ({k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
-                       | sharding_diff(plan.parallel.zero, args))
+                       | sharding_diff(plan.parallel.zero, args, job.distributed_optimizer_instances))
         row["megatron_split"] = got["split"]
         row["ok"] = not row["diff"] and ma.entry == "pretrain_hybrid.py"
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
@@ -180,7 +188,8 @@ def report(rows, controls, commit, elapsed) -> str:
              f" (the module docstring says what is called and compared; {elapsed:.0f} s).", "",
              f"**{ok} of {len(rows)} hybrid plans accepted** by `parse_args` / `validate_args` / "
              f"`core_transformer_config_from_args`, with the pattern, layer split, virtual stages, Mamba-2 dimensions, "
-             f"experts and parallel degrees Megatron derives equal to the plan's; entry script `pretrain_hybrid.py`.",
+             f"experts, parallel degrees and optimizer sharding (Megatron-FSDP strategy, HSDP instances) Megatron derives "
+             f"equal to the plan's; entry script `pretrain_hybrid.py`.",
              "", "| plan | model | cluster | from | tp pp cp vp dp | ep etp | layers per rank (plan = Megatron) | "
                  "--hybrid-layer-pattern | result |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -17,6 +17,7 @@ from solveplan.catalog import load_cluster, load_model
 from solveplan.specs import Constraints, JobSpec, ModelSpec
 
 NANO_HF = DATA / "hf" / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"
+ULTRA_HF = DATA / "hf" / "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16" / "config.json"
 H56_HF = DATA / "hf" / "Nemotron-H-56B-Base-8K" / "config.json"
 
 
@@ -69,6 +70,26 @@ def test_hf_config_maps_to_the_catalog_entry():
               "moe_shared_expert_intermediate_size", "moe_router_score_function", "moe_router_enable_expert_bias")
     assert {f: getattr(hf, f) for f in fields} == {f: getattr(cat, f) for f in fields}
     assert hf.num_params == cat.num_params and hf.num_active_params == cat.num_active_params
+
+
+def test_nemotron3_ultra_list_form_config_maps_to_the_catalog_entry():
+    """Nemotron 3 Ultra's config.json names its layers in transformers' newer list form (layers_block_type,
+    mtp_layers_block_type, no num_hidden_layers): it reads as the catalog entry, whose sizes are the name's
+    550B total and 55B active without the input embedding (within 1%); the catalog runs the MTP block twice
+    (the perf recipes' MTP=2), the config once."""
+    hf, cat = load_model(str(ULTRA_HF)), load_model("nemotron3-ultra")
+    fields = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+              "vocab_size", "activation", "hybrid_layer_pattern", "mamba_num_heads", "mamba_num_groups",
+              "mamba_state_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_latent_size",
+              "moe_shared_expert_intermediate_size", "mtp_hybrid_layer_pattern", "mtp_use_repeated_layer")
+    assert {f: getattr(hf, f) for f in fields} == {f: getattr(cat, f) for f in fields}
+    assert cat.hybrid_layer_counts() == {"mamba": 48, "attention": 12, "mlp": 0, "moe": 48}
+    assert (hf.mtp_num_layers, cat.mtp_num_layers) == (1, 2)
+    assert abs(cat.num_params / 550e9 - 1) < 0.01
+    assert abs((cat.num_active_params - cat.embedding_params) / 55e9 - 1) < 0.01
+    from solveplan.errors import InputError
+    with pytest.raises(InputError, match="'layers_block_type' must be a list of mamba, attention, mlp, moe"):
+        load_model({**json.loads(ULTRA_HF.read_text()), "layers_block_type": ["mamba", "moe", "ssm"]})
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -276,16 +297,21 @@ def test_show_prints_the_layer_kinds(cli):
 
 
 def test_nemotron3_nano_runs_are_read_and_predicted():
-    """The nine published Nemotron 3 Nano runs (Megatron-Bridge performance summary) are predicted,
-    not skipped; Ultra (no catalog entry: expert-activation offload and Megatron-FSDP) is skipped saying why."""
+    """The nine published Nemotron 3 Nano runs (Megatron-Bridge performance summary) are predicted, not skipped;
+    so are the two Ultra runs, with what every Ultra perf recipe sets (moe_recipes.MODEL_RECIPES): Megatron-FSDP's
+    HSDP with one instance per 64-GPU NVLink domain, the fused grouped MLP offloaded, moe_act recomputed."""
     from solveplan.calibration.rows import published_rows
     from solveplan.calibration.runs_fit import row_cases
     rows = [r for r in published_rows(None) if str(r.raw.get("model", {}).get("key", "")).startswith("nemotron3-")]
     nano = [r for r in rows if r.raw["model"]["key"] == "nemotron3-nano"]
     assert len(nano) == 9 and all(r.skipped is None for r in nano)
     ultra = [r for r in rows if r.raw["model"]["key"] == "nemotron3-ultra"]
-    assert len(ultra) == 2 and all("has no catalog entry" in r.skipped and "Megatron-FSDP" in r.skipped for r in ultra)
-    for case in row_cases(nano):
+    assert len(ultra) == 2 and all(r.skipped is None for r in ultra)
+    for r in ultra:
+        job = r.job_spec
+        assert (job.distributed_optimizer_instances, job.constraints.zero, job.offload_modules) == (
+            4, (3,), ("fused_group_mlp",)) and job.recompute_modules == ("moe_act",)
+    for case in row_cases(nano + ultra):
         step, _, fits = case.predict()
         assert np.isfinite(step) and step > 0 and fits
     # the recipes' CUDA-graph scope reaches the job, mamba included (Megatron's --cuda-graph-modules mamba)

@@ -108,6 +108,15 @@ def test_megatron_moe_rules_are_refused_naming_the_field(cfg, field):
     assert e.value.field == field
 
 
+def test_delayed_fp8_refuses_moe_act_and_layernorm_recompute():
+    """transformer_config.py (d98e8a6): 'Delayed scaling does not support moe_act and layernorm recompute for fp8';
+    current scaling accepts them (with Transformer Engine >= 2.6.0dev0, which the launch notes state)."""
+    kw = dict(model=load_model("qwen3-30b-a3b"), cluster=load_cluster("h100x8"), global_batch_size=8, seq_length=512)
+    with pytest.raises(ValueError, match="Delayed scaling does not support moe_act and layernorm recompute"):
+        JobSpec(precision="fp8", recompute_modules=("moe_act",), **kw)
+    assert JobSpec(precision="fp8-tensorwise", recompute_modules=("moe_act",), **kw).recompute_modules == ("moe_act",)
+
+
 def test_bias_needs_etp_one_and_dense_models_keep_ep_one():
     from solveplan.space.enumeration import enumerate_shapes
     from solveplan.space.rules import config_violations

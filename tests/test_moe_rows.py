@@ -42,7 +42,8 @@ def test_every_row_is_read_or_skipped_with_a_stated_reason():
     counts = Counter(r.raw["model"]["key"] for r in readable)
     # every MoE model of the catalog the file measures is read (on H100, B200, GB200, GB300, B300)
     assert set(counts) == {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "mixtral-8x7b",
-                           "mixtral-8x22b", "llama4-scout", "kimi-k2", "nemotron3-nano", "nemotron3-super"}, counts
+                           "mixtral-8x22b", "llama4-scout", "kimi-k2", "nemotron3-nano", "nemotron3-super",
+                           "nemotron3-ultra"}, counts
     assert len(readable) >= 70
 
 
@@ -170,7 +171,7 @@ def test_a_family_recompute_fixed_by_the_source_scripts_is_read():
     """Megatron-Bridge runs every DeepSeek-V3 performance config with selective recomputation: a
     DeepSeek row stating no recompute is selective, its modules one of the presets' sets (the best
     legal one), said in `assumed`; a row stating its modules keeps them."""
-    from solveplan.calibration.moe_rows import FAMILY_RECOMPUTE
+    from solveplan.calibration.moe_recipes import FAMILY_RECOMPUTE
 
     sets = FAMILY_RECOMPUTE[("mbridge_perf", "deepseek-moe")][1]
     bare = BY_ID["mbridge_perf-25.11-deepseek-v3-gb200-bf16-256"]
@@ -263,7 +264,7 @@ def test_25_09_deepseek_rows_take_the_scripts_recompute_modules():
 
 
 def test_the_25_09_script_settings_reach_no_row_of_another_container():
-    from solveplan.calibration.moe_rows import scripts_2509_recipe
+    from solveplan.calibration.moe_recipes import scripts_2509_recipe
 
     raw = _raw("mbridge_perf-25.09-qwen3-30b-a3b-h100-sxm5-80gb-fp8-16")
     assert scripts_2509_recipe(raw, [])["moe_a2a_overlap"] is False

@@ -39,6 +39,7 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
+from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, scripts_2509_recipe
 from .nvfp4_rows import nvfp4_settings
 from .rows import (
     ROW_READERS,
@@ -57,11 +58,6 @@ MOE_FILE = "published_runs_moe_newgpu.json"
 FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
                  "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG = {
-    "nemotron3-ultra": "Nemotron 3 Ultra has no catalog entry: its dimensions are in its Hugging Face config "
-                       "(nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16, which Megatron-Bridge's recipe loads), not "
-                       "in the sources; its LatentMoE, hybrid MTP and expert-MLP offloading are modelled, but its "
-                       "perf recipes (perf_recipes/nemotronh) shard with Megatron-FSDP (HSDP), not modelled for "
-                       "hybrid models",
     "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
@@ -81,62 +77,6 @@ UNNAMED_FP8: dict[str, Precision] = {"mbridge_perf": "fp8-tensorwise"}
 # the MoE models (scripts/performance/utils/precision.py get_precision_config; perf_recipes/_common.py
 # _perf_precision)
 FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8")}
-# Recomputation a source's scripts fix for every run of a model family, and the module sets its presets
-# use (read in those scripts): Megatron-Bridge runs DeepSeek-V3 with selective recomputation in every
-# performance config -- scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.yaml at v0.1.0rc3
-# (`recompute_granularity: "selective"`), set_deepseek_v3_common_configs in deepseek_llm_pretrain.py
-# v0.2.0 to v0.5.x (`cfg.model.recompute_granularity = "selective"`), perf_recipes/deepseek at v0.6.0 --
-# with the modules of each GPU's preset (run_script.py at v0.1.0rc3; *workload_base_configs.py and
-# perf_recipes/deepseek/*): mla_up_proj; mla_up_proj, mlp; mlp; moe_act; mla_up_proj, layernorm, moe_act;
-# mla_up_proj, mlp, moe_act; none listed (Megatron's default core_attn). A row stating no recompute takes
-# the granularity, and the modules at the best legal value among those sets.
-FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
-    ("mla_up_proj",), ("mla_up_proj", "mlp"), ("mlp",), ("moe_act",), ("mla_up_proj", "layernorm", "moe_act"),
-    ("mla_up_proj", "mlp", "moe_act"), ("core_attn",)))}
-
-# Megatron-Bridge's 25.09 performance runs: the data file names their recipes -- the v0.1.0rc3 YAML
-# configs -- without attaching them (the rows' notes); what that tag's scripts set for every run of a MoE
-# model, whatever its perf_matrix entry (scripts/performance/run_script.py at v0.1.0rc3, `main`):
-# - Qwen3 (30B-A3B, 235B-A22B): `apply_moe_token_drop(recipe.model)` -- the 25.09 page's "(tokendrop)"
-#   label -- which requires the alltoall dispatcher (training/utils/moe_token_drop.py asserts it; the
-#   Qwen3 MoE provider's default, models/qwen/qwen_provider.py `moe_token_dispatcher_type = "alltoall"`),
-#   and no EP overlap: the script sets none and the recipe's CommOverlapConfig leaves it off
-#   (training/comm_overlap.py: "Optimizations disabled by default", `overlap_moe_expert_parallel_comm =
-#   False`); the YAML (configs/qwen3/*.yaml) sets `recompute_granularity: null`;
-# - DeepSeek-V3: on H100 DeepEP (`enable_deepep` -> recipes/deepseek/deepseek_v3.py
-#   `moe_token_dispatcher_type = "flex"`) and the 1F1B all-to-all overlap (`A2A_1F1B`:
-#   overlap_moe_expert_parallel_comm = True); on B200 / GB200 token dropping, DeepEP off (alltoall) and
-#   the overlap off; selective recomputation (configs/deepseek/deepseek_v3_llm_pretrain.yaml) of
-#   mla_up_proj and mlp on H100, of mla_up_proj, mlp and moe_act on GB200 (B200's script lists none and
-#   its perf_matrix entry, TP 2, is not the published TP 1 run: left to the family's presets, whose
-#   best fits in memory; the recipe default core_attn does not, in the formulation).
-# CUDA graphs come from each GPU's perf_matrix entry, whose parallel layout does not always match the
-# published row's: left to the best value, as before.
-SCRIPTS_2509 = {"qwen3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
-                          "recompute_granularity": "none"},
-                "deepseek-v3:h100": {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True,
-                                     "recompute_granularity": "selective", "recompute_modules": ["mla_up_proj", "mlp"]},
-                "deepseek-v3:gb200": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False,
-                                      "recompute_granularity": "selective",
-                                      "recompute_modules": ["mla_up_proj", "mlp", "moe_act"]},
-                "deepseek-v3": {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": False}}
-
-
-def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
-    """The settings Megatron-Bridge v0.1.0rc3's performance scripts give a 25.09 MoE row (`SCRIPTS_2509`)
-    as a recipe dict, or {} for another row."""
-    if raw.get("source") != "mbridge_perf" or str(raw.get("container")) != "25.09":
-        return {}
-    key, gpu = str(raw["model"].get("key") or ""), str(raw["hardware"].get("gpu") or "").lower()
-    name = "qwen3" if key.startswith("qwen3") else f"{key}:{gpu.split('-')[0]}"
-    name = name if name in SCRIPTS_2509 or name == "qwen3" else key
-    if name not in SCRIPTS_2509:
-        return {}
-    assumed.append(f"settings of Megatron-Bridge v0.1.0rc3 scripts/performance/run_script.py for {name} (the 25.09 "
-                   f"recipes): {SCRIPTS_2509[name]}")
-    return dict(SCRIPTS_2509[name])
-
-
 def is_moe_file_row(raw: dict) -> bool:
     """A mixture-of-experts row of the MoE / new-GPU file (it carries `category`): category A, or
     a row that states experts or expert parallelism (Nemotron 3.5 Lightning is filed as dense but
@@ -243,6 +183,10 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
         assumed.append(f"no EP all-to-all overlap: container {raw.get('container')} predates Megatron-Core's")
     else:
         unstated.append("moe_a2a_overlap")
+    if recipe.get("offload_modules"):
+        settings["offload_modules"] = tuple(recipe["offload_modules"])
+    if recipe.get("hsdp_domain_gpus"):  # Megatron-FSDP's HSDP: one instance per NVLink domain
+        settings["distributed_optimizer_instances"] = max(1, int(raw["parallel"]["num_gpus"]) // recipe["hsdp_domain_gpus"])
     graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
     if graphs is None:
         unstated.append("cuda_graph")
@@ -330,6 +274,11 @@ def moe_row_job(raw: dict) -> Row:
         row.skipped = wrong
         return row
     recipe = (p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed)
+    if key in MODEL_RECIPES:
+        recipe = {**MODEL_RECIPES[key], **recipe}
+        assumed.append(f"the settings every Megatron-Bridge perf recipe of {key} sets: " + ", ".join(
+            f"{k} {v}" for k, v in MODEL_RECIPES[key].items()) + "; the fused grouped MLP's saved inputs all offloaded "
+            "(its min_offloaded_tensor_size keeps the smaller ones)")
     layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
     model = _row_model(model, raw, layout, assumed)
     if any("muon" in str(note).lower() for note in raw.get("notes") or ()):
@@ -424,7 +373,7 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
         vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
         recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
-        zero=ddp_zero(p, assumed),
+        zero=(3,) if recipe.get("use_megatron_fsdp") else ddp_zero(p, assumed),
     )
     free = [k for k, v in knobs.items() if v is None] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))

@@ -27,7 +27,7 @@ FLAGS = {
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
     "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules",
-    "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
+    "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "distributed_optimizer_instances": "--distributed-optimizer-instances", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "account_for_embedding": "--account-for-embedding", "account_for_loss": "--account-for-loss",
     "layers": "--layers-per-stage", "pipeline_layout": "--pipeline-layout", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
@@ -188,6 +188,10 @@ _BASE = [
     click.option("--zero3-gathers", type=click.Choice(get_args(Zero3Gathers)), default=None,
                  help="How the stack gathers ZeRO-3 weights: prefetched (Megatron-FSDP, PyTorch FSDP; default) or "
                       "per_parameter (DeepSpeed ZeRO-3 before v0.5.5: each weight alone, nothing overlapped)."),
+    click.option("--distributed-optimizer-instances", type=click.IntRange(min=1), default=None,
+                 help="Megatron-FSDP's hybrid sharding, HSDP (--num-distributed-optimizer-instances): weights and "
+                      "gradients sharded inside each of r instances of the DP x CP ranks, the optimizer state across "
+                      "them; needs zero 3. Default 1."),
     click.option("--offload-modules", default=None,
                  help="Megatron's fine-grained activation offloading (--offload-modules), comma-separated: attn_norm, "
                       "qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, fused_group_mlp; their saved "
@@ -324,7 +328,8 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
                 overlap_grad_reduce=None, prefer=None, tolerance_rel=None, moe_load_imbalance=None,
                 moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, recompute_modules=None,
                 cpu_offloading_num_layers=None, precision_aware_optimizer=None, optimizer_moment_dtype=None,
-                offload_modules=None, zero3_gathers=None, **constraint_flags) -> dict:
+                offload_modules=None, zero3_gathers=None, distributed_optimizer_instances=None,
+                **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
@@ -336,7 +341,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "cpu_offloading_num_layers": cpu_offloading_num_layers,
              "precision_aware_optimizer": precision_aware_optimizer, "optimizer_moment_dtype": optimizer_moment_dtype,
              "recompute_modules": _names(recompute_modules), "offload_modules": _names(offload_modules),
-             "zero3_gathers": zero3_gathers}
+             "zero3_gathers": zero3_gathers, "distributed_optimizer_instances": distributed_optimizer_instances}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

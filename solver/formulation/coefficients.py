@@ -27,14 +27,18 @@ is exactly one formula for every cost. Its parts:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm, frameworks, memory
-from .data_parallel import embedding_group_allreduce_s, grad_reduce_bytes, reduced_params_per_gpu, zero_grad_copy_bytes
+from .data_parallel import (
+    embedding_group_allreduce_s,
+    grad_reduce_bytes,
+    hsdp_step_s,
+    reduced_params_per_gpu,
+    zero_grad_copy_bytes,
+)
 from .fine_offload import attention_offloaded, expert_offloaded, with_fine_offload
 from .hybrid import hybrid_unit
 from .kernels import elementwise_bytes_per_token, linear_s
@@ -62,79 +66,12 @@ from .precision import (
     saved_linear_input_bytes,
 )
 from .recompute import modules_of
+from .stage import StageCoefficients
 
 GIB = 1024**3
 # Cross entropy over the vocabulary, bytes per logit (fp32 upcast, exp, normalise; backward).
 CROSS_ENTROPY_BYTES_FWD = 16
 CROSS_ENTROPY_BYTES_BWD = 8
-@dataclass(frozen=True)
-class StageCoefficients:
-    """Arrays over shapes. Times in seconds, memory in bytes; `layer_*` per layer,
-    `first_*`/`last_*` the extras of the first/last stage. Per micro-batch unless `_step`."""
-
-    num_microbatches: np.ndarray
-    pp: np.ndarray
-    vp: np.ndarray
-    # time per micro-batch, forward + backward (+ recompute), by kind
-    layer_compute_s: np.ndarray
-    layer_tp_s: np.ndarray  # exposed TP collectives
-    layer_cp_s: np.ndarray  # exposed part of the CP ring exchange
-    layer_zero3_s: np.ndarray  # exposed per-micro-batch sharding traffic (ZeRO-2 reduce-scatter, ZeRO-3 gathers)
-    layer_fwd_s: np.ndarray  # forward only (overlap window of the parameter all-gather)
-    layer_bwd_s: np.ndarray  # backward only (overlap window of the gradient reduction)
-    first_s: np.ndarray
-    last_s: np.ndarray
-    first_fwd_s: np.ndarray
-    last_bwd_s: np.ndarray
-    boundary_s: np.ndarray  # exposed p2p per micro-batch per stage boundary, forward + backward
-    # once per step: data-parallel gradient reduction (all-reduce, or reduce-scatter + parameter
-    # all-gather with a sharded optimizer) and the optimizer step
-    layer_dp_step_s: np.ndarray
-    first_dp_step_s: np.ndarray  # embedding gradient reduction (+ tied-embedding all-reduce)
-    last_dp_step_s: np.ndarray
-    layer_optimizer_step_s: np.ndarray
-    first_optimizer_step_s: np.ndarray
-    last_optimizer_step_s: np.ndarray
-    # the part of a stage's step-level DP traffic that hides behind computation: the last
-    # micro-batch's backward (reduction) and the next step's first forward (the sharded
-    # optimizer's parameter all-gather); zero without --overlap-grad-reduce
-    layer_window_s: np.ndarray
-    first_window_s: np.ndarray
-    last_window_s: np.ndarray
-    # memory per GPU, bytes (allocated: before fragmentation and the runtime reserve)
-    layer_params_bytes: np.ndarray
-    layer_grads_bytes: np.ndarray
-    layer_optimizer_bytes: np.ndarray
-    layer_act_bytes: np.ndarray  # per in-flight micro-batch
-    first_static_bytes: np.ndarray  # embedding params + grads + optimizer state
-    last_static_bytes: np.ndarray
-    first_act_bytes: np.ndarray  # per in-flight micro-batch
-    last_act_bytes: np.ndarray  # logits and loss buffers (one micro-batch in flight)
-    const_bytes: np.ndarray  # working sets: full-recompute layer, ZeRO-3 gathered layers
-    fragmentation: float  # the allocator's reserve over allocated memory (fraction)
-    runtime_bytes: np.ndarray  # CUDA context, workspaces, NCCL buffers
-    capacity_bytes: float
-    layer_ep_s: np.ndarray  # exposed expert-parallel all-to-alls (MoE layers; 0 for a dense model)
-    layer_offload_s: np.ndarray  # exposed activation offloading copies (fine_offload.py, offload.py)
-    # activations offloaded to pinned host memory, per in-flight micro-batch (not GPU memory): per layer, and the
-    # first / last stage's extras (a MoE model's leading dense layers, the MTP block)
-    layer_host_bytes: np.ndarray
-    first_host_bytes: np.ndarray
-    last_host_bytes: np.ndarray
-
-    @property
-    def layer_s(self) -> np.ndarray:
-        return (self.layer_compute_s + self.layer_tp_s + self.layer_cp_s + self.layer_zero3_s + self.layer_ep_s
-                + self.layer_offload_s)
-
-    @property
-    def layer_static_bytes(self) -> np.ndarray:
-        return self.layer_params_bytes + self.layer_grads_bytes + self.layer_optimizer_bytes
-
-    def take(self, idx) -> StageCoefficients:
-        idx = np.atleast_1d(idx)
-        vals = {f.name: getattr(self, f.name) for f in fields(self)}
-        return StageCoefficients(**{k: v[idx] if isinstance(v, np.ndarray) else v for k, v in vals.items()})
 
 
 def stage_coefficients(
@@ -162,6 +99,7 @@ def stage_coefficients(
     adam_state_bytes: float = memory.ADAM_STATE_BYTES,
     offload_modules: tuple = (),
     zero3_gathers: str = "prefetched",
+    distributed_optimizer_instances: int = 1,
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -171,7 +109,7 @@ def stage_coefficients(
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
         bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules,
-        zero3_gathers=zero3_gathers))
+        zero3_gathers=zero3_gathers, instances=distributed_optimizer_instances))
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
@@ -286,9 +224,9 @@ class _StageTerms:
         self.layer_cp = cp_ring_exposed_s(cluster, kv_chunk_bytes=2 * b * (s / c) * self.hkv / t * BF16_BYTES, cp=c,
                                           tp=t, core_fwd=self.core_fwd, core_bwd=self.core_bwd, recompute=rc, phi=phi)
 
-    def dp_collective(self, kind, size):
-        """A collective over the DP x CP group (stride tp)."""
-        return comm.collective_s(kind, size, self.cluster, self.shard, self.t)
+    def dp_collective(self, kind, size, n=None):
+        """A collective over the DP x CP group (stride tp), or its first `n` ranks (an HSDP instance)."""
+        return comm.collective_s(kind, size, self.cluster, self.shard if n is None else n, self.t)
 
     def dp_step(self, params_gpu, param_bytes=BF16_BYTES):
         """(gradient reduction, parameter all-gather) per step for `params_gpu` parameters, gathered
@@ -300,12 +238,16 @@ class _StageTerms:
         ag_step = dp_collective("all_gather", params_gpu * param_bytes)
         red = np.where(z == 0, ar, np.where(z >= 2, 0.0, rs))
         gat = np.where((z == 1) | ((z == 2) & (not z2_mb)), ag_step, 0.0)
-        return red, gat
+        hsdp_red, hsdp_gat = hsdp_step_s(self.cluster, params_gpu, group=self.fsdp_group, stride=self.t * self.fsdp_group,
+                                         instances=self.instances, zero=z, grad_bytes=self.grad_bytes)
+        return red + hsdp_red, gat + hsdp_gat
 
     def data_parallel(self) -> None:
         """Parameters per GPU, the sharded layers' traffic and the step-level DP reductions."""
         model, t, c, d, p, z = self.model, self.t, self.c, self.d, self.p, self.z
         self.shard = shard = d * c  # the distributed optimizer shards over the DP x CP group (stride tp)
+        self.instances = self.options.get("instances", 1)  # HSDP: ZeRO-3 inside each of r instances (hsdp_step_s)
+        self.fsdp_group = shard / self.instances
         self.grad_bytes = grad_bytes = grad_reduce_bytes(self.precision, self.grad_reduce_dtype)
         self.layer_params_gpu, self.emb_params_gpu, self.head_params_gpu = reduced_params_per_gpu(model, t, p)
         layer_params_gpu = self.layer_params_gpu
@@ -313,8 +255,8 @@ class _StageTerms:
         self.z2_mb = z2_mb = self.stack.zero2_gathers_every_microbatch
         grad_copy = zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / self.hbm
         self.layer_zero3, self.z_edges = sharded_layer_s(
-            ag=dp_collective("all_gather", layer_params_gpu * BF16_BYTES),
-            rs=dp_collective("reduce_scatter", layer_params_gpu * grad_bytes), fwd=self.fwd,
+            ag=dp_collective("all_gather", layer_params_gpu * BF16_BYTES, self.fsdp_group),
+            rs=dp_collective("reduce_scatter", layer_params_gpu * grad_bytes, self.fsdp_group), fwd=self.fwd,
             bwd_window=self.bwd + self.recompute_fwd, grad_copy=grad_copy, zero=z,
             zero2_gathers_every_microbatch=z2_mb, phi=self.phi)
         if self.options.get("zero3_gathers") == "per_parameter":  # DeepSpeed ZeRO-3 before v0.5.5 (layer_terms)
@@ -351,10 +293,11 @@ class _StageTerms:
         """Overlap windows of the step-level DP traffic. The reduction hides behind the stage's
         last backward (all chunks: Megatron reduces each model chunk's gradients once its last
         backward ends, while the others' run); the distributed optimizer's all-gather behind the
-        next step's first forward."""
+        next step's first forward; HSDP's traffic across its instances (`hsdp_step_s`) alike, bucket by bucket."""
         z, z2_mb, overlap_grad_reduce = self.z, self.z2_mb, self.overlap_grad_reduce
-        self.bwd_hides = (z <= 1) & overlap_grad_reduce
-        self.fwd_hides = fwd_hides = ((z == 1) | ((z == 2) & (not z2_mb))) & overlap_grad_reduce
+        hsdp = (z == 3) & (self.instances > 1)
+        self.bwd_hides = ((z <= 1) | hsdp) & overlap_grad_reduce
+        self.fwd_hides = fwd_hides = ((z == 1) | ((z == 2) & (not z2_mb)) | hsdp) & overlap_grad_reduce
         if overlap_grad_reduce:
             self.layer_window = self.window(self.fwd + self.tp_exposed_fwd, self.bwd + self.tp_exposed_bwd)
             self.first_window = np.where(fwd_hides, self.emb_fwd, 0.0)
@@ -367,9 +310,9 @@ class _StageTerms:
         model, stack, precision, sel = self.model, self.stack, self.precision, self.sel
         M, h, a, s, t, rep, rc, z = self.M, self.h, self.a, self.s, self.t, self.rep, self.rc, self.z
         flash_attention = self.flash_attention
-        self.pb, self.gb, self.ob = frameworks.model_state_bytes_per_param(stack, z, self.shard, precision,
-                                                                          self.grad_reduce_dtype, self.fp8_param_gather,
-                                                                          self.adam_state_bytes)
+        self.pb, self.gb, self.ob = frameworks.model_state_bytes_per_param(
+            stack, z, self.shard, precision, self.grad_reduce_dtype, self.fp8_param_gather, self.adam_state_bytes,
+            self.instances)
         self.act_kw = dict(tokens=M, hidden=h, q_width=self.hq, kv_width=self.hkv, mlp_matrices=model.mlp_matrices,
                            heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention,
                            dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision))
@@ -392,7 +335,8 @@ class _StageTerms:
         self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep, self.fam)  # norm, head, logits
         self.state = self.pb + self.gb + self.ob
         self.edge_state = sum(frameworks.model_state_bytes_per_param(  # embedding and head: no FP8 copies
-            stack, z, self.shard, edge_weight_precision(precision), self.grad_reduce_dtype, False, self.adam_state_bytes))
+            stack, z, self.shard, edge_weight_precision(precision), self.grad_reduce_dtype, False, self.adam_state_bytes,
+            self.instances))
 
     def dense_layer(self) -> dict:
         """The per-layer terms of one dense (Transformer) layer; with fine-grained offloading, its attention's

@@ -22,6 +22,20 @@ def zero_grad_copy_bytes(grad_bytes: float) -> float:
     return 2.0 + 3.0 * grad_bytes
 
 
+def hsdp_step_s(cluster: ClusterSpec, params_gpu, *, group, stride, instances: int, zero, grad_bytes: float):
+    """(gradient reduction, weight all-gather) per step of HSDP across its instances (Megatron-FSDP with
+    --num-distributed-optimizer-instances r and --outer-dp-sharding-strategy optim: parallel_state.py builds r
+    instances of consecutive DP x CP ranks -- of expert-data-parallel ranks for the experts --, each sharding the
+    weights and gradients as ZeRO-3 over its `group` ranks, the optimizer state sharded across them): the shard's
+    gradients (`params_gpu / group` parameters) reduce-scattered over the r ranks `stride` apart that hold the
+    same shard, and after the optimizer step its BF16 weights all-gathered back. 0 under another ZeRO stage or r 1."""
+    shard = params_gpu / group
+    on = (np.asarray(zero) == 3) & (instances > 1)
+    red = comm.collective_s("reduce_scatter", shard * grad_bytes, cluster, instances, stride)
+    gather = comm.collective_s("all_gather", shard * BF16_BYTES, cluster, instances, stride)
+    return np.where(on, red, 0.0), np.where(on, gather, 0.0)
+
+
 def grad_reduce_bytes(precision: str, grad_reduce_dtype: str) -> float:
     """Bytes per gradient element in the data-parallel reduction."""
     return 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES

@@ -206,15 +206,17 @@ def profile(name: str) -> Framework:
 
 # ---------------------------------------------------------------- the hooks
 def model_state_bytes_per_param(fw: Framework, zero, shard, precision: str, grad_reduce_dtype: str = "fp32",
-                                fp8_param_gather: bool = False, adam_bytes: float = memory.ADAM_STATE_BYTES):
+                                fp8_param_gather: bool = False, adam_bytes: float = memory.ADAM_STATE_BYTES,
+                                instances: int = 1):
     """(weights, gradients, optimizer) bytes per parameter of one GPU. Eager stacks: fp32
     weights (sharded by ZeRO-3; by FSDP2 at zero 2 as well) plus the bf16 copy kept from forward to backward
     (autocast's cast of each weight, saved by its linear; FSDP2 without resharding after
     forward keeps the unsharded bf16 weights), fp32 gradients (sharded from ZeRO-2) plus DDP's
     fp32 buckets (torch DistributedDataParallel, gradient_as_bucket_view=False) with plain data
-    parallelism, AdamW's two fp32 moments (8, sharded from ZeRO-1)."""
+    parallelism, AdamW's two fp32 moments (8, sharded from ZeRO-1). HSDP (`instances`) is Megatron's (fused) only."""
     if fw.fused:
-        return memory.model_state_bytes_per_param(zero, shard, precision, grad_reduce_dtype, fp8_param_gather, adam_bytes)
+        return memory.model_state_bytes_per_param(zero, shard, precision, grad_reduce_dtype, fp8_param_gather, adam_bytes,
+                                                  instances)
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
     params = (np.where(zero >= fw.weights_sharded_from_zero, fw.weight_bytes / shard, fw.weight_bytes)

@@ -150,10 +150,14 @@ def sharded_layer_s(*, ag, rs, fwd, bwd_window, grad_copy, zero, zero2_gathers_e
 def sharding_of(terms) -> dict:
     """What a layer priced apart from the dense layer (a MoE layer, a hybrid model's sublayer) takes for its
     ZeRO-2/3 terms (`sharded_terms`) from the stage's dense-layer terms `terms` (`coefficients._StageTerms`): the
-    DP x CP collective, whether ZeRO-2 gathers every micro-batch, the overlap rule's interference, the live bytes
-    per gathered parameter, the cluster, the gradients' reduction bytes and the HBM rate."""
-    return dict(collective=terms.dp_collective, z2_mb=terms.z2_mb, phi=terms.phi, live_per_param=terms.z3_per_param,
-                cluster=terms.cluster, grad_bytes=terms.grad_bytes, hbm=terms.hbm)
+    DP x CP collective (over one HSDP instance), whether ZeRO-2 gathers every micro-batch, the overlap rule's
+    interference, the live bytes per gathered parameter, the cluster, the gradients' reduction bytes, the HBM rate and
+    the HSDP instances."""
+    def collective(kind, size):  # over one HSDP instance's ranks (the whole DP x CP group without HSDP)
+        return terms.dp_collective(kind, size, terms.fsdp_group)
+
+    return dict(collective=collective, z2_mb=terms.z2_mb, phi=terms.phi, live_per_param=terms.z3_per_param,
+                cluster=terms.cluster, grad_bytes=terms.grad_bytes, hbm=terms.hbm, instances=terms.instances)
 
 
 def sharded_terms(sharding: dict, zero, *, params_gpu, fwd, bwd_window, experts_gpu=0.0, edp=1, expert_stride=1):

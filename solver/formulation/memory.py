@@ -80,19 +80,22 @@ def adam_step_bytes_per_param(state_bytes: float = ADAM_STATE_BYTES) -> float:
 
 
 def model_state_bytes_per_param(zero, shard, precision: str, grad_reduce_dtype: str = "fp32",
-                                fp8_param_gather: bool = False, adam_bytes: float = ADAM_STATE_BYTES):
+                                fp8_param_gather: bool = False, adam_bytes: float = ADAM_STATE_BYTES, instances: int = 1):
     """(weights, gradients, optimizer) bytes per parameter of one GPU (see the module docstring).
     The gradient buffer has the reduction's dtype: Megatron's DDP allocates main_grad in fp32 only
     with grad_reduce_in_fp32 (megatron/core/distributed/distributed_data_parallel.py: grad_dtype =
     torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype), so `--grad-reduce-in-bf16`
     keeps 2-byte gradients. `fp8_param_gather`: the FP8 weights only (precision.weight_bytes_per_param).
-    `adam_bytes`: the optimizer state before sharding (`adam_state_bytes_per_param`)."""
+    `adam_bytes`: the optimizer state before sharding (`adam_state_bytes_per_param`). HSDP's `instances`
+    (Megatron-FSDP with --num-distributed-optimizer-instances): ZeRO-3's weights and gradients sharded over one
+    instance's shard / instances ranks, the optimizer state over all `shard`."""
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=np.float64)
     weight = weight_bytes_per_param(precision, fp8_param_gather)  # BF16 and/or the recipe's FP8 copies (precision.py)
     grad = 2.0 if precision == "fp16" or grad_reduce_dtype == "bf16" else FP32_BYTES
-    params = np.where(zero >= 3, weight / shard, weight)
-    grads = np.where(zero >= 2, grad / shard, grad)
+    inner = shard / np.where(zero >= 3, instances, 1)
+    params = np.where(zero >= 3, weight / inner, weight)
+    grads = np.where(zero >= 2, grad / inner, grad)
     opt = np.where(zero >= 1, adam_bytes / shard, adam_bytes)
     return params, grads, opt
 

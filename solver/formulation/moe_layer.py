@@ -10,6 +10,7 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from . import comm
+from .data_parallel import hsdp_step_s
 from .host import host_calls_s, host_exposed_s
 from .kernels import linear_s
 from .layer_terms import sharded_terms
@@ -76,13 +77,13 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     else:
         tp_f = tp_b = tp_moe
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
-    edp = t * c * d / (ep * etp)
+    edp, r = t * c * d / (ep * etp), sharding["instances"]  # HSDP: the experts' ZeRO-3 inside r instances of edp
     (pb, gb, ob), (pbe, gbe, obe) = state_bytes, model_state_bytes_per_param(
-        z, edp, precision, grad_reduce_dtype, fp8_param_gather, adam_state_bytes)
+        z, edp, precision, grad_reduce_dtype, fp8_param_gather, adam_state_bytes, r)
     param_bytes = gathered_param_bytes(precision, fp8_param_gather)
     red_ne, ag_ne = dp_step(ne, param_bytes)
-    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes, sharding["z2_mb"])
-    zero3, live = sharded_terms(sharding, z, params_gpu=ne, experts_gpu=ex, edp=edp, expert_stride=etp * ep,
+    red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes, sharding["z2_mb"], r)
+    zero3, live = sharded_terms(sharding, z, params_gpu=ne, experts_gpu=ex, edp=edp / r, expert_stride=etp * ep,
                                 fwd=fwd + tp_f, bwd_window=bwd + tp_b + rfwd)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
@@ -138,13 +139,14 @@ def moe_host_s(model: ModelSpec, cluster: ClusterSpec, ep, precision: str, cuda_
 
 
 def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero, grad_bytes: float,
-                     param_bytes: float = BF16_BYTES, zero2_gathers_every_microbatch: bool = False):
+                     param_bytes: float = BF16_BYTES, zero2_gathers_every_microbatch: bool = False, instances: int = 1):
     """(gradient reduction, parameter all-gather) per step of the local experts' `expert_params_gpu`
     parameters over the expert-data-parallel group (edp ranks etp x ep apart, Megatron's expert
     rank order): an all-reduce without the distributed optimizer, else a reduce-scatter and, after
     the sharded optimizer step, an all-gather of the weights (`param_bytes` each: BF16, or FP8 with
     fp8_param_gather, `precision.gathered_param_bytes`). ZeRO-2/3 reduce per micro-batch inside the layer
-    (`layer_terms.sharded_terms`); ZeRO-2 gathers the weights once per step, as the dense layer's (`dp_step`)."""
+    (`layer_terms.sharded_terms`); ZeRO-2 gathers the weights once per step, as the dense layer's (`dp_step`); HSDP's
+    `instances` add their step-level traffic across the instances (`data_parallel.hsdp_step_s`)."""
     def collective(kind, size):
         return comm.collective_s(kind, size, cluster, edp, etp * ep)
 
@@ -152,7 +154,10 @@ def expert_dp_step_s(cluster: ClusterSpec, expert_params_gpu, edp, ep, etp, zero
     red = np.where(zero == 0, collective("all_reduce", grads),
                    np.where(zero >= 2, 0.0, collective("reduce_scatter", grads)))
     step_gather = (zero == 1) | ((zero == 2) & (not zero2_gathers_every_microbatch))
-    return red, np.where(step_gather, collective("all_gather", expert_params_gpu * param_bytes), 0.0)
+    group = edp / instances
+    hsdp_red, hsdp_gat = hsdp_step_s(cluster, expert_params_gpu, group=group, stride=etp * ep * group,
+                                     instances=instances, zero=zero, grad_bytes=grad_bytes)
+    return red + hsdp_red, np.where(step_gather, collective("all_gather", expert_params_gpu * param_bytes), 0.0) + hsdp_gat
 
 
 LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep", "offload")

@@ -311,6 +311,9 @@ def _sharding_flags(job, zero: int, notes: list[str]) -> list[str]:
               "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
         notes.append(f"zero={zero} is Megatron-FSDP's {FSDP_STRATEGY[zero]} strategy; it needs the fsdp_dtensor "
                      f"checkpoint format and refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (leave it unset)")
+    if job.distributed_optimizer_instances > 1:  # HSDP (zero 3: SETTING_RULES), as Megatron-Bridge's Ultra recipes
+        a += ["--num-distributed-optimizer-instances", str(job.distributed_optimizer_instances),
+              "--outer-dp-sharding-strategy", "optim"]
     return a
 
 
@@ -355,6 +358,9 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
         a += ["--recompute-granularity", "selective"]
         if job.recompute_modules is not None:  # Megatron's default is core_attn (transformer_config.py)
             a += ["--recompute-modules", *job.recompute_modules]
+        if job.precision in FP8_FLAGS and {"moe_act", "layernorm"} & set(job.recompute_modules or ()):
+            notes.append("recomputing moe_act or layernorm under FP8 needs Transformer Engine >= 2.6.0dev0 "
+                         "(megatron/core/transformer/transformer_config.py)")
     elif par.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if job.cpu_offloading_num_layers:  # arguments.py:1950 sets --cpu-offloading from it (activations, not weights)

@@ -204,8 +204,8 @@ def _degrees(job: JobSpec):
                 continue
             for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
                 dp = N // (tp * cp * pp)
-                if pp > L or B % dp or not cons.allows("dp", dp):
-                    continue
+                if pp > L or B % dp or not cons.allows("dp", dp) or (dp * cp) % job.distributed_optimizer_instances:
+                    continue  # (HSDP's instances divide dp x cp: experts.hsdp_violations)
                 yield tp, cp, pp, dp
 
 

@@ -100,6 +100,24 @@ def ep_violations(model: ModelSpec, *, tp: int, cp: int, dp: int, ep: int, etp: 
     return errs
 
 
+def hsdp_violations(job: JobSpec, *, tp: int, cp: int, dp: int, ep: int, etp: int) -> list[tuple[str, str]]:
+    """What Megatron's parallel_state.py asserts of HSDP's r instances (--num-distributed-optimizer-instances,
+    the job's distributed_optimizer_instances): r divides dp x cp ("Data parallel size should be divisible by
+    partial DistOpt shard factor") and a MoE model's expert data parallelism ("Expert data parallel size should
+    be divisible by partial DistOpt shard factor")."""
+    r, edp = job.distributed_optimizer_instances, tp * cp * dp // (ep * etp)
+    if (dp * cp) % r:
+        return [("distributed_optimizer_instances", f"{r} instances do not divide dp*cp = {dp * cp} (Megatron: 'Data "
+                                                    f"parallel size should be divisible by partial DistOpt shard "
+                                                    f"factor'); choose a divisor of it")]
+    if job.model.is_moe and edp % r:
+        return [("distributed_optimizer_instances", f"{r} instances do not divide the expert data parallelism "
+                                                    f"{edp} = tp*cp*dp/(ep*etp) (Megatron: 'Expert data parallel size "
+                                                    f"should be divisible by partial DistOpt shard factor'); choose a "
+                                                    f"divisor of it or a smaller ep")]
+    return []
+
+
 def a2a_overlap_violations(*, ep: int, pp: int, vp: int, recompute: str) -> list[tuple[str, str]]:
     """What Megatron's --overlap-moe-expert-parallel-comm asserts of a configuration
     (transformer_config.py `__post_init__`)."""
@@ -129,7 +147,8 @@ def expert_degrees(job: JobSpec, tp: int, cp: int, dp: int) -> list[tuple[int, i
             continue
         for etp in etps:
             if (cons.allows("etp", etp) and not ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
-                                                              sequence_parallel=True)):
+                                                              sequence_parallel=True)
+                    and not hsdp_violations(job, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)):
                 out.append((ep, etp))
     return out
 

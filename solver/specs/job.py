@@ -182,6 +182,12 @@ class JobSpec(Spec):
                                   "gather per layer behind the previous layer's compute) or per_parameter (DeepSpeed "
                                   "ZeRO-3 before v0.5.5: each weight tensor on its own after a device synchronisation, "
                                   "nothing overlapped; formulation/layer_terms.per_parameter_zero3_s)")
+    distributed_optimizer_instances: PositiveInt = Field(
+        1, description="Megatron-FSDP's hybrid sharding, HSDP (--num-distributed-optimizer-instances r with "
+                       "--outer-dp-sharding-strategy optim): the DP x CP ranks form r instances of consecutive ranks "
+                       "(megatron/core/parallel_state.py); weights and gradients are sharded inside an instance as "
+                       "ZeRO-3, the optimizer state across all ranks (formulation/data_parallel.hsdp_step_s); r must "
+                       "divide dp x cp and a MoE model's expert data parallelism; r > 1 needs zero 3 (SETTING_RULES)")
     offload_modules: tuple[OffloadModule, ...] = Field(
         (), description="Megatron-LM fine-grained activation offloading (--fine-grained-activation-offloading "
                         "--offload-modules): the modules whose saved inputs go to host memory after their forward "
@@ -253,6 +259,11 @@ class JobSpec(Spec):
         graph_problem = cuda_graph_problem(self)
         if graph_problem:
             raise ValueError(graph_problem)
+        if self.distributed_optimizer_instances > 1 and (self.framework != "megatron"
+                                                         or self.zero3_gathers == "per_parameter"):
+            raise ValueError(f"distributed_optimizer_instances is Megatron-FSDP's HSDP (--num-distributed-optimizer-"
+                             f"instances); framework {self.framework} with {self.zero3_gathers} ZeRO-3 gathers is "
+                             f"priced without it: use framework megatron with prefetched gathers, or 1")
         if self.fp8_param_gather and (self.precision not in QUANTIZED_RECIPES or self.framework != "megatron"):
             raise ValueError("fp8_param_gather keeps FP8 (FP4) weights of an FP8 (NVFP4) recipe in Megatron "
                              "(--fp8-param-gather / --fp4-param-gather): it needs such a precision and framework "
@@ -264,6 +275,10 @@ class JobSpec(Spec):
                              f"BF16: they need precision nvfp4 or an FP8 recipe other than delayed scaling (Megatron: "
                              f"'Delayed scaling does not support first / last layer in BF16') and at most "
                              f"{self.model.num_layers} layers; drop them")
+        if self.precision == "fp8" and {"moe_act", "layernorm"} & set(self.recompute_modules or ()):
+            raise ValueError("recompute_modules moe_act / layernorm under precision fp8 (delayed scaling): Megatron: "
+                             "'Delayed scaling does not support moe_act and layernorm recompute for fp8'; use another "
+                             "FP8 recipe (fp8-tensorwise, mxfp8, fp8-blockwise) or other modules")
         if self.attention_kernel in ("flash2", "flash1") and not self.flash_attention:
             raise ValueError(f"attention_kernel {self.attention_kernel} is a flash-attention kernel but flash_attention "
                              "is false: drop one of the two")
@@ -350,6 +365,9 @@ SETTING_RULES = (
      "Megatron: 'CPU offloading does not work when activation recomputation is enabled'"),
     ("precision_aware_optimizer", _precision_aware_on_megatron, "zero", 1,
      "Megatron: '--use-precision-aware-optimizer only supported with distributed optimizer'"),
+    ("distributed_optimizer_instances", lambda get: (get("distributed_optimizer_instances", 1) or 1) > 1, "zero", 3,
+     "Megatron: '--outer-dp-sharding-strategy optim' is only supported with optim_grads_params (HSDP is priced "
+     "with Megatron-FSDP's full sharding inside an instance)"),
     ("offload_modules", _fused_group_mlp_offloaded, "etp", 1,
      "Megatron: 'Fused GroupedMLP is not supported for this configuration' with expert tensor parallelism: "
      "fused_group_mlp offloading needs --use-transformer-engine-op-fuser"),

@@ -123,6 +123,9 @@ class JobRequest(Request):
     zero3_gathers: Zero3Gathers | None = Field(
         None, description="ZeRO-3 gathers: prefetched (FSDP, Megatron-FSDP; default) or per_parameter (DeepSpeed "
                           "ZeRO-3 before v0.5.5)")
+    distributed_optimizer_instances: int | None = Field(
+        None, ge=1, description="Megatron-FSDP's HSDP (--num-distributed-optimizer-instances): weights and gradients "
+                                "sharded inside each of r instances, the optimizer state across them; needs zero 3")
     offload_modules: list[OffloadModule] | None = Field(
         None, description="Megatron's fine-grained activation offloading (--offload-modules): attn_norm, qkv_linear, "
                           "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, fused_group_mlp")
