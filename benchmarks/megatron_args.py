@@ -437,7 +437,8 @@ def precision_diff(job, cfg, args) -> dict:
     recipe of nvfp4 (fp4 e2m1, fp4_recipe nvfp4), NVFP4 weights (fp4_param), the layers kept in BF16
     (first_last_layers_bf16, num_layers_at_start/end_in_bf16), CPU activation offloading (cpu_offloading with
     cpu_offloading_num_layers, activations on, weights off) and fine-grained offloading (fine_grained_activation_
-    offloading with offload_modules, and use_transformer_engine_op_fuser for fused_group_mlp); and what the parsed arguments do not hold of the
+    offloading with offload_modules, use_transformer_engine_op_fuser for fused_group_mlp and
+    min_offloaded_tensor_size); and what the parsed arguments do not hold of the
     optimizer (use_precision_aware_optimizer, exp_avg_dtype and exp_avg_sq_dtype as validate_args maps them to torch
     dtypes); {} when all agree."""
     moments = job.optimizer_moment_dtype
@@ -450,14 +451,14 @@ def precision_diff(job, cfg, args) -> dict:
     mods = tuple(job.offload_modules)  # fine-grained offloading; fused_group_mlp with the op fuser
     want = {"fp4": "e2m1" if fp4 else None, "fp4_param": fp4 and job.fp8_param_gather,
             "bf16_layers": (start, end) if start or end else None, "cpu_offloading": (n, True, False) if n else None,
-            "offload_modules": (mods, "fused_group_mlp" in mods) if mods else None}
+            "offload_modules": (mods, "fused_group_mlp" in mods, job.min_offloaded_tensor_size) if mods else None}
     got = {"fp4": cfg.fp4, "fp4_param": bool(cfg.fp4_param) and str(cfg.fp4_recipe).endswith("nvfp4"),
            "bf16_layers": (cfg.num_layers_at_start_in_bf16, cfg.num_layers_at_end_in_bf16)
            if cfg.first_last_layers_bf16 else None,
            "cpu_offloading": (cfg.cpu_offloading_num_layers, cfg.cpu_offloading_activations, cfg.cpu_offloading_weights)
            if cfg.cpu_offloading else None,
-           "offload_modules": (tuple(cfg.offload_modules), bool(cfg.use_transformer_engine_op_fuser))
-           if cfg.fine_grained_activation_offloading else None}
+           "offload_modules": (tuple(cfg.offload_modules), bool(cfg.use_transformer_engine_op_fuser),
+                               cfg.min_offloaded_tensor_size) if cfg.fine_grained_activation_offloading else None}
     return {k: (want[k], got[k]) for k in want if want[k] != got[k]} | {k: v for k, v in opt.items() if v[0] != v[1]}
 
 

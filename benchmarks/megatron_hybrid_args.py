@@ -31,7 +31,7 @@ from pathlib import Path
 
 from _common import ROOT
 from megatron_args import (USER_ARGS, degrees_and_split, megatron_cli, megatron_configs,  # noqa: F401
-                           megatron_launch, open_megatron, sharding_diff)
+                           megatron_launch, open_megatron, precision_diff, sharding_diff)
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import plan_config
@@ -91,7 +91,8 @@ CASES = [
     ("Nemotron 3 Ultra on 256 GB300s as Megatron-Bridge's recipe: HSDP (4 instances), EP 64, fused_group_mlp "
      "offloaded", "nemotron3-ultra", "gb300x256", dict(tp=1, pp=1, ep=64, etp=1, zero=3, recompute="selective"),
      {"global_batch_size": 256, "seq_length": 8192, "precision": "mxfp8", "distributed_optimizer_instances": 4,
-      "offload_modules": ("fused_group_mlp",), "recompute_modules": ("moe_act",), "moe_token_dispatcher": "flex"}),
+      "offload_modules": ("fused_group_mlp",), "recompute_modules": ("moe_act",), "moe_token_dispatcher": "flex",
+      "min_offloaded_tensor_size": 500_000_000}),
 ]
 
 
@@ -172,7 +173,8 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
             args, cfg_, _ = megatron_configs(M, gpt=False)
         got, want = _built(M, args, cfg_, plan.parallel.pp), _planned(job.model, plan)
         row["diff"] = ({k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
-                       | sharding_diff(plan.parallel.zero, args, job.distributed_optimizer_instances))
+                       | sharding_diff(plan.parallel.zero, args, job.distributed_optimizer_instances)
+                       | precision_diff(job, cfg_, args))
         row["megatron_split"] = got["split"]
         row["ok"] = not row["diff"] and ma.entry == "pretrain_hybrid.py"
     except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
@@ -188,8 +190,9 @@ def report(rows, controls, commit, elapsed) -> str:
              f" (the module docstring says what is called and compared; {elapsed:.0f} s).", "",
              f"**{ok} of {len(rows)} hybrid plans accepted** by `parse_args` / `validate_args` / "
              f"`core_transformer_config_from_args`, with the pattern, layer split, virtual stages, Mamba-2 dimensions, "
-             f"experts, parallel degrees and optimizer sharding (Megatron-FSDP strategy, HSDP instances) Megatron derives "
-             f"equal to the plan's; entry script `pretrain_hybrid.py`.",
+             f"experts, parallel degrees, optimizer sharding (Megatron-FSDP strategy, HSDP instances) and the precision "
+             f"and offloading settings (as megatron_args.py's precision_diff) Megatron derives equal to the plan's; "
+             f"entry script `pretrain_hybrid.py`.",
              "", "| plan | model | cluster | from | tp pp cp vp dp | ep etp | layers per rank (plan = Megatron) | "
                  "--hybrid-layer-pattern | result |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

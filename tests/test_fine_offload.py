@@ -105,6 +105,28 @@ def test_hybrid_fused_group_mlp_offload_and_plan_fields():
     assert p1.settings["offload_modules"] == ["fused_group_mlp"]
 
 
+def test_min_offloaded_tensor_size_keeps_smaller_tensors_and_a_recomputed_output_is_never_copied():
+    """Nemotron 3 Nano's fused grouped MLP in BF16, one micro-batch of 8192 tokens, EP 8, moe_act recomputed: the
+    saved tensors are fc1's input (tokens x 6 copies x 2688) and the activation's input, fc1's output (x 1856);
+    the activation's output is rebuilt, so neither kept nor copied. A min_offloaded_tensor_size between the two
+    sizes (Megatron: `tensor.numel() < self.min_offloaded_tensor_size` stays) keeps fc1's output on the GPU."""
+    cfg = dict(tp=1, pp=1, ep=8, etp=1, micro_batch_size=1, recompute="selective")
+    kw = dict(model="nemotron3-nano", cluster="gb200x8", seq_length=8192, precision="bf16",
+              offload_modules=("fused_group_mlp",), recompute_modules=("moe_act",))
+    copies = 8192 * 6
+    fc1_in, act_in = copies * 2688, copies * 1856
+    moe_layers = 23
+    host = [plan_config(_job(**kw, **extra), cfg).stages[0].memory_bytes.host
+            for extra in ({}, {"min_offloaded_tensor_size": act_in + 1})]
+    assert host[0] == pytest.approx(moe_layers * BF16 * (fc1_in + act_in), rel=1e-9)
+    assert host[1] == pytest.approx(moe_layers * BF16 * fc1_in, rel=1e-9)
+    job = _job(**kw, min_offloaded_tensor_size=act_in + 1)
+    args = megatron_args(job, plan_config(job, cfg)).args
+    assert args[args.index("--min-offloaded-tensor-size") + 1] == str(act_in + 1)
+    with pytest.raises(ValueError, match="min_offloaded_tensor_size applies to fine-grained offloading"):
+        _job(min_offloaded_tensor_size=10)
+
+
 @pytest.mark.parametrize("kw, words", [
     (dict(offload_modules=("attn_proj",)), "needs core_attn too"),
     (dict(offload_modules=("expert_fc1",)), "need a mixture-of-experts model"),

@@ -11,7 +11,8 @@ from __future__ import annotations
 # instance per 64-GPU NVLink domain, `num_distributed_optimizer_instances = max(1, num_gpus // 64)`)
 MODEL_RECIPES = {"nemotron3-ultra": dict(
     use_megatron_fsdp=True, hsdp_domain_gpus=64, recompute_granularity="selective", recompute_modules=["moe_act"],
-    offload_modules=["fused_group_mlp"], moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+    offload_modules=["fused_group_mlp"], min_offloaded_tensor_size={"gb200": 350_000_000, "gb300": 500_000_000},
+    moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
     cuda_graph_impl="none")}
 
 # Recomputation a source's scripts fix for every run of a model family, and the module sets its presets

@@ -185,6 +185,10 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
         unstated.append("moe_a2a_overlap")
     if recipe.get("offload_modules"):
         settings["offload_modules"] = tuple(recipe["offload_modules"])
+        size = recipe.get("min_offloaded_tensor_size") or {}  # by GPU where a model's recipes differ
+        size = size.get(str(raw["hardware"].get("gpu")).lower()) if isinstance(size, dict) else size
+        if size:
+            settings["min_offloaded_tensor_size"] = int(size)
     if recipe.get("hsdp_domain_gpus"):  # Megatron-FSDP's HSDP: one instance per NVLink domain
         settings["distributed_optimizer_instances"] = max(1, int(raw["parallel"]["num_gpus"]) // recipe["hsdp_domain_gpus"])
     graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
@@ -277,8 +281,7 @@ def moe_row_job(raw: dict) -> Row:
     if key in MODEL_RECIPES:
         recipe = {**MODEL_RECIPES[key], **recipe}
         assumed.append(f"the settings every Megatron-Bridge perf recipe of {key} sets: " + ", ".join(
-            f"{k} {v}" for k, v in MODEL_RECIPES[key].items()) + "; the fused grouped MLP's saved inputs all offloaded "
-            "(its min_offloaded_tensor_size keeps the smaller ones)")
+            f"{k} {v}" for k, v in MODEL_RECIPES[key].items()))
     layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
     model = _row_model(model, raw, layout, assumed)
     if any("muon" in str(note).lower() for note in raw.get("notes") or ()):

@@ -27,7 +27,7 @@ FLAGS = {
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
     "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules",
-    "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "distributed_optimizer_instances": "--distributed-optimizer-instances", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
+    "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "distributed_optimizer_instances": "--distributed-optimizer-instances", "min_offloaded_tensor_size": "--min-offloaded-tensor-size", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "account_for_embedding": "--account-for-embedding", "account_for_loss": "--account-for-loss",
     "layers": "--layers-per-stage", "pipeline_layout": "--pipeline-layout", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
@@ -188,6 +188,9 @@ _BASE = [
     click.option("--zero3-gathers", type=click.Choice(get_args(Zero3Gathers)), default=None,
                  help="How the stack gathers ZeRO-3 weights: prefetched (Megatron-FSDP, PyTorch FSDP; default) or "
                       "per_parameter (DeepSpeed ZeRO-3 before v0.5.5: each weight alone, nothing overlapped)."),
+    click.option("--min-offloaded-tensor-size", type=click.IntRange(min=0), default=None,
+                 help="Fine-grained offloading skips every saved tensor of fewer elements (Megatron "
+                      "--min-offloaded-tensor-size; default 1048576)."),
     click.option("--distributed-optimizer-instances", type=click.IntRange(min=1), default=None,
                  help="Megatron-FSDP's hybrid sharding, HSDP (--num-distributed-optimizer-instances): weights and "
                       "gradients sharded inside each of r instances of the DP x CP ranks, the optimizer state across "
@@ -329,6 +332,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
                 moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, recompute_modules=None,
                 cpu_offloading_num_layers=None, precision_aware_optimizer=None, optimizer_moment_dtype=None,
                 offload_modules=None, zero3_gathers=None, distributed_optimizer_instances=None,
+                min_offloaded_tensor_size=None,
                 **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
@@ -341,7 +345,8 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "cpu_offloading_num_layers": cpu_offloading_num_layers,
              "precision_aware_optimizer": precision_aware_optimizer, "optimizer_moment_dtype": optimizer_moment_dtype,
              "recompute_modules": _names(recompute_modules), "offload_modules": _names(offload_modules),
-             "zero3_gathers": zero3_gathers, "distributed_optimizer_instances": distributed_optimizer_instances}
+             "zero3_gathers": zero3_gathers, "distributed_optimizer_instances": distributed_optimizer_instances,
+             "min_offloaded_tensor_size": min_offloaded_tensor_size}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
+from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
 from . import comm, frameworks, memory
 from .data_parallel import (
     embedding_group_allreduce_s,
@@ -98,6 +99,7 @@ def stage_coefficients(
     bf16_layers: tuple[int, int] = (0, 0),
     adam_state_bytes: float = memory.ADAM_STATE_BYTES,
     offload_modules: tuple = (),
+    min_offloaded_tensor_size: int = MIN_OFFLOADED_ELEMENTS,
     zero3_gathers: str = "prefetched",
     distributed_optimizer_instances: int = 1,
 ) -> StageCoefficients:
@@ -109,6 +111,7 @@ def stage_coefficients(
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
         bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules,
+        min_offloaded_tensor_size=min_offloaded_tensor_size,
         zero3_gathers=zero3_gathers, instances=distributed_optimizer_instances))
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
@@ -135,6 +138,7 @@ class _StageTerms:
         self.gpu = cluster.gpu
         self.offload_modules = frozenset(options.get("offload_modules", ()))  # fine-grained offloading (fine_offload.py)
         self.host_bytes_per_s = (self.gpu.host_link_gbyte_per_s or 0.0) * 1e9
+        self.min_offloaded_elements = options.get("min_offloaded_tensor_size", MIN_OFFLOADED_ELEMENTS)
         self.stack = frameworks.profile(options["framework"])  # the software stack's terms (frameworks.py); megatron: none
         self.fam = frameworks.family_counts(self.stack, model, options["seq_length"])  # transformers: eager_layers.py
         self.t = shapes.tp.astype(np.float64)

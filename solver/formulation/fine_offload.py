@@ -3,8 +3,8 @@ the job's `offload_modules`; rules in specs/offloading.py): what each module tak
 cost, per layer and micro-batch on one GPU (vectorised over shapes).
 
 Mechanism (megatron/core/pipeline_parallel/fine_grained_activation_offload.py at d98e8a6): the tensors a module
-saves for its backward inside the offload context (of at least `min_offloaded_tensor_size`, 1M elements: the
-activations below; a module's small tensors such as softmax statistics stay) form one group; when the module's
+saves for its backward inside the offload context (of at least `min_offloaded_tensor_size` elements, 1M by default:
+each tensor below that passes, `_large`; a module's small tensors such as softmax statistics stay) form one group; when the module's
 forward ends, a device-to-host stream waits for the compute stream and copies the group to pinned host memory
 (`on_group_commit_forward`), the GPU copy freed once the copy ends; when the backward of the following group
 starts, a host-to-device stream reloads it (`on_group_start_backward` -> `bulk_reload`), and the module's backward
@@ -27,7 +27,8 @@ and `moe.moe_mlp_activation_bytes` count it; `lib` the saved linear-input bytes,
   copied (experts.py:278-284, `set_save_original_input`);
 - moe_act: the activation's input, fc1's output, 2 (2|1) f_e / etp per copy;
 - fused_group_mlp: the whole fused grouped MLP's: fc1's input, the activation's input and fc2's input (the
-  activation's output, unless "moe_act" recomputation frees it).
+  activation's output, unless "moe_act" recomputation rebuilds it: then it is never saved, so neither kept nor
+  copied; Megatron-Bridge's Nemotron 3 Ultra recipe: "FC1 output (activation input) is saved and offloaded").
 Nothing is saved under full recomputation (a layer is rebuilt whole in the backward): nothing is offloaded.
 
 Time. A layer's copies run on their own streams beside the compute, in each direction at the GPU's
@@ -72,6 +73,13 @@ def _selective(T, module: str) -> np.ndarray:
     return (T.rc == 1) & (module in T.mods)
 
 
+def _large(T, nbytes, element_bytes: float):
+    """`nbytes` where the tensor of that many bytes, `element_bytes` each, has at least the job's
+    min_offloaded_tensor_size elements (Megatron offloads no smaller tensor: `tensor.numel() <
+    self.min_offloaded_tensor_size`, fine_grained_activation_offload.py:1084), else 0."""
+    return np.where(np.asarray(nbytes) / element_bytes >= T.min_offloaded_elements, nbytes, 0.0)
+
+
 def attention_offloaded(T) -> Offloaded:
     """The attention modules' bytes of one layer (module docstring); `T` the `coefficients._StageTerms`."""
     mods, model = T.offload_modules, T.model
@@ -82,17 +90,19 @@ def attention_offloaded(T) -> Offloaded:
     mla = bool(model.multi_latent_attention)
     out = Offloaded()
     if "attn_norm" in mods and separate_norms(model, moe_layer=False):
-        out += Offloaded(BF16_BYTES * per_h, BF16_BYTES * per_h)
+        norm = _large(T, BF16_BYTES * per_h, BF16_BYTES)
+        out += Offloaded(norm, norm)
     if "qkv_linear" in mods:
-        norm_in = 0.0 if mla else BF16_BYTES * per_h  # the fused norm's input
-        kept = np.where(mla & _selective(T, "layernorm"), 0.0, lib * per_h)
-        out += Offloaded(norm_in + kept, norm_in + lib * per_h)
+        norm_in = 0.0 if mla else _large(T, BF16_BYTES * per_h, BF16_BYTES)  # the fused norm's input
+        linear_in = _large(T, lib * per_h, lib)
+        kept = np.where(mla & _selective(T, "layernorm"), 0.0, linear_in)
+        out += Offloaded(norm_in + kept, norm_in + linear_in)
     if "core_attn" in mods:
-        qkv = BF16_BYTES * T.M * (T.hq + 2 * T.hkv) / T.t
-        freed = np.where(mla & _selective(T, "mla_up_proj"), 0.0, qkv)
-        out += Offloaded(freed, qkv + BF16_BYTES * T.M * T.hq / T.t)
+        q, k_v, o = (_large(T, BF16_BYTES * T.M * width / T.t, BF16_BYTES) for width in (T.hq, T.hkv, T.hq))
+        freed = np.where(mla & _selective(T, "mla_up_proj"), 0.0, q + 2 * k_v)
+        out += Offloaded(freed, q + 2 * k_v + o)
     if "attn_proj" in mods:
-        proj = lib * T.M * T.hq / T.t
+        proj = _large(T, lib * T.M * T.hq / T.t, lib)
         out += Offloaded(proj, proj)
     return out
 
@@ -105,19 +115,21 @@ def expert_offloaded(T, ep, etp) -> Offloaded:
     _, copies = routed_tokens(model, T.M / T.t, ep, etp, T.moe_load_imbalance)
     lib = T.act_kw["linear_input_bytes"]
     w, f_l = model.moe_expert_width, model.moe_ffn_hidden_size / np.asarray(etp, dtype=np.float64)
-    fc1_in, act_in, fc2_in = lib * copies * w, BF16_BYTES * (model.mlp_matrices - 1) * f_l * copies, lib * copies * f_l
+    fc1_in = _large(T, lib * copies * w, lib)
+    act_in = _large(T, BF16_BYTES * (model.mlp_matrices - 1) * f_l * copies, BF16_BYTES)
+    fc2_in = _large(T, lib * copies * f_l, lib)
     out = Offloaded()
     if "mlp_norm" in mods:
-        norm = BF16_BYTES * T.M * T.h / T.rep
+        norm = _large(T, BF16_BYTES * T.M * T.h / T.rep, BF16_BYTES)
         out += Offloaded(norm, norm)
     if "expert_fc1" in mods:
-        sent = fc1_in if T.precision in SAVED_INPUT_FC1_RECIPES else BF16_BYTES * copies * w
+        sent = fc1_in if T.precision in SAVED_INPUT_FC1_RECIPES else _large(T, BF16_BYTES * copies * w, BF16_BYTES)
         out += Offloaded(fc1_in, sent)
     if "moe_act" in mods:
         out += Offloaded(act_in, act_in)
     if "fused_group_mlp" in mods:
-        kept = fc1_in + act_in + np.where(_selective(T, "moe_act"), 0.0, fc2_in)
-        out += Offloaded(kept, fc1_in + act_in + fc2_in)
+        saved = fc1_in + act_in + np.where(_selective(T, "moe_act"), 0.0, fc2_in)  # a recomputed output is not saved
+        out += Offloaded(saved, saved)
     return out
 
 

@@ -37,6 +37,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
                                                     job.optimizer_moment_dtype),
         offload_modules=job.offload_modules, zero3_gathers=job.zero3_gathers,
         distributed_optimizer_instances=job.distributed_optimizer_instances,
+        min_offloaded_tensor_size=job.min_offloaded_tensor_size,
     )
     # Megatron's CPU activation offloading (dense models, pp 1: specs.job.cpu_offload_problem)
     return with_offload(co, job.model.num_layers, job.cpu_offloading_num_layers, cluster.gpu.host_link_gbyte_per_s)

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from ..plan import Plan
 from ..space.pipeline_split import MEGATRON_FLAGS
 from ..specs import JobSpec, ModelSpec
+from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
 from .megatron_hybrid import ENTRY as HYBRID_ENTRY
 from .megatron_hybrid import hybrid_flags
 from .megatron_moe import moe_launch, moe_layer_freq_arg  # noqa: F401  (MoE, MLA, MTP flags)
@@ -325,6 +326,8 @@ def _offload_module_flags(job: JobSpec, env: dict[str, str], notes: list[str]) -
     if not job.offload_modules:
         return []
     a = ["--fine-grained-activation-offloading", "--offload-modules", *job.offload_modules]
+    if job.min_offloaded_tensor_size != MIN_OFFLOADED_ELEMENTS:  # Megatron's default otherwise (transformer_config.py)
+        a += ["--min-offloaded-tensor-size", str(job.min_offloaded_tensor_size)]
     if "fused_group_mlp" in job.offload_modules:  # the fused grouped MLP (experts.py `_is_fused_impl_supported`)
         a.append("--use-transformer-engine-op-fuser")
         if job.model.activation == "squared_relu":

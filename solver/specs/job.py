@@ -10,7 +10,7 @@ from .base import Spec
 from .cluster import ClusterSpec
 from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
-from .offloading import OffloadModule, fine_offload_problem, host_link_problem
+from .offloading import MIN_OFFLOADED_ELEMENTS, OffloadModule, fine_offload_problem, host_link_problem
 
 # Megatron-LM transformer_config.py `recompute_modules` choices for transformer layers (formulation/recompute.py)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -182,6 +182,11 @@ class JobSpec(Spec):
                                   "gather per layer behind the previous layer's compute) or per_parameter (DeepSpeed "
                                   "ZeRO-3 before v0.5.5: each weight tensor on its own after a device synchronisation, "
                                   "nothing overlapped; formulation/layer_terms.per_parameter_zero3_s)")
+    min_offloaded_tensor_size: int = Field(
+        MIN_OFFLOADED_ELEMENTS, ge=0, description="Megatron --min-offloaded-tensor-size: fine-grained offloading "
+                                                  "skips every saved tensor of fewer elements (default 1M; Megatron-"
+                                                  "Bridge's Nemotron 3 Ultra recipes raise it so that only fc1's "
+                                                  "output leaves the fused grouped MLP)")
     distributed_optimizer_instances: PositiveInt = Field(
         1, description="Megatron-FSDP's hybrid sharding, HSDP (--num-distributed-optimizer-instances r with "
                        "--outer-dp-sharding-strategy optim): the DP x CP ranks form r instances of consecutive ranks "

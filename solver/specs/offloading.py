@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+# Megatron's default min_offloaded_tensor_size, in elements (transformer_config.py:1343 at d98e8a6)
+MIN_OFFLOADED_ELEMENTS = 1024 * 1024
+
 OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
                         "fused_group_mlp"]
 MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
@@ -93,5 +96,6 @@ def fine_offload_problem(job) -> str | None:
     `specs.job.JobSpec` (which imports this module: the rules read its fields)."""
     mods = set(job.offload_modules)
     if not mods:
-        return None
+        return None if job.min_offloaded_tensor_size == MIN_OFFLOADED_ELEMENTS else (
+            "min_offloaded_tensor_size applies to fine-grained offloading: set offload_modules or drop it")
     return _stack_problem(job, mods) or _structure_problem(job, mods)

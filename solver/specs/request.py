@@ -123,6 +123,9 @@ class JobRequest(Request):
     zero3_gathers: Zero3Gathers | None = Field(
         None, description="ZeRO-3 gathers: prefetched (FSDP, Megatron-FSDP; default) or per_parameter (DeepSpeed "
                           "ZeRO-3 before v0.5.5)")
+    min_offloaded_tensor_size: int | None = Field(
+        None, ge=0, description="fine-grained offloading skips smaller saved tensors, in elements "
+                                "(--min-offloaded-tensor-size; default 1048576)")
     distributed_optimizer_instances: int | None = Field(
         None, ge=1, description="Megatron-FSDP's HSDP (--num-distributed-optimizer-instances): weights and gradients "
                                 "sharded inside each of r instances, the optimizer state across them; needs zero 3")
