@@ -185,6 +185,9 @@ def shape_shortfall(job: JobSpec) -> Shortfall:
     suggestions = [f"a global batch size divisible by a data-parallel degree that divides {N} GPUs"]
     if cons:
         suggestions.insert(0, f"relax the constraints ({', '.join(sorted(cons))})")
+    if job.distributed_optimizer_instances > 1:
+        suggestions.insert(0, f"distributed_optimizer_instances ({job.distributed_optimizer_instances}) dividing dp x cp "
+                              f"(and a MoE model's expert data parallelism): Megatron's HSDP instances split them evenly")
     suggestions += _other_framework(job)
     return Shortfall(resource="legal shapes", suggestions=suggestions,
                      message=(f"no legal parallel shape for {job.model.name} on {N} GPUs with global batch "

@@ -80,3 +80,10 @@ def test_megatron_arguments_name_the_instances_and_the_cli_flag_reaches_the_job(
                          "--tp", "1", "--pp", "1", "--zero", "3", "--distributed-optimizer-instances", "8", "--json")
     assert code == 0, err
     assert json.loads(out)["settings"]["distributed_optimizer_instances"] == 8
+
+
+def test_an_infeasible_answer_names_the_instances():
+    from solveplan.diagnose import shape_shortfall
+    short = shape_shortfall(_job(distributed_optimizer_instances=3, constraints={"tp": [1], "pp": [1]}))
+    assert short.resource == "legal shapes"
+    assert "distributed_optimizer_instances (3) dividing dp x cp" in short.suggestions[0]
