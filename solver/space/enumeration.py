@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..specs import JobSpec
-from .experts import expert_degrees, tp_split_widths
+from .experts import expert_degrees, hsdp_violations, tp_split_widths
 from .pipeline_split import slot_count, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 
@@ -204,8 +204,9 @@ def _degrees(job: JobSpec):
                 continue
             for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
                 dp = N // (tp * cp * pp)
-                if pp > L or B % dp or not cons.allows("dp", dp) or (dp * cp) % job.distributed_optimizer_instances:
-                    continue  # (HSDP's instances divide dp x cp: experts.hsdp_violations)
+                if (pp > L or B % dp or not cons.allows("dp", dp)
+                        or hsdp_violations(job, tp=tp, cp=cp, dp=dp, ep=1, etp=1)):  # HSDP's instances divide dp x cp
+                    continue
                 yield tp, cp, pp, dp
 
 

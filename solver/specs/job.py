@@ -353,6 +353,10 @@ def _fused_group_mlp_offloaded(get) -> bool:
     return "fused_group_mlp" in (_given(get, "offload_modules", _MODULES) or ())
 
 
+def _hsdp(get) -> bool:
+    return (_given(get, "distributed_optimizer_instances", _INT) or 1) > 1
+
+
 def _precision_aware_on_megatron(get) -> bool:  # another stack is refused by `optimizer_problem`
     return get("framework", "megatron") == "megatron" and bool(_given(get, "precision_aware_optimizer", _BOOL))
 
@@ -370,7 +374,7 @@ SETTING_RULES = (
      "Megatron: 'CPU offloading does not work when activation recomputation is enabled'"),
     ("precision_aware_optimizer", _precision_aware_on_megatron, "zero", 1,
      "Megatron: '--use-precision-aware-optimizer only supported with distributed optimizer'"),
-    ("distributed_optimizer_instances", lambda get: (get("distributed_optimizer_instances", 1) or 1) > 1, "zero", 3,
+    ("distributed_optimizer_instances", _hsdp, "zero", 3,
      "Megatron: '--outer-dp-sharding-strategy optim' is only supported with optim_grads_params (HSDP is priced "
      "with Megatron-FSDP's full sharding inside an instance)"),
     ("offload_modules", _fused_group_mlp_offloaded, "etp", 1,
