@@ -18,8 +18,10 @@ Megatron-LM's checks:
 - sequence parallelism only with tp > 1; optimizer sharding only with dp*cp > 1;
   ZeRO-3 only without pipelining;
 - a mixture-of-experts model adds expert parallelism (ep, etp) with Megatron-Core's parallel
-  folding and its rules (`space.experts`): SP whenever tp > 1, ZeRO 0/1; a dense model keeps
-  ep = etp = 1.
+  folding and its rules (`space.experts`): SP whenever tp > 1; a dense model keeps
+  ep = etp = 1;
+- Megatron-FSDP's HSDP instances (the job's distributed_optimizer_instances) divide dp x cp and
+  the expert data parallelism (`space.experts.hsdp_violations`).
 User constraints (`Constraints`) filter every knob. `space.rules.config_violations` checks
 the same rules on one explicit configuration (a test checks that both agree).
 
