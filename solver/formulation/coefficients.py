@@ -52,10 +52,10 @@ from .layer_terms import (
     overlapped_s,
     per_parameter_zero3_s,
     selective_recompute,
-    sharded_layer_s,
+    sharded_terms,
     sharding_of,
 )
-from .memory import BF16_BYTES, FP32_BYTES, ZERO3_LIVE_LAYERS, runtime_bytes
+from .memory import BF16_BYTES, FP32_BYTES, runtime_bytes
 from .moe import attention_geometry
 from .moe_layer import fold_layers, moe_layer_terms
 from .mtp import with_mtp
@@ -255,18 +255,16 @@ class _StageTerms:
         self.grad_bytes = grad_bytes = grad_reduce_bytes(self.precision, self.grad_reduce_dtype)
         self.layer_params_gpu, self.emb_params_gpu, self.head_params_gpu = reduced_params_per_gpu(model, t, p)
         layer_params_gpu = self.layer_params_gpu
-        dp_collective = self.dp_collective
-        self.z2_mb = z2_mb = self.stack.zero2_gathers_every_microbatch
-        grad_copy = zero_grad_copy_bytes(grad_bytes) * model.params_per_layer / t / self.hbm
-        self.layer_zero3, self.z_edges = sharded_layer_s(
-            ag=dp_collective("all_gather", layer_params_gpu * BF16_BYTES, self.fsdp_group),
-            rs=dp_collective("reduce_scatter", layer_params_gpu * grad_bytes, self.fsdp_group), fwd=self.fwd,
-            bwd_window=self.bwd + self.recompute_fwd, grad_copy=grad_copy, zero=z,
-            zero2_gathers_every_microbatch=z2_mb, phi=self.phi)
+        self.z2_mb = self.stack.zero2_gathers_every_microbatch
+        self.z3_per_param = frameworks.zero3_live_bytes_per_param(self.stack, grad_bytes)
+        # ZeRO-2/3 per layer and micro-batch, the stage's first / last edges, the gathered layers kept live
+        self.layer_zero3, self.z_edges, self.z3_live = sharded_terms(
+            sharding_of(self), z, params_gpu=layer_params_gpu, fwd=self.fwd, bwd_window=self.bwd + self.recompute_fwd)
         if self.options.get("zero3_gathers") == "per_parameter":  # DeepSpeed ZeRO-3 before v0.5.5 (layer_terms)
             weights = [BF16_BYTES * N * K for N, K in attention_geometry(model, t)[0] + mlp_linears(model, t)]
             ds = per_parameter_zero3_s(weights, grad_bytes / BF16_BYTES, self.cluster, shard, t,
                                        self.bwd + self.recompute_fwd, self.rc, self.phi)
+            grad_copy = zero_grad_copy_bytes(grad_bytes) * layer_params_gpu / self.hbm
             self.layer_zero3 = np.where(z == 3, ds + grad_copy, self.layer_zero3)
         layer_param_bytes = gathered_param_bytes(self.precision, self.fp8_param_gather)  # FP8 weights gathered in FP8
         self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu, layer_param_bytes)
@@ -332,9 +330,7 @@ class _StageTerms:
             layer_act = layer_act + np.where(rc == 2, 0.0, self.latent_width * M)
             working = working + np.where(rc == 2, self.latent_width * M, 0.0)
         self.recompute_working = working  # the working set before ZeRO-3's live layers (eager_peak)
-        self.z3_per_param = z3_per_param = frameworks.zero3_live_bytes_per_param(stack, self.grad_bytes)
-        self.z3_live = np.where(z == 3, ZERO3_LIVE_LAYERS * self.layer_params_gpu * z3_per_param, 0.0)
-        self.layer_act, self.working = layer_act, working + self.z3_live
+        self.layer_act, self.working = layer_act, working + self.z3_live  # ZeRO-3's live layers (data_parallel)
         self.first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, self.fam)  # embedding
         self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep, self.fam)  # norm, head, logits
         self.state = self.pb + self.gb + self.ob

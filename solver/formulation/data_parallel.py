@@ -28,7 +28,10 @@ def hsdp_step_s(cluster: ClusterSpec, params_gpu, *, group, stride, instances: i
     instances of consecutive DP x CP ranks -- of expert-data-parallel ranks for the experts --, each sharding the
     weights and gradients as ZeRO-3 over its `group` ranks, the optimizer state sharded across them): the shard's
     gradients (`params_gpu / group` parameters) reduce-scattered over the r ranks `stride` apart that hold the
-    same shard, and after the optimizer step its BF16 weights all-gathered back. 0 under another ZeRO stage or r 1."""
+    same shard, and after the optimizer step its BF16 weights all-gathered back. 0 under another ZeRO stage or r 1
+    (without instances, every job but HSDP's, nothing is computed)."""
+    if instances == 1:
+        return 0.0, 0.0
     shard = params_gpu / group
     on = (np.asarray(zero) == 3) & (instances > 1)
     red = comm.collective_s("reduce_scatter", shard * grad_bytes, cluster, instances, stride)

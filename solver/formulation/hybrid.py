@@ -65,7 +65,7 @@ def _layer(T, *, fwd, bwd, rfwd, gemm_fwd, gemm_bwd, params_gpu, act, working, c
     else:
         tf = tb = pair
     red, ag = T.dp_step(params_gpu, gathered_param_bytes(T.precision, T.fp8_param_gather))
-    zero3, live = sharded_terms(sharding_of(T), T.z, params_gpu=params_gpu, fwd=fwd + tf, bwd_window=bwd + tb + rfwd)
+    zero3, _, live = sharded_terms(sharding_of(T), T.z, params_gpu=params_gpu, fwd=fwd + tf, bwd_window=bwd + tb + rfwd)
     n = len(T.z)
     return dict(compute=fwd + bwd + rfwd, tp=tf * (1 + (T.rc == 2)) + tb, cp=cp + np.zeros(n), zero3=zero3,
                 ep=np.zeros(n), fwd=fwd + tf, bwd=bwd + tb, work=fwd + bwd, dp_step=red + ag,

@@ -161,8 +161,8 @@ def sharding_of(terms) -> dict:
 
 
 def sharded_terms(sharding: dict, zero, *, params_gpu, fwd, bwd_window, experts_gpu=0.0, edp=1, expert_stride=1):
-    """(exposed time per micro-batch, live working bytes) of ZeRO-2/3 (Megatron-FSDP) sharding one layer, as
-    `sharded_layer_s` prices the dense layer: its `params_gpu` weights gathered and their gradients
+    """(exposed time per micro-batch, the stage's first / last edges, live working bytes) of ZeRO-2/3 sharding one
+    layer (`sharded_layer_s`), the dense layer's and every other kind's: its `params_gpu` weights gathered and their gradients
     reduce-scattered over the DP x CP group (`sharding["collective"]`), and a MoE layer's `experts_gpu` local
     expert weights over the expert-data-parallel group (edp ranks `expert_stride` = etp x ep apart: Megatron-FSDP
     shards expert parameters over expt_dp, megatron/core/distributed/fsdp/mcore_fsdp_adapter.py at d98e8a6; its
@@ -175,10 +175,10 @@ def sharded_terms(sharding: dict, zero, *, params_gpu, fwd, bwd_window, experts_
     ag = sharding["collective"]("all_gather", params_gpu * BF16_BYTES) + experts("all_gather", experts_gpu * BF16_BYTES)
     rs = sharding["collective"]("reduce_scatter", params_gpu * grad_bytes) + experts("reduce_scatter",
                                                                                     experts_gpu * grad_bytes)
-    exposed, _ = sharded_layer_s(ag=ag, rs=rs, fwd=fwd, bwd_window=bwd_window, zero=zero, phi=sharding["phi"],
-                                 grad_copy=zero_grad_copy_bytes(grad_bytes) * both / sharding["hbm"],
-                                 zero2_gathers_every_microbatch=sharding["z2_mb"])
-    return exposed, np.where(zero == 3, ZERO3_LIVE_LAYERS * both * sharding["live_per_param"], 0.0)
+    exposed, edges = sharded_layer_s(ag=ag, rs=rs, fwd=fwd, bwd_window=bwd_window, zero=zero, phi=sharding["phi"],
+                                     grad_copy=zero_grad_copy_bytes(grad_bytes) * both / sharding["hbm"],
+                                     zero2_gathers_every_microbatch=sharding["z2_mb"])
+    return exposed, edges, np.where(zero == 3, ZERO3_LIVE_LAYERS * both * sharding["live_per_param"], 0.0)
 
 
 # DeepSpeed ZeRO-3 before v0.5.5 (microsoft/DeepSpeed v0.3.16 deepspeed/runtime/zero/partition_parameters.py and

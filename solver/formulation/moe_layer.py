@@ -83,7 +83,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     param_bytes = gathered_param_bytes(precision, fp8_param_gather)
     red_ne, ag_ne = dp_step(ne, param_bytes)
     red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes, sharding["z2_mb"], r)
-    zero3, live = sharded_terms(sharding, z, params_gpu=ne, experts_gpu=ex, edp=edp / r, expert_stride=etp * ep,
+    zero3, _, live = sharded_terms(sharding, z, params_gpu=ne, experts_gpu=ex, edp=edp / r, expert_stride=etp * ep,
                                 fwd=fwd + tp_f, bwd_window=bwd + tp_b + rfwd)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
