@@ -189,7 +189,7 @@ class _StageTerms:
             stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
             rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
         # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
-        overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
+        self.overhead_s = overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
         fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
         bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
         fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam, self.m)

@@ -73,11 +73,12 @@ def _selective(T, module: str) -> np.ndarray:
     return (T.rc == 1) & (module in T.mods)
 
 
-def _large(T, nbytes, element_bytes: float):
-    """`nbytes` where the tensor of that many bytes, `element_bytes` each, has at least the job's
+def _large(T, elements, element_bytes: float):
+    """The bytes of a saved tensor of `elements` elements, `element_bytes` each, where it has at least the job's
     min_offloaded_tensor_size elements (Megatron offloads no smaller tensor: `tensor.numel() <
     self.min_offloaded_tensor_size`, fine_grained_activation_offload.py:1084), else 0."""
-    return np.where(np.asarray(nbytes) / element_bytes >= T.min_offloaded_elements, nbytes, 0.0)
+    elements = np.asarray(elements, dtype=np.float64)
+    return np.where(elements >= T.min_offloaded_elements, element_bytes * elements, 0.0)
 
 
 def attention_offloaded(T) -> Offloaded:
@@ -90,19 +91,19 @@ def attention_offloaded(T) -> Offloaded:
     mla = bool(model.multi_latent_attention)
     out = Offloaded()
     if "attn_norm" in mods and separate_norms(model, moe_layer=False):
-        norm = _large(T, BF16_BYTES * per_h, BF16_BYTES)
+        norm = _large(T, per_h, BF16_BYTES)
         out += Offloaded(norm, norm)
     if "qkv_linear" in mods:
-        norm_in = 0.0 if mla else _large(T, BF16_BYTES * per_h, BF16_BYTES)  # the fused norm's input
-        linear_in = _large(T, lib * per_h, lib)
+        norm_in = 0.0 if mla else _large(T, per_h, BF16_BYTES)  # the fused norm's input
+        linear_in = _large(T, per_h, lib)
         kept = np.where(mla & _selective(T, "layernorm"), 0.0, linear_in)
         out += Offloaded(norm_in + kept, norm_in + linear_in)
     if "core_attn" in mods:
-        q, k_v, o = (_large(T, BF16_BYTES * T.M * width / T.t, BF16_BYTES) for width in (T.hq, T.hkv, T.hq))
+        q, k_v, o = (_large(T, T.M * width / T.t, BF16_BYTES) for width in (T.hq, T.hkv, T.hq))
         freed = np.where(mla & _selective(T, "mla_up_proj"), 0.0, q + 2 * k_v)
         out += Offloaded(freed, q + 2 * k_v + o)
     if "attn_proj" in mods:
-        proj = _large(T, lib * T.M * T.hq / T.t, lib)
+        proj = _large(T, T.M * T.hq / T.t, lib)
         out += Offloaded(proj, proj)
     return out
 
@@ -115,15 +116,15 @@ def expert_offloaded(T, ep, etp) -> Offloaded:
     _, copies = routed_tokens(model, T.M / T.t, ep, etp, T.moe_load_imbalance)
     lib = T.act_kw["linear_input_bytes"]
     w, f_l = model.moe_expert_width, model.moe_ffn_hidden_size / np.asarray(etp, dtype=np.float64)
-    fc1_in = _large(T, lib * copies * w, lib)
-    act_in = _large(T, BF16_BYTES * (model.mlp_matrices - 1) * f_l * copies, BF16_BYTES)
-    fc2_in = _large(T, lib * copies * f_l, lib)
+    fc1_in = _large(T, copies * w, lib)
+    act_in = _large(T, (model.mlp_matrices - 1) * f_l * copies, BF16_BYTES)
+    fc2_in = _large(T, copies * f_l, lib)
     out = Offloaded()
     if "mlp_norm" in mods:
-        norm = _large(T, BF16_BYTES * T.M * T.h / T.rep, BF16_BYTES)
+        norm = _large(T, T.M * T.h / T.rep, BF16_BYTES)
         out += Offloaded(norm, norm)
     if "expert_fc1" in mods:
-        sent = fc1_in if T.precision in SAVED_INPUT_FC1_RECIPES else _large(T, BF16_BYTES * copies * w, BF16_BYTES)
+        sent = fc1_in if T.precision in SAVED_INPUT_FC1_RECIPES else _large(T, copies * w, BF16_BYTES)
         out += Offloaded(fc1_in, sent)
     if "moe_act" in mods:
         out += Offloaded(act_in, act_in)

@@ -43,11 +43,6 @@ def _norm_s(T):
     return T.M * f / 2 / T.hbm, T.M * b / 2 / T.hbm
 
 
-def _overhead_s(T):
-    """A sublayer's launch overhead per pass, with sharded data parallelism's per-layer hooks (as the dense layer's)."""
-    return (T.gpu.layer_overhead_us + np.where(T.z >= 2, T.gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
-
-
 def sublayer_activation_bytes(T, **widths):
     """(stored, working) activations of one sublayer (`memory.layer_activation_bytes` with half the
     replicated 10h: one norm input, one linear input, one dropout mask); under full recomputation the
@@ -80,7 +75,7 @@ def _attention_and_mlp_s(T):
     el0_f, el0_b = elementwise_bytes_per_token(hidden=T.h, q_width=T.hq, kv_width=T.hkv, ffn=0, gated=model.gated_mlp,
                                                rotary=model.position_embedding == "rope", sp_degree=T.rep, tp=T.t)
     nf, nb = _norm_s(T)
-    oh = _overhead_s(T)
+    oh = T.overhead_s
     mlp_f = g.mlp_fwd + M * (T.el_fwd - el0_f) / hbm
     mlp_b = g.mlp_bwd + M * (T.el_bwd - el0_b) / hbm
     return (T.fwd - mlp_f - nf, T.bwd - mlp_b - nb), (mlp_f + nf + oh, mlp_b + nb + 2 * oh)
@@ -121,7 +116,7 @@ def mamba_layer(T) -> dict:
     mf, mb = mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
                      hbm_bytes_per_s=hbm)
     nf, nb = _norm_s(T)
-    oh = _overhead_s(T)
+    oh = T.overhead_s
     fwd, bwd = gf + cf + mf + nf + oh, gb + cb + mb + nb + 2 * oh
     stored = mamba_activation_bytes(model, M, t, T.rep, T.act_kw["linear_input_bytes"])
     act = np.where(T.rc == 2, BF16_BYTES * M * T.h / T.rep, stored)
@@ -142,7 +137,7 @@ def moe_layer(T, before: dict, before_kind: str) -> dict:
     graphed when Megatron's --cuda-graph-modules names the preceding layer's block. After another MoE
     layer (whose dispatch and experts are its own post-sync segment) the window is this norm alone."""
     nf, nb = _norm_s(T)
-    oh, zeros = _overhead_s(T), np.zeros(len(T.z))
+    oh, zeros = T.overhead_s, np.zeros(len(T.z))
     impl, modules = T.cuda_graph
     graphed = [m for m in modules if m != "attn"] + (["attn"] if GRAPH_MODULE[before_kind] in modules else [])
     return moe_layer_terms(

@@ -30,7 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # specs.hybrid.HYBRID_SYMBOLS
+from .hybrid import HYBRID_SYMBOLS
+
+BLOCK_SYMBOLS = {kind: symbol for symbol, kind in HYBRID_SYMBOLS.items()}  # "mamba" -> "M", ...
 
 
 def pattern_from_block_types(data: dict, fail: Callable[[str], Exception]) -> dict:
