@@ -276,6 +276,12 @@ MOE_CASES += [
      {"global_batch_size": 512, "seq_length": 4096}, {}),
     ("optimize: DeepSeek-V2 (group-limited routing, 2 shared experts)", "deepseek-v2", "h100x256", None,
      {"global_batch_size": 2048, "seq_length": 4096}, {}),
+    ("optimize: GLM-4.5 config.json (3 dense layers, shared expert, QKV bias, QK norm, half-rotary RoPE)",
+     HFM("GLM-4.5"), "h100x256", None, {"global_batch_size": 2048, "seq_length": 4096}, {}),
+    ("optimize: GLM-4.5-Air (one dense layer, one MTP layer)", "glm4.5-air", "h100x64", None,
+     {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("optimize: MiniMax-M2.5 config.json (256 experts, sigmoid router with bias, rotary_dim 64 of 128)",
+     HFM("MiniMax-M2.5"), "h100x128", None, {"global_batch_size": 1024, "seq_length": 8192}, {}),
 ]
 # MoE controls: one rule broken each; Megatron must refuse or build another model/parallelism
 MOE_CONTROLS = [

@@ -24,7 +24,8 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
                  "gpt-neox-20b", "pythia-12b")
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
-       "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B")
+       "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
+       "MiniMax-M2.5")
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
           "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16")
 
@@ -33,9 +34,10 @@ HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # te
 # `num_active_params`), or without it -- the embedding is a table lookup -- but with the output head
 # (DeepSeek's README_WEIGHTS.md: "Activation parameters: 36.6B (including 0.9B for the output Head)";
 # OpenAI's gpt-oss figures, which our count reproduces only that way): `num_active_params -
-# embedding_params`. Tolerance 1%, or the precision of a figure published to two significant digits
-# (17B: +-0.5B) where that is wider.
-#   name: (total, active, active without the input embedding?, source)
+# embedding_params`; or without both embeddings (Zhipu's GLM-4.5 figures: "no_embeddings", the input
+# embedding and the untied output head off `num_active_params`). Tolerance 1%, or the precision of a
+# figure published to two significant digits (17B: +-0.5B) where that is wider.
+#   name: (total, active, active without the input embedding? (or "no_embeddings"), source)
 MOE_PUBLISHED = {
     "Mixtral-8x7B-v0.1": (46.7, 12.9, False, "Mistral AI, 'Mixtral of experts' (2023-12-11): 46.7B total, 12.9B per token"),
     "Mixtral-8x22B-v0.1": (141, 39, False, "Mistral AI, 'Cheaper, Better, Faster, Stronger' (2024-04-17): 39B of 141B"),
@@ -48,6 +50,9 @@ MOE_PUBLISHED = {
     "Qwen2-57B-A14B": (57, 14, False, "Yang et al. 2024, Qwen2 Technical Report (arXiv 2407.10671) Table 1: 57B, 14B "
                                       "activated"),
     "deepseek-moe-16b": (16.4, 2.8, False, "Dai et al. 2024, DeepSeekMoE, Table 2 / README: 16.4B total, 2.8B activated"),
+    "GLM-4.5": (355, 32, "no_embeddings", "GLM-4.5 Team 2025 (arXiv 2508.06471) Table 1: 355B total, 32B activated "
+                                          "(the fixture has no MTP key: 352.8B without the MTP layer)"),
+    "GLM-4.5-Air": (106, 12, "no_embeddings", "same report, Table 1: 106B total, 12B activated"),
 }
 # Two figures published to two digits that our count exceeds by more than their precision (checked
 # by hand against the modelling code: every weight of the model is in the count); the brief asks for
@@ -58,6 +63,9 @@ MOE_PUBLISHED_LOOSE = {
                                                "(we count 3.35B; A3B itself truncates)"),
     "DeepSeek-V2-Lite": (15.7, 2.4, True, 0.025, "deepseek-ai/DeepSeek-V2-Lite model card: 15.7B total, 2.4B active "
                                                  "(we count 2.45B with the head, DeepSeek's V3 convention)"),
+    # published to one digit: 10.42B without the input embedding (9.81B without the head too)
+    "MiniMax-M2.5": (230, 10, True, 0.05, "MiniMaxAI/MiniMax-M2 model card: 230B total, 10B active (M2.5 shares the "
+                                          "architecture, MiniMaxM2ForCausalLM)"),
 }
 # Llama 4 Scout: Meta's 109B counts the vision encoder, which is not planned; the check adds it back
 # (conftest.llama4_vision_params).
@@ -165,7 +173,9 @@ def test_catalog_files_are_not_hf_configs():
     assert not is_hf_config([1, 2]) and not is_hf_config(None)
 
 
-def _active(m, without_input_embedding: bool) -> int:
+def _active(m, without_input_embedding) -> int:
+    if without_input_embedding == "no_embeddings":
+        return m.num_active_params - m.embedding_params - (0 if m.tied_embeddings else m.embedding_params)
     return m.num_active_params - (m.embedding_params if without_input_embedding else 0)
 
 
@@ -265,7 +275,7 @@ MOE_TWINS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "mixtral-8x22b": "Mixtral-8x22
              "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3", "qwen3-30b-a3b": "Qwen3-30B-A3B",
              "qwen3-235b-a22b": "Qwen3-235B-A22B", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
              "llama4-scout": "Llama-4-Scout-17B-16E-Instruct", "llama4-maverick": "Llama-4-Maverick-17B-128E-Instruct",
-             "qwen2-57b-a14b": "Qwen2-57B-A14B"}
+             "qwen2-57b-a14b": "Qwen2-57B-A14B", "minimax-m2.5": "MiniMax-M2.5"}
 MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
             "moe_shared_expert_gate", "moe_layer_freq", "moe_layer_pattern", "moe_router_score_function",
             "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
@@ -422,3 +432,43 @@ def test_an_original_length_equal_to_the_window_is_the_window_rule():
     assert m.seq_length == TRAINING_SEQ_CAP == 8192
     assert "context window is 16384" in m.notes and "original_max_position_embeddings" not in m.notes
     assert _load("Phi-4-mini-instruct").seq_length == 4096
+
+
+def test_glm45_read_through_its_architectures_entry():
+    """GLM-4.5 (Megatron-Bridge's test config, model_type "glm" with Glm4MoeForCausalLM): read as glm4_moe
+    (transformers' Glm4MoeConfig / modeling_glm4_moe.py): MoE from layer first_k_dense_replace on, one shared
+    expert of moe_intermediate_size, sigmoid scores with the correction bias, biases on Q, K and V only (o_proj
+    has none: no note), QK norm from use_qk_norm, half of each head rotated."""
+    glm, air = _load("GLM-4.5"), _load("GLM-4.5-Air")
+    assert glm.moe_layer_pattern == (0,) * 3 + (1,) * 89 and air.moe_layer_pattern == (0,) + (1,) * 45
+    assert (glm.moe_shared_expert_intermediate_size, glm.moe_router_score_function,
+            glm.moe_router_enable_expert_bias) == (1536, "sigmoid", True)
+    assert glm.add_qkv_bias and not glm.add_bias_linear and "output projection" not in glm.notes
+    assert glm.qk_norm and not air.qk_norm and glm.rotary_percent == air.rotary_percent == 0.5
+    assert "read as Glm4MoeForCausalLM's glm4_moe" in glm.notes and glm.mtp_num_layers == 0  # no MTP key
+    released = model_from_hf_config({**json.loads((DATA / "hf" / "GLM-4.5" / "config.json").read_text()),
+                                     "model_type": "glm4_moe", "num_nextn_predict_layers": 1}, "glm")
+    assert released.mtp_num_layers == 1 and released.num_params == glm.num_params  # the MTP block is apart
+
+
+def test_glm45_catalog_entries_state_the_released_models():
+    """The catalog's glm4.5 / glm4.5-air are the released models: the fixtures' shapes and experts, with
+    the released files' one MTP layer and rms_norm_eps 1e-5 where Bridge's test config says none and 1e-6."""
+    for entry, fixture in (("glm4.5", "GLM-4.5"), ("glm4.5-air", "GLM-4.5-Air")):
+        m, c = _load(fixture), catalog_models()[entry]
+        same = [f for f in SHAPE + ARCH + MOE_SPEC if f not in ("mtp_num_layers", "norm_epsilon")]
+        assert {f: getattr(m, f) for f in same} == {f: getattr(c, f) for f in same}
+        assert (c.mtp_num_layers, c.norm_epsilon, m.norm_epsilon) == (1, 1e-5, 1e-6)
+        assert m.num_params == c.num_params and m.num_active_params == c.num_active_params
+
+
+def test_minimax_m2_rotary_dim_and_routing_bias():
+    """MiniMax-M2.5's real config: partial RoPE as `rotary_dim` (64 of head_dim 128: MiniMaxM2Config
+    converts it to partial_rotary_factor), sigmoid router with use_routing_bias, QK norm, no shared expert,
+    every layer MoE; the MTP modules are named as not planned."""
+    m = _load("MiniMax-M2.5")
+    assert (m.rotary_percent, m.head_dim, m.qk_norm, m.moe_router_enable_expert_bias) == (0.5, 128, True, True)
+    assert m.moe_shared_expert_intermediate_size is None and m.moe_layer_pattern is None and m.mtp_num_layers == 0
+    assert "MTP modules" in m.notes
+    no_bias = json.loads((DATA / "hf" / "MiniMax-M2.5" / "config.json").read_text()) | {"use_routing_bias": False}
+    assert not model_from_hf_config(no_bias, "m").moe_router_enable_expert_bias

@@ -25,10 +25,11 @@ carry biases, which norm, which activation):
 
 Mixture-of-experts families (transformers configuration and modelling classes of the same names:
 MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig, DeepseekV2Config, DeepseekV3Config, GptOssConfig,
-Llama4TextConfig; DeepSeek-MoE's own remote-code `modeling_deepseek.py` for `deepseek`), `_moe`:
+Llama4TextConfig, Glm4MoeConfig, MiniMaxM2Config (transformers 5.24); DeepSeek-MoE's own remote-code
+`modeling_deepseek.py` for `deepseek`), `_moe`:
 
-- experts `num_local_experts` (Mixtral, GPT-OSS, Llama 4) / `num_experts` (Qwen) /
-  `n_routed_experts` (DeepSeek); top-k `num_experts_per_tok`; one expert's FFN `moe_intermediate_size`
+- experts `num_local_experts` (Mixtral, GPT-OSS, Llama 4, MiniMax-M2) / `num_experts` (Qwen) /
+  `n_routed_experts` (DeepSeek, GLM-4.5); top-k `num_experts_per_tok`; one expert's FFN `moe_intermediate_size`
   (Qwen, DeepSeek) or `intermediate_size` (Mixtral, GPT-OSS, Llama 4, whose dense layers use
   `intermediate_size_mlp`).
 - shared experts: Qwen2-MoE `shared_expert_intermediate_size` behind a sigmoid gate; DeepSeek
@@ -39,7 +40,8 @@ Llama4TextConfig; DeepSeek-MoE's own remote-code `modeling_deepseek.py` for `dee
   (Llama4TextConfig.__post_init__); Mixtral and GPT-OSS every layer. A pattern other than "every
   layer" is stated per layer (`moe_layer_pattern`): Megatron's integer --moe-layer-freq counts from
   layer 0 and would put Maverick's MoE layers on the wrong half.
-- router: DeepSeek `scoring_func` (sigmoid in V3), `topk_method` noaux_tc -> expert bias,
+- router: GLM-4.5 and MiniMax-M2 sigmoid with the correction bias (MiniMax's `use_routing_bias`);
+  DeepSeek `scoring_func` (sigmoid in V3), `topk_method` noaux_tc -> expert bias,
   group-limited routing (`n_group`, `topk_group`) for noaux_tc / group_limited_greedy; Llama 4 sigmoid;
   the others softmax. Multi-latent attention (DeepSeek V2/V3): `q_lora_rank` (null: full-rank Q),
   `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; MTP `num_nextn_predict_layers`.
@@ -202,7 +204,7 @@ def _dict_or(data: dict, key: str, default: dict) -> dict:
     return value if isinstance(value, dict) else default
 
 
-def _rope(data: dict, mt: str, fam: _Family, notes: list[str]) -> dict:
+def _rope(data: dict, mt: str, fam: _Family, notes: list[str], head_dim: int) -> dict:
     if fam.position != "rope":
         return {"position_embedding": fam.position}
     params = _dict_or(data, "rope_parameters", {})
@@ -210,6 +212,9 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str]) -> dict:
     theta = _num(src, mt, "rope_theta", None)
     theta = theta if theta is not None else _num(src, mt, "rotary_emb_base", fam.rope_theta)
     pct = _num(src, mt, "partial_rotary_factor", None)
+    rotary_dim = _int(src, mt, "rotary_dim", default=None)  # MiniMax-M2's legacy form (MiniMaxM2Config)
+    if pct is None and rotary_dim is not None:
+        pct = rotary_dim / head_dim
     pct = pct if pct is not None else _num(src, mt, "rotary_pct", fam.rotary_percent)
     out = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct}
     scaling = _dict_or(data, "rope_scaling", params)
@@ -318,7 +323,10 @@ def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
         groups = _int(data, mt, "n_group", default=1)
         if method in ("noaux_tc", "group_limited_greedy") and groups > 1:
             out.update(moe_router_num_groups=groups, moe_router_group_topk=_int(data, mt, "topk_group"))
-        mtp = data.get("num_nextn_predict_layers", 0)
+    elif fam.expert_bias:  # MiniMax-M2's remote code of 2025 read use_routing_bias; transformers always adds it
+        out["moe_router_enable_expert_bias"] = _bool(data, mt, "use_routing_bias", True)
+    if fam.mtp:
+        mtp = data.get("num_nextn_predict_layers", data.get("num_mtp_layers", 0))  # transformers 5: num_mtp_layers
         if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
             raise _fail(f"({mt}) 'num_nextn_predict_layers' must be a non-negative integer (got {mtp!r})")
         out["mtp_num_layers"] = mtp
@@ -417,7 +425,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         mlp_bias = _bool(data, mt, "mlp_bias", fam.bias) if "mlp_bias" in data else _bool(data, mt, "enable_bias", bias)
         bias = attn_bias and mlp_bias
         qkv_bias = attn_bias
-        if attn_bias and not mlp_bias and mt not in ("qwen2",):
+        if attn_bias and not mlp_bias and mt not in ("qwen2", "glm4_moe"):
             notes.append("attention biases on the output projection too (Megatron-LM: QKV bias only)")
     else:
         qkv_bias = fam.qkv_bias or bias
@@ -428,9 +436,10 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     spec: dict[str, Any] = dict(
         name=_name(data, name), num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=kv_heads, ffn_hidden_size=ffn, vocab_size=_int(data, mt, "vocab_size"), gated_mlp=fam.gated,
-        tied_embeddings=tied, **_rope(data, mt, fam, notes), normalization=fam.normalization,
+        tied_embeddings=tied, **_rope(data, mt, fam, notes, head_dim), normalization=fam.normalization,
         norm_zero_centered_gamma=fam.zero_centered, norm_epsilon=eps if eps is not None else fam.eps,
-        add_bias_linear=bias, add_qkv_bias=qkv_bias, activation=activation, qk_norm=fam.qk_norm,
+        add_bias_linear=bias, add_qkv_bias=qkv_bias, activation=activation,
+        qk_norm=_bool(data, mt, fam.qk_norm_key, fam.qk_norm) if fam.qk_norm_key else fam.qk_norm,
         dropout=_dropout(data), hf_model_type=mt, hidden_act=str(hidden_act), **_sliding_window(data, mt, layers),
     )
     if heads * head_dim != hidden:

@@ -21,6 +21,7 @@ class _Family:
     bias: bool = False  # add_bias_linear
     qkv_bias: bool = False
     qk_norm: bool = False
+    qk_norm_key: str | None = None  # the file's switch of the QK norm (default `qk_norm`)
     act: str = "silu"  # hidden_act default
     head_dim: int | None = None  # the class default when the file has none
     caveats: tuple[str, ...] = field(default_factory=tuple)  # what the spec (and Megatron-LM) does not model
@@ -80,6 +81,17 @@ _FAMILIES: dict[str, _Family] = {
                                     "causal attention (the same up to the chunk size)",
                                     "weightless L2 norm of queries and keys on RoPE layers (use_qk_norm)",
                                     "attention temperature tuning")),
+    # GLM-4.5 (transformers Glm4MoeConfig / modeling_glm4_moe.py): biases on Q, K, V only (attention_bias;
+    # o_proj has none), per-head QK norm when use_qk_norm, half the head rotated (partial_rotary_factor 0.5)
+    "glm4_moe": _Family(gated=True, tied=False, rotary_percent=0.5, rope_theta=1e6, eps=1e-5, qk_norm_key="use_qk_norm",
+                        caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    # MiniMax-M2 / M2.5 / M2.7 (transformers MiniMaxM2Config / modeling_minimax_m2.py): no biases, RMSNorm
+    # over the whole Q and K projections (q_norm of num_heads x head_dim), partial RoPE by `rotary_dim`
+    "minimax_m2": _Family(gated=True, tied=False, qk_norm=True, qk_norm_key="use_qk_norm", head_dim=128, rope_theta=5e6,
+                          caveats=("QK norm over the whole Q and K projections (one RMSNorm per layer, not per head: "
+                                   "Megatron-Bridge's minimax_m2 layer spec; costed as per-head QK norm)",
+                                   "the MTP modules (use_mtp, num_mtp_modules): neither transformers' modelling "
+                                   "code nor Megatron-Bridge's bridge builds them")),
 }
 
 
@@ -92,6 +104,8 @@ class _Moe:
     shared: str = "none"  # none | qwen2 (gated) | deepseek (n_shared_experts x expert) | llama4 (one expert)
     score: str = "softmax"  # default router score function
     mla: bool = False
+    expert_bias: bool = False  # the router always adds a learned bias (e_score_correction_bias) to choose experts
+    mtp: bool = False  # the file's num_nextn_predict_layers counts MTP layers
 
 
 _MOE: dict[str, _Moe] = {
@@ -99,11 +113,17 @@ _MOE: dict[str, _Moe] = {
     "qwen2_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2"),
     "qwen3_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen"),
     "deepseek": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                     shared="deepseek"),
+                     shared="deepseek", mtp=True),
     "deepseek_v2": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                        shared="deepseek", mla=True),
+                        shared="deepseek", mla=True, mtp=True),
     "deepseek_v3": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                        shared="deepseek", score="sigmoid", mla=True),
+                        shared="deepseek", score="sigmoid", mla=True, mtp=True),
+    # Glm4MoeDecoderLayer: MoE from layer first_k_dense_replace on; shared experts n_shared_experts x
+    # moe_intermediate_size; Glm4MoeTopkRouter: sigmoid scores plus e_score_correction_bias
+    "glm4_moe": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
+                     shared="deepseek", score="sigmoid", expert_bias=True, mtp=True),
+    # MiniMaxM2SparseMoeBlock on every layer: sigmoid scores plus e_score_correction_bias, no shared expert
+    "minimax_m2": _Moe(("num_local_experts",), "intermediate_size", None, "all", score="sigmoid", expert_bias=True),
     "gpt_oss": _Moe(("num_local_experts", "num_experts"), "intermediate_size", None, "all"),
     "llama4_text": _Moe(("num_local_experts",), "intermediate_size", "intermediate_size_mlp", "llama4",
                         shared="llama4", score="sigmoid"),
@@ -118,4 +138,5 @@ _ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekForCausalLM": "deepseek", "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss", "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
+    "Glm4MoeForCausalLM": "glm4_moe", "MiniMaxM2ForCausalLM": "minimax_m2",
 }
