@@ -12,8 +12,8 @@ from conftest import DATA, llama4_vision_params
 from solveplan.catalog import (_catalog_dir, catalog_clusters, catalog_families, catalog_gpus, catalog_models,
                                family_cluster, load_cluster, load_model)
 from solveplan.errors import InputError
-from solveplan.specs.model import MLA_FIELDS, MOE_FIELDS
 from solveplan.specs import ClusterSpec, GPUSpec, ModelSpec
+from solveplan.specs.moe_shape import MLA_FIELDS, MOE_FIELDS
 
 # Models with learned absolute position embeddings (seq_length x hidden weights the spec does
 # not count): GPT-3 and GPT-2 (Radford et al. 2019), Megatron-LM GPT (Narayanan et al. Eq. 2

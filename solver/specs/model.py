@@ -9,6 +9,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 
 from .base import Name, Spec
 from .hybrid import HybridShape
+from .moe_shape import MoeShape
 
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
@@ -16,15 +17,10 @@ Activation = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu"]
 GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated MLPs: 3 weight matrices
 ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
 RouterScore = Literal["softmax", "sigmoid"]
-# Fields that only a mixture-of-experts model (num_experts set) may state.
-MOE_FIELDS = ("moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
-              "moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk", "moe_expert_capacity_factor",
-              "moe_latent_size")
-MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
 
 
-class ModelSpec(HybridShape, Spec):
+class ModelSpec(HybridShape, MoeShape, Spec):
     name: Name
     num_layers: PositiveInt
     hidden_size: PositiveInt
@@ -197,45 +193,6 @@ class ModelSpec(HybridShape, Spec):
         self._check_mla()
         return self
 
-    def _check_moe(self) -> None:
-        if self.num_experts is None:
-            given = [f for f in MOE_FIELDS if getattr(self, f) is not None]
-            if given:
-                raise ValueError(f"{given[0]} applies to mixture-of-experts models only; set num_experts or drop it")
-            return
-        for f in ("moe_ffn_hidden_size", "moe_router_topk"):
-            if getattr(self, f) is None:
-                raise ValueError(f"a mixture-of-experts model (num_experts {self.num_experts}) needs {f}")
-        E, k, _ = self.moe_dims
-        if k > E:
-            raise ValueError(f"moe_router_topk ({k}) exceeds num_experts ({E})")
-        pattern = self.moe_layer_pattern
-        if pattern is not None:
-            if len(pattern) != self.num_layers or any(v not in (0, 1) for v in pattern):
-                raise ValueError(f"moe_layer_pattern must list 0 or 1 for each of the {self.num_layers} layers; "
-                                 f"got {len(pattern)} values")
-        if not any(self.moe_layer_mask):
-            raise ValueError("no layer is MoE: moe_layer_pattern holds no 1 (drop num_experts for a dense model)")
-        if self.moe_latent_size is not None and self.moe_latent_size >= self.hidden_size:
-            raise ValueError(f"moe_latent_size ({self.moe_latent_size}) must be below hidden_size ({self.hidden_size}): "
-                             "a latent no narrower than the hidden width is not a LatentMoE")
-        groups, group_topk = self.moe_router_num_groups, self.moe_router_group_topk
-        if (groups is None) != (group_topk is None):
-            raise ValueError("moe_router_num_groups and moe_router_group_topk go together; give both or neither")
-        if groups is not None and group_topk is not None and (E % groups or group_topk > groups):
-            raise ValueError(f"moe_router_num_groups ({groups}) must divide num_experts ({self.num_experts}) "
-                             f"and be at least moe_router_group_topk ({group_topk})")
-
-    def _check_mla(self) -> None:
-        if not self.multi_latent_attention:
-            given = [f for f in MLA_FIELDS if getattr(self, f) is not None]
-            if given:
-                raise ValueError(f"{given[0]} applies to multi-latent attention only; set multi_latent_attention: true")
-            return
-        for f in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
-            if getattr(self, f) is None:
-                raise ValueError(f"multi_latent_attention needs {f}")
-
     # ---- derived quantities (pure) ----
     @property
     def head_dim(self) -> int:
@@ -266,46 +223,8 @@ class ModelSpec(HybridShape, Spec):
         return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
 
     @property
-    def moe_dims(self) -> tuple[int, int, int]:
-        """(num_experts, moe_router_topk, moe_ffn_hidden_size) of a mixture-of-experts model, all
-        three set (`_check_moe` requires them together); only MoE terms ask for them."""
-        E, k, f_e = self.num_experts, self.moe_router_topk, self.moe_ffn_hidden_size
-        assert E is not None and k is not None and f_e is not None, f"{self.name} is not a mixture-of-experts model"
-        return E, k, f_e
-
-    @property
-    def moe_expert_width(self) -> int:
-        """The width the routed experts read and write and the dispatcher moves: `moe_latent_size`
-        under LatentMoE (Megatron-LM d98e8a6 megatron/core/transformer/moe/moe_layer.py: fc1_latent_proj
-        h -> l before dispatch, fc2_latent_proj l -> h after combine; experts.py builds fc1/fc2 on
-        moe_latent_size), else hidden_size."""
-        return self.moe_latent_size or self.hidden_size
-
-    @property
-    def moe_latent_proj_params(self) -> int:
-        """LatentMoE's two projections, h x l and l x h (+ l and h biases with add_bias_linear), TELinear
-        `parallel_mode="duplicated"`: every TP rank holds them whole (moe_layer.py at d98e8a6); 0 without."""
-        l, h = self.moe_latent_size, self.hidden_size
-        if l is None:
-            return 0
-        return 2 * h * l + ((l + h) if self.add_bias_linear else 0)
-
-    @property
-    def mla_dims(self) -> tuple[int, int, int, int]:
-        """(kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim) of a multi-latent attention
-        model, all four set (`_check_mla` requires them); only MLA terms ask for them."""
-        r_kv, d_nope, d_rope, d_v = self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim
-        assert r_kv is not None and d_nope is not None and d_rope is not None and d_v is not None, \
-            f"{self.name} does not use multi-latent attention"
-        return r_kv, d_nope, d_rope, d_v
-
-    @property
     def mlp_matrices(self) -> int:
         return 3 if self.gated_mlp else 2
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts is not None
 
     @property
     def attention_params(self) -> int:
@@ -362,18 +281,6 @@ class ModelSpec(HybridShape, Spec):
         """Weights one token uses in an MoE layer: attention, top-k routed experts, shared experts,
         router, norms."""
         return self.attention_params + self._moe_mlp_params(self.moe_dims[1]) + 4 * self.hidden_size
-
-    @property
-    def moe_layer_mask(self) -> tuple[bool, ...]:
-        """Which layers are MoE: `moe_layer_pattern`, else layer i is MoE when i % moe_layer_freq == 0
-        (Megatron-LM `get_gpt_decoder_block_spec`); all False for a dense model."""
-        if not self.is_moe:
-            return (False,) * self.num_layers
-        if self.hybrid_layer_pattern is not None:
-            return tuple(c == "E" for c in self.hybrid_layer_pattern)
-        if self.moe_layer_pattern is not None:
-            return tuple(bool(v) for v in self.moe_layer_pattern)
-        return tuple(i % self.moe_layer_freq == 0 for i in range(self.num_layers))
 
     @property
     def pipeline_units(self) -> tuple[int, int, int, int]:
