@@ -126,6 +126,16 @@ CASES = [
      "llama3.1-8b", "h100x64", {"config": dict(tp=1, pp=1, zero=3)}, {"distributed_optimizer_instances": 8}),
 ]
 HSDP_CASE = len(CASES) - 1
+# sliding windows (--window-size, --window-attn-skip-freq) and the context parallelism Transformer Engine allows
+# with them (all_gather on the windowed layers, --cp-comm-type)
+CASES += [
+    ("Mistral 7B at 8192 tokens, cp 2: the 4096-token window on every layer", "mistral-7b", "h100x64",
+     {"cp": (2,)}, {"seq_length": 8192}),
+    ("Gemma 3 1B, cp 2: the 512-token window on 22 of 26 layers (every 6th full)", str(HF / "gemma-3-1b-it" /
+                                                                                   "config.json"), "h100x16",
+     {"cp": (2,)}, {"seq_length": 8192}),
+]
+WINDOW_CASE = len(CASES) - 1
 OFFLOAD_CASE = next(i for i, c in enumerate(CASES) if "offloaded to Grace" in c[0])
 NVFP4_CASE = next(i for i, c in enumerate(CASES) if "NVFP4" in c[0])
 MXFP8_CASE = next(i for i, c in enumerate(CASES) if c[0].startswith("Llama 3.1 405B MXFP8"))
@@ -160,7 +170,15 @@ CONTROLS = [
      lambda a, e: (_drop(a, "--use-precision-aware-optimizer", 0), e)),
     (HSDP_CASE, "HSDP's outer 'optim' sharding with Megatron-FSDP's optim_grads",
      lambda a, e: (_set(a, "--data-parallel-sharding-strategy", "optim_grads"), e)),
+    (WINDOW_CASE, "Gemma 3's window without --window-attn-skip-freq (every layer windowed)",
+     lambda a, e: (_drop(a, "--window-attn-skip-freq", 1), e)),
+    (WINDOW_CASE, "per-layer --cp-comm-type one entry short", lambda a, e: (_one_cp_type_less(a), e)),
 ]
+
+
+def _one_cp_type_less(a: list[str]) -> list[str]:
+    i = a.index("--cp-comm-type")
+    return a[:i + 1] + a[i + 2:]
 HFM = lambda name: str(HF / name / "config.json")  # noqa: E731
 # (label, model, cluster, explicit configuration (evaluate-style, with ep/etp), job extras, model
 # updates): each configuration states its degrees; the layers per stage default to the balanced split
@@ -377,7 +395,17 @@ def built_architecture(args, cfg, gpt) -> dict:
                 rotary_base=float(gpt.rotary_base) if gpt.position_embedding_type == "rope" else None,
                 rotary_percent=gpt.rotary_percent if gpt.position_embedding_type == "rope" else None,
                 rope_scaling_factor=args.rope_scaling_factor if args.use_rope_scaling else None,
-                tied_embeddings=gpt.share_embeddings_and_output_weights, norm_epsilon=cfg.layernorm_epsilon)
+                tied_embeddings=gpt.share_embeddings_and_output_weights, norm_epsilon=cfg.layernorm_epsilon,
+                **built_window(cfg))
+
+
+def built_window(cfg) -> dict:
+    """The window Megatron builds: its width (window_size (left, 0): left + 1 keys) and which layers take it
+    (its own `is_layer_window_attention`, layer numbers from 1)."""
+    from megatron.core.transformer.utils import is_layer_window_attention
+    mask = tuple(bool(is_layer_window_attention(cfg.window_size, cfg.window_attn_skip_freq, i + 1))
+                 for i in range(cfg.num_layers))
+    return dict(window=cfg.window_size[0] + 1 if cfg.window_size else None, window_mask=mask if any(mask) else None)
 
 
 def planned_architecture(model) -> dict:
@@ -386,6 +414,8 @@ def planned_architecture(model) -> dict:
                                         "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor",
                                         "tied_embeddings", "norm_epsilon")}
     d["activation"] = {"relu": "gelu"}.get(d["activation"], d["activation"])  # said in a note: no ReLU flag
+    windowed = model.windowed_layers > 0
+    d.update(window=model.sliding_window if windowed else None, window_mask=model.window_mask if windowed else None)
     return d
 
 

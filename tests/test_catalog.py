@@ -52,7 +52,8 @@ def test_model_entry(name):
     raw = yaml.safe_load((_catalog_dir("models") / f"{name}.yaml").read_text())
     fields = set(ModelSpec.model_fields) - {"name"}
     optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor",
-                "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers"}  # HF-family entries state them
+                "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers",
+                "sliding_window_pattern"}  # HF-family entries state them
     # a dense entry leaves the mixture-of-experts and multi-latent-attention fields out; an MoE
     # entry states them, except a layer pattern (when moe_layer_freq says it), group-limited
     # routing and token dropping (absent from most models)

@@ -103,19 +103,35 @@ def test_accumulated_gradients_persist_through_the_loss():
     assert float(four.last_act_bytes[0]) == pytest.approx(float(one.last_act_bytes[0]))
 
 
-def test_megatron_ignores_the_hf_fields():
-    """Megatron's formulation costs a sliding window as full causal attention: its coefficients
-    are the same with or without the fields the transformers profile reads."""
-    spec = hf_model("gemma-3-1b-it")
-    bare = spec.model_copy(update=dict(hf_model_type=None, hidden_act=None, sliding_window=None,
-                                       sliding_window_layers=None))
+def _megatron_coefficients(*specs, seq_length=4096):
     one = np.ones(1, dtype=np.int64)
     shapes = Shapes(tp=one, pp=one, dp=one, cp=one, vp=one, micro_batch_size=one * 2, recompute=one * 0,
                     sequence_parallel=np.zeros(1, bool), zero=one * 0)
-    a, b = (stage_coefficients(m, load_cluster(H200), shapes, global_batch_size=2, seq_length=4096)
-            for m in (spec, bare))
+    return [stage_coefficients(m, load_cluster(H200), shapes, global_batch_size=2, seq_length=seq_length)
+            for m in specs]
+
+
+def test_megatron_ignores_the_eager_fields():
+    """Megatron's formulation does not read what only transformers' eager code changes (the family's
+    model_type and activation name): the same coefficients with or without them."""
+    spec = hf_model("gemma-3-1b-it")
+    a, b = _megatron_coefficients(spec, spec.model_copy(update=dict(hf_model_type=None, hidden_act=None)))
     for name, val in vars(a).items():
         assert np.array_equal(val, getattr(b, name)), name
+
+
+def test_megatron_prices_the_sliding_window():
+    """Gemma 3 1B's 512-token window on 22 of 26 layers (sliding_window_pattern 6): Megatron's fused
+    attention skips the blocks outside the band, so at 4096 tokens the layer is cheaper than with full
+    causal attention; a window as long as the sequence is the causal mask (the same coefficients)."""
+    spec = hf_model("gemma-3-1b-it")
+    assert (spec.sliding_window, spec.sliding_window_pattern, spec.windowed_layers) == (512, 6, 22)
+    full = spec.model_copy(update=dict(sliding_window=None, sliding_window_layers=None, sliding_window_pattern=None))
+    windowed, causal = _megatron_coefficients(spec, full)
+    assert float(windowed.layer_compute_s[0]) < float(causal.layer_compute_s[0])
+    long_window = spec.model_copy(update=dict(sliding_window=4096))
+    a, b = _megatron_coefficients(long_window, full)
+    assert np.array_equal(a.layer_compute_s, b.layer_compute_s)
 
 
 def _plan(run: dict):

@@ -30,7 +30,12 @@ def test_reported_model_flops_are_megatron_lm_causal(name, seq):
     m = load_model(name)
     mf, hf = reported_flop_per_step(m, 16, seq, 0)
     assert mf == hf
-    assert mf == pytest.approx(megatron_num_floating_point_operations(m, 16, seq), rel=1e-12)
+    megatron = megatron_num_floating_point_operations(m, 16, seq)
+    if m.sliding_window is not None and m.sliding_window < seq:  # Mistral's 4096-token window at 131k tokens
+        banded = m.model_copy(update=dict(sliding_window=None, sliding_window_layers=None))
+        assert mf < megatron == pytest.approx(reported_flop_per_step(banded, 16, seq, 0)[0], rel=1e-12)
+    else:
+        assert mf == pytest.approx(megatron, rel=1e-12)
     assert mf < model_flop_per_step(m, 16, seq)  # the published figures' full square counts more
     _, hf_full = reported_flop_per_step(m, 16, seq, 2)
     assert hf_full > mf  # full recompute adds a forward

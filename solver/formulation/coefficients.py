@@ -54,6 +54,7 @@ from .layer_terms import (
     selective_recompute,
     sharded_terms,
     sharding_of,
+    windowed_attention_s,
 )
 from .memory import BF16_BYTES, FP32_BYTES, runtime_bytes
 from .moe import attention_geometry
@@ -176,7 +177,7 @@ class _StageTerms:
         hq, hkv = self.hq, self.hkv
         self.g = g = layer_linears_s(model, attn_linears, M, t, mm, cast_bytes, hbm)
         gemm_fwd, gemm_bwd, cast_fwd, cast_bwd = g.gemm_fwd, g.gemm_bwd, g.cast_fwd, g.cast_bwd
-        self.core_fwd, self.core_bwd = core_fwd, core_bwd = attention_core_s(
+        core_fwd, core_bwd = attention_core_s(
             gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=self.flash_attention,
             kernel=self.attention_kernel, hbm_bytes_per_s=hbm)
         fam = self.fam
@@ -184,7 +185,11 @@ class _StageTerms:
             masked = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=True,
                                       kernel="masked", hbm_bytes_per_s=hbm)
             core_fwd, core_bwd = frameworks.masked_attention_s(fam, model.num_layers, (core_fwd, core_bwd), masked)
-            self.core_fwd, self.core_bwd = core_fwd, core_bwd
+        elif fam is None and self.flash_attention:  # Megatron / torchtitan kernels skip what a window masks
+            core_fwd, core_bwd = windowed_attention_s(gpu, model, (core_fwd, core_bwd), kernel=self.attention_kernel,
+                                                      batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
+                                                      hbm_bytes_per_s=hbm)
+        self.core_fwd, self.core_bwd = core_fwd, core_bwd
         self.el_fwd, self.el_bwd = el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
             stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
             rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)

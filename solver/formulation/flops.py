@@ -15,7 +15,8 @@ Two conventions for the attention core, one keyword (`causal`):
   to be multiplied with V"), i.e. the causal attention counted as the kernels execute it
   (`kernels.flash_attention_s` times half the score blocks). Counting the full square while
   timing half of it let a 131k-token plan claim 877 hardware TFLOP/s of H100's 989, above the
-  GEMM efficiency the formulation itself assumes (issue 24).
+  GEMM efficiency the formulation itself assumes (issue 24). Layers with a sliding window count
+  the band their kernel computes, for the same reason (Megatron-LM counts them whole).
 - `causal=False`, the full `4bs^2h` of Narayanan et al. 2021 Eq. (3) and of the published MFU
   figures (Megatron-LM 2020-2023, MosaicML's llm-foundry benchmarks): used only to read those
   figures back into step times (`calibration/rows.py`) and to check Eq. (3). For GPT (MHA,
@@ -76,15 +77,22 @@ FLOP_CONVENTION = ("Megatron-LM num_floating_point_operations: forward + backwar
 
 
 def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = False):
-    """QK^T and attention-times-V: 2*b*s^2*a*(d_qk + d_v) (4*b*s^2*h_q when both are the head
-    dimension), half of it with `causal` (module docstring)."""
+    """QK^T and attention-times-V of the average layer: 2*b*s^2*a*(d_qk + d_v) (4*b*s^2*h_q when both
+    are the head dimension), half of it with `causal` (module docstring); with `causal`, a layer that
+    attends through a sliding window of w < s tokens counts its band, 2*b*s*a*d * w (1 - w / 2s), as
+    its kernel executes it (`kernels.flash_attention_s`; Megatron-LM's own count ignores windows)."""
     if model.multi_latent_attention:
         _, d_nope, d_rope, d_v = model.mla_dims
         d = d_nope + d_rope + d_v
     else:
         d = 2 * model.head_dim
     full = 2.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.num_attention_heads * d
-    return full * 0.5 if causal else full
+    if not causal:
+        return full
+    w, share = model.sliding_window, model.windowed_layers / model.num_layers
+    if w is None or not share or w >= seq_len:
+        return full * 0.5
+    return full * ((1.0 - share) * 0.5 + share * w * (1.0 - w / (2.0 * seq_len)) / seq_len)
 
 
 def lm_head_fwd_flop(model: ModelSpec, tokens):

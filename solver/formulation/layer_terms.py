@@ -61,13 +61,15 @@ def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_b
     return LinearTimes(gemm_fwd, gemm_bwd, cast_fwd, cast_bwd, mlp_fwd, mlp_bwd, up_fwd)
 
 
-def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kernel: str, hbm_bytes_per_s: float):
+def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kernel: str, hbm_bytes_per_s: float,
+                     window=None):
     """(forward, backward) of the attention core on one GPU: FlashAttention at the kernel's fitted
     efficiency (cuDNN's fused kernel overlaps the exponentials on Hopper+, FlashAttention-2 does
     not: `kernels.flash_attention_s`), or unfused attention with materialised scores; kernel "masked" is
     SDPA's kernel given an explicit mask (GPUSpec.masked_attention_rate, no causal skipping); kernel "flash1"
     the FlashAttention-1 generation (GPUSpec.flash1_attention_rate, no overlap, the head dimension padded
-    as its Triton port computes it: `kernels.triton_block_headdim`)."""
+    as its Triton port computes it: `kernels.triton_block_headdim`). A sliding `window` (tokens) limits
+    the fused and FlashAttention-2 kernels' causal blocks to its band (`kernels.flash_attention_s`)."""
     if not flash:
         return unfused_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim,
                                    flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
@@ -85,7 +87,22 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
                   else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))
     return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=True,
                              flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12, efficiency=efficiency,
-                             overlap_exp=gpu.exp_overlaps_matmul and fused)
+                             overlap_exp=gpu.exp_overlaps_matmul and fused, window=window)
+
+
+def windowed_attention_s(gpu, model, core, *, kernel: str, **shape):
+    """(forward, backward) attention core of the average layer of a model whose `window_mask` layers
+    attend through its `sliding_window` (`core`: the full causal core, (forward, backward)): the kernels
+    that take a window skip the blocks outside it -- Transformer Engine's fused attention and FlashAttention-2
+    (Megatron-LM passes window_size (w - 1, 0) on the `window_attn_skip_freq` layers; torchtitan's
+    FlexAttention block masks) -- so a windowed layer costs its band (`kernels.flash_attention_s`). Every
+    layer is priced as this average, exact for the model's sum (a stage's windowed share is the model's)."""
+    windowed = model.windowed_layers
+    if not windowed or kernel not in ("cudnn", "flash2"):
+        return core
+    band = attention_core_s(gpu, flash=True, kernel=kernel, window=model.sliding_window, **shape)
+    share = windowed / model.num_layers
+    return tuple((1.0 - share) * full + share * w for full, w in zip(core, band))
 
 
 @dataclass(frozen=True)

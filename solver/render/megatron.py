@@ -242,6 +242,33 @@ def pipeline_flags(plan: Plan) -> tuple[list[str], list[str], str | None]:
                      f"{list(plan.layers_per_stage)} itself"], None
 
 
+def window_flags(model: ModelSpec) -> list[str]:
+    """Megatron-LM's sliding window (transformer_config.py window_size, window_attn_skip_freq; utils.py
+    `is_layer_window_attention`: layer_number % n != 0, or the list's 1s): `--window-size (w - 1),0` (a query
+    sees itself and the w - 1 keys before it, Megatron-Bridge's gpt_oss_bridge.py), every n-th layer full."""
+    if not model.windowed_layers:
+        return []
+    assert model.sliding_window is not None  # windowed_layers counts none without it
+    a = ["--window-size", f"{model.sliding_window - 1},0"]
+    full = model.num_layers - model.windowed_layers
+    if model.sliding_window_pattern is not None:
+        a += ["--window-attn-skip-freq", str(model.sliding_window_pattern)]
+    elif full:
+        a += ["--window-attn-skip-freq", f"([0]*{full}+[1]*{model.windowed_layers})"]
+    return a
+
+
+def cp_comm_flags(model: ModelSpec, cp: int) -> list[str]:
+    """Context parallelism of a windowed model: Transformer Engine refuses a sliding window with the p2p ring
+    ("Context parallelism does not support sliding window attention with cp_comm_type=p2p", context_parallel.py
+    `attn_forward_func_with_cp`), so its windowed layers gather K and V (all_gather, the ring's volume), the
+    others keep Megatron's default p2p (`--cp-comm-type`, one type per layer)."""
+    if cp == 1 or not model.windowed_layers:
+        return []
+    kinds = ["all_gather" if w else "p2p" for w in model.window_mask]
+    return ["--cp-comm-type", *(kinds if len(set(kinds)) > 1 else kinds[:1])]
+
+
 def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]]:
     """(flags, notes) that make Megatron-LM build `model`'s architecture."""
     a = ["--seq-length", str(seq_length), "--max-position-embeddings", str(seq_length),
@@ -288,6 +315,7 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
     elif act == "relu":
         notes.append("Megatron-LM has no plain ReLU flag: it builds GeLU (same shapes and cost)")
     a += ["--hidden-dropout", _num(model.dropout), "--attention-dropout", _num(model.dropout)]
+    a += window_flags(model)
     if not model.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if "position_embedding" not in model.model_fields_set and "normalization" not in model.model_fields_set:
@@ -346,7 +374,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     notes: list[str] = []
     env: dict[str, str] = {}
     a += ["--tensor-model-parallel-size", str(par.tp), "--pipeline-model-parallel-size", str(par.pp),
-          "--context-parallel-size", str(par.cp)]
+          "--context-parallel-size", str(par.cp), *cp_comm_flags(model, par.cp)]
     flags, split_notes, layout = pipeline_flags(plan)
     if par.vp > 1 and layout is None:
         a += ["--num-virtual-stages-per-pipeline-rank", str(par.vp)]

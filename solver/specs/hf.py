@@ -376,9 +376,11 @@ def _sliding_window(data: dict, mt: str, layers: int) -> dict:
     window = _int(data, mt, "sliding_window", default=None) if "sliding_window" in data else default
     if window is None or (rule == "qwen" and not _bool(data, mt, "use_sliding_window", False)):
         return {}
-    types = data.get("layer_types")
+    types, period = data.get("layer_types"), None
     if isinstance(types, list) and len(types) == layers:
-        count = sum(t == "sliding_attention" for t in types)
+        mask = [t == "sliding_attention" for t in types]
+        count = sum(mask)
+        period = next((n for n in range(2, layers + 1) if mask == [bool((i + 1) % n) for i in range(layers)]), None)
     elif rule.startswith("pattern"):
         period = _int(data, mt, "sliding_window_pattern", default=int(rule[len("pattern"):]))
         count = sum(bool((i + 1) % period) for i in range(layers))
@@ -386,7 +388,10 @@ def _sliding_window(data: dict, mt: str, layers: int) -> dict:
         count = max(0, layers - _int(data, mt, "max_window_layers", default=28))
     else:
         count = layers
-    return {"sliding_window": window, "sliding_window_layers": count} if count else {}
+    if not count:
+        return {}
+    return {"sliding_window": window, "sliding_window_layers": count,
+            **({"sliding_window_pattern": period} if period and count < layers else {})}
 
 
 def model_from_hf_config(data: dict, name: str) -> ModelSpec:
@@ -451,12 +456,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     seq = _seq_length(data, mt, notes)
     if seq is not None:
         spec["seq_length"] = seq
-    window = data.get("sliding_window")
-    if isinstance(window, int) and not isinstance(window, bool) and 0 < window < (seq or 0) \
-            and mt not in ("gemma2", "gemma3_text", "gpt_oss") \
-            and _bool(data, mt, "use_sliding_window", mt not in ("qwen2", "qwen2_moe", "qwen3_moe")):
-        notes.append(f"sliding-window attention ({window}) is costed as full causal attention (--framework "
-                     f"transformers prices what its SDPA path runs)")
+
     archs = data.get("architectures")
     arch = archs if isinstance(archs, str) else (archs[0] if isinstance(archs, list) and archs else mt)
     spec["source"] = f"Hugging Face config.json ({arch})"

@@ -37,12 +37,11 @@ _FAMILIES: dict[str, _Family] = {
                      caveats=("embeddings scaled by sqrt(hidden_size)",)),
     "gemma2": _Family(gated=True, tied=True, zero_centered=True, act="gelu_pytorch_tanh", head_dim=256,
                       caveats=("embeddings scaled by sqrt(hidden_size)", "extra post-attention and post-MLP norms",
-                               "logit soft-capping", "sliding-window attention on alternate layers (costed as full)")),
+                               "logit soft-capping")),
     "gemma3_text": _Family(gated=True, tied=True, zero_centered=True, qk_norm=True, act="gelu_pytorch_tanh",
                            head_dim=256, rope_theta=1e6,
                            caveats=("embeddings scaled by sqrt(hidden_size)", "extra post-attention and post-MLP norms",
-                                    "local layers use RoPE theta rope_local_base_freq and a sliding window "
-                                    "(costed as full attention)")),
+                                    "local layers use RoPE theta rope_local_base_freq (no cost)")),
     "phi3": _Family(gated=True, tied=False, eps=1e-5),
     "olmo": _Family(gated=True, tied=False, normalization="LayerNorm", eps=1e-5,
                     caveats=("non-parametric LayerNorm (no weights)",)),
@@ -71,8 +70,6 @@ _FAMILIES: dict[str, _Family] = {
     "deepseek_v3": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
     "gpt_oss": _Family(gated=True, tied=False, bias=True, qkv_bias=True, head_dim=64, rope_theta=150000.0, eps=1e-5,
                        caveats=("attention sinks (one learned logit per head)",
-                                "sliding-window attention (128 tokens) on every other layer (layer_types), costed as "
-                                "full causal attention",
                                 "clamped SwiGLU (alpha 1.702, limit 7) costed as SwiGLU",
                                 "router bias (one per expert)")),
     "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5,

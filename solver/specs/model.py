@@ -58,8 +58,8 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         0.1, ge=0, lt=1, description="hidden and attention dropout (Megatron-LM --hidden-dropout/--attention-dropout, "
                                      "default 0.1); modern decoders (Llama, Mistral, Qwen, Nemotron, MPT) train with 0")
     # ---- what a Hugging Face config says beyond the shape, read by the eager transformers profile
-    # (formulation/eager_layers.py prices the family's own modelling code); Megatron's formulation
-    # ignores them (it costs sliding windows as full causal attention).
+    # (formulation/eager_layers.py prices the family's own modelling code); the sliding window is
+    # read by every stack (Megatron's and torchtitan's kernels skip the blocks outside it).
     hf_model_type: str | None = Field(
         None, description="the transformers model_type the spec was converted from (whose modelling code "
                           "`--framework transformers` prices); unset: a Llama-style decoder of these fields")
@@ -69,7 +69,11 @@ class ModelSpec(HybridShape, MoeShape, Spec):
     sliding_window: PositiveInt | None = Field(
         None, description="sliding-window attention span in tokens (HF sliding_window), on `sliding_window_layers`")
     sliding_window_layers: NonNegativeInt | None = Field(
-        None, description="how many layers attend through the window (HF layer_types); unset with a window: all")
+        None, description="how many layers attend through the window (HF layer_types); unset with a window: all; "
+                          "without sliding_window_pattern the last ones (Qwen's max_window_layers)")
+    sliding_window_pattern: int | None = Field(
+        None, ge=2, description="every n-th layer attends to the whole sequence, the others through the window "
+                                "(HF sliding_window_pattern, Megatron --window-attn-skip-freq n; GPT-OSS 2, Gemma 3 6)")
     # ---- mixture of experts (Megatron-LM --num-experts, --moe-*; megatron/core/transformer/
     # transformer_config.py). A model without num_experts is dense and ignores the rest.
     num_experts: PositiveInt | None = Field(
@@ -186,6 +190,10 @@ class ModelSpec(HybridShape, MoeShape, Spec):
                                                         or self.sliding_window_layers > self.num_layers):
             raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) needs a sliding_window and at most "
                              f"num_layers ({self.num_layers}) layers")
+        n, counted = self.sliding_window_pattern, self.sliding_window_layers
+        if n is not None and (self.sliding_window is None or counted not in (None, sum(self.window_mask))):
+            raise ValueError(f"sliding_window_pattern ({n}) needs a sliding_window, and windows every layer but each "
+                             f"{n}-th: {sum(self.window_mask)} of {self.num_layers}, not sliding_window_layers {counted}")
         if self.add_bias_linear and self.add_qkv_bias is False:
             raise ValueError("add_qkv_bias false with add_bias_linear true: linear biases include the QKV projection")
         self._check_hybrid()
@@ -216,11 +224,22 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         return self.num_kv_heads
 
     @property
+    def window_mask(self) -> tuple[bool, ...]:
+        """Which layers attend through `sliding_window`: all but every `sliding_window_pattern`-th (layer
+        i windowed when (i + 1) % n != 0: HF Gemma / GPT-OSS layer_types, Megatron-LM `is_layer_window_attention`
+        layer_number % n != 0), else the last `sliding_window_layers` (Qwen's max_window_layers), else all."""
+        L, n, counted = self.num_layers, self.sliding_window_pattern, self.sliding_window_layers
+        if self.sliding_window is None:
+            return (False,) * L
+        if n is not None:
+            return tuple(bool((i + 1) % n) for i in range(L))
+        full = 0 if counted is None else L - counted
+        return tuple(i >= full for i in range(L))
+
+    @property
     def windowed_layers(self) -> int:
         """Layers whose attention is limited to `sliding_window` tokens (0 without a window)."""
-        if self.sliding_window is None:
-            return 0
-        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
+        return sum(self.window_mask)
 
     @property
     def mlp_matrices(self) -> int:
