@@ -97,3 +97,13 @@ def test_a_window_makes_gpt_oss_attention_cheaper_in_megatron():
     a, b = (stage_coefficients(m, cl, shapes, global_batch_size=8, seq_length=32768) for m in (oss, full))
     assert float(a.layer_compute_s[0]) < 0.85 * float(b.layer_compute_s[0])
     assert load_gpu("h100-sxm") is not None
+
+
+def test_show_and_the_launch_state_the_window(cli):
+    assert "sliding window 128 on 18 of 36 layers" in cli("show", "gpt-oss-120b").out
+    assert "sliding window" not in cli("show", "llama3.1-8b").out
+    out = cli("optimize", "--model", "gpt-oss-20b", "--cluster", "h100x16", "--tp", "1", "--pp", "1", "--cp", "2",
+              "--ep", "8", "--etp", "1", "--format", "megatron")
+    assert out.code == 0, out.err
+    assert "--window-size '127,0'" in out.out and "--window-attn-skip-freq 2" in out.out
+    assert "--cp-comm-type all_gather p2p all_gather" in out.out

@@ -355,7 +355,9 @@ def _show_model(s, as_json: bool) -> None:
     moe = facts.get("moe")
     rows = [
         ("layers", s.num_layers), ("hidden", s.hidden_size),
-        ("heads (kv)", f"{s.num_attention_heads} ({s.num_kv_heads}), head_dim {s.head_dim}"),
+        ("heads (kv)", f"{s.num_attention_heads} ({s.num_kv_heads}), head_dim {s.head_dim}"
+                       + (f"; sliding window {s.sliding_window} on {s.windowed_layers} of {s.num_layers} layers"
+                          if s.windowed_layers else "")),
         ("ffn", f"{s.ffn_hidden_size} ({'gated, 3 matrices' if s.gated_mlp else '2 matrices'})"
                 + (" in the MLP layers" if s.is_hybrid else " in the dense layers" if moe and moe["num_dense_layers"]
                    else "")),
