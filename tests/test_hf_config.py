@@ -407,8 +407,10 @@ def test_errors_name_the_field():
         model_from_hf_config({"model_type": "falcon"}, "x")
     with pytest.raises(InputError, match="'dbrx' is a mixture-of-experts model"):
         model_from_hf_config({"model_type": "dbrx", "num_local_experts": 8}, "x")
+    with pytest.raises(InputError, match="multimodal model whose text decoder \\('gemma4_text'\\) is not a family"):
+        model_from_hf_config({"model_type": "gemma4", "text_config": {"model_type": "gemma4_text"}}, "x")
     with pytest.raises(InputError, match="multimodal model; .*text_config"):
-        model_from_hf_config({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}}, "x")
+        model_from_hf_config({"model_type": "mllama", "vision_config": {}}, "x")
     with pytest.raises(InputError, match="activation 'tanh' is not one solveplan models"):
         model_from_hf_config(_llama(hidden_act="tanh"), "x")
     with pytest.raises(InputError, match="missing 'hidden_size'"):
@@ -473,3 +475,22 @@ def test_minimax_m2_rotary_dim_and_routing_bias():
     assert "MTP modules" in m.notes
     no_bias = json.loads((DATA / "hf" / "MiniMax-M2.5" / "config.json").read_text()) | {"use_routing_bias": False}
     assert not model_from_hf_config(no_bias, "m").moe_router_enable_expert_bias
+
+
+def test_vision_language_configs_plan_their_text_decoder():
+    """A vision-language config whose text_config is a mapped decoder is planned as that decoder, named
+    after the whole config, the vision tower said to be left out: Gemma 3 (gemma3_text), Qwen3-VL
+    (qwen3_vl_moe_text, Qwen3-MoE's fields), Kimi K2.5 (kimi_k2 with DeepseekV3ForCausalLM)."""
+    text = json.loads((DATA / "hf" / "gemma-3-1b-it" / "config.json").read_text())
+    m = model_from_hf_config({"model_type": "gemma3", "_name_or_path": "google/gemma-3-x", "text_config": text,
+                              "vision_config": {"hidden_size": 1152}}, "x")
+    assert m.name == "google/gemma-3-x" and m.num_params == _load("gemma-3-1b-it").num_params
+    assert "vision encoder and projector are not planned" in m.notes
+    qwen = json.loads((DATA / "hf" / "Qwen3-30B-A3B" / "config.json").read_text())
+    vl = model_from_hf_config({"model_type": "qwen3_vl_moe", "text_config": {**qwen, "model_type": "qwen3_vl_moe_text"},
+                               "vision_config": {}}, "vl")
+    assert vl.num_params == _load("Qwen3-30B-A3B").num_params and vl.hf_model_type == "qwen3_moe"
+    kimi = json.loads((DATA / "hf" / "Kimi-K2-Instruct" / "config.json").read_text())
+    k25 = model_from_hf_config({"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
+                                "text_config": {**kimi, "model_type": "kimi_k2"}}, "k25")
+    assert k25.num_params == _load("Kimi-K2-Instruct").num_params and k25.multi_latent_attention

@@ -61,7 +61,7 @@ from typing import Any, overload
 from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
-from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _Family
+from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, _Family
 from .hf_hybrid import hybrid_fields, pattern_from_block_types
 from .model import ModelSpec
 
@@ -103,7 +103,11 @@ def _model_type(data: dict) -> str:
         # provided it builds experts exactly when the file configures them
         mt = by_class or str(archs[0])
     shown = mt if mt is not None else "?"
-    if isinstance(data.get("text_config"), dict) or isinstance(data.get("vision_config"), dict):
+    text = data.get("text_config")
+    if isinstance(text, dict):  # a text decoder of a family `_vision_language_text` reads would have been taken
+        raise _fail(f"'{shown}' is a multimodal model whose text decoder ('{text.get('model_type')}') is not a "
+                    f"family solveplan maps; supported: {', '.join(SUPPORTED)}")
+    if isinstance(data.get("vision_config"), dict):
         raise _fail(f"'{shown}' is a multimodal model; solveplan plans the text decoder alone: save its "
                     f"text_config as config.json")
     if not isinstance(mt, str) or mt not in _FAMILIES:
@@ -116,15 +120,37 @@ def _model_type(data: dict) -> str:
     return mt
 
 
+def _vision_language_text(data: dict, notes: list[str]) -> dict:
+    """The text decoder (`text_config`) of a vision-language config whose decoder is a family this
+    module maps (Kimi K2.5's kimi_k2 / DeepseekV3ForCausalLM, Qwen3-VL's Qwen3 decoders), named after
+    the whole config; `data` unchanged otherwise (then refused as multimodal, in one line)."""
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        return data
+    mt = _TEXT_MODEL_TYPES.get(str(text.get("model_type")), text.get("model_type"))
+    archs = text.get("architectures") or []
+    archs = [archs] if isinstance(archs, str) else archs
+    if mt not in _FAMILIES and not (archs and _ARCHITECTURES.get(str(archs[0])) in _FAMILIES):
+        return data
+    notes.append(f"the text decoder (text_config, model_type {text.get('model_type')}) of a vision-language "
+                 f"config ({data.get('model_type')}); the vision encoder and projector are not planned")
+    out = {**text, "model_type": mt}
+    for key in ("name_or_path", "_name_or_path"):
+        if key in data:
+            out[key] = data[key]
+    return out
+
+
 def _text_config(data: dict, notes: list[str]) -> dict:
     """A Llama4ForConditionalGeneration config: its text decoder (`text_config`), named after the
-    whole config; the vision encoder and projector are left out (and said so)."""
+    whole config; the vision encoder and projector are left out (and said so). Other vision-language
+    configs: `_vision_language_text`."""
     archs = data.get("architectures") or []
     archs = [archs] if isinstance(archs, str) else archs
     is_llama4 = data.get("model_type") == "llama4" or (data.get("model_type") is None and archs
                                                         and archs[0] == "Llama4ForConditionalGeneration")
     if not is_llama4:
-        return data
+        return _vision_language_text(data, notes)
     text = data.get("text_config")
     if not isinstance(text, dict):
         raise _fail("(llama4) has no text_config object: give the Llama4ForConditionalGeneration config.json "

@@ -137,3 +137,8 @@ _ARCHITECTURES = {
     "GptOssForCausalLM": "gpt_oss", "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
     "Glm4MoeForCausalLM": "glm4_moe", "MiniMaxM2ForCausalLM": "minimax_m2",
 }
+
+# text decoders of multimodal configs that are a family's decoder under another model_type (transformers
+# 5.24 models/qwen3_vl*/configuration_qwen3_vl*.py: Qwen3VL(Moe)TextConfig, Qwen3(Moe)'s fields; the
+# multimodal rotary sections (mrope_section) interleave the same rotation, no cost)
+_TEXT_MODEL_TYPES = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
