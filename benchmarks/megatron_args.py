@@ -35,7 +35,8 @@ offloading of Megatron-Bridge's recipes: expert_fc1, core_attn + attn_proj, fuse
 three calls, and the TransformerConfig Megatron builds is compared with the plan: experts, top-k,
 MoE FFN size, shared experts, the MoE layer pattern (from `--moe-layer-freq`, int or list), router
 score function, expert bias, group-limited routing, capacity factor, EP and ETP, MLA ranks and
-head dimensions, MTP layers, and (as for dense plans, `precision_diff`) the offloaded modules. Two rules Megatron enforces only once processes start are checked
+head dimensions, MTP layers, the sliding window (width and layers, GPT-OSS), and (as for dense plans,
+`precision_diff`) the offloaded modules. Two rules Megatron enforces only once processes start are checked
 with Megatron's own code where it is pure: the expert grid (`parallel_state.RankGenerator`, order
 tp-cp-ep-dp-pp, as `initialize_model_parallel` builds it: world size divisible by etp x ep x pp;
 which nodes each EP group spans), and MoELayer.forward's refusal of TP > 1 without sequence
@@ -583,7 +584,8 @@ def built_moe(args, cfg) -> dict:
              moe_router_num_groups=cfg.moe_router_num_groups, moe_router_group_topk=cfg.moe_router_group_topk,
              moe_expert_capacity_factor=cfg.moe_expert_capacity_factor,
              ep=cfg.expert_model_parallel_size, etp=cfg.expert_tensor_parallel_size,
-             multi_latent_attention=bool(cfg.multi_latent_attention), mtp_num_layers=cfg.mtp_num_layers or 0)
+             multi_latent_attention=bool(cfg.multi_latent_attention), mtp_num_layers=cfg.mtp_num_layers or 0,
+             **built_window(cfg))
     if cfg.multi_latent_attention:
         d.update({k: getattr(cfg, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                                                 "v_head_dim")})
@@ -598,6 +600,8 @@ def planned_moe(model, plan) -> dict:
                                         "moe_expert_capacity_factor", "multi_latent_attention", "mtp_num_layers")}
     d["moe_layer_pattern"] = tuple(int(v) for v in model.moe_layer_mask)
     d["ep"], d["etp"] = (int(getattr(plan.parallel, k, 1)) for k in ("ep", "etp"))
+    windowed = model.windowed_layers > 0
+    d.update(window=model.sliding_window if windowed else None, window_mask=model.window_mask if windowed else None)
     if model.multi_latent_attention:
         d.update({k: getattr(model, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                                                  "v_head_dim")})
@@ -697,7 +701,8 @@ def moe_report(rows, controls) -> list[str]:
              "own plans (60 s limit) rendered by `megatron_args` and run through "
              "the same calls; Megatron's TransformerConfig is compared with the plan (experts, top-k, MoE FFN, shared "
              "experts, the MoE layer pattern, router, capacity, EP, ETP, token dispatcher, all-to-all overlap, MLA "
-             "dimensions, MTP; the precision, optimizer, optimizer sharding and offloaded modules as for dense plans) "
+             "dimensions, MTP, the sliding window; the precision, optimizer, optimizer sharding and offloaded modules "
+             "as for dense plans) "
              "and with the layer split; "
              "the expert grid is Megatron's own `RankGenerator` (nodes one EP group spans). Stubbed in addition: "
              "`torch.cuda.get_device_capability` (validate_args reads it for `--moe-grouped-gemm`) returns the "

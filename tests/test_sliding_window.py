@@ -107,3 +107,33 @@ def test_show_and_the_launch_state_the_window(cli):
     assert out.code == 0, out.err
     assert "--window-size '127,0'" in out.out and "--window-attn-skip-freq 2" in out.out
     assert "--cp-comm-type all_gather p2p all_gather" in out.out
+
+
+def test_torchtitan_runs_the_decoder_without_a_window():
+    """torchtitan builds Mistral or Gemma as its Llama, with full causal attention: the window is not
+    priced there, nor counted in its reported FLOPs (Megatron's are the band's)."""
+    from solveplan.catalog import load_cluster
+    from solveplan.formulation.coefficients import stage_coefficients
+    from solveplan.formulation.flops import reported_flop_per_step
+    from solveplan.space.shapes import Shapes
+    mistral = load_model("mistral-7b")
+    full = mistral.model_copy(update=dict(sliding_window=None))
+    one = np.ones(1, dtype=np.int64)
+    shapes = Shapes(tp=one, pp=one, dp=one * 8, cp=one, vp=one, micro_batch_size=one, recompute=one * 0,
+                    sequence_parallel=np.zeros(1, bool), zero=one * 2)
+    cl = load_cluster("h100x8")
+    kw = dict(global_batch_size=8, seq_length=16384)
+    tt = [stage_coefficients(m, cl, shapes, framework="torchtitan", **kw) for m in (mistral, full)]
+    assert np.array_equal(tt[0].layer_compute_s, tt[1].layer_compute_s)
+    mg = [stage_coefficients(m, cl, shapes, **kw) for m in (mistral, full)]
+    assert float(mg[0].layer_compute_s[0]) < float(mg[1].layer_compute_s[0])
+    assert reported_flop_per_step(mistral, 8, 16384, 0, "torchtitan") == reported_flop_per_step(full, 8, 16384, 0)
+    assert reported_flop_per_step(mistral, 8, 16384, 0)[0] < reported_flop_per_step(full, 8, 16384, 0)[0]
+
+
+def test_torchtitan_job_says_the_window_is_not_built(cli):
+    out = cli("optimize", "--model", "mistral-7b", "--cluster", "h100x8", "--framework", "torchtitan", "--json")
+    assert out.code == 0, out.err
+    import json as _json
+    notes = _json.loads(out.out)["torchtitan_notes"]
+    assert any("no sliding window" in n for n in notes)

@@ -185,7 +185,7 @@ class _StageTerms:
             masked = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=True,
                                       kernel="masked", hbm_bytes_per_s=hbm)
             core_fwd, core_bwd = frameworks.masked_attention_s(fam, model.num_layers, (core_fwd, core_bwd), masked)
-        elif fam is None and self.flash_attention:  # Megatron / torchtitan kernels skip what a window masks
+        elif self.stack.name == "megatron" and self.flash_attention:  # TE's kernels skip what a window masks
             core_fwd, core_bwd = windowed_attention_s(gpu, model, (core_fwd, core_bwd), kernel=self.attention_kernel,
                                                       batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
                                                       hbm_bytes_per_s=hbm)

@@ -76,11 +76,12 @@ FLOP_CONVENTION = ("Megatron-LM num_floating_point_operations: forward + backwar
                    "the recomputed forward")
 
 
-def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = False):
+def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = False, banded: bool = True):
     """QK^T and attention-times-V of the average layer: 2*b*s^2*a*(d_qk + d_v) (4*b*s^2*h_q when both
-    are the head dimension), half of it with `causal` (module docstring); with `causal`, a layer that
-    attends through a sliding window of w < s tokens counts its band, 2*b*s*a*d * w (1 - w / 2s), as
-    its kernel executes it (`kernels.flash_attention_s`; Megatron-LM's own count ignores windows)."""
+    are the head dimension), half of it with `causal` (module docstring); with `causal` and `banded` (the
+    stack's kernel skips what a window masks: Megatron's), a layer that attends through a sliding window
+    of w < s tokens counts its band, 2*b*s*a*d * w (1 - w / 2s), as its kernel executes it
+    (`kernels.flash_attention_s`; Megatron-LM's own count ignores windows)."""
     if model.multi_latent_attention:
         _, d_nope, d_rope, d_v = model.mla_dims
         d = d_nope + d_rope + d_v
@@ -89,7 +90,7 @@ def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = Fal
     full = 2.0 * np.asarray(batch, dtype=np.float64) * seq_len * seq_len * model.num_attention_heads * d
     if not causal:
         return full
-    w, share = model.sliding_window, model.windowed_layers / model.num_layers
+    w, share = model.sliding_window, model.windowed_layers / model.num_layers * banded
     if w is None or not share or w >= seq_len:
         return full * 0.5
     return full * ((1.0 - share) * 0.5 + share * w * (1.0 - w / (2.0 * seq_len)) / seq_len)
@@ -144,31 +145,36 @@ def _attention_layers(model: ModelSpec) -> int:
     return model.num_layers + model.mtp_num_layers
 
 
-def model_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, causal: bool = False) -> float:
+def model_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, causal: bool = False,
+                        banded: bool = True) -> float:
     """Forward + backward model FLOPs of one optimizer step (no recomputation); `causal`: the
-    reported convention, else the published figures' (module docstring)."""
+    reported convention, else the published figures' (module docstring); `banded`: as
+    `attention_core_fwd_flop`."""
     tokens = global_batch_size * seq_len
-    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal) * _attention_layers(model)
+    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal, banded) * _attention_layers(model)
     heads = (1 + model.mtp_num_layers) * lm_head_fwd_flop(model, tokens)
     return float(3 * (layers_gemm_fwd_flop(model, tokens) + core + heads))
 
 
 def hardware_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute,
-                           causal: bool = False) -> np.ndarray:
+                           causal: bool = False, banded: bool = True) -> np.ndarray:
     """Model FLOPs plus the recomputed forward (recompute: RECOMPUTE_CODES array or int)."""
     tokens = global_batch_size * seq_len
-    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal) * _attention_layers(model)
+    core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal, banded) * _attention_layers(model)
     full = layers_gemm_fwd_flop(model, tokens) + core
     rc = np.asarray(recompute)
     extra = np.where(rc == 2, full, np.where(rc == 1, core, 0.0))
-    return model_flop_per_step(model, global_batch_size, seq_len, causal) + extra
+    return model_flop_per_step(model, global_batch_size, seq_len, causal, banded) + extra
 
 
-def reported_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute) -> tuple[float, float]:
+def reported_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute,
+                           framework: str = "megatron") -> tuple[float, float]:
     """(model, hardware) FLOPs of one step in the reported convention (FLOP_CONVENTION): the one
-    place MFU and TFLOP/s take their FLOPs from (`job.throughput`, the joint placement's plan)."""
-    return (model_flop_per_step(model, global_batch_size, seq_len, causal=True),
-            float(hardware_flop_per_step(model, global_batch_size, seq_len, recompute, causal=True)))
+    place MFU and TFLOP/s take their FLOPs from (`job.throughput`, the joint placement's plan); a
+    sliding window counts as its band where the stack's kernel skips the rest (megatron)."""
+    banded = framework == "megatron"
+    return (model_flop_per_step(model, global_batch_size, seq_len, causal=True, banded=banded),
+            float(hardware_flop_per_step(model, global_batch_size, seq_len, recompute, causal=True, banded=banded)))
 
 
 def megatron_eq3_flop(model: ModelSpec, global_batch_size: int, seq_len: int) -> float:

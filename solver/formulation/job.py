@@ -77,7 +77,7 @@ class Throughput:
 
 def throughput(job: JobSpec, step_time_s: float, recompute_code: int) -> Throughput:
     n = job.cluster.num_gpus
-    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, recompute_code)
+    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, recompute_code, job.framework)
     peak = peak_flop_per_s(job.cluster.gpu, job.precision)
     return Throughput(
         tokens_per_s=job.tokens_per_step / step_time_s,

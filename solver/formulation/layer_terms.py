@@ -94,9 +94,10 @@ def windowed_attention_s(gpu, model, core, *, kernel: str, **shape):
     """(forward, backward) attention core of the average layer of a model whose `window_mask` layers
     attend through its `sliding_window` (`core`: the full causal core, (forward, backward)): the kernels
     that take a window skip the blocks outside it -- Transformer Engine's fused attention and FlashAttention-2
-    (Megatron-LM passes window_size (w - 1, 0) on the `window_attn_skip_freq` layers; torchtitan's
-    FlexAttention block masks) -- so a windowed layer costs its band (`kernels.flash_attention_s`). Every
-    layer is priced as this average, exact for the model's sum (a stage's windowed share is the model's)."""
+    (Megatron-LM passes window_size (w - 1, 0) on the `window_attn_skip_freq` layers) -- so a windowed
+    layer costs its band (`kernels.flash_attention_s`). Every layer is priced as this average, exact for
+    the model's sum (a stage's windowed share is the model's). Megatron's stack only: torchtitan runs these
+    decoders as its Llama, without a window (its GPT-OSS, which has one, is a MoE model it is not asked for)."""
     windowed = model.windowed_layers
     if not windowed or kernel not in ("cudnn", "flash2"):
         return core

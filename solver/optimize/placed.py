@@ -59,7 +59,8 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
     peak = sum(peak_flop_per_s(p.gpu, job.precision) * g for st, pl in zip(a.nodes, a.pools) for p in [pools[pl]] for _ in st)
     T = ev.step_time_s
     drop_absent_terms(job, ev.breakdown)
-    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute])
+    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute],
+                                    job.framework)
     stages = []
     for s, st in enumerate(ev.stages):
         pool = pools[a.pools[s]]
