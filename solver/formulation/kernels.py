@@ -126,7 +126,8 @@ def flash_attention_s(*, batch, heads, s_q, s_k, head_dim, causal, flop_per_s, e
     u_len = np.where(causal, sq / (sq + S_HALF), 1.0)
     if window is not None and causal:  # a window as long as the sequence is the causal mask
         keys = window * (1.0 - window / (2.0 * sk))
-        scores, u_len = np.where(window < sk, b * a * sq * keys, scores), np.where(window < sk, keys / (keys + S_HALF), u_len)
+        banded = window < sk
+        scores, u_len = np.where(banded, b * a * sq * keys, scores), np.where(banded, keys / (keys + S_HALF), u_len)
     rate = flop_per_s * efficiency * u_len
     mm_fwd = 4.0 * d * scores / rate
     mm_bwd = 10.0 * d * scores / rate

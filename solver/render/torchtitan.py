@@ -135,7 +135,8 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
         notes.append(MODULE_OFFLOAD_NOTE.format(mods=", ".join(job.offload_modules)))
     if job.model.windowed_layers:
         notes.append(f"torchtitan's Llama-style decoder has no sliding window: {job.model.name}'s "
-                     f"{job.model.sliding_window}-token window is not built (full causal attention: --framework torchtitan prices it so)")
+                     f"{job.model.sliding_window}-token window is not built (full causal attention: "
+                     f"--framework torchtitan prices it so)")
     if job.precision_aware_optimizer:
         notes.append(OPTIMIZER_NOTE.format(state=adam_state_bytes_per_param(
             job.precision, True, job.optimizer_moment_dtype)))

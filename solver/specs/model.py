@@ -192,8 +192,9 @@ class ModelSpec(HybridShape, MoeShape, Spec):
                              f"num_layers ({self.num_layers}) layers")
         n, counted = self.sliding_window_pattern, self.sliding_window_layers
         if n is not None and (self.sliding_window is None or counted not in (None, sum(self.window_mask))):
-            raise ValueError(f"sliding_window_pattern ({n}) needs a sliding_window, and windows every layer but each "
-                             f"{n}-th: {sum(self.window_mask)} of {self.num_layers}, not sliding_window_layers {counted}")
+            raise ValueError(f"sliding_window_pattern ({n}) needs a sliding_window, and windows every layer but "
+                             f"each {n}-th: {sum(self.window_mask)} of {self.num_layers}, not sliding_window_layers "
+                             f"{counted}")
         if self.add_bias_linear and self.add_qkv_bias is False:
             raise ValueError("add_qkv_bias false with add_bias_linear true: linear biases include the QKV projection")
         self._check_hybrid()
