@@ -137,3 +137,19 @@ def test_torchtitan_job_says_the_window_is_not_built(cli):
     import json as _json
     notes = _json.loads(out.out)["torchtitan_notes"]
     assert any("no sliding window" in n for n in notes)
+
+
+def test_layer_types_of_another_order_are_kept_layer_by_layer():
+    """A file whose full-attention layers are not every n-th (Step-3.7-Flash's layer_types: the first of every
+    four full) keeps its layers as Megatron's list form, so the launch windows the same layers."""
+    data = json.loads((DATA / "hf" / "Qwen3-4B" / "config.json").read_text())
+    L = data["num_hidden_layers"]
+    types = ["full_attention" if i % 4 == 0 else "sliding_attention" for i in range(L)]
+    m = model_from_hf_config({**data, "model_type": "mistral", "sliding_window": 512, "layer_types": types}, "s")
+    assert m.sliding_window_pattern == tuple(int(i % 4 != 0) for i in range(L))
+    assert m.window_mask[:5] == (False, True, True, True, False) and m.windowed_layers == L - (L + 3) // 4
+    flag = window_flags(m)
+    assert flag[2] == "--window-attn-skip-freq" and flag[3].startswith("[0,1,1,1,0,") and flag[3].count(",") == L - 1
+    with pytest.raises(ValueError, match="0 or 1 for each of the"):
+        ModelSpec(name="w", num_layers=4, hidden_size=256, num_attention_heads=4, ffn_hidden_size=1024,
+                  vocab_size=1000, sliding_window=64, sliding_window_pattern=(1, 0, 1))

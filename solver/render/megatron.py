@@ -245,14 +245,18 @@ def pipeline_flags(plan: Plan) -> tuple[list[str], list[str], str | None]:
 def window_flags(model: ModelSpec) -> list[str]:
     """Megatron-LM's sliding window (transformer_config.py window_size, window_attn_skip_freq; utils.py
     `is_layer_window_attention`: layer_number % n != 0, or the list's 1s): `--window-size (w - 1),0` (a query
-    sees itself and the w - 1 keys before it, Megatron-Bridge's gpt_oss_bridge.py), every n-th layer full."""
+    sees itself and the w - 1 keys before it, Megatron-Bridge's gpt_oss_bridge.py), every n-th layer full or
+    the pattern's list (`moe_freq_type` evaluates it)."""
     if not model.windowed_layers:
         return []
     assert model.sliding_window is not None  # windowed_layers counts none without it
     a = ["--window-size", f"{model.sliding_window - 1},0"]
     full = model.num_layers - model.windowed_layers
-    if model.sliding_window_pattern is not None:
-        a += ["--window-attn-skip-freq", str(model.sliding_window_pattern)]
+    n = model.sliding_window_pattern
+    if isinstance(n, tuple):
+        a += ["--window-attn-skip-freq", "[" + ",".join(str(v) for v in n) + "]"]
+    elif n is not None:
+        a += ["--window-attn-skip-freq", str(n)]
     elif full:
         a += ["--window-attn-skip-freq", f"([0]*{full}+[1]*{model.windowed_layers})"]
     return a

@@ -406,7 +406,8 @@ def _sliding_window(data: dict, mt: str, layers: int) -> dict:
     if isinstance(types, list) and len(types) == layers:
         mask = [t == "sliding_attention" for t in types]
         count = sum(mask)
-        period = next((n for n in range(2, layers + 1) if mask == [bool((i + 1) % n) for i in range(layers)]), None)
+        period = next((n for n in range(2, layers + 1) if mask == [bool((i + 1) % n) for i in range(layers)]),
+                      tuple(int(v) for v in mask))  # another order: the layers themselves
     elif rule.startswith("pattern"):
         period = _int(data, mt, "sliding_window_pattern", default=int(rule[len("pattern"):]))
         count = sum(bool((i + 1) % period) for i in range(layers))

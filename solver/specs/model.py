@@ -3,7 +3,7 @@ Narayanan et al. 2021 Eq. (2) generalised to GQA and gated MLPs."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -71,9 +71,10 @@ class ModelSpec(HybridShape, MoeShape, Spec):
     sliding_window_layers: NonNegativeInt | None = Field(
         None, description="how many layers attend through the window (HF layer_types); unset with a window: all; "
                           "without sliding_window_pattern the last ones (Qwen's max_window_layers)")
-    sliding_window_pattern: int | None = Field(
-        None, ge=2, description="every n-th layer attends to the whole sequence, the others through the window "
-                                "(HF sliding_window_pattern, Megatron --window-attn-skip-freq n; GPT-OSS 2, Gemma 3 6)")
+    sliding_window_pattern: Annotated[int, Field(ge=2)] | tuple[int, ...] | None = Field(
+        None, description="which layers attend through the window, as Megatron's --window-attn-skip-freq: n, every n-th "
+                          "layer attends to the whole sequence (HF sliding_window_pattern; GPT-OSS 2, Gemma 3 6), or "
+                          "1 (window) or 0 (full) for each layer (HF layer_types of another order)")
     # ---- mixture of experts (Megatron-LM --num-experts, --moe-*; megatron/core/transformer/
     # transformer_config.py). A model without num_experts is dense and ignores the rest.
     num_experts: PositiveInt | None = Field(
@@ -191,10 +192,12 @@ class ModelSpec(HybridShape, MoeShape, Spec):
             raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) needs a sliding_window and at most "
                              f"num_layers ({self.num_layers}) layers")
         n, counted = self.sliding_window_pattern, self.sliding_window_layers
+        if isinstance(n, tuple) and (len(n) != self.num_layers or any(v not in (0, 1) for v in n)):
+            raise ValueError(f"sliding_window_pattern must list 0 or 1 for each of the {self.num_layers} layers; got "
+                             f"{len(n)} values")
         if n is not None and (self.sliding_window is None or counted not in (None, sum(self.window_mask))):
-            raise ValueError(f"sliding_window_pattern ({n}) needs a sliding_window, and windows every layer but "
-                             f"each {n}-th: {sum(self.window_mask)} of {self.num_layers}, not sliding_window_layers "
-                             f"{counted}")
+            raise ValueError(f"sliding_window_pattern needs a sliding_window, and windows {sum(self.window_mask)} of "
+                             f"{self.num_layers} layers, not sliding_window_layers {counted}")
         if self.add_bias_linear and self.add_qkv_bias is False:
             raise ValueError("add_qkv_bias false with add_bias_linear true: linear biases include the QKV projection")
         self._check_hybrid()
@@ -228,10 +231,13 @@ class ModelSpec(HybridShape, MoeShape, Spec):
     def window_mask(self) -> tuple[bool, ...]:
         """Which layers attend through `sliding_window`: all but every `sliding_window_pattern`-th (layer
         i windowed when (i + 1) % n != 0: HF Gemma / GPT-OSS layer_types, Megatron-LM `is_layer_window_attention`
-        layer_number % n != 0), else the last `sliding_window_layers` (Qwen's max_window_layers), else all."""
+        layer_number % n != 0) or the pattern's 1s, else the last `sliding_window_layers` (Qwen's
+        max_window_layers), else all."""
         L, n, counted = self.num_layers, self.sliding_window_pattern, self.sliding_window_layers
         if self.sliding_window is None:
             return (False,) * L
+        if isinstance(n, tuple):
+            return tuple(bool(v) for v in n)
         if n is not None:
             return tuple(bool((i + 1) % n) for i in range(L))
         full = 0 if counted is None else L - counted
