@@ -483,7 +483,6 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     seq = _seq_length(data, mt, notes)
     if seq is not None:
         spec["seq_length"] = seq
-
     archs = data.get("architectures")
     arch = archs if isinstance(archs, str) else (archs[0] if isinstance(archs, list) and archs else mt)
     spec["source"] = f"Hugging Face config.json ({arch})"
