@@ -120,45 +120,33 @@ def _model_type(data: dict) -> str:
     return mt
 
 
-def _vision_language_text(data: dict, notes: list[str]) -> dict:
-    """The text decoder (`text_config`) of a vision-language config whose decoder is a family this
-    module maps (Kimi K2.5's kimi_k2 / DeepseekV3ForCausalLM, Qwen3-VL's Qwen3 decoders), named after
-    the whole config; `data` unchanged otherwise (then refused as multimodal, in one line)."""
-    text = data.get("text_config")
-    if not isinstance(text, dict):
-        return data
-    mt = _TEXT_MODEL_TYPES.get(str(text.get("model_type")), text.get("model_type"))
-    archs = text.get("architectures") or []
-    archs = [archs] if isinstance(archs, str) else archs
-    if mt not in _FAMILIES and not (archs and _ARCHITECTURES.get(str(archs[0])) in _FAMILIES):
-        return data
-    notes.append(f"the text decoder (text_config, model_type {text.get('model_type')}) of a vision-language "
-                 f"config ({data.get('model_type')}); the vision encoder and projector are not planned")
-    out = {**text, "model_type": mt}
-    for key in ("name_or_path", "_name_or_path"):
-        if key in data:
-            out[key] = data[key]
-    return out
-
-
 def _text_config(data: dict, notes: list[str]) -> dict:
-    """A Llama4ForConditionalGeneration config: its text decoder (`text_config`), named after the
-    whole config; the vision encoder and projector are left out (and said so). Other vision-language
-    configs: `_vision_language_text`."""
+    """The text decoder (`text_config`) of a vision-language config whose decoder is a family this module
+    maps -- Llama 4 (Llama4ForConditionalGeneration, which must have one), Kimi K2.5's kimi_k2 /
+    DeepseekV3ForCausalLM, Qwen3-VL's Qwen3 decoders, Gemma 3 -- named after the whole config, its
+    `architectures` the text config's, else the whole config's; the vision encoder and projector are left
+    out (and said so). `data` unchanged otherwise (then refused as multimodal, in one line)."""
     archs = data.get("architectures") or []
     archs = [archs] if isinstance(archs, str) else archs
     is_llama4 = data.get("model_type") == "llama4" or (data.get("model_type") is None and archs
                                                         and archs[0] == "Llama4ForConditionalGeneration")
-    if not is_llama4:
-        return _vision_language_text(data, notes)
     text = data.get("text_config")
     if not isinstance(text, dict):
-        raise _fail("(llama4) has no text_config object: give the Llama4ForConditionalGeneration config.json "
-                    "with its text_config, or the text config alone (model_type llama4_text)")
-    notes.append("the text decoder (text_config) of a Llama4ForConditionalGeneration config; the vision encoder "
-                 "and projector are not planned")
-    out = {**text, "model_type": text.get("model_type", "llama4_text")}
-    for key in ("name_or_path", "_name_or_path", "architectures"):
+        if is_llama4:
+            raise _fail("(llama4) has no text_config object: give the Llama4ForConditionalGeneration config.json "
+                        "with its text_config, or the text config alone (model_type llama4_text)")
+        return data
+    stated = text.get("model_type", "llama4_text" if is_llama4 else None)
+    mt = _TEXT_MODEL_TYPES.get(str(stated), stated)
+    text_archs = text.get("architectures") or []
+    text_archs = [text_archs] if isinstance(text_archs, str) else text_archs
+    if mt not in _FAMILIES and not (text_archs and _ARCHITECTURES.get(str(text_archs[0])) in _FAMILIES):
+        return data
+    notes.append(f"the text decoder (text_config, model_type {stated}) of a vision-language config "
+                 f"({data.get('model_type') or (archs[0] if archs else '?')}); the vision encoder and projector are not "
+                 f"planned")
+    out = {**text, "model_type": mt}
+    for key in ("name_or_path", "_name_or_path") + (() if text_archs else ("architectures",)):
         if key in data:
             out[key] = data[key]
     return out
