@@ -415,9 +415,13 @@ def planned_architecture(model) -> dict:
                                         "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor",
                                         "tied_embeddings", "norm_epsilon")}
     d["activation"] = {"relu": "gelu"}.get(d["activation"], d["activation"])  # said in a note: no ReLU flag
+    return {**d, **planned_window(model)}
+
+
+def planned_window(model) -> dict:
+    """The window the spec plans, in `built_window`'s terms."""
     windowed = model.windowed_layers > 0
-    d.update(window=model.sliding_window if windowed else None, window_mask=model.window_mask if windowed else None)
-    return d
+    return dict(window=model.sliding_window if windowed else None, window_mask=model.window_mask if windowed else None)
 
 
 @contextlib.contextmanager
@@ -600,8 +604,7 @@ def planned_moe(model, plan) -> dict:
                                         "moe_expert_capacity_factor", "multi_latent_attention", "mtp_num_layers")}
     d["moe_layer_pattern"] = tuple(int(v) for v in model.moe_layer_mask)
     d["ep"], d["etp"] = (int(getattr(plan.parallel, k, 1)) for k in ("ep", "etp"))
-    windowed = model.windowed_layers > 0
-    d.update(window=model.sliding_window if windowed else None, window_mask=model.window_mask if windowed else None)
+    d.update(planned_window(model))
     if model.multi_latent_attention:
         d.update({k: getattr(model, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                                                  "v_head_dim")})

@@ -33,7 +33,7 @@ def hsdp_step_s(cluster: ClusterSpec, params_gpu, *, group, stride, instances: i
     if instances == 1:
         return 0.0, 0.0
     shard = params_gpu / group
-    on = (np.asarray(zero) == 3) & (instances > 1)
+    on = np.asarray(zero) == 3
     red = comm.collective_s("reduce_scatter", shard * grad_bytes, cluster, instances, stride)
     gather = comm.collective_s("all_gather", shard * BF16_BYTES, cluster, instances, stride)
     return np.where(on, red, 0.0), np.where(on, gather, 0.0)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
+from .kernels import window_keys
 from .mamba import mamba_layer_fwd_flop_per_token
 
 
@@ -91,9 +92,9 @@ def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = Fal
     if not causal:
         return full
     w, share = model.sliding_window, model.windowed_layers / model.num_layers * banded
-    if w is None or not share or w >= seq_len:
+    if w is None or not share:
         return full * 0.5
-    return full * ((1.0 - share) * 0.5 + share * w * (1.0 - w / (2.0 * seq_len)) / seq_len)
+    return full * ((1.0 - share) * 0.5 + share * window_keys(w, seq_len) / seq_len)
 
 
 def lm_head_fwd_flop(model: ModelSpec, tokens):

@@ -39,6 +39,7 @@ import numpy as np
 from . import memory
 from .eager_layers import LayerCounts, counts
 from .eager_memory import allocator_reserve_bytes, phase_terms
+from .kernels import layers_mixed
 
 FP32_BYTES, BF16_BYTES = 4.0, 2.0
 
@@ -346,8 +347,7 @@ def masked_attention_s(fam: LayerCounts | None, layers: int, core, masked):
     causal skipping) on the family's layers whose sliding window gets an explicit mask."""
     if fam is None or not fam.masked_layers:
         return core
-    w = fam.masked_layers / layers
-    return tuple((1 - w) * c + w * m for c, m in zip(core, masked))
+    return layers_mixed(core, masked, fam.masked_layers / layers)
 
 
 def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_per_s,

@@ -114,6 +114,19 @@ def grouped_linear_s(groups, M, N, K, **kw):
     return fwd, bwd
 
 
+def window_keys(window, s_k):
+    """Keys a query sees on average under a causal sliding window of `window` tokens over a sequence of
+    `s_k`: min(position + 1, w) averaged, w (1 - w / 2 s_k) for w < s_k (the causal s_k / 2 at w = s_k)."""
+    w = np.minimum(np.asarray(window, dtype=np.float64), s_k)
+    return w * (1.0 - w / (2.0 * np.asarray(s_k, dtype=np.float64)))
+
+
+def layers_mixed(core, other, share):
+    """(forward, backward) of the average layer when a `share` of the layers runs `other` instead of `core`
+    (every layer priced alike keeps a split's cost linear in its layers; the model's sum is exact)."""
+    return tuple((1.0 - share) * c + share * o for c, o in zip(core, other))
+
+
 def flash_attention_s(*, batch, heads, s_q, s_k, head_dim, causal, flop_per_s, efficiency, exp_per_s, overlap_exp,
                       window=None):
     """(forward, backward) time of FlashAttention for `batch` sequences, `heads` heads on this
@@ -125,7 +138,7 @@ def flash_attention_s(*, batch, heads, s_q, s_k, head_dim, causal, flop_per_s, e
     scores = b * a * sq * sk * np.where(causal, 0.5, 1.0)
     u_len = np.where(causal, sq / (sq + S_HALF), 1.0)
     if window is not None and causal:  # a window as long as the sequence is the causal mask
-        keys = window * (1.0 - window / (2.0 * sk))
+        keys = window_keys(window, sk)
         banded = window < sk
         scores, u_len = np.where(banded, b * a * sq * keys, scores), np.where(banded, keys / (keys + S_HALF), u_len)
     rate = flop_per_s * efficiency * u_len

@@ -13,7 +13,7 @@ import numpy as np
 from ..specs import ModelSpec
 from . import comm
 from .data_parallel import zero_grad_copy_bytes
-from .kernels import GEMM_LAUNCH_S, flash_attention_s, linear_s, triton_block_headdim, unfused_attention_s
+from .kernels import GEMM_LAUNCH_S, flash_attention_s, layers_mixed, linear_s, triton_block_headdim, unfused_attention_s
 from .memory import BF16_BYTES, ZERO3_LIVE_LAYERS
 from .precision import is_quantized, matmul_rate
 from .recompute import mla_up_recompute, norm_recompute
@@ -102,8 +102,7 @@ def windowed_attention_s(gpu, model, core, *, kernel: str, **shape):
     if not windowed or kernel not in ("cudnn", "flash2"):
         return core
     band = attention_core_s(gpu, flash=True, kernel=kernel, window=model.sliding_window, **shape)
-    share = windowed / model.num_layers
-    return tuple((1.0 - share) * full + share * w for full, w in zip(core, band))
+    return layers_mixed(core, band, windowed / model.num_layers)
 
 
 @dataclass(frozen=True)

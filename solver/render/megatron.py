@@ -251,14 +251,11 @@ def window_flags(model: ModelSpec) -> list[str]:
         return []
     assert model.sliding_window is not None  # windowed_layers counts none without it
     a = ["--window-size", f"{model.sliding_window - 1},0"]
-    full = model.num_layers - model.windowed_layers
-    n = model.sliding_window_pattern
-    if isinstance(n, tuple):
-        a += ["--window-attn-skip-freq", "[" + ",".join(str(v) for v in n) + "]"]
-    elif n is not None:
+    n, mask = model.sliding_window_pattern, model.window_mask
+    if isinstance(n, int):
         a += ["--window-attn-skip-freq", str(n)]
-    elif full:
-        a += ["--window-attn-skip-freq", f"([0]*{full}+[1]*{model.windowed_layers})"]
+    elif not all(mask):  # the spec's layers as Megatron's list (`ModelSpec.window_mask`: one rule)
+        a += ["--window-attn-skip-freq", "[" + ",".join(str(int(w)) for w in mask) + "]"]
     return a
 
 
