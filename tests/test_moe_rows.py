@@ -167,6 +167,17 @@ def test_the_source_precision_settings_reach_the_job():
     assert BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"].job.fp8_param_gather is False  # NeMo 2.0: not stated
 
 
+def test_a_dense_row_of_the_same_source_runs_the_same_precision_config():
+    """Megatron-Bridge's dense performance recipes take the same precision configs (_perf_precision), so a
+    dense FP8 row keeps FP8 weights too: without them Llama 3.1 405B on 256 GB200 (tp4 pp16 vp4, as the
+    recipe runs it, without recompute) would not fit and would be priced with full recompute."""
+    cs = BY_ID["mbridge_perf-26.04.01-llama3.1-405b-gb200-fp8-cs-256"]
+    assert not cs.job.model.is_moe and cs.job.fp8_param_gather is True
+    assert any("fp8_param_gather" in a for a in cs.assumed)
+    assert BY_ID["mbridge_perf-26.04.01-llama3-70b-gb300-mxfp8-64"].job.fp8_param_gather is True
+    assert BY_ID["nemo_docs_2504-llama3.1-405b-gb200-fp8-cs-128"].job.fp8_param_gather is False  # NeMo 2.0: not stated
+
+
 def test_a_family_recompute_fixed_by_the_source_scripts_is_read():
     """Megatron-Bridge runs every DeepSeek-V3 performance config with selective recomputation: a
     DeepSeek row stating no recompute is selective, its modules one of the presets' sets (the best

@@ -21,8 +21,8 @@ What a row states wins:
   Megatron refuses or the formulation does not model leaves the balanced split, said.
 - precision: bf16, or the FP8 recipe the row names when the job schema has it (fp8-cs is
   per-tensor current scaling, `fp8-tensorwise`; mxfp8; fp8-blockwise); otherwise costed as FP8
-  (stated in the row's `assumed`); nvfp4 with its source's precision config and the BF16 layers its
-  recipe or model config keeps (`rows.nvfp4_settings`).
+  (stated in the row's `assumed`); FP8 primary weights and NVFP4's BF16 layers as its source's
+  precision config, recipe or model config keeps them (`precision_rows.precision_settings`).
 - hardware: the GPU catalog entry and its `<family>x<N>` reference cluster (the rows state no
   fabric); a GPU without a catalog entry is skipped.
 - routing: every Megatron-Bridge MoE row forces balanced routing ("forced balanced token
@@ -40,7 +40,7 @@ from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, scripts_2509_recipe
-from .nvfp4_rows import nvfp4_settings
+from .precision_rows import precision_settings
 from .rows import (
     ROW_READERS,
     Row,
@@ -70,13 +70,6 @@ CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_c
 # parentheses ("different quantization granularity"); the Qwen3-30B-A3B H100 row's micro-batch 2 is the
 # fp8_cs entry's (bf16's is 1)
 UNNAMED_FP8: dict[str, Precision] = {"mbridge_perf": "fp8-tensorwise"}
-# Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
-# mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
-# scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`; the blockwise recipe,
-# bf16_with_fp8_subchannel_scaling_mixed, sets False), which its performance scripts use unchanged for
-# the MoE models (scripts/performance/utils/precision.py get_precision_config; perf_recipes/_common.py
-# _perf_precision)
-FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8")}
 def is_moe_file_row(raw: dict) -> bool:
     """A mixture-of-experts row of the MoE / new-GPU file (it carries `category`): category A, or
     a row that states experts or expert parallelism (Nemotron 3.5 Lightning is filed as dense but
@@ -159,14 +152,10 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
       (utils/overrides.py) only turns it on, over base recipes that leave it off (recipes/*:
       `overlap_moe_expert_parallel_comm = False` or unset);
       a container older than the feature (`EP_OVERLAP_FROM`) runs without it;
-    - FP8 primary weights (`FP8_PARAM_GATHER`);
     - CUDA graphs (`_recipe_graphs`).
     A row without a matched recipe states neither the dispatcher, the overlap nor the graphs: like its
     other unstated knobs, they take the best value (`_best_settings`)."""
     settings: dict = {}
-    if precision in FP8_PARAM_GATHER.get(raw["source"], ()):
-        settings["fp8_param_gather"] = True
-        assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
     backend = recipe.get("moe_flex_dispatcher_backend")
     flex = recipe.get("moe_token_dispatcher_type") == "flex" or (
         backend and recipe.get("moe_token_dispatcher_type") in (None, "flex"))
@@ -288,7 +277,7 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append("Muon optimizer (the row's note) costed as Adam: Adam's two fp32 states bound the memory "
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
-    settings.update(nvfp4_settings(raw, assumed, key))
+    settings.update(precision_settings(raw, precision, assumed, key))
     if layout:
         _row_layout(row, layout, model)
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)

@@ -33,7 +33,7 @@ from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
 from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
-from .nvfp4_rows import nvfp4_settings
+from .precision_rows import precision_settings
 from .offload_rows import cpu_offload_of, grace_offload_preset
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
@@ -348,7 +348,7 @@ def row_job(raw: dict) -> Row:
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
-        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **nvfp4_settings(raw, assumed),
+        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **precision_settings(raw, precision, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )

@@ -1,8 +1,26 @@
-"""The NVFP4 settings of a published row (read by `rows.row_job` and `moe_rows.moe_row_job`): what its
-source's precision config and its recipe block state about NVFP4 weights and layers kept in BF16
-(formulation/precision.py prices both)."""
+"""The precision settings of a published row (read by `rows.row_job` and `moe_rows.moe_row_job`): what its
+source's precision config and its recipe block state about FP8 / NVFP4 primary weights and layers kept in
+BF16 (formulation/precision.py prices them), for dense and MoE rows alike."""
 
 from __future__ import annotations
+
+# Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
+# mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
+# scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`; the blockwise recipe,
+# bf16_with_fp8_subchannel_scaling_mixed, sets False), which its performance scripts use unchanged for
+# every model, dense or MoE (scripts/performance/utils/precision.py get_precision_config; perf_recipes/
+# _common.py _perf_precision, which changes only grad_reduce_in_fp32 and, for fp8_cs,
+# first_last_layers_bf16)
+FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8")}
+
+
+def precision_settings(raw: dict, precision: str, assumed: list, model_key: str = "") -> dict:
+    """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
+    them (`FP8_PARAM_GATHER`), or its NVFP4 settings (`nvfp4_settings`); {} for another row."""
+    if precision in FP8_PARAM_GATHER.get(raw.get("source", ""), ()):
+        assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
+        return {"fp8_param_gather": True}
+    return nvfp4_settings(raw, assumed, model_key)
 
 # Megatron-Bridge's NVFP4 precision config, which its performance scripts use for every NVFP4 run
 # (scripts/performance/utils/precision.py get_precision_config("nvfp4") at v0.4.2 and v0.5.0,
