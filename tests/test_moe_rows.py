@@ -297,3 +297,43 @@ def test_containers_older_than_megatrons_ep_overlap_run_without_it():
         assert any("predates Megatron-Core" in a for a in row.assumed)
     later = BY_ID["mbridge_perf-25.11-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]
     assert any(a.startswith("unstated") and "moe_a2a_overlap" in a for a in later.assumed)
+
+
+@pytest.mark.parametrize("key", ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2", "mixtral-8x7b",
+                                 "mixtral-8x22b"])
+def test_a_model_without_a_catalog_entry_is_built_from_the_shape_its_row_states(key):
+    """A run of a model the catalog lacks is priced from its stated shape, not refused: renamed, each
+    catalog model's row rebuilds it to the parameter (total and active; the row's vocabulary given
+    where the file leaves it to the catalog), and the defaults it takes are said."""
+    from solveplan.catalog import catalog_models
+
+    raw = copy.deepcopy(next(r for r in RAW if r["model"].get("key") == key and r["category"] == "A"))
+    catalog = catalog_models()[key]
+    raw["model"].update(key=f"unknown-{key}", vocab=raw["model"].get("vocab") or catalog.vocab_size)
+    row = moe_row_job(raw)
+    assert row.skipped is None and row.measured_s
+    built = row.job.model
+    assert (built.num_params, built.num_active_params) == (catalog.num_params, catalog.num_active_params)
+    assert any("stated shape" in a and "SwiGLU" in a for a in row.assumed)
+
+
+def test_a_stated_shape_that_cannot_be_built_names_the_field():
+    ds = copy.deepcopy(next(r for r in RAW if r["model"].get("key") == "deepseek-v3"))
+    ds["model"].update(key="unknown-v3", vocab=None)
+    assert "states no vocab: add models/<key>.yaml" in moe_row_job(ds).skipped
+    oss = copy.deepcopy(next(r for r in RAW if r["model"].get("key") == "gpt-oss-120b"))
+    oss["model"]["key"] = "unknown-oss"
+    assert "sliding-window" in moe_row_job(oss).skipped  # the window's layers are in no row field
+
+
+def test_the_stated_layer_pattern_and_shared_experts_are_read():
+    from solveplan.calibration.moe_row_model import moe_layer_pattern, shared_expert_size
+
+    assert moe_layer_pattern("all layers MoE", 4) is None and moe_layer_pattern(None, 4) is None
+    assert moe_layer_pattern("first 3 layers dense, 58 MoE", 61) == (0, 0, 0) + (1,) * 58
+    assert moe_layer_pattern("first layer dense, 60 MoE", 61) == (0,) + (1,) * 60
+    assert moe_layer_pattern("every other layer", 4) == (1, 0, 1, 0)  # Megatron's --moe-layer-freq 2
+    assert "not a pattern this reader knows" in moe_layer_pattern("layers 5-9 MoE", 10)
+    assert shared_expert_size("1 (2048)", 768) == 2048 and shared_expert_size("2 (1408)", 768) == 2816
+    assert shared_expert_size(2, 768) == 1536 and shared_expert_size(0, 768) is None
+    assert shared_expert_size(None, 768) is None

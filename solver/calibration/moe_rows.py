@@ -4,12 +4,13 @@ B300 / GB300) as rows `solveplan validate` predicts, with every inference named.
 
 What a row states wins:
 - the model: the row's `model.key` names a catalog entry (models/<key>.yaml, each citing its
-  config; a key no entry has is skipped with that reason); the row's own
-  dimensions (layers, hidden, heads, experts, top-k, expert FFN, MLA ranks) are checked against
-  it and a row that disagrees is skipped with the difference. No dimension is taken from
-  anywhere else: a model without a catalog entry (Nemotron 3 Ultra: its runs offload expert activations and
-  use Megatron-FSDP; DeepSeek-V4) is skipped with that reason. MTP and token dropping follow the row's label
-  ("with/without MTP", "token-drop" / "dropless"); unlabelled, the published config.
+  config); the row's own dimensions (layers, hidden, heads, experts, top-k, expert FFN, MLA ranks) are checked against
+  it and a row that disagrees is skipped with the difference. A model without a catalog entry is
+  built from the shape the row states (`moe_row_model`, Megatron-Core's MoE defaults for the rest,
+  said); one whose shape the row cannot state (Nemotron 3 Ultra's hybrid layers; DeepSeek-V4,
+  whose architecture its sources do not publish) is skipped with that reason. MTP and token
+  dropping follow the row's label ("with/without MTP", "token-drop" / "dropless"); unlabelled,
+  the published config.
 - the configuration: tp, pp, cp, ep, vp, micro-batch, global batch; etp, recompute, sequence
   parallelism from the table or the matched Megatron-Bridge recipe (`parallel.other.recipe`, the
   data file's stated provenance). Knobs neither states take the best legal value, as for dense
@@ -40,6 +41,7 @@ from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, scripts_2509_recipe
+from .moe_row_model import stated_moe_model
 from .precision_rows import precision_settings
 from .rows import (
     ROW_READERS,
@@ -251,8 +253,9 @@ def moe_row_job(raw: dict) -> Row:
     row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
               model_family=_family(key), raw=raw)
     reason = next((why for prefix, why in NOT_IN_CATALOG.items() if key.startswith(prefix)), None)
-    if reason or key not in catalog_models():
-        row.skipped = reason or f"model {m.get('name')!r} has no catalog entry"
+    stated = stated_moe_model(m, row.assumed) if not reason and key not in catalog_models() else None
+    if reason or isinstance(stated, str):
+        row.skipped = reason or stated
         return row
     gpu = gpu_of(hw.get("gpu"))  # the one mapping of a row's GPU text (rows.gpu_of)
     if gpu is None or gpu[1] not in catalog_families():
@@ -261,7 +264,7 @@ def moe_row_job(raw: dict) -> Row:
     row.gpu, row.family = gpu
     assumed = row.assumed
     precision = _precision(raw.get("precision", "bf16"), assumed, raw["source"])
-    model = load_model(key)
+    model = stated or load_model(key)
     wrong = _check_dims(m, model)
     if wrong:
         row.skipped = wrong

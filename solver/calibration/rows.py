@@ -33,8 +33,8 @@ from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
 from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
-from .precision_rows import precision_settings
 from .offload_rows import cpu_offload_of, grace_offload_preset
+from .precision_rows import precision_settings
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
