@@ -254,8 +254,10 @@ def moe_row_job(raw: dict) -> Row:
               model_family=_family(key), raw=raw)
     reason = next((why for prefix, why in NOT_IN_CATALOG.items() if key.startswith(prefix)), None)
     stated = stated_moe_model(m, row.assumed) if not reason and key not in catalog_models() else None
-    if reason or isinstance(stated, str):
-        row.skipped = reason or stated
+    if isinstance(stated, str):
+        reason = stated
+    if reason:
+        row.skipped = reason
         return row
     gpu = gpu_of(hw.get("gpu"))  # the one mapping of a row's GPU text (rows.gpu_of)
     if gpu is None or gpu[1] not in catalog_families():
@@ -264,7 +266,7 @@ def moe_row_job(raw: dict) -> Row:
     row.gpu, row.family = gpu
     assumed = row.assumed
     precision = _precision(raw.get("precision", "bf16"), assumed, raw["source"])
-    model = stated or load_model(key)
+    model = stated if isinstance(stated, ModelSpec) else load_model(key)
     wrong = _check_dims(m, model)
     if wrong:
         row.skipped = wrong
