@@ -164,7 +164,10 @@ def test_the_source_precision_settings_reach_the_job():
     assert block.precision == "fp8-blockwise" and block.fp8_param_gather is False
     bf = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"].job
     assert bf.grad_reduce_dtype == "bf16" and bf.fp8_param_gather is False
-    assert BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"].job.fp8_param_gather is False  # NeMo 2.0: not stated
+    # NeMo 2.0's performance scripts keep FP8 weights too, except under Megatron FSDP
+    assert BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"].job.fp8_param_gather is True
+    assert BY_ID["nemo_docs_2507-llama4-scout-gb200-fp8-cs-64"].job.fp8_param_gather is True
+    assert BY_ID["nemo_docs_2507-llama3.1-405b-gb200-fp8-cs-128"].job.fp8_param_gather is False  # FSDP=1
 
 
 def test_a_dense_row_of_the_same_source_runs_the_same_precision_config():
@@ -175,7 +178,8 @@ def test_a_dense_row_of_the_same_source_runs_the_same_precision_config():
     assert not cs.job.model.is_moe and cs.job.fp8_param_gather is True
     assert any("fp8_param_gather" in a for a in cs.assumed)
     assert BY_ID["mbridge_perf-26.04.01-llama3-70b-gb300-mxfp8-64"].job.fp8_param_gather is True
-    assert BY_ID["nemo_docs_2504-llama3.1-405b-gb200-fp8-cs-128"].job.fp8_param_gather is False  # NeMo 2.0: not stated
+    assert BY_ID["mbridge_perf-25.11-llama3.1-405b-b200-fp8-cs-128"].job.fp8_param_gather is True
+    assert BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"].job.fp8_param_gather is False  # BF16
 
 
 def test_a_family_recompute_fixed_by_the_source_scripts_is_read():

@@ -4,23 +4,34 @@ BF16 (formulation/precision.py prices them), for dense and MoE rows alike."""
 
 from __future__ import annotations
 
+from .eras import NEMO_DOCS
+
 # Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
 # mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
 # scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`; the blockwise recipe,
 # bf16_with_fp8_subchannel_scaling_mixed, sets False), which its performance scripts use unchanged for
 # every model, dense or MoE (scripts/performance/utils/precision.py get_precision_config; perf_recipes/
 # _common.py _perf_precision, which changes only grad_reduce_in_fp32 and, for fp8_cs,
-# first_last_layers_bf16)
-FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8")}
+# first_last_layers_bf16). NeMo 2.0's performance scripts, whose tables the nemo_docs sources are, do the
+# same for delayed and current scaling (scripts/llm/performance/*.py at v2.2.0: bf16_with_fp8_mixed, whose
+# fp8_params = True sets the plugin's fp8_param_gather; scripts/performance/utils.py at v2.3.0 and
+# helpers.py at v2.4.0: bf16_with_fp8_mixed / bf16_with_fp8_current_scaling_mixed, fp8_param_gather = True,
+# turned off under Megatron FSDP: "Currently FSDP does not support FP8 param gather"); their MXFP8 config
+# changed between releases (False at v2.3.0, True at v2.4.0) and no nemo_docs row runs it.
+FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8"), **{src: ("fp8", "fp8-tensorwise") for src in NEMO_DOCS}}
 
 
 def precision_settings(raw: dict, precision: str, assumed: list, model_key: str = "") -> dict:
     """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
-    them (`FP8_PARAM_GATHER`), or its NVFP4 settings (`nvfp4_settings`); {} for another row."""
-    if precision in FP8_PARAM_GATHER.get(raw.get("source", ""), ()):
+    them (`FP8_PARAM_GATHER`; not in a NeMo run under FSDP, which its scripts turn them off for), or its
+    NVFP4 settings (`nvfp4_settings`); {} for another row."""
+    source = raw.get("source", "")
+    fsdp = str((raw.get("parallel") or {}).get("fsdp") or "").lower().startswith("yes")
+    if precision in FP8_PARAM_GATHER.get(source, ()) and not (fsdp and source in NEMO_DOCS):
         assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
         return {"fp8_param_gather": True}
     return nvfp4_settings(raw, assumed, model_key)
+
 
 # Megatron-Bridge's NVFP4 precision config, which its performance scripts use for every NVFP4 run
 # (scripts/performance/utils/precision.py get_precision_config("nvfp4") at v0.4.2 and v0.5.0,
