@@ -51,8 +51,21 @@ def test_default_data_is_the_shipped_copy_and_a_folder_is_accepted(tmp_path):
         (tmp_path / name).write_bytes((DATA_DIR / name).read_bytes())
     assert find_data([str(tmp_path)]) == [tmp_path / name for name in DATA_FILES]
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="holds none of"):
+    with pytest.raises(InputError, match="holds no file of runs"):
         find_data([str(tmp_path / "empty")])
+
+
+def test_a_folder_of_runs_named_otherwise_is_read(tmp_path):
+    """A folder's other JSON files of runs are read after DATA_FILES (a kept-aside file need not take their
+    names); a JSON file of something else (the H200 kernels) is not a file of runs."""
+    (tmp_path / "published_runs.json").write_bytes((DATA_DIR / "published_runs.json").read_bytes())
+    raw = json.loads((DATA_DIR / "published_runs_more.json").read_text())
+    (tmp_path / "my_runs.json").write_text(json.dumps(raw))
+    (tmp_path / "h200_kernels.json").write_bytes((DATA_DIR / "h200_kernels.json").read_bytes())
+    (tmp_path / "broken.json").write_text("{not json")
+    assert find_data([str(tmp_path)]) == [tmp_path / "published_runs.json", tmp_path / "my_runs.json"]
+    ids = {r.id for r in published_rows([str(tmp_path)])}
+    assert {m["id"] for m in raw["measurements"]} <= ids
 
 
 def test_validate_runs_from_an_installed_copy_without_shared(tmp_path):

@@ -65,9 +65,11 @@ def gpu_of(text: str | None) -> tuple[str, str] | None:
             return out
     return None
 def find_data(paths: list[str] | None = None) -> list[Path]:
-    """The data files: `paths` when given (files, or a folder holding DATA_FILES such as
-    ../shared/data), else the copies shipped in the package (`solveplan.catalog_published`,
-    the repository's published/: identical to ../shared/data, tests/test_validation.py)."""
+    """The data files: `paths` when given (files, or folders), else the copies shipped in the package
+    (`solveplan.catalog_published`, the repository's published/: identical to ../shared/data,
+    tests/test_validation.py). A folder gives its DATA_FILES first, in that order, then every other
+    `*.json` in it that holds a `measurements` list, by name (a file of runs named otherwise is read, a
+    file of something else, such as h200_kernels.json, is not)."""
     if not paths:
         from ..catalog import _catalog_dir
 
@@ -76,14 +78,25 @@ def find_data(paths: list[str] | None = None) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():
             found = [p / f for f in DATA_FILES if (p / f).is_file()]
+            found += [f for f in sorted(p.glob("*.json")) if f.name not in DATA_FILES and _holds_runs(f)]
             if not found:
-                raise InputError("data", f"folder {str(p)!r} holds none of {', '.join(DATA_FILES)}")
+                raise InputError("data", f"folder {str(p)!r} holds no file of runs (a JSON object with a 'measurements' "
+                                         f"list, as {', '.join(DATA_FILES)})")
             out += found
         elif p.is_file():
             out.append(p)
         else:
             raise InputError("data", f"file {str(p)!r} does not exist")
     return out
+
+
+def _holds_runs(path: Path) -> bool:
+    """Whether a JSON file of a data folder is a file of runs (an object with a `measurements` list)."""
+    try:
+        data = read_data(path, "data")
+    except InputError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("measurements"), list)
 
 
 def load_rows(paths: list[str] | None = None) -> tuple[list[dict], dict]:
