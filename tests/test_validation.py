@@ -165,6 +165,10 @@ def test_gpu_names_and_software_eras():
     assert gpu_of("H100 SXM5 80GB HBM3") == ("h100-sxm", "h100")
     assert gpu_of("TPU v4") is None
     assert [gpu_of(g)[0] for g in ("GB200", "B200", "GB300", "B300")] == ["gb200", "b200", "gb300", "b300"]
+    # every catalog GPU a published row may name: the export-market H800 / A800 (DeepSeek-V3's H800 cluster) and
+    # AMD's MI325X / MI355X price on their own entries, not refused and not an H100 / A100
+    assert [gpu_of(g) for g in ("NVIDIA H800 SXM5", "A800 80GB", "MI325X", "AMD Instinct MI355X")] == [
+        ("h800", "h800"), ("a800-80gb", "a800"), ("mi325x", "mi325x"), ("mi355x", "mi355x")]
     from solveplan.calibration.rows import precision_of
     assert [precision_of(t) for t in ("fp8-cs", "mxfp8 (32x32 granularity per note)", "fp8-blockwise (128x128 w)",
                                       "fp8 (quantization recipe not stated)", "bf16")] == \

@@ -43,6 +43,8 @@ GPU_PATTERNS = (
     (r"a100.*40\s*gb|a100 \(dgx-a100, memory size not stated\)", ("a100-40gb", "a100-40gb")),  # 2020 DGX A100: 40 GB
     (r"a100", ("a100-80gb", "a100")),
     (r"h200", ("h200", "h200")),
+    (r"h800", ("h800", "h800")),
+    (r"a800", ("a800-80gb", "a800")),
     (r"h100", ("h100-sxm", "h100")),
     (r"gb200", ("gb200", "gb200")),
     (r"gb300", ("gb300", "gb300")),
@@ -50,6 +52,8 @@ GPU_PATTERNS = (
     (r"b300", ("b300", "b300")),
     (r"v100", ("v100-32gb", "v100")),
     (r"mi300x", ("mi300x", "mi300x")),
+    (r"mi325x", ("mi325x", "mi325x")),
+    (r"mi355x", ("mi355x", "mi355x")),
 )
 # Published model names whose catalog entry has the same architecture (the row states no vocabulary):
 # Llama 3 and 3.1 share layers, widths, heads and the 128,256-token vocabulary (3.1 adds RoPE
