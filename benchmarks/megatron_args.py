@@ -35,7 +35,9 @@ offloading of Megatron-Bridge's recipes: expert_fc1, core_attn + attn_proj, fuse
 three calls, and the TransformerConfig Megatron builds is compared with the plan: experts, top-k,
 MoE FFN size, shared experts, the MoE layer pattern (from `--moe-layer-freq`, int or list), router
 score function, expert bias, group-limited routing, capacity factor, EP and ETP, MLA ranks and
-head dimensions, MTP layers, the sliding window (width and layers, GPT-OSS), and (as for dense plans,
+head dimensions, MTP layers, the sliding window (width and layers, GPT-OSS), GPT-OSS's attention sinks
+(softmax_type), clamped quick GeGLU (glu_linear_offset, activation_func_clamp_value) and, with cp > 1, the
+all-to-all CP exchange its sinks need (cp_comm_type), and (as for dense plans,
 `precision_diff`) the offloaded modules. Two rules Megatron enforces only once processes start are checked
 with Megatron's own code where it is pure: the expert grid (`parallel_state.RankGenerator`, order
 tp-cp-ep-dp-pp, as `initialize_model_parallel` builds it: world size divisible by etp x ep x pp;
@@ -240,6 +242,12 @@ MOE_CASES.append(("DeepSeek-V3, precision-aware optimizer with bf16 moments (Dee
                   {"global_batch_size": 8192, "seq_length": 4096, "precision_aware_optimizer": True,
                    "optimizer_moment_dtype": "bf16"}, {}))
 MOE_PA_CASE = len(MOE_CASES) - 1
+# GPT-OSS's attention sinks under context parallelism: Transformer Engine runs a learnable softmax with CP by
+# all-to-all only (--cp-comm-type a2a, which also carries the window)
+MOE_CASES.append(("GPT-OSS 20B, cp 2: attention sinks by all-to-all CP, the window on every other layer",
+                  HFM("gpt-oss-20b"), "h100x32", dict(tp=1, cp=2, pp=1, ep=16, etp=1),
+                  {"global_batch_size": 256, "seq_length": 8192}, {}))
+SINK_CASE = len(MOE_CASES) - 1
 # NVFP4 on a MoE model: GPT-OSS 20B with its last 4 layers in BF16 (Megatron-Bridge v0.5.0
 # scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py: first_last_layers_bf16 = True,
 # num_layers_at_start_in_bf16 = 0, num_layers_at_end_in_bf16 = 4)
@@ -305,6 +313,9 @@ MOE_CASES += [
 # MoE controls: one rule broken each; Megatron must refuse or build another model/parallelism
 MOE_CONTROLS = [
     (7, "GPT-OSS (linear biases) with etp 2", lambda a, e: (_set(a, "--expert-tensor-parallel-size", "2"), e)),
+    (7, "GPT-OSS without --softmax-type (no attention sinks built)", lambda a, e: (_drop(a, "--softmax-type", 1), e)),
+    (SINK_CASE, "GPT-OSS's sinks with cp 2 on the default p2p ring (--cp-comm-type dropped)",
+     lambda a, e: (_drop(a, "--cp-comm-type", 1), e)),
     (3, "pipeline layout without the MTP module", lambda a, e: (_set(
         a, "--pipeline-model-parallel-layout",
         a[a.index("--pipeline-model-parallel-layout") + 1].replace(",m", "")), e)),
@@ -388,7 +399,7 @@ def megatron_split(M, cfg, pp: int, vp: int) -> list[int]:
 
 def built_architecture(args, cfg, gpt) -> dict:
     act = getattr(cfg.activation_func, "__name__", str(cfg.activation_func))
-    act = {"silu": "swiglu", "squared_relu": "squared_relu", "quick_gelu": "geglu", "gelu": "gelu"}.get(act, act)
+    act = {"silu": "swiglu", "squared_relu": "squared_relu", "quick_gelu": "quick_geglu", "gelu": "gelu"}.get(act, act)
     return dict(normalization=cfg.normalization, norm_zero_centered_gamma=cfg.layernorm_zero_centered_gamma,
                 add_bias_linear=cfg.add_bias_linear, add_qkv_bias=cfg.add_qkv_bias, activation=act,
                 gated_mlp=cfg.gated_linear_unit, head_dim=cfg.kv_channels, num_kv_heads=cfg.num_query_groups
@@ -397,7 +408,10 @@ def built_architecture(args, cfg, gpt) -> dict:
                 rotary_percent=gpt.rotary_percent if gpt.position_embedding_type == "rope" else None,
                 rope_scaling_factor=args.rope_scaling_factor if args.use_rope_scaling else None,
                 tied_embeddings=gpt.share_embeddings_and_output_weights, norm_epsilon=cfg.layernorm_epsilon,
-                **built_window(cfg))
+                softmax_type=cfg.softmax_type, glu_linear_offset=float(cfg.glu_linear_offset),
+                activation_clamp=cfg.activation_func_clamp_value, **built_window(cfg),
+                sink_cp_comm=(cfg.cp_comm_type if cfg.softmax_type != "vanilla" and cfg.context_parallel_size > 1
+                              else None))
 
 
 def built_window(cfg) -> dict:
@@ -409,12 +423,18 @@ def built_window(cfg) -> dict:
     return dict(window=cfg.window_size[0] + 1 if cfg.window_size else None, window_mask=mask if any(mask) else None)
 
 
-def planned_architecture(model) -> dict:
+def planned_architecture(model, cp: int = 1) -> dict:
+    """The architecture the spec plans, in `built_architecture`'s terms: the attention sinks' softmax and the
+    clamped, offset quick GeGLU (GPT-OSS), and a sink's CP exchange by all-to-all (Transformer Engine runs no
+    other with a learnable softmax) where cp > 1."""
     d = {k: getattr(model, k) for k in ("normalization", "norm_zero_centered_gamma", "add_bias_linear", "add_qkv_bias",
                                         "activation", "gated_mlp", "head_dim", "num_kv_heads", "qk_norm",
                                         "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor",
-                                        "tied_embeddings", "norm_epsilon")}
-    d["activation"] = {"relu": "gelu"}.get(d["activation"], d["activation"])  # said in a note: no ReLU flag
+                                        "tied_embeddings", "norm_epsilon", "softmax_type", "glu_linear_offset",
+                                        "activation_clamp")}
+    # said in notes: no ReLU flag; a tanh GeGLU is launched as Megatron's quick GeGLU
+    d["activation"] = {"relu": "gelu", "geglu": "quick_geglu"}.get(d["activation"], d["activation"])
+    d["sink_cp_comm"] = "a2a" if model.softmax_type != "vanilla" and cp > 1 else None
     return {**d, **planned_window(model)}
 
 
@@ -542,7 +562,7 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
         row["megatron_split"] = megatron_split(M, cfg, par.pp, par.vp)
         row["megatron_vp"] = args.virtual_pipeline_model_parallel_size or 1
         row["dp"] = args.data_parallel_size
-        got, want = built_architecture(args, cfg, gpt), planned_architecture(job.model)
+        got, want = built_architecture(args, cfg, gpt), planned_architecture(job.model, par.cp)
         row["arch_diff"] = ({k: (want[k], got[k]) for k in want if want[k] != got[k]} | precision_diff(job, cfg, args)
                             | sharding_diff(par.zero, args, job.distributed_optimizer_instances))
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
@@ -653,7 +673,7 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
         row["megatron_vp"] = args.virtual_pipeline_model_parallel_size or 1
         row["dp"] = args.data_parallel_size
         row["mla_config"] = type(cfg_).__name__
-        want = planned_architecture(job.model)
+        want = planned_architecture(job.model, par.cp)
         if job.model.multi_latent_attention:
             want["qk_norm"] = True  # MLA's norms of the compressed Q and KV (--qk-layernorm)
         got = built_architecture(args, cfg_, gpt)

@@ -14,6 +14,7 @@ from solveplan.catalog import (_catalog_dir, catalog_clusters, catalog_families,
 from solveplan.errors import InputError
 from solveplan.specs import ClusterSpec, GPUSpec, ModelSpec
 from solveplan.specs.moe_shape import MLA_FIELDS, MOE_FIELDS
+from solveplan.specs.model import GATED_ACTIVATIONS
 
 # Models with learned absolute position embeddings (seq_length x hidden weights the spec does
 # not count): GPT-3 and GPT-2 (Radford et al. 2019), Megatron-LM GPT (Narayanan et al. Eq. 2
@@ -53,7 +54,8 @@ def test_model_entry(name):
     fields = set(ModelSpec.model_fields) - {"name"}
     optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor",
                 "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers",
-                "sliding_window_pattern"}  # HF-family entries state them
+                "sliding_window_pattern",  # HF-family entries state them
+                "softmax_type", "glu_linear_offset", "activation_clamp"}  # GPT-OSS's sinks and clamped quick GeGLU
     # a dense entry leaves the mixture-of-experts and multi-latent-attention fields out; an MoE
     # entry states them, except a layer pattern (when moe_layer_freq says it), group-limited
     # routing and token dropping (absent from most models)
@@ -264,7 +266,7 @@ def test_architectures():
     assert (g.position_embedding, g.normalization, g.add_bias_linear, g.activation) == \
         ("learned_absolute", "LayerNorm", True, "gelu")
     for s in m.values():
-        assert s.gated_mlp == (s.activation in ("swiglu", "geglu"))
+        assert s.gated_mlp == (s.activation in GATED_ACTIVATIONS)
 
 
 def test_architecture_fields_are_checked():

@@ -266,7 +266,10 @@ def test_moe_structures():
     oss = _load("gpt-oss-120b")  # biases on attention and experts; 128 experts top-4 on every layer
     assert (oss.num_experts, oss.moe_router_topk, oss.add_bias_linear, oss.head_dim, oss.kv_channels) == \
         (128, 4, True, 64, 64)
-    assert oss.seq_length == 4096 and "attention sinks" in oss.notes
+    assert oss.seq_length == 4096 and "attention sinks" not in oss.notes  # built, no longer a caveat
+    # its attention sinks and clamped quick GeGLU ((up + 1) * gate * sigmoid(1.702 gate), swiglu_limit 7)
+    assert (oss.softmax_type, oss.activation, oss.glu_linear_offset, oss.activation_clamp) == \
+        ("learnable", "quick_geglu", 1.0, 7.0)
     assert (oss.sliding_window, oss.sliding_window_pattern) == (128, 2)  # layer_types: every other layer
     mix = _load("Mixtral-8x22B-v0.1")
     assert (mix.num_experts, mix.moe_router_topk, mix.ffn_hidden_size, mix.moe_ffn_hidden_size) == (8, 2, 16384, 16384)

@@ -173,10 +173,27 @@ def test_flex_dispatcher_and_a2a_overlap_follow_the_job():
 def test_what_the_catalog_does_not_model_is_said_not_launched():
     from solveplan.catalog import load_model as lm
 
-    ma = _launch(lm("gpt-oss-120b"), "h100x64", tp=2, ep=8)
+    ma = _launch(lm("llama4-scout"), "h100x128", tp=2, ep=16)
     said = [n for n in ma.notes if n.startswith("not launched")]
-    assert len(said) == 1 and "attention sinks" in said[0]
+    assert len(said) == 1 and "RoPE" in said[0]
     assert not [n for n in _launch(lm("mixtral-8x7b"), "h100x64", ep=8).notes if n.startswith("not launched")]
+
+
+def test_gpt_oss_is_launched_with_its_sinks_and_clamped_quick_geglu():
+    """GPT-OSS's attention sinks and its experts' (up + 1) * gate * sigmoid(1.702 gate) clamped at 7 are
+    Megatron-LM flags (TransformerConfig softmax_type, glu_linear_offset, activation_func_clamp_value at
+    d98e8a6, and --quick-geglu); with cp > 1 its sinks take the all-to-all exchange."""
+    from solveplan.catalog import load_model as lm
+
+    ma = _launch(lm("gpt-oss-120b"), "h100x64", tp=2, ep=8)
+    a = ma.args
+    assert "--quick-geglu" in a and "--swiglu" not in a
+    assert [a[a.index(f) + 1] for f in ("--softmax-type", "--glu-linear-offset", "--activation-func-clamp-value")] \
+        == ["learnable", "1", "7"]
+    assert not [n for n in ma.notes if n.startswith("not launched")]
+    cp = _launch(lm("gpt-oss-20b"), "h100x32", tp=1, cp=2, ep=16).args
+    i = cp.index("--cp-comm-type")
+    assert cp[i + 1] == "a2a" and cp[i + 2].startswith("--")  # one exchange for every layer, windowed or not
 
 
 def test_cuda_graph_and_fp8_weight_settings_reach_the_launch():

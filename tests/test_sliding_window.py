@@ -64,11 +64,14 @@ def test_qwen_max_window_layers_leave_the_first_layers_full():
 
 def test_context_parallel_gathers_k_and_v_on_windowed_layers():
     oss = load_model(str(DATA / "hf" / "gpt-oss-120b" / "config.json"))
-    assert cp_comm_flags(oss, 1) == []
-    flags = cp_comm_flags(oss, 2)
+    plain = oss.model_copy(update=dict(softmax_type="vanilla"))  # GPT-OSS's window without its sinks
+    assert cp_comm_flags(plain, 1) == []
+    flags = cp_comm_flags(plain, 2)
     assert flags[0] == "--cp-comm-type" and flags[1:3] == ["all_gather", "p2p"] and len(flags) == 1 + oss.num_layers
-    every = oss.model_copy(update=dict(sliding_window_pattern=None, sliding_window_layers=None))
+    every = plain.model_copy(update=dict(sliding_window_pattern=None, sliding_window_layers=None))
     assert cp_comm_flags(every, 2) == ["--cp-comm-type", "all_gather"]
+    # with its sinks, Transformer Engine runs CP by all-to-all only, which holds whole sequences: the window too
+    assert cp_comm_flags(oss, 2) == ["--cp-comm-type", "a2a"] and cp_comm_flags(oss, 1) == []
 
 
 def test_a_pattern_must_agree_with_the_count():
@@ -106,7 +109,7 @@ def test_show_and_the_launch_state_the_window(cli):
               "--ep", "8", "--etp", "1", "--format", "megatron")
     assert out.code == 0, out.err
     assert "--window-size '127,0'" in out.out and "--window-attn-skip-freq 2" in out.out
-    assert "--cp-comm-type all_gather p2p all_gather" in out.out
+    assert "--cp-comm-type a2a" in out.out  # its attention sinks: all-to-all CP (test above)
 
 
 def test_torchtitan_runs_the_decoder_without_a_window():

@@ -46,6 +46,7 @@ from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import (
     attention_core_s,
     bf16_layer_extra_s,
+    cp_a2a_s,
     cp_ring_exposed_s,
     layer_linears_s,
     mlp_linears,
@@ -216,7 +217,7 @@ class _StageTerms:
         return overlapped_s(comm_s, window_s, self.phi)
 
     def tensor_and_context_parallel(self) -> None:
-        """The exposed TP collectives and CP ring exchange per layer."""
+        """The exposed TP collectives and CP exchange (ring, or all-to-all for a softmax with sinks) per layer."""
         t, c, b, s, h, rc, g = self.t, self.c, self.b, self.s, self.h, self.rc, self.g
         cluster = self.cluster
         self.act_msg = act_msg = b * (s / c) * h * BF16_BYTES
@@ -230,8 +231,13 @@ class _StageTerms:
             tp_exposed_fwd = tp_exposed_bwd = tp_pass
         self.tp_exposed_fwd, self.tp_exposed_bwd = tp_exposed_fwd, tp_exposed_bwd
         self.layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
-        self.layer_cp = cp_ring_exposed_s(cluster, kv_chunk_bytes=2 * b * (s / c) * self.hkv / t * BF16_BYTES, cp=c,
-                                          tp=t, core_fwd=self.core_fwd, core_bwd=self.core_bwd, recompute=rc, phi=phi)
+        if self.model.softmax_type != "vanilla":  # TE runs a sink's softmax under CP by all-to-all only (cp_comm_flags)
+            qkvo_bytes = b * (s / c) * (2 * self.hq + 2 * self.hkv) / t * BF16_BYTES
+            self.layer_cp = cp_a2a_s(cluster, qkvo_chunk_bytes=qkvo_bytes, cp=c, tp=t, recompute=rc)
+        else:
+            self.layer_cp = cp_ring_exposed_s(cluster, kv_chunk_bytes=2 * b * (s / c) * self.hkv / t * BF16_BYTES,
+                                              cp=c, tp=t, core_fwd=self.core_fwd, core_bwd=self.core_bwd, recompute=rc,
+                                              phi=phi)
 
     def dp_collective(self, kind, size, n=None):
         """A collective over the DP x CP group (stride tp), or its first `n` ranks (an HSDP instance)."""

@@ -233,6 +233,17 @@ def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, re
     return np.where(cp > 1, exposed, 0.0)
 
 
+def cp_a2a_s(cluster, *, qkvo_chunk_bytes, cp, tp, recompute):
+    """Context parallelism by all-to-all (Megatron --cp-comm-type a2a, DeepSpeed-Ulysses; Transformer Engine's
+    AttnFuncWithCPAndQKVOA2A, context_parallel.py): before the core, Q, K and V are exchanged so that each of
+    the cp ranks (tp apart) holds the whole sequence for 1/cp of the heads, after it the output goes back;
+    the backward exchanges their gradients the same way. Nothing runs beside them (the core waits for its
+    inputs): per layer and micro-batch, two all-to-alls of the rank's `qkvo_chunk_bytes` (its sequence
+    chunk's Q, K, V and output) per pass, the forward's again under full recomputation. 0 without CP."""
+    one = comm.all_to_all_s(qkvo_chunk_bytes, cluster, cp, tp)
+    return np.where(cp > 1, one * (1 + (recompute == 2)) + one, 0.0)
+
+
 def bf16_layer_extra_s(model: ModelSpec, attn_linears, tokens, tp, g, gpu, precision: str, hbm: float, rc):
     """What one transformer layer kept in BF16 under a quantised recipe adds to its stage per micro-batch
     (Megatron --first-last-layers-bf16: megatron/core/fp4_utils.py:250-262 and fp8_utils.py:714-724 build

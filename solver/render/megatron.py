@@ -260,10 +260,15 @@ def window_flags(model: ModelSpec) -> list[str]:
 
 
 def cp_comm_flags(model: ModelSpec, cp: int) -> list[str]:
-    """Context parallelism of a windowed model: Transformer Engine refuses a sliding window with the p2p ring
-    ("Context parallelism does not support sliding window attention with cp_comm_type=p2p", context_parallel.py
-    `attn_forward_func_with_cp`), so its windowed layers gather K and V (all_gather, the ring's volume), the
-    others keep Megatron's default p2p (`--cp-comm-type`, one type per layer)."""
+    """Context parallelism's exchange where Megatron's default p2p ring cannot run: a softmax with a learned or
+    unit offset runs only with a2a (Transformer Engine's backend filter, dot_product_attention/utils.py:
+    "Disabling FusedAttention for context parallelism with softmax_type = ... and cp_comm_type = ...", at
+    d0067d0), priced as such (`layer_terms.cp_a2a_s`); a sliding window is refused with the p2p ring ("Context
+    parallelism does not support sliding window attention with cp_comm_type=p2p", context_parallel.py
+    `attn_forward_func_with_cp`), so a windowed model's windowed layers gather K and V (all_gather, the ring's
+    volume), the others keep p2p (`--cp-comm-type`, one type per layer)."""
+    if cp > 1 and model.softmax_type != "vanilla":
+        return ["--cp-comm-type", "a2a"]
     if cp == 1 or not model.windowed_layers:
         return []
     kinds = ["all_gather" if w else "p2p" for w in model.window_mask]
@@ -309,10 +314,18 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
         a.append("--swiglu")
     elif act == "squared_relu":
         a.append("--squared-relu")
+    elif act == "quick_geglu":
+        a.append("--quick-geglu")
     elif act == "geglu":
         a.append("--quick-geglu")
         notes.append("Megatron-LM's gated GeLU flag is --quick-geglu (x*sigmoid(1.702x)); the model's GeGLU uses "
                      "tanh GeLU: same shapes and cost, different numerics")
+    if model.glu_linear_offset:
+        a += ["--glu-linear-offset", _num(model.glu_linear_offset)]
+    if model.activation_clamp is not None:
+        a += ["--activation-func-clamp-value", _num(model.activation_clamp)]
+    if model.softmax_type != "vanilla":
+        a += ["--softmax-type", model.softmax_type]
     elif act == "relu":
         notes.append("Megatron-LM has no plain ReLU flag: it builds GeLU (same shapes and cost)")
     a += ["--hidden-dropout", _num(model.dropout), "--attention-dropout", _num(model.dropout)]

@@ -4,7 +4,8 @@ A shape fixes tp, cp, pp, dp (tp*cp*pp*dp = GPUs), vp, micro-batch size, recompu
 parallelism and the ZeRO stage; the layer split is chosen later. Legality follows
 Megatron-LM's checks:
 - tp divides the attention heads, the KV heads (query groups) and the FFN width;
-- cp needs flash attention and a sequence length divisible by 2*cp (load-balanced causal CP);
+- cp needs flash attention and a sequence length divisible by 2*cp (load-balanced causal CP), and
+  with attention sinks a TP rank's query and KV heads divisible by cp (all-to-all CP);
 - pp <= layers; the global batch divides into dp * micro_batch_size;
 - interleaving (vp > 1) needs pp >= 2, pp*vp <= layers and micro-batches divisible by pp
   (Megatron-Core's default micro-batch group of pp per virtual stage); the search tries the vp
@@ -39,7 +40,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..specs import JobSpec
-from .experts import expert_degrees, hsdp_violations, tp_split_widths
+from .experts import cp_a2a_violations, expert_degrees, hsdp_violations, tp_split_widths
 from .pipeline_split import slot_count, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 
@@ -202,7 +203,8 @@ def _degrees(job: JobSpec):
         if model.num_attention_heads % tp or model.num_kv_heads % tp or any(w % tp for w in widths):
             continue
         for cp in _allowed(cons, "cp", divisors(N // tp)):
-            if cp > 1 and (not job.flash_attention or s % (2 * cp) or model.is_hybrid):
+            if cp > 1 and (not job.flash_attention or s % (2 * cp) or model.is_hybrid
+                           or cp_a2a_violations(model, tp=tp, cp=cp)):
                 continue
             for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
                 dp = N // (tp * cp * pp)

@@ -55,6 +55,19 @@ def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
     return dense + shared + mamba
 
 
+def cp_a2a_violations(model: ModelSpec, *, tp: int, cp: int) -> list[tuple[str, str]]:
+    """Context parallelism of a softmax with sinks runs by all-to-all (render.megatron.cp_comm_flags), which
+    hands each CP rank whole heads: Transformer Engine asserts "cp_comm_type='a2a' requires num_heads %
+    cp_size == 0 for Q, K, V" on a TP rank's heads (context_parallel.py AttnFuncWithCPAndQKVOA2A at d0067d0)."""
+    if cp == 1 or model.softmax_type == "vanilla":
+        return []
+    q, kv = model.num_attention_heads // tp, model.kv_heads // tp
+    if q % cp or kv % cp:
+        return [("cp", f"{model.name}'s attention sinks need context parallelism by all-to-all, which splits the "
+                       f"{q} query and {kv} KV heads of a TP rank over cp = {cp}; use a cp that divides {math.gcd(q, kv)}")]
+    return []
+
+
 def hybrid_violations(model: ModelSpec, *, cp: int, account: bool) -> list[tuple[str, str]]:
     """What a hybrid Mamba model's configuration may not use here: context parallelism (Megatron's
     Mamba CP, megatron/core/ssm/mamba_context_parallel.py, is not priced) and a split counting the

@@ -69,9 +69,7 @@ _FAMILIES: dict[str, _Family] = {
     "deepseek_v2": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
     "deepseek_v3": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
     "gpt_oss": _Family(gated=True, tied=False, bias=True, qkv_bias=True, head_dim=64, rope_theta=150000.0, eps=1e-5,
-                       caveats=("attention sinks (one learned logit per head)",
-                                "clamped SwiGLU (alpha 1.702, limit 7) costed as SwiGLU",
-                                "router bias (one per expert)")),
+                       caveats=("router bias (one per expert)",)),
     "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5,
                            caveats=("no RoPE on every 4th layer (no_rope_layers)",
                                     "chunked attention (attention_chunk_size) on the RoPE layers, costed as full "

@@ -13,8 +13,9 @@ from .moe_shape import MoeShape
 
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
-Activation = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu"]
-GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated MLPs: 3 weight matrices
+Activation = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu", "quick_geglu"]
+GATED_ACTIVATIONS = ("swiglu", "geglu", "quick_geglu")  # gated MLPs: 3 weight matrices
+SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
 ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
 RouterScore = Literal["softmax", "sigmoid"]
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
@@ -54,6 +55,14 @@ class ModelSpec(HybridShape, MoeShape, Spec):
     activation: Activation | None = Field(
         None, description="MLP activation; swiglu/geglu are gated (gated_mlp true); defaults to swiglu or gelu by gated_mlp")
     qk_norm: bool = Field(False, description="normalisation of queries and keys per head (Qwen3, Gemma 3)")
+    softmax_type: SoftmaxType = Field(
+        "vanilla", description="attention softmax (Megatron --softmax-type): learnable adds a learned logit per head to "
+                               "every denominator (GPT-OSS's attention sinks); off-by-one adds 1")
+    glu_linear_offset: float = Field(
+        0.0, ge=0, description="added to a quick_geglu MLP's linear half before the product (Megatron "
+                               "--glu-linear-offset; GPT-OSS's (up + 1))")
+    activation_clamp: PositiveFloat | None = Field(
+        None, description="clamp of a gated MLP's inputs (Megatron --activation-func-clamp-value; GPT-OSS's 7)")
     dropout: float = Field(
         0.1, ge=0, lt=1, description="hidden and attention dropout (Megatron-LM --hidden-dropout/--attention-dropout, "
                                      "default 0.1); modern decoders (Llama, Mistral, Qwen, Nemotron, MPT) train with 0")
@@ -183,6 +192,7 @@ class ModelSpec(HybridShape, MoeShape, Spec):
             raise ValueError(f"activation {self.activation} is {'' if self.activation in GATED_ACTIVATIONS else 'not '}"
                              f"gated but gated_mlp is {str(self.gated_mlp).lower()}; gated activations are "
                              f"{', '.join(GATED_ACTIVATIONS)}")
+        self._check_activation()
         if self.position_embedding != "rope":
             given = [f for f in ROPE_FIELDS if getattr(self, f) is not None]
             if given:
@@ -205,7 +215,18 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         self._check_mla()
         return self
 
+    def _check_activation(self) -> None:
+        """Megatron's rules for the gated MLP's offset and clamp (transformer_config.py `__post_init__` at
+        d98e8a6): the offset is quick GeGLU's; a clamp takes a gated activation, and SwiGLU's is MoE-only."""
+        if self.glu_linear_offset and self.activation != "quick_geglu":
+            raise ValueError(f"glu_linear_offset applies to activation quick_geglu, not {self.activation}; drop it")
+        if self.activation_clamp is not None and (self.activation not in ("swiglu", "quick_geglu")
+                                                  or (self.activation == "swiglu" and not self.num_experts)):
+            raise ValueError(f"activation_clamp applies to quick_geglu, or to swiglu in a mixture-of-experts model, "
+                             f"not to {self.activation}{'' if self.num_experts else ' in a dense model'}; drop it")
+
     # ---- derived quantities (pure) ----
+
     @property
     def head_dim(self) -> int:
         return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads

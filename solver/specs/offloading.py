@@ -27,7 +27,7 @@ OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "ml
                         "fused_group_mlp"]
 MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
 NORM_OFFLOAD_MODULES = frozenset({"attn_norm", "mlp_norm"})
-FUSED_MLP_ACTIVATIONS = ("swiglu", "geglu", "squared_relu")  # the op fuser's grouped MLP (module docstring)
+FUSED_MLP_ACTIVATIONS = ("swiglu", "geglu", "quick_geglu", "squared_relu")  # the op fuser's grouped MLP (module docstring)
 
 
 def _structure_problem(job, mods: set) -> str | None:
