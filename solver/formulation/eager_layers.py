@@ -95,7 +95,8 @@ CODE: dict[str, Code] = {
     "bloom": Code("layernorm", fused_qkv=True, resid_dropout=True), "olmo": Code("layernorm"),
 }
 # The activation a spec without `hidden_act` runs (transformers ACT2FN names).
-DEFAULT_ACT = {"swiglu": "silu", "geglu": "gelu_pytorch_tanh", "quick_geglu": "silu", "gelu": "gelu", "relu": "relu", "squared_relu": "relu2"}
+DEFAULT_ACT = {"swiglu": "silu", "geglu": "gelu_pytorch_tanh", "quick_geglu": "silu", "gelu": "gelu", "relu": "relu",
+               "squared_relu": "relu2"}
 
 
 def layer_code(model: ModelSpec) -> Code:

@@ -320,14 +320,14 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
         a.append("--quick-geglu")
         notes.append("Megatron-LM's gated GeLU flag is --quick-geglu (x*sigmoid(1.702x)); the model's GeGLU uses "
                      "tanh GeLU: same shapes and cost, different numerics")
+    elif act == "relu":
+        notes.append("Megatron-LM has no plain ReLU flag: it builds GeLU (same shapes and cost)")
     if model.glu_linear_offset:
         a += ["--glu-linear-offset", _num(model.glu_linear_offset)]
     if model.activation_clamp is not None:
         a += ["--activation-func-clamp-value", _num(model.activation_clamp)]
     if model.softmax_type != "vanilla":
         a += ["--softmax-type", model.softmax_type]
-    elif act == "relu":
-        notes.append("Megatron-LM has no plain ReLU flag: it builds GeLU (same shapes and cost)")
     a += ["--hidden-dropout", _num(model.dropout), "--attention-dropout", _num(model.dropout)]
     a += window_flags(model)
     if not model.tied_embeddings:

@@ -226,7 +226,6 @@ class ModelSpec(HybridShape, MoeShape, Spec):
                              f"not to {self.activation}{'' if self.num_experts else ' in a dense model'}; drop it")
 
     # ---- derived quantities (pure) ----
-
     @property
     def head_dim(self) -> int:
         return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads
