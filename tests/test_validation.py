@@ -169,6 +169,9 @@ def test_gpu_names_and_software_eras():
     # AMD's MI325X / MI355X price on their own entries, not refused and not an H100 / A100
     assert [gpu_of(g) for g in ("NVIDIA H800 SXM5", "A800 80GB", "MI325X", "AMD Instinct MI355X")] == [
         ("h800", "h800"), ("a800-80gb", "a800"), ("mi325x", "mi325x"), ("mi355x", "mi355x")]
+    # a PCIe or NVL board is not the SXM module (fewer SMs, other memory, no NVSwitch): skipped, not mis-priced
+    assert [gpu_of(g) for g in ("H100 PCIe 80GB", "H100 NVL", "A100-PCIE-40GB")] == [None, None, None]
+    assert gpu_of("GB200 NVL72") == ("gb200", "gb200")  # the rack is not the H100 NVL board
     from solveplan.calibration.rows import precision_of
     assert [precision_of(t) for t in ("fp8-cs", "mxfp8 (32x32 granularity per note)", "fp8-blockwise (128x128 w)",
                                       "fp8 (quantization recipe not stated)", "bf16")] == \

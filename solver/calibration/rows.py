@@ -61,9 +61,17 @@ GPU_PATTERNS = (
 CATALOG_MODEL_OF_KEY = {"llama3-8b": "llama3.1-8b", "llama3-70b": "llama3.1-70b"}
 
 
+# Board variants whose peaks, memory or NVLink differ from the SXM module the catalog holds (H100 PCIe: 114 SMs,
+# 2 TB/s; H100 NVL: 94 GB; A100 PCIe: NVLink bridges in pairs, no NVSwitch): not read as the SXM entry
+OTHER_BOARDS = r"pcie|\bnvl\b"  # "H100 NVL", not the GB200 NVL72 rack
+
+
 def gpu_of(text: str | None) -> tuple[str, str] | None:
-    """(catalog GPU, cluster family) of a row's `hardware.gpu` text, or None."""
+    """(catalog GPU, cluster family) of a row's `hardware.gpu` text, or None (also for a board variant the
+    catalog does not hold, `OTHER_BOARDS`: a row of it is skipped, not priced as the SXM module)."""
     t = str(text or "").lower()
+    if re.search(OTHER_BOARDS, t):
+        return None
     for pattern, out in GPU_PATTERNS:
         if re.search(pattern, t):
             return out
