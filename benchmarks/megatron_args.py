@@ -434,7 +434,7 @@ def planned_architecture(model, cp: int = 1) -> dict:
                                         "activation_clamp")}
     # said in notes: no ReLU flag; a tanh GeGLU is launched as Megatron's quick GeGLU
     d["activation"] = {"relu": "gelu", "geglu": "quick_geglu"}.get(d["activation"], d["activation"])
-    d["sink_cp_comm"] = "a2a" if model.softmax_type != "vanilla" and cp > 1 else None
+    d["sink_cp_comm"] = "a2a" if model.cp_all_to_all and cp > 1 else None
     return {**d, **planned_window(model)}
 
 

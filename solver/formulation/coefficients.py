@@ -231,7 +231,7 @@ class _StageTerms:
             tp_exposed_fwd = tp_exposed_bwd = tp_pass
         self.tp_exposed_fwd, self.tp_exposed_bwd = tp_exposed_fwd, tp_exposed_bwd
         self.layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
-        if self.model.softmax_type != "vanilla":  # TE runs a sink's softmax under CP by all-to-all only (cp_comm_flags)
+        if self.model.cp_all_to_all:  # attention sinks: CP by all-to-all only (ModelSpec.cp_all_to_all)
             qkvo_bytes = b * (s / c) * (2 * self.hq + 2 * self.hkv) / t * BF16_BYTES
             self.layer_cp = cp_a2a_s(cluster, qkvo_chunk_bytes=qkvo_bytes, cp=c, tp=t, recompute=rc)
         else:

@@ -261,13 +261,12 @@ def window_flags(model: ModelSpec) -> list[str]:
 
 def cp_comm_flags(model: ModelSpec, cp: int) -> list[str]:
     """Context parallelism's exchange where Megatron's default p2p ring cannot run: a softmax with a learned or
-    unit offset runs only with a2a (Transformer Engine's backend filter, dot_product_attention/utils.py:
-    "Disabling FusedAttention for context parallelism with softmax_type = ... and cp_comm_type = ...", at
-    d0067d0), priced as such (`layer_terms.cp_a2a_s`); a sliding window is refused with the p2p ring ("Context
-    parallelism does not support sliding window attention with cp_comm_type=p2p", context_parallel.py
-    `attn_forward_func_with_cp`), so a windowed model's windowed layers gather K and V (all_gather, the ring's
-    volume), the others keep p2p (`--cp-comm-type`, one type per layer)."""
-    if cp > 1 and model.softmax_type != "vanilla":
+    unit offset runs only with a2a (`ModelSpec.cp_all_to_all`), priced as such (`layer_terms.cp_a2a_s`); a
+    sliding window is refused with the p2p ring ("Context parallelism does not support sliding window attention
+    with cp_comm_type=p2p", context_parallel.py `attn_forward_func_with_cp`), so a windowed model's windowed
+    layers gather K and V (all_gather, the ring's volume), the others keep p2p (`--cp-comm-type`, one type per
+    layer)."""
+    if cp > 1 and model.cp_all_to_all:
         return ["--cp-comm-type", "a2a"]
     if cp == 1 or not model.windowed_layers:
         return []

@@ -56,10 +56,10 @@ def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
 
 
 def cp_a2a_violations(model: ModelSpec, *, tp: int, cp: int) -> list[tuple[str, str]]:
-    """Context parallelism of a softmax with sinks runs by all-to-all (render.megatron.cp_comm_flags), which
+    """Context parallelism of a softmax with sinks runs by all-to-all (`ModelSpec.cp_all_to_all`), which
     hands each CP rank whole heads: Transformer Engine asserts "cp_comm_type='a2a' requires num_heads %
     cp_size == 0 for Q, K, V" on a TP rank's heads (context_parallel.py AttnFuncWithCPAndQKVOA2A at d0067d0)."""
-    if cp == 1 or model.softmax_type == "vanilla":
+    if cp == 1 or not model.cp_all_to_all:
         return []
     q, kv = model.num_attention_heads // tp, model.kv_heads // tp
     if q % cp or kv % cp:

@@ -227,6 +227,15 @@ class ModelSpec(HybridShape, MoeShape, Spec):
 
     # ---- derived quantities (pure) ----
     @property
+    def cp_all_to_all(self) -> bool:
+        """Whether context parallelism must exchange by all-to-all: Transformer Engine runs a softmax with an
+        offset (attention sinks) under CP only with cp_comm_type a2a (dot_product_attention/utils.py at d0067d0,
+        "Disabling FusedAttention for context parallelism with softmax_type = ..."). The one rule the launch
+        (`render.megatron.cp_comm_flags`), the price (`layer_terms.cp_a2a_s`) and the space
+        (`space.experts.cp_a2a_violations`) read."""
+        return self.softmax_type != "vanilla"
+
+    @property
     def head_dim(self) -> int:
         return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads
 
