@@ -50,6 +50,7 @@ from .rows import (
     gpu_of,
     grad_reduce_dtype,
     measured_step_s,
+    megatron_fsdp,
     pipeline_accounting,
     published_row_cluster,
     recompute_of,
@@ -282,7 +283,7 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append("Muon optimizer (the row's note) costed as Adam: Adam's two fp32 states bound the memory "
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
-    settings.update(precision_settings(raw, precision, assumed, key))
+    settings.update(precision_settings(raw, precision, assumed, key, megatron_fsdp=megatron_fsdp(p)))
     if layout:
         _row_layout(row, layout, model)
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)

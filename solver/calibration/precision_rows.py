@@ -21,13 +21,13 @@ from .eras import NEMO_DOCS
 FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8"), **{src: ("fp8", "fp8-tensorwise") for src in NEMO_DOCS}}
 
 
-def precision_settings(raw: dict, precision: str, assumed: list, model_key: str = "") -> dict:
+def precision_settings(raw: dict, precision: str, assumed: list, model_key: str = "",
+                       megatron_fsdp: bool = False) -> dict:
     """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
-    them (`FP8_PARAM_GATHER`; not in a NeMo run under FSDP, which its scripts turn them off for), or its
-    NVFP4 settings (`nvfp4_settings`); {} for another row."""
+    them (`FP8_PARAM_GATHER`; not in a NeMo run under Megatron-FSDP, `rows.megatron_fsdp`, which its scripts
+    turn them off for), or its NVFP4 settings (`nvfp4_settings`); {} for another row."""
     source = raw.get("source", "")
-    fsdp = str((raw.get("parallel") or {}).get("fsdp") or "").lower().startswith("yes")
-    if precision in FP8_PARAM_GATHER.get(source, ()) and not (fsdp and source in NEMO_DOCS):
+    if precision in FP8_PARAM_GATHER.get(source, ()) and not (megatron_fsdp and source in NEMO_DOCS):
         assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
         return {"fp8_param_gather": True}
     return nvfp4_settings(raw, assumed, model_key)

@@ -331,7 +331,7 @@ def row_job(raw: dict) -> Row:
     cluster = published_row_cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
     fsdp = str(p.get("fsdp") or "")
-    if fsdp.lower().startswith(("megatron-fsdp", "yes (fsdp")):  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
+    if megatron_fsdp(p):  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
         zero, fsdp = 3, ""
         assumed.append("Megatron-FSDP costed as ZeRO-3 (optim_grads_params)")
     elif fsdp.lower().startswith(("no", "not stated", "column absent")):
@@ -373,7 +373,7 @@ def row_job(raw: dict) -> Row:
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
-        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **precision_settings(raw, precision, assumed),
+        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **precision_settings(raw, precision, assumed, megatron_fsdp=megatron_fsdp(p)),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )
@@ -395,6 +395,13 @@ def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precis
         assumed.append(f"FP8 recipe {preset_fp8}: the matched perf_matrix entry's")
         return preset_fp8, offload
     return _precision(raw.get("precision"), assumed), offload
+
+
+def megatron_fsdp(p: dict) -> bool:
+    """Whether a row's FSDP column says Megatron-FSDP (NeMo's and Megatron-Bridge's tables: "Megatron-FSDP",
+    "yes (FSDP=1)"): the one reading of it (`row_job` costs it as ZeRO-3; `precision_rows` turns NeMo's FP8
+    weights off under it)."""
+    return str(p.get("fsdp") or "").lower().startswith(("megatron-fsdp", "yes (fsdp"))
 
 
 def ddp_zero(p: dict, assumed: list) -> tuple[int, ...] | None:
