@@ -358,8 +358,7 @@ def _show_model(s, as_json: bool) -> None:
         ("heads (kv)", f"{s.num_attention_heads} ({s.num_kv_heads}), head_dim {s.head_dim}"
                        + (f"; sliding window {s.sliding_window} on {s.windowed_layers} of {s.num_layers} layers"
                           if s.windowed_layers else "")
-                       + (f"; softmax {s.softmax_type} (attention sinks)" if s.softmax_type == "learnable"
-                          else f"; softmax {s.softmax_type}" if s.softmax_type != "vanilla" else "")),
+                       + (f"; softmax {s.softmax_type} (attention sinks)" if s.softmax_type != "vanilla" else "")),
         ("ffn", f"{s.ffn_hidden_size} ({'gated, 3 matrices' if s.gated_mlp else '2 matrices'}, {s.activation}"
                 + (f" + {s.glu_linear_offset:g}" if s.glu_linear_offset else "")
                 + (f", clamped at {s.activation_clamp:g}" if s.activation_clamp is not None else "") + ")"
