@@ -199,6 +199,19 @@ def test_tables(cli):
             assert n in r.out
 
 
+def test_tables_cut_no_cell(cli):
+    """At the 120 columns a pipe gets, every catalog table keeps every cell whole: no name or number cut
+    to an ellipsis, no column squeezed to nothing by a long rule (the rack families' rule for N is a
+    note under the table)."""
+    for cmd in ("models", "gpus", "clusters"):
+        out = cli(cmd).out
+        assert "\u2026" not in out, cmd
+        assert max(len(line) for line in out.splitlines()) <= 120, cmd
+    out = cli("clusters").out
+    assert "N: rule 1" in out and "rule 1: N a multiple of 72, or of 4 up to 72" in out
+    assert "mi355xx<N>" in out and "multiple of 16" in out
+
+
 def test_gpus_and_clusters_json(cli):
     gpus = json.loads(cli("gpus", "--json").out)
     assert {g["name"] for g in gpus} == set(catalog_gpus())

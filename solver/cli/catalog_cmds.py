@@ -144,6 +144,9 @@ def _cluster_row(c) -> dict[str, Any]:
     return {**d, **cluster_facts(c)}
 
 
+RULE_CELL_CHARS = 16  # a family's rule for N longer than this is printed under the table
+
+
 # ----------------------------------------------------------------- output
 def _console():
     from rich.console import Console
@@ -152,14 +155,21 @@ def _console():
     return Console(soft_wrap=False, width=None if tty else 120, highlight=False, emoji=False)
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+def _table(title: str, columns: list[str], rows: list[list[Any]], wrap: tuple[str, ...] = ()) -> None:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=escape_markup(title, 1000), title_justify="left")
+    # no vertical rules: ten columns of a cluster fit in 120 characters
+    table = Table(title=escape_markup(title, 1000), title_justify="left", box=box.SIMPLE_HEAVY)
+    cells = [[_cell(v) for v in row] for row in rows]
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 else "right", no_wrap=True)
-    for row in rows:
-        table.add_row(*(_cell(v) for v in row))
+        # only the `wrap` columns (pools, notes) may break, at their spaces, never inside a word;
+        # names and numbers never do
+        words = [len(w) for row in cells for w in row[i].split()] if col in wrap else []
+        table.add_column(col, justify="left" if i == 0 else "right", no_wrap=col not in wrap,
+                         min_width=max(words, default=None))
+    for row in cells:
+        table.add_row(*row)
     _console().print(table)
 
 
@@ -211,7 +221,8 @@ def gpus(as_json: bool) -> None:
             "efficiencies"],
            [[g.name, g.architecture, g.peak_bf16_tflops, g.peak_fp8_tflops, g.peak_fp4_tflops, g.hbm_gib,
              g.hbm_gbyte_per_s, g.num_sms,
-             f"assumed: {g.efficiencies_assumed_from}'s" if g.efficiencies_assumed_from else "fitted"] for g in gs])
+             f"assumed: {g.efficiencies_assumed_from}'s" if g.efficiencies_assumed_from else "fitted"] for g in gs],
+           wrap=("efficiencies",))
 
 
 @click.command()
@@ -233,13 +244,24 @@ def clusters(as_json: bool) -> None:
     rows = [[c.name, " + ".join(f"{p.num_nodes} {p.gpu.name}" for p in c.pool_specs()) if c.is_mixed else c.gpu.name,
              c.num_nodes, each(c, "gpus_per_node"), each(c, "domain_gpus"), c.num_gpus, each(c, "nvlink_gbyte_per_s"),
              each(c, "nic_gbit_per_s"), c.nodes_per_leaf, f"{c.spine_oversubscription:g}:1"] for c in cs]
+    rules: list[str] = []  # a rule too long for a cell is a note under the table, named in the cell
+
+    def rule_cell(t) -> str:
+        rule = family_rule(t)
+        if len(rule) <= RULE_CELL_CHARS:
+            return rule
+        if rule not in rules:
+            rules.append(rule)
+        return f"N: rule {rules.index(rule) + 1}"
     rows += [[f"{f}x<N>", t.get("gpu"), "N/" + str(t.get("gpus_per_node", 8)), t.get("gpus_per_node", 8),
-              t.get("nvlink_domain_gpus", t.get("gpus_per_node", 8)), family_rule(t),
+              t.get("nvlink_domain_gpus", t.get("gpus_per_node", 8)), rule_cell(t),
               t.get("nvlink_gbyte_per_s"), t.get("nic_gbit_per_s"), t.get("nodes_per_leaf"),
               f"{t.get('spine_oversubscription', 1):g}:1"] for f, t in fams.items()]
     _table("clusters (bandwidths per GPU per direction; NVLink domain: GPUs on one NVLink/NVSwitch fabric)",
-           ["name", "gpu", "nodes", "gpus/node", "NVLink domain", "gpus", "NVLink GB/s", "NIC Gbit/s", "nodes/leaf",
-            "spine"], rows)
+           ["name", "gpu", "nodes", "gpus/\nnode", "NVLink\ndomain", "gpus", "NVLink\nGB/s", "NIC\nGbit/s",
+            "nodes/\nleaf", "spine"], rows, wrap=("gpu",))
+    for i, rule in enumerate(rules, 1):
+        click.echo(f"rule {i}: N a {rule}")
 
 
 # ----------------------------------------------------------------- show
