@@ -437,7 +437,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     mflags, mnotes = model_flags(model, job.seq_length)
     a += mflags
     notes += mnotes
-    if model.is_moe or model.multi_latent_attention:
+    if model.is_moe or model.multi_latent_attention or model.mtp_num_layers:  # MTP: a dense model's too
         a, layout = moe_launch(job, plan, a, notes, layout, arch)
     if model.is_hybrid:  # Megatron-Core's HybridModel, the split as pattern segments (render/megatron_hybrid.py)
         a, layout = hybrid_flags(model, a, notes, list(plan.layers_per_stage), par.vp), None
