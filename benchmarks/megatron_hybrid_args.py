@@ -1,4 +1,5 @@
-"""Megatron-LM accepts the launch arguments of hybrid Mamba-Transformer plans.
+"""Megatron-LM accepts the launch arguments of hybrid Mamba-Transformer plans (and Gated DeltaNet layers in a
+hybrid pattern).
 
     python benchmarks/megatron_hybrid_args.py --megatron-lm PATH [--out benchmarks/results/megatron_hybrid_args.md]
 
@@ -10,7 +11,7 @@ pipelined over 2 ranks x 2 virtual stages): explicit configurations through `pla
 `optimize`'s own plans. Compared with the plan: the layer pattern Megatron parses (pipe segments
 removed) and its layer count, the layers each pipeline rank builds (Megatron's rule,
 hybrid_layer_allocation.select_pipeline_segment: segment vp_stage * pp + pp_rank) and the virtual
-stages validate_args derives, the Mamba-2 dimensions, the experts (count, top-k, FFN, shared,
+stages validate_args derives, the Mamba-2 and Gated DeltaNet dimensions, the experts (count, top-k, FFN, shared,
 router, LatentMoE's latent size), the MTP block (Megatron's unified pattern "main/mtp/mtp" as its own
 `parse_hybrid_pattern` reads it: the depth's layers and count, and TransformerConfig's mtp_num_layers and
 mtp_use_repeated_layer; Nemotron 3 Super's 2 repeated "*E" depths) and the parallel degrees (tp, ep,
@@ -52,6 +53,10 @@ LATENT = {**PERIODIC, "name": "hybrid-latent-moe-24", "hybrid_layer_pattern": "M
           "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True, "moe_latent_size": 512}
 # a hybrid model with MTP depths of their own weights (Megatron's unified pattern "main/M-/M-/M-")
 MTP = {**PERIODIC, "name": "hybrid-mtp-24", "mtp_num_layers": 3, "mtp_hybrid_layer_pattern": "M-"}
+# Gated DeltaNet layers in a pattern that is not a GPT model's layers (two mixers in a row, next to Mamba):
+# pretrain_hybrid.py with its 'G' symbols and the --linear-* sizes
+GDN = {**PERIODIC, "name": "hybrid-gdn-24", "hybrid_layer_pattern": "GM*-" * 6, "gdn_num_key_heads": 8,
+       "gdn_num_value_heads": 16, "gdn_key_head_dim": 128, "gdn_value_head_dim": 128}
 # (label, model, cluster, explicit configuration or None for optimize, job extras)
 CASES = [
     ("Nemotron 3 Nano, EP 8 (the published H100 runs' shape)", "nemotron3-nano", "h100x16",
@@ -93,6 +98,8 @@ CASES = [
      {"global_batch_size": 256, "seq_length": 8192, "precision": "mxfp8", "distributed_optimizer_instances": 4,
       "offload_modules": ("fused_group_mlp",), "recompute_modules": ("moe_act",), "moe_token_dispatcher": "flex",
       "min_offloaded_tensor_size": 500_000_000}),
+    ("Gated DeltaNet beside Mamba (G and M symbols), tp 2 + SP, pp 2", GDN, "h100x8",
+     dict(tp=2, pp=2, sequence_parallel=True), {"global_batch_size": 64, "seq_length": 4096}),
 ]
 
 
@@ -133,7 +140,10 @@ def _built(M, args, cfg, pp: int) -> dict:
              mtp=(parsed.mtp_pattern, parsed.mtp_num_depths, cfg.mtp_num_layers or 0, bool(cfg.mtp_use_repeated_layer)),
              vp=args.virtual_pipeline_model_parallel_size or 1, tp=cfg.tensor_model_parallel_size,
              sp=bool(cfg.sequence_parallel), mamba=(cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_num_groups,
-                                                   cfg.mamba_state_dim), hybrid=bool(cfg.is_hybrid_model))
+                                                   cfg.mamba_state_dim) if "M" in parsed.main_pattern else None,
+             gdn=(cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                  cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim) if "G" in parsed.main_pattern else None,
+             hybrid=bool(cfg.is_hybrid_model))
     if cfg.num_moe_experts:
         d.update(experts=(cfg.num_moe_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
                           cfg.moe_shared_expert_intermediate_size, cfg.moe_router_score_function,
@@ -148,7 +158,10 @@ def _planned(model, plan) -> dict:
     d = dict(pattern=model.hybrid_layer_pattern, num_layers=model.num_layers, split=list(plan.layers_per_stage),
              mtp=(model.mtp_hybrid_layer_pattern, model.mtp_num_layers, model.mtp_num_layers,
                   model.mtp_use_repeated_layer),
-             vp=par.vp, tp=par.tp, sp=bool(par.sequence_parallel), mamba=model.mamba_dims, hybrid=True)
+             vp=par.vp, tp=par.tp, sp=bool(par.sequence_parallel),
+             mamba=model.mamba_dims if model.mamba_num_heads is not None else None,
+             gdn=(model.gdn_num_key_heads, model.gdn_num_value_heads, model.gdn_key_head_dim, model.gdn_value_head_dim,
+                  model.gdn_conv_kernel) if model.gdn_num_key_heads is not None else None, hybrid=True)
     if model.is_moe:
         d.update(experts=(model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size,
                           model.moe_shared_expert_intermediate_size, model.moe_router_score_function,
@@ -189,7 +202,7 @@ def report(rows, controls, commit, elapsed) -> str:
              f"`python benchmarks/megatron_hybrid_args.py --megatron-lm PATH` against NVIDIA/Megatron-LM at `{commit}`"
              f" (the module docstring says what is called and compared; {elapsed:.0f} s).", "",
              f"**{ok} of {len(rows)} hybrid plans accepted** by `parse_args` / `validate_args` / "
-             f"`core_transformer_config_from_args`, with the pattern, layer split, virtual stages, Mamba-2 dimensions, "
+             f"`core_transformer_config_from_args`, with the pattern, layer split, virtual stages, Mamba-2 and Gated DeltaNet dimensions, "
              f"experts, parallel degrees, optimizer sharding (Megatron-FSDP strategy, HSDP instances) and the precision "
              f"and offloading settings (as megatron_args.py's precision_diff) Megatron derives equal to the plan's; "
              f"entry script `pretrain_hybrid.py`.",

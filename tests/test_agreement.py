@@ -127,6 +127,25 @@ def moe_jobs(draw) -> JobSpec:
                                   "moe_token_dispatcher": draw(st.sampled_from(["alltoall", "flex"]))})
 
 
+@st.composite
+def gdn_jobs(draw) -> JobSpec:
+    """A drawn job whose model is made a Gated DeltaNet hybrid (Qwen3.5's kind): periods of G and * mixers each
+    followed by an MLP (-) or a MoE block (E), the attention gated; the Gated DeltaNet's heads 4 key x 1 or 2, so
+    tp 1, 2 and 4 stay legal."""
+    job = draw(jobs())
+    m = job.model
+    period = draw(st.sampled_from(["G-*-", "GE*E", "G-", "GEGE*E"]))
+    pattern = period * draw(st.integers(1, 3))
+    moe = dict(num_experts=draw(st.sampled_from([4, 8])), moe_ffn_hidden_size=m.hidden_size // 2,
+               moe_router_topk=2) if "E" in pattern else {}
+    model = ModelSpec(**{**m.model_dump(), "num_layers": len(pattern), "hybrid_layer_pattern": pattern,
+                         "attention_output_gate": True, "gdn_num_key_heads": 4,
+                         "gdn_num_value_heads": draw(st.sampled_from([4, 8])), "gdn_key_head_dim": 64,
+                         "gdn_value_head_dim": 64, **moe})
+    cons = {k: v for k, v in job.constraints.model_dump(exclude_none=True).items() if k != "pp"}
+    return job.model_copy(update={"model": model, "constraints": Constraints(**cons)})
+
+
 DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time
 
 
@@ -381,3 +400,17 @@ def test_moe_optimize_equals_exhaustive_over_the_legal_space(job):
     assert sol.plan.fits and sum(sol.plan.layers_per_stage) == job.model.num_layers
     assert sol.plan.step_time_s >= ex.best.objective_s * (1 - 1e-12)
     assert _close(sol.plan.step_time_s, ex.best.objective_s, q), (sol.plan.step_time_s, ex.best.objective_s, q)
+
+
+@pytest.mark.skipif(_cpsat is None, reason=_CPSAT_WHY)
+@MOE_SETTINGS
+@given(gdn_jobs())
+def test_gdn_cpsat_search_equals_exhaustive(job):
+    """Gated DeltaNet hybrids: CP-SAT over the exhaustive search's own candidates (pipeline units = pattern
+    periods), and the Alpa DP and the branch and bound."""
+    cands, ex = _exhaustive(job)
+    _check_cpsat(job, cands, ex)
+    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
+        assert res.finished and res.status == ex.status
+        if ex.status == "OPTIMAL":
+            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)

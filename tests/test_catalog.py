@@ -55,7 +55,8 @@ def test_model_entry(name):
     optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor",
                 "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers",
                 "sliding_window_pattern",  # HF-family entries state them
-                "softmax_type", "glu_linear_offset", "activation_clamp"}  # GPT-OSS's sinks and clamped quick GeGLU
+                "softmax_type", "glu_linear_offset", "activation_clamp",  # GPT-OSS's sinks and clamped quick GeGLU
+                "attention_output_gate"}  # Qwen3.5's gated attention
     # a dense entry leaves the mixture-of-experts and multi-latent-attention fields out; an MoE
     # entry states them, except a layer pattern (when moe_layer_freq says it), group-limited
     # routing and token dropping (absent from most models)
@@ -68,11 +69,14 @@ def test_model_entry(name):
                        "moe_latent_size"}  # LatentMoE: Nemotron 3 Super / Ultra only
         moe_and_mla |= set() if raw.get("multi_latent_attention") else set(MLA_FIELDS)
     optional |= moe_and_mla
-    # a hybrid Mamba entry states its pattern and Mamba mixer (its E layers are the MoE layers: no
-    # moe_layer_freq); the others leave them out
-    hybrid = {"hybrid_layer_pattern", "mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups",
-              "mamba_conv_kernel", "mamba_chunk_size"}
-    optional |= {"moe_layer_freq"} if "hybrid_layer_pattern" in raw else hybrid
+    # a hybrid entry states its pattern and its Mamba mixer or Gated DeltaNet (its E layers are the MoE layers:
+    # no moe_layer_freq); the others leave them out
+    mamba = {"mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups", "mamba_conv_kernel",
+             "mamba_chunk_size"}
+    gdn = {"gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim", "gdn_value_head_dim", "gdn_conv_kernel"}
+    pattern = raw.get("hybrid_layer_pattern", "")
+    optional |= ({"moe_layer_freq"} | (set() if "M" in pattern else mamba) | (set() if "G" in pattern else gdn)
+                 if pattern else {"hybrid_layer_pattern"} | mamba | gdn)
     optional |= {"mtp_hybrid_layer_pattern", "mtp_use_repeated_layer"}  # a hybrid model's MTP block (Nemotron 3 Super)
     assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None

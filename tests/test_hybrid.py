@@ -43,7 +43,7 @@ def test_nemotron3_nano_parameters_match_the_published_sizes():
     """NVIDIA's model card: 31.6B total, about 3.6B active with the embeddings; the technical report
     (arXiv:2512.20848 Sec. 2.1): 3.2B active without the input embedding. Within 1%."""
     m = load_model("nemotron3-nano")
-    assert m.hybrid_layer_counts() == {"mamba": 23, "attention": 6, "mlp": 0, "moe": 23}
+    assert m.hybrid_layer_counts() == {"mamba": 23, "gdn": 0, "attention": 6, "mlp": 0, "moe": 23}
     assert abs(m.num_params / 31.6e9 - 1) < 0.01
     assert abs(m.num_active_params / 3.6e9 - 1) < 0.01
     assert abs((m.num_active_params - m.embedding_params) / 3.2e9 - 1) < 0.015
@@ -57,7 +57,7 @@ def test_nemotron3_nano_parameters_match_the_published_sizes():
 def test_nemotron_h_56b_dense_hybrid_matches_its_size():
     """Nemotron-H-56B-Base (Mamba-2, attention and MLP layers, no MoE): 56B (NVIDIA, Nemotron-H, arXiv:2504.03624)."""
     m = load_model(str(H56_HF))
-    assert not m.is_moe and m.hybrid_layer_counts() == {"mamba": 54, "attention": 10, "mlp": 54, "moe": 0}
+    assert not m.is_moe and m.hybrid_layer_counts() == {"mamba": 54, "gdn": 0, "attention": 10, "mlp": 54, "moe": 0}
     assert abs(m.num_params / 56e9 - 1) < 0.01 and m.num_active_params == m.num_params
 
 
@@ -83,7 +83,7 @@ def test_nemotron3_ultra_list_form_config_maps_to_the_catalog_entry():
               "mamba_state_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_latent_size",
               "moe_shared_expert_intermediate_size", "mtp_hybrid_layer_pattern", "mtp_use_repeated_layer")
     assert {f: getattr(hf, f) for f in fields} == {f: getattr(cat, f) for f in fields}
-    assert cat.hybrid_layer_counts() == {"mamba": 48, "attention": 12, "mlp": 0, "moe": 48}
+    assert cat.hybrid_layer_counts() == {"mamba": 48, "gdn": 0, "attention": 12, "mlp": 0, "moe": 48}
     assert (hf.mtp_num_layers, cat.mtp_num_layers) == (1, 2)
     assert abs(cat.num_params / 550e9 - 1) < 0.01
     assert abs((cat.num_active_params - cat.embedding_params) / 55e9 - 1) < 0.01

@@ -69,7 +69,7 @@ def test_ultra_parameters_match_the_published_sizes():
     m = super_like(num_layers=108, hidden_size=8192, num_attention_heads=64, ffn_hidden_size=5120,
                    moe_ffn_hidden_size=5120, moe_shared_expert_intermediate_size=10240, moe_latent_size=2048,
                    mamba_num_heads=256, hybrid_layer_pattern=ULTRA_PATTERN)
-    assert m.hybrid_layer_counts() == {"mamba": 48, "attention": 12, "mlp": 0, "moe": 48}
+    assert m.hybrid_layer_counts() == {"mamba": 48, "gdn": 0, "attention": 12, "mlp": 0, "moe": 48}
     assert abs(m.num_params / 550e9 - 1) < 0.01, m.num_params
     assert abs((m.num_active_params - m.embedding_params) / 55e9 - 1) < 0.01, m.num_active_params
 

@@ -50,19 +50,22 @@ def model_facts(m) -> dict[str, Any]:
 
 
 def hybrid_facts(m) -> dict[str, Any]:
-    """The layers of a hybrid Mamba-Transformer model `show` prints: the pattern, layers and weights
-    per kind (total and active), the Mamba-2 mixer's dimensions."""
+    """The layers of a hybrid model `show` prints: the pattern, layers and weights per kind (total and
+    active), the Mamba-2 mixer's and the Gated DeltaNet's dimensions."""
     counts = {k: n for k, n in m.hybrid_layer_counts().items() if n}
     total, active = m.hybrid_kind_params(), m.hybrid_kind_params(active=True)
     return {"pattern": m.hybrid_layer_pattern, "layers": counts,
             "layer_params": {k: total[k] for k in counts}, "layer_active_params": {k: active[k] for k in counts},
             "mamba": dict(zip(("num_heads", "head_dim", "num_groups", "state_dim"), m.mamba_dims),
                           d_inner=m.mamba_d_inner, conv_kernel=m.mamba_conv_kernel, chunk_size=m.mamba_chunk_size)
-            if "mamba" in counts else None}
+            if "mamba" in counts else None,
+            "gdn": dict(num_key_heads=m.gdn_num_key_heads, num_value_heads=m.gdn_num_value_heads,
+                        key_head_dim=m.gdn_key_head_dim, value_head_dim=m.gdn_value_head_dim,
+                        conv_kernel=m.gdn_conv_kernel) if "gdn" in counts else None}
 
 
 def _hybrid_rows(hy: dict) -> list[tuple[str, Any]]:
-    names = {"mamba": "Mamba-2", "attention": "attention", "mlp": "MLP", "moe": "MoE"}
+    names = {"mamba": "Mamba-2", "gdn": "Gated DeltaNet", "attention": "attention", "mlp": "MLP", "moe": "MoE"}
     rows: list[tuple[str, Any]] = [
         ("layer kinds", ", ".join(f"{n} {names[k]}" for k, n in hy["layers"].items()) + f"  ({hy['pattern']})")]
     if hy["mamba"]:
@@ -70,6 +73,10 @@ def _hybrid_rows(hy: dict) -> list[tuple[str, Any]]:
         rows.append(("Mamba-2 mixer", f"{mb['num_heads']} heads of {mb['head_dim']} (d_inner {mb['d_inner']}), "
                                       f"{mb['num_groups']} groups, state {mb['state_dim']}, conv {mb['conv_kernel']}, "
                                       f"chunk {mb['chunk_size']}"))
+    if hy.get("gdn"):
+        g = hy["gdn"]
+        rows.append(("Gated DeltaNet", f"{g['num_key_heads']} key heads of {g['key_head_dim']}, {g['num_value_heads']} "
+                                       f"value heads of {g['value_head_dim']}, conv {g['conv_kernel']}"))
     per = [f"{names[k]} {v:,}" + (f" (active {hy['layer_active_params'][k]:,})" if hy["layer_active_params"][k] != v
                                   else "") for k, v in hy["layer_params"].items()]
     rows.append(("per layer", ", ".join(per)))

@@ -50,6 +50,7 @@ from .layer_terms import (
     cp_ring_exposed_s,
     layer_linears_s,
     mlp_linears,
+    output_gate_s,
     overlapped_s,
     per_parameter_zero3_s,
     selective_recompute,
@@ -196,8 +197,9 @@ class _StageTerms:
             rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
         # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
         self.overhead_s = overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
-        fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + overhead
-        bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + 2 * overhead
+        gate_fwd, gate_bwd = output_gate_s(model, M, t, hbm)  # the attention output gate, 0 without one
+        fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + gate_fwd + overhead
+        bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + gate_bwd + 2 * overhead
         fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam, self.m)
         self.fwd, self.bwd = fwd, bwd
         # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
@@ -328,7 +330,8 @@ class _StageTerms:
             self.instances)
         self.act_kw = dict(tokens=M, hidden=h, q_width=self.hq, kv_width=self.hkv, mlp_matrices=model.mlp_matrices,
                            heads=a, seq_k=s, tp=t, sp_degree=rep, recompute=rc, flash=flash_attention,
-                           dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision))
+                           dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision),
+                           gate_width=self.hq * model.attention_output_gate)
         layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=self.f, fam=self.fam,
                                                                **self.act_kw)
         # selective by module: the score terms stay unless core_attn is recomputed (unfused

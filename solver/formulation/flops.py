@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
+from .gdn import gdn_layer_fwd_flop_per_token
 from .kernels import window_keys
 from .mamba import mamba_layer_fwd_flop_per_token
 
@@ -114,7 +115,8 @@ def _hybrid_layer_counts(model: ModelSpec) -> dict[str, int]:
 def _hybrid_layers_fwd_flop(model: ModelSpec, tokens):
     """Forward FLOPs of a hybrid model's layers by kind (Megatron-LM training.py `hybrid_flops`):
     attention's projections, the MLP's and the MoE block's GEMMs (router, top-k routed and shared
-    experts), and each Mamba layer's GEMMs, conv1d and SSD scan (`mamba.mamba_layer_fwd_flop_per_token`);
+    experts), each Mamba layer's GEMMs, conv1d and SSD scan (`mamba.mamba_layer_fwd_flop_per_token`) and each
+    Gated DeltaNet layer's (`gdn.gdn_layer_fwd_flop_per_token`);
     each MTP depth's layers and its 2h -> h eh_proj (which Megatron's count leaves out)."""
     h, n = model.hidden_size, _hybrid_layer_counts(model)
     per_token = n["attention"] * _attention_gemm_per_token(model) + n["mlp"] * 2 * h * model.ffn_hidden_size * model.mlp_matrices
@@ -124,6 +126,8 @@ def _hybrid_layers_fwd_flop(model: ModelSpec, tokens):
         per_token += n["moe"] * moe_block_fwd_flop_per_token(model)
     if n["mamba"]:
         per_token += n["mamba"] * mamba_layer_fwd_flop_per_token(model)
+    if n["gdn"]:
+        per_token += n["gdn"] * gdn_layer_fwd_flop_per_token(model)
     return np.asarray(tokens, dtype=np.float64) * per_token
 
 

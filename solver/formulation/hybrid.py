@@ -1,5 +1,5 @@
-"""The layers of a hybrid Mamba-Transformer model (Megatron-LM --hybrid-layer-pattern; Nemotron-H,
-Nemotron 3) in the stage coefficients: each pattern symbol is one Megatron layer with its own
+"""The layers of a hybrid model (Megatron-LM --hybrid-layer-pattern; Mamba-Transformer: Nemotron-H,
+Nemotron 3; Gated DeltaNet: Qwen3-Next, Qwen3.5) in the stage coefficients: each pattern symbol is one Megatron layer with its own
 pre-norm and residual (megatron/core/models/hybrid/hybrid_block.py at d98e8a6), priced by kind from
 the same terms as a Transformer layer (`coefficients._StageTerms`, whose attributes are read here):
 
@@ -9,6 +9,8 @@ the same terms as a Transformer layer (`coefficients._StageTerms`, whose attribu
 - MoE (E): `moe_layer.moe_layer_terms` with no attention (its norm and residual, its MoE block);
 - Mamba (M): `mamba.py` (in_proj / out_proj GEMMs, the conv1d + SSD scan + norm as a roofline,
   the activations the fused kernel saves);
+- Gated DeltaNet (G): `gdn.py`, the same parts (in_proj / out_proj GEMMs, the conv1d + chunked delta
+  rule + gated norm as a roofline, what FLA's kernels save);
 
 each with one TP collective pair per pass (attention's, the MLP's, the Mamba mixer's out_proj; a
 MoE layer's shared experts and ETP as `moe_layer_terms` prices them), its weights' data-parallel
@@ -17,19 +19,20 @@ sublayer: one norm input and one linear input of the replicated 10h). A pipeline
 of the pattern (`ModelSpec.pipeline_units`), its costs the sums of its layers', its working set the
 largest layer's: every split searched stays exactly priced. Under selective recomputation the
 attention keeps the dense layer's modules (core_attn, MLA up projections) and the MoE layers
-theirs (`moe_layer.moe_selective`); an MLP layer's "mlp" module and the Mamba mixer are not
-recomputed (no Megatron selective module names them here). Fine-grained activation offloading
+theirs (`moe_layer.moe_selective`); an MLP layer's "mlp" module and the Mamba and Gated DeltaNet mixers
+are not recomputed (no Megatron selective module names them here). Fine-grained activation offloading
 (`fine_offload.py`) takes the attention's modules from attention layers and the MoE block's from MoE
-layers; MLP and Mamba layers have none."""
+layers; MLP, Mamba and Gated DeltaNet layers have none."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..specs.hybrid import HYBRID_SYMBOLS
+from . import gdn, mamba
 from .fine_offload import Offloaded, attention_offloaded, expert_offloaded, with_fine_offload
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import sharded_terms, sharding_of
-from .mamba import mamba_activation_bytes, mamba_linears, mixer_s
 from .memory import BF16_BYTES, layer_activation_bytes
 from .moe_layer import moe_layer_terms
 from .precision import gathered_param_bytes, quantize_bytes_per_element
@@ -98,35 +101,48 @@ def attention_layer(T) -> dict:
 def mlp_layer(T) -> dict:
     """An MLP sublayer (-): module docstring."""
     _, (f, b) = _attention_and_mlp_s(T)
-    act, working = sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, ffn=T.f)
+    act, working = sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, gate_width=0, ffn=T.f)
     return _layer(T, fwd=f, bwd=b, rfwd=np.where(T.rc == 2, f, 0.0), gemm_fwd=T.g.mlp_fwd, gemm_bwd=T.g.mlp_bwd,
                   params_gpu=T.model.hybrid_kind_params()["mlp"] / T.t, act=act, working=working)
 
 
-def mamba_layer(T) -> dict:
-    """A Mamba-2 sublayer (M): its two GEMMs at the recipe's rate with the recipe's quantisation of
-    their inputs (as `layer_terms.layer_linears_s`), the mixer's kernels (`mamba.mixer_s`), its norm,
-    residual and launch overhead; activations `mamba.mamba_activation_bytes`."""
+def _mixer_layer(T, mixer, params: int) -> dict:
+    """A sublayer of two GEMMs around a mixer's kernels, Mamba-2's or Gated DeltaNet's (`mixer`: the module
+    `mamba` or `gdn`, each with the GEMMs' shapes, the kernels' roofline and the saved activations): the GEMMs at
+    the recipe's rate with the recipe's quantisation of their inputs (as `layer_terms.layer_linears_s`), the
+    mixer's kernels, its norm, residual and launch overhead; `params` weights over tp."""
     model, M, t, hbm, gpu = T.model, T.M, T.t, T.hbm, T.gpu
     cast = quantize_bytes_per_element(T.precision)
     gf = gb = cf = cb = 0.0
-    for N, K in mamba_linears(model, t):
+    linears = mixer.mamba_linears(model, t) if mixer is mamba else mixer.gdn_linears(model, t)
+    for N, K in linears:
         fw, bw = linear_s(M, N, K, **T.mm)
         gf, gb, cf, cb = gf + fw, gb + bw, cf + cast * M * K / hbm, cb + cast * M * N / hbm
-    mf, mb = mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
-                     hbm_bytes_per_s=hbm)
+    mf, mb = mixer.mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
+                           hbm_bytes_per_s=hbm)
     nf, nb = _norm_s(T)
     oh = T.overhead_s
     fwd, bwd = gf + cf + mf + nf + oh, gb + cb + mb + nb + 2 * oh
-    stored = mamba_activation_bytes(model, M, t, T.rep, T.act_kw["linear_input_bytes"])
+    saved = mixer.mamba_activation_bytes if mixer is mamba else mixer.gdn_activation_bytes
+    stored = saved(model, M, t, T.rep, T.act_kw["linear_input_bytes"])
     act = np.where(T.rc == 2, BF16_BYTES * M * T.h / T.rep, stored)
     return _layer(T, fwd=fwd, bwd=bwd, rfwd=np.where(T.rc == 2, fwd, 0.0), gemm_fwd=gf, gemm_bwd=gb,
-                  params_gpu=model.mamba_layer_params / t, act=act, working=np.where(T.rc == 2, stored, 0.0))
+                  params_gpu=params / t, act=act, working=np.where(T.rc == 2, stored, 0.0))
+
+
+def mamba_layer(T) -> dict:
+    """A Mamba-2 sublayer (M): `_mixer_layer` of `mamba.py`."""
+    return _mixer_layer(T, mamba, T.model.mamba_layer_params)
+
+
+def gdn_layer(T) -> dict:
+    """A Gated DeltaNet sublayer (G): `_mixer_layer` of `gdn.py`."""
+    return _mixer_layer(T, gdn, T.model.gdn_layer_params)
 
 
 # Megatron's --cuda-graph-modules name of each layer kind's block (transformer_config.py cuda_graph_modules:
 # "attn", "mlp", "moe", "mamba")
-GRAPH_MODULE = {"attention": "attn", "mlp": "mlp", "moe": "moe", "mamba": "mamba"}
+GRAPH_MODULE = {"attention": "attn", "mlp": "mlp", "moe": "moe", "mamba": "mamba", "gdn": None}  # GDN: none
 
 
 def moe_layer(T, before: dict, before_kind: str) -> dict:
@@ -150,12 +166,12 @@ def moe_layer(T, before: dict, before_kind: str) -> dict:
         grad_reduce_dtype=T.grad_reduce_dtype, fp8_param_gather=T.fp8_param_gather, cuda_graph=(impl, tuple(graphed)),
         imbalance=T.moe_load_imbalance, adam_state_bytes=T.adam_state_bytes, sharding=sharding_of(T),
         selective=dict(mods=T.mods, attn_s=zeros, attn_freed=0.0, attn_working=0.0),
-        attention=False, outer_act=sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, ffn=0),
+        attention=False, outer_act=sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, gate_width=0, ffn=0),
         host_window=(before["work"] - before["bwd"] + nf + oh, before["bwd"] + nb + 2 * oh))
 
 
-KIND_TERMS = {"attention": attention_layer, "mlp": mlp_layer, "mamba": mamba_layer}
-KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # specs.hybrid.HYBRID_SYMBOLS
+KIND_TERMS = {"attention": attention_layer, "mlp": mlp_layer, "mamba": mamba_layer, "gdn": gdn_layer}
+KINDS = HYBRID_SYMBOLS
 
 
 def pattern_layers(T, pattern: str) -> list[dict]:

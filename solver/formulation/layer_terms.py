@@ -90,6 +90,22 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
                              overlap_exp=gpu.exp_overlaps_matmul and fused, window=window)
 
 
+# An attention output gate's fused kernel (attention.py `_apply_output_gate`, jit-fused: x * sigmoid(gate)) per
+# element of h_q/t: forward reads the core output and the gate logits, writes the product; backward reads the
+# product's gradient, the output and the logits, writes the two gradients (BF16 each)
+OUTPUT_GATE_PASSES = (3, 5)
+
+
+def output_gate_s(model: ModelSpec, tokens, tp, hbm_bytes_per_s: float):
+    """(forward, backward) of the attention output gate on one GPU (0 without --attention-output-gate): memory
+    bound, `OUTPUT_GATE_PASSES` BF16 passes over the rank's h_q/t per token."""
+    if not model.attention_output_gate:
+        return 0.0, 0.0
+    elements = np.asarray(tokens, dtype=np.float64) * model.q_hidden_size / np.asarray(tp, dtype=np.float64)
+    fwd, bwd = OUTPUT_GATE_PASSES
+    return (fwd * BF16_BYTES * elements / hbm_bytes_per_s, bwd * BF16_BYTES * elements / hbm_bytes_per_s)
+
+
 def windowed_attention_s(gpu, model, core, *, kernel: str, **shape):
     """(forward, backward) attention core of the average layer of a model whose `window_mask` layers
     attend through its `sliding_window` (`core`: the full causal core, (forward, backward)): the kernels

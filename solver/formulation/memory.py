@@ -101,7 +101,8 @@ def model_state_bytes_per_param(zero, shard, precision: str, grad_reduce_dtype: 
 
 
 def layer_activation_bytes(*, tokens, hidden, q_width, kv_width, ffn, mlp_matrices, heads, seq_k, tp, sp_degree,
-                           recompute, flash: bool, dropout: bool, linear_input_bytes: float = BF16_BYTES):
+                           recompute, flash: bool, dropout: bool, linear_input_bytes: float = BF16_BYTES,
+                           gate_width: float = 0.0):
     """(stored activations per layer and micro-batch, transient working set) on one GPU.
 
     `tokens` = b s / cp on this GPU; Korthikanti Table 2 per token: 10h replicated over TP
@@ -114,13 +115,16 @@ def layer_activation_bytes(*, tokens, hidden, q_width, kv_width, ffn, mlp_matric
     `linear_input_bytes`: bytes per element of the four saved linear-layer inputs (QKV and fc1:
     the norm outputs, h each; the attention projection's input, h_q; fc2's input, f): 2 in BF16,
     1 under an FP8 recipe (precision.saved_linear_input_bytes: Transformer Engine saves the
-    quantised input that the weight-gradient GEMM reads)."""
+    quantised input that the weight-gradient GEMM reads). `gate_width`: an attention output gate's logits
+    (h_q with --attention-output-gate, 0 without), kept in BF16 for the gate's backward
+    (attention.py `_apply_output_gate`)."""
     t = np.asarray(tp, dtype=np.float64)
     rep = np.asarray(sp_degree, dtype=np.float64)
     T = np.asarray(tokens, dtype=np.float64)
     saved_less = BF16_BYTES - linear_input_bytes
     replicated = ((10.0 if dropout else 8.0) - 2 * saved_less) * hidden / rep
-    sharded = (4.0 * q_width + 4.0 * kv_width + 2.0 * mlp_matrices * ffn - saved_less * (q_width + ffn)) / t
+    sharded = (4.0 * q_width + 4.0 * kv_width + 2.0 * mlp_matrices * ffn - saved_less * (q_width + ffn)
+               + BF16_BYTES * gate_width) / t
     a_t = heads / t
     if flash:
         core = FP32_BYTES * a_t * T  # softmax statistics (log-sum-exp) per head and query

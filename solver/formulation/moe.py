@@ -61,7 +61,8 @@ def expert_bias_bytes(model: ModelSpec, copies, hidden: int):
 def attention_geometry(model: ModelSpec, tp):
     """The attention block of one layer on one GPU: (linears [(N, K)] per token, width of Q and
     of the attention output, width of K and of V, head dimension of the core, replicated latent
-    width). Standard (GQA) attention: QKV ((h_q + 2 h_kv)/t, h) and the projection (h, h_q/t).
+    width). Standard (GQA) attention: QKV ((h_q + 2 h_kv)/t, h), with an output gate ((2 h_q + 2 h_kv)/t, h)
+    (attention.py: linear_qkv_out_dim += kv_channels * heads), and the projection (h, h_q/t).
     Multi-latent attention (DeepSeek-V2 Sec. 2.1; Megatron `MLASelfAttention`): the down
     projections are replicated over TP (h -> r_q, h -> r_kv + d_rope), the up projections and the
     output projection split their heads (r_q -> a d_qk / t, r_kv -> a (d_nope + d_v) / t,
@@ -73,7 +74,8 @@ def attention_geometry(model: ModelSpec, tp):
     h, a = model.hidden_size, model.num_attention_heads
     if not model.multi_latent_attention:
         hq, hkv = model.q_hidden_size, model.kv_hidden_size
-        return [((hq + 2 * hkv) / t, h), (h, hq / t)], hq, hkv, model.head_dim, 0.0
+        gate = hq * model.attention_output_gate  # the output gate's logits, a second Q-wide output of QKV
+        return [((hq + gate + 2 * hkv) / t, h), (h, hq / t)], hq, hkv, model.head_dim, 0.0
     r_kv, d_nope, d_rope, d_v = model.mla_dims
     d_qk = d_nope + d_rope
     r_q = model.q_lora_rank

@@ -58,7 +58,7 @@ from ..space.pipeline_split import MEGATRON_FLAGS
 from ..specs import JobSpec, ModelSpec
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
 from .megatron_hybrid import ENTRY as HYBRID_ENTRY
-from .megatron_hybrid import hybrid_flags
+from .megatron_hybrid import gdn_as_gpt, gdn_gpt_flags, gpt_view, hybrid_flags
 from .megatron_moe import moe_launch, moe_layer_freq_arg  # noqa: F401  (MoE, MLA, MTP flags)
 
 # GPU name prefix -> CUDA compute capability major (Megatron's get_device_arch_version); MI300X
@@ -304,6 +304,8 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
         a.append("--apply-layernorm-1p")
     if model.qk_norm:
         a.append("--qk-layernorm")
+    if model.attention_output_gate:
+        a.append("--attention-output-gate")
     if not model.add_bias_linear:
         a.append("--disable-bias-linear")
         if model.add_qkv_bias:
@@ -380,8 +382,20 @@ def _offload_module_flags(job: JobSpec, env: dict[str, str], notes: list[str]) -
     return a
 
 
+def gdn_gpt_args(job: JobSpec, plan: Plan) -> MegatronArgs:
+    """A Gated DeltaNet model of GPT layers (Qwen3-Next, Qwen3.5) as Megatron-Bridge builds it: the GPT model
+    without its Gated DeltaNet (`megatron_hybrid.gpt_view`, the plan's split in GPT layers: two hybrid layers
+    each), then the experimental attention variant's flags (`megatron_hybrid.gdn_gpt_flags`)."""
+    view, layers = gpt_view(job.model), [n // 2 for n in plan.layers_per_stage]
+    out = megatron_args(job.model_copy(update={"model": view}), plan.model_copy(update={"layers_per_stage": layers}))
+    flags, notes = gdn_gpt_flags(job.model)
+    return MegatronArgs(out.args + flags, notes + out.notes, out.layout, out.env, out.entry)
+
+
 def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     """Megatron-LM arguments (and launch environment) for `plan` of `job`."""
+    if gdn_as_gpt(job.model):  # a GPT model with the experimental attention variant
+        return gdn_gpt_args(job, plan)
     par, model = plan.parallel, job.model
     a: list[str] = []
     notes: list[str] = []

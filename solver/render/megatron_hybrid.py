@@ -83,6 +83,11 @@ def hybrid_flags(model: ModelSpec, args: list[str], notes: list[str], layers: li
     if model.mtp_use_repeated_layer and model.mtp_num_layers:
         out += ["--mtp-use-repeated-layer"]
         notes.append(f"the {model.mtp_num_layers} MTP depths share one set of weights (--mtp-use-repeated-layer)")
+    if model.gdn_num_key_heads is not None:
+        out += gdn_kernel_flags(model)
+        if model.qk_norm:
+            notes.append("Megatron's hybrid stack spec builds its attention layers without a QK norm: the model's "
+                         "--qk-layernorm is not built there")
     if model.mamba_num_heads is not None:
         H, P, G, N = model.mamba_dims
         out += ["--mamba-state-dim", str(N), "--mamba-head-dim", str(P), "--mamba-num-heads", str(H),
@@ -93,3 +98,57 @@ def hybrid_flags(model: ModelSpec, args: list[str], notes: list[str], layers: li
                          f"{', '.join(off)} needs a custom spec")
     notes.append(f"launch with {ENTRY} (Megatron-Core HybridModel), not pretrain_gpt.py")
     return out
+
+
+# ---- Gated DeltaNet models of GPT layers (Qwen3-Next, Qwen3.5)
+GDN_VARIANT = "gdn"  # --experimental-attention-variant (transformer_config.py; 'gated_delta_net' its deprecated alias)
+
+
+def gdn_as_gpt(model: ModelSpec) -> bool:
+    """Whether a hybrid model with Gated DeltaNet layers is a GPT model's layers: each pair of its pattern a token
+    mixer (G or *) then an MLP (E or -), its MTP depth one GPT layer. Megatron-Bridge builds Qwen3-Next and Qwen3.5
+    so (qwen3_next_bridge.py, qwen35_bridge.py at 067f987: GPTModel with experimental_attention_variant
+    "gated_delta_net" and linear_attention_freq), with their per-head QK norm, which the hybrid stack spec lacks."""
+    p = model.hybrid_layer_pattern
+    if p is None or "G" not in p or len(p) % 2 or "M" in p or model.mtp_use_repeated_layer:
+        return False
+    pairs = all(p[i] in "G*" and p[i + 1] in "E-" for i in range(0, len(p), 2))
+    return pairs and model.mtp_hybrid_layer_pattern in (None, "*E", "*-")
+
+
+def gpt_view(model: ModelSpec) -> ModelSpec:
+    """The GPT model Megatron builds for a `gdn_as_gpt` model, without its Gated DeltaNet (`gdn_gpt_flags` adds
+    it): one layer per pair, MoE where the pair's MLP is E (--moe-layer-freq as a list when not every layer).
+    Not validated (a GPT ModelSpec without the G layers' fields): for rendering only."""
+    p = model.hybrid_layer_pattern
+    assert p is not None and gdn_as_gpt(model)
+    mlps = p[1::2]
+    moe = tuple(int(m == "E") for m in mlps) if "E" in mlps and "-" in mlps else None
+    return model.model_copy(update=dict(
+        num_layers=len(mlps), hybrid_layer_pattern=None, moe_layer_pattern=moe, mtp_hybrid_layer_pattern=None,
+        gdn_num_key_heads=None, gdn_num_value_heads=None, gdn_key_head_dim=None, gdn_value_head_dim=None))
+
+
+def gdn_kernel_flags(model: ModelSpec) -> list[str]:
+    """The Gated DeltaNet's dimensions (TransformerConfig linear_conv_kernel_dim, linear_key_head_dim,
+    linear_value_head_dim, linear_num_key_heads, linear_num_value_heads)."""
+    return ["--linear-conv-kernel-dim", str(model.gdn_conv_kernel), "--linear-key-head-dim", str(model.gdn_key_head_dim),
+            "--linear-value-head-dim", str(model.gdn_value_head_dim), "--linear-num-key-heads",
+            str(model.gdn_num_key_heads), "--linear-num-value-heads", str(model.gdn_num_value_heads)]
+
+
+def gdn_gpt_flags(model: ModelSpec) -> tuple[list[str], list[str]]:
+    """(flags, notes) that turn `gpt_view`'s GPT model into the Gated DeltaNet one: the variant, which layers
+    are linear attention (--linear-attention-freq: an integer N when every N-th layer is softmax attention,
+    training.py's rule `0 if (i + 1) % N == 0 else 1`, else the list of 1s and 0s) and the kernel's dimensions."""
+    p = model.hybrid_layer_pattern
+    assert p is not None
+    linear = [int(c == "G") for c in p[0::2]]
+    every = next((n for n in range(2, len(linear) + 1)
+                  if linear == [0 if (i + 1) % n == 0 else 1 for i in range(len(linear))]), None)
+    freq = str(every) if every is not None else "[" + ",".join(map(str, linear)) + "]"
+    flags = ["--experimental-attention-variant", GDN_VARIANT, "--linear-attention-freq", freq, *gdn_kernel_flags(model)]
+    notes = [f"{sum(linear)} of {len(linear)} layers are Gated DeltaNet (linear attention), the others softmax "
+             f"attention: Megatron-Core's experimental attention variant (Megatron-Bridge builds Qwen3-Next and "
+             f"Qwen3.5 so); it needs flash-linear-attention installed"]
+    return flags, notes

@@ -47,12 +47,16 @@ def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
     """The widths tp must divide: the dense layers' MLP (when the model has dense layers: a hybrid
     model's MLP layers, -), the shared experts (Megatron splits both over the attention's tp), and a
     hybrid model's Mamba heads and groups (megatron/core/ssm/mamba_mixer.py at d98e8a6: "nheads must
-    be evenly divisble by tp_size", "ngroups must be evenly divisible by tp_size")."""
+    be evenly divisble by tp_size", "ngroups must be evenly divisible by tp_size") and Gated DeltaNet key
+    and value heads (transformer_config.py: "linear_num_key_heads must be a multiple of (tp * cp)", the
+    same for the value heads; a hybrid model runs cp 1, `hybrid_violations`)."""
     has_mlp = model.hybrid_layer_counts()["mlp"] if model.is_hybrid else model.num_dense_layers
     dense = (model.ffn_hidden_size,) if has_mlp else ()
     shared = (model.moe_shared_expert_intermediate_size,) if model.moe_shared_expert_intermediate_size else ()
     mamba = model.mamba_dims[::2] if model.is_hybrid and model.mamba_num_heads is not None else ()
-    return dense + shared + mamba
+    keys, values = model.gdn_num_key_heads, model.gdn_num_value_heads
+    gdn = (keys, values) if keys is not None and values is not None else ()
+    return dense + shared + mamba + gdn
 
 
 def cp_a2a_violations(model: ModelSpec, *, tp: int, cp: int) -> list[tuple[str, str]]:
@@ -69,15 +73,17 @@ def cp_a2a_violations(model: ModelSpec, *, tp: int, cp: int) -> list[tuple[str, 
 
 
 def hybrid_violations(model: ModelSpec, *, cp: int, account: bool) -> list[tuple[str, str]]:
-    """What a hybrid Mamba model's configuration may not use here: context parallelism (Megatron's
-    Mamba CP, megatron/core/ssm/mamba_context_parallel.py, is not priced) and a split counting the
+    """What a hybrid model's configuration may not use here: context parallelism (Megatron's Mamba CP,
+    megatron/core/ssm/mamba_context_parallel.py, and the Gated DeltaNet's head all-to-all,
+    gated_delta_net/common.py `a2a_cp_to_hp`, are not priced) and a split counting the
     embedding or the loss (Megatron-LM arguments.py: not with --hybrid-layer-pattern). ZeRO-2/3
     (Megatron-FSDP) shards each sublayer as a Transformer layer (formulation/hybrid.py)."""
     if not model.is_hybrid:
         return []
     errs = []
     if cp > 1:
-        errs.append(("cp", "context parallelism of Mamba layers is not modelled; use cp = 1"))
+        errs.append(("cp", "context parallelism of a hybrid model's Mamba and Gated DeltaNet layers is not "
+                           "modelled; use cp = 1"))
     if account:
         errs.append(("account_for_embedding", "Megatron-LM does not count the embedding or loss as layers with "
                                               "--hybrid-layer-pattern; leave both out of the split"))

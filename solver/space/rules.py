@@ -61,7 +61,8 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     for width in tp_split_widths(model):
         if width % tp:
             errs.append(("tp", f"{tp} does not divide the width {width} (ffn_hidden_size, "
-                               f"moe_shared_expert_intermediate_size, or mamba_num_heads / mamba_num_groups)"))
+                               f"moe_shared_expert_intermediate_size, mamba_num_heads / mamba_num_groups, or "
+                               f"gdn_num_key_heads / gdn_num_value_heads)"))
     if cp > 1 and not job.flash_attention:
         errs.append(("cp", "context parallelism needs flash attention; turn flash attention on or use cp = 1"))
     if cp > 1 and s % (2 * cp):

@@ -61,8 +61,8 @@ from typing import Any, overload
 from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
-from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, _Family
-from .hf_hybrid import hybrid_fields, pattern_from_block_types
+from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, _Family
+from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
 from .model import ModelSpec
 
 FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
@@ -471,6 +471,9 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
                     activation_clamp=_num(data, mt, "swiglu_limit", 7.0))
     if mt == "nemotron_h":
         spec.update(hybrid_fields(data, mt, layers, notes, _int, _fail))
+    if mt in GDN_FAMILIES:  # the MoE layers become the pattern's E layers
+        moe = spec.pop("moe_layer_pattern", None) or [int(mt in _MOE)] * layers
+        spec.update(gdn_fields(data, mt, layers, list(moe), notes, _int, _fail))
     seq = _seq_length(data, mt, notes)
     if seq is not None:
         spec["seq_length"] = seq

@@ -61,6 +61,16 @@ _FAMILIES: dict[str, _Family] = {
                    bias=True, qkv_bias=True, act="relu"),
     "bloom": _Family(gated=False, tied=True, position="alibi", normalization="LayerNorm", eps=1e-5, bias=True,
                      qkv_bias=True, act="gelu", caveats=("LayerNorm after the embedding",)),
+    # Qwen3-Next and Qwen3.5 (transformers Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig and their
+    # modelling files): Gated DeltaNet layers between gated attention ones (specs/hf_hybrid.py `gdn_fields`),
+    # zero-centred RMSNorm (1 + w), per-head QK norm, a quarter of the 256-wide head rotated
+    "qwen3_next": _Family(gated=True, tied=False, qk_norm=True, head_dim=256, rotary_percent=0.25, rope_theta=1e7,
+                          zero_centered=True),
+    "qwen3_5_text": _Family(gated=True, tied=False, qk_norm=True, head_dim=256, rotary_percent=0.25, rope_theta=1e7,
+                            zero_centered=True, caveats=("multimodal rotary sections (mrope_section; no cost)",)),
+    "qwen3_5_moe_text": _Family(gated=True, tied=False, qk_norm=True, head_dim=256, rotary_percent=0.25,
+                                rope_theta=1e7, zero_centered=True,
+                                caveats=("multimodal rotary sections (mrope_section; no cost)",)),
     # ---- mixture of experts (see _MOE for the expert part)
     "mixtral": _LLAMA,
     "qwen2_moe": _Family(gated=True, tied=False, qkv_bias=True),
@@ -122,7 +132,13 @@ _MOE: dict[str, _Moe] = {
     "gpt_oss": _Moe(("num_local_experts", "num_experts"), "intermediate_size", None, "all"),
     "llama4_text": _Moe(("num_local_experts",), "intermediate_size", "intermediate_size_mlp", "llama4",
                         shared="llama4", score="sigmoid"),
+    # Qwen3NextSparseMoeBlock / Qwen3_5MoeSparseMoeBlock: Qwen2-MoE's gated shared expert; Qwen3-Next picks
+    # MoE layers as Qwen does (decoder_sparse_step, mlp_only_layers), Qwen3.5-MoE's are all MoE
+    "qwen3_next": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2"),
+    "qwen3_5_moe_text": _Moe(("num_experts",), "moe_intermediate_size", None, "all", shared="qwen2"),
 }
+# the families whose layers alternate Gated DeltaNet and attention (specs/hf_hybrid.py `gdn_fields`)
+GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 _ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
@@ -133,7 +149,8 @@ _ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekForCausalLM": "deepseek", "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss", "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
-    "Glm4MoeForCausalLM": "glm4_moe", "MiniMaxM2ForCausalLM": "minimax_m2",
+    "Glm4MoeForCausalLM": "glm4_moe", "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3_5ForCausalLM": "qwen3_5_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
 }
 
 # text decoders of multimodal configs that are a family's decoder under another model_type (transformers

@@ -1,6 +1,9 @@
-"""The hybrid Mamba-Transformer keys of a Hugging Face `nemotron_h` config.json (Nemotron-H,
+"""The hybrid keys of a Hugging Face config.json: the Mamba-Transformer ones of `nemotron_h` (Nemotron-H,
 Nemotron 3), as transformers' NemotronHConfig and Megatron-Bridge's `NemotronHBridge`
-(src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py at 067f987) read them:
+(src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py at 067f987) read them, and the Gated DeltaNet ones of
+Qwen3-Next and Qwen3.5 (`gdn_fields`).
+
+Nemotron-H:
 
 - `hybrid_override_pattern` -> `hybrid_layer_pattern` (one symbol per layer: M Mamba-2,
   * attention, - MLP, E MoE; Megatron --hybrid-layer-pattern);
@@ -32,7 +35,11 @@ from typing import Any
 
 from .hybrid import HYBRID_SYMBOLS
 
-BLOCK_SYMBOLS = {kind: symbol for symbol, kind in HYBRID_SYMBOLS.items()}  # "mamba" -> "M", ...
+# a Qwen3-Next / Qwen3.5 decoder layer's token mixer (transformers `layer_types`) as a hybrid layer symbol
+GDN_MIXERS = {"linear_attention": "G", "full_attention": "*"}
+
+# transformers NemotronHConfig's block types (no Gated DeltaNet there): "mamba" -> "M", ...
+BLOCK_SYMBOLS = {kind: symbol for symbol, kind in HYBRID_SYMBOLS.items() if kind != "gdn"}
 
 
 def pattern_from_block_types(data: dict, fail: Callable[[str], Exception]) -> dict:
@@ -92,4 +99,41 @@ def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: 
                                                           ("E", "MoE"))}
     notes.append("hybrid layers: " + ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
                  + (f"; {experts} experts, top-{out['moe_router_topk']}" if "E" in pattern else ""))
+    return out
+
+
+def gdn_fields(data: dict, mt: str, layers: int, moe_layers: list[int], notes: list[str], read_int: Callable[..., Any],
+               fail: Callable[[str], Exception]) -> dict:
+    """The ModelSpec fields of a Qwen3-Next / Qwen3.5 config (transformers Qwen3NextConfig, Qwen3_5TextConfig,
+    Qwen3_5MoeTextConfig; Megatron-Bridge's qwen3_next_bridge.py and qwen35_bridge.py at 067f987): each decoder
+    layer is two hybrid layers -- its token mixer, G (Gated DeltaNet) or * (gated attention) by `layer_types`
+    (else every `full_attention_interval`-th layer attention, the configuration class's rule), then E (MoE, by
+    `moe_layers`) or - (MLP) -- so Megatron's layer count is twice the config's; `linear_*` -> the Gated DeltaNet's
+    heads and conv; the attention's output gate (`attn_output_gate`; Qwen3-Next's modelling always builds it);
+    `mtp_num_hidden_layers` MTP depths of one gated-attention layer with the decoder's MLP kind (Qwen3.5)."""
+    types = data.get("layer_types")
+    if types is None:
+        every = read_int(data, mt, "full_attention_interval", default=4)
+        types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or any(t not in GDN_MIXERS for t in types):
+        raise fail(f"({mt}) 'layer_types' must list {', '.join(GDN_MIXERS)} for each of the {layers} layers")
+    mlp = ["E" if m else "-" for m in moe_layers]
+    pattern = "".join(GDN_MIXERS[t] + m for t, m in zip(types, mlp))
+    gate = data.get("attn_output_gate", True)
+    if not isinstance(gate, bool):
+        raise fail(f"({mt}) 'attn_output_gate' must be true or false (got {gate!r})")
+    out: dict[str, Any] = dict(
+        num_layers=2 * layers, hybrid_layer_pattern=pattern, attention_output_gate=gate,
+        gdn_num_key_heads=read_int(data, mt, "linear_num_key_heads"),
+        gdn_num_value_heads=read_int(data, mt, "linear_num_value_heads"),
+        gdn_key_head_dim=read_int(data, mt, "linear_key_head_dim"),
+        gdn_value_head_dim=read_int(data, mt, "linear_value_head_dim"),
+        gdn_conv_kernel=read_int(data, mt, "linear_conv_kernel_dim", default=4))
+    gdn = pattern.count("G")
+    notes.append(f"hybrid: {gdn} Gated DeltaNet and {layers - gdn} {'gated ' if gate else ''}attention layers, each "
+                 f"followed by its {'MoE block' if all(moe_layers) else 'MLP'}: {2 * layers} Megatron layers")
+    mtp = read_int(data, mt, "mtp_num_hidden_layers", default=0)
+    if mtp:
+        out.update(mtp_num_layers=mtp, mtp_hybrid_layer_pattern="*" + mlp[-1])
+        notes.append(f"MTP: {mtp} depth(s) of one gated-attention layer and its {'MoE block' if mlp[-1] == 'E' else 'MLP'}")
     return out

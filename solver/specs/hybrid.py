@@ -1,6 +1,7 @@
-"""The hybrid Mamba-Transformer part of `ModelSpec` (Nemotron-H, Nemotron 3): Megatron-LM's layer
-pattern, the Mamba-2 mixer's dimensions and weights, the pattern's pipeline units. A mixin of
-ModelSpec, whose fields (hybrid_layer_pattern, mamba_*) it reads."""
+"""The hybrid part of `ModelSpec`: Megatron-LM's layer pattern of Mamba-Transformer models (Nemotron-H,
+Nemotron 3) and Gated DeltaNet ones (Qwen3-Next, Qwen3.5), the Mamba-2 mixer's and the Gated DeltaNet's
+dimensions, the pattern's pipeline units. A mixin of ModelSpec, whose fields (hybrid_layer_pattern,
+mamba_*, gdn_*) it reads."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 # Megatron-LM's hybrid layer symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py
 # `Symbols`, at d98e8a6): each symbol is one layer of its own, with its own pre-norm
-HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+HYBRID_SYMBOLS = {"M": "mamba", "G": "gdn", "*": "attention", "-": "mlp", "E": "moe"}
+SYMBOLS_TEXT = "M (Mamba), G (Gated DeltaNet), * (attention), - (MLP), E (MoE)"
 MAMBA_FIELDS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups")
+GDN_FIELDS = ("gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim", "gdn_value_head_dim")
 
 
 class HybridShape:
@@ -21,6 +24,10 @@ class HybridShape:
     mamba_num_groups: int | None
     mamba_state_dim: int | None
     mamba_conv_kernel: int
+    gdn_num_key_heads: int | None
+    gdn_num_value_heads: int | None
+    gdn_key_head_dim: int | None
+    gdn_value_head_dim: int | None
     num_layers: int
     hidden_size: int
     num_experts: int | None
@@ -40,13 +47,13 @@ class HybridShape:
             if self.mtp_hybrid_layer_pattern is not None or self.mtp_use_repeated_layer:
                 raise ValueError("mtp_hybrid_layer_pattern / mtp_use_repeated_layer apply to hybrid models only (a "
                                  "Transformer's MTP depth repeats its last layer); set hybrid_layer_pattern or drop them")
-            given = [f for f in MAMBA_FIELDS if getattr(self, f) is not None]
+            given = [f for f in MAMBA_FIELDS + GDN_FIELDS if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to hybrid models only; set hybrid_layer_pattern or drop it")
             return
         bad = sorted(set(pattern) - set(HYBRID_SYMBOLS))
         if bad:
-            raise ValueError(f"hybrid_layer_pattern has symbol {bad[0]!r}; use M (Mamba), * (attention), - (MLP), E (MoE)")
+            raise ValueError(f"hybrid_layer_pattern has symbol {bad[0]!r}; use {SYMBOLS_TEXT}")
         if len(pattern) != self.num_layers:
             raise ValueError(f"hybrid_layer_pattern lists {len(pattern)} layers but num_layers is {self.num_layers}")
         if ("E" in pattern) != (self.num_experts is not None):
@@ -66,6 +73,25 @@ class HybridShape:
             assert heads is not None and groups is not None
             if heads % groups:
                 raise ValueError(f"mamba_num_groups ({groups}) must divide mamba_num_heads ({heads})")
+        self._check_gdn()
+
+    def _check_gdn(self) -> None:
+        """The Gated DeltaNet fields a G layer needs, and TransformerConfig's rule that the value heads are a
+        multiple of the key heads (transformer_config.py at d98e8a6)."""
+        assert self.hybrid_layer_pattern is not None
+        if "G" not in self.hybrid_layer_pattern + (self.mtp_hybrid_layer_pattern or ""):
+            given = [f for f in GDN_FIELDS if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{given[0]} applies to Gated DeltaNet layers (G) only; add them to "
+                                 f"hybrid_layer_pattern or drop it")
+            return
+        missing = [f for f in GDN_FIELDS if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"a hybrid model with Gated DeltaNet layers (G) needs {missing[0]}")
+        keys, values = self.gdn_num_key_heads, self.gdn_num_value_heads
+        assert keys is not None and values is not None
+        if values % keys:
+            raise ValueError(f"gdn_num_value_heads ({values}) must be a multiple of gdn_num_key_heads ({keys})")
 
     def _check_hybrid_mtp(self) -> None:
         """A hybrid model's MTP depths as Megatron-LM builds them (d98e8a6): the unified pattern's parts
@@ -85,7 +111,7 @@ class HybridShape:
         bad = sorted(set(mtp) - set(HYBRID_SYMBOLS))
         if not mtp or bad:
             raise ValueError(f"mtp_hybrid_layer_pattern has symbol {(bad or [''])[0]!r}; one depth's layers as "
-                             f"M (Mamba), * (attention), - (MLP), E (MoE), no '|' or '/'")
+                             f"{SYMBOLS_TEXT}, no '|' or '/'")
         if "E" in mtp and self.num_experts is None:
             raise ValueError("mtp_hybrid_layer_pattern has MoE layers (E) but the model has no experts (num_experts)")
 
@@ -129,6 +155,30 @@ class HybridShape:
         """in_proj's output [z, x, B, C, dt]: 2 d_inner + 2 G N + H (mamba_mixer.py `in_proj`)."""
         H, _, G, N = self.mamba_dims
         return 2 * self.mamba_d_inner + 2 * G * N + H
+
+    @property
+    def gdn_key_width(self) -> int:
+        """Width of Q (and of K) of a Gated DeltaNet layer: Hk x dk (gdn.py `qk_dim`)."""
+        assert self.gdn_num_key_heads is not None and self.gdn_key_head_dim is not None, f"{self.name} has no GDN layers"
+        return self.gdn_num_key_heads * self.gdn_key_head_dim
+
+    @property
+    def gdn_value_width(self) -> int:
+        """Width of V (and of the output gate z): Hv x dv (gdn.py `v_dim`)."""
+        assert self.gdn_num_value_heads is not None and self.gdn_value_head_dim is not None, \
+            f"{self.name} has no GDN layers"
+        return self.gdn_num_value_heads * self.gdn_value_head_dim
+
+    @property
+    def gdn_in_proj_width(self) -> int:
+        """in_proj's output [q, k, v, z, beta, alpha]: 2 Hk dk + 2 Hv dv + 2 Hv (gdn.py `in_proj_dim`)."""
+        assert self.gdn_num_value_heads is not None
+        return 2 * self.gdn_key_width + 2 * self.gdn_value_width + 2 * self.gdn_num_value_heads
+
+    @property
+    def gdn_conv_channels(self) -> int:
+        """Channels of the depthwise conv1d over [q, k, v]: 2 Hk dk + Hv dv (common.py `conv_dim`)."""
+        return 2 * self.gdn_key_width + self.gdn_value_width
 
     @property
     def mamba_conv_channels(self) -> int:

@@ -246,10 +246,13 @@ class JobSpec(Spec):
             raise ValueError(f"framework {self.framework} trains {' or '.join(PRECISIONS_RUN[self.framework])} "
                              f"(torch.autocast), not {self.precision}: use framework megatron or torchtitan for FP8")
         if self.model.is_hybrid and self.framework != "megatron":
-            raise ValueError(f"a hybrid Mamba model ({self.model.name}) is planned for framework megatron only "
-                             f"(Megatron-Core's HybridModel): torchtitan has no Mamba-2 / Nemotron-H model "
-                             f"(pytorch/torchtitan at b5bcd76) and transformers' NemotronH modelling is not priced; "
-                             f"use framework megatron")
+            raise ValueError(f"a hybrid model ({self.model.name}) is planned for framework megatron only "
+                             f"(Megatron-Core's HybridModel): torchtitan has no Mamba-2 / Nemotron-H or Gated DeltaNet "
+                             f"model (pytorch/torchtitan at b5bcd76) and transformers' NemotronH and Qwen3.5 modelling "
+                             f"is not priced; use framework megatron")
+        if self.model.attention_output_gate and self.framework != "megatron":
+            raise ValueError(f"the gated attention of {self.model.name} (attention_output_gate) is priced as "
+                             f"Megatron-Core runs it only; use framework megatron")
         if self.moe_a2a_overlap and not self.model.is_moe:
             raise ValueError("moe_a2a_overlap applies to mixture-of-experts models only; drop it")
         if self.recompute_modules and "moe_act" in self.recompute_modules and not self.model.is_moe:

@@ -58,6 +58,10 @@ class ModelSpec(HybridShape, MoeShape, Spec):
     softmax_type: SoftmaxType = Field(
         "vanilla", description="attention softmax (Megatron --softmax-type): learnable adds a learned logit per head to "
                                "every denominator (GPT-OSS's attention sinks); off-by-one adds 1")
+    attention_output_gate: bool = Field(
+        False, description="a sigmoid gate on each head's attention output, its logits a second Q-wide output of the "
+                           "QKV projection (Megatron --attention-output-gate; Qwen3-Next and Qwen3.5's gated attention, "
+                           "HF attn_output_gate)")
     glu_linear_offset: float = Field(
         0.0, ge=0, description="added to a quick_geglu MLP's linear half before the product (Megatron "
                                "--glu-linear-offset; GPT-OSS's (up + 1))")
@@ -146,6 +150,16 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         None, description="B/C groups G shared by the heads (HF n_groups, Megatron --mamba-num-groups)")
     mamba_conv_kernel: PositiveInt = Field(4, description="depthwise causal conv1d width (HF conv_kernel; Megatron d_conv 4)")
     mamba_chunk_size: PositiveInt = Field(128, description="SSD chunk length Q (HF chunk_size; Megatron chunk_size 128)")
+    # ---- Gated DeltaNet layers of a hybrid model (G; Qwen3-Next, Qwen3.5; Megatron --linear-*,
+    # megatron/core/ssm/gated_delta_net/gdn.py)
+    gdn_num_key_heads: PositiveInt | None = Field(
+        None, description="Gated DeltaNet query/key heads (HF and Megatron linear_num_key_heads)")
+    gdn_num_value_heads: PositiveInt | None = Field(
+        None, description="Gated DeltaNet value heads, a multiple of the key heads (linear_num_value_heads)")
+    gdn_key_head_dim: PositiveInt | None = Field(None, description="Gated DeltaNet key head dimension (linear_key_head_dim)")
+    gdn_value_head_dim: PositiveInt | None = Field(
+        None, description="Gated DeltaNet value head dimension (linear_value_head_dim)")
+    gdn_conv_kernel: PositiveInt = Field(4, description="Gated DeltaNet causal conv1d width (linear_conv_kernel_dim)")
     seq_length: PositiveInt = Field(2048, description="sequence length of the source's training recipe (job default)")
     global_batch_size: PositiveInt = Field(512, description="global batch (sequences) of the source's recipe (job default)")
     nominal_params_b: float | None = Field(None, gt=0, description="parameter count the source states, billions")
@@ -210,6 +224,9 @@ class ModelSpec(HybridShape, MoeShape, Spec):
                              f"{self.num_layers} layers, not sliding_window_layers {counted}")
         if self.add_bias_linear and self.add_qkv_bias is False:
             raise ValueError("add_qkv_bias false with add_bias_linear true: linear biases include the QKV projection")
+        if self.attention_output_gate and self.multi_latent_attention:
+            raise ValueError("attention_output_gate applies to standard (GQA) attention; multi-latent attention has "
+                             "none in Megatron-LM: drop one")
         self._check_hybrid()
         self._check_moe()
         self._check_mla()
@@ -283,15 +300,15 @@ class ModelSpec(HybridShape, MoeShape, Spec):
 
     @property
     def attention_params(self) -> int:
-        """Weights of one attention block. Standard (GQA) attention: QKV h*(h_q+2*h_kv) and the
-        projection h_q*h, h_q = heads*head_dim. Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
+        """Weights of one attention block. Standard (GQA) attention: QKV h*(h_q+2*h_kv) (with the output
+        gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim. Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
         Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or
         h*a*(d_nope+d_rope) without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up
         r_kv*a*(d_nope+d_v); the projection a*d_v*h."""
         h, a = self.hidden_size, self.num_attention_heads
         if not self.multi_latent_attention:
             hq = self.q_hidden_size
-            return h * (hq + 2 * self.kv_hidden_size) + hq * h
+            return h * (hq * (1 + self.attention_output_gate) + 2 * self.kv_hidden_size) + hq * h
         r_kv, d_nope, d_rope, d_v = self.mla_dims
         d_qk = d_nope + d_rope
         r_q = self.q_lora_rank
@@ -380,10 +397,21 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         conv = self.mamba_conv_channels * (self.mamba_conv_kernel + 1)
         return self.norm_params + h * self.mamba_in_proj_width + conv + 3 * H + d_in + d_in * h
 
+    @property
+    def gdn_layer_params(self) -> int:
+        """Weights of one Gated DeltaNet layer (Megatron `_GDNBase`, gated_delta_net/common.py and gdn.py at
+        d98e8a6): the pre-norm (fused into in_proj), in_proj h x (2 Hk dk + 2 Hv dv + 2 Hv) without bias, the
+        depthwise conv1d's weight (2 Hk dk + Hv dv) x kernel without bias, dt_bias and A_log (Hv each), the
+        output RMSNorm over one value head (dv), out_proj Hv dv x h."""
+        hv, dv, h = self.gdn_num_value_heads, self.gdn_value_head_dim, self.hidden_size
+        assert hv is not None and dv is not None, f"{self.name} has no Gated DeltaNet layers"
+        conv = self.gdn_conv_channels * self.gdn_conv_kernel
+        return self.norm_params + h * self.gdn_in_proj_width + conv + 2 * hv + dv + self.gdn_value_width * h
+
     def hybrid_kind_params(self, active: bool = False) -> dict[str, int]:
         """Weights of one layer of each hybrid kind, its pre-norm included (Megatron builds each
         symbol as a layer with its own norm): attention, MLP, MoE (all experts, or the top-k with
-        `active`), Mamba."""
+        `active`), Mamba, Gated DeltaNet."""
         out = {"attention": self.attention_params + self.norm_params,
                "mlp": self.mlp_matrices * self.hidden_size * self.ffn_hidden_size + self.norm_params}
         if self.is_moe:
@@ -391,6 +419,8 @@ class ModelSpec(HybridShape, MoeShape, Spec):
             out["moe"] = self._moe_mlp_params(k if active else E) + self.norm_params
         if self.mamba_num_heads is not None:
             out["mamba"] = self.mamba_layer_params
+        if self.gdn_num_key_heads is not None:
+            out["gdn"] = self.gdn_layer_params
         return out
 
     @property

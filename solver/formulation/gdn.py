@@ -1,0 +1,118 @@
+"""One Gated DeltaNet layer (Megatron-LM's `GatedDeltaNet`, megatron/core/ssm/gated_delta_net/gdn.py and
+common.py at d98e8a6; Yang, Kautz & Hatamizadeh 2025, "Gated Delta Networks", arXiv:2412.06464) on one GPU,
+per micro-batch: its FLOPs, kernel times and saved activations. A hybrid model's G layer (`hybrid.py`;
+Qwen3-Next, Qwen3.5).
+
+The layer runs:
+1. the pre-norm, fused into in_proj (Transformer Engine's LayerNormColumnParallelLinear);
+2. in_proj, a column-parallel GEMM h -> [q, k, v, z, beta, alpha] of width 2 Hk dk + 2 Hv dv + 2 Hv (over tp:
+   Hk/tp key and Hv/tp value heads);
+3. the depthwise causal conv1d with SiLU over [q, k, v] (2 Hk dk + Hv dv channels, FLA's `causal_conv1d`);
+4. `_prepare_input_for_gated_delta_rule` (one fused kernel): the L2 norm of q and k, their repetition to the
+   Hv value heads (Hv / Hk copies), the decay g = -exp(A_log) softplus(alpha + dt_bias) in fp32 and
+   beta = sigmoid(beta);
+5. FLA's `chunk_gated_delta_rule` at chunk length C = 64 (flash-linear-attention fla/ops/gated_delta_rule/chunk.py
+   at bc3b101): forward `chunk_local_cumsum(g)`, `chunk_gated_delta_rule_fwd_intra` (beta K K^T within a chunk,
+   its triangular solve A, and w = A beta k, u = A beta v), `chunk_gated_delta_rule_fwd_h` (the dk x dv state
+   of every chunk h and the corrected values v_new), `chunk_fwd_o` (o = q h + (q k^T masked) v_new);
+6. the output RMSNorm over each value head gated by silu(z) (`_apply_gated_norm`, one fused kernel);
+7. out_proj, a row-parallel GEMM Hv dv -> h: one TP all-reduce (or reduce-scatter with sequence parallelism)
+   per pass, as an attention block's.
+
+The chunked rule's FLOPs per token and value head, forward: K K^T within the chunk 2 C dk, the solve C^2/3,
+w and u 2 C (dk + dv), the state pass (w h and k^T v_new) 4 dk dv, the output (q h, q k^T, its product with
+v_new) 2 dk dv + 2 C (dk + dv); its backward recomputes w, u and h before the gradients: three times the
+forward, as the Mamba scan's (`mamba.py`). Its kernels are memory-bound at the sizes trained (Qwen3.5: ~180
+kFLOP against ~7 kB per value head and token), so each pass is priced as a roofline: the longer of its FLOPs
+at the GPU's BF16 matmul rate and its HBM bytes (the Triton kernels run in BF16 whatever the precision recipe).
+The bytes are counted tensor by tensor from the functions' arguments and results (`mixer_bytes_per_token`), per
+token on one TP rank, with QK = Hv dk (q and k after the repetition), V = Hv dv, Cc = the conv channels, S = the
+chunk states Hv dk dv / C and A = Hv C (the solve's matrices, fp32); the decay and beta (Hv per token) are left
+out. Megatron's FLOPs count (training.py `gdn_layer_flops`) takes the rule as 4 Hv dv^2 per token: the MFU
+convention follows it (`gdn_layer_fwd_flop_per_token`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..specs import ModelSpec
+from .memory import BF16_BYTES, FP32_BYTES
+
+CHUNK = 64  # gdn.py `self.chunk_size`, the chunk FLA's kernels run at
+
+
+def gdn_linears(model: ModelSpec, tp) -> list[tuple]:
+    """(N, K) of the two GEMMs on one TP rank: in_proj (2 Hk dk + 2 Hv dv + 2 Hv)/tp x h, out_proj h x Hv dv/tp
+    (common.py `in_proj`, `out_proj`)."""
+    return [(model.gdn_in_proj_width / tp, model.hidden_size), (model.hidden_size, model.gdn_value_width / tp)]
+
+
+def _dims(model: ModelSpec, tp):
+    """(value heads on the rank, dk, dv, q/k width after the repetition, v width, conv channels) on one TP rank."""
+    hv, dk, dv = model.gdn_num_value_heads, model.gdn_key_head_dim, model.gdn_value_head_dim
+    assert hv is not None and dk is not None and dv is not None, f"{model.name} has no Gated DeltaNet layers"
+    t = np.asarray(tp, dtype=np.float64)
+    heads = hv / t
+    return heads, dk, dv, heads * dk, heads * dv, model.gdn_conv_channels / t
+
+
+def rule_fwd_flop_per_token(model: ModelSpec, tp=1):
+    """Forward FLOPs per token of the conv1d and the chunked delta rule on one TP rank (module docstring):
+    Hv/tp value heads x (6 dk dv + 2 C dk + 4 C (dk + dv) + C^2 / 3), and the depthwise conv's 2 kernel Cc."""
+    heads, dk, dv, _, _, conv = _dims(model, tp)
+    C = CHUNK
+    rule = heads * (6.0 * dk * dv + 2.0 * C * dk + 4.0 * C * (dk + dv) + C * C / 3.0)
+    return rule + 2.0 * model.gdn_conv_kernel * conv
+
+
+def mixer_bytes_per_token(model: ModelSpec, tp=1):
+    """(forward, backward) HBM bytes per token between the two GEMMs on one TP rank, BF16 elements unless named
+    (module docstring; fla/ops/gated_delta_rule/chunk.py `chunk_gated_delta_rule_fwd` / `_bwd`):
+    forward -- conv1d: read and write Cc; prepare: read Cc, write q, k (2 QK) and v; fwd_intra: read k, v, write
+    w, u and A (fp32); fwd_h: read k, w, u, write h (S) and v_new; fwd_o: read q, k, v_new, h, write o; the gated
+    norm: read o and z, write y (3 V). In all 3 Cc + 8 QK + 10 V + 2 S, and A 4 bytes.
+    backward -- recompute_w_u (read k, v, A; write w, u), fwd_h again (k, w, u; h, v_new), bwd_dv_local (q, k, do;
+    dv), bwd_dhu (q, k, w, do, dv; dh, dv), bwd_dqkwg (q, k, w, v_new, dv, do, h, dh; dq, dk, dw), wy_bwd (k, dw,
+    v, du; dk, dv), the dk sum (2 reads, 1 write), the gated norm's (o, z, dy; do, dz: 5 V), prepare's (q, k, dq,
+    dk; the conv output's gradient Cc) and the conv's (x, dy; dx: 3 Cc). In all 4 Cc + 25 QK + 20 V + 4 S, and A
+    read twice."""
+    heads, dk, dv, QK, V, Cc = _dims(model, tp)
+    S, A = heads * dk * dv / CHUNK, heads * CHUNK
+    fwd = BF16_BYTES * (3 * Cc + 8 * QK + 10 * V + 2 * S) + FP32_BYTES * A
+    bwd = BF16_BYTES * (4 * Cc + 25 * QK + 20 * V + 4 * S) + 2 * FP32_BYTES * A
+    return fwd, bwd
+
+
+def mixer_s(model: ModelSpec, tokens, tp, *, flop_per_s: float, efficiency: float, hbm_bytes_per_s: float):
+    """(forward, backward) of the kernels between the two GEMMs on one GPU: the roofline of
+    `rule_fwd_flop_per_token` (backward three times it) at the BF16 matmul rate and `mixer_bytes_per_token` at
+    the HBM rate (module docstring)."""
+    T = np.asarray(tokens, dtype=np.float64)
+    flop_s = T * rule_fwd_flop_per_token(model, tp) / (flop_per_s * efficiency)
+    fwd_bytes, bwd_bytes = mixer_bytes_per_token(model, tp)
+    return np.maximum(flop_s, T * fwd_bytes / hbm_bytes_per_s), np.maximum(3.0 * flop_s, T * bwd_bytes / hbm_bytes_per_s)
+
+
+def gdn_activation_bytes(model: ModelSpec, tokens, tp, sp_degree, linear_input_bytes: float):
+    """Activations one Gated DeltaNet layer keeps for backward on one GPU, per micro-batch: the layer input (2h,
+    the residual and the norm's input) and in_proj's saved input (the norm output, h at `linear_input_bytes`),
+    replicated over TP unless sequence parallel; on the rank's heads, the conv's input and output (2 Cc), the z gate
+    and beta / alpha (V + 2 Hv), what `ChunkGatedDeltaRuleFunction` saves (q, k, v: 2 QK + V; g and A in fp32),
+    the gated norm's inputs (o and z are V each: o), and out_proj's saved input (V at `linear_input_bytes`)."""
+    heads, _, _, QK, V, Cc = _dims(model, tp)
+    rep = np.asarray(sp_degree, dtype=np.float64)
+    h = model.hidden_size
+    replicated = (BF16_BYTES + linear_input_bytes) * h / rep
+    sharded = (BF16_BYTES * (2 * Cc + V + 2 * heads + 2 * QK + V + V) + FP32_BYTES * (heads + heads * CHUNK)
+               + linear_input_bytes * V)
+    return np.asarray(tokens, dtype=np.float64) * (replicated + sharded)
+
+
+def gdn_layer_fwd_flop_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one Gated DeltaNet layer in Megatron-LM's count (training.py `gdn_layer_flops` at
+    d98e8a6): 2 (h in_proj + kernel Cc + 4 Hv dv^2 + h Hv dv)."""
+    hv, dv = model.gdn_num_value_heads, model.gdn_value_head_dim
+    assert hv is not None and dv is not None
+    h = model.hidden_size
+    return 2.0 * (h * model.gdn_in_proj_width + model.gdn_conv_kernel * model.gdn_conv_channels + 4 * hv * dv * dv
+                  + h * model.gdn_value_width)
