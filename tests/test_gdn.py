@@ -230,3 +230,24 @@ def test_catalog_entries_are_their_config_json(name, size):
               "hidden_act"}
     cat, hf = load_model(name).model_dump(exclude=recipe), load_model(str(QWEN35[size])).model_dump(exclude=recipe)
     assert cat == hf
+
+
+def test_qwen3_next_maps_from_its_configuration_class():
+    """transformers 5.17's Qwen3NextConfig with its defaults, which its docstring ties to (auto_docstring checkpoint
+    Qwen/Qwen3-Next-80B-A3B-Instruct; "the Qwen3-Next-80B-A3B style configuration"; no released config.json is vendored
+    where this project can copy it): 48
+    decoder layers, every 4th gated attention (the class's full_attention_interval 4, no layer_types), all MoE;
+    80B total within 1%, 3B active without the embeddings (the card's convention for it)."""
+    cfg = {"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "vocab_size": 151936,
+           "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 48, "num_attention_heads": 16,
+           "num_key_value_heads": 2, "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+           "tie_word_embeddings": False, "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                                            "rope_type": "default"},
+           "attention_bias": False, "head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+           "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+           "decoder_sparse_step": 1, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+           "num_experts_per_tok": 10, "num_experts": 512, "norm_topk_prob": True, "mlp_only_layers": []}
+    m = load_model(cfg)
+    assert m.hybrid_layer_pattern == "GEGEGE*E" * 12 and m.attention_output_gate and m.mtp_num_layers == 0
+    assert abs(m.num_params / 80e9 - 1) < 0.01
+    assert round((m.num_active_params - 2 * m.embedding_params) / 1e9) == 3
