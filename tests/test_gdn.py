@@ -251,3 +251,24 @@ def test_qwen3_next_maps_from_its_configuration_class():
     assert m.hybrid_layer_pattern == "GEGEGE*E" * 12 and m.attention_output_gate and m.mtp_num_layers == 0
     assert abs(m.num_params / 80e9 - 1) < 0.01
     assert round((m.num_active_params - 2 * m.embedding_params) / 1e9) == 3
+
+
+@pytest.mark.parametrize("layers, priced", [(60, True), (120, True), (59, False)])
+def test_a_published_row_counts_qwen35_layers_as_its_config_does(layers, priced):
+    """A run of Qwen3.5-397B-A17B (a real MoE row of the published file, its model replaced) states 60 layers, as
+    the config counts them, or the 120 Megatron layers: both read as the catalog entry; 59 names the field."""
+    import copy
+    import json
+    from pathlib import Path
+
+    import solveplan.catalog_published
+    from solveplan.calibration.moe_rows import MOE_FILE, moe_row_job
+    rows = json.loads((Path(solveplan.catalog_published.__file__).parent / MOE_FILE).read_text())["measurements"]
+    raw = copy.deepcopy(next(r for r in rows if r["id"] == "mbridge_perf-26.04.01-qwen3-235b-a22b-gb300-mxfp8-256"))
+    raw["model"].update(key="qwen3.5-397b-a17b", name="Qwen3.5-397B-A17B", layers=layers, hidden=4096, heads=32,
+                        kv_heads=2, num_experts=512, top_k=10, moe_ffn_hidden=1024)
+    raw["parallel"].update(pp=4, vp=None, ep=32)
+    row = moe_row_job(raw)
+    assert (row.skipped is None) == priced, row.skipped
+    if not priced:
+        assert "layers 59" in row.skipped

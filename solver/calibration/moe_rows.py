@@ -110,7 +110,9 @@ def _check_dims(m: dict, model) -> str | None:
     if m.get("kv_heads") and not model.multi_latent_attention:
         stated["kv_heads"] = model.num_kv_heads
     for key, have in stated.items():
-        if isinstance(m.get(key), int) and m[key] != have:
+        # a Gated DeltaNet model of GPT layers (Qwen3.5) is counted as its config counts (half the pattern) or not
+        also = model.gdn_gpt_layers if key == "layers" else None
+        if isinstance(m.get(key), int) and m[key] not in (have, also):
             return f"the row states {key} {m[key]}, the catalog's {model.name} has {have}"
     mla = m.get("mla") or {}
     for key, field in (("q_lora_rank", "q_lora_rank"), ("kv_lora_rank", "kv_lora_rank"),

@@ -105,15 +105,11 @@ GDN_VARIANT = "gdn"  # --experimental-attention-variant (transformer_config.py; 
 
 
 def gdn_as_gpt(model: ModelSpec) -> bool:
-    """Whether a hybrid model with Gated DeltaNet layers is a GPT model's layers: each pair of its pattern a token
-    mixer (G or *) then an MLP (E or -), its MTP depth one GPT layer. Megatron-Bridge builds Qwen3-Next and Qwen3.5
-    so (qwen3_next_bridge.py, qwen35_bridge.py at 067f987: GPTModel with experimental_attention_variant
-    "gated_delta_net" and linear_attention_freq), with their per-head QK norm, which the hybrid stack spec lacks."""
-    p = model.hybrid_layer_pattern
-    if p is None or "G" not in p or len(p) % 2 or "M" in p or model.mtp_use_repeated_layer:
-        return False
-    pairs = all(p[i] in "G*" and p[i + 1] in "E-" for i in range(0, len(p), 2))
-    return pairs and model.mtp_hybrid_layer_pattern in (None, "*E", "*-")
+    """Whether a hybrid model with Gated DeltaNet layers is a GPT model's layers (`ModelSpec.gdn_gpt_layers`).
+    Megatron-Bridge builds Qwen3-Next and Qwen3.5 so (qwen3_next_bridge.py, qwen35_bridge.py at 067f987: GPTModel
+    with experimental_attention_variant "gated_delta_net" and linear_attention_freq), with their per-head QK norm,
+    which the hybrid stack spec lacks."""
+    return model.gdn_gpt_layers is not None
 
 
 def gpt_view(model: ModelSpec) -> ModelSpec:
@@ -122,7 +118,7 @@ def gpt_view(model: ModelSpec) -> ModelSpec:
     Not validated (a GPT ModelSpec without the G layers' fields): for rendering only."""
     p = model.hybrid_layer_pattern
     assert p is not None and gdn_as_gpt(model)
-    mlps = p[1::2]
+    mlps = p[1::2]  # `gdn_gpt_layers` of them
     moe = tuple(int(m == "E") for m in mlps) if "E" in mlps and "-" in mlps else None
     return model.model_copy(update=dict(
         num_layers=len(mlps), hybrid_layer_pattern=None, moe_layer_pattern=moe, mtp_hybrid_layer_pattern=None,

@@ -130,6 +130,18 @@ class HybridShape:
     def is_hybrid(self) -> bool:
         return self.hybrid_layer_pattern is not None
 
+    @property
+    def gdn_gpt_layers(self) -> int | None:
+        """The GPT layers of a Gated DeltaNet model made of them -- each pair of its pattern a token mixer (G or *)
+        then an MLP (E or -), its MTP depth one such layer, no Mamba -- else None. Qwen3-Next and Qwen3.5 are:
+        Megatron-Bridge builds them as GPT models with an experimental attention variant, and a source counts
+        their layers as the config does (half the pattern)."""
+        p = self.hybrid_layer_pattern
+        if p is None or "G" not in p or len(p) % 2 or "M" in p or self.mtp_use_repeated_layer:
+            return None
+        pairs = all(p[i] in "G*" and p[i + 1] in "E-" for i in range(0, len(p), 2))
+        return len(p) // 2 if pairs and self.mtp_hybrid_layer_pattern in (None, "*E", "*-") else None
+
     def hybrid_layer_counts(self, pattern: str | None = None) -> dict[str, int]:
         """Layers of each kind (`HYBRID_SYMBOLS`' names) in `pattern` (default the whole model's)."""
         pattern = self.hybrid_layer_pattern if pattern is None else pattern
