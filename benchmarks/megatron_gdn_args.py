@@ -70,13 +70,19 @@ CASES = [
      dict(tp=1, pp=2, ep=16, etp=1), {"global_batch_size": 512, "seq_length": 8192}),
     ("optimize: Qwen3.5-27B (dense MLPs)", qwen("27B"), "h100x64", None, {"global_batch_size": 512,
                                                                           "seq_length": 8192}),
+    ("Qwen3.5-35B-A3B at 32k tokens, tp 2 x cp 4 (the heads' all-to-all), EP 8", qwen("35B-A3B"), "h100x16",
+     dict(tp=2, cp=4, pp=2, ep=8, etp=1, sequence_parallel=True), {"global_batch_size": 64, "seq_length": 32768}),
+    ("optimize: Qwen3.5-35B-A3B at 128k tokens", qwen("35B-A3B"), "h100x64", None,
+     {"global_batch_size": 64, "seq_length": 131072}),
 ]
 CONTROLS = [(1, "--linear-attention-freq dropped (TransformerConfig: must be set for gdn)",
              lambda a: _drop(a, "--linear-attention-freq", 1)),
             (1, "linear value heads 30, not a multiple of the 16 key heads",
              lambda a: _set(a, "--linear-num-value-heads", "30")),
             (2, "--attention-output-gate dropped (the ungated attention built)",
-             lambda a: [x for x in a if x != "--attention-output-gate"])]
+             lambda a: [x for x in a if x != "--attention-output-gate"]),
+            (6, "4 linear key heads over tp 2 x cp 4 (TransformerConfig: a multiple of tp x cp)",
+             lambda a: _set(a, "--linear-num-key-heads", "4"))]
 
 
 def _drop(args: list[str], flag: str, nvalues: int) -> list[str]:

@@ -153,8 +153,9 @@ def test_a_gdn_unit_prices_its_layers_and_tp_splits_the_heads():
 
 
 def test_gdn_rules_follow_megatron():
-    """tp divides the key and value heads (transformer_config.py: a multiple of tp x cp); no CP for a hybrid
-    model; framework megatron only, for the gated attention too."""
+    """tp divides the key and value heads, and with CP tp x cp does (transformer_config.py: a multiple of
+    tp x cp); CP is legal without Mamba layers; framework megatron only, for the gated attention too."""
+    from solveplan.space.enumeration import enumerate_shapes
     from solveplan.space.rules import config_violations
     j = job(tiny_gdn())
     _, errs = config_violations(j, tp=8, pp=1, cp=1, vp=1, micro_batch_size=1, recompute="none",
@@ -162,11 +163,36 @@ def test_gdn_rules_follow_megatron():
     assert any("gdn_num_key_heads / gdn_num_value_heads" in e for _, e in errs)
     _, errs = config_violations(j, tp=1, pp=1, cp=2, vp=1, micro_batch_size=1, recompute="none",
                                 sequence_parallel=False, zero=1, ep=4, etp=1)
-    assert {f for f, _ in errs} == {"cp"}
+    assert errs == []
+    _, errs = config_violations(j, tp=2, pp=1, cp=4, vp=1, micro_batch_size=1, recompute="none",
+                                sequence_parallel=True, zero=1, ep=1, etp=1)
+    assert [f for f, _ in errs] == ["cp"] and "multiple of tp x cp = 2 x 4" in errs[0][1]
+    assert set(enumerate_shapes(j).shapes.cp.tolist()) == {1, 2, 4}  # 4 key heads: tp x cp at most 4
+    mamba = job(tiny_gdn("GM*E" * 2, mamba_state_dim=64, mamba_head_dim=32, mamba_num_heads=16, mamba_num_groups=4))
+    _, errs = config_violations(mamba, tp=1, pp=1, cp=2, vp=1, micro_batch_size=1, recompute="none",
+                                sequence_parallel=False, zero=1, ep=4, etp=1)
+    assert [f for f, _ in errs] == ["cp"] and "Mamba" in errs[0][1]
     for model in (tiny_gdn(), load_model("llama3.1-8b").model_copy(update={"attention_output_gate": True})):
         with pytest.raises(ValidationError, match="use framework megatron"):
             JobSpec(model=model, cluster=load_cluster("h100x8"), global_batch_size=64, seq_length=1024,
                     framework="torchtitan")
+
+
+def test_context_parallelism_exchanges_the_gdn_heads():
+    """Under cp the layer's heads go by two all-to-alls per pass (in_proj's output, the norm's), the forward's
+    again under full recomputation, on the links the CP group spans; none at cp 1. A long sequence that does
+    not fit without CP is planned with it."""
+    from solveplan.formulation import comm
+    from solveplan.formulation.gdn import gdn_cp_a2a_s
+    from solveplan.optimize import optimize
+    m, cluster = load_model("qwen3.5-35b-a3b"), load_cluster("h100x16")
+    tokens, tp = 8192.0, 2
+    one = comm.all_to_all_s(2 * tokens * (12352 + 4096) / tp, cluster, 4, tp)  # in_proj width + v width, BF16
+    assert float(gdn_cp_a2a_s(m, cluster, tokens, tp, 4, 0)) == pytest.approx(2 * float(one))
+    assert float(gdn_cp_a2a_s(m, cluster, tokens, tp, 4, 2)) == pytest.approx(3 * float(one))
+    assert float(gdn_cp_a2a_s(m, cluster, tokens, tp, 1, 0)) == 0.0
+    res = optimize(JobSpec(model=m, cluster=cluster, global_batch_size=64, seq_length=32768), time_limit_s=60)
+    assert str(res.status).endswith("OPTIMAL") and res.plan.parallel.cp > 1
 
 
 def test_reported_flops_count_the_gdn_layers():

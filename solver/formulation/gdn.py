@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
+from . import comm
 from .memory import BF16_BYTES, FP32_BYTES
 
 CHUNK = 64  # gdn.py `self.chunk_size`, the chunk FLA's kernels run at
@@ -91,6 +92,20 @@ def mixer_s(model: ModelSpec, tokens, tp, *, flop_per_s: float, efficiency: floa
     flop_s = T * rule_fwd_flop_per_token(model, tp) / (flop_per_s * efficiency)
     fwd_bytes, bwd_bytes = mixer_bytes_per_token(model, tp)
     return np.maximum(flop_s, T * fwd_bytes / hbm_bytes_per_s), np.maximum(3.0 * flop_s, T * bwd_bytes / hbm_bytes_per_s)
+
+
+def gdn_cp_a2a_s(model: ModelSpec, cluster, tokens, tp, cp, recompute):
+    """Context parallelism of one Gated DeltaNet layer per micro-batch (0 without): each CP rank holds `tokens`
+    of the sequence and hands the others their heads by an all-to-all over the CP group (ranks tp apart) -- before
+    the conv, in_proj's output [q, k, v, z, beta, alpha] (gated_delta_net/common.py `a2a_cp_to_hp`), after the
+    gated norm, its output back (`a2a_hp_to_cp`) -- so the conv and the chunked rule run on the whole sequence
+    for 1/cp of the rank's heads (the same work per rank: `mixer_s` on `tokens` and tp). Backward the same two
+    exchanges of the gradients, the forward's again under full recomputation; nothing overlaps them (the kernels
+    wait for their inputs): `comm.all_to_all_s` as attention's all-to-all CP (`layer_terms.cp_a2a_s`)."""
+    rank = BF16_BYTES * np.asarray(tokens, dtype=np.float64) * (model.gdn_in_proj_width + model.gdn_value_width)
+    one = comm.all_to_all_s(rank / np.asarray(tp, dtype=np.float64), cluster, cp, tp)
+    passes = 2 + (np.asarray(recompute) == 2)
+    return np.where(np.asarray(cp) > 1, passes * one, 0.0)
 
 
 def gdn_activation_bytes(model: ModelSpec, tokens, tp, sp_degree, linear_input_bytes: float):

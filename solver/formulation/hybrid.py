@@ -106,11 +106,12 @@ def mlp_layer(T) -> dict:
                   params_gpu=T.model.hybrid_kind_params()["mlp"] / T.t, act=act, working=working)
 
 
-def _mixer_layer(T, mixer, params: int) -> dict:
+def _mixer_layer(T, mixer, params: int, cp=0.0) -> dict:
     """A sublayer of two GEMMs around a mixer's kernels, Mamba-2's or Gated DeltaNet's (`mixer`: the module
     `mamba` or `gdn`, each with the GEMMs' shapes, the kernels' roofline and the saved activations): the GEMMs at
     the recipe's rate with the recipe's quantisation of their inputs (as `layer_terms.layer_linears_s`), the
-    mixer's kernels, its norm, residual and launch overhead; `params` weights over tp."""
+    mixer's kernels, its norm, residual and launch overhead; `params` weights over tp; `cp` its context
+    parallelism's exposed exchange."""
     model, M, t, hbm, gpu = T.model, T.M, T.t, T.hbm, T.gpu
     cast = quantize_bytes_per_element(T.precision)
     gf = gb = cf = cb = 0.0
@@ -127,7 +128,7 @@ def _mixer_layer(T, mixer, params: int) -> dict:
     stored = saved(model, M, t, T.rep, T.act_kw["linear_input_bytes"])
     act = np.where(T.rc == 2, BF16_BYTES * M * T.h / T.rep, stored)
     return _layer(T, fwd=fwd, bwd=bwd, rfwd=np.where(T.rc == 2, fwd, 0.0), gemm_fwd=gf, gemm_bwd=gb,
-                  params_gpu=params / t, act=act, working=np.where(T.rc == 2, stored, 0.0))
+                  params_gpu=params / t, act=act, working=np.where(T.rc == 2, stored, 0.0), cp=cp)
 
 
 def mamba_layer(T) -> dict:
@@ -136,8 +137,10 @@ def mamba_layer(T) -> dict:
 
 
 def gdn_layer(T) -> dict:
-    """A Gated DeltaNet sublayer (G): `_mixer_layer` of `gdn.py`."""
-    return _mixer_layer(T, gdn, T.model.gdn_layer_params)
+    """A Gated DeltaNet sublayer (G): `_mixer_layer` of `gdn.py`, with its heads' all-to-all under context
+    parallelism (`gdn.gdn_cp_a2a_s`)."""
+    return _mixer_layer(T, gdn, T.model.gdn_layer_params,
+                        cp=gdn.gdn_cp_a2a_s(T.model, T.cluster, T.M, T.t, T.c, T.rc))
 
 
 # Megatron's --cuda-graph-modules name of each layer kind's block (transformer_config.py cuda_graph_modules:

@@ -5,7 +5,8 @@ parallelism and the ZeRO stage; the layer split is chosen later. Legality follow
 Megatron-LM's checks:
 - tp divides the attention heads, the KV heads (query groups) and the FFN width;
 - cp needs flash attention and a sequence length divisible by 2*cp (load-balanced causal CP), and
-  with attention sinks a TP rank's query and KV heads divisible by cp (all-to-all CP);
+  with attention sinks a TP rank's query and KV heads divisible by cp (all-to-all CP); a hybrid model's cp
+  only without Mamba layers and with its Gated DeltaNet heads a multiple of tp x cp (`hybrid_cp_violations`);
 - pp <= layers; the global batch divides into dp * micro_batch_size;
 - interleaving (vp > 1) needs pp >= 2, pp*vp <= layers and micro-batches divisible by pp
   (Megatron-Core's default micro-batch group of pp per virtual stage); the search tries the vp
@@ -40,7 +41,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..specs import JobSpec
-from .experts import cp_a2a_violations, expert_degrees, hsdp_violations, tp_split_widths
+from .experts import cp_a2a_violations, expert_degrees, hsdp_violations, hybrid_cp_violations, tp_split_widths
 from .pipeline_split import slot_count, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 
@@ -128,16 +129,14 @@ def _allowed(cons, knob, values):
     return [v for v in values if cons.allows(knob, v)]
 
 
-def _knobs_legal(tp, pp, dp, cp, S, Z, moe: bool = False, hybrid: bool = False):
+def _knobs_legal(tp, pp, dp, cp, S, Z, moe: bool = False):
     """Which (sequence parallel, ZeRO) knobs a degree combination allows: SP needs tp > 1,
     optimizer sharding dp*cp > 1, ZeRO-3 no pipelining (scalars or numpy arrays); a MoE model
-    needs SP with tp > 1 (`space.experts`); a hybrid Mamba model no context parallelism
-    (`space.experts.hybrid_violations`)."""
+    needs SP with tp > 1 (`space.experts`). (A hybrid model's context parallelism is a degree rule,
+    `_degrees`.)"""
     ok = ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
     if moe:
         ok = ok & ~(~S & (tp > 1))
-    if hybrid:
-        ok = ok & (cp == 1)
     return ok
 
 
@@ -165,7 +164,7 @@ def space_size(job: JobSpec, stop_above: int | None = None) -> SpaceSize:
     total, max_pp = 0, 0
     moe = job.model.is_moe
     for tp, cp, pp, dp in _degrees(job):
-        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, moe, job.model.is_hybrid).sum()) * len(expert_degrees(job, tp, cp, dp))
+        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, moe).sum()) * len(expert_degrees(job, tp, cp, dp))
         if knobs == 0:
             continue
         variants = {ok: len(pipeline_variants(job, pp, ok)) for ok in (False, True)}
@@ -203,7 +202,7 @@ def _degrees(job: JobSpec):
         if model.num_attention_heads % tp or model.num_kv_heads % tp or any(w % tp for w in widths):
             continue
         for cp in _allowed(cons, "cp", divisors(N // tp)):
-            if cp > 1 and (not job.flash_attention or s % (2 * cp) or model.is_hybrid
+            if cp > 1 and (not job.flash_attention or s % (2 * cp) or hybrid_cp_violations(model, tp=tp, cp=cp)
                            or cp_a2a_violations(model, tp=tp, cp=cp)):
                 continue
             for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
@@ -243,6 +242,6 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     deg = np.repeat(np.array(base, dtype=np.int64), nk, axis=0)
     R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
-    ok = _knobs_legal(tp, pp, dp, cp, S, Z, job.model.is_moe, job.model.is_hybrid)
+    ok = _knobs_legal(tp, pp, dp, cp, S, Z, job.model.is_moe)
     arr = np.column_stack([deg[ok][:, :6], R[ok], S[ok].astype(np.int64), Z[ok], deg[ok][:, 6:]])
     return Space(Shapes(*(arr[:, i] for i in range(13))), int(ok.sum()))

@@ -49,7 +49,7 @@ def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
     hybrid model's Mamba heads and groups (megatron/core/ssm/mamba_mixer.py at d98e8a6: "nheads must
     be evenly divisble by tp_size", "ngroups must be evenly divisible by tp_size") and Gated DeltaNet key
     and value heads (transformer_config.py: "linear_num_key_heads must be a multiple of (tp * cp)", the
-    same for the value heads; a hybrid model runs cp 1, `hybrid_violations`)."""
+    same for the value heads; with cp, `hybrid_cp_violations`)."""
     has_mlp = model.hybrid_layer_counts()["mlp"] if model.is_hybrid else model.num_dense_layers
     dense = (model.ffn_hidden_size,) if has_mlp else ()
     shared = (model.moe_shared_expert_intermediate_size,) if model.moe_shared_expert_intermediate_size else ()
@@ -72,18 +72,30 @@ def cp_a2a_violations(model: ModelSpec, *, tp: int, cp: int) -> list[tuple[str, 
     return []
 
 
-def hybrid_violations(model: ModelSpec, *, cp: int, account: bool) -> list[tuple[str, str]]:
-    """What a hybrid model's configuration may not use here: context parallelism (Megatron's Mamba CP,
-    megatron/core/ssm/mamba_context_parallel.py, and the Gated DeltaNet's head all-to-all,
-    gated_delta_net/common.py `a2a_cp_to_hp`, are not priced) and a split counting the
-    embedding or the loss (Megatron-LM arguments.py: not with --hybrid-layer-pattern). ZeRO-2/3
-    (Megatron-FSDP) shards each sublayer as a Transformer layer (formulation/hybrid.py)."""
+def hybrid_cp_violations(model: ModelSpec, *, tp: int, cp: int) -> list[tuple[str, str]]:
+    """Context parallelism of a hybrid model: not with Mamba layers (Megatron's Mamba CP,
+    megatron/core/ssm/mamba_context_parallel.py, is not priced); Gated DeltaNet layers hand each CP rank whole
+    heads by an all-to-all (gated_delta_net/common.py `a2a_cp_to_hp`, priced in formulation/gdn.py), so
+    transformer_config.py asserts their key and value heads a multiple of tp x cp."""
+    if cp == 1 or not model.is_hybrid:
+        return []
+    if "M" in (model.hybrid_layer_pattern or "") + (model.mtp_hybrid_layer_pattern or ""):
+        return [("cp", "context parallelism of a hybrid model's Mamba layers is not modelled; use cp = 1")]
+    keys, values = model.gdn_num_key_heads or 0, model.gdn_num_value_heads or 0
+    if keys % (tp * cp) or values % (tp * cp):
+        return [("cp", f"the Gated DeltaNet's {keys} key and {values} value heads must be a multiple of tp x cp = "
+                       f"{tp} x {cp} (Megatron's head all-to-all); use a cp that divides {math.gcd(keys, values) // tp}")]
+    return []
+
+
+def hybrid_violations(model: ModelSpec, *, tp: int, cp: int, account: bool) -> list[tuple[str, str]]:
+    """What a hybrid model's configuration may not use here: context parallelism where
+    `hybrid_cp_violations` says so, and a split counting the embedding or the loss (Megatron-LM arguments.py:
+    not with --hybrid-layer-pattern). ZeRO-2/3 (Megatron-FSDP) shards each sublayer as a Transformer layer
+    (formulation/hybrid.py)."""
     if not model.is_hybrid:
         return []
-    errs = []
-    if cp > 1:
-        errs.append(("cp", "context parallelism of a hybrid model's Mamba and Gated DeltaNet layers is not "
-                           "modelled; use cp = 1"))
+    errs = hybrid_cp_violations(model, tp=tp, cp=cp)
     if account:
         errs.append(("account_for_embedding", "Megatron-LM does not count the embedding or loss as layers with "
                                               "--hybrid-layer-pattern; leave both out of the split"))

@@ -90,7 +90,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
         errs.append(("zero", f"optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use zero = 0"))
     if zero == 3 and pp > 1:
         errs.append(("zero", "ZeRO-3 is not combined with pipeline parallelism; use zero = 1 or pp = 1"))
-    errs += hybrid_violations(model, cp=cp, account=account_for_embedding or account_for_loss)
+    errs += hybrid_violations(model, tp=tp, cp=cp, account=account_for_embedding or account_for_loss)
     errs += cp_a2a_violations(model, tp=tp, cp=cp)
     errs += hsdp_violations(job, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
     errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel,
