@@ -567,9 +567,8 @@ def check(M, label, model_ref, cluster, constraints, extras, mutate=None):
                             | sharding_diff(par.zero, args, job.distributed_optimizer_instances))
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
                      and not row["arch_diff"])
-    except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
-        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        row["ok"] = False
+    except CHECK_ERRORS as exc:
+        row["error"], row["ok"] = refusal(exc), False
     return row
 
 
@@ -689,9 +688,8 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
                             | sharding_diff(par.zero, args, job.distributed_optimizer_instances))
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
                      and not row["arch_diff"])
-    except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
-        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        row["ok"] = False
+    except CHECK_ERRORS as exc:
+        row["error"], row["ok"] = refusal(exc), False
     return row
 
 
@@ -701,8 +699,8 @@ def _controls_table(controls: list[dict], title: str, also: str) -> list[str]:
     lines = ["", f"{title}; **{denied} of {len(controls)} refused** ({also}), as they must be.", "",
              "| broken rule | Megatron-LM's answer |", "|---|---|"]
     for c in controls:
-        answer = c.get("error") or (f"builds another model: {c['arch_diff']}" if c.get("arch_diff")
-                                    else "ACCEPTED (the check did not bite)")
+        built = c.get("arch_diff") or c.get("diff")  # what it built instead (this script's rows, or the hybrid ones')
+        answer = c.get("error") or (f"builds another model: {built}" if built else "ACCEPTED (the check did not bite)")
         lines.append(f"| {c['label']} | {answer} |")
     return lines
 
@@ -803,6 +801,44 @@ def megatron_cli(doc: str, report_name: str) -> argparse.ArgumentParser:
     ap.add_argument("--commit", default=None, help="the checkout's commit, for the report (default: git rev-parse)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / report_name)
     return ap
+
+
+CHECK_ERRORS = (AssertionError, ValueError, RuntimeError, TypeError, SystemExit)  # Megatron-LM refusing to start
+
+
+def refusal(exc: BaseException) -> str:
+    """A refusal as the reports print it: the exception's type and first line."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def built_diff(want: dict, got: dict, job, zero: int, args, cfg) -> dict:
+    """What Megatron-LM built that the plan did not plan: `want` against `got` field by field, the optimizer's
+    sharding (`sharding_diff`) and the precision and offloading settings (`precision_diff`)."""
+    return ({k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
+            | sharding_diff(zero, args, job.distributed_optimizer_instances) | precision_diff(job, cfg, args))
+
+
+def run_checks(argv, doc: str, report_name: str, cases, controls, check, report) -> int:
+    """The main of a Megatron-LM check of `cases` (each `check(M, *case)`) and `controls` ((index of a case, what
+    it breaks, an edit of its arguments)): prints each verdict, writes `report(rows, controls, commit, seconds)`;
+    0 when every case is accepted and every control refused, 1 otherwise, 2 when Megatron-LM cannot be imported."""
+    a = megatron_cli(doc, report_name).parse_args(argv)
+    opened = open_megatron(a)
+    if opened is None:
+        return 2
+    M, commit = opened
+    t0 = time.perf_counter()
+    rows = [check(M, *case) for case in cases]
+    done = [check(M, what, *cases[i][1:], mutate=edit) for i, what, edit in controls]
+    for r in rows:
+        print(f"{'ok ' if r.get('ok') else 'BAD'} {r['label']}: {r.get('error') or r.get('diff') or ''}", file=sys.stderr)
+    for c in done:
+        print(f"{'BAD' if c.get('ok') else 'ok '} control {c['label']}: {c.get('error') or c.get('diff')}", file=sys.stderr)
+    text = report(rows, done, commit, time.perf_counter() - t0)
+    a.out.write_text(text)
+    print(text)
+    return 0 if all(r.get("ok") for r in rows) and not any(c.get("ok") for c in done) else 1
 
 
 def open_megatron(a: argparse.Namespace):

@@ -24,23 +24,23 @@ import contextlib
 import importlib
 import io
 import sys
-import time
 from pathlib import Path
 
 from _common import ROOT
 from megatron_args import (
+    CHECK_ERRORS,
+    _controls_table,
     built_architecture,
+    built_diff,
     built_moe,
     degrees_and_split,
-    megatron_cli,
     megatron_configs,
     megatron_launch,
     megatron_split,
-    open_megatron,
     planned_architecture,
     planned_moe,
-    precision_diff,
-    sharding_diff,
+    refusal,
+    run_checks,
 )
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
@@ -144,14 +144,11 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
         if view.is_moe:
             want, got = want | planned_moe(view, plan), got | built_moe(args, cfg_)
         row["megatron_split"] = megatron_split(M, cfg_, par.pp, par.vp)
-        row["diff"] = ({k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
-                       | sharding_diff(par.zero, args, job.distributed_optimizer_instances)
-                       | precision_diff(job, cfg_, args))
+        row["diff"] = built_diff(want, got, job, par.zero, args, cfg_)
         row["ok"] = (not row["diff"] and row["megatron_split"] == gpt_layers and ma.entry == "pretrain_gpt.py"
                      and (args.virtual_pipeline_model_parallel_size or 1) == par.vp and args.data_parallel_size == par.dp)
-    except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
-        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        row["ok"] = False
+    except CHECK_ERRORS as exc:
+        row["error"], row["ok"] = refusal(exc), False
     return row
 
 
@@ -172,33 +169,12 @@ def report(rows, controls, commit, elapsed) -> str:
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('diff')}")
         lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster')} | {r.get('status', '-')} | {deg} | "
                      f"{getattr(par, 'ep', '-')} {getattr(par, 'etp', '-')} | {split} | `{r.get('freq')}` | {res} |")
-    refused = sum(1 for c in controls if not c.get("ok"))
-    lines += ["", f"Controls: one rule broken each; **{refused} of {len(controls)} refused** (or another model "
-                  f"built), as they must be.", "", "| broken rule | Megatron-LM's answer |", "|---|---|"]
-    for c in controls:
-        answer = c.get("error") or (f"builds another model: {c['diff']}" if c.get("diff")
-                                    else "ACCEPTED (the check did not bite)")
-        lines.append(f"| {c['label']} | {answer} |")
+    lines += _controls_table(controls, "Controls: one rule broken each", "or another model built")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
-    a = megatron_cli(__doc__, "megatron_gdn_args.md").parse_args(argv)
-    opened = open_megatron(a)
-    if opened is None:
-        return 2
-    M, commit = opened
-    t0 = time.perf_counter()
-    rows = [check(M, *case) for case in CASES]
-    controls = [check(M, what, *CASES[i][1:], mutate=edit) for i, what, edit in CONTROLS]
-    for r in rows:
-        print(f"{'ok ' if r.get('ok') else 'BAD'} {r['label']}: {r.get('error') or r.get('diff') or ''}", file=sys.stderr)
-    for c in controls:
-        print(f"{'BAD' if c.get('ok') else 'ok '} control {c['label']}: {c.get('error') or c.get('diff')}", file=sys.stderr)
-    text = report(rows, controls, commit, time.perf_counter() - t0)
-    a.out.write_text(text)
-    print(text)
-    return 0 if all(r.get("ok") for r in rows) and not any(c.get("ok") for c in controls) else 1
+    return run_checks(argv, __doc__, "megatron_gdn_args.md", CASES, CONTROLS, check, report)
 
 
 if __name__ == "__main__":

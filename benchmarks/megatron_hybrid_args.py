@@ -27,12 +27,18 @@ import contextlib
 import importlib
 import io
 import sys
-import time
 from pathlib import Path
 
 from _common import ROOT
-from megatron_args import (USER_ARGS, degrees_and_split, megatron_cli, megatron_configs,  # noqa: F401
-                           megatron_launch, open_megatron, precision_diff, sharding_diff)
+from megatron_args import (
+    CHECK_ERRORS,
+    built_diff,
+    degrees_and_split,
+    megatron_configs,
+    megatron_launch,
+    refusal,
+    run_checks,
+)
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import plan_config
@@ -185,14 +191,11 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
         with megatron_launch(M, job, ma):
             args, cfg_, _ = megatron_configs(M, gpt=False)
         got, want = _built(M, args, cfg_, plan.parallel.pp), _planned(job.model, plan)
-        row["diff"] = ({k: (want[k], got.get(k)) for k in want if want[k] != got.get(k)}
-                       | sharding_diff(plan.parallel.zero, args, job.distributed_optimizer_instances)
-                       | precision_diff(job, cfg_, args))
+        row["diff"] = built_diff(want, got, job, plan.parallel.zero, args, cfg_)
         row["megatron_split"] = got["split"]
         row["ok"] = not row["diff"] and ma.entry == "pretrain_hybrid.py"
-    except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as exc:
-        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        row["ok"] = False
+    except CHECK_ERRORS as exc:
+        row["error"], row["ok"] = refusal(exc), False
     return row
 
 
@@ -222,22 +225,7 @@ def report(rows, controls, commit, elapsed) -> str:
 
 
 def main(argv=None) -> int:
-    a = megatron_cli(__doc__, "megatron_hybrid_args.md").parse_args(argv)
-    opened = open_megatron(a)
-    if opened is None:
-        return 2
-    M, commit = opened
-    t0 = time.perf_counter()
-    rows = [check(M, *case) for case in CASES]
-    controls = [check(M, what, *CASES[i][1:], mutate=edit) for i, what, edit in CONTROLS]
-    for r in rows:
-        print(f"{'ok ' if r.get('ok') else 'BAD'} {r['label']}: {r.get('error') or r.get('diff') or ''}", file=sys.stderr)
-    for c in controls:
-        print(f"{'BAD' if c.get('ok') else 'ok '} control {c['label']}: {c.get('error') or c.get('diff')}", file=sys.stderr)
-    text = report(rows, controls, commit, time.perf_counter() - t0)
-    a.out.write_text(text)
-    print(text)
-    return 0 if all(r.get("ok") for r in rows) and not any(c.get("ok") for c in controls) else 1
+    return run_checks(argv, __doc__, "megatron_hybrid_args.md", CASES, CONTROLS, check, report)
 
 
 if __name__ == "__main__":

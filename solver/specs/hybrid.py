@@ -65,29 +65,32 @@ class HybridShape:
         self._check_hybrid_mtp()
         if self.moe_layer_pattern is not None or self.moe_layer_freq != 1:
             raise ValueError("moe_layer_pattern / moe_layer_freq do not apply to a hybrid model: its E layers are MoE")
-        if "M" in pattern + (self.mtp_hybrid_layer_pattern or ""):
-            missing = [f for f in MAMBA_FIELDS if getattr(self, f) is None]
-            if missing:
-                raise ValueError(f"a hybrid model with Mamba layers (M) needs {missing[0]}")
+        if self._layer_fields("M", MAMBA_FIELDS, "Mamba"):
             heads, groups = self.mamba_num_heads, self.mamba_num_groups
             assert heads is not None and groups is not None
             if heads % groups:
                 raise ValueError(f"mamba_num_groups ({groups}) must divide mamba_num_heads ({heads})")
         self._check_gdn()
 
+    def _layer_fields(self, symbol: str, fields: tuple[str, ...], kind: str) -> bool:
+        """Whether the pattern (or an MTP depth's) has `symbol` layers; if it has, each of `fields` must be set."""
+        assert self.hybrid_layer_pattern is not None
+        if symbol not in self.hybrid_layer_pattern + (self.mtp_hybrid_layer_pattern or ""):
+            return False
+        missing = [f for f in fields if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"a hybrid model with {kind} layers ({symbol}) needs {missing[0]}")
+        return True
+
     def _check_gdn(self) -> None:
         """The Gated DeltaNet fields a G layer needs, and TransformerConfig's rule that the value heads are a
         multiple of the key heads (transformer_config.py at d98e8a6)."""
-        assert self.hybrid_layer_pattern is not None
-        if "G" not in self.hybrid_layer_pattern + (self.mtp_hybrid_layer_pattern or ""):
+        if not self._layer_fields("G", GDN_FIELDS, "Gated DeltaNet"):
             given = [f for f in GDN_FIELDS if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to Gated DeltaNet layers (G) only; add them to "
                                  f"hybrid_layer_pattern or drop it")
             return
-        missing = [f for f in GDN_FIELDS if getattr(self, f) is None]
-        if missing:
-            raise ValueError(f"a hybrid model with Gated DeltaNet layers (G) needs {missing[0]}")
         keys, values = self.gdn_num_key_heads, self.gdn_num_value_heads
         assert keys is not None and values is not None
         if values % keys:
