@@ -185,11 +185,16 @@ def family_cluster(family: str, num_gpus: int, field: str = "cluster") -> Cluste
     most = per_node * int(PLAUSIBLE["num_nodes"][1])
     if num_gpus > most:
         raise InputError(field, f"{family}x{num_gpus}: more GPUs than a cluster may have (at most {most:,})")
-    if num_gpus <= 0 or num_gpus % per_node:
+    if num_gpus <= 0 or (num_gpus > per_node and num_gpus % per_node):
         lo = max(per_node, num_gpus // per_node * per_node)
-        raise InputError(field, f"{family}x{num_gpus}: {num_gpus} GPUs is not a multiple of {per_node} GPUs per node; "
-                                f"use {family}x{lo} or {family}x{lo + per_node}")
+        raise InputError(field, f"{family}x{num_gpus}: {num_gpus} GPUs is not a multiple of {per_node} GPUs per node "
+                                f"(nor at most one node's {per_node}); use {family}x{lo} or {family}x{lo + per_node}")
     tmpl.pop("description", None)
+    if num_gpus < per_node:  # part of one node (a workstation's GPU, a scheduler's share): its GPUs on one NVLink fabric
+        tmpl.update(gpus_per_node=num_gpus, nvlink_domain_gpus=num_gpus if tmpl.get("nvlink_domain_gpus") else None)
+        tmpl["source"] = f"{tmpl.get('source', '').strip()} {num_gpus} of a node's {per_node} GPUs".strip()
+        return cluster_from_mapping({k: v for k, v in {**tmpl, "name": f"{family}x{num_gpus}", "num_nodes": 1}.items()
+                                     if v is not None}, field)
     domain = tmpl.get("nvlink_domain_gpus")
     if domain:  # racks of one NVLink domain (NVL72): whole racks, a part of one, or equal parts of several
         tmpl["nvlink_domain_gpus"] = share = rack_share(num_gpus, int(domain), per_node)
@@ -224,8 +229,8 @@ def family_rule(tmpl: Mapping[str, Any]) -> str:
     domain = tmpl.get("nvlink_domain_gpus")
     if domain:
         return (f"multiple of {domain}, or of {per_node} up to {domain}, or N split into racks of equal parts of at "
-                f"least {_half_rack(int(domain), per_node)}")
-    return f"multiple of {per_node}"
+                f"least {_half_rack(int(domain), per_node)}, or below {per_node} (part of one tray)")
+    return f"multiple of {per_node}, or below {per_node} (part of one node)"
 
 
 def cluster_family(cluster: ClusterSpec) -> str | None:

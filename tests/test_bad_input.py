@@ -43,7 +43,7 @@ CASES = [
     ("family-not-multiple-of-8", None, None, ["show", "a100x12"], ["a100x12", "not a multiple of 8", "a100x8 or a100x16"]),
     ("family-name-ending-in-x", None, None, ["show", "mi300x64"], ["cluster family 'mi300'", "did you mean mi300xx64"]),
     ("family-zero-gpus", None, None, ["show", "a100x0"], ["a100x0", "not a multiple of 8"]),
-    ("family-not-multiple-of-16", None, None, ["show", "v100x8"], ["v100x8", "not a multiple of 16"]),
+    ("family-not-multiple-of-16", None, None, ["show", "v100x24"], ["v100x24", "not a multiple of 16"]),
     ("nonexistent-file", None, None, ["show", "no/such/model.yaml"], ["NAME", "does not exist"]),
     ("unknown-schema-kind", None, None, ["schema", "modle"], ["KIND", "modle", "did you mean model"]),
     ("unknown-command", None, None, ["modles"], ["modles", "did you mean models"]),

@@ -172,10 +172,19 @@ def test_family_resolution(ref, gpu, nodes, per_node):
     assert c.name == ref.lower()
 
 
-@pytest.mark.parametrize("ref,per_node", [("a100x12", 8), ("h100x4", 8), ("a100x0", 8), ("v100x24", 16)])
+@pytest.mark.parametrize("ref,per_node", [("a100x12", 8), ("a100x0", 8), ("v100x24", 16), ("h100x9", 8)])
 def test_family_gpu_count_must_fill_nodes(ref, per_node):
     with pytest.raises(InputError, match=f"not a multiple of {per_node} GPUs per node"):
         load_cluster(ref)
+
+
+@pytest.mark.parametrize("ref,gpus,domain", [("h200x1", 1, 1), ("h100x4", 4, 4), ("v100x8", 8, 8), ("gb200x2", 2, 2)])
+def test_a_family_cluster_may_be_part_of_one_node(ref, gpus, domain):
+    """A single GPU (transformers fine-tuning on a workstation) or a scheduler's share of one node: one node of
+    that many GPUs on the node's NVLink fabric, said in the source."""
+    c = load_cluster(ref)
+    assert (c.num_nodes, c.gpus_per_node, c.num_gpus, c.domain_gpus) == (1, gpus, gpus, domain)
+    assert f"{gpus} of a node's" in c.source
 
 
 def test_family_cluster_direct():
@@ -212,8 +221,9 @@ def test_tables_cut_no_cell(cli):
         assert "\u2026" not in out, cmd
         assert max(len(line) for line in out.splitlines()) <= 120, cmd
     out = cli("clusters").out
-    assert "N: rule 1" in out and "rule 1: N a multiple of 72, or of 4 up to 72" in out
-    assert "mi355xx<N>" in out and "multiple of 16" in out
+    assert "N: rule 1" in out and any(line.startswith("rule ") and "multiple of 72, or of 4 up to 72" in line
+                                      for line in out.splitlines())
+    assert "mi355xx<N>" in out and "multiple of 16, or below 16 (part of one node)" in out
 
 
 def test_gpus_and_clusters_json(cli):

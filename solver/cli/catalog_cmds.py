@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +269,7 @@ def clusters(as_json: bool) -> None:
            ["name", "gpu", "nodes", "gpus/\nnode", "NVLink\ndomain", "gpus", "NVLink\nGB/s", "NIC\nGbit/s",
             "nodes/\nleaf", "spine"], rows, wrap=("gpu",))
     for i, rule in enumerate(rules, 1):
-        click.echo(f"rule {i}: N a {rule}")
+        click.echo(textwrap.fill(f"rule {i}: N a {rule}", 120, subsequent_indent="  "))
 
 
 # ----------------------------------------------------------------- show
