@@ -111,9 +111,10 @@ def gdn_cp_a2a_s(model: ModelSpec, cluster, tokens, tp, cp, recompute):
 def gdn_activation_bytes(model: ModelSpec, tokens, tp, sp_degree, linear_input_bytes: float):
     """Activations one Gated DeltaNet layer keeps for backward on one GPU, per micro-batch: the layer input (2h,
     the residual and the norm's input) and in_proj's saved input (the norm output, h at `linear_input_bytes`),
-    replicated over TP unless sequence parallel; on the rank's heads, the conv's input and output (2 Cc), the z gate
-    and beta / alpha (V + 2 Hv), what `ChunkGatedDeltaRuleFunction` saves (q, k, v: 2 QK + V; g and A in fp32),
-    the gated norm's inputs (o and z are V each: o), and out_proj's saved input (V at `linear_input_bytes`)."""
+    replicated over TP unless sequence parallel; on the rank's heads, the conv's input and output (2 Cc), the output
+    gate z and beta / alpha (V + 2 Hv), what `ChunkGatedDeltaRuleFunction` saves (q, k, v: 2 QK + V; g and A in
+    fp32), the rule's output o that the gated norm keeps beside z (V), and out_proj's saved input (V at
+    `linear_input_bytes`)."""
     heads, _, _, QK, V, Cc = _dims(model, tp)
     rep = np.asarray(sp_degree, dtype=np.float64)
     h = model.hidden_size

@@ -1,6 +1,6 @@
 """The layers of a hybrid model (Megatron-LM --hybrid-layer-pattern; Mamba-Transformer: Nemotron-H,
-Nemotron 3; Gated DeltaNet: Qwen3-Next, Qwen3.5) in the stage coefficients: each pattern symbol is one Megatron layer with its own
-pre-norm and residual (megatron/core/models/hybrid/hybrid_block.py at d98e8a6), priced by kind from
+Nemotron 3; Gated DeltaNet: Qwen3-Next, Qwen3.5) in the stage coefficients: each pattern symbol is one
+Megatron layer with its own pre-norm and residual (megatron/core/models/hybrid/hybrid_block.py at d98e8a6), priced by kind from
 the same terms as a Transformer layer (`coefficients._StageTerms`, whose attributes are read here):
 
 - attention (*): the dense layer without its MLP, as a MoE layer's attention is
@@ -106,25 +106,23 @@ def mlp_layer(T) -> dict:
                   params_gpu=T.model.hybrid_kind_params()["mlp"] / T.t, act=act, working=working)
 
 
-def _mixer_layer(T, mixer, params: int, cp=0.0) -> dict:
-    """A sublayer of two GEMMs around a mixer's kernels, Mamba-2's or Gated DeltaNet's (`mixer`: the module
-    `mamba` or `gdn`, each with the GEMMs' shapes, the kernels' roofline and the saved activations): the GEMMs at
-    the recipe's rate with the recipe's quantisation of their inputs (as `layer_terms.layer_linears_s`), the
-    mixer's kernels, its norm, residual and launch overhead; `params` weights over tp; `cp` its context
+def _mixer_layer(T, linears, mixer_s, saved, params: int, cp=0.0) -> dict:
+    """A sublayer of two GEMMs around a mixer's kernels, Mamba-2's or Gated DeltaNet's: the GEMMs (`linears`:
+    their shapes on a TP rank) at the recipe's rate with the recipe's quantisation of their inputs (as
+    `layer_terms.layer_linears_s`), the mixer's kernels (`mixer_s`: their roofline), its norm, residual and launch
+    overhead; `saved` the activations its kernels keep, `params` its weights (over tp), `cp` its context
     parallelism's exposed exchange."""
     model, M, t, hbm, gpu = T.model, T.M, T.t, T.hbm, T.gpu
     cast = quantize_bytes_per_element(T.precision)
     gf = gb = cf = cb = 0.0
-    linears = mixer.mamba_linears(model, t) if mixer is mamba else mixer.gdn_linears(model, t)
-    for N, K in linears:
+    for N, K in linears(model, t):
         fw, bw = linear_s(M, N, K, **T.mm)
         gf, gb, cf, cb = gf + fw, gb + bw, cf + cast * M * K / hbm, cb + cast * M * N / hbm
-    mf, mb = mixer.mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
-                           hbm_bytes_per_s=hbm)
+    mf, mb = mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
+                     hbm_bytes_per_s=hbm)
     nf, nb = _norm_s(T)
     oh = T.overhead_s
     fwd, bwd = gf + cf + mf + nf + oh, gb + cb + mb + nb + 2 * oh
-    saved = mixer.mamba_activation_bytes if mixer is mamba else mixer.gdn_activation_bytes
     stored = saved(model, M, t, T.rep, T.act_kw["linear_input_bytes"])
     act = np.where(T.rc == 2, BF16_BYTES * M * T.h / T.rep, stored)
     return _layer(T, fwd=fwd, bwd=bwd, rfwd=np.where(T.rc == 2, fwd, 0.0), gemm_fwd=gf, gemm_bwd=gb,
@@ -133,13 +131,13 @@ def _mixer_layer(T, mixer, params: int, cp=0.0) -> dict:
 
 def mamba_layer(T) -> dict:
     """A Mamba-2 sublayer (M): `_mixer_layer` of `mamba.py`."""
-    return _mixer_layer(T, mamba, T.model.mamba_layer_params)
+    return _mixer_layer(T, mamba.mamba_linears, mamba.mixer_s, mamba.mamba_activation_bytes, T.model.mamba_layer_params)
 
 
 def gdn_layer(T) -> dict:
     """A Gated DeltaNet sublayer (G): `_mixer_layer` of `gdn.py`, with its heads' all-to-all under context
     parallelism (`gdn.gdn_cp_a2a_s`)."""
-    return _mixer_layer(T, gdn, T.model.gdn_layer_params,
+    return _mixer_layer(T, gdn.gdn_linears, gdn.mixer_s, gdn.gdn_activation_bytes, T.model.gdn_layer_params,
                         cp=gdn.gdn_cp_a2a_s(T.model, T.cluster, T.M, T.t, T.c, T.rc))
 
 

@@ -130,8 +130,9 @@ def gdn_fields(data: dict, mt: str, layers: int, moe_layers: list[int], notes: l
         gdn_value_head_dim=read_int(data, mt, "linear_value_head_dim"),
         gdn_conv_kernel=read_int(data, mt, "linear_conv_kernel_dim", default=4))
     gdn = pattern.count("G")
+    after = "MoE block" if all(moe_layers) else "MLP" if not any(moe_layers) else "MoE block or MLP"
     notes.append(f"hybrid: {gdn} Gated DeltaNet and {layers - gdn} {'gated ' if gate else ''}attention layers, each "
-                 f"followed by its {'MoE block' if all(moe_layers) else 'MLP'}: {2 * layers} Megatron layers")
+                 f"followed by its {after}: {2 * layers} Megatron layers")
     mtp = read_int(data, mt, "mtp_num_hidden_layers", default=0)
     if mtp:
         out.update(mtp_num_layers=mtp, mtp_hybrid_layer_pattern="*" + mlp[-1])
