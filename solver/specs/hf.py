@@ -61,7 +61,7 @@ from typing import Any, overload
 from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
-from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, _Family
+from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
 from .model import ModelSpec
 
@@ -104,6 +104,10 @@ def _model_type(data: dict) -> str:
         mt = by_class or str(archs[0])
     shown = mt if mt is not None else "?"
     text = data.get("text_config")
+    text_type = text.get("model_type") if isinstance(text, dict) else None
+    lacks = NOT_MODELLED.get(str(mt)) or NOT_MODELLED.get(str(text_type))
+    if lacks:
+        raise _fail(f"'{shown}' is not modelled: {lacks}")
     if isinstance(text, dict):  # a text decoder of a family `_vision_language_text` reads would have been taken
         raise _fail(f"'{shown}' is a multimodal model whose text decoder ('{text.get('model_type')}') is not a "
                     f"family solveplan maps; supported: {', '.join(SUPPORTED)}")

@@ -157,3 +157,16 @@ _ARCHITECTURES = {
 # 5.24 models/qwen3_vl*/configuration_qwen3_vl*.py: Qwen3VL(Moe)TextConfig, Qwen3(Moe)'s fields; the
 # multimodal rotary sections (mrope_section) interleave the same rotation, no cost)
 _TEXT_MODEL_TYPES = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
+
+# model types (a decoder's, or a multimodal config's text decoder's) whose architecture the formulation does not
+# price, with what it lacks: said in their refusal, so the user knows which part is missing (the configuration keys
+# that carry it in parentheses)
+NOT_MODELLED = {
+    "deepseek_v32": "DeepSeek Sparse Attention: a lightning indexer picks index_topk keys per query for sparse MLA "
+                    "(index_n_heads, index_topk)",
+    "glm_moe_dsa": "DeepSeek Sparse Attention: a lightning indexer picks index_topk keys per query for sparse MLA "
+                   "(index_n_heads, index_topk)",
+    "deepseek_v4": "DeepSeek-V4's compressed sparse attention, hash-routed layers and hyper-connections "
+                   "(compress_ratios, num_hash_layers, hc_mult)",
+    "kimi_linear": "Kimi Delta Attention layers (a linear-attention mixer Megatron-LM has no layer for)",
+}
