@@ -24,7 +24,9 @@ w and u 2 C (dk + dv), the state pass (w h and k^T v_new) 4 dk dv, the output (q
 v_new) 2 dk dv + 2 C (dk + dv); its backward recomputes w, u and h before the gradients: three times the
 forward, as the Mamba scan's (`mamba.py`). Its kernels are memory-bound at the sizes trained (Qwen3.5: ~180
 kFLOP against ~7 kB per value head and token), so each pass is priced as a roofline: the longer of its FLOPs
-at the GPU's BF16 matmul rate and its HBM bytes (the Triton kernels run in BF16 whatever the precision recipe).
+at the GPU's BF16 matmul rate and its HBM bytes (the Triton kernels run in BF16 whatever the precision recipe),
+the rule's bytes at the fraction of the HBM rate FLA's own published timings show (`RULE_HBM_EFFICIENCY`), the
+streaming kernels around it (conv, preparation, gated norm) at the HBM rate.
 The bytes are counted tensor by tensor from the functions' arguments and results (`mixer_bytes_per_token`), per
 token on one TP rank, with QK = Hv dk (q and k after the repetition), V = Hv dv, Cc = the conv channels, S = the
 chunk states Hv dk dv / C and A = Hv C (the solve's matrices, fp32); the decay and beta (Hv per token) are left
@@ -57,41 +59,82 @@ def _dims(model: ModelSpec, tp):
     return heads, dk, dv, heads * dk, heads * dv, model.gdn_conv_channels / t
 
 
+# The chunked rule's kernels reach this fraction of the HBM rate the roofline assumes (`GPUSpec.hbm_efficiency` of the
+# datasheet's): fitted by benchmarks/gdn_kernel_fit.py (calibration/gdn_fit.py) on flash-linear-attention's own
+# published timings of chunk_gdn on a GB200 (README "Benchmarks", benchmarks/measured/fla-gdn-gb200), with a
+# per-call floor -- the host's, which a training step's other layers hide -- fitted beside it and not priced.
+RULE_HBM_EFFICIENCY = 0.66
+
+
+def rule_flop_per_token(heads, dk, dv):
+    """Forward FLOPs per token of the chunked delta rule over `heads` value heads (module docstring):
+    heads x (6 dk dv + 2 C dk + 4 C (dk + dv) + C^2 / 3)."""
+    C = CHUNK
+    return heads * (6.0 * dk * dv + 2.0 * C * dk + 4.0 * C * (dk + dv) + C * C / 3.0)
+
+
+def rule_bytes_per_token(heads, dk, dv):
+    """(forward, backward) HBM bytes per token of FLA's `chunk_gated_delta_rule` over `heads` value heads, from the
+    functions' tensors (fla/ops/gated_delta_rule/chunk.py; BF16 unless named), with QK = heads dk, V = heads dv,
+    S = heads dk dv / C, A = heads C (fp32): forward -- fwd_intra reads k, v, writes w, u, A; fwd_h reads k, w, u,
+    writes h and v_new; fwd_o reads q, k, v_new, h, writes o: 6 QK + 6 V + 2 S and A. Backward -- recompute_w_u,
+    fwd_h again, bwd_dv_local, bwd_dhu, bwd_dqkwg, wy_bwd and the dk sum (`mixer_bytes_per_token`): 21 QK + 15 V +
+    4 S and A twice."""
+    QK, V, S, A = heads * dk, heads * dv, heads * dk * dv / CHUNK, heads * CHUNK
+    return (BF16_BYTES * (6 * QK + 6 * V + 2 * S) + FP32_BYTES * A,
+            BF16_BYTES * (21 * QK + 15 * V + 4 * S) + 2 * FP32_BYTES * A)
+
+
+def rule_s(tokens, heads, dk, dv, *, flop_per_s: float, efficiency: float, hbm_bytes_per_s: float,
+           kernel_efficiency: float = RULE_HBM_EFFICIENCY):
+    """(forward, backward) of the chunked rule for `tokens`: the roofline of its FLOPs at the BF16 matmul rate
+    (backward three times the forward's) and its bytes at the HBM rate times `kernel_efficiency`."""
+    T = np.asarray(tokens, dtype=np.float64)
+    flop_s = T * rule_flop_per_token(heads, dk, dv) / (flop_per_s * efficiency)
+    fwd_b, bwd_b = rule_bytes_per_token(heads, dk, dv)
+    rate = hbm_bytes_per_s * kernel_efficiency
+    return np.maximum(flop_s, T * fwd_b / rate), np.maximum(3.0 * flop_s, T * bwd_b / rate)
+
+
+def conv_flop_per_token(model: ModelSpec, tp=1):
+    """Forward FLOPs per token of the depthwise conv1d on one TP rank: 2 kernel Cc."""
+    return 2.0 * model.gdn_conv_kernel * model.gdn_conv_channels / np.asarray(tp, dtype=np.float64)
+
+
 def rule_fwd_flop_per_token(model: ModelSpec, tp=1):
     """Forward FLOPs per token of the conv1d and the chunked delta rule on one TP rank (module docstring):
     Hv/tp value heads x (6 dk dv + 2 C dk + 4 C (dk + dv) + C^2 / 3), and the depthwise conv's 2 kernel Cc."""
-    heads, dk, dv, _, _, conv = _dims(model, tp)
-    C = CHUNK
-    rule = heads * (6.0 * dk * dv + 2.0 * C * dk + 4.0 * C * (dk + dv) + C * C / 3.0)
-    return rule + 2.0 * model.gdn_conv_kernel * conv
+    heads, dk, dv, _, _, _ = _dims(model, tp)
+    return rule_flop_per_token(heads, dk, dv) + conv_flop_per_token(model, tp)
 
 
 def mixer_bytes_per_token(model: ModelSpec, tp=1):
     """(forward, backward) HBM bytes per token between the two GEMMs on one TP rank, BF16 elements unless named
     (module docstring; fla/ops/gated_delta_rule/chunk.py `chunk_gated_delta_rule_fwd` / `_bwd`):
-    forward -- conv1d: read and write Cc; prepare: read Cc, write q, k (2 QK) and v; fwd_intra: read k, v, write
-    w, u and A (fp32); fwd_h: read k, w, u, write h (S) and v_new; fwd_o: read q, k, v_new, h, write o; the gated
-    norm: read o and z, write y (3 V). In all 3 Cc + 8 QK + 10 V + 2 S, and A 4 bytes.
-    backward -- recompute_w_u (read k, v, A; write w, u), fwd_h again (k, w, u; h, v_new), bwd_dv_local (q, k, do;
-    dv), bwd_dhu (q, k, w, do, dv; dh, dv), bwd_dqkwg (q, k, w, v_new, dv, do, h, dh; dq, dk, dw), wy_bwd (k, dw,
-    v, du; dk, dv), the dk sum (2 reads, 1 write), the gated norm's (o, z, dy; do, dz: 5 V), prepare's (q, k, dq,
-    dk; the conv output's gradient Cc) and the conv's (x, dy; dx: 3 Cc). In all 4 Cc + 25 QK + 20 V + 4 S, and A
-    read twice."""
+    forward -- conv1d: read and write Cc; prepare: read Cc, write q, k (2 QK) and v; the rule
+    (`rule_bytes_per_token`); the gated norm: read o and z, write y (3 V). In all 3 Cc + 8 QK + 10 V + 2 S, and A
+    4 bytes.
+    backward -- the rule's (recompute_w_u (read k, v, A; write w, u), fwd_h again (k, w, u; h, v_new), bwd_dv_local
+    (q, k, do; dv), bwd_dhu (q, k, w, do, dv; dh, dv), bwd_dqkwg (q, k, w, v_new, dv, do, h, dh; dq, dk, dw), wy_bwd
+    (k, dw, v, du; dk, dv), the dk sum (2 reads, 1 write)), the gated norm's (o, z, dy; do, dz: 5 V), prepare's (q,
+    k, dq, dk; the conv output's gradient Cc) and the conv's (x, dy; dx: 3 Cc). In all 4 Cc + 25 QK + 20 V + 4 S,
+    and A read twice."""
     heads, dk, dv, QK, V, Cc = _dims(model, tp)
-    S, A = heads * dk * dv / CHUNK, heads * CHUNK
-    fwd = BF16_BYTES * (3 * Cc + 8 * QK + 10 * V + 2 * S) + FP32_BYTES * A
-    bwd = BF16_BYTES * (4 * Cc + 25 * QK + 20 * V + 4 * S) + 2 * FP32_BYTES * A
-    return fwd, bwd
+    rule_f, rule_b = rule_bytes_per_token(heads, dk, dv)
+    return (rule_f + BF16_BYTES * (3 * Cc + 2 * QK + 4 * V), rule_b + BF16_BYTES * (4 * Cc + 4 * QK + 5 * V))
 
 
 def mixer_s(model: ModelSpec, tokens, tp, *, flop_per_s: float, efficiency: float, hbm_bytes_per_s: float):
-    """(forward, backward) of the kernels between the two GEMMs on one GPU: the roofline of
-    `rule_fwd_flop_per_token` (backward three times it) at the BF16 matmul rate and `mixer_bytes_per_token` at
-    the HBM rate (module docstring)."""
+    """(forward, backward) of the kernels between the two GEMMs on one GPU: the chunked rule (`rule_s`, its bytes
+    at `RULE_HBM_EFFICIENCY` of the HBM rate) and the conv1d, the preparation and the gated norm, streaming kernels
+    at the HBM rate (module docstring)."""
+    heads, dk, dv, _, _, _ = _dims(model, tp)
     T = np.asarray(tokens, dtype=np.float64)
-    flop_s = T * rule_fwd_flop_per_token(model, tp) / (flop_per_s * efficiency)
-    fwd_bytes, bwd_bytes = mixer_bytes_per_token(model, tp)
-    return np.maximum(flop_s, T * fwd_bytes / hbm_bytes_per_s), np.maximum(3.0 * flop_s, T * bwd_bytes / hbm_bytes_per_s)
+    rule_f, rule_b = rule_s(T, heads, dk, dv, flop_per_s=flop_per_s, efficiency=efficiency,
+                            hbm_bytes_per_s=hbm_bytes_per_s)
+    all_f, all_b = mixer_bytes_per_token(model, tp)
+    own_f, own_b = rule_bytes_per_token(heads, dk, dv)
+    return rule_f + T * (all_f - own_f) / hbm_bytes_per_s, rule_b + T * (all_b - own_b) / hbm_bytes_per_s
 
 
 def gdn_cp_a2a_s(model: ModelSpec, cluster, tokens, tp, cp, recompute):
