@@ -341,3 +341,30 @@ def test_the_stated_layer_pattern_and_shared_experts_are_read():
     assert shared_expert_size("1 (2048)", 768) == 2048 and shared_expert_size("2 (1408)", 768) == 2816
     assert shared_expert_size(2, 768) == 1536 and shared_expert_size(0, 768) is None
     assert shared_expert_size(None, 768) is None
+
+
+@pytest.mark.parametrize("row_id", ["mbridge_perf-25.09-qwen3-30b-a3b-gb200-fp8-8",
+                                    "mbridge_perf-26.04.01-gpt-oss-120b-gb200-bf16-64",
+                                    "mbridge_perf-26.08-nemotron3-super-gb300-mxfp8-64"])
+def test_a_row_of_another_file_without_category_or_key_reads_as_the_named_catalog_entry(row_id):
+    """A kept-aside file of another schema: a MoE row that carries no `category` is still the MoE reader's
+    (not refused as "not registered"), and one that states no catalog key is read from its name, to the same job."""
+    from solveplan.calibration.rows import row_job
+
+    raw = _raw(row_id)
+    other = copy.deepcopy(raw)
+    other.pop("category")
+    other["model"].pop("key")
+    row = row_job(other)
+    assert row.skipped is None and row.job == row_job(raw).job
+    assert any("read as the catalog's" in a for a in row.assumed)
+
+
+def test_a_model_name_spells_the_longest_catalog_key_or_none():
+    from solveplan.calibration.moe_rows import catalog_key_named
+
+    assert catalog_key_named("GPT-OSS 120B") == "gpt-oss-120b" and catalog_key_named("gpt-oss-20b") == "gpt-oss-20b"
+    assert catalog_key_named("Llama 4 Scout (16 experts)") == "llama4-scout"
+    assert catalog_key_named("DeepSeek-V3 671B") == "deepseek-v3"
+    assert catalog_key_named("Llama 3 70B") is None  # dense: the MoE catalog only
+    assert catalog_key_named("DeepSeek-V4 Flash") is None and catalog_key_named("") is None

@@ -54,6 +54,7 @@ from .rows import (
     pipeline_accounting,
     published_row_cluster,
     recompute_of,
+    task_problem,
 )
 
 MOE_FILE = "published_runs_moe_newgpu.json"
@@ -74,13 +75,39 @@ CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_c
 # fp8_cs entry's (bf16's is 1)
 UNNAMED_FP8: dict[str, Precision] = {"mbridge_perf": "fp8-tensorwise"}
 def is_moe_file_row(raw: dict) -> bool:
-    """A mixture-of-experts row of the MoE / new-GPU file (it carries `category`): category A, or
+    """A mixture-of-experts row, of the MoE / new-GPU file or of any other file of runs: category A, or
     a row that states experts or expert parallelism (Nemotron 3.5 Lightning is filed as dense but
-    runs with EP 8). The file's dense rows are read by `rows.row_job` itself."""
+    runs with EP 8), or is tagged moe. Dense rows are read by `rows.row_job` itself."""
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
-    moe = (raw.get("category") == "A" or bool(m.get("num_experts")) or (p.get("ep") or 1) > 1
-           or "moe" in (raw.get("tags") or []))
-    return "category" in raw and moe
+    return (raw.get("category") == "A" or bool(m.get("num_experts")) or (p.get("ep") or 1) > 1
+            or "moe" in (raw.get("tags") or []))
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def catalog_key_named(name: str) -> str | None:
+    """The mixture-of-experts catalog entry a model name spells, for a row that names no catalog key:
+    the longest entry key whose letters and digits run unbroken in the name's ("DeepSeek-V3 671B" ->
+    deepseek-v3, "Llama 4 Scout (16 experts)" -> llama4-scout, "GPT-OSS 120B" -> gpt-oss-120b, not
+    gpt-oss-20b), or None. `_check_dims` then holds the entry to every dimension the row states."""
+    from ..catalog import catalog_models
+
+    squeezed = _squeezed(name)
+    keys = [k for k, spec in catalog_models().items() if spec.is_moe and _squeezed(k) in squeezed]
+    return max(keys, key=lambda k: len(_squeezed(k))) if keys and squeezed else None
+
+
+def _row_key(m: dict, assumed: list[str]) -> str:
+    """The catalog key of a row's model: the one it states, else the one its name spells (`catalog_key_named`)."""
+    key = str(m.get("key") or "")
+    if key:
+        return key
+    named = catalog_key_named(str(m.get("name") or ""))
+    if named:
+        assumed.append(f"model {m.get('name')!r} read as the catalog's {named} (the row states no catalog key)")
+    return named or ""
 
 
 def _family(key: str) -> str:
@@ -252,10 +279,15 @@ def moe_row_job(raw: dict) -> Row:
     from ..catalog import catalog_families, catalog_models, load_model
 
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
-    key = str(m.get("key") or "")
-    row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
-              model_family=_family(key), raw=raw)
-    reason = next((why for prefix, why in NOT_IN_CATALOG.items() if key.startswith(prefix)), None)
+    row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]), raw=raw)
+    key = _row_key(m, row.assumed)
+    if key and not m.get("key"):  # what reads the row's key further on (its recipe) reads the one its name spells
+        m = {**m, "key": key}
+        row.raw = raw = {**raw, "model": m}
+    row.model_family = _family(key)
+    named = _squeezed(key or str(m.get("name") or ""))
+    reason = next((why for prefix, why in NOT_IN_CATALOG.items() if named.startswith(_squeezed(prefix))), None)
+    reason = reason or task_problem(raw, row.assumed)
     stated = stated_moe_model(m, row.assumed) if not reason and key not in catalog_models() else None
     if isinstance(stated, str):
         reason = stated

@@ -182,6 +182,30 @@ def precision_of(text) -> Precision:
     return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
 
 
+# Tasks whose step trains every weight, as the formulation prices a step: pre-training, and supervised
+# fine-tuning (Megatron-Bridge's `--task sft`, scripts/performance: the pre-training step over packed sequences)
+FULL_PARAMETER_TASKS = ("pretrain", "sft")
+
+
+def task_problem(raw: dict, assumed: list[str] | None = None) -> str | None:
+    """Why a row's task is not priced (None: it is), the one rule of both readers; an SFT row's packed sequences
+    said in `assumed`: Megatron-Bridge packs its fine-tuning samples into sequences of the row's length
+    (`packed_sequence_specs.packed_sequence_size = seq_length`, padded to it: `pad_to_max_length`), whose
+    samples attend only within themselves, so the one causal sequence priced bounds the attention from above."""
+    task = raw.get("task")
+    if task in (None, "pretrain"):
+        return None
+    if task == "sft":
+        if assumed is not None:
+            assumed.append("supervised fine-tuning: every weight trained, priced as a pre-training step; its packed "
+                           "samples priced as one causal sequence of the packed length (attention bounded above)")
+        return None
+    if task == "lora":
+        return ("lora (parameter-efficient fine-tuning): frozen base weights (no weight gradients, optimizer state "
+                "or gradient reduction for them) are not modelled; only steps that train every weight are priced")
+    return f"{task}: not a training task the formulation prices (pretrain or sft)"
+
+
 def skip_reason(raw: dict) -> str | None:
     """Why a row is not predicted at all (the one place rows are set aside before reading them)."""
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
@@ -192,8 +216,8 @@ def skip_reason(raw: dict) -> str | None:
     if grace_offload_preset(raw) and cpu_offload_of(raw, []) is None:
         return ("a Megatron-FSDP GB200/GB300 preset of Megatron-Bridge offloads activations to the Grace CPU, but "
                 "neither the row nor OFFLOAD_2509 states how many layers")
-    if raw.get("task") not in (None, "pretrain"):
-        return f"{raw.get('task')} (fine-tuning): packed/frozen-weight steps, not the pre-training step priced here"
+    if raw.get("task") not in (None, *FULL_PARAMETER_TASKS):
+        return task_problem(raw)
     if str(m.get("arch", "")).strip().lower() == "not stated":
         return "model architecture not stated"
     return None
@@ -328,6 +352,7 @@ def row_job(raw: dict) -> Row:
                                      p.get("overlap"), hw.get("cluster")))
     era = era_of(raw["source"], text)
     assumed = row.assumed
+    task_problem(raw, assumed)  # None here (skip_reason); says an SFT row's packing
     cluster = published_row_cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
     fsdp = str(p.get("fsdp") or "")
