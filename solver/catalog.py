@@ -291,7 +291,8 @@ JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce
                 "moe_token_dispatcher", "framework", "recompute_modules", "fp8_param_gather", "cuda_graph_impl",
                 "cuda_graph_modules", "bf16_layers_at_start", "bf16_layers_at_end", "cpu_offloading_num_layers",
                 "offload_modules", "precision_aware_optimizer", "optimizer_moment_dtype", "zero3_gathers",
-                "distributed_optimizer_instances", "min_offloaded_tensor_size")
+                "distributed_optimizer_instances", "min_offloaded_tensor_size", "peft", "lora_rank",
+                "lora_target_modules")
 
 
 def framework_constraints(framework: str | None, constraints: Constraints, field: str) -> Constraints:

@@ -146,6 +146,18 @@ def gdn_jobs(draw) -> JobSpec:
     return job.model_copy(update={"model": model, "constraints": Constraints(**cons)})
 
 
+@st.composite
+def lora_jobs(draw) -> JobSpec:
+    """A drawn dense job fine-tuned with LoRA (specs/peft.py): some of the four targets at a drawn rank, the ZeRO
+    constraint kept to the stages LoRA prices (0 and 1)."""
+    job = draw(jobs())
+    targets = draw(st.sets(st.sampled_from(["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]), min_size=1))
+    cons = {k: v for k, v in job.constraints.model_dump(exclude_none=True).items() if k != "zero"}
+    return JobSpec.model_validate({**job.model_dump(), "peft": "lora", "lora_rank": draw(st.sampled_from([8, 16, 64])),
+                                   "lora_target_modules": sorted(targets), "distributed_optimizer_instances": 1,
+                                   "constraints": cons})
+
+
 DOMINATED_SPACE = {"prune_time": False, "apply_dominance": True}  # the product's shapes, unpruned by time
 
 
@@ -409,6 +421,21 @@ def test_gdn_cpsat_search_equals_exhaustive(job):
     """Gated DeltaNet hybrids: CP-SAT over the exhaustive search's own candidates (pipeline units = pattern
     periods), and the Alpa DP and the branch and bound."""
     cands, ex = _exhaustive(job)
+    _check_cpsat(job, cands, ex)
+    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
+        assert res.finished and res.status == ex.status
+        if ex.status == "OPTIMAL":
+            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+
+
+@pytest.mark.skipif(_cpsat is None, reason=_CPSAT_WHY)
+@MOE_SETTINGS
+@given(lora_jobs())
+def test_lora_cpsat_search_equals_exhaustive(job):
+    """LoRA's frozen base and adapters: CP-SAT over the exhaustive search's own candidates, and the Alpa DP and the
+    branch and bound; no shape shards the frozen weights (zero 0 or 1)."""
+    cands, ex = _exhaustive(job)
+    assert set(cands.shapes.zero.tolist()) <= {0, 1}
     _check_cpsat(job, cands, ex)
     for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
         assert res.finished and res.status == ex.status

@@ -10,6 +10,7 @@ bound of the published memory points, and the fitter recovers known parameters.
 
 import hashlib
 import json
+from collections import Counter
 import re
 from pathlib import Path
 
@@ -102,8 +103,9 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
     moe = [r for r in ROWS if r.raw.get("category") == "A" or (r.raw.get("parallel", {}).get("ep") or 1) > 1]
     assert len(moe) == 106 and all(r.skipped is None or "mixture-of-experts: read by" not in r.skipped for r in moe)
     dense_new = [r for r in skipped if "category" in r.raw and r not in moe]
-    reasons = {r.skipped.split(":")[0].split(" (")[0] for r in dense_new}
-    assert reasons <= {"sft", "lora"}, reasons  # the Grace-offload presets are read (cpu_offloading_num_layers)
+    assert not dense_new, [(r.id, r.skipped) for r in dense_new]  # fine-tuning (SFT, LoRA) and Grace-offload rows read
+    tasks = Counter((r.raw["task"], r.job.peft) for r in ROWS if not r.skipped and r.raw.get("task") not in (None, "pretrain"))
+    assert tasks == {("sft", "none"): 4, ("lora", "lora"): 4}, tasks
     blackwell = [r for r in ROWS if not r.skipped and r.gpu in ("b200", "gb200", "b300", "gb300") and r not in moe]
     assert len(blackwell) == 55 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8", "nvfp4"}
     assert sum(r.job.precision == "nvfp4" for r in blackwell) == 8
@@ -114,7 +116,8 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
 
 def test_in_sample_errors_with_the_shipped_parameters(shipped):
     lines = {ln["group"]: ln for ln in summary(shipped, "source")}
-    assert lines["all"]["rows"] == 276  # the 8 dense NVFP4 rows and the 4 CPU-offloading Megatron-FSDP rows included
+    assert lines["all"]["rows"] == 284  # the 8 dense NVFP4 rows, the 4 CPU-offloading Megatron-FSDP rows and the 8
+    # fine-tuning rows (SFT, LoRA) included
     assert lines["all"]["mape"] <= 0.07, lines["all"]
     for group, ln in lines.items():
         assert ln["mape"] <= 0.20, (group, ln)

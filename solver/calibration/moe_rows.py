@@ -54,8 +54,8 @@ from .rows import (
     pipeline_accounting,
     published_row_cluster,
     recompute_of,
-    task_problem,
 )
+from .tasks import task_problem, task_settings
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key names the catalog entry (models/<key>.yaml); the family, for cross-validation by model
@@ -287,7 +287,7 @@ def moe_row_job(raw: dict) -> Row:
     row.model_family = _family(key)
     named = _squeezed(key or str(m.get("name") or ""))
     reason = next((why for prefix, why in NOT_IN_CATALOG.items() if named.startswith(_squeezed(prefix))), None)
-    reason = reason or task_problem(raw, row.assumed)
+    reason = reason or task_problem(raw, moe=True)
     stated = stated_moe_model(m, row.assumed) if not reason and key not in catalog_models() else None
     if isinstance(stated, str):
         reason = stated
@@ -318,6 +318,7 @@ def moe_row_job(raw: dict) -> Row:
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
     settings.update(precision_settings(raw, precision, assumed, key, megatron_fsdp=megatron_fsdp(p)))
+    settings.update(task_settings(raw, assumed))  # SFT said; LoRA is refused on MoE models (task_problem)
     if layout:
         _row_layout(row, layout, model)
     try:  # the row's cluster as the dense rows build theirs (NVL72 racks shared out evenly)
@@ -453,14 +454,26 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | No
 # with "Paged Stashing (#4247)", Megatron-LM f007db77b9 of 2026-05-22 (26.06 is the container after it).
 PER_LAYER_GRAPHS = ("attn", "moe_router", "moe_preprocess")
 FULL_ITERATION_FROM = (26, 6)
+# The per-layer graph scopes a container's Megatron-Core offers a dropless MoE model: "moe_router" and
+# "moe_preprocess" came with Megatron-LM 4008d3de18 of 2025-10-31 ("feat(MoE): Refactor cuda_graph_scope (#1917)"),
+# first in a NeMo container with Megatron-Bridge v0.2.0 (25.11; its Megatron-LM submodule 0d8e0714 of 2025-11-17
+# has them); the 25.09 recipes' Megatron-Bridge v0.1.0rc3 pins megatron-core <0.15, whose TransformerConfig has
+# cuda_graph_scope "full" or "attn" only ("attn" since a606486ece of 2025-03-18, "Add conditional cudagraph support
+# for MoE models", core_v0.12.0); before it, a layer's graph is the whole layer, which a dropless MoE cannot capture.
+MOE_GRAPH_SCOPES_FROM, ATTN_GRAPH_FROM = (25, 11), (25, 4)
 
 
 def _graph_choices(raw: dict) -> list[dict]:
     """The CUDA-graph settings a row stating none may have run: per-layer graphs of the static-shape
-    modules, and a whole-iteration graph from the container that could capture one (a setting with more
-    graphed is never predicted slower, so no graphs at all is not a candidate)."""
-    options = [{"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": PER_LAYER_GRAPHS}]
+    modules its container's Megatron-Core can capture, and a whole-iteration graph from the container that
+    could capture one (a setting with more graphed is never predicted slower, so no graphs at all is not a
+    candidate where a graph could run)."""
     container = _container(raw)
+    if container and container < ATTN_GRAPH_FROM:
+        return [{"cuda_graph_impl": "none", "cuda_graph_modules": ()}]
+    if container and container < MOE_GRAPH_SCOPES_FROM:
+        return [{"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ("attn",)}]
+    options = [{"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": PER_LAYER_GRAPHS}]
     if container and container >= FULL_ITERATION_FROM:
         options.append({"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ()})
     return options

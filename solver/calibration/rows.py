@@ -35,6 +35,7 @@ from ..specs.reading import read_data
 from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
 from .offload_rows import cpu_offload_of, grace_offload_preset
 from .precision_rows import precision_settings
+from .tasks import task_problem, task_settings
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
@@ -182,30 +183,6 @@ def precision_of(text) -> Precision:
     return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
 
 
-# Tasks whose step trains every weight, as the formulation prices a step: pre-training, and supervised
-# fine-tuning (Megatron-Bridge's `--task sft`, scripts/performance: the pre-training step over packed sequences)
-FULL_PARAMETER_TASKS = ("pretrain", "sft")
-
-
-def task_problem(raw: dict, assumed: list[str] | None = None) -> str | None:
-    """Why a row's task is not priced (None: it is), the one rule of both readers; an SFT row's packed sequences
-    said in `assumed`: Megatron-Bridge packs its fine-tuning samples into sequences of the row's length
-    (`packed_sequence_specs.packed_sequence_size = seq_length`, padded to it: `pad_to_max_length`), whose
-    samples attend only within themselves, so the one causal sequence priced bounds the attention from above."""
-    task = raw.get("task")
-    if task in (None, "pretrain"):
-        return None
-    if task == "sft":
-        if assumed is not None:
-            assumed.append("supervised fine-tuning: every weight trained, priced as a pre-training step; its packed "
-                           "samples priced as one causal sequence of the packed length (attention bounded above)")
-        return None
-    if task == "lora":
-        return ("lora (parameter-efficient fine-tuning): frozen base weights (no weight gradients, optimizer state "
-                "or gradient reduction for them) are not modelled; only steps that train every weight are priced")
-    return f"{task}: not a training task the formulation prices (pretrain or sft)"
-
-
 def skip_reason(raw: dict) -> str | None:
     """Why a row is not predicted at all (the one place rows are set aside before reading them)."""
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
@@ -216,7 +193,7 @@ def skip_reason(raw: dict) -> str | None:
     if grace_offload_preset(raw) and cpu_offload_of(raw, []) is None:
         return ("a Megatron-FSDP GB200/GB300 preset of Megatron-Bridge offloads activations to the Grace CPU, but "
                 "neither the row nor OFFLOAD_2509 states how many layers")
-    if raw.get("task") not in (None, *FULL_PARAMETER_TASKS):
+    if task_problem(raw):
         return task_problem(raw)
     if str(m.get("arch", "")).strip().lower() == "not stated":
         return "model architecture not stated"
@@ -352,7 +329,6 @@ def row_job(raw: dict) -> Row:
                                      p.get("overlap"), hw.get("cluster")))
     era = era_of(raw["source"], text)
     assumed = row.assumed
-    task_problem(raw, assumed)  # None here (skip_reason); says an SFT row's packing
     cluster = published_row_cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
     fsdp = str(p.get("fsdp") or "")
@@ -399,6 +375,7 @@ def row_job(raw: dict) -> Row:
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
         grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **precision_settings(raw, precision, assumed, megatron_fsdp=megatron_fsdp(p)),
+        **task_settings(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )

@@ -20,6 +20,7 @@ from ..catalog import load_job, read_mapping
 from ..errors import InputError
 from ..specs import PRECISIONS, JobSpec
 from ..specs.job import MomentDtype, Zero3Gathers
+from ..specs.peft import Peft
 
 # spec path -> the flag that sets it
 FLAGS = {
@@ -27,7 +28,7 @@ FLAGS = {
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
     "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules",
-    "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "distributed_optimizer_instances": "--distributed-optimizer-instances", "min_offloaded_tensor_size": "--min-offloaded-tensor-size", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
+    "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "distributed_optimizer_instances": "--distributed-optimizer-instances", "min_offloaded_tensor_size": "--min-offloaded-tensor-size", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "peft": "--peft", "lora_rank": "--lora-rank", "lora_target_modules": "--lora-target-modules", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "account_for_embedding": "--account-for-embedding", "account_for_loss": "--account-for-loss",
     "layers": "--layers-per-stage", "pipeline_layout": "--pipeline-layout", "compare": "--compare", "method": "--method", "time_limit_s": "--time-limit",
@@ -185,6 +186,14 @@ _BASE = [
                  help="Megatron's CPU activation offloading (--cpu-offloading-num-layers): the saved activations of "
                       "the first N layers go to host memory and back (pp 1, no recomputation, N < layers; priced at "
                       "the GPU's host link: NVLink-C2C on GB200/GB300, PCIe elsewhere). Default 0."),
+    click.option("--peft", type=click.Choice(get_args(Peft)), default=None,
+                 help="Parameter-efficient fine-tuning: none (default: every weight trained) or lora (Megatron-Bridge's "
+                      "LoRA: base weights frozen, low-rank adapters trained; dense models, framework megatron)."),
+    click.option("--lora-rank", type=click.IntRange(min=1), default=None,
+                 help="With --peft lora: the adapters' rank (Megatron-Bridge LoRA dim; default 32)."),
+    click.option("--lora-target-modules", default=None,
+                 help="With --peft lora, comma-separated: the linears adapted, of linear_qkv, linear_proj, linear_fc1, "
+                      "linear_fc2 (Megatron-Bridge target_modules; default all four)."),
     click.option("--zero3-gathers", type=click.Choice(get_args(Zero3Gathers)), default=None,
                  help="How the stack gathers ZeRO-3 weights: prefetched (Megatron-FSDP, PyTorch FSDP; default) or "
                       "per_parameter (DeepSpeed ZeRO-3 before v0.5.5: each weight alone, nothing overlapped)."),
@@ -332,7 +341,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
                 moe_a2a_overlap=None, moe_token_dispatcher=None, framework=None, recompute_modules=None,
                 cpu_offloading_num_layers=None, precision_aware_optimizer=None, optimizer_moment_dtype=None,
                 offload_modules=None, zero3_gathers=None, distributed_optimizer_instances=None,
-                min_offloaded_tensor_size=None,
+                min_offloaded_tensor_size=None, peft=None, lora_rank=None, lora_target_modules=None,
                 **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
@@ -346,7 +355,8 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "precision_aware_optimizer": precision_aware_optimizer, "optimizer_moment_dtype": optimizer_moment_dtype,
              "recompute_modules": _names(recompute_modules), "offload_modules": _names(offload_modules),
              "zero3_gathers": zero3_gathers, "distributed_optimizer_instances": distributed_optimizer_instances,
-             "min_offloaded_tensor_size": min_offloaded_tensor_size}
+             "min_offloaded_tensor_size": min_offloaded_tensor_size, "peft": peft, "lora_rank": lora_rank,
+             "lora_target_modules": _names(lora_target_modules)}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

@@ -32,7 +32,7 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
-from . import comm, frameworks, memory
+from . import comm, frameworks, lora, memory
 from .data_parallel import (
     embedding_group_allreduce_s,
     grad_reduce_bytes,
@@ -105,6 +105,7 @@ def stage_coefficients(
     min_offloaded_tensor_size: int = MIN_OFFLOADED_ELEMENTS,
     zero3_gathers: str = "prefetched",
     distributed_optimizer_instances: int = 1,
+    lora: tuple[int, tuple[str, ...]] | None = None,
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -115,7 +116,7 @@ def stage_coefficients(
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
         bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules,
         min_offloaded_tensor_size=min_offloaded_tensor_size,
-        zero3_gathers=zero3_gathers, instances=distributed_optimizer_instances))
+        zero3_gathers=zero3_gathers, instances=distributed_optimizer_instances, lora=lora))
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
@@ -137,6 +138,7 @@ class _StageTerms:
         self.moe_token_dispatcher = options["moe_token_dispatcher"]
         self.fp8_param_gather, self.cuda_graph = options["fp8_param_gather"], options["cuda_graph"]
         self.adam_state_bytes = options["adam_state_bytes"]  # per parameter before sharding (memory.py)
+        self.lora = options.get("lora")  # (rank, target modules): LoRA's frozen base and its adapters (lora.py)
         self.bf16_layers = options.get("bf16_layers", (0, 0))
         self.gpu = cluster.gpu
         self.offload_modules = frozenset(options.get("offload_modules", ()))  # fine-grained offloading (fine_offload.py)
@@ -172,6 +174,8 @@ class _StageTerms:
         t, c, b, s, a, h, f, rep, rc, z = self.t, self.c, self.b, self.s, self.a, self.h, self.f, self.rep, self.rc, self.z
         self.hbm = hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
         self.mm = mm = matmul_rate(gpu, precision, hbm)  # the precision recipe's GEMM rate (precision.py)
+        if self.lora:  # a frozen weight has no weight-gradient GEMM (lora.py); the adapters' own: `adapter_s`
+            self.mm = mm = {**mm, "weight_grad": False}
         cast_bytes = quantize_bytes_per_element(precision)  # and its quantisation traffic
         self.M = M = b * s / c  # tokens of a micro-batch on this GPU
         # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
@@ -198,8 +202,9 @@ class _StageTerms:
         # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
         self.overhead_s = overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
         gate_fwd, gate_bwd = output_gate_s(model, M, t, hbm)  # the attention output gate, 0 without one
-        fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + gate_fwd + overhead
-        bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + gate_bwd + 2 * overhead
+        self.adapters_gpu, (lora_fwd, lora_bwd) = self.adapters(attn_linears)
+        fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + gate_fwd + lora_fwd + overhead
+        bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + gate_bwd + lora_bwd + 2 * overhead
         fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam, self.m)
         self.fwd, self.bwd = fwd, bwd
         # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
@@ -213,6 +218,22 @@ class _StageTerms:
         # a job without BF16 layers (every job but a few FP4/FP8 recipes) skips pricing the layer twice
         self.bf16_extra_s = (bf16_layer_extra_s(model, attn_linears, M, t, g, gpu, precision, hbm, rc)
                              if sum(self.bf16_layers) else np.zeros_like(np.asarray(t, dtype=np.float64)))
+
+    def adapters(self, attn_linears) -> tuple:
+        """(LoRA's adapter weights per layer on this GPU, their (forward, backward) time): zeros without LoRA (lora.py)."""
+        if not self.lora:
+            return 0.0, (0.0, 0.0)
+        rank, targets = self.lora
+        linears = lora.adapted_linears(attn_linears, mlp_linears(self.model, self.t), targets)
+        bf16 = {**self.mm, "flop_per_s": self.gpu.peak_flop_per_s, "efficiency": self.gpu.matmul_efficiency,
+                "in_bytes": BF16_BYTES}
+        return (lora.adapter_params_per_gpu(linears, rank),
+                lora.adapter_s(linears, self.M, rank, bf16mm=bf16, hbm_bytes_per_s=self.hbm))
+
+    def trained_params(self, params_gpu):
+        """Of `params_gpu` base weights, those that train (gradients, optimizer state and step, DP reduction):
+        all, or none under LoRA, whose adapters train instead (lora.py)."""
+        return 0.0 * params_gpu if self.lora else params_gpu
 
     def hidden(self, comm_s, window_s):
         """What of a collective stays exposed behind a compute window (compute lost beside it)."""
@@ -259,6 +280,12 @@ class _StageTerms:
                                          instances=self.instances, zero=z, grad_bytes=self.grad_bytes)
         return red + hsdp_red, gat + hsdp_gat
 
+    def edge_dp_step(self, params_gpu) -> tuple:
+        """`dp_step` of the embedding or the head (BF16 weights): none for LoRA's frozen ones."""
+        if self.lora:
+            return np.zeros(len(self.z)), np.zeros(len(self.z))
+        return self.dp_step(params_gpu)
+
     def data_parallel(self) -> None:
         """Parameters per GPU, the sharded layers' traffic and the step-level DP reductions."""
         model, t, c, d, p, z = self.model, self.t, self.c, self.d, self.p, self.z
@@ -280,10 +307,12 @@ class _StageTerms:
             grad_copy = zero_grad_copy_bytes(grad_bytes) * layer_params_gpu / self.hbm
             self.layer_zero3 = np.where(z == 3, ds + grad_copy, self.layer_zero3)
         layer_param_bytes = gathered_param_bytes(self.precision, self.fp8_param_gather)  # FP8 weights gathered in FP8
-        self.layer_red, self.layer_ag = self.dp_step(layer_params_gpu, layer_param_bytes)
-        self.emb_red, self.emb_ag = self.dp_step(self.emb_params_gpu)
-        self.head_red, self.head_ag = self.dp_step(self.head_params_gpu)
-        self.embedding_ar = embedding_group_allreduce_s(self.cluster, self.emb_params_gpu, grad_bytes, t, c, d, p)
+        self.layer_trained = self.trained_params(layer_params_gpu) + self.adapters_gpu  # LoRA: the adapters only
+        self.layer_red, self.layer_ag = self.dp_step(self.layer_trained, BF16_BYTES if self.lora else layer_param_bytes)
+        self.emb_red, self.emb_ag = self.edge_dp_step(self.emb_params_gpu)
+        self.head_red, self.head_ag = self.edge_dp_step(self.head_params_gpu)
+        self.embedding_ar = (np.zeros(len(z)) if self.lora else
+                             embedding_group_allreduce_s(self.cluster, self.emb_params_gpu, grad_bytes, t, c, d, p))
         self.tied = np.where(model.tied_embeddings & (p > 1), self.embedding_ar, 0.0)
         self.adam_bytes = self.stack.optimizer_step_bytes or memory.adam_step_bytes_per_param(self.adam_state_bytes)
         self.opt_per_param = self.adam_bytes / self.hbm / np.where(z >= 1, shard, 1.0)
@@ -292,7 +321,8 @@ class _StageTerms:
         """The first stage's embedding and the last stage's head and loss."""
         gpu, M, h, V, t, hbm = self.gpu, self.M, self.h, self.V, self.t, self.hbm
         self.emb_fwd = M * h * BF16_BYTES * 3 / hbm  # gather + dropout
-        self.emb_bwd = (self.emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm  # dense gradient of the table
+        # the table's dense gradient; a frozen table (LoRA) has no backward
+        self.emb_bwd = 0.0 if self.lora else (self.emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm
         self.bf16mm = bf16mm = {**self.mm, "flop_per_s": gpu.peak_flop_per_s, "efficiency": gpu.matmul_efficiency,
                                 "in_bytes": BF16_BYTES}
         head_f, head_b = linear_s(M, V / t, h, **bf16mm)
@@ -334,6 +364,9 @@ class _StageTerms:
                            gate_width=self.hq * model.attention_output_gate)
         layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=self.f, fam=self.fam,
                                                                **self.act_kw)
+        if self.lora:  # frozen linears keep no input for a weight gradient; the adapters keep theirs (lora.py)
+            layer_act = layer_act + np.where(rc == 2, 0.0, lora.saved_inputs_delta_bytes(
+                model, M, t, rep, self.act_kw["linear_input_bytes"], self.lora[1]))
         # selective by module: the score terms stay unless core_attn is recomputed (unfused
         # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
         # one layer at a time
@@ -348,21 +381,26 @@ class _StageTerms:
         self.first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, self.fam)  # embedding
         self.last_act = frameworks.last_stage_act_bytes(stack, M, h, self.V, t, rep, self.fam)  # norm, head, logits
         self.state = self.pb + self.gb + self.ob
-        self.edge_state = sum(frameworks.model_state_bytes_per_param(  # embedding and head: no FP8 copies
+        edge_pb, edge_gb, edge_ob = frameworks.model_state_bytes_per_param(  # embedding and head: no FP8 copies
             stack, z, self.shard, edge_weight_precision(precision), self.grad_reduce_dtype, False, self.adam_state_bytes,
-            self.instances))
+            self.instances)
+        self.edge_state = edge_pb + (0.0 if self.lora else edge_gb + edge_ob)  # LoRA: frozen, weights only
+        self.adapter_state = frameworks.model_state_bytes_per_param(  # LoRA's adapters: BF16 linears, trained
+            stack, z, self.shard, "bf16", self.grad_reduce_dtype, False, self.adam_state_bytes, self.instances)
 
     def dense_layer(self) -> dict:
         """The per-layer terms of one dense (Transformer) layer; with fine-grained offloading, its attention's
         modules (`fine_offload.py`)."""
         z, pb, gb, ob, layer_params_gpu = self.z, self.pb, self.gb, self.ob, self.layer_params_gpu
+        trained, adapters, (apb, agb, aob) = self.trained_params(layer_params_gpu), self.adapters_gpu, self.adapter_state
         layer = dict(compute=self.layer_compute_s, tp=self.layer_tp, cp=self.layer_cp, zero3=self.layer_zero3,
                      ep=np.zeros(len(z)), fwd=self.fwd + self.tp_exposed_fwd, bwd=self.bwd + self.tp_exposed_bwd,
                      work=self.fwd + self.bwd, dp_step=self.layer_red + self.layer_ag,
-                     opt=layer_params_gpu * self.opt_per_param, window=self.layer_window, params=layer_params_gpu * pb,
+                     opt=self.layer_trained * self.opt_per_param, window=self.layer_window,
+                     params=layer_params_gpu * pb + adapters * apb,
                      grads=frameworks.layer_grads_at_peak_bytes(self.stack, z, self.shard, layer_params_gpu,
-                                                                layer_params_gpu * gb, self.layer_act, self.m),
-                     optim=layer_params_gpu * ob, act=self.layer_act, working=self.working)
+                                                                trained * gb + adapters * agb, self.layer_act, self.m),
+                     optim=trained * ob + adapters * aob, act=self.layer_act, working=self.working)
         return with_fine_offload(self, layer, attention_offloaded(self))
 
     def per_layer_and_ends(self) -> tuple[dict, int, dict]:
@@ -376,8 +414,9 @@ class _StageTerms:
                     first_fwd_s=self.emb_fwd, last_bwd_s=self.head_bwd,
                     first_dp_step_s=self.emb_red + self.emb_ag + self.tied,
                     last_dp_step_s=self.head_red + self.head_ag + self.tied,
-                    first_optimizer_step_s=self.emb_params_gpu * opt_per_param,
-                    last_optimizer_step_s=self.head_params_gpu * opt_per_param, first_window_s=self.first_window,
+                    first_optimizer_step_s=self.trained_params(self.emb_params_gpu) * opt_per_param,
+                    last_optimizer_step_s=self.trained_params(self.head_params_gpu) * opt_per_param,
+                    first_window_s=self.first_window,
                     last_window_s=self.last_window, first_static_bytes=self.emb_params_gpu * self.edge_state,
                     last_static_bytes=self.head_params_gpu * self.edge_state, first_act_bytes=self.first_act,
                     last_act_bytes=self.last_act, first_host_bytes=np.zeros(len(z)), last_host_bytes=np.zeros(len(z)))

@@ -32,6 +32,11 @@ d_qk = d_nope + d_rope and PV at d_v: `2*b*s^2*a*(d_qk + d_v)` (= 4*b*s^2*h_q fo
 attention), halved with `causal`. Each MTP module (Megatron's `mtp_num_layers`) adds one layer of
 the last layer's kind, its 2h -> h projection and a second LM head. A hybrid Mamba model counts its
 layers by kind: attention cores only on its attention layers, Mamba layers' GEMMs and SSD scan.
+
+LoRA (`frozen_weights`, formulation/lora.py): the frozen weights' backward is the data gradient alone, so each
+weight's GEMMs count forward + one backward (2x forward, Megatron-Bridge's LoRA TFLOP/s print about 2/3 of the
+full step's); the attention core, which has no weight, counts 3x as before. The adapters' own FLOPs (r (K + N)
+per adapted linear and token, about 1% of the layer's at rank 32) are left out of the count.
 """
 
 from __future__ import annotations
@@ -151,35 +156,37 @@ def _attention_layers(model: ModelSpec) -> int:
 
 
 def model_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, causal: bool = False,
-                        banded: bool = True) -> float:
+                        banded: bool = True, frozen_weights: bool = False) -> float:
     """Forward + backward model FLOPs of one optimizer step (no recomputation); `causal`: the
     reported convention, else the published figures' (module docstring); `banded`: as
-    `attention_core_fwd_flop`."""
+    `attention_core_fwd_flop`; `frozen_weights`: LoRA's (module docstring)."""
     tokens = global_batch_size * seq_len
     core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal, banded) * _attention_layers(model)
     heads = (1 + model.mtp_num_layers) * lm_head_fwd_flop(model, tokens)
-    return float(3 * (layers_gemm_fwd_flop(model, tokens) + core + heads))
+    return float((2 if frozen_weights else 3) * (layers_gemm_fwd_flop(model, tokens) + heads) + 3 * core)
 
 
 def hardware_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute,
-                           causal: bool = False, banded: bool = True) -> np.ndarray:
+                           causal: bool = False, banded: bool = True, frozen_weights: bool = False) -> np.ndarray:
     """Model FLOPs plus the recomputed forward (recompute: RECOMPUTE_CODES array or int)."""
     tokens = global_batch_size * seq_len
     core = attention_core_fwd_flop(model, global_batch_size, seq_len, causal, banded) * _attention_layers(model)
     full = layers_gemm_fwd_flop(model, tokens) + core
     rc = np.asarray(recompute)
     extra = np.where(rc == 2, full, np.where(rc == 1, core, 0.0))
-    return model_flop_per_step(model, global_batch_size, seq_len, causal, banded) + extra
+    return model_flop_per_step(model, global_batch_size, seq_len, causal, banded, frozen_weights) + extra
 
 
 def reported_flop_per_step(model: ModelSpec, global_batch_size: int, seq_len: int, recompute,
-                           framework: str = "megatron") -> tuple[float, float]:
+                           framework: str = "megatron", frozen_weights: bool = False) -> tuple[float, float]:
     """(model, hardware) FLOPs of one step in the reported convention (FLOP_CONVENTION): the one
     place MFU and TFLOP/s take their FLOPs from (`job.throughput`, the joint placement's plan); a
     sliding window counts as its band where the stack's kernel skips the rest (megatron)."""
     banded = framework == "megatron"
-    return (model_flop_per_step(model, global_batch_size, seq_len, causal=True, banded=banded),
-            float(hardware_flop_per_step(model, global_batch_size, seq_len, recompute, causal=True, banded=banded)))
+    return (model_flop_per_step(model, global_batch_size, seq_len, causal=True, banded=banded,
+                                frozen_weights=frozen_weights),
+            float(hardware_flop_per_step(model, global_batch_size, seq_len, recompute, causal=True, banded=banded,
+                                         frozen_weights=frozen_weights)))
 
 
 def megatron_eq3_flop(model: ModelSpec, global_batch_size: int, seq_len: int) -> float:

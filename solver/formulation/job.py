@@ -38,6 +38,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         offload_modules=job.offload_modules, zero3_gathers=job.zero3_gathers,
         distributed_optimizer_instances=job.distributed_optimizer_instances,
         min_offloaded_tensor_size=job.min_offloaded_tensor_size,
+        lora=(job.lora_rank, tuple(job.lora_target_modules)) if job.peft == "lora" else None,
     )
     # Megatron's CPU activation offloading (dense models, pp 1: specs.job.cpu_offload_problem)
     return with_offload(co, job.model.num_layers, job.cpu_offloading_num_layers, cluster.gpu.host_link_gbyte_per_s)
@@ -77,7 +78,8 @@ class Throughput:
 
 def throughput(job: JobSpec, step_time_s: float, recompute_code: int) -> Throughput:
     n = job.cluster.num_gpus
-    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, recompute_code, job.framework)
+    mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, recompute_code, job.framework,
+                                    frozen_weights=job.peft == "lora")
     peak = peak_flop_per_s(job.cluster.gpu, job.precision)
     return Throughput(
         tokens_per_s=job.tokens_per_step / step_time_s,

@@ -55,11 +55,12 @@ def gemm_s(M, N, K, *, flop_per_s, efficiency, num_sms, hbm_bytes_per_s, in_byte
     return np.maximum(compute, traffic)
 
 
-def linear_s(M, N, K, **kw):
+def linear_s(M, N, K, weight_grad: bool = True, **kw):
     """(forward, backward) time of a linear layer y = x W with x (M x K), W (K x N): the
-    backward is the data gradient (M x N)(N x K) and the weight gradient (K x M)(M x N)."""
+    backward is the data gradient (M x N)(N x K) and the weight gradient (K x M)(M x N), which a
+    frozen weight (`weight_grad` False: LoRA's base model, formulation/lora.py) does not compute."""
     fwd = gemm_s(M, N, K, **kw)
-    bwd = gemm_s(M, K, N, **kw) + gemm_s(K, N, M, **kw)
+    bwd = gemm_s(M, K, N, **kw) + (gemm_s(K, N, M, **kw) if weight_grad else 0.0)
     return fwd, bwd
 
 
@@ -106,11 +107,11 @@ def grouped_gemm_s(groups, M, N, K, *, flop_per_s, efficiency, num_sms, hbm_byte
     return np.maximum(np.maximum(compute, traffic), G * GEMM_LAUNCH_S)
 
 
-def grouped_linear_s(groups, M, N, K, **kw):
+def grouped_linear_s(groups, M, N, K, weight_grad: bool = True, **kw):
     """(forward, backward) of `groups` linear layers (one per local expert) of M tokens each,
     as `linear_s`: data gradient (M x N)(N x K), weight gradient (K x M)(M x N), grouped."""
     fwd = grouped_gemm_s(groups, M, N, K, **kw)
-    bwd = grouped_gemm_s(groups, M, K, N, **kw) + grouped_gemm_s(groups, K, N, M, **kw)
+    bwd = grouped_gemm_s(groups, M, K, N, **kw) + (grouped_gemm_s(groups, K, N, M, **kw) if weight_grad else 0.0)
     return fwd, bwd
 
 

@@ -60,7 +60,7 @@ def placed_plan(job: JobSpec, prices: Prices, a: Assignment) -> PlacedPlan:
     T = ev.step_time_s
     drop_absent_terms(job, ev.breakdown)
     mf, hf = reported_flop_per_step(job.model, job.global_batch_size, job.seq_length, RECOMPUTE_CODES[par.recompute],
-                                    job.framework)
+                                    job.framework, frozen_weights=job.peft == "lora")
     stages = []
     for s, st in enumerate(ev.stages):
         pool = pools[a.pools[s]]

@@ -392,6 +392,12 @@ def gdn_gpt_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     return MegatronArgs(out.args + flags, notes + out.notes, out.layout, out.env, out.entry)
 
 
+# LoRA is Megatron-Bridge's (src/megatron/bridge/peft/lora.py); Megatron-LM's pretrain_gpt.py has no adapters
+LORA_NOTE = ("peft lora: pretrain_gpt.py trains every weight and has no LoRA; run this plan's parallelism and precision "
+             "through Megatron-Bridge's finetune with cfg.peft = LoRA(target_modules={targets}, dim={rank}) "
+             "(megatron.bridge.peft.lora), which freezes the base model")
+
+
 def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     """Megatron-LM arguments (and launch environment) for `plan` of `job`."""
     if gdn_as_gpt(job.model):  # a GPT model with the experimental attention variant
@@ -421,6 +427,8 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
                          "(megatron/core/transformer/transformer_config.py)")
     elif par.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if job.peft == "lora":  # Megatron-LM's own scripts train every weight (specs/peft.py)
+        notes.append(LORA_NOTE.format(targets=list(job.lora_target_modules), rank=job.lora_rank))
     if job.cpu_offloading_num_layers:  # arguments.py:1950 sets --cpu-offloading from it (activations, not weights)
         a += ["--cpu-offloading-num-layers", str(job.cpu_offloading_num_layers)]
         notes.append(f"--cpu-offloading-num-layers {job.cpu_offloading_num_layers}: Transformer Engine copies the first "

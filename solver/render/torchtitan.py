@@ -121,14 +121,17 @@ def check_version(version: str) -> str:
     return version
 
 
-def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple[dict[str, dict], list[str]]:
-    """({section: {field: value}}, notes) for `plan` of `job` in torchtitan `version`'s fields."""
-    check_version(version)
-    par, model = plan.parallel, job.model
+LORA_NOTE = ("peft lora is priced as Megatron-Bridge runs it; torchtitan's LoRA (torchtitan/components/lora.py) is not "
+             "expressed here: this config trains every weight")
+
+
+def _unexpressed_settings(job: JobSpec, par) -> list[str]:
+    """Notes on the job's settings that torchtitan's config does not express (the plan was priced with them)."""
     notes: list[str] = []
     if par.recompute == "selective" and job.recompute_modules is not None:
         notes.append(f"Megatron's recompute modules ({', '.join(job.recompute_modules) or 'none'}) are not expressed: "
                      f"torchtitan's selective activation checkpointing is per op; the plan was priced with them")
+    notes += [LORA_NOTE] if job.peft == "lora" else []
     if job.cpu_offloading_num_layers:
         notes.append(OFFLOAD_NOTE)
     if job.offload_modules:
@@ -140,6 +143,14 @@ def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple
     if job.precision_aware_optimizer:
         notes.append(OPTIMIZER_NOTE.format(state=adam_state_bytes_per_param(
             job.precision, True, job.optimizer_moment_dtype)))
+    return notes
+
+
+def torchtitan_config(job: JobSpec, plan: Plan, version: str = CURRENT) -> tuple[dict[str, dict], list[str]]:
+    """({section: {field: value}}, notes) for `plan` of `job` in torchtitan `version`'s fields."""
+    check_version(version)
+    par, model = plan.parallel, job.model
+    notes = _unexpressed_settings(job, par)
     local = job.global_batch_size // par.dp  # per data-parallel rank
     training = {"seq_len": job.seq_length, "global_batch_size": job.global_batch_size}
     parallelism: dict = {"tensor_parallel_degree": par.tp, "context_parallel_degree": par.cp,

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..specs import JobSpec
+from ..specs.peft import FROZEN_ZERO_UNPRICED
 from .experts import cp_a2a_violations, expert_degrees, hsdp_violations, hybrid_cp_violations, tp_split_widths
 from .pipeline_split import slot_count, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
@@ -125,6 +126,12 @@ def _recomputes(job: JobSpec) -> tuple[str, ...]:
     return ("none", "selective") if job.moe_a2a_overlap else ("none", "selective", "full")
 
 
+def _zeros(job: JobSpec) -> tuple[int, ...]:
+    """The ZeRO stages a job may take: all four, but 0 and 1 under LoRA, whose frozen base weights stay whole
+    (specs/peft.py)."""
+    return (0, 1, 2, 3) if job.peft == "none" else tuple(z for z in (0, 1, 2, 3) if z not in FROZEN_ZERO_UNPRICED)
+
+
 def _allowed(cons, knob, values):
     return [v for v in values if cons.allows(knob, v)]
 
@@ -159,7 +166,7 @@ def space_size(job: JobSpec, stop_above: int | None = None) -> SpaceSize:
     without building them (O(divisor triples), stopping once over `stop_above`)."""
     cons, B = job.constraints, job.global_batch_size
     S, Z = (x.ravel() for x in np.meshgrid(np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool),
-                                           np.array(_allowed(cons, "zero", (0, 1, 2, 3)), dtype=np.int64), indexing="ij"))
+                                           np.array(_allowed(cons, "zero", _zeros(job)), dtype=np.int64), indexing="ij"))
     n_rc = len(_allowed(cons, "recompute", _recomputes(job)))
     total, max_pp = 0, 0
     moe = job.model.is_moe
@@ -221,7 +228,7 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     empty = Space(Shapes(*(np.zeros(0, dtype=np.int64) for _ in range(11))), 0)
     rc_vals = np.array([RECOMPUTE_CODES[r] for r in _allowed(cons, "recompute", _recomputes(job))])
     sp_vals = np.array(_allowed(cons, "sequence_parallel", (False, True)), dtype=bool)
-    z_vals = np.array(_allowed(cons, "zero", (0, 1, 2, 3)))
+    z_vals = np.array(_allowed(cons, "zero", _zeros(job)))
     if len(rc_vals) == 0 or len(sp_vals) == 0 or len(z_vals) == 0:
         return empty
     # degrees, expert degrees, micro-batching and the pipeline split's variants (tp, pp, dp, cp,

@@ -11,6 +11,7 @@ from .cluster import ClusterSpec
 from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
 from .offloading import MIN_OFFLOADED_ELEMENTS, OffloadModule, fine_offload_problem, host_link_problem
+from .peft import LORA_RANK, LORA_TARGETS, LoraTarget, Peft, peft_problem
 
 # Megatron-LM transformer_config.py `recompute_modules` choices for transformer layers (formulation/recompute.py)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -211,6 +212,13 @@ class JobSpec(Spec):
         None, description="the modules selective recomputation rebuilds (Megatron --recompute-modules: core_attn, "
                           "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None: Megatron's default "
                           "core_attn); priced by formulation/recompute.py for plans with recompute selective")
+    peft: Peft = Field(
+        "none", description="parameter-efficient fine-tuning: none (every weight trained) or lora (Megatron-Bridge's "
+                            "LoRA: the base weights frozen, low-rank adapters on lora_target_modules trained; "
+                            "specs/peft.py, formulation/lora.py)")
+    lora_rank: PositiveInt = Field(LORA_RANK, description="LoRA's rank (Megatron-Bridge LoRA `dim`, default 32)")
+    lora_target_modules: tuple[LoraTarget, ...] = Field(
+        LORA_TARGETS, description="the linears LoRA adapts (Megatron-Bridge `target_modules`; default all four)")
     constraints: Constraints = Constraints()
     prefer: Literal["fastest", "simple"] = Field(
         "fastest", description="fastest: the optimum; simple: among plans within tolerance_rel of the optimum, the "
@@ -261,7 +269,8 @@ class JobSpec(Spec):
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
-        for problem in (cpu_offload_problem(self), fine_offload_problem(self), optimizer_problem(self)):
+        for problem in (cpu_offload_problem(self), fine_offload_problem(self), optimizer_problem(self),
+                        peft_problem(self)):
             if problem:
                 raise ValueError(problem)
         graph_problem = cuda_graph_problem(self)

@@ -24,6 +24,7 @@ from .cluster import ClusterSpec
 from .job import Constraints, CudaGraphImpl, CudaGraphModule, MomentDtype, Precision, RecomputeModule, Zero3Gathers
 from .model import ModelSpec
 from .offloading import OffloadModule
+from .peft import LoraTarget, Peft
 
 
 def _ref(kind: str, forms: str):
@@ -120,6 +121,10 @@ class JobRequest(Request):
     cpu_offloading_num_layers: int | None = Field(
         None, ge=0, description="Megatron's CPU activation offloading of the first N layers (--cpu-offloading-num-layers; "
                                 "needs pp 1, no recomputation, N < layers)")
+    peft: Peft | None = Field(None, description="none (default) or lora: Megatron-Bridge's LoRA, base weights frozen")
+    lora_rank: int | None = Field(None, ge=1, le=65536, description="with peft lora: the adapters' rank (default 32)")
+    lora_target_modules: list[LoraTarget] | None = Field(
+        None, description="with peft lora: linear_qkv, linear_proj, linear_fc1, linear_fc2 (default all four)")
     zero3_gathers: Zero3Gathers | None = Field(
         None, description="ZeRO-3 gathers: prefetched (FSDP, Megatron-FSDP; default) or per_parameter (DeepSpeed "
                           "ZeRO-3 before v0.5.5)")
