@@ -107,7 +107,7 @@ def test_every_row_is_read_and_only_the_rows_without_a_batch_are_skipped():
     tasks = Counter((r.raw["task"], r.job.peft) for r in ROWS if not r.skipped and r.raw.get("task") not in (None, "pretrain"))
     assert tasks == {("sft", "none"): 4, ("lora", "lora"): 4}, tasks
     blackwell = [r for r in ROWS if not r.skipped and r.gpu in ("b200", "gb200", "b300", "gb300") and r not in moe]
-    assert len(blackwell) == 55 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8", "nvfp4"}
+    assert len(blackwell) == 63 and {r.job.precision for r in blackwell} == {"fp8", "fp8-tensorwise", "mxfp8", "nvfp4"}
     assert sum(r.job.precision == "nvfp4" for r in blackwell) == 8
     # vp 12 (one layer per virtual stage), FP8, CP with TP and GQA, FSDP: all evaluated
     ids = {r.id for r in ROWS if not r.skipped}
