@@ -437,6 +437,8 @@ def test_lora_cpsat_search_equals_exhaustive(job):
     cands, ex = _exhaustive(job)
     assert set(cands.shapes.zero.tolist()) <= {0, 1}
     _check_cpsat(job, cands, ex)
+    _, kept = _exhaustive(job, DOMINATED_SPACE)  # the product's dominance keeps the optimum
+    assert kept.status == ex.status and (ex.best is None or kept.best.objective_s == pytest.approx(ex.best.objective_s))
     for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
         assert res.finished and res.status == ex.status
         if ex.status == "OPTIMAL":

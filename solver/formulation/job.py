@@ -48,12 +48,13 @@ def zero0_dominated(job: JobSpec, shapes: Shapes) -> np.ndarray:
     """Which shapes are dominated, exactly under the formulation: plain data parallelism
     (zero=0, dp*cp > 1) where the distributed optimizer (zero=1, every other knob the same,
     always legal there) is no slower (`distributed_optimizer_dominates`) and needs less memory.
-    Only when the user left the ZeRO knob free. (Sequence parallelism does NOT dominate: it
+    Only when the user left the ZeRO knob free, and not under LoRA (its DP traffic is the adapters', which that
+    rule does not price). (Sequence parallelism does NOT dominate: it
     shortens the backward that hides the data-parallel reduction; a property test found the
     counterexample.)"""
     out = np.zeros(len(shapes), dtype=bool)
     rows = np.flatnonzero((shapes.zero == 0) & (shapes.dp * shapes.cp > 1))
-    if job.constraints.zero is not None or not len(rows):
+    if job.constraints.zero is not None or not len(rows) or job.peft != "none":  # LoRA reduces its adapters only
         return out
     degrees = [shapes.tp[rows], shapes.cp[rows], shapes.dp[rows], shapes.pp[rows] > 1, shapes.ep[rows], shapes.etp[rows]]
     order = np.lexsort(degrees)  # the rule depends on the degrees only: evaluate once per combination
