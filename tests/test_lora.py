@@ -132,3 +132,25 @@ def test_a_lora_row_of_a_moe_model_is_skipped_saying_why():
     raw = next(m for m in json.loads(PUBLISHED.read_text())["measurements"] if m.get("category") == "A")
     row = row_job({**raw, "task": "lora"})
     assert row.skipped and "expert adapters are not modelled" in row.skipped
+
+
+def test_the_service_plans_lora_and_answers_422_naming_the_field():
+    import warnings
+
+    from solveplan import api
+    from solveplan.service import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    client = TestClient(create_app(api.ResultCache(maxsize=8), max_body_bytes=64 * 1024, max_time_limit_s=30))
+    job = {"model": "llama3.1-8b", "cluster": "h100x8", "peft": "lora", "lora_rank": 16,
+           "lora_target_modules": ["linear_qkv"]}
+    r = client.post("/v1/plan?time_limit_s=20", json={"job": job})
+    assert r.status_code == 200 and r.json()["status"] == "OPTIMAL", r.text
+    assert r.json()["plan"]["settings"]["peft"] == "lora" and r.json()["plan"]["parallel"]["zero"] in (0, 1)
+    r = client.post("/v1/check", json={"job": {**job, "model": "qwen3-30b-a3b", "cluster": "h100x64"}})
+    assert r.status_code == 422 and "peft lora" in r.text
+    r = client.post("/v1/check", json={"job": {**job, "lora_rank": 0}})
+    assert r.status_code == 422 and "lora_rank" in r.text
