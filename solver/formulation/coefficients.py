@@ -22,7 +22,9 @@ is exactly one formula for every cost. Its parts:
 - memory (`memory.py`), less what fine-grained activation offloading moves to the host, whose copies'
   stall is a term of its own (`fine_offload.py`);
 - the software stack (`frameworks.py`, `framework=`): eager stacks' saved tensors, logits, model
-  state, elementwise traffic, weight casts and per-op dispatch; megatron leaves every term as is.
+  state, elementwise traffic, weight casts and per-op dispatch; megatron leaves every term as is;
+- LoRA (`lora.py`, `lora=`): the frozen base without weight gradients, training state, DP reduction or
+  saved linear inputs (`trained_params`), and the adapters' own terms (`adapters`).
 """
 
 from __future__ import annotations
