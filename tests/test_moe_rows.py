@@ -361,10 +361,11 @@ def test_a_row_of_another_file_without_category_or_key_reads_as_the_named_catalo
 
 
 def test_a_model_name_spells_the_longest_catalog_key_or_none():
-    from solveplan.calibration.moe_rows import catalog_key_named
+    from solveplan.calibration.names import key_named
 
-    assert catalog_key_named("GPT-OSS 120B") == "gpt-oss-120b" and catalog_key_named("gpt-oss-20b") == "gpt-oss-20b"
-    assert catalog_key_named("Llama 4 Scout (16 experts)") == "llama4-scout"
-    assert catalog_key_named("DeepSeek-V3 671B") == "deepseek-v3"
-    assert catalog_key_named("Llama 3 70B") is None  # dense: the MoE catalog only
-    assert catalog_key_named("DeepSeek-V4 Flash") is None and catalog_key_named("") is None
+    moe = dict(moe=True)
+    assert key_named("GPT-OSS 120B", **moe) == "gpt-oss-120b" and key_named("gpt-oss-20b") == "gpt-oss-20b"
+    assert key_named("Llama 4 Scout (16 experts)", **moe) == "llama4-scout"
+    assert key_named("DeepSeek-V3 671B", **moe) == "deepseek-v3"
+    assert key_named("Llama 3 70B", **moe) is None and key_named("Llama 3 70B") == "llama3-70b"  # the alias
+    assert key_named("DeepSeek-V4 Flash") is None and key_named("") is None

@@ -222,7 +222,7 @@ def test_rows_of_an_unseen_file(tmp_path):
     assert ds.skipped is None and ds.basis == "tokens/s" and ds.measured_s == pytest.approx(512 * 2048 / 70000)
     assert ds.job.cluster.nic_gbit_per_s == 50 and ds.job.flash_attention is False
     assert ds.job.overlap_grad_reduce is False and ds.job.constraints.zero == (1,)
-    assert broken.skipped.startswith("row cannot be read")
+    assert broken.skipped.startswith("model None: the row states no seq_len")  # a reason, not a traceback
     preds = in_sample(row_cases([ds]))
     assert len(preds) == 1 and preds[0].predicted_s > 0
 
@@ -303,3 +303,22 @@ def test_gb200_rows_of_another_source_in_their_own_words(tmp_path):
     cl = r.job.cluster
     assert r.job.precision == "mxfp8" and cl.gpu.name == "gb200" and cl.gpus_per_node == 4 and cl.domain_gpus == 72
     assert in_sample(row_cases([r]))[0].predicted_s > 0
+
+
+def test_a_dense_row_of_another_file_without_a_key_is_read_from_its_name_or_skipped_saying_why():
+    """A kept-aside file whose rows carry no catalog key: a row that states no vocabulary takes the catalog entry
+    its name spells (the same job as with the key), and one whose name spells none is skipped naming the missing
+    field -- never a traceback."""
+    import copy
+
+    from solveplan.calibration.rows import row_job
+
+    raw = next(r.raw for r in ROWS if r.id == "mbridge_perf-26.06-llama3-70b-gb300-fp8-cs-8-lora")
+    other = copy.deepcopy(raw)
+    other["model"].pop("key")
+    row = row_job(other)
+    assert row.skipped is None and row.job == row_job(raw).job
+    assert any("'Llama 3 70B' read as the catalog's llama3-70b" in a for a in row.assumed)
+    other["model"]["name"] = "Some Model 70B"
+    row = row_job(other)
+    assert row.skipped and "names no catalog entry and the row states no vocab as an integer" in row.skipped

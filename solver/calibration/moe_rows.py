@@ -42,6 +42,7 @@ from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, scripts_2509_recipe
 from .moe_row_model import stated_moe_model
+from .names import squeezed, with_named_key
 from .precision_rows import precision_settings
 from .rows import (
     ROW_READERS,
@@ -81,33 +82,6 @@ def is_moe_file_row(raw: dict) -> bool:
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
     return (raw.get("category") == "A" or bool(m.get("num_experts")) or (p.get("ep") or 1) > 1
             or "moe" in (raw.get("tags") or []))
-
-
-def _squeezed(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-def catalog_key_named(name: str) -> str | None:
-    """The mixture-of-experts catalog entry a model name spells, for a row that names no catalog key:
-    the longest entry key whose letters and digits run unbroken in the name's ("DeepSeek-V3 671B" ->
-    deepseek-v3, "Llama 4 Scout (16 experts)" -> llama4-scout, "GPT-OSS 120B" -> gpt-oss-120b, not
-    gpt-oss-20b), or None. `_check_dims` then holds the entry to every dimension the row states."""
-    from ..catalog import catalog_models
-
-    squeezed = _squeezed(name)
-    keys = [k for k, spec in catalog_models().items() if spec.is_moe and _squeezed(k) in squeezed]
-    return max(keys, key=lambda k: len(_squeezed(k))) if keys and squeezed else None
-
-
-def _row_key(m: dict, assumed: list[str]) -> str:
-    """The catalog key of a row's model: the one it states, else the one its name spells (`catalog_key_named`)."""
-    key = str(m.get("key") or "")
-    if key:
-        return key
-    named = catalog_key_named(str(m.get("name") or ""))
-    if named:
-        assumed.append(f"model {m.get('name')!r} read as the catalog's {named} (the row states no catalog key)")
-    return named or ""
 
 
 def _family(key: str) -> str:
@@ -280,13 +254,12 @@ def moe_row_job(raw: dict) -> Row:
 
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
     row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]), raw=raw)
-    key = _row_key(m, row.assumed)
-    if key and not m.get("key"):  # what reads the row's key further on (its recipe) reads the one its name spells
-        m = {**m, "key": key}
-        row.raw = raw = {**raw, "model": m}
+    row.raw = raw = with_named_key(raw, row.assumed, moe=True)  # a row stating no key: the one its name spells
+    m = raw["model"]
+    key = str(m.get("key") or "")
     row.model_family = _family(key)
-    named = _squeezed(key or str(m.get("name") or ""))
-    reason = next((why for prefix, why in NOT_IN_CATALOG.items() if named.startswith(_squeezed(prefix))), None)
+    named = squeezed(key or str(m.get("name") or ""))
+    reason = next((why for prefix, why in NOT_IN_CATALOG.items() if named.startswith(squeezed(prefix))), None)
     reason = reason or task_problem(raw, moe=True)
     stated = stated_moe_model(m, row.assumed) if not reason and key not in catalog_models() else None
     if isinstance(stated, str):

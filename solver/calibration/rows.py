@@ -33,6 +33,7 @@ from ..specs.job import Precision
 from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
 from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
+from .names import row_catalog_key, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
 from .precision_rows import precision_settings
 from .tasks import task_problem, task_settings
@@ -56,10 +57,6 @@ GPU_PATTERNS = (
     (r"mi325x", ("mi325x", "mi325x")),
     (r"mi355x", ("mi355x", "mi355x")),
 )
-# Published model names whose catalog entry has the same architecture (the row states no vocabulary):
-# Llama 3 and 3.1 share layers, widths, heads and the 128,256-token vocabulary (3.1 adds RoPE
-# scaling for long context, which costs nothing).
-CATALOG_MODEL_OF_KEY = {"llama3-8b": "llama3.1-8b", "llama3-70b": "llama3.1-70b"}
 
 
 # Board variants whose peaks, memory or NVLink differ from the SXM module the catalog holds (H100 PCIe: 114 SMs,
@@ -197,19 +194,37 @@ def skip_reason(raw: dict) -> str | None:
         return task_problem(raw)
     if str(m.get("arch", "")).strip().lower() == "not stated":
         return "model architecture not stated"
+    return model_problem(m)
+
+
+STATED_SHAPE = ("layers", "hidden", "heads", "vocab")  # what a row must state to be built without a catalog entry
+
+
+def model_problem(m: dict) -> str | None:
+    """Why a dense row's model cannot be built (one line naming what is missing), or None: its stated shape
+    (`STATED_SHAPE`, and the sequence length), or a catalog entry it names (`names.row_catalog_key`)."""
+    if not isinstance(m.get("seq_len"), int):
+        return f"model {m.get('name')!r}: the row states no seq_len"
+    if m.get("vocab") is None and row_catalog_key(m):
+        return None
+    missing = [k for k in STATED_SHAPE if not isinstance(m.get(k), int)]
+    if missing:
+        return (f"model {m.get('name')!r} (key {m.get('key')!r}) names no catalog entry and the row states no "
+                f"{missing[0]} as an integer: add models/<key>.yaml or state the shape")
     return None
 
 
 def _model(m: dict, assumed: list | None = None) -> ModelSpec:
-    """The row's model: its stated shape; a row without a vocabulary takes its catalog entry's."""
+    """The row's model: its stated shape; a row without a vocabulary takes its catalog entry's (`model_problem`
+    has checked that one of the two is there)."""
     if m.get("vocab") is None:
         from ..catalog import catalog_models
 
-        key = CATALOG_MODEL_OF_KEY.get(str(m.get("key")), str(m.get("key")))
-        if key in catalog_models():
-            if assumed is not None:
-                assumed.append(f"model shape from the catalog's {key} (the row states no vocabulary)")
-            return catalog_models()[key].model_copy(update={"seq_length": m["seq_len"]})
+        key = row_catalog_key(m)
+        assert key is not None  # model_problem
+        if assumed is not None:
+            assumed.append(f"model shape from the catalog's {key} (the row states no vocabulary)")
+        return catalog_models()[key].model_copy(update={"seq_length": m["seq_len"]})
     arch = str(m.get("arch", "")).lower()
     h = m["hidden"]
     gated = "swiglu" in arch or "geglu" in arch
@@ -308,9 +323,11 @@ def row_job(raw: dict) -> Row:
     for accepts, read in ROW_READERS:  # a file with a reader of its own (moe_rows registers one)
         if accepts(raw):
             return read(raw)
+    row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(raw["parallel"]["num_gpus"]),
+              model_family=model_family(str(raw["model"].get("name", ""))), raw=raw)
+    if raw["model"].get("vocab") is None:  # the shape from the catalog: a row stating no key, the one its name spells
+        row.raw = raw = with_named_key(raw, row.assumed)
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
-    row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]),
-              model_family=model_family(str(m.get("name", ""))), raw=raw)
     why = skip_reason(raw)
     if why:
         row.skipped = why
