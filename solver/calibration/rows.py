@@ -506,7 +506,8 @@ def published_rows(paths: list[str] | None = None) -> list[Row]:
         try:
             out.append(row_job(raw))
         except (KeyError, TypeError, ValueError, InputError) as exc:  # ValidationError is a ValueError
-            reason = exc.message if isinstance(exc, InputError) else f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            reason = (exc.message if isinstance(exc, InputError) else f"it states no {exc} field" if isinstance(exc, KeyError)
+                      else f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
             out.append(Row(id=str(raw.get("id", "?")), source=str(raw.get("source", "?")), gpu="", family="",
                            num_gpus=0, skipped=f"row cannot be read: {reason}", raw=raw))
     return out
