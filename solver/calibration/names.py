@@ -1,4 +1,4 @@
-"""Which catalog model a published row names: the catalog key it states, or an alias of one
+"""The model a published row runs: its stated shape (`row_model`), or the catalog model it names: the catalog key it states, or an alias of one
 (`CATALOG_MODEL_OF_KEY`); a row of another file that states no key gets the key its model name spells
 (`with_named_key`), before anything reads the key (its recipe, its scripts' settings). Both row readers
 (`rows.row_job`, `moe_rows.moe_row_job`) take the model from here and hold the entry to every dimension the
@@ -7,6 +7,9 @@ row states."""
 from __future__ import annotations
 
 import re
+
+from ..specs import ModelSpec
+from ..specs.model import PositionEmbedding
 
 # Published model names whose catalog entry has the same architecture (the row states no vocabulary):
 # Llama 3 and 3.1 share layers, widths, heads and the 128,256-token vocabulary (3.1 adds RoPE
@@ -50,3 +53,48 @@ def row_catalog_key(m: dict) -> str | None:
 
     key = CATALOG_MODEL_OF_KEY.get(str(m.get("key")), str(m.get("key") or ""))
     return key if key in catalog_models() else None
+
+
+STATED_SHAPE = ("layers", "hidden", "heads", "vocab")  # what a row must state to be built without a catalog entry
+
+
+def model_problem(m: dict) -> str | None:
+    """Why a dense row's model cannot be built (one line naming what is missing), or None: its stated shape
+    (`STATED_SHAPE`, and the sequence length), or a catalog entry it names (`row_catalog_key`)."""
+    if not isinstance(m.get("seq_len"), int):
+        return f"model {m.get('name')!r}: the row states no seq_len"
+    if m.get("vocab") is None and row_catalog_key(m):
+        return None
+    missing = [k for k in STATED_SHAPE if not isinstance(m.get(k), int)]
+    if missing:
+        return (f"model {m.get('name')!r} (key {m.get('key')!r}) names no catalog entry and the row states no "
+                f"{missing[0]} as an integer: add models/<key>.yaml or state the shape")
+    return None
+
+
+def row_model(m: dict, assumed: list | None = None) -> ModelSpec:
+    """The row's model: its stated shape; a row without a vocabulary takes its catalog entry's (`model_problem`
+    has checked that one of the two is there)."""
+    if m.get("vocab") is None:
+        from ..catalog import catalog_models
+
+        key = row_catalog_key(m)
+        assert key is not None  # model_problem
+        if assumed is not None:
+            assumed.append(f"model shape from the catalog's {key} (the row states no vocabulary)")
+        return catalog_models()[key].model_copy(update={"seq_length": m["seq_len"]})
+    arch = str(m.get("arch", "")).lower()
+    h = m["hidden"]
+    gated = "swiglu" in arch or "geglu" in arch
+    # tied input/output embeddings: Megatron GPT (default) and MPT tie; Llama and Nemotron-4 do not
+    untied = any(k in arch for k in ("llama", "nemotron"))
+    position: PositionEmbedding = "rope" if "rope" in arch else "alibi" if "alibi" in arch else "learned_absolute"
+    # Megatron's GPT recipes train with dropout 0.1; Llama, Nemotron-4 and MPT with none
+    modern = any(k in arch or k in str(m.get("name", "")).lower() for k in ("llama", "nemotron", "mpt"))
+    return ModelSpec(
+        name=m.get("name") or "row", num_layers=m["layers"], hidden_size=h, num_attention_heads=m["heads"],
+        num_kv_heads=m.get("kv_heads"), ffn_hidden_size=m.get("ffn_hidden") or 4 * h, vocab_size=m["vocab"],
+        seq_length=m["seq_len"], tied_embeddings=not untied, gated_mlp=gated, position_embedding=position,
+        normalization="RMSNorm" if "rmsnorm" in arch else "LayerNorm", dropout=0.0 if modern else 0.1,
+        activation="swiglu" if gated else "squared_relu" if "squared-relu" in arch else "gelu",
+    )

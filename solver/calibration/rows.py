@@ -28,12 +28,11 @@ from typing import Any, Literal
 
 from ..errors import InputError
 from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
-from ..specs import ClusterSpec, Constraints, JobSpec, ModelSpec
+from ..specs import ClusterSpec, Constraints, JobSpec
 from ..specs.job import Precision
-from ..specs.model import PositionEmbedding
 from ..specs.reading import read_data
 from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
-from .names import row_catalog_key, with_named_key
+from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
 from .precision_rows import precision_settings
 from .tasks import task_problem, task_settings
@@ -194,52 +193,13 @@ def skip_reason(raw: dict) -> str | None:
         return task_problem(raw)
     if str(m.get("arch", "")).strip().lower() == "not stated":
         return "model architecture not stated"
-    return model_problem(m)
-
-
-STATED_SHAPE = ("layers", "hidden", "heads", "vocab")  # what a row must state to be built without a catalog entry
-
-
-def model_problem(m: dict) -> str | None:
-    """Why a dense row's model cannot be built (one line naming what is missing), or None: its stated shape
-    (`STATED_SHAPE`, and the sequence length), or a catalog entry it names (`names.row_catalog_key`)."""
-    if not isinstance(m.get("seq_len"), int):
-        return f"model {m.get('name')!r}: the row states no seq_len"
-    if m.get("vocab") is None and row_catalog_key(m):
-        return None
-    missing = [k for k in STATED_SHAPE if not isinstance(m.get(k), int)]
-    if missing:
-        return (f"model {m.get('name')!r} (key {m.get('key')!r}) names no catalog entry and the row states no "
-                f"{missing[0]} as an integer: add models/<key>.yaml or state the shape")
+    if model_problem(m):
+        return model_problem(m)
+    if gpu_of((raw.get("hardware") or {}).get("gpu")) is None:
+        return f"GPU {(raw.get('hardware') or {}).get('gpu')!r} is not in the catalog"
+    if p.get("gbs") is None:
+        return "global batch not stated: the step time of the measured throughput is undefined"
     return None
-
-
-def _model(m: dict, assumed: list | None = None) -> ModelSpec:
-    """The row's model: its stated shape; a row without a vocabulary takes its catalog entry's (`model_problem`
-    has checked that one of the two is there)."""
-    if m.get("vocab") is None:
-        from ..catalog import catalog_models
-
-        key = row_catalog_key(m)
-        assert key is not None  # model_problem
-        if assumed is not None:
-            assumed.append(f"model shape from the catalog's {key} (the row states no vocabulary)")
-        return catalog_models()[key].model_copy(update={"seq_length": m["seq_len"]})
-    arch = str(m.get("arch", "")).lower()
-    h = m["hidden"]
-    gated = "swiglu" in arch or "geglu" in arch
-    # tied input/output embeddings: Megatron GPT (default) and MPT tie; Llama and Nemotron-4 do not
-    untied = any(k in arch for k in ("llama", "nemotron"))
-    position: PositionEmbedding = "rope" if "rope" in arch else "alibi" if "alibi" in arch else "learned_absolute"
-    # Megatron's GPT recipes train with dropout 0.1; Llama, Nemotron-4 and MPT with none
-    modern = any(k in arch or k in str(m.get("name", "")).lower() for k in ("llama", "nemotron", "mpt"))
-    return ModelSpec(
-        name=m.get("name") or "row", num_layers=m["layers"], hidden_size=h, num_attention_heads=m["heads"],
-        num_kv_heads=m.get("kv_heads"), ffn_hidden_size=m.get("ffn_hidden") or 4 * h, vocab_size=m["vocab"],
-        seq_length=m["seq_len"], tied_embeddings=not untied, gated_mlp=gated, position_embedding=position,
-        normalization="RMSNorm" if "rmsnorm" in arch else "LayerNorm", dropout=0.0 if modern else 0.1,
-        activation="swiglu" if gated else "squared_relu" if "squared-relu" in arch else "gelu",
-    )
 
 
 # ----------------------------------------------------------------------------- rows -> jobs
@@ -328,19 +288,12 @@ def row_job(raw: dict) -> Row:
     if raw["model"].get("vocab") is None:  # the shape from the catalog: a row stating no key, the one its name spells
         row.raw = raw = with_named_key(raw, row.assumed)
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
-    why = skip_reason(raw)
-    if why:
-        row.skipped = why
-        return row
-    if gpu_of(hw.get("gpu")) is None:
-        row.skipped = f"GPU {hw.get('gpu')!r} is not in the catalog"
+    row.skipped = skip_reason(raw)
+    if row.skipped:
         return row
     gpu = gpu_of(hw["gpu"])
-    assert gpu is not None  # checked above
+    assert gpu is not None  # skip_reason
     row.gpu, row.family = gpu
-    if p.get("gbs") is None:
-        row.skipped = "global batch not stated: the step time of the measured throughput is undefined"
-        return row
     meta = raw.get("_source_meta") or {}
     text = " ".join(str(x) for x in (meta.get("title"), meta.get("read_via"), raw.get("notes"), m.get("arch"),
                                      p.get("overlap"), hw.get("cluster")))
@@ -387,7 +340,7 @@ def row_job(raw: dict) -> Row:
     flash = era.get("flash", FLASH_BY_DEFAULT)
     kernel = attention_kernel_of(raw, flash, bool(fsdp), assumed)
     row.job = JobSpec(
-        model=_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
+        model=row_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
