@@ -154,3 +154,16 @@ def test_the_service_plans_lora_and_answers_422_naming_the_field():
     assert r.status_code == 422 and "peft lora" in r.text
     r = client.post("/v1/check", json={"job": {**job, "lora_rank": 0}})
     assert r.status_code == 422 and "lora_rank" in r.text
+
+
+def test_calibrate_reads_lora_steps(tmp_path):
+    from solveplan.calibration.step_fit import build_step_rows, read_steps
+
+    path = tmp_path / "steps.csv"
+    path.write_text("model,tp,pp,vp,global_batch_size,num_gpus,peft,lora_rank,lora_target_modules,step_time_s\n"
+                    "llama3.1-8b,1,2,4,32,8,lora,16,linear_qkv|linear_fc2,1.0\n"
+                    "llama3.1-8b,2,2,4,32,8,none,,,1.2\n")
+    rows = build_step_rows(read_steps(path), load_job({"model": "llama3.1-8b", "cluster": "h100x8"}).cluster, "steps")
+    assert (rows[0].job.peft, rows[0].job.lora_rank, rows[0].job.lora_target_modules) == (
+        "lora", 16, ("linear_qkv", "linear_fc2"))
+    assert rows[1].job.peft == "none"

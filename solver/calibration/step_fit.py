@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ STEP_COLUMNS = ("model", "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "reco
                 "global_batch_size", "seq_length", "step_time_s")
 _OPTIONAL = ("dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "global_batch_size",
              "seq_length", "num_gpus", "flash_attention", "attention_kernel", "precision", "tp_comm_overlap", "framework",
-             "label", "name", "id")
+             "peft", "lora_rank", "lora_target_modules", "label", "name", "id")
 _ALIASES = {"mbs": "micro_batch_size", "gbs": "global_batch_size", "seq_len": "seq_length", "seq": "seq_length",
             "step_time": "step_time_s", "iteration_time_s": "step_time_s", "sp": "sequence_parallel",
             "zero_stage": "zero", "flash": "flash_attention"}
@@ -149,7 +150,8 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
         unknown = sorted(set(r) - set(STEP_COLUMNS) - set(_OPTIONAL))
         if unknown:
             raise InputError("steps", f"{where}: unknown column {unknown[0]!r}; columns are {', '.join(STEP_COLUMNS)} "
-                                      "(+ num_gpus, flash_attention, attention_kernel, precision, tp_comm_overlap, framework, label)")
+                                      "(+ num_gpus, flash_attention, attention_kernel, precision, tp_comm_overlap, framework, "
+                                      "peft, lora_rank, lora_target_modules, label)")
         for req in ("model", "tp", "pp", "step_time_s"):
             if req not in r:
                 raise InputError("steps", f"{where}: missing {req}")
@@ -194,6 +196,7 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
             job_kw["attention_kernel"] = str(r["attention_kernel"]).lower()
         if "framework" in r:  # the stack the step was measured on (formulation/frameworks.py)
             job_kw["framework"] = str(r["framework"]).lower()
+        job_kw.update(_peft_cells(r, where))
         job = build(JobSpec, job_kw, where)
         try:
             plan = plan_config(job, cfg)
@@ -205,6 +208,19 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
                     + (f" vp{par.vp}" if par.vp > 1 else "") + f" mbs{par.micro_batch_size} {par.recompute}")
         out.append(StepRow(i, label, job, par, plan.layers_per_stage, t, before_s=plan.step_time_s,
                            fits_memory=plan.fits))
+    return out
+
+
+def _peft_cells(r: dict, where: str) -> dict:
+    """A LoRA step's settings (specs/peft.py): peft, lora_rank, lora_target_modules (separated by spaces, | or +:
+    the file's commas separate its cells)."""
+    out: dict = {}
+    if "peft" in r:
+        out["peft"] = str(r["peft"]).lower()
+    if "lora_rank" in r:
+        out["lora_rank"] = _int(r["lora_rank"], f"{where} lora_rank")
+    if "lora_target_modules" in r:
+        out["lora_target_modules"] = [m for m in re.split(r"[\s|+]+", str(r["lora_target_modules"])) if m]
     return out
 
 
