@@ -1,8 +1,8 @@
-"""The model a published row runs: its stated shape (`row_model`), or the catalog model it names: the catalog key it states, or an alias of one
-(`CATALOG_MODEL_OF_KEY`); a row of another file that states no key gets the key its model name spells
-(`with_named_key`), before anything reads the key (its recipe, its scripts' settings). Both row readers
-(`rows.row_job`, `moe_rows.moe_row_job`) take the model from here and hold the entry to every dimension the
-row states."""
+"""The model a published row runs: its stated shape (`row_model`), or the catalog model it names -- the key it
+states, or an alias of one (`CATALOG_MODEL_OF_KEY`). A row of another file that states no key gets the key its
+model name spells (`with_named_key`) before anything reads the key (its recipe, its scripts' settings). Both row
+readers (`rows.row_job`, `moe_rows.moe_row_job`) take the model from here and hold a catalog entry to every
+dimension the row states."""
 
 from __future__ import annotations
 
