@@ -715,6 +715,19 @@ def degrees_and_split(r: dict) -> tuple[str, str]:
     return deg, split
 
 
+def plan_rows_table(rows: list[dict], flag_key: str) -> list[str]:
+    """The plans' table rows of the hybrid and Gated DeltaNet reports: label, model, cluster, where the plan came
+    from, degrees, experts, split and the plan's own layer flag (`flag_key` of the row), and Megatron's answer."""
+    lines = []
+    for r in rows:
+        par = r.get("par")
+        deg, split = degrees_and_split(r)
+        res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('diff')}")
+        lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster')} | {r.get('status', '-')} | {deg} | "
+                     f"{getattr(par, 'ep', '-')} {getattr(par, 'etp', '-')} | {split} | `{r.get(flag_key)}` | {res} |")
+    return lines
+
+
 def moe_report(rows, controls) -> list[str]:
     ok = sum(1 for r in rows if r.get("ok"))
     lines = ["", "## Mixture-of-experts plans", "",

@@ -33,10 +33,10 @@ from megatron_args import (
     built_architecture,
     built_diff,
     built_moe,
-    degrees_and_split,
     megatron_configs,
     megatron_launch,
     megatron_split,
+    plan_rows_table,
     planned_architecture,
     planned_moe,
     refusal,
@@ -163,12 +163,7 @@ def report(rows, controls, commit, elapsed) -> str:
              f"stages, data parallelism, sharding and precision Megatron derives equal to the plan's.", "",
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | GPT layers per rank (plan = Megatron) | "
              "--linear-attention-freq | result |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        par = r.get("par")
-        deg, split = degrees_and_split(r)
-        res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('diff')}")
-        lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster')} | {r.get('status', '-')} | {deg} | "
-                     f"{getattr(par, 'ep', '-')} {getattr(par, 'etp', '-')} | {split} | `{r.get('freq')}` | {res} |")
+    lines += plan_rows_table(rows, "freq")
     lines += _controls_table(controls, "Controls: one rule broken each", "or another model built")
     return "\n".join(lines) + "\n"
 

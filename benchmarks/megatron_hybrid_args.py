@@ -33,9 +33,9 @@ from _common import ROOT
 from megatron_args import (
     CHECK_ERRORS,
     built_diff,
-    degrees_and_split,
     megatron_configs,
     megatron_launch,
+    plan_rows_table,
     refusal,
     run_checks,
 )
@@ -211,12 +211,7 @@ def report(rows, controls, commit, elapsed) -> str:
              f"entry script `pretrain_hybrid.py`.",
              "", "| plan | model | cluster | from | tp pp cp vp dp | ep etp | layers per rank (plan = Megatron) | "
                  "--hybrid-layer-pattern | result |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        par = r.get("par")
-        deg, split = degrees_and_split(r)
-        res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('diff')}")
-        lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster')} | {r.get('status', '-')} | {deg} | "
-                     f"{getattr(par, 'ep', '-')} {getattr(par, 'etp', '-')} | {split} | `{r.get('pattern')}` | {res} |")
+    lines += plan_rows_table(rows, "pattern")
     refused = sum(1 for c in controls if not c.get("ok"))
     lines += ["", f"Controls: one rule broken each; **{refused} of {len(controls)} refused**, as they must be.", "",
               "| broken rule | Megatron-LM's answer |", "|---|---|"]
