@@ -386,14 +386,19 @@ def test_moe_cpsat_search_equals_exhaustive(job):
     _check_cpsat(job, cands, ex)
 
 
-@MOE_SETTINGS
-@given(moe_jobs())
-def test_moe_alpa_and_branch_and_bound_equal_exhaustive(job):
-    cands, ex = _exhaustive(job)
+def _check_baselines(cands, ex) -> None:
+    """The Alpa DP and the branch and bound over the same candidates finish with the exhaustive status and optimum."""
     for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
         assert res.finished and res.status == ex.status
         if ex.status == "OPTIMAL":
             assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+
+
+@MOE_SETTINGS
+@given(moe_jobs())
+def test_moe_alpa_and_branch_and_bound_equal_exhaustive(job):
+    cands, ex = _exhaustive(job)
+    _check_baselines(cands, ex)
 
 
 @pytest.mark.skipif(_optimize is None, reason=_OPT_WHY)
@@ -422,10 +427,7 @@ def test_gdn_cpsat_search_equals_exhaustive(job):
     periods), and the Alpa DP and the branch and bound."""
     cands, ex = _exhaustive(job)
     _check_cpsat(job, cands, ex)
-    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
-        assert res.finished and res.status == ex.status
-        if ex.status == "OPTIMAL":
-            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+    _check_baselines(cands, ex)
 
 
 @pytest.mark.skipif(_cpsat is None, reason=_CPSAT_WHY)
@@ -439,7 +441,4 @@ def test_lora_cpsat_search_equals_exhaustive(job):
     _check_cpsat(job, cands, ex)
     _, kept = _exhaustive(job, DOMINATED_SPACE)  # the product's dominance keeps the optimum
     assert kept.status == ex.status and (ex.best is None or kept.best.objective_s == pytest.approx(ex.best.objective_s))
-    for res in (alpa_dp.search(cands, time_limit_s=300), branch_bound.search(cands, time_limit_s=300)):
-        assert res.finished and res.status == ex.status
-        if ex.status == "OPTIMAL":
-            assert res.best.objective_s == pytest.approx(ex.best.objective_s, rel=1e-9)
+    _check_baselines(cands, ex)
