@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
-from . import comm
+from .layer_terms import cp_a2a_s
 from .memory import BF16_BYTES, FP32_BYTES
 
 CHUNK = 64  # gdn.py `self.chunk_size`, the chunk FLA's kernels run at
@@ -144,11 +144,10 @@ def gdn_cp_a2a_s(model: ModelSpec, cluster, tokens, tp, cp, recompute):
     gated norm, its output back (`a2a_hp_to_cp`) -- so the conv and the chunked rule run on the whole sequence
     for 1/cp of the rank's heads (the same work per rank: `mixer_s` on `tokens` and tp). Backward the same two
     exchanges of the gradients, the forward's again under full recomputation; nothing overlaps them (the kernels
-    wait for their inputs): `comm.all_to_all_s` as attention's all-to-all CP (`layer_terms.cp_a2a_s`)."""
+    wait for their inputs): attention's all-to-all CP rule (`layer_terms.cp_a2a_s`) on these bytes."""
     rank = BF16_BYTES * np.asarray(tokens, dtype=np.float64) * (model.gdn_in_proj_width + model.gdn_value_width)
-    one = comm.all_to_all_s(rank / np.asarray(tp, dtype=np.float64), cluster, cp, tp)
-    passes = 2 + (np.asarray(recompute) == 2)
-    return np.where(np.asarray(cp) > 1, passes * one, 0.0)
+    return cp_a2a_s(cluster, qkvo_chunk_bytes=rank / np.asarray(tp, dtype=np.float64), cp=np.asarray(cp), tp=tp,
+                    recompute=np.asarray(recompute))
 
 
 def gdn_activation_bytes(model: ModelSpec, tokens, tp, sp_degree, linear_input_bytes: float):
