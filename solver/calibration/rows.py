@@ -189,12 +189,12 @@ def skip_reason(raw: dict) -> str | None:
     if grace_offload_preset(raw) and cpu_offload_of(raw, []) is None:
         return ("a Megatron-FSDP GB200/GB300 preset of Megatron-Bridge offloads activations to the Grace CPU, but "
                 "neither the row nor OFFLOAD_2509 states how many layers")
-    if task_problem(raw):
-        return task_problem(raw)
+    if problem := task_problem(raw):
+        return problem
     if str(m.get("arch", "")).strip().lower() == "not stated":
         return "model architecture not stated"
-    if model_problem(m):
-        return model_problem(m)
+    if problem := model_problem(m):
+        return problem
     if gpu_of((raw.get("hardware") or {}).get("gpu")) is None:
         return f"GPU {(raw.get('hardware') or {}).get('gpu')!r} is not in the catalog"
     if p.get("gbs") is None:

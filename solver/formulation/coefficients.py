@@ -178,6 +178,8 @@ class _StageTerms:
         self.mm = mm = matmul_rate(gpu, precision, hbm)  # the precision recipe's GEMM rate (precision.py)
         if self.lora:  # a frozen weight has no weight-gradient GEMM (lora.py); the adapters' own: `adapter_s`
             self.mm = mm = {**mm, "weight_grad": False}
+        # BF16 GEMMs whatever the recipe (the LM head, LoRA's adapters)
+        self.bf16mm = {**mm, "flop_per_s": gpu.peak_flop_per_s, "efficiency": gpu.matmul_efficiency, "in_bytes": BF16_BYTES}
         cast_bytes = quantize_bytes_per_element(precision)  # and its quantisation traffic
         self.M = M = b * s / c  # tokens of a micro-batch on this GPU
         # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
@@ -227,10 +229,8 @@ class _StageTerms:
             return 0.0, (0.0, 0.0)
         rank, targets = self.lora
         linears = lora.adapted_linears(attn_linears, mlp_linears(self.model, self.t), targets)
-        bf16 = {**self.mm, "flop_per_s": self.gpu.peak_flop_per_s, "efficiency": self.gpu.matmul_efficiency,
-                "in_bytes": BF16_BYTES}
         return (lora.adapter_params_per_gpu(linears, rank),
-                lora.adapter_s(linears, self.M, rank, bf16mm=bf16, hbm_bytes_per_s=self.hbm))
+                lora.adapter_s(linears, self.M, rank, bf16mm=self.bf16mm, hbm_bytes_per_s=self.hbm))
 
     def trained_params(self, params_gpu):
         """Of `params_gpu` base weights, those that train (gradients, optimizer state and step, DP reduction):
@@ -321,13 +321,11 @@ class _StageTerms:
 
     def stage_ends(self) -> None:
         """The first stage's embedding and the last stage's head and loss."""
-        gpu, M, h, V, t, hbm = self.gpu, self.M, self.h, self.V, self.t, self.hbm
+        M, h, V, t, hbm = self.M, self.h, self.V, self.t, self.hbm
         self.emb_fwd = M * h * BF16_BYTES * 3 / hbm  # gather + dropout
         # the table's dense gradient; a frozen table (LoRA) has no backward
         self.emb_bwd = 0.0 if self.lora else (self.emb_params_gpu * FP32_BYTES + M * h * BF16_BYTES * 2) / hbm
-        self.bf16mm = bf16mm = {**self.mm, "flop_per_s": gpu.peak_flop_per_s, "efficiency": gpu.matmul_efficiency,
-                                "in_bytes": BF16_BYTES}
-        head_f, head_b = linear_s(M, V / t, h, **bf16mm)
+        head_f, head_b = linear_s(M, V / t, h, **self.bf16mm)
         ce_fwd, ce_bwd = self.stack.cross_entropy_bytes or (CROSS_ENTROPY_BYTES_FWD, CROSS_ENTROPY_BYTES_BWD)
         self.head_fwd = head_f + M * V / t * ce_fwd / hbm
         self.head_bwd = head_b + M * V / t * ce_bwd / hbm

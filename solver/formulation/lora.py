@@ -50,9 +50,10 @@ def adapter_s(linears: list[tuple], tokens, rank: int, *, bf16mm: dict, hbm_byte
     branches, memory bound (module docstring)."""
     fwd = bwd = 0.0
     M = np.asarray(tokens, dtype=np.float64)
+    trained = {**bf16mm, "weight_grad": True}  # the job's rate drops weight gradients (the frozen base's)
     for N, K in linears:
-        a_f, a_b = linear_s(M, rank, K, **{**bf16mm, "weight_grad": True})
-        b_f, b_b = linear_s(M, N, rank, **{**bf16mm, "weight_grad": True})
+        a_f, a_b = linear_s(M, rank, K, **trained)
+        b_f, b_b = linear_s(M, N, rank, **trained)
         fwd = fwd + a_f + b_f + 3 * BF16_BYTES * M * N / hbm_bytes_per_s
         bwd = bwd + a_b + b_b + 3 * BF16_BYTES * M * K / hbm_bytes_per_s
     return fwd, bwd
