@@ -111,14 +111,30 @@ def test_a_row_disagreeing_with_the_catalog_is_skipped_with_the_difference():
     assert "kv_lora_rank 256" in moe_row_job(raw).skipped
 
 
-def test_a_row_no_configuration_can_run_says_which_rule_it_breaks():
+def test_a_stated_knob_no_configuration_can_run_is_taken_as_unstated_and_said():
     """The 25.09 DeepSeek-V3 GB200 row states ep 64 with pp 8 on 256 GPUs: 32 GPUs per stage, which an
-    EP group of 64 cannot fit (Megatron carves EP out of a stage's tp*cp*dp): the reason names the rule."""
-    why = BY_ID["mbridge_perf-25.09-deepseek-v3-gb200-mxfp8-256"].skipped
-    assert why.startswith("no legal configuration") and "ep:" in why and "the 32 GPUs of a pipeline stage" in why
+    EP group of 64 cannot fit (Megatron carves EP out of a stage's tp*cp*dp; the table's "PP 4 (8)" gives
+    the parenthesised run its own pp beside the one EP). The run ran: ep takes its best legal value, and
+    the row says which rule the stated value broke. The other stated knobs stay as stated."""
+    row = BY_ID["mbridge_perf-25.09-deepseek-v3-gb200-mxfp8-256"]
+    assert row.skipped is None and row.job is not None
+    cons = row.job.constraints
+    assert cons.ep is None and cons.pp == (8,) and cons.tp == (1,)
+    said = [a for a in row.assumed if a.startswith("ep as stated breaks Megatron's rules")]
+    assert len(said) == 1 and "the 32 GPUs of a pipeline stage" in said[0]
     raw = _raw("mbridge_perf-25.09-deepseek-v3-gb200-mxfp8-256")
     raw["parallel"]["ep"] = 32
-    assert moe_row_job(raw).skipped is None
+    read = moe_row_job(raw)
+    assert read.skipped is None and read.job.constraints.ep == (32,)
+    assert not any("breaks Megatron's rules" in a for a in read.assumed)
+
+
+def test_a_row_no_configuration_can_run_says_which_rule_it_breaks():
+    """A GPU count the stated tp*cp*pp does not divide blames no single knob of the row: skipped, naming the rule."""
+    raw = _raw("mbridge_perf-25.09-deepseek-v3-gb200-mxfp8-256")
+    raw["parallel"].update(num_gpus=250, ep=2)
+    why = moe_row_job(raw).skipped
+    assert why.startswith("no legal configuration") and "tp/cp/pp: tp*cp*pp = 1*1*8 = 8 does not divide" in why, why
 
 
 def test_mixture_of_experts_rows_are_priced():

@@ -303,7 +303,7 @@ def moe_row_job(raw: dict) -> Row:
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
                    precision=precision, grad_reduce_dtype=grad_reduce_dtype(raw, assumed), constraints=cons,
                    **settings)
-    row.job = _best_settings(base, unstated_settings, row)
+    row.job = _best_settings(base, unstated_settings, row) or _relaxed(base, unstated_settings, row)
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
                        "enforces them)" + _first_broken_rule(base))
@@ -316,6 +316,29 @@ def moe_row_job(raw: dict) -> Row:
     if unpriced:
         row.skipped = unpriced
     return row
+
+
+def _relaxed(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:
+    """The row's job with the one stated knob that breaks Megatron's rules left to its best legal value, said
+    in `row.assumed`; None when no single knob is to blame or freeing it leaves nothing legal. The run ran, so
+    its table misstates that knob: Megatron-Bridge's 25.09 table gives DeepSeek-V3 on 256 GB200 a
+    parenthesised variant "PP 4 (8)" beside a single "EP 64", which fits 64 GPUs per stage at PP 4 and none
+    at PP 8 (Megatron-Core: etp*ep*pp divides the world size, parallel_state.initialize_model_parallel)."""
+    from ..space.rules import constrained_config
+
+    try:
+        constrained_config(base, {})
+        return None
+    except InputError as exc:
+        knob, rule = exc.field, exc.message
+    if getattr(base.constraints, knob, None) is None:
+        return None
+    freed = base.model_copy(update={"constraints": base.constraints.model_copy(update={knob: None})})
+    job = _best_settings(freed, unstated, row)
+    if job is not None:
+        row.assumed.append(f"{knob} as stated breaks Megatron's rules ({rule}): the run ran, so {knob} is taken "
+                           f"as unstated, at its best legal value")
+    return job
 
 
 def _first_broken_rule(job: JobSpec) -> str:
