@@ -385,3 +385,21 @@ def test_a_model_name_spells_the_longest_catalog_key_or_none():
     assert key_named("DeepSeek-V3 671B", **moe) == "deepseek-v3"
     assert key_named("Llama 3 70B", **moe) is None and key_named("Llama 3 70B") == "llama3-70b"  # the alias
     assert key_named("DeepSeek-V4 Flash") is None and key_named("") is None
+
+
+def test_a_row_stating_only_model_tflops_is_read_by_the_model_flop_count():
+    """A row of another file may state Megatron-Bridge's "Model TFLOP / sec / GPU" alone (no tokens/s, no
+    derived step): it is read into a step time by the model FLOPs of the job, not skipped."""
+    from solveplan.formulation.flops import model_flop_per_step
+
+    raw = _raw("mbridge_perf-26.04.01-qwen3-30b-a3b-b200-mxfp8-8")
+    tflops = raw["measured"]["model_tflops_per_gpu"]
+    raw.pop("derived", None)
+    raw["measured"] = {"model_tflops_per_gpu": tflops}
+    row = moe_row_job(raw)
+    assert row.skipped is None and row.basis == "TFLOP/s as model FLOPs"
+    job = row.job
+    expected = model_flop_per_step(job.model, job.global_batch_size, job.seq_length) / (8 * tflops * 1e12)
+    assert row.measured_s == pytest.approx(expected)
+    raw["measured"] = {}
+    assert moe_row_job(raw).skipped.startswith("no time measure")

@@ -438,10 +438,11 @@ def measured_step_s(raw: dict, job: JobSpec) -> tuple[float | None, str]:
     tokens_per_s = _positive(me.get("tokens_per_s_total")) or n * (_positive(me.get("tokens_per_s_per_gpu")) or 0.0)
     if tokens_per_s:
         return B * s / tokens_per_s, "tokens/s"
-    if me.get("tflops_per_gpu"):
+    tflops = _positive(me.get("tflops_per_gpu")) or _positive(me.get("model_tflops_per_gpu"))  # the MoE file's name
+    if tflops:
         if "Eq" in conv or "counts recompute" in conv:
-            return megatron_eq3_flop(job.model, B, s) / (n * me["tflops_per_gpu"] * 1e12), "TFLOP/s by Eq. (3)"
-        return model_flop_per_step(job.model, B, s) / (n * me["tflops_per_gpu"] * 1e12), "TFLOP/s as model FLOPs"
+            return megatron_eq3_flop(job.model, B, s) / (n * tflops * 1e12), "TFLOP/s by Eq. (3)"
+        return model_flop_per_step(job.model, B, s) / (n * tflops * 1e12), "TFLOP/s as model FLOPs"
     if me.get("mfu"):
         peak = float(me.get("mfu_peak_used_tflops") or job.cluster.gpu.peak_bf16_tflops) * 1e12
         return model_flop_per_step(job.model, B, s) / (n * peak * me["mfu"]), "MFU"
