@@ -320,3 +320,26 @@ def test_a_published_row_counts_qwen35_layers_as_its_config_does(layers, priced)
     assert (row.skipped is None) == priced, row.skipped
     if not priced:
         assert "layers 59" in row.skipped
+
+
+def test_the_qwen3_next_catalog_entry_is_its_configuration_mapped():
+    """models/qwen3-next-80b-a3b.yaml is what the mapping makes of Qwen3NextConfig's defaults with the released
+    config's intermediate_size and rope_theta (Megatron-Bridge's conversion test copies them), the recipe aside
+    (one MTP depth, Megatron-Bridge's recipe; 1024 x 4096, its performance recipes): a row or a plan naming
+    Qwen3-Next reads it, 80B total and 3.25B active without the embeddings."""
+    cfg = {"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "vocab_size": 151936,
+           "hidden_size": 2048, "intermediate_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 16,
+           "num_key_value_heads": 2, "hidden_act": "silu", "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+           "tie_word_embeddings": False, "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+           "attention_bias": False, "head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+           "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+           "decoder_sparse_step": 1, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+           "num_experts_per_tok": 10, "num_experts": 512, "norm_topk_prob": True, "full_attention_interval": 4,
+           "mlp_only_layers": []}
+    recipe = {"name", "source", "notes", "seq_length", "global_batch_size", "nominal_params_b", "hf_model_type",
+              "hidden_act", "mtp_num_layers", "mtp_hybrid_layer_pattern"}
+    cat = load_model("qwen3-next-80b-a3b")
+    assert cat.model_dump(exclude=recipe) == load_model(cfg).model_dump(exclude=recipe)
+    assert cat.mtp_num_layers == 1 and cat.mtp_hybrid_layer_pattern == "*E"
+    assert abs(cat.num_params / 80e9 - 1) < 0.01
+    assert abs((cat.num_active_params - 2 * 151936 * 2048) / 3.25e9 - 1) < 0.01

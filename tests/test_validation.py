@@ -170,8 +170,9 @@ def test_gpu_names_and_software_eras():
     assert [gpu_of(g)[0] for g in ("GB200", "B200", "GB300", "B300")] == ["gb200", "b200", "gb300", "b300"]
     # every catalog GPU a published row may name: the export-market H800 / A800 (DeepSeek-V3's H800 cluster) and
     # AMD's MI325X / MI355X price on their own entries, not refused and not an H100 / A100
-    assert [gpu_of(g) for g in ("NVIDIA H800 SXM5", "A800 80GB", "MI325X", "AMD Instinct MI355X")] == [
-        ("h800", "h800"), ("a800-80gb", "a800"), ("mi325x", "mi325x"), ("mi355x", "mi355x")]
+    assert [gpu_of(g) for g in ("NVIDIA H800 SXM5", "A800 80GB", "MI325X", "AMD Instinct MI355X", "NVIDIA H20 96GB")] == [
+        ("h800", "h800"), ("a800-80gb", "a800"), ("mi325x", "mi325x"), ("mi355x", "mi355x"), ("h20", "h20")]
+    assert gpu_of("H200") == ("h200", "h200") and gpu_of("H20") == ("h20", "h20")  # not one for the other
     # a PCIe or NVL board is not the SXM module (fewer SMs, other memory, no NVSwitch): skipped, not mis-priced
     assert [gpu_of(g) for g in ("H100 PCIe 80GB", "H100 NVL", "A100-PCIE-40GB")] == [None, None, None]
     assert gpu_of("GB200 NVL72") == ("gb200", "gb200")  # the rack is not the H100 NVL board
