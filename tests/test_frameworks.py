@@ -118,7 +118,7 @@ def test_transformers_model_state_is_fp32_weights_grads_adamw_and_autocast_copie
 def _saved_bytes(model, run) -> tuple[int, int]:
     """(activation bytes, autocast weight-copy bytes) that autograd saves while `run()` runs:
     unique storages, parameters themselves left out."""
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     params = {p.data_ptr() for p in model.parameters()}
     shapes = {tuple(p.shape) for p in model.parameters()} | {tuple(p.shape)[::-1] for p in model.parameters()}
     acts, copies = {}, {}
@@ -188,7 +188,7 @@ def cpu_minus_cuda(case: str, spec) -> float:
 def _hf(case: str, layers: int, autocast: bool):
     transformers = pytest.importorskip("transformers",
                                        reason="transformers is not installed (pip install transformers)")
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     cls_name, kw = HF_CASES[case]
     cfg = getattr(transformers, cls_name)(num_hidden_layers=layers, vocab_size=1000, max_position_embeddings=4096,
                                           attn_implementation="sdpa", **kw)
@@ -205,7 +205,7 @@ def _cuda_autocast_paths():
     """NemotronLayerNorm1P casts to the autocast dtype when `torch.is_autocast_enabled()` -- CUDA's
     flag -- is set (models/nemotron/modeling_nemotron.py `_cast_if_autocast_enabled`): on CPU it
     takes that path when CPU's autocast is on, as on a GPU under CUDA's."""
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     try:
         from transformers.models.nemotron import modeling_nemotron as nemotron
     except ImportError:
@@ -226,7 +226,7 @@ def _cuda_autocast_paths():
 
 
 def _measure(case: str, layers: int, b: int, s: int):
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     cfg, model = _hf(case, layers, autocast=True)
     ids = torch.randint(0, 1000, (b, s))
 
@@ -288,7 +288,7 @@ def _measure_step(case: str, b: int, s: int) -> dict:
     and AdamW state, the autocast copies and saved activations (`_measure`), and the estimate of the
     whole model (every stage term, before the allocator's fragmentation and reserve). Also used by
     benchmarks/framework_memory.py."""
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     cfg, model, (acts, copies) = _measure(case, 2, b, s)
     opt = torch.optim.AdamW(model.parameters())
     ids = torch.randint(0, 1000, (b, s))
@@ -327,7 +327,7 @@ def test_transformers_full_memory_is_an_upper_bound_of_the_counted_tensors(case)
 def test_transformers_op_count_matches_the_family_count(case):
     """Aten ops one eager layer dispatches (forward, backward), counted with TorchDispatchMode:
     the family's `ops` (eager_layers.OPS summed per component), within 15%."""
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -357,7 +357,7 @@ def _torchtitan_block(dim: int, heads: int, kv_heads: int, ffn: int):
     forward; common/attention.py GQAttention.forward: wq/wk/wv, rope in fp32 complex,
     F.scaled_dot_product_attention with enable_gqa, .contiguous(), wo; common/feed_forward.py
     w2(silu(w1(x)) * w3(x)); torch.nn.RMSNorm), in bf16 as FSDP2's param_dtype runs it."""
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     import torch.nn.functional as F
     from torch import nn
 
