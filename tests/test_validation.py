@@ -323,3 +323,34 @@ def test_a_dense_row_of_another_file_without_a_key_is_read_from_its_name_or_skip
     other["model"]["name"] = "Some Model 70B"
     row = row_job(other)
     assert row.skipped and "names no catalog entry and the row states no vocab as an integer" in row.skipped
+
+
+def _narayanan_76b(tmp_path, name: str, **parallel) -> str:
+    """A released dense row (GPT 76.1B on 1,024 A100s, tp 8 pp 4) with its parallel knobs changed, as a file."""
+    raw = json.loads(json.dumps(next(r for r in load_rows([DATA[0]])[0] if r["model"].get("name") == "GPT 76.1B")))
+    raw["id"] = name
+    raw["parallel"].update(parallel)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"measurements": [raw]}))
+    return str(path)
+
+
+def test_a_dense_row_whose_one_stated_knob_breaks_megatrons_rules_is_read_with_it_free(tmp_path):
+    """A micro-batch of 5 cannot divide the 56 sequences per data-parallel rank: the run ran, so the source
+    misstates it; the row is read with the micro-batch at its best legal value, and says why."""
+    row = published_rows([_narayanan_76b(tmp_path, "mbs5", mbs=5)])[0]
+    assert row.skipped is None and row.job.constraints.micro_batch_size is None
+    assert row.job.constraints.tp == (8,) and row.job.constraints.pp == (4,)
+    assert any(a.startswith("micro_batch_size as stated breaks Megatron's rules (5 does not divide") for a in row.assumed)
+
+
+def test_a_row_no_single_knob_explains_is_skipped_naming_the_rule_and_validate_still_answers(tmp_path, cli):
+    """tp 3 with pp 4 on 1,024 GPUs breaks a rule of their product (no single knob to blame): skipped with the
+    rule in one line; `validate` on a file of such rows answers (no traceback, nothing predicted)."""
+    path = _narayanan_76b(tmp_path, "tp3", tp=3)
+    row = published_rows([path])[0]
+    assert row.job is None and row.skipped.startswith("no legal configuration") and "tp*cp*pp = 3*1*4" in row.skipped
+    res = cli("validate", "--data", path, "--json")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["rows"] == [] and out["skipped"][0]["id"] == "tp3" and out["summary"]["source"] == []

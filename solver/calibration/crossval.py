@@ -106,11 +106,14 @@ def coupled_params(chips: set[str]) -> tuple[list, set[str]]:
 
 
 def summary(preds: Sequence[Prediction], by: str) -> list[dict]:
-    """One line per group and one for all: rows, MAPE, median signed error, worst, within 10%."""
+    """One line per group and one for all: rows, MAPE, median signed error, worst, within 10%; none without
+    predictions (a file whose every row is skipped)."""
     groups: dict[str, list[float]] = defaultdict(list)
     for p in preds:
         groups[group_of(p.row, by)].append(p.error)
-    lines = []
+    lines: list[dict] = []
+    if not preds:
+        return lines
     for g, errs in sorted(groups.items()) + [("all", [p.error for p in preds])]:
         e = np.asarray(errs)
         a = np.abs(e)

@@ -40,6 +40,7 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
+from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, scripts_2509_recipe
 from .moe_row_model import stated_moe_model
 from .names import squeezed, with_named_key
@@ -306,7 +307,7 @@ def moe_row_job(raw: dict) -> Row:
     row.job = _best_settings(base, unstated_settings, row) or _relaxed(base, unstated_settings, row)
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
-                       "enforces them)" + _first_broken_rule(base))
+                       "enforces them)" + broken_rule_text(base))
         return row
     row.measured_s, row.basis = measured_step_s(raw, row.job)
     if row.measured_s is None:
@@ -319,37 +320,16 @@ def moe_row_job(raw: dict) -> Row:
 
 
 def _relaxed(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:
-    """The row's job with the one stated knob that breaks Megatron's rules left to its best legal value, said
-    in `row.assumed`; None when no single knob is to blame or freeing it leaves nothing legal. The run ran, so
-    its table misstates that knob: Megatron-Bridge's 25.09 table gives DeepSeek-V3 on 256 GB200 a
-    parenthesised variant "PP 4 (8)" beside a single "EP 64", which fits 64 GPUs per stage at PP 4 and none
-    at PP 8 (Megatron-Core: etp*ep*pp divides the world size, parallel_state.initialize_model_parallel)."""
-    from ..space.rules import constrained_config
-
-    try:
-        constrained_config(base, {})
-        return None
-    except InputError as exc:
-        knob, rule = exc.field, exc.message
-    if getattr(base.constraints, knob, None) is None:
-        return None
-    freed = base.model_copy(update={"constraints": base.constraints.model_copy(update={knob: None})})
-    job = _best_settings(freed, unstated, row)
+    """The row's job with the one stated knob that breaks Megatron's rules at its best legal value
+    (`legal_rows`), or None. Megatron-Bridge's 25.09 table gives DeepSeek-V3 on 256 GB200 a parenthesised
+    variant "PP 4 (8)" beside a single "EP 64", which fits 64 GPUs per stage at PP 4 and none at PP 8
+    (Megatron-Core: etp*ep*pp divides the world size, parallel_state.initialize_model_parallel)."""
+    said: list[str] = []
+    freed = with_blamed_knob_freed(base, said)
+    job = _best_settings(freed, unstated, row) if freed is not None else None
     if job is not None:
-        row.assumed.append(f"{knob} as stated breaks Megatron's rules ({rule}): the run ran, so {knob} is taken "
-                           f"as unstated, at its best legal value")
+        row.assumed.extend(said)
     return job
-
-
-def _first_broken_rule(job: JobSpec) -> str:
-    """': <knob>: <rule>' the row's stated knobs break (`evaluate`'s check), '' if none alone does."""
-    from ..space.rules import constrained_config
-
-    try:
-        constrained_config(job, {})
-    except InputError as exc:
-        return f": {exc}"
-    return ""
 
 
 def _row_layout(row: Row, layout: str, model: ModelSpec) -> None:

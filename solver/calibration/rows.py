@@ -32,6 +32,7 @@ from ..specs import ClusterSpec, Constraints, JobSpec
 from ..specs.job import Precision
 from ..specs.reading import read_data
 from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
+from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
 from .precision_rows import precision_settings
@@ -350,10 +351,30 @@ def row_job(raw: dict) -> Row:
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )
+    row.job = _legal(row.job, row)
+    if row.job is None:
+        return row
     row.measured_s, row.basis = measured_step_s(raw, row.job)
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"
     return row
+
+
+def _legal(job: JobSpec, row: Row) -> JobSpec | None:
+    """`job` if some configuration is legal under what the row states; else the job with the knob that breaks
+    Megatron's rules freed (`legal_rows`, said in the row), or None with `row.skipped` naming the rule."""
+    from ..space.enumeration import enumerate_shapes
+
+    if len(enumerate_shapes(job).shapes):
+        return job
+    said: list[str] = []
+    freed = with_blamed_knob_freed(job, said)
+    if freed is not None and len(enumerate_shapes(freed).shapes):
+        row.assumed.extend(said)
+        return freed
+    row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space enforces "
+                   "them)" + broken_rule_text(job))
+    return None
 
 
 def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precision, dict]:
