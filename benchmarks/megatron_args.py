@@ -693,7 +693,7 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
     return row
 
 
-def _controls_table(controls: list[dict], title: str, also: str) -> list[str]:
+def controls_table(controls: list[dict], title: str, also: str) -> list[str]:
     """The controls' section of the report: how many Megatron-LM refused, then each one's answer."""
     denied = sum(1 for c in controls if not c.get("ok"))
     lines = ["", f"{title}; **{denied} of {len(controls)} refused** ({also}), as they must be.", "",
@@ -755,7 +755,7 @@ def moe_report(rows, controls) -> list[str]:
         lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {src} | {deg} | "
                      f"{r.get('ep', '-')} {r.get('etp', '-')} | {r.get('ep_nodes', '-')} | {split} | "
                      f"{r.get('freq', freq)} | {res} |")
-    lines += _controls_table(controls, "MoE controls: one rule broken each", "or built another model or parallelism")
+    lines += controls_table(controls, "MoE controls: one rule broken each", "or built another model or parallelism")
     return lines
 
 
@@ -794,7 +794,7 @@ def report(rows, controls, commit, elapsed, catalog=None) -> str:
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('arch_diff')}")
         lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {deg} | "
                      f"{par.zero if par else '-'} | {split} | {env} | {res} |")
-    lines += _controls_table(controls, "Controls: the same plans with one rule broken", "or built another model")
+    lines += controls_table(controls, "Controls: the same plans with one rule broken", "or built another model")
     if catalog is not None:
         ok_c = [r for r in catalog if r.get("ok")]
         lines += ["", f"Every catalog model's default plan (`--catalog`; bf16 on A100 and fp8 on H100, "

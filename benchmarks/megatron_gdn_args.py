@@ -29,10 +29,10 @@ from pathlib import Path
 from _common import ROOT
 from megatron_args import (
     CHECK_ERRORS,
-    _controls_table,
     built_architecture,
     built_diff,
     built_moe,
+    controls_table,
     megatron_configs,
     megatron_launch,
     megatron_split,
@@ -164,7 +164,7 @@ def report(rows, controls, commit, elapsed) -> str:
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | GPT layers per rank (plan = Megatron) | "
              "--linear-attention-freq | result |", "|---|---|---|---|---|---|---|---|---|"]
     lines += plan_rows_table(rows, "freq")
-    lines += _controls_table(controls, "Controls: one rule broken each", "or another model built")
+    lines += controls_table(controls, "Controls: one rule broken each", "or another model built")
     return "\n".join(lines) + "\n"
 
 
