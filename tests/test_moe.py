@@ -92,6 +92,27 @@ def test_a2a_overlap_hides_the_all_to_all_behind_compute():
                 moe_a2a_overlap=True)
 
 
+def test_the_passes_the_combined_schedule_runs_alone_keep_their_all_to_alls():
+    """Megatron's combined 1F1B runs the first forward and the last backward alone (pp 1), and the
+    pipeline's warmup forwards and cooldown backwards (pp > 1, pp*vp of the m*vp chunk passes averaged over
+    the ranks): their all-to-alls stay exposed, so with one micro-batch the overlap hides nothing."""
+    from solveplan.formulation.coefficients import stage_coefficients
+    from solveplan.formulation.moe import a2a_alone_share
+    from solveplan.space.shapes import Shapes
+
+    assert a2a_alone_share(1, 1, 5) == pytest.approx(1 / 5)
+    assert a2a_alone_share(4, 4, 32) == pytest.approx(16 / 128)  # warmup of rank r: 2(pp-r-1) + (vp-1)pp + 1
+    assert a2a_alone_share(4, 2, 2) == 1.0  # every chunk pass in the warmup
+    m, cluster = load_model("qwen3-30b-a3b"), load_cluster("h100x64")
+    sh = Shapes.single(dp=64, ep=16)
+    one = dict(global_batch_size=64, seq_length=4096)  # one micro-batch per rank
+    off = stage_coefficients(m, cluster, sh, **one)
+    on = stage_coefficients(m, cluster, sh, moe_a2a_overlap=True, **one)
+    assert float(on.layer_ep_s[0]) == pytest.approx(float(off.layer_ep_s[0]))
+    many = stage_coefficients(m, cluster, sh, moe_a2a_overlap=True, global_batch_size=512, seq_length=4096)
+    assert float(many.layer_ep_s[0]) < float(on.layer_ep_s[0])
+
+
 @pytest.mark.parametrize("cfg,field", [
     (dict(ep=3), "ep"),  # 8 experts are not a multiple of 3 (arguments.py)
     (dict(ep=16), "ep"),  # more experts ranks than experts

@@ -166,7 +166,7 @@ def moe_layer(T, before: dict, before_kind: str) -> dict:
         latent_bytes=0.0, hbm=T.hbm, mm=T.mm, bf16mm=T.bf16mm, precision=T.precision,
         grad_reduce_dtype=T.grad_reduce_dtype, fp8_param_gather=T.fp8_param_gather, cuda_graph=(impl, tuple(graphed)),
         imbalance=T.moe_load_imbalance, adam_state_bytes=T.adam_state_bytes, sharding=sharding_of(T),
-        selective=dict(mods=T.mods, attn_s=zeros, attn_freed=0.0, attn_working=0.0),
+        num_microbatches=T.m, selective=dict(mods=T.mods, attn_s=zeros, attn_freed=0.0, attn_working=0.0),
         attention=False, outer_act=sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, gate_width=0, ffn=0),
         host_window=(before["work"] - before["bwd"] + nf + oh, before["bwd"] + nb + 2 * oh))
 

@@ -241,6 +241,23 @@ def moe_comm_pass_s(model: ModelSpec, cluster: ClusterSpec, tokens, tp, ep, etp,
     return a2a, etp_s
 
 
+def a2a_alone_share(pp, vp, num_microbatches):
+    """Share of a stage's (chunk) forward and backward passes that Megatron's combined-1F1B schedule
+    (--overlap-moe-expert-parallel-comm) runs alone, so their all-to-alls have no other micro-batch's
+    compute to hide behind (Megatron-LM d98e8a6 megatron/core/pipeline_parallel/combined_1f1b.py):
+    - pp 1 (`combined_1f1b_schedule_for_no_pipelining`): "The forward step for the first microbatch is
+      executed alone" and "The backward step for the last microbatch is executed alone": 1 of m;
+    - pp > 1 (`combined_1f1b_schedule_for_interleaved_pipelining`, vp > 1): the warmup forwards and the
+      cooldown backwards, per rank r `2 (pp - r - 1) + (vp - 1) g + 1` of the m*vp chunk passes
+      (schedules.py `get_pp_rank_microbatches`: one extra warmup forward "when enabling
+      overlap_moe_expert_parallel_comm"; g = microbatch_group_size_per_vp_stage, default pp), pp*vp
+      averaged over the ranks; all of them when m*vp is no more."""
+    p, v, m = (np.asarray(x, dtype=np.float64) for x in (pp, vp, num_microbatches))
+    alone = np.where(p > 1, p * v, 1.0)
+    passes = np.maximum(m * v, 1.0)
+    return np.minimum(alone, passes) / passes
+
+
 def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
     """(non-expert, expert) parameters of one MoE layer on one GPU: attention, shared experts and
     norms split over tp (the router h*E (+E biases) is replicated: Megatron's `TopKRouter`

@@ -15,7 +15,14 @@ from .host import host_calls_s, host_exposed_s
 from .kernels import linear_s
 from .layer_terms import sharded_terms
 from .memory import ADAM_STATE_BYTES, BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
-from .moe import moe_comm_pass_s, moe_layer_params_per_gpu, moe_mlp_activation_bytes, moe_mlp_compute_s, routed_tokens
+from .moe import (
+    a2a_alone_share,
+    moe_comm_pass_s,
+    moe_layer_params_per_gpu,
+    moe_mlp_activation_bytes,
+    moe_mlp_compute_s,
+    routed_tokens,
+)
 from .precision import gathered_param_bytes, is_quantized, quantize_bytes_per_element
 from .recompute import modules_of, norm_recompute
 
@@ -25,7 +32,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                state_bytes, grad_bytes, act_kw, latent_bytes, hbm, mm, bf16mm, precision, grad_reduce_dtype, imbalance,
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
                fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ()), attention: bool = True,
-               outer_act=None, host_window=None, adam_state_bytes: float = ADAM_STATE_BYTES, sharding: dict) -> dict:
+               outer_act=None, host_window=None, adam_state_bytes: float = ADAM_STATE_BYTES, sharding: dict,
+               num_microbatches) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
@@ -34,12 +42,9 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     - TP collectives: attention's gather/scatter pair, the shared experts' (they run on the
       SP-gathered tokens, Megatron `SharedExpertMLP`), the ETP gather/scatter of the routed
       copies; exposed, or behind the layer's GEMMs with --tp-comm-overlap, as the dense layer's;
-    - expert-parallel all-to-alls: dispatch + combine per pass (forward, backward, and the
-      recomputed forward under full recomputation), exposed (`moe.py`: overlap off); with the
-      job's `moe_a2a_overlap` (Megatron's --overlap-moe-expert-parallel-comm: the forward of one
-      micro-batch runs beside the backward of another, each one's all-to-alls behind the
-      other's compute) hidden behind the layer's forward + backward compute, slowing it by the
-      collective's SMs (`hidden`);
+    - expert-parallel all-to-alls (`exposed_a2a_s`): dispatch + combine per pass, exposed; with the
+      job's `moe_a2a_overlap` (Megatron's --overlap-moe-expert-parallel-comm: one micro-batch's forward
+      beside another's backward) hidden behind the compute, but for the passes run alone;
     - data parallelism: the non-expert parameters as the dense layer's (over dp x cp, stride
       tp), the local experts' gradients over the expert-data-parallel group (edp ranks etp*ep
       apart) and their optimizer state sharded over it by the distributed optimizer; under
@@ -93,13 +98,25 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     kept = np.where(moe_on, 0.0, moe_block - freed["act"] - freed["shared"])
     att_act = att_act - np.where(rc == 1, sel["attn_freed"] + freed["norm"] + moe_block - kept, 0.0)
     att_working = att_working + np.where(rc == 1, sel["attn_working"] + np.where(moe_on, moe_block, 0.0), 0.0)
-    ep_s = hidden(2 * a2a, fwd + bwd) if a2a_overlap else a2a * (2 + (rc == 2) + ((rc == 1) & moe_on))
+    ep_s = exposed_a2a_s(a2a, hidden, fwd + bwd, alone=a2a_alone_share(shapes.pp, shapes.vp, num_microbatches),
+                         passes=2 + (rc == 2) + ((rc == 1) & moe_on), overlap=a2a_overlap)
     return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=zero3,
                 ep=ep_s, fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
                 dp_step=red_ne + ag_ne + red_ex + ag_ex, opt=ne * opt_per_param + opt_ex,
                 window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
                 optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
                 working=att_working + np.where(rc == 2, block, 0.0) + live)
+
+
+def exposed_a2a_s(a2a, hidden, work_s, *, alone, passes, overlap: bool):
+    """The exposed all-to-alls of one MoE layer per micro-batch (`a2a`: one pass's dispatch + combine):
+    every pass's (`passes`: forward, backward, and a recomputed forward) without the overlap; with it, the
+    forward's and backward's hidden behind the layer's compute `work_s` (`hidden`: what stays exposed, the
+    collective's SMs lost beside it), but for the `alone` share of passes the schedule runs alone
+    (`moe.a2a_alone_share`), whose all-to-alls stay exposed."""
+    if not overlap:
+        return a2a * passes
+    return (1.0 - alone) * hidden(2 * a2a, work_s) + alone * 2 * a2a
 
 
 def moe_selective(model: ModelSpec, sel: dict, *, M, t, ep, etp, imbalance: float, mf, mm: dict, act_kw: dict,
