@@ -26,7 +26,7 @@ MULTIMODAL = ("llama4-",)
 # Entries whose publisher states the size to one significant figure: the count must round to it.
 # Kimi K2: Moonshot's README states 1T total (we count 1,026.4B); its technical report's 1.04T is
 # 1.3% above our count, which adds every weight its config names (tests/test_hf_config.py)
-ONE_FIGURE = {"kimi-k2": 1e12}
+ONE_FIGURE = {"kimi-k2": 1e12, "nemotron3.5-lightning": 10e9}  # sizes stated to one figure (the name's "30B")
 
 
 def _models():

@@ -27,7 +27,7 @@ MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
        "MiniMax-M2.5")
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
-          "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16",
+          "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
           "Qwen3.5-397B-A17B", "Qwen3.5-122B-A10B", "Qwen3.5-35B-A3B", "Qwen3.5-27B")  # tests/test_gdn.py
 
 # Published total and active parameters (billions) of the MoE fixtures, as each publisher states

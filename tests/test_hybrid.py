@@ -19,6 +19,7 @@ from solveplan.specs import Constraints, JobSpec, ModelSpec
 NANO_HF = DATA / "hf" / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"
 ULTRA_HF = DATA / "hf" / "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16" / "config.json"
 H56_HF = DATA / "hf" / "Nemotron-H-56B-Base-8K" / "config.json"
+LIGHTNING_HF = DATA / "hf" / "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4" / "config.json"
 
 
 def tiny_hybrid(pattern="M*MEM-ME", **kw):
@@ -90,6 +91,21 @@ def test_nemotron3_ultra_list_form_config_maps_to_the_catalog_entry():
     from solveplan.errors import InputError
     with pytest.raises(InputError, match="'layers_block_type' must be a list of mamba, attention, mlp, moe"):
         load_model({**json.loads(ULTRA_HF.read_text()), "layers_block_type": ["mamba", "moe", "ssm"]})
+
+
+def test_nemotron3_5_lightning_config_maps_to_the_catalog_entry():
+    """Nemotron 3.5 Lightning's config.json (list form, one MTP depth of attention + MoE) is Nemotron 3 Nano's
+    architecture with an MTP block: it reads as the catalog entry, whose MTP runs twice with one set of weights
+    (Megatron-Bridge's perf recipe: mtp_num_layers 2, mtp_use_repeated_layer), the config's once."""
+    hf, cat, nano = load_model(str(LIGHTNING_HF)), load_model("nemotron3.5-lightning"), load_model("nemotron3-nano")
+    fields = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+              "vocab_size", "activation", "position_embedding", "hybrid_layer_pattern", "mamba_num_heads",
+              "mamba_num_groups", "mamba_state_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+              "moe_shared_expert_intermediate_size", "mtp_hybrid_layer_pattern", "mtp_use_repeated_layer")
+    assert {f: getattr(hf, f) for f in fields} == {f: getattr(cat, f) for f in fields}
+    assert {f: getattr(nano, f) for f in fields[:-2]} == {f: getattr(cat, f) for f in fields[:-2]}
+    assert (hf.mtp_num_layers, cat.mtp_num_layers, cat.mtp_hybrid_layer_pattern) == (1, 2, "*E")
+    assert hf.num_params == cat.num_params == nano.num_params and round(cat.num_params / 10e9) == 3
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -307,6 +323,14 @@ def test_nemotron3_nano_runs_are_read_and_predicted():
     assert len(nano) == 9 and all(r.skipped is None for r in nano)
     ultra = [r for r in rows if r.raw["model"]["key"] == "nemotron3-ultra"]
     assert len(ultra) == 2 and all(r.skipped is None for r in ultra)
+    # Nemotron 3.5 Lightning's run, with the two MTP depths its matched recipe states
+    lightning = [r for r in published_rows(None) if r.raw.get("model", {}).get("key") == "nemotron3.5-lightning"]
+    assert len(lightning) == 1 and lightning[0].skipped is None and lightning[0].job.model.mtp_num_layers == 2
+    from solveplan.calibration.moe_rows import moe_row_job
+    raw = lightning[0].raw
+    other = {**raw["parallel"]["other"], "recipe": {**raw["parallel"]["other"]["recipe"], "mtp_num_layers": 1}}
+    one = moe_row_job({**raw, "parallel": {**raw["parallel"], "other": other}})
+    assert one.skipped is None and one.job.model.mtp_num_layers == 1  # the recipe's count, not the catalog's
     for r in ultra:
         job = r.job_spec
         assert (job.distributed_optimizer_instances, job.constraints.zero, job.offload_modules) == (

@@ -286,7 +286,7 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append(f"the settings every Megatron-Bridge perf recipe of {key} sets: " + ", ".join(
             f"{k} {v}" for k, v in MODEL_RECIPES[key].items()))
     layout = str(recipe.get("pp_layout") or recipe.get("pipeline_model_parallel_layout") or "")
-    model = _row_model(model, raw, layout, assumed)
+    model = _row_model(model, raw, layout, recipe, assumed)
     if any("muon" in str(note).lower() for note in raw.get("notes") or ()):
         assumed.append("Muon optimizer (the row's note) costed as Adam: Adam's two fp32 states bound the memory "
                        "from above; Muon's Newton-Schulz iterations are not priced")
@@ -351,15 +351,18 @@ def _row_layout(row: Row, layout: str, model: ModelSpec) -> None:
     row.assumed.extend(notes)
 
 
-def _row_model(model: ModelSpec, raw: dict, layout: str, assumed: list) -> ModelSpec:
+def _row_model(model: ModelSpec, raw: dict, layout: str, recipe: dict, assumed: list) -> ModelSpec:
     """The catalog model as the row ran it: its sequence length, MTP layers where the row drops
-    them (or the published config's, said when the row is silent), and token dropping where
-    the row's label states it."""
+    them or its matched recipe states them (`mtp_num_layers`), else the published config's (said),
+    and token dropping where the row's label states it."""
     m, other = raw["model"], raw["parallel"].get("other") or {}
     update: dict = {"seq_length": int(m["seq_len"])}
     mtp = str(other.get("mtp") or "").lower()
+    stated = recipe.get("mtp_num_layers")
     if "without mtp" in mtp:
         update["mtp_num_layers"] = 0
+    elif isinstance(stated, int) and not isinstance(stated, bool) and stated >= 0:
+        update["mtp_num_layers"] = stated
     elif model.mtp_num_layers and not mtp and "m" not in layout:
         assumed.append(f"MTP not stated: {model.mtp_num_layers} layer(s), as the published config")
     drop = str(other.get("moe_token_drop") or "").lower()
