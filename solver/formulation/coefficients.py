@@ -456,7 +456,8 @@ class _StageTerms:
             latent_bytes=self.latent_width * M, hbm=hbm, mm=self.mm, bf16mm=self.bf16mm, precision=self.precision,
             grad_reduce_dtype=self.grad_reduce_dtype, fp8_param_gather=self.fp8_param_gather, cuda_graph=self.cuda_graph,
             imbalance=self.moe_load_imbalance, adam_state_bytes=self.adam_state_bytes, sharding=sharding_of(self),
-            num_microbatches=self.m, selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
+            num_microbatches=self.m,
+            selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
                            attn_working=-scores))
         shapes = self.shapes
         return with_fine_offload(self, layer, attention_offloaded(self) + expert_offloaded(self, shapes.ep, shapes.etp))
