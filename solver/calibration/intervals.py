@@ -73,8 +73,9 @@ def band_for(gpu_name: str, zero: int, moe: bool = False) -> Band:
     chip = CHIP_OF_GPU.get(gpu_name, gpu_name)
     has_rows = gpu_name in b["gpus_with_rows"]
     cell = b["cells"].get(f"{stack}/{chip}")
-    if has_rows and cell is not None:
-        return Band(cell["lo"], cell["hi"], cell["rows"], f"{stack} on {chip}, left out by source")
+    if has_rows and cell is not None:  # the chip's rows: every GPU on its die (B200 and GB200 share theirs)
+        gpus = " and ".join(sorted(g for g in b["gpus_with_rows"] if CHIP_OF_GPU.get(g, g) == chip))
+        return Band(cell["lo"], cell["hi"], cell["rows"], f"{stack} on {gpus}, left out by source")
     if has_rows:
         s = b["stacks"][stack]
         return Band(s["lo"], s["hi"], s["rows"], f"{stack} on every chip, left out by source (few {chip} rows)")
