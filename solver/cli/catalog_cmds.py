@@ -435,7 +435,8 @@ def _moe_rows(s, facts: dict, moe: dict) -> list[tuple[str, Any]]:
                      f"qk {mla['qk_head_dim']} + rope {mla['qk_pos_emb_head_dim']}, v {mla['v_head_dim']}"))
     if moe["mtp_num_layers"]:
         rows.append(("MTP modules", f"{moe['mtp_num_layers']} (not in the parameter count)" if not moe.get("mtp_pattern")
-                     else f"{moe['mtp_num_layers']} depths of {moe['mtp_pattern']!r}, {moe['mtp_params']:,} weights "
+                     else f"{moe['mtp_num_layers']} depth{'s' * (moe['mtp_num_layers'] > 1)} of {moe['mtp_pattern']!r}, "
+                          f"{moe['mtp_params']:,} weights "
                           f"({'one set shared by the depths; ' if moe['mtp_repeated'] else ''}not in the parameter count)"))
     rows.append(("per layer", f"MoE {moe['moe_layer_params']:,} (active {moe['moe_layer_active_params']:,})"
                               + (f", dense {moe['dense_layer_params']:,}" if moe["dense_layer_params"] else "")))
