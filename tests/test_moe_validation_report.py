@@ -24,8 +24,8 @@ def test_readme_block_is_the_committed_result():
     blob = json.loads((ROOT / "benchmarks" / "results" / "moe_validation.json").read_text())
     readme = (ROOT / "README.md").read_text()
     assert f"{mod.START}\n{mod.readme_block(blob)}\n{mod.END}" in readme
-    # the result covers every category-A row: predicted or skipped with a reason
-    assert blob["predicted"] + sum(n for _, n in blob["skipped_a"]) == blob["category_a"] == 105
+    # the result covers every MoE row (category A, and Nemotron 3.5 Lightning's filed as B): predicted or skipped
+    assert blob["predicted"] + sum(n for _, n in blob["skipped"]) == blob["moe_rows"] == 106
     assert len(blob["rows"]) == blob["predicted"]
 
 
@@ -34,7 +34,7 @@ def test_block_lists_each_model_family_and_all():
     line = {"group": "all", "rows": 2, "mape": 0.25}
     fam = {"group": "mixtral", "rows": 2, "mape": 0.25}
     blob = {"in_sample": [fam, line], "left_out": {"source": {"by_model": [fam, line]}}, "gpus": ["b200"],
-            "skipped_a": [("why", 3)], "predicted": 2, "category_a": 5, "not_fitting": 1, "commit": "abc"}
+            "skipped": [("why", 3)], "predicted": 2, "moe_rows": 5, "not_fitting": 1, "commit": "abc"}
     text = mod.readme_block(blob)
     assert "| mixtral | 2 | 25.0% | 25.0% |" in text and "| **all** (b200) | 2 | **25.0%** | **25.0%** |" in text
     assert "2 of 5 MoE rows predicted" in text and "3 why" in text
