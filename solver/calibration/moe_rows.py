@@ -64,7 +64,8 @@ MOE_FILE = "published_runs_moe_newgpu.json"
 FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
                  "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG = {
-    "deepseek-v4": "DeepSeek-V4 has no catalog entry (its architecture is not published in the sources)",
+    "deepseek-v4": ("DeepSeek-V4's architecture is not priced (compressed sparse attention, hash-routed MoE layers, "
+                    "hyper-connections: specs/hf_families.NOT_MODELLED)"),
 }
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
 PRECISION_OF_ROW: tuple[tuple[str, Precision], ...] = (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
