@@ -22,7 +22,7 @@ RAW = json.loads(PATH.read_text())["measurements"]
 ROWS = published_rows([str(PATH)])
 BY_ID = {r.id: r for r in ROWS}
 # every reason a row of this file may be skipped for, today
-REASONS = ("is not in the catalog", "has no catalog entry",
+REASONS = ("is not in the catalog", "has no catalog entry", "architecture is not priced",
            "no legal configuration matches what the row states",
            # the file's dense rows (calibration.rows.skip_reason)
            "fine-tuning", "offloads activations to the Grace CPU, but neither the row")
