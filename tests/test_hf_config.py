@@ -25,7 +25,7 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
-       "MiniMax-M2.5")
+       "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct")
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
           "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
           "Qwen3.5-397B-A17B", "Qwen3.5-122B-A10B", "Qwen3.5-35B-A3B", "Qwen3.5-27B")  # tests/test_gdn.py
@@ -44,6 +44,8 @@ MOE_PUBLISHED = {
     "Mixtral-8x22B-v0.1": (141, 39, False, "Mistral AI, 'Cheaper, Better, Faster, Stronger' (2024-04-17): 39B of 141B"),
     "DeepSeek-V3": (671, 36.6, True, "deepseek-ai/DeepSeek-V3 README (671B/37B) and README_WEIGHTS.md (36.6B with head)"),
     "Qwen3-235B-A22B": (235, 22, False, "Qwen/Qwen3-235B-A22B model card: 235B in total and 22B activated"),
+    "Qwen3-Coder-480B-A35B-Instruct": (480, 35, False, "the model's name, Qwen3-Coder-480B-A35B: 480B in total, 35B "
+                                                       "activated"),
     "gpt-oss-20b": (20.9, 3.6, True, "OpenAI, gpt-oss-120b & gpt-oss-20b Model Card (arXiv 2508.10925): 20.9B, 3.6B active"),
     "gpt-oss-120b": (116.8, 5.1, True, "same model card: 116.8B total, 5.1B active"),
     "Llama-4-Maverick-17B-128E-Instruct": (400, 17, False, "Meta Llama 4 model card: 17B active, 400B total"),
@@ -291,7 +293,8 @@ MOE_TWINS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "mixtral-8x22b": "Mixtral-8x22
              "deepseek-v2-lite": "DeepSeek-V2-Lite", "deepseek-v3": "DeepSeek-V3", "qwen3-30b-a3b": "Qwen3-30B-A3B",
              "qwen3-235b-a22b": "Qwen3-235B-A22B", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
              "llama4-scout": "Llama-4-Scout-17B-16E-Instruct", "llama4-maverick": "Llama-4-Maverick-17B-128E-Instruct",
-             "qwen2-57b-a14b": "Qwen2-57B-A14B", "minimax-m2.5": "MiniMax-M2.5"}
+             "qwen2-57b-a14b": "Qwen2-57B-A14B", "minimax-m2.5": "MiniMax-M2.5",
+             "qwen3-coder-480b-a35b": "Qwen3-Coder-480B-A35B-Instruct"}
 MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
             "moe_shared_expert_gate", "moe_layer_freq", "moe_layer_pattern", "moe_router_score_function",
             "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
