@@ -2,11 +2,10 @@
 
     python benchmarks/moe_validation.py [--data FILE ...] [--by source model gpu] [--readme]
 
-The rows are the mixture-of-experts runs of ../shared/data/published_runs_moe_newgpu.json: category A, and
-the one category-B run that states expert parallelism (Nemotron 3.5 Lightning, filed with the dense rows;
-`moe_rows.is_moe_file_row`) (Megatron-Bridge's
-performance summaries and NeMo's documentation; solveplan.calibration.moe_rows reads them, and
-says why each row it cannot predict is skipped). For each row: the step time predicted in sample
+The rows are the mixture-of-experts runs of ../shared/data/published_runs_moe_newgpu.json (Megatron-Bridge's
+performance summaries and NeMo's documentation): category A, and the category-B run that states expert
+parallelism (Nemotron 3.5 Lightning, filed with the dense rows; `moe_rows.is_moe_file_row`).
+solveplan.calibration.moe_rows reads them and says why each row it cannot predict is skipped. For each row: the step time predicted in sample
 (the shipped GPU parameters of clusters/gpus/*.yaml) and left out of the fit by source, by model
 family and by GPU chip (runs_fit.fit on every readable row of the published files outside the
 row's group: the dense files and the other MoE groups; the same fit as
