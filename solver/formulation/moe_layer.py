@@ -98,7 +98,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     kept = np.where(moe_on, 0.0, moe_block - freed["act"] - freed["shared"])
     att_act = att_act - np.where(rc == 1, sel["attn_freed"] + freed["norm"] + moe_block - kept, 0.0)
     att_working = att_working + np.where(rc == 1, sel["attn_working"] + np.where(moe_on, moe_block, 0.0), 0.0)
-    ep_s = exposed_a2a_s(a2a, hidden, fwd + bwd, alone=a2a_alone_share(shapes.pp, shapes.vp, num_microbatches),
+    ep_s = exposed_a2a_s(a2a, hidden, fwd + bwd, shapes=shapes, num_microbatches=num_microbatches,
                          passes=2 + (rc == 2) + ((rc == 1) & moe_on), overlap=a2a_overlap)
     return dict(compute=fwd + bwd + rfwd, tp=tp_f * (1 + (rc == 2)) + tp_b, cp=layer_cp, zero3=zero3,
                 ep=ep_s, fwd=fwd + tp_f, bwd=bwd + tp_b, work=fwd + bwd,
@@ -108,14 +108,15 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                 working=att_working + np.where(rc == 2, block, 0.0) + live)
 
 
-def exposed_a2a_s(a2a, hidden, work_s, *, alone, passes, overlap: bool):
+def exposed_a2a_s(a2a, hidden, work_s, *, shapes: Shapes, num_microbatches, passes, overlap: bool):
     """The exposed all-to-alls of one MoE layer per micro-batch (`a2a`: one pass's dispatch + combine):
     every pass's (`passes`: forward, backward, and a recomputed forward) without the overlap; with it, the
     forward's and backward's hidden behind the layer's compute `work_s` (`hidden`: what stays exposed, the
     collective's SMs lost beside it), but for the `alone` share of passes the schedule runs alone
-    (`moe.a2a_alone_share`), whose all-to-alls stay exposed."""
+    (`moe.a2a_alone_share` of the shapes' pipelines and `num_microbatches`), whose all-to-alls stay exposed."""
     if not overlap:
         return a2a * passes
+    alone = a2a_alone_share(shapes.pp, shapes.vp, num_microbatches)
     return (1.0 - alone) * hidden(2 * a2a, work_s) + alone * 2 * a2a
 
 
