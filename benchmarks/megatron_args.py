@@ -28,7 +28,8 @@ needs CPU torch and triton importable (pip install torch triton). Transformer En
 and absent, so `--no-rope-fusion` is added (TE provides the fused RoPE kernel; the flag changes a
 kernel, not the model).
 
-Mixture-of-experts plans (`MOE_CASES`: Mixtral, DeepSeek-V3 and V2-Lite with MLA and MTP,
+Mixture-of-experts plans (`MOE_CASES`: Mixtral, DeepSeek-V3 and V2-Lite with MLA and MTP, DeepSeek-V3.2 and
+GLM-5 with DeepSeek Sparse Attention (its indexer, kernels and the all-gather CP it needs),
 Qwen3-MoE, GPT-OSS, Llama 4; EP inside a node and across nodes, ETP > 1, dense first layers
 with uneven splits, a pipeline layout holding the MTP module, token dropping, fine-grained activation
 offloading of Megatron-Bridge's recipes: expert_fc1, core_attn + attn_proj, fused_group_mlp) go through the same
@@ -224,6 +225,17 @@ MOE_CASES = [
      {"global_batch_size": 8192, "seq_length": 4096, "moe_a2a_overlap": True}, {}),
 ]
 A2A_CASE = len(MOE_CASES) - 1
+# DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the indexer's shape and options, the cuDNN kernels, RoPE fusion
+# off, and with CP the all-gather exchange (transformer_config.py ~3162-3177); GLM-5 at Megatron-Bridge's GLM-5.1
+# GB200 recipe's degrees (perf_recipes/glm_moe_dsa/gb200/glm5.py: pp 6, cp 32, ep 32) on 128k tokens
+MOE_CASES += [
+    ("DeepSeek-V3.2, sparse attention (DSA), tp 2 + SP, EP 64, uneven pp 16", HFM("DeepSeek-V3.2"), "h100x1024",
+     dict(tp=2, pp=16, ep=64, etp=1, layers=[3] + [4] * 14 + [2]), {"global_batch_size": 8192, "seq_length": 4096}, {}),
+    ("GLM-5, DSA with cp 32 (all-gather), pp 6, EP 32, 128k tokens", HFM("GLM-5"), "gb200x192",
+     dict(tp=1, pp=6, cp=32, ep=32, etp=1, layers=[14, 13, 13, 13, 13, 12], recompute="full"),
+     {"global_batch_size": 56, "seq_length": 131072}, {}),
+]
+DSA_CP_CASE = len(MOE_CASES) - 1
 # pipeline layouts given as input (space/pipeline_layout.py): Megatron-Bridge's DeepSeek-V3 layouts
 # (NVIDIA-NeMo/Megatron-Bridge@067f987: perf_recipes/deepseek/gb300/deepseek_v3.py:54, the published rows'
 # `pp_layout`; perf_recipes/deepseek/h100/deepseek_v3.py:36-48, pp 8 x vp 4, dense layers 1-2 on rank 1)
@@ -316,6 +328,10 @@ MOE_CONTROLS = [
     (7, "GPT-OSS without --softmax-type (no attention sinks built)", lambda a, e: (_drop(a, "--softmax-type", 1), e)),
     (SINK_CASE, "GPT-OSS's sinks with cp 2 on the default p2p ring (--cp-comm-type dropped)",
      lambda a, e: (_drop(a, "--cp-comm-type", 1), e)),
+    (DSA_CP_CASE, "GLM-5's sparse attention with cp 32 on the default p2p ring (--cp-comm-type dropped)",
+     lambda a, e: (_drop(a, "--cp-comm-type", 1), e)),
+    (DSA_CP_CASE - 1, "DeepSeek-V3.2's sparse attention with linear biases (--disable-bias-linear dropped)",
+     lambda a, e: ([x for x in a if x != "--disable-bias-linear"], e)),
     (3, "pipeline layout without the MTP module", lambda a, e: (_set(
         a, "--pipeline-model-parallel-layout",
         a[a.index("--pipeline-model-parallel-layout") + 1].replace(",m", "")), e)),
@@ -404,7 +420,9 @@ def built_architecture(args, cfg, gpt) -> dict:
                 add_bias_linear=cfg.add_bias_linear, add_qkv_bias=cfg.add_qkv_bias, activation=act,
                 gated_mlp=cfg.gated_linear_unit, head_dim=cfg.kv_channels, num_kv_heads=cfg.num_query_groups
                 or cfg.num_attention_heads, qk_norm=cfg.qk_layernorm, position_embedding=gpt.position_embedding_type,
-                rotary_base=float(gpt.rotary_base) if gpt.position_embedding_type == "rope" else None,
+                # GPTModel takes its config's rotary_base where the config has one (gpt_model.py ~160-163: MLA's)
+                rotary_base=(float(getattr(cfg, "rotary_base", gpt.rotary_base))
+                             if gpt.position_embedding_type == "rope" else None),
                 rotary_percent=gpt.rotary_percent if gpt.position_embedding_type == "rope" else None,
                 rope_scaling_factor=args.rope_scaling_factor if args.use_rope_scaling else None,
                 tied_embeddings=gpt.share_embeddings_and_output_weights, norm_epsilon=cfg.layernorm_epsilon,
@@ -453,7 +471,9 @@ def megatron_launch(M, job, ma):
     planned GPU's; with --delay-wgrad-compute, validate_args' Transformer Engine version check
     (TE >= 2.8, CUDA-only, absent) passes, as the launch note states that version, and so does
     TransformerConfig's (TE >= 2.6.0dev0) for moe_act / layernorm recomputed under FP8 where the launch
-    note states it. All restored after."""
+    note states it, and with --dsa-kernel-backend its check for a CUDA device, FlashMLA and cuDNN's DSA
+    kernels (utils.py `_validate_dsa_kernel_backend_dependencies`; the launch note names them; the backend
+    name itself is still checked by the argument parser's choices). All restored after."""
     import torch
 
     arch = gpu_arch(job.cluster.gpu)
@@ -464,9 +484,11 @@ def megatron_launch(M, job, ma):
     if "--delay-wgrad-compute" in ma.args or "--fp4-format" in ma.args:  # NVFP4: TE >= 2.7.0.dev0, said in a note
         margs.is_te_min_version = lambda *a, **k: True
     tconf = importlib.import_module("megatron.core.transformer.transformer_config")
-    saved_tconf = tconf.is_te_min_version
+    saved_tconf = tconf.is_te_min_version, tconf._validate_dsa_kernel_backend_dependencies
     if any("Transformer Engine >= 2.6.0dev0" in n for n in ma.notes):  # FP8 moe_act / layernorm recompute, said
         tconf.is_te_min_version = lambda *a, **k: True
+    if "--dsa-kernel-backend" in ma.args:  # needs a CUDA device, FlashMLA and cuDNN's DSA: the launch note says so
+        tconf._validate_dsa_kernel_backend_dependencies = lambda backend: None
     torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)
     os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")
     os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
@@ -476,7 +498,7 @@ def megatron_launch(M, job, ma):
         yield
     finally:
         margs.get_device_arch_version, margs.is_te_min_version, torch.cuda.get_device_capability, sys.argv = saved
-        tconf.is_te_min_version = saved_tconf
+        tconf.is_te_min_version, tconf._validate_dsa_kernel_backend_dependencies = saved_tconf
         for k, v in saved_env.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
@@ -612,7 +634,16 @@ def built_moe(args, cfg) -> dict:
     if cfg.multi_latent_attention:
         d.update({k: getattr(cfg, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                                                 "v_head_dim")})
+    d["attention_variant"] = cfg.experimental_attention_variant
+    if cfg.experimental_attention_variant == "dsa":
+        cp_types = cfg.cp_comm_type if isinstance(cfg.cp_comm_type, list) else [cfg.cp_comm_type]
+        d.update({k: getattr(cfg, k) for k in DSA_FIELDS} | {"cp_comm_type": cp_types})
     return d
+
+
+# the DeepSeek Sparse Attention fields of TransformerConfig the plan's model states (the same names)
+DSA_FIELDS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
+              "dsa_indexer_rotate_activation")
 
 
 def planned_moe(model, plan) -> dict:
@@ -627,6 +658,10 @@ def planned_moe(model, plan) -> dict:
     if model.multi_latent_attention:
         d.update({k: getattr(model, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                                                  "v_head_dim")})
+    d["attention_variant"] = "dsa" if model.is_dsa else None
+    if model.is_dsa:  # with CP, DSA's one exchange: the all-gather (Megatron's check ignores "_" and case)
+        cp = int(plan.parallel.cp)
+        d.update({k: getattr(model, k) for k in DSA_FIELDS} | {"cp_comm_type": ["all_gather"] if cp > 1 else ["p2p"]})
     return d
 
 
@@ -743,7 +778,9 @@ def moe_report(rows, controls) -> list[str]:
              "planned GPU's compute capability; with `--delay-wgrad-compute`, validate_args' Transformer Engine "
              "version check (TE >= 2.8, CUDA-only, absent here) passes, as the launch note states that version, and "
              "TransformerConfig's (TE >= 2.6.0dev0) for moe_act / layernorm recomputed under FP8, where the note "
-             "states it.", "",
+             "states it; with `--dsa-kernel-backend cudnn` (DeepSeek Sparse Attention), TransformerConfig's check "
+             "for a CUDA device, FlashMLA and cuDNN's DSA kernels, which the launch note names (the backend's "
+             "name is still checked by the parser's choices).", "",
              f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism.", "",
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
              "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]

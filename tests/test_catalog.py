@@ -78,6 +78,10 @@ def test_model_entry(name):
     optional |= ({"moe_layer_freq"} | (set() if "M" in pattern else mamba) | (set() if "G" in pattern else gdn)
                  if pattern else {"hybrid_layer_pattern"} | mamba | gdn)
     optional |= {"mtp_hybrid_layer_pattern", "mtp_use_repeated_layer"}  # a hybrid model's MTP block (Nemotron 3 Super)
+    # DeepSeek Sparse Attention: an entry with sparse attention states its indexer; the others leave it out
+    dsa = {"dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
+           "dsa_indexer_rotate_activation"}
+    optional |= {"dsa_indexer_rope_interleaved"} if "dsa_indexer_topk" in raw else dsa
     assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None
     rope = m.position_embedding == "rope"

@@ -25,7 +25,7 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
-       "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct")
+       "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct", "DeepSeek-V3.2", "GLM-5")  # tests/test_dsa.py: the last two
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
           "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
           "Qwen3.5-397B-A17B", "Qwen3.5-122B-A10B", "Qwen3.5-35B-A3B", "Qwen3.5-27B")  # tests/test_gdn.py
@@ -56,6 +56,9 @@ MOE_PUBLISHED = {
     "GLM-4.5": (355, 32, "no_embeddings", "GLM-4.5 Team 2025 (arXiv 2508.06471) Table 1: 355B total, 32B activated "
                                           "(the fixture has no MTP key: 352.8B without the MTP layer)"),
     "GLM-4.5-Air": (106, 12, "no_embeddings", "same report, Table 1: 106B total, 12B activated"),
+    "DeepSeek-V3.2": (671, 37, True, "DeepSeek-V3.2-Exp technical report: V3.1-Terminus's architecture (671B, 37B "
+                                     "activated) with the lightning indexers (0.85B, not stated)"),
+    "GLM-5": (744, 40, "no_embeddings", "zai-org/GLM-5 model card: 744B parameters, 40B active"),
 }
 # Two figures published to two digits that our count exceeds by more than their precision (checked
 # by hand against the modelling code: every weight of the model is in the count); the brief asks for
@@ -88,7 +91,9 @@ def _load(name):
     return load_model(str(DATA / "hf" / name / "config.json"))
 
 
-REFUSED = ("DeepSeek-V3.2",)  # an architecture the formulation does not price: refused naming what it lacks
+# architectures the formulation does not price, refused naming what they lack: DeepSeek-V4's, and GLM-5.2's index
+# sharing (tests/test_dsa.py)
+REFUSED = ("DeepSeek-V4-Flash", "GLM-5.2")
 
 
 def test_fixture_coverage():
@@ -96,11 +101,11 @@ def test_fixture_coverage():
 
 
 def test_a_real_config_of_an_unpriced_architecture_is_refused_naming_it(cli):
-    """DeepSeek-V3.2's config.json: its sparse attention is what is missing, said in one line with the keys
-    that carry it; exit 2, nothing on stdout."""
-    code, out, err = cli("show", str(DATA / "hf" / "DeepSeek-V3.2" / "config.json"))
+    """DeepSeek-V4-Flash's config.json: its compressed sparse attention, hash-routed layers and hyper-connections
+    are what is missing, said in one line with the keys that carry them; exit 2, nothing on stdout."""
+    code, out, err = cli("show", str(DATA / "hf" / "DeepSeek-V4-Flash" / "config.json"))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "'deepseek_v32' is not modelled: DeepSeek Sparse Attention" in err and "index_topk" in err
+    assert "'deepseek_v4' is not modelled: DeepSeek-V4's compressed sparse attention" in err and "hc_mult" in err
     families = {json.loads((DATA / "hf" / n / "config.json").read_text()).get("model_type") for n in FIXTURES}
     assert {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "nemotron", "gpt_neox",
             "gpt2", "opt", "bloom"} <= families
@@ -294,12 +299,14 @@ MOE_TWINS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "mixtral-8x22b": "Mixtral-8x22
              "qwen3-235b-a22b": "Qwen3-235B-A22B", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
              "llama4-scout": "Llama-4-Scout-17B-16E-Instruct", "llama4-maverick": "Llama-4-Maverick-17B-128E-Instruct",
              "qwen2-57b-a14b": "Qwen2-57B-A14B", "minimax-m2.5": "MiniMax-M2.5",
-             "qwen3-coder-480b-a35b": "Qwen3-Coder-480B-A35B-Instruct"}
+             "qwen3-coder-480b-a35b": "Qwen3-Coder-480B-A35B-Instruct", "deepseek-v3.2": "DeepSeek-V3.2",
+             "glm-5": "GLM-5"}
 MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
             "moe_shared_expert_gate", "moe_layer_freq", "moe_layer_pattern", "moe_router_score_function",
             "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
             "moe_expert_capacity_factor", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-            "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "kv_channels", "norm_epsilon")
+            "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "kv_channels", "norm_epsilon", "dsa_indexer_n_heads",
+            "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved", "dsa_indexer_rotate_activation")
 
 
 @pytest.mark.parametrize("entry", sorted(MOE_TWINS))

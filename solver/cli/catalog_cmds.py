@@ -124,6 +124,8 @@ def moe_facts(m) -> dict[str, Any]:
         "mla": {"q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "qk_head_dim": m.qk_head_dim,
                 "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim, "v_head_dim": m.v_head_dim}
         if m.multi_latent_attention else None,
+        "sparse_attention": {"indexer_heads": m.dsa_dims[0], "indexer_head_dim": m.dsa_dims[1], "topk": m.dsa_dims[2],
+                             "indexer_params_per_layer": m.dsa_indexer_params} if m.is_dsa else None,
         "mtp_num_layers": m.mtp_num_layers,
         "mtp_pattern": m.mtp_hybrid_layer_pattern,
         "mtp_params": m.mtp_depth_params * m.mtp_weight_copies if m.mtp_hybrid_layer_pattern else None,
@@ -206,9 +208,10 @@ def models(as_json: bool) -> None:
     if as_json:
         _json([_model_row(m) for m in ms])
         return
-    _table("models (catalog names; pass one as --model; MoE: experts/top-k and parameters active per token)",
-           ["name", "layers", "hidden", "heads", "kv", "ffn", "mlp", "experts", "params", "active", "seq", "batch"],
-           [[m.name, m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size,
+    _table("models (catalog names; pass one as --model; heads/KV heads; MoE: experts/top-k and parameters active "
+           "per token)",
+           ["name", "layers", "hidden", "heads", "ffn", "mlp", "experts", "params", "active", "seq", "batch"],
+           [[m.name, m.num_layers, m.hidden_size, f"{m.num_attention_heads}/{m.num_kv_heads}", m.ffn_hidden_size,
              "gated" if m.gated_mlp else "2-mat", f"{m.num_experts}/{m.moe_router_topk}" if m.is_moe else None,
              _b(m.num_params),
              _b(m.num_active_params) if m.is_moe else None, m.seq_length, m.global_batch_size] for m in ms])
@@ -433,6 +436,11 @@ def _moe_rows(s, facts: dict, moe: dict) -> list[tuple[str, Any]]:
         rows.append(("multi-latent attention",
                      f"q_lora_rank {mla['q_lora_rank'] or '- (full-rank Q)'}, kv_lora_rank {mla['kv_lora_rank']}, "
                      f"qk {mla['qk_head_dim']} + rope {mla['qk_pos_emb_head_dim']}, v {mla['v_head_dim']}"))
+    if moe["sparse_attention"]:
+        dsa = moe["sparse_attention"]
+        rows.append(("sparse attention", f"DeepSeek Sparse Attention: each query attends to the top {dsa['topk']} keys "
+                                         f"an indexer of {dsa['indexer_heads']} heads of {dsa['indexer_head_dim']} "
+                                         f"picks ({dsa['indexer_params_per_layer']:,} weights per layer)"))
     if moe["mtp_num_layers"]:
         rows.append(("MTP modules", f"{moe['mtp_num_layers']} (not in the parameter count)" if not moe.get("mtp_pattern")
                      else f"{moe['mtp_num_layers']} depth{'s' * (moe['mtp_num_layers'] > 1)} of {moe['mtp_pattern']!r}, "

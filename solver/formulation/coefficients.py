@@ -6,14 +6,12 @@ pipeline stage i is linear in its layer count l_i (docs/DESIGN.md section 3):
     tau_i = l_i*layer_s + [i=0]*first_s + [i=p-1]*last_s          (per micro-batch, fwd+bwd)
     mem_i = l_i*(layer_static + mu_i*layer_act) + [i=0]*(...) + [i=p-1]*(...) + const
 
-`stage_coefficients` computes these arrays for a batch of shapes at once; the float
-evaluation (`pipeline.py`), the CP-SAT encoding and the baselines all consume them, so there
-is exactly one formula for every cost. Its parts:
+`stage_coefficients` computes these arrays for a batch of shapes at once; the float evaluation (`pipeline.py`),
+the CP-SAT encoding and the baselines all consume them, so there is exactly one formula for every cost. Its parts:
 - kernels (`kernels.py`): GEMMs by their shapes (wave and K quantisation), flash attention (matmuls
   plus exponentials, overlapped on Hopper by fused kernels), memory-bound elementwise work, a per-layer
   launch overhead; the precision recipe's GEMM rate and quantisation traffic (`precision.py`);
-- communication (`comm.py`): NCCL ring/tree on each group's links, node NICs shared by the
-  rings that cross them;
+- communication (`comm.py`): NCCL ring/tree on each group's links, node NICs shared by the rings that cross them;
 - overlap, each term explicit: TP collectives exposed (or hidden behind the GEMMs with
   Transformer Engine's userbuffers), the CP ring behind the attention, FSDP / ZeRO-3 per-layer
   gathers prefetched behind the previous layer and reduce-scatters behind the backward, the
@@ -34,7 +32,7 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
-from . import comm, frameworks, lora, memory
+from . import comm, dsa, frameworks, lora, memory
 from .data_parallel import (
     embedding_group_allreduce_s,
     grad_reduce_bytes,
@@ -199,6 +197,8 @@ class _StageTerms:
             core_fwd, core_bwd = windowed_attention_s(gpu, model, (core_fwd, core_bwd), kernel=self.attention_kernel,
                                                       batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
                                                       hbm_bytes_per_s=hbm)
+        if model.is_dsa:  # DeepSeek Sparse Attention: the sparse latent core and the indexer (dsa.py)
+            core_fwd, core_bwd = dsa.dsa_attention_s(gpu, model, batch=b, heads=a / t, s_q=s / c, s_k=s, hbm=hbm)
         self.core_fwd, self.core_bwd = core_fwd, core_bwd
         self.el_fwd, self.el_bwd = el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
             stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
@@ -256,7 +256,9 @@ class _StageTerms:
             tp_exposed_fwd = tp_exposed_bwd = tp_pass
         self.tp_exposed_fwd, self.tp_exposed_bwd = tp_exposed_fwd, tp_exposed_bwd
         self.layer_tp = tp_exposed_fwd * (1 + (rc == 2)) + tp_exposed_bwd
-        if self.model.cp_all_to_all:  # attention sinks: CP by all-to-all only (ModelSpec.cp_all_to_all)
+        if self.model.is_dsa:  # DSA: the whole sequence's latent and indexer keys gathered (dsa.py)
+            self.layer_cp = dsa.cp_gather_s(cluster, self.model, batch=b, seq=s, cp=c, tp=t, recompute=rc)
+        elif self.model.cp_all_to_all:  # attention sinks: CP by all-to-all only (ModelSpec.cp_all_to_all)
             qkvo_bytes = b * (s / c) * (2 * self.hq + 2 * self.hkv) / t * BF16_BYTES
             self.layer_cp = cp_a2a_s(cluster, qkvo_chunk_bytes=qkvo_bytes, cp=c, tp=t, recompute=rc)
         else:
@@ -376,6 +378,7 @@ class _StageTerms:
         if self.latent_width:  # multi-latent attention: the latents, kept on every TP rank
             layer_act = layer_act + np.where(rc == 2, 0.0, self.latent_width * M)
             working = working + np.where(rc == 2, self.latent_width * M, 0.0)
+        layer_act = layer_act + np.where(rc == 2, 0.0, dsa.saved_bytes_per_token(model, t) * M)  # DSA's, else 0
         self.recompute_working = working  # the working set before ZeRO-3's live layers (eager_peak)
         self.layer_act, self.working = layer_act, working + self.z3_live  # ZeRO-3's live layers (data_parallel)
         self.first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, self.fam)  # embedding

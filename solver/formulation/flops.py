@@ -29,7 +29,10 @@ Mixture of experts (Megatron-LM megatron/training/training.py `num_floating_poin
 attention (DeepSeek-V2 Sec. 2.1): the GEMMs of its projections, 2 FLOPs per weight and token
 (`ModelSpec.attention_params` without the two latent norms), and a core of QK^T at
 d_qk = d_nope + d_rope and PV at d_v: `2*b*s^2*a*(d_qk + d_v)` (= 4*b*s^2*h_q for standard
-attention), halved with `causal`. Each MTP module (Megatron's `mtp_num_layers`) adds one layer of
+attention), halved with `causal`. DeepSeek Sparse Attention (dsa.py): the indexer's projections among the
+GEMMs, and a core over min(K, t + 1) keys per query in the latent space, `2*b*s*keys*a*(2 d_c + d_r)`, plus the
+indexer's scoring over the causal keys and its sparse loss (`dsa.indexer_fwd_flop`), counted as they execute
+under both conventions. Each MTP module (Megatron's `mtp_num_layers`) adds one layer of
 the last layer's kind, its 2h -> h projection and a second LM head. A hybrid Mamba model counts its
 layers by kind: attention cores only on its attention layers, Mamba layers' GEMMs and SSD scan.
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
+from .dsa import core_head_dim, indexer_fwd_flop
 from .gdn import gdn_layer_fwd_flop_per_token
 from .kernels import window_keys
 from .mamba import mamba_layer_fwd_flop_per_token
@@ -52,6 +56,7 @@ from .mamba import mamba_layer_fwd_flop_per_token
 def _attention_gemm_per_token(model: ModelSpec) -> float:
     """2 FLOPs per attention weight (standard: QKV 2h(h_q + 2h_kv) and projection 2h_q h)."""
     norms = ((model.q_lora_rank or 0) + model.mla_dims[0]) if model.multi_latent_attention else 0
+    norms += 2 * model.dsa_dims[1] if model.is_dsa else 0  # the DSA indexer's key LayerNorm
     return 2.0 * (model.attention_params - norms)
 
 
@@ -89,6 +94,10 @@ def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = Fal
     stack's kernel skips what a window masks: Megatron's), a layer that attends through a sliding window
     of w < s tokens counts its band, 2*b*s*a*d * w (1 - w / 2s), as its kernel executes it
     (`kernels.flash_attention_s`; Megatron-LM's own count ignores windows)."""
+    if model.is_dsa:  # the sparse latent core and the indexer, as they execute (dsa.py), whatever `causal`
+        b = np.asarray(batch, dtype=np.float64)
+        core = 2.0 * b * seq_len * window_keys(model.dsa_dims[2], seq_len) * model.num_attention_heads * 2.0 * core_head_dim(model)
+        return core + indexer_fwd_flop(model, batch=batch, s_q=seq_len, s_k=seq_len, heads=model.num_attention_heads)
     if model.multi_latent_attention:
         _, d_nope, d_rope, d_v = model.mla_dims
         d = d_nope + d_rope + d_v

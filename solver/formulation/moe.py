@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
-from . import comm
+from . import comm, dsa
 from .kernels import BF16_BYTES, grouped_linear_s, linear_s
 
 ROUTER_BYTES_PER_EXPERT = 16.0  # fp32 logits written, read by softmax/sigmoid, scores written, read by top-k
@@ -69,7 +69,8 @@ def attention_geometry(model: ModelSpec, tp):
     a d_v / t -> h); the core computes QK^T at d_qk = d_nope + d_rope and PV at d_v: the FLOPs
     of a head dimension (d_qk + d_v)/2; Q, K of width a*d_qk and V, the output of a*d_v are the
     same bytes as widths a*(d_qk + d_v)/2. The latents (and their norm inputs) are kept for
-    backward on every TP rank."""
+    backward on every TP rank. DeepSeek Sparse Attention adds its indexer's projections, replicated
+    over TP (`dsa.indexer_linears`)."""
     t = np.asarray(tp, dtype=np.float64)
     h, a = model.hidden_size, model.num_attention_heads
     if not model.multi_latent_attention:
@@ -83,7 +84,8 @@ def attention_geometry(model: ModelSpec, tp):
     kv = [(r_kv + d_rope + 0 * t, h), (a * (d_nope + d_v) / t, r_kv)]
     width = a * (d_qk + d_v) / 2
     latent = (r_q or 0) + r_kv + d_rope
-    return q + kv + [(h, a * d_v / t)], width, width / 1.0, (d_qk + d_v) / 2, 2.0 * latent
+    indexer = dsa.indexer_linears(model, t) if model.is_dsa else []  # DeepSeek Sparse Attention's, replicated
+    return q + kv + [(h, a * d_v / t)] + indexer, width, width / 1.0, (d_qk + d_v) / 2, 2.0 * latent
 
 
 def routed_tokens(model: ModelSpec, tokens_rank, ep, etp, imbalance: float):

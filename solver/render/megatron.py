@@ -265,9 +265,12 @@ def cp_comm_flags(model: ModelSpec, cp: int) -> list[str]:
     sliding window is refused with the p2p ring ("Context parallelism does not support sliding window attention
     with cp_comm_type=p2p", context_parallel.py `attn_forward_func_with_cp`), so a windowed model's windowed
     layers gather K and V (all_gather, the ring's volume), the others keep p2p (`--cp-comm-type`, one type per
-    layer)."""
+    layer); DeepSeek Sparse Attention gathers its latent and indexer keys (transformer_config.py ~3162-3177
+    accepts allgather only; priced in `dsa.cp_gather_s`)."""
     if cp > 1 and model.cp_all_to_all:
         return ["--cp-comm-type", "a2a"]
+    if cp > 1 and model.is_dsa:  # "DSAttention context parallelism currently supports cp_comm_type=allgather only"
+        return ["--cp-comm-type", "all_gather"]
     if cp == 1 or not model.windowed_layers:
         return []
     kinds = ["all_gather" if w else "p2p" for w in model.window_mask]

@@ -208,12 +208,41 @@ def _mla_flags(model, a: list[str], notes: list[str]) -> list[str]:
         a += ["--q-lora-rank", str(model.q_lora_rank)]
     if "--qk-layernorm" not in a:
         a.append("--qk-layernorm")  # MLA's norms of the compressed Q and KV (DeepSeek-V2 Sec. 2.1)
+    if model.is_dsa:
+        a = _dsa_flags(model, a, notes)
     if model.position_embedding == "rope":
         a += ["--rope-type", "rope"]
         if model.rope_scaling_factor is not None:
             notes.append("multi-latent attention takes YaRN scaling (--rope-type yarn --rotary-scaling-factor), "
                          "not Llama 3's: the plan trains with plain RoPE")
             a = _drop_flag(_drop_flag(a, "--use-rope-scaling", 0), "--rope-scaling-factor", 1)
+    return a
+
+
+# Megatron-Bridge's GLM-5 bridge (glm_moe_dsa/glm5_bridge.py at 067f987, ~138-141): the indexer's KL loss at
+# this coefficient, on the selected keys only (the loss `formulation/dsa.py` prices)
+DSA_INDEXER_LOSS_COEFF = 0.001
+
+
+def _dsa_flags(model, a: list[str], notes: list[str]) -> list[str]:
+    """DeepSeek Sparse Attention (Megatron-LM d98e8a6: flags derived from TransformerConfig's dsa_* fields):
+    the indexer's shape, the fused cuDNN / FlashMLA kernels (`--dsa-kernel-backend cudnn`; the default
+    `none` is a dense masked reference path), the indexer's sparse KL loss as Megatron-Bridge trains GLM-5,
+    the indexer's RoPE layout and Hadamard rotation; RoPE fusion off ("RoPE fusion is not supported for
+    DSAttention")."""
+    n, d, k = model.dsa_dims
+    a += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(n), "--dsa-indexer-head-dim",
+          str(d), "--dsa-indexer-topk", str(k), "--dsa-kernel-backend", "cudnn",
+          "--dsa-indexer-loss-coeff", str(DSA_INDEXER_LOSS_COEFF), "--dsa-indexer-use-sparse-loss"]
+    if model.dsa_indexer_rope_interleaved:
+        a.append("--dsa-indexer-rope-interleaved")
+    if not model.dsa_indexer_rotate_activation:
+        a.append("--no-dsa-indexer-rotate-activation")
+    if "--no-rope-fusion" not in a:
+        a.append("--no-rope-fusion")
+    notes.append("DeepSeek Sparse Attention runs on Transformer Engine with the cuDNN frontend's DSA kernels and "
+                 "FlashMLA (flash_mla_sparse_fwd) installed; the indexer's loss coefficient "
+                 f"{DSA_INDEXER_LOSS_COEFF} is Megatron-Bridge's GLM-5 setting, a training choice: set your own")
     return a
 
 

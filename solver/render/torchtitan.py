@@ -384,8 +384,11 @@ def moe_sections_03(job: JobSpec, plan: Plan, sections: dict, notes: list[str]) 
 def torchtitan_moe_family(model) -> str | None:
     """Which torchtitan MoE decoder builds `model`'s architecture: deepseek_v3 (multi-latent
     attention, shared experts, dense first layers), qwen3 (GQA with QK norm, every layer routed, no
-    shared expert), gpt_oss (linear biases, no shared expert); None when torchtitan has none."""
+    shared expert), gpt_oss (linear biases, no shared expert); None when torchtitan has none (DeepSeek Sparse
+    Attention among them)."""
     shared = model.moe_shared_expert_intermediate_size is not None
+    if model.is_dsa:  # its deepseek_v3 decoder attends densely: no lightning indexer, no sparse MLA
+        return None
     if model.multi_latent_attention:
         return "deepseek_v3"
     if shared or model.moe_router_score_function != "softmax" or model.num_dense_layers:

@@ -61,6 +61,7 @@ from typing import Any, overload
 from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
+from .hf_dsa import dsa_fields
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
 from .model import ModelSpec
@@ -429,7 +430,8 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     if mt == "opt" and data.get("word_embed_proj_dim") not in (None, hidden):
         raise _fail(f"(opt) word_embed_proj_dim {data['word_embed_proj_dim']} differs from hidden_size {hidden}: "
                     f"embedding projections are not modelled")
-    head_dim = _int(data, mt, "head_dim", "kv_channels", default=None) or fam.head_dim
+    mla = mt in _MOE and _MOE[mt].mla  # MLA's head dimensions are its own keys (GLM-5's head_dim is the rope part)
+    head_dim = None if mla else (_int(data, mt, "head_dim", "kv_channels", default=None) or fam.head_dim)
     if head_dim is None:
         if hidden % heads:
             raise _fail(f"({mt}) num_attention_heads ({heads}) must divide hidden_size ({hidden}), or give head_dim")
@@ -470,6 +472,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         spec["kv_channels"] = head_dim
     if mt in _MOE:
         spec.update(_moe(data, mt, layers, notes))
+    spec.update(dsa_fields(data, mt, notes, _int, _bool, _fail))  # DeepSeek Sparse Attention's families only
     if mt == "gpt_oss":  # modeling_gpt_oss.py: `sinks` per head; experts (up + 1) * gate * sigmoid(1.702 gate), clamped
         spec.update(softmax_type="learnable", activation="quick_geglu", glu_linear_offset=1.0,
                     activation_clamp=_num(data, mt, "swiglu_limit", 7.0))

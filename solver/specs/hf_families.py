@@ -78,6 +78,12 @@ _FAMILIES: dict[str, _Family] = {
     "deepseek": _Family(gated=True, tied=False),
     "deepseek_v2": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
     "deepseek_v3": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    # DeepSeek-V3.2 (transformers DeepseekV32Config): V3's layers with DeepSeek Sparse Attention (index_* keys)
+    "deepseek_v32": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    # GLM-5 / GLM-5.1 (transformers GlmMoeDsaConfig / modeling_glm_moe_dsa.py): DeepSeek-V3's layout (MLA, dense
+    # first layers, sigmoid router with its correction bias, shared expert) with DeepSeek Sparse Attention
+    "glm_moe_dsa": _Family(gated=True, tied=False, rope_theta=1e6, eps=1e-5,
+                           caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
     "gpt_oss": _Family(gated=True, tied=False, bias=True, qkv_bias=True, head_dim=64, rope_theta=150000.0, eps=1e-5,
                        caveats=("router bias (one per expert)",)),
     "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5,
@@ -123,6 +129,10 @@ _MOE: dict[str, _Moe] = {
                         shared="deepseek", mla=True, mtp=True),
     "deepseek_v3": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
                         shared="deepseek", score="sigmoid", mla=True, mtp=True),
+    "deepseek_v32": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
+                         shared="deepseek", score="sigmoid", mla=True, mtp=True),
+    "glm_moe_dsa": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
+                        shared="deepseek", score="sigmoid", expert_bias=True, mla=True, mtp=True),
     # Glm4MoeDecoderLayer: MoE from layer first_k_dense_replace on; shared experts n_shared_experts x
     # moe_intermediate_size; Glm4MoeTopkRouter: sigmoid scores plus e_score_correction_bias
     "glm4_moe": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
@@ -151,7 +161,12 @@ _ARCHITECTURES = {
     "GptOssForCausalLM": "gpt_oss", "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
     "Glm4MoeForCausalLM": "glm4_moe", "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next",
     "Qwen3_5ForCausalLM": "qwen3_5_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+    "DeepseekV32ForCausalLM": "deepseek_v32", "GlmMoeDsaForCausalLM": "glm_moe_dsa",
 }
+# DeepSeek Sparse Attention families (`specs.hf._dsa`): the indexer's keys, and whether the indexer rotates q
+# and k by a Hadamard transform (DeepSeek-V3.2's reference indexer does; Megatron-Bridge's GLM-5 bridge,
+# glm_moe_dsa/glm5_bridge.py at 067f987, sets dsa_indexer_rotate_activation False)
+DSA_FAMILIES = {"deepseek_v32": True, "glm_moe_dsa": False}
 
 # text decoders of multimodal configs that are a family's decoder under another model_type (transformers
 # 5.24 models/qwen3_vl*/configuration_qwen3_vl*.py: Qwen3VL(Moe)TextConfig, Qwen3(Moe)'s fields; the
@@ -162,10 +177,6 @@ _TEXT_MODEL_TYPES = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
 # price, with what it lacks: said in their refusal, so the user knows which part is missing (the configuration keys
 # that carry it in parentheses)
 NOT_MODELLED = {
-    "deepseek_v32": "DeepSeek Sparse Attention: a lightning indexer picks index_topk keys per query for sparse MLA "
-                    "(index_n_heads, index_topk)",
-    "glm_moe_dsa": "DeepSeek Sparse Attention: a lightning indexer picks index_topk keys per query for sparse MLA "
-                   "(index_n_heads, index_topk)",
     "deepseek_v4": "DeepSeek-V4's compressed sparse attention, hash-routed layers and hyper-connections "
                    "(compress_ratios, num_hash_layers, hc_mult)",
     "kimi_linear": "Kimi Delta Attention layers (a linear-attention mixer Megatron-LM has no layer for)",

@@ -126,6 +126,13 @@ class ModelSpec(HybridShape, MoeShape, Spec):
     qk_head_dim: PositiveInt | None = Field(None, description="per-head Q/K dimension without RoPE (nope)")
     qk_pos_emb_head_dim: PositiveInt | None = Field(None, description="per-head Q/K dimension with RoPE")
     v_head_dim: PositiveInt | None = Field(None, description="per-head V dimension")
+    # ---- DeepSeek Sparse Attention on MLA (DeepSeek-V3.2, GLM-5; Megatron --dsa-indexer-*, HF index_*): each query
+    # attends to the top-k keys an indexer picks. Sizes set together; unset: dense. RoPE layout, Hadamard: no cost.
+    dsa_indexer_n_heads: PositiveInt | None = Field(None, description="indexer heads (HF index_n_heads)")
+    dsa_indexer_head_dim: PositiveInt | None = Field(None, description="indexer head dimension (HF index_head_dim)")
+    dsa_indexer_topk: PositiveInt | None = Field(None, description="keys each query attends to (HF index_topk)")
+    dsa_indexer_rope_interleaved: bool = Field(False, description="HF indexer_rope_interleave (GLM-5)")
+    dsa_indexer_rotate_activation: bool = Field(True, description="Hadamard on the indexer's q, k (off for GLM-5)")
     mtp_num_layers: NonNegativeInt = Field(
         0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
                        "layer, a 2h x h projection and two norms, and a second LM head pass; a hybrid model's "
@@ -230,6 +237,7 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         self._check_hybrid()
         self._check_moe()
         self._check_mla()
+        self._check_dsa()
         return self
 
     def _check_activation(self) -> None:
@@ -304,7 +312,7 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim. Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
         Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or
         h*a*(d_nope+d_rope) without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up
-        r_kv*a*(d_nope+d_v); the projection a*d_v*h."""
+        r_kv*a*(d_nope+d_v); the projection a*d_v*h; a DSA model's indexer (`dsa_indexer_params`)."""
         h, a = self.hidden_size, self.num_attention_heads
         if not self.multi_latent_attention:
             hq = self.q_hidden_size
@@ -314,7 +322,7 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         r_q = self.q_lora_rank
         q = h * a * d_qk if r_q is None else h * r_q + r_q + r_q * a * d_qk
         kv = h * (r_kv + d_rope) + r_kv + r_kv * a * (d_nope + d_v)
-        return q + kv + a * d_v * h
+        return q + kv + a * d_v * h + self.dsa_indexer_params
 
     @property
     def dense_layer_params(self) -> int:

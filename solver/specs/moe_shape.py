@@ -11,6 +11,7 @@ MOE_FIELDS = ("moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_inter
               "moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk", "moe_expert_capacity_factor",
               "moe_latent_size")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+DSA_FIELDS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
 
 
 class MoeShape:
@@ -32,6 +33,10 @@ class MoeShape:
     qk_head_dim: int | None
     qk_pos_emb_head_dim: int | None
     v_head_dim: int | None
+    q_lora_rank: int | None
+    dsa_indexer_n_heads: int | None
+    dsa_indexer_head_dim: int | None
+    dsa_indexer_topk: int | None
     moe_layer_freq: int
     hybrid_layer_pattern: str | None
 
@@ -73,6 +78,50 @@ class MoeShape:
         for f in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             if getattr(self, f) is None:
                 raise ValueError(f"multi_latent_attention needs {f}")
+
+    def _check_dsa(self) -> None:
+        """Megatron-LM's rules for DeepSeek Sparse Attention (d98e8a6): "Currently only MLA supports sparse
+        attention" (experimental_attention_variant_module_specs.py); `add_bias_linear` must be off
+        (transformer_config.py `__post_init__`, the dsa branch); the indexer's heads, head dimension and top-k
+        have no default (dsa.py builds its projections from them). Hybrid layer patterns ('D' layers) are not
+        read here."""
+        given = [f for f in DSA_FIELDS if getattr(self, f) is not None]
+        if not given:
+            return
+        if len(given) < len(DSA_FIELDS):
+            missing = next(f for f in DSA_FIELDS if getattr(self, f) is None)
+            raise ValueError(f"DeepSeek Sparse Attention needs {', '.join(DSA_FIELDS)} together; {missing} is missing")
+        if not self.multi_latent_attention:
+            raise ValueError("DeepSeek Sparse Attention (dsa_indexer_*) runs on multi-latent attention only (Megatron-LM: "
+                             "'Currently only MLA supports sparse attention'); set multi_latent_attention: true")
+        if self.add_bias_linear:
+            raise ValueError("DeepSeek Sparse Attention needs add_bias_linear: false (Megatron-LM refuses linear biases "
+                             "with experimental_attention_variant dsa)")
+        if self.hybrid_layer_pattern is not None:
+            raise ValueError("DeepSeek Sparse Attention in a hybrid layer pattern is not modelled; drop one")
+
+    @property
+    def is_dsa(self) -> bool:
+        """Whether attention is DeepSeek Sparse Attention (`_check_dsa`: the three indexer fields set)."""
+        return self.dsa_indexer_topk is not None
+
+    @property
+    def dsa_dims(self) -> tuple[int, int, int]:
+        """(indexer heads H_I, indexer head dimension D_I, top-k K) of a DSA model."""
+        n, d, k = self.dsa_indexer_n_heads, self.dsa_indexer_head_dim, self.dsa_indexer_topk
+        assert n is not None and d is not None and k is not None, f"{self.name} does not use sparse attention"
+        return n, d, k
+
+    @property
+    def dsa_indexer_params(self) -> int:
+        """One layer's lightning indexer (Megatron-LM d98e8a6 dsa.py `DSAIndexer`, ~1159-1208): linear_wq_b
+        from the normed Q latent q_lora_rank -> H_I D_I (from h without q_lora_rank), linear_wk h -> D_I and its
+        LayerNorm with bias (2 D_I), linear_weights_proj h -> H_I; no biases. 0 without DSA."""
+        if not self.is_dsa:
+            return 0
+        n, d, _ = self.dsa_dims
+        q_in = self.q_lora_rank or self.hidden_size
+        return q_in * n * d + self.hidden_size * d + 2 * d + self.hidden_size * n
 
     @property
     def moe_dims(self) -> tuple[int, int, int]:

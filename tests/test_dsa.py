@@ -1,0 +1,142 @@
+"""DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the spec's rules, the Hugging Face mapping, the
+formulation's terms (formulation/dsa.py) and the launch, end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from solveplan.catalog import load_cluster, load_model
+from solveplan.formulation import dsa
+from solveplan.formulation.flops import attention_core_fwd_flop
+from solveplan.formulation.kernels import window_keys
+from solveplan.specs import ModelSpec
+
+DATA = Path(__file__).parent / "data" / "hf"
+DSA_KEYS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
+            "dsa_indexer_rotate_activation")
+
+
+def _dense(model: ModelSpec) -> ModelSpec:
+    """The same model attending densely (MLA without the indexer)."""
+    data = {k: v for k, v in model.model_dump().items() if k not in DSA_KEYS}
+    return ModelSpec(**data)
+
+
+def _spec(**kw):
+    base = load_model("deepseek-v3.2").model_dump()
+    return ModelSpec(**{**base, **kw})
+
+
+def test_the_indexer_fields_go_together_on_mla_without_biases():
+    with pytest.raises(ValueError, match="dsa_indexer_topk is missing"):
+        _spec(dsa_indexer_topk=None)
+    with pytest.raises(ValueError, match="multi-latent attention only"):
+        _spec(multi_latent_attention=False, q_lora_rank=None, kv_lora_rank=None, qk_head_dim=None,
+              qk_pos_emb_head_dim=None, v_head_dim=None)
+    with pytest.raises(ValueError, match="add_bias_linear: false"):
+        _spec(add_bias_linear=True, add_qkv_bias=True)
+
+
+def test_the_indexer_adds_its_weights_to_every_layer():
+    """DeepSeek-V3.2 is DeepSeek-V3 and 61 indexers of q_lora 1536 x 64 x 128 + 7168 x 128 + 2 x 128 + 7168 x 64
+    weights (dsa.py `DSAIndexer`)."""
+    v32, v3 = load_model("deepseek-v3.2"), load_model("deepseek-v3")
+    per_layer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+    assert v32.dsa_indexer_params == per_layer == 13_959_424
+    assert v32.num_params - v3.num_params == 61 * per_layer
+    assert _dense(v32).num_params == v3.num_params
+
+
+def test_hf_configs_map_the_indexer():
+    v32 = load_model(str(DATA / "DeepSeek-V3.2" / "config.json"))
+    glm = load_model(str(DATA / "GLM-5" / "config.json"))
+    assert v32.dsa_dims == (64, 128, 2048) and v32.dsa_indexer_rotate_activation and not v32.dsa_indexer_rope_interleaved
+    assert glm.dsa_dims == (32, 128, 2048) and glm.dsa_indexer_rope_interleaved and not glm.dsa_indexer_rotate_activation
+    assert (glm.qk_head_dim, glm.qk_pos_emb_head_dim, glm.v_head_dim, glm.kv_channels) == (192, 64, 256, None)
+    assert glm.moe_router_enable_expert_bias and glm.moe_router_num_groups is None  # n_group 1
+
+
+def test_index_sharing_is_refused_naming_it(cli):
+    """GLM-5.2 reuses one layer's top-k on the next three (index_topk_freq 4): not modelled, said in one line."""
+    code, out, err = cli("show", str(DATA / "GLM-5.2" / "config.json"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "index sharing (index_topk_freq 4" in err
+
+
+def test_sparse_core_counts_the_top_k_keys_in_the_latent_space():
+    """The core's FLOPs: 2 b s keys a (2 d_c + d_r), keys = min(K, t + 1) averaged (the causal s/2 up to K), plus the
+    indexer's scoring over half of s x s and its sparse loss; at s <= K the core sees every causal key."""
+    m = load_model("deepseek-v3.2")
+    for s in (2048, 131072):
+        total = attention_core_fwd_flop(m, 1, s, causal=True)
+        core = 2.0 * s * float(window_keys(2048, s)) * 128 * (2 * 512 + 64)
+        assert total == pytest.approx(core + float(dsa.indexer_fwd_flop(m, batch=1, s_q=s, s_k=s, heads=128)))
+    assert float(window_keys(2048, 2048)) == pytest.approx(1024.0)  # causal: half of 2048 keys
+
+
+def test_sparse_attention_is_cheaper_only_at_long_context():
+    """Against the same model attending densely (MLA, one H100's attention per layer and micro-batch): at 128k
+    tokens the top-2048 core and the indexer cost a fraction of dense attention; at 4k the latent-space core
+    (576 + 512 wide per head against MLA's 192 + 128) costs more than dense MLA, as DeepSeek's report says of
+    short prefill (it runs a masked MHA mode there)."""
+    m = load_model("deepseek-v3.2")
+    gpu = load_cluster("h100x64").gpu
+
+    def attn(model, s):
+        from solveplan.formulation.layer_terms import attention_core_s
+        if model.is_dsa:
+            return sum(dsa.dsa_attention_s(gpu, model, batch=1, heads=128, s_q=s, s_k=s, hbm=3e12))
+        return sum(attention_core_s(gpu, batch=1, heads=128, s_q=s, s_k=s, head_dim=160, flash=True, kernel="cudnn",
+                                    hbm_bytes_per_s=3e12))
+    assert attn(m, 131072) < 0.2 * attn(_dense(m), 131072)
+    assert attn(m, 4096) > attn(_dense(m), 4096)
+
+
+def test_the_indexer_does_not_shrink_with_tensor_parallelism():
+    """The indexer is replicated on every TP rank (`parallel_mode="duplicated"`): splitting the heads over 8 ranks
+    divides the core, not the indexer's scoring."""
+    m, gpu, s = load_model("deepseek-v3.2"), load_cluster("h100x64").gpu, 65536
+    one = dsa.indexer_s(gpu, m, batch=1, heads=128, s_q=s, s_k=s, hbm_bytes_per_s=3e12)[0]
+    eight = dsa.indexer_s(gpu, m, batch=1, heads=16, s_q=s, s_k=s, hbm_bytes_per_s=3e12)[0]
+    rate = gpu.peak_flop_per_s * gpu.fused_attention_efficiency
+    scoring = 2.0 * 64 * 128 * s * s / 2 / rate
+    loss_heads = 2.0 * (128 - 16) * (512 + 64) * s * float(window_keys(2048, s)) / rate  # the loss's per-head pass
+    assert eight > scoring and one - eight == pytest.approx(loss_heads)
+
+
+def test_memory_keeps_the_top_k_and_the_absorbed_core():
+    """Per token and layer: K int32 indices, the indexer's gradients, the absorbed query and latent output, less
+    MLA's per-head K and V (`dsa.saved_bytes_per_token`); 221 kB at tp 1 for DeepSeek-V3.2."""
+    m = load_model("deepseek-v3.2")
+    extra = float(dsa.saved_bytes_per_token(m, 1))
+    assert extra == 2 * 128 * (2 * 512 + 64) + 4 * 2048 + 2 * (64 * 128 + 128 + 64) - 2 * 128 * (128 + 64 + 128)
+    assert float(dsa.saved_bytes_per_token(m, 8)) < extra
+
+
+def test_context_parallelism_gathers_the_latent_and_indexer_keys(cli):
+    """With cp > 1 the launch asks for the all-gather exchange Megatron requires, and the plan prices it."""
+    code, out, err = cli("optimize", "--model", "glm-5", "--cluster", "gb200x192", "--seq-len", "131072",
+                         "--global-batch-size", "56", "--tp", "1", "--pp", "6", "--cp", "32", "--ep", "32", "--etp", "1",
+                         "--micro-batch-size", "1", "--recompute", "full", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["breakdown"]["cp_comm_s"] > 0
+    assert "--cp-comm-type all_gather" in " ".join(res["megatron_args"])
+
+
+def test_optimize_plans_deepseek_v32_with_the_indexer_flags(cli):
+    code, out, err = cli("optimize", "--model", str(DATA / "DeepSeek-V3.2" / "config.json"), "--cluster", "h100x1024",
+                         "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["status"] == "OPTIMAL" and res["parallel"]["ep"] > 1
+    args = " ".join(res["megatron_args"])
+    for flag in ("--experimental-attention-variant dsa", "--dsa-indexer-n-heads 64", "--dsa-indexer-head-dim 128",
+                 "--dsa-indexer-topk 2048", "--dsa-kernel-backend cudnn", "--dsa-indexer-use-sparse-loss",
+                 "--no-rope-fusion", "--multi-latent-attention"):
+        assert flag in args
+    assert "--dsa-indexer-rope-interleaved" not in args and "--no-dsa-indexer-rotate-activation" not in args
+    assert "torchtitan has no mixture-of-experts model" in " ".join(res["torchtitan_notes"])
