@@ -140,3 +140,24 @@ def test_optimize_plans_deepseek_v32_with_the_indexer_flags(cli):
         assert flag in args
     assert "--dsa-indexer-rope-interleaved" not in args and "--no-dsa-indexer-rotate-activation" not in args
     assert "torchtitan has no mixture-of-experts model" in " ".join(res["torchtitan_notes"])
+
+
+def test_tensor_parallelism_needs_sequence_parallelism_under_sparse_attention():
+    """Megatron's absorbed MLA refuses tp > 1 without SP: a dense model with DSA (no MoE rule to say it) is never
+    enumerated so, and an explicit configuration so is refused naming the field."""
+    from solveplan.space.enumeration import enumerate_shapes
+    from solveplan.specs import JobSpec
+    dense = {k: v for k, v in load_model("deepseek-v3.2").model_dump().items()
+             if not k.startswith("moe_") and k != "num_experts"}
+    model = ModelSpec(**{**dense, "num_layers": 4, "mtp_num_layers": 0})
+    job = JobSpec(model=model, cluster=load_cluster("h100x64"), seq_length=4096, global_batch_size=64)
+    shapes = enumerate_shapes(job).shapes
+    assert len(shapes) and (shapes.tp > 1).any()
+    assert not ((shapes.tp > 1) & ~shapes.sequence_parallel.astype(bool)).any()
+    from solveplan.space.rules import config_violations
+    _, errs = config_violations(job, tp=2, pp=1, cp=1, vp=1, micro_batch_size=1, recompute="none",
+                                sequence_parallel=False, zero=1)
+    assert [f for f, _ in errs] == ["sequence_parallel"] and "DeepSeek Sparse Attention" in errs[0][1]
+    plain = ModelSpec(**{k: v for k, v in model.model_dump().items() if k not in DSA_KEYS})
+    legal = enumerate_shapes(job.model_copy(update={"model": plain})).shapes
+    assert ((legal.tp > 1) & ~legal.sequence_parallel.astype(bool)).any()  # dense MLA alone allows it

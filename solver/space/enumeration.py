@@ -136,15 +136,22 @@ def _allowed(cons, knob, values):
     return [v for v in values if cons.allows(knob, v)]
 
 
-def _knobs_legal(tp, pp, dp, cp, S, Z, moe: bool = False):
+def _knobs_legal(tp, pp, dp, cp, S, Z, needs_sp: bool = False):
     """Which (sequence parallel, ZeRO) knobs a degree combination allows: SP needs tp > 1,
     optimizer sharding dp*cp > 1, ZeRO-3 no pipelining (scalars or numpy arrays); a MoE model
-    needs SP with tp > 1 (`space.experts`). (A hybrid model's context parallelism is a degree rule,
-    `_degrees`.)"""
+    or DeepSeek Sparse Attention needs SP with tp > 1 (`_needs_sp`). (A hybrid model's context
+    parallelism is a degree rule, `_degrees`.)"""
     ok = ~(S & (tp == 1)) & ~((Z > 0) & (dp * cp == 1)) & ~((Z == 3) & (pp > 1))
-    if moe:
+    if needs_sp:
         ok = ok & ~(~S & (tp > 1))
     return ok
+
+
+def _needs_sp(model) -> bool:
+    """Whether tp > 1 needs sequence parallelism: Megatron's MoE layer (`space.experts`) and its absorbed MLA under
+    DeepSeek Sparse Attention ("AbsorbedMLA requires sequence_parallel when tensor_model_parallel_size > 1",
+    experimental_attention_variant/absorbed_mla.py at d98e8a6) refuse to train otherwise."""
+    return model.is_moe or model.is_dsa
 
 
 @dataclass(frozen=True)
@@ -169,9 +176,9 @@ def space_size(job: JobSpec, stop_above: int | None = None) -> SpaceSize:
                                            np.array(_allowed(cons, "zero", _zeros(job)), dtype=np.int64), indexing="ij"))
     n_rc = len(_allowed(cons, "recompute", _recomputes(job)))
     total, max_pp = 0, 0
-    moe = job.model.is_moe
+    needs_sp = _needs_sp(job.model)
     for tp, cp, pp, dp in _degrees(job):
-        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, moe).sum()) * len(expert_degrees(job, tp, cp, dp))
+        knobs = n_rc * int(_knobs_legal(tp, pp, dp, cp, S, Z, needs_sp).sum()) * len(expert_degrees(job, tp, cp, dp))
         if knobs == 0:
             continue
         variants = {ok: len(pipeline_variants(job, pp, ok)) for ok in (False, True)}
@@ -249,6 +256,6 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     deg = np.repeat(np.array(base, dtype=np.int64), nk, axis=0)
     R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
-    ok = _knobs_legal(tp, pp, dp, cp, S, Z, job.model.is_moe)
+    ok = _knobs_legal(tp, pp, dp, cp, S, Z, _needs_sp(job.model))
     arr = np.column_stack([deg[ok][:, :6], R[ok], S[ok].astype(np.int64), Z[ok], deg[ok][:, 6:]])
     return Space(Shapes(*(arr[:, i] for i in range(13))), int(ok.sum()))

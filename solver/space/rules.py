@@ -86,6 +86,9 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     errs += accounting_violations(model, pp, vp, account_for_embedding, account_for_loss)
     if sequence_parallel and tp == 1:
         errs.append(("sequence_parallel", "needs tp > 1; turn sequence parallelism off"))
+    if model.is_dsa and not model.is_moe and tp > 1 and not sequence_parallel:  # a MoE model's rule says it already
+        errs.append(("sequence_parallel", "DeepSeek Sparse Attention with tp > 1 needs sequence parallelism "
+                                          "(Megatron's AbsorbedMLA); turn it on"))
     if zero and dp * cp == 1:
         errs.append(("zero", f"optimizer sharding needs dp*cp > 1 (dp={dp}, cp={cp}); use zero = 0"))
     if zero == 3 and pp > 1:
