@@ -326,9 +326,11 @@ def load_job(data: JobRequest | Mapping[str, Any], field: str = "job") -> JobSpe
             raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
     assert req.model is not None and req.cluster is not None  # (the loop above)
     model = load_model(req.model, path(field, "model"))
-    if model.is_moe and req.framework not in (None, "megatron"):
-        raise InputError(path(field, "framework"), f"'{model.name}' is a mixture-of-experts model; its expert layers "
-                                                   f"are priced as Megatron-Core runs them only: use framework megatron")
+    if (model.is_moe or model.is_dsa) and req.framework not in (None, "megatron"):
+        what = ("a mixture-of-experts model; its expert layers are" if model.is_moe
+                else "a sparse-attention (DSA) model; its indexer and sparse core are")
+        raise InputError(path(field, "framework"), f"'{model.name}' is {what} priced as Megatron-Core runs them only: "
+                                                   f"use framework megatron")
     cluster = load_cluster(req.cluster, path(field, "cluster"))
     job: dict[str, Any] = {
         "model": model,

@@ -161,3 +161,14 @@ def test_tensor_parallelism_needs_sequence_parallelism_under_sparse_attention():
     plain = ModelSpec(**{k: v for k, v in model.model_dump().items() if k not in DSA_KEYS})
     legal = enumerate_shapes(job.model_copy(update={"model": plain})).shapes
     assert ((legal.tp > 1) & ~legal.sequence_parallel.astype(bool)).any()  # dense MLA alone allows it
+
+
+def test_other_frameworks_are_refused_for_sparse_attention(cli, tmp_path):
+    """Megatron-Core's DSA is what is priced: a dense model with sparse attention under torchtitan is refused."""
+    dense = {k: v for k, v in load_model("deepseek-v3.2").model_dump().items()
+             if not k.startswith("moe_") and k != "num_experts"}
+    spec = tmp_path / "dense-dsa.json"
+    spec.write_text(json.dumps({**dense, "name": "dense-dsa", "num_layers": 4, "mtp_num_layers": 0}))
+    code, out, err = cli("optimize", "--model", str(spec), "--cluster", "h100x64", "--framework", "torchtitan")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "sparse-attention (DSA) model; its indexer and sparse core are priced as Megatron-Core" in err
