@@ -236,6 +236,15 @@ MOE_CASES += [
      {"global_batch_size": 56, "seq_length": 131072}, {}),
 ]
 DSA_CP_CASE = len(MOE_CASES) - 1
+# GLM-5.2's index sharing (index_topk_freq 4, offset 3: top-k on layers 1-3, 7, 11, ...): every pipeline chunk starts
+# on a layer that computes one; optimize's own plan, and an explicit pp 4 x vp 2 split of whole 4-layer groups
+MOE_CASES += [
+    ("optimize: GLM-5.2 config.json, DSA index sharing (21 of 78 layers run the indexer)", HFM("GLM-5.2"), "h100x512",
+     None, {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("GLM-5.2, index sharing, pp 4 x vp 2 on whole groups", HFM("GLM-5.2"), "h100x512",
+     dict(tp=1, pp=4, vp=2, ep=32, etp=1, layers=[22, 20, 20, 16]), {"global_batch_size": 1024, "seq_length": 4096}, {}),
+]
+DSA_SHARE_CASE = len(MOE_CASES) - 1
 # pipeline layouts given as input (space/pipeline_layout.py): Megatron-Bridge's DeepSeek-V3 layouts
 # (NVIDIA-NeMo/Megatron-Bridge@067f987: perf_recipes/deepseek/gb300/deepseek_v3.py:54, the published rows'
 # `pp_layout`; perf_recipes/deepseek/h100/deepseek_v3.py:36-48, pp 8 x vp 4, dense layers 1-2 on rank 1)
@@ -332,6 +341,10 @@ MOE_CONTROLS = [
      lambda a, e: (_drop(a, "--cp-comm-type", 1), e)),
     (DSA_CP_CASE - 1, "DeepSeek-V3.2's sparse attention with linear biases (--disable-bias-linear dropped)",
      lambda a, e: ([x for x in a if x != "--disable-bias-linear"], e)),
+    (DSA_SHARE_CASE, "GLM-5.2's index sharing, rank 0's 22 layers as 11 + 11 (its second virtual stage's neighbour "
+                     "starts on layer 12, which reuses a top-k)",
+     lambda a, e: (_set(a, "--pipeline-model-parallel-layout", a[a.index("--pipeline-model-parallel-layout") + 1]
+                        .replace("E,t*14|", "E,t*11|", 1).replace("|t*8|", "|t*11|", 1)), e)),
     (3, "pipeline layout without the MTP module", lambda a, e: (_set(
         a, "--pipeline-model-parallel-layout",
         a[a.index("--pipeline-model-parallel-layout") + 1].replace(",m", "")), e)),
@@ -411,6 +424,31 @@ def megatron_split(M, cfg, pp: int, vp: int) -> list[int]:
                 n += M["block"].get_num_layers_to_build(cfg, vp_stage=stage, pp_rank=rank)
         out.append(n)
     return out
+
+
+def dsa_share_split_errors(M, cfg, pp: int, vp: int) -> list[str]:
+    """Megatron-LM's own check that no pipeline chunk starts on a layer reusing another layer's top-k
+    (experimental_attention_variant_module_specs.py `_validate_dsa_index_share_pipeline_split`, which Megatron
+    runs when it builds each chunk's layers), on every rank's and virtual stage's layers as Megatron numbers
+    them (`get_transformer_layer_offset`, `get_num_layers_to_build`); its refusals, or none."""
+    if cfg.experimental_attention_variant != "dsa" or cfg.dsa_indexer_topk_freq <= 1:
+        return []
+    spec = importlib.import_module("megatron.core.models.gpt.experimental_attention_variant_module_specs")
+    layer = importlib.import_module("megatron.core.transformer.transformer_layer")
+    ps = M["parallel_state"]
+    ps.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
+    errors = []
+    for rank in range(pp):
+        ps.set_pipeline_model_parallel_rank(rank)
+        for v in range(vp):
+            stage = v if vp > 1 else None
+            n = M["block"].get_num_layers_to_build(cfg, vp_stage=stage, pp_rank=rank)
+            offset = layer.get_transformer_layer_offset(cfg, vp_stage=stage, pp_rank=rank)
+            try:
+                spec._validate_dsa_index_share_pipeline_split(cfg, range(offset, offset + n))
+            except RuntimeError as exc:
+                errors.append(str(exc).split(":")[0] + f" (rank {rank}, stage {v})")
+    return errors
 
 
 def built_architecture(args, cfg, gpt) -> dict:
@@ -643,7 +681,7 @@ def built_moe(args, cfg) -> dict:
 
 # the DeepSeek Sparse Attention fields of TransformerConfig the plan's model states (the same names)
 DSA_FIELDS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
-              "dsa_indexer_rotate_activation")
+              "dsa_indexer_rotate_activation", "dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset")
 
 
 def planned_moe(model, plan) -> dict:
@@ -704,6 +742,9 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
         row.update(expert_grid(M, job.cluster.num_gpus, par.pp, cfg_.expert_model_parallel_size,
                                cfg_.expert_tensor_parallel_size, job.cluster.gpus_per_node))
         row["megatron_split"] = megatron_split(M, cfg_, par.pp, par.vp)
+        shared = dsa_share_split_errors(M, cfg_, par.pp, par.vp)  # sparse attention's index sharing, per chunk
+        if shared:
+            raise RuntimeError(shared[0])
         row["megatron_vp"] = args.virtual_pipeline_model_parallel_size or 1
         row["dp"] = args.data_parallel_size
         row["mla_config"] = type(cfg_).__name__

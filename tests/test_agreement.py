@@ -100,7 +100,8 @@ def jobs(draw) -> JobSpec:
 def moe_jobs(draw) -> JobSpec:
     """A drawn job whose model is made a mixture of experts: 4 or 8 experts, top-1 or 2, all
     layers MoE, the first dense or every other one dense, a shared expert, biases (etp = 1
-    only) or multi-latent attention (with DeepSeek Sparse Attention half the time) and an MTP module sometimes; ep and etp free, or etp named;
+    only) or multi-latent attention (with DeepSeek Sparse Attention half the time, its index shared over 2-3
+    layers sometimes) and an MTP module sometimes; ep and etp free, or etp named;
     imbalance, the all-to-all overlap and the flex dispatcher sometimes."""
     job = draw(jobs())
     m = job.model
@@ -115,7 +116,9 @@ def moe_jobs(draw) -> JobSpec:
                      qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64)
         if draw(st.booleans()):  # DeepSeek Sparse Attention on the MLA (no linear biases)
             extra.update(dsa_indexer_n_heads=4, dsa_indexer_head_dim=32,
-                         dsa_indexer_topk=draw(st.sampled_from([256, 1024])), add_bias_linear=False)
+                         dsa_indexer_topk=draw(st.sampled_from([256, 1024])), add_bias_linear=False,
+                         dsa_indexer_topk_freq=draw(st.sampled_from([1, 2, 3])),  # index sharing: units of groups
+                         dsa_indexer_skip_topk_offset=draw(st.sampled_from([0, 1, 2])))
     model = ModelSpec(**{**m.model_dump(exclude={"moe_layer_pattern"}), "num_experts": draw(st.sampled_from([4, 8])),
                          "moe_ffn_hidden_size": draw(st.sampled_from([m.hidden_size, m.hidden_size // 2])),
                          "moe_router_topk": draw(st.sampled_from([1, 2])), "moe_layer_pattern": mask,

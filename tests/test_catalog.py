@@ -81,6 +81,7 @@ def test_model_entry(name):
     # DeepSeek Sparse Attention: an entry with sparse attention states its indexer; the others leave it out
     dsa = {"dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
            "dsa_indexer_rotate_activation"}
+    optional |= {"dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset"}  # index sharing: GLM-5.2 only
     optional |= {"dsa_indexer_rope_interleaved"} if "dsa_indexer_topk" in raw else dsa
     assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None

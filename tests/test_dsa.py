@@ -59,11 +59,50 @@ def test_hf_configs_map_the_indexer():
     assert glm.moe_router_enable_expert_bias and glm.moe_router_num_groups is None  # n_group 1
 
 
-def test_index_sharing_is_refused_naming_it(cli):
-    """GLM-5.2 reuses one layer's top-k on the next three (index_topk_freq 4): not modelled, said in one line."""
-    code, out, err = cli("show", str(DATA / "GLM-5.2" / "config.json"))
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "index sharing (index_topk_freq 4" in err
+def test_index_sharing_maps_megatrons_rule_and_splits_on_whole_groups():
+    """GLM-5.2 reuses a layer's top-k on the next three (index_topk_freq 4, offset 3: layers 1-3, 7, 11, ... run
+    the indexer, transformers' indexer_types say the same): 21 of 78 layers hold an indexer, and the pipeline
+    splits after its first 6 layers (3 dense, 3 MoE) in groups of 4, so every stage starts on a computing layer."""
+    glm52, glm5 = load_model(str(DATA / "GLM-5.2" / "config.json")), load_model(str(DATA / "GLM-5" / "config.json"))
+    assert (glm52.dsa_indexer_topk_freq, glm52.dsa_indexer_skip_topk_offset) == (4, 3)
+    computing = [n + 1 for n, v in enumerate(glm52.dsa_index_mask) if v]
+    assert computing[:6] == [1, 2, 3, 7, 11, 15] and len(computing) == 21
+    assert glm52.pipeline_units == (6, 0, 4, 18) and glm52.pipeline_prefix == (3, 3)
+    assert glm5.pipeline_units == (3, 0, 1, 75)  # no sharing: any MoE layer may start a stage
+    for units in ([18], [5, 13], [1, 1, 16], [4, 5, 5, 4]):
+        starts = [sum(glm52.units_to_layers(units)[:i]) for i in range(len(units))]
+        assert all(glm52.dsa_boundary_ok(c) for c in starts)
+    assert glm52.num_params == pytest.approx(glm5.num_params - 57 * glm5.dsa_indexer_params, abs=78)
+    assert dsa.indexer_fwd_flop(glm52, batch=1, s_q=4096, s_k=4096, heads=64) == pytest.approx(
+        21 / 78 * dsa.indexer_fwd_flop(glm5, batch=1, s_q=4096, s_k=4096, heads=64))
+
+
+def test_an_index_layout_other_than_megatrons_rule_is_refused(cli, tmp_path):
+    """transformers' per-layer indexer_types must be Megatron's every-n-th rule (the only one Megatron-LM builds)."""
+    cfg = json.loads((DATA / "GLM-5.2" / "config.json").read_text())
+    cfg["indexer_types"][7] = "full"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, err = cli("show", str(path))
+    assert code == 2 and out == "" and "other than Megatron-LM's every-n-th rule" in err
+
+
+def test_index_sharing_launches_whole_groups_per_virtual_stage(cli):
+    """The launch states the sharing and, interleaved, a layout whose virtual stages hold whole groups after the
+    6-layer prefix (Megatron's own halving of a rank's 22 layers would start one on layer 12, which it refuses)."""
+    code, out, err = cli("optimize", "--model", str(DATA / "GLM-5.2" / "config.json"), "--cluster", "h100x512",
+                         "--global-batch-size", "1024", "--seq-len", "4096", "--tp", "1", "--pp", "4", "--vp", "2",
+                         "--ep", "32", "--etp", "1", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    args = res["megatron_args"]
+    assert "--dsa-indexer-topk-freq 4 --dsa-indexer-skip-topk-offset 3" in " ".join(args)
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+    chunks = [int(part.split("*")[1]) if "*" in part else 1 for stage in layout.split("|")
+              for part in stage.split(",") if part.startswith("t")]
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    assert sum(chunks) == 78 and all(load_model(str(DATA / "GLM-5.2" / "config.json")).dsa_boundary_ok(c)
+                                     for c in starts)
 
 
 def test_sparse_core_counts_the_top_k_keys_in_the_latent_space():

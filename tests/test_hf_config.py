@@ -25,7 +25,8 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
-       "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct", "DeepSeek-V3.2", "GLM-5")  # tests/test_dsa.py: the last two
+       "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct", "DeepSeek-V3.2", "GLM-5", "GLM-5.2")  # the last three:
+# tests/test_dsa.py
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
           "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
           "Qwen3.5-397B-A17B", "Qwen3.5-122B-A10B", "Qwen3.5-35B-A3B", "Qwen3.5-27B")  # tests/test_gdn.py
@@ -91,9 +92,8 @@ def _load(name):
     return load_model(str(DATA / "hf" / name / "config.json"))
 
 
-# architectures the formulation does not price, refused naming what they lack: DeepSeek-V4's, and GLM-5.2's index
-# sharing (tests/test_dsa.py)
-REFUSED = ("DeepSeek-V4-Flash", "GLM-5.2")
+# an architecture the formulation does not price, refused naming what it lacks
+REFUSED = ("DeepSeek-V4-Flash",)
 
 
 def test_fixture_coverage():

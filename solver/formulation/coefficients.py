@@ -430,8 +430,8 @@ class _StageTerms:
             recompute=self.rc, num_microbatches=self.m)
         if self.model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
             unit, units = hybrid_unit(self)
-        elif self.model.is_moe:
-            unit, units, ends = fold_layers(self.model, dense, self.moe_layer(), ends)
+        elif self.model.is_moe or self.model.dsa_index_sharing:  # units of several layers, a prefix (moe_layer.py)
+            unit, units, ends = fold_layers(self.model, dense, self.moe_layer() if self.model.is_moe else dense, ends)
         else:
             unit, units = dense, self.model.num_layers
         unit, ends = with_mtp(self, unit, ends)  # the MTP block on the last stage (mtp.py)

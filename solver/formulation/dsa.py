@@ -49,11 +49,13 @@ SCORE_PASS_BYTES = 2 * FP32_BYTES  # each FP32 index score written, then read by
 
 
 def indexer_linears(model: ModelSpec, tp) -> list[tuple]:
-    """(N, K) of the indexer's three projections on one TP rank, replicated over TP (module docstring, 1)."""
+    """(N, K) of the indexer's three projections on one TP rank, replicated over TP (module docstring, 1); with index
+    sharing the average layer's, N times the share of layers that run one (`ModelSpec.dsa_index_share`: GEMM time
+    near linear in N at these widths, an approximation)."""
     n, d, _ = model.dsa_dims
-    zero = 0.0 * np.asarray(tp, dtype=np.float64)
+    share = model.dsa_index_share + 0.0 * np.asarray(tp, dtype=np.float64)
     q_in = model.q_lora_rank or model.hidden_size
-    return [(n * d + zero, q_in), (d + zero, model.hidden_size), (n + zero, model.hidden_size)]
+    return [(n * d * share, q_in), (d * share, model.hidden_size), (n * share, model.hidden_size)]
 
 
 def core_head_dim(model: ModelSpec) -> float:
@@ -65,23 +67,34 @@ def core_head_dim(model: ModelSpec) -> float:
 
 def sparse_core_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k):
     """(forward, backward) of the sparse core on one GPU: FlashMLA's kernel over min(K, t + 1) keys per query
-    (a band of K in `kernels.flash_attention_s`), at `core_head_dim`, `heads` padded to `PAD_HEADS`."""
+    (a band of K in `kernels.flash_attention_s`), at `core_head_dim`, `heads` padded to `PAD_HEADS`; the forward
+    again for the loss's target where index sharing splits the cuDNN path (`loss_target_passes`)."""
     _, _, topk = model.dsa_dims
     padded = np.ceil(np.asarray(heads, dtype=np.float64) / PAD_HEADS) * PAD_HEADS
-    return flash_attention_s(batch=batch, heads=padded, s_q=s_q, s_k=s_k, head_dim=core_head_dim(model), causal=True,
-                             flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.fused_attention_efficiency,
-                             exp_per_s=gpu.sfu_tops * 1e12, overlap_exp=gpu.exp_overlaps_matmul, window=topk)
+    fwd, bwd = flash_attention_s(batch=batch, heads=padded, s_q=s_q, s_k=s_k, head_dim=core_head_dim(model),
+                                 causal=True, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.fused_attention_efficiency,
+                                 exp_per_s=gpu.sfu_tops * 1e12, overlap_exp=gpu.exp_overlaps_matmul, window=topk)
+    return fwd * (1.0 + loss_target_passes(model)), bwd
+
+
+def loss_target_passes(model: ModelSpec) -> float:
+    """Extra sparse-core forwards of the average layer for the indexer loss's target: with index sharing the cuDNN
+    path runs split, one more FlashMLA forward on each layer that runs an indexer (dsa_cudnn_kernels.py
+    ~2440-2445); the fused path (no sharing) takes the target from its own forward."""
+    return model.dsa_index_share if model.dsa_index_sharing else 0.0
 
 
 def indexer_fwd_flop(model: ModelSpec, *, batch, s_q, s_k, heads):
     """Forward FLOPs of the indexer's scoring over the causal keys (half of s_q x s_k) and of its sparse loss
-    over the selected keys (module docstring, 2 and 4), on one GPU (`heads`: the rank's attention heads)."""
+    over the selected keys (module docstring, 2 and 4), on one GPU (`heads`: the rank's attention heads), for
+    the average layer: the share of layers that run an indexer (`ModelSpec.dsa_index_share`)."""
     n, d, topk = model.dsa_dims
     r_kv, _, d_rope, _ = model.mla_dims
     queries = np.asarray(batch, dtype=np.float64) * s_q
     scoring = 2.0 * n * d * queries * np.asarray(s_k, dtype=np.float64) / 2.0
     selected = queries * window_keys(topk, s_k)
-    return scoring + selected * (4.0 * n * d + 2.0 * np.asarray(heads, dtype=np.float64) * (r_kv + d_rope))
+    loss = selected * (4.0 * n * d + 2.0 * np.asarray(heads, dtype=np.float64) * (r_kv + d_rope))
+    return model.dsa_index_share * (scoring + loss)
 
 
 def indexer_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k, hbm_bytes_per_s: float):
@@ -114,7 +127,7 @@ def saved_bytes_per_token(model: ModelSpec, tp):
     r_kv, d_nope, d_rope, d_v = model.mla_dims
     a_t = model.num_attention_heads / np.asarray(tp, dtype=np.float64)
     absorbed = BF16_BYTES * a_t * (2 * r_kv + d_rope)
-    indexer = INDEX_BYTES * topk + BF16_BYTES * (n * d + d + n)
+    indexer = model.dsa_index_share * (INDEX_BYTES * topk + BF16_BYTES * (n * d + d + n))  # reused, not copied
     return absorbed + indexer - BF16_BYTES * a_t * (d_nope + d_rope + d_v)
 
 
@@ -124,6 +137,6 @@ def cp_gather_s(cluster, model: ModelSpec, *, batch, seq: float, cp, tp, recompu
     again under full recomputation (`recompute` 2); nothing overlaps it (the core waits for its keys). 0 without CP."""
     _, d, _ = model.dsa_dims
     r_kv, _, d_rope, _ = model.mla_dims
-    whole = BF16_BYTES * np.asarray(batch, dtype=np.float64) * seq * (r_kv + d_rope + d)
+    whole = BF16_BYTES * np.asarray(batch, dtype=np.float64) * seq * (r_kv + d_rope + model.dsa_index_share * d)
     gather = comm.collective_s("all_gather", whole, cluster, cp, tp)
     return np.where(np.asarray(cp) > 1, gather * (2 + (np.asarray(recompute) == 2)), 0.0)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
-from .dsa import core_head_dim, indexer_fwd_flop
+from .dsa import core_head_dim, indexer_fwd_flop, loss_target_passes
 from .gdn import gdn_layer_fwd_flop_per_token
 from .kernels import window_keys
 from .mamba import mamba_layer_fwd_flop_per_token
@@ -97,6 +97,7 @@ def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = Fal
     if model.is_dsa:  # the sparse latent core and the indexer, as they execute (dsa.py), whatever `causal`
         b = np.asarray(batch, dtype=np.float64)
         core = 2.0 * b * seq_len * window_keys(model.dsa_dims[2], seq_len) * model.num_attention_heads * 2.0 * core_head_dim(model)
+        core = core * (1.0 + loss_target_passes(model))
         return core + indexer_fwd_flop(model, batch=batch, s_q=seq_len, s_k=seq_len, heads=model.num_attention_heads)
     if model.multi_latent_attention:
         _, d_nope, d_rope, d_v = model.mla_dims

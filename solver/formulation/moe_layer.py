@@ -183,20 +183,23 @@ LAYER_TIME_KEYS = ("compute", "tp", "cp", "zero3", "ep", "offload")
 
 def fold_layers(model: ModelSpec, dense: dict, moe_layer: dict, ends: dict):
     """The coefficients of one pipeline unit (`ModelSpec.pipeline_units`: d dense and m MoE
-    layers) and the stage extras with the k leading dense layers on the first stage. Every cost
-    stays linear in the units a stage holds, so each split searched is priced exactly. (The MTP
-    block on the last stage is `mtp.with_mtp`'s, for every model kind.)"""
-    k, d_u, m_u, units = model.pipeline_units
+    layers) and the stage extras with the prefix's layers on the first stage (`ModelSpec.pipeline_prefix`:
+    the leading dense layers, and with sparse attention's index sharing the MoE layers up to its first
+    boundary). Every cost stays linear in the units a stage holds, so each split searched is priced exactly.
+    (The MTP block on the last stage is `mtp.with_mtp`'s, for every model kind.)"""
+    _, d_u, m_u, units = model.pipeline_units
     unit = {key: d_u * dense[key] + m_u * moe_layer[key] for key in dense.keys()}
     unit["working"] = np.maximum(dense["working"], moe_layer["working"])
     ends = dict(ends)
-    if k:
-        ends["first_s"] = ends["first_s"] + k * sum(dense[x] for x in LAYER_TIME_KEYS)
-        ends["first_fwd_s"] = ends["first_fwd_s"] + k * dense["fwd"]
-        ends["first_dp_step_s"] = ends["first_dp_step_s"] + k * dense["dp_step"]
-        ends["first_optimizer_step_s"] = ends["first_optimizer_step_s"] + k * dense["opt"]
-        ends["first_window_s"] = ends["first_window_s"] + k * dense["window"]
-        ends["first_static_bytes"] = ends["first_static_bytes"] + k * (dense["params"] + dense["grads"] + dense["optim"])
-        ends["first_act_bytes"] = ends["first_act_bytes"] + k * dense["act"]
-        ends["first_host_bytes"] = ends["first_host_bytes"] + k * dense["host"]
+    k_dense, k_moe = model.pipeline_prefix
+    if k_dense or k_moe:
+        pre = {key: k_dense * dense[key] + k_moe * moe_layer[key] for key in dense.keys()}
+        ends["first_s"] = ends["first_s"] + sum(pre[x] for x in LAYER_TIME_KEYS)
+        ends["first_fwd_s"] = ends["first_fwd_s"] + pre["fwd"]
+        ends["first_dp_step_s"] = ends["first_dp_step_s"] + pre["dp_step"]
+        ends["first_optimizer_step_s"] = ends["first_optimizer_step_s"] + pre["opt"]
+        ends["first_window_s"] = ends["first_window_s"] + pre["window"]
+        ends["first_static_bytes"] = ends["first_static_bytes"] + pre["params"] + pre["grads"] + pre["optim"]
+        ends["first_act_bytes"] = ends["first_act_bytes"] + pre["act"]
+        ends["first_host_bytes"] = ends["first_host_bytes"] + pre["host"]
     return unit, units, ends

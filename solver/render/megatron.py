@@ -165,17 +165,20 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def _chunks(n: int, v: int) -> list[int]:
-    """n layers over v virtual stages, as even as possible (earlier chunks take the extra)."""
-    base, extra = divmod(n, v)
-    return [base + (1 if c < extra else 0) for c in range(v)]
+def _chunks(n: int, v: int, unit: int = 1, prefix: int = 0) -> list[int]:
+    """n layers over v virtual stages, as even as possible (earlier chunks take the extra), in whole `unit`s of
+    layers after a `prefix` the first chunk holds (sparse attention's index sharing: `ModelSpec.pipeline_units`)."""
+    base, extra = divmod((n - prefix) // unit, v)
+    return [(base + (1 if c < extra else 0)) * unit + (prefix if c == 0 else 0) for c in range(v)]
 
 
-def pipeline_layout(layers: list[int], vp: int) -> str:
+def pipeline_layout(layers: list[int], vp: int, units: tuple[int, int] = (0, 1)) -> str:
     """Megatron's `--pipeline-model-parallel-layout` string for `layers` per pipeline rank with
-    `vp` virtual stages per rank."""
+    `vp` virtual stages per rank; with `units` (prefix, unit size) every virtual stage holds whole units
+    after the first rank's prefix, so each starts on a unit's first layer (`ModelSpec.dsa_boundary_ok`)."""
     p = len(layers)
-    per = [_chunks(n, vp) for n in layers]
+    prefix, unit = units
+    per = [_chunks(n, vp, unit, prefix if i == 0 else 0) for i, n in enumerate(layers)]
     stages = []
     for c in range(vp):
         for i in range(p):
@@ -191,9 +194,16 @@ def pipeline_layout(layers: list[int], vp: int) -> str:
     return "|".join(stages)
 
 
-def split_flags(layers: list[int], vp: int) -> tuple[list[str], list[str], str | None]:
-    """(flags, notes, layout) expressing the layer split."""
+def split_flags(layers: list[int], vp: int, units: tuple[int, int] | None = None) -> tuple[list[str], list[str], str | None]:
+    """(flags, notes, layout) expressing the layer split; with `units` (sparse attention's index sharing: prefix
+    and unit size) and vp > 1 always a layout of whole units per virtual stage, so each starts on a layer that
+    computes a top-k (Megatron's own even division of a stage may cut a group)."""
     p = len(layers)
+    if units is not None and vp > 1:
+        layout = pipeline_layout(layers, vp, units)
+        return (["--pipeline-model-parallel-layout", layout],
+                ["the layout's virtual stages hold whole index-sharing groups: each starts on a layer that computes a "
+                 "top-k"], layout)
     if p == 1:
         return [], [], None
     first, last, mid = layers[0], layers[-1], layers[1:-1]
@@ -221,13 +231,13 @@ def split_flags(layers: list[int], vp: int) -> tuple[list[str], list[str], str |
     return ["--pipeline-model-parallel-layout", layout], notes, layout
 
 
-def pipeline_flags(plan: Plan) -> tuple[list[str], list[str], str | None]:
+def pipeline_flags(plan: Plan, model: ModelSpec | None = None) -> tuple[list[str], list[str], str | None]:
     """(flags, notes, layout) of the plan's layer split: the layout the plan was given, as given
     (`ParallelConfig.pipeline_layout`); Megatron's own split when the plan
     counts the embedding / loss as layers (`--account-for-embedding-in-pipeline-split`,
     `--account-for-loss-in-pipeline-split`: validate_args refuses them with a layout or with
     first/last-stage counts, and the plan's split is the one get_num_layers_to_build derives,
-    space/pipeline_split.py), else `split_flags`."""
+    space/pipeline_split.py), else `split_flags` (its chunks on the boundaries `model`'s index sharing allows)."""
     par = plan.parallel
     given = getattr(par, "pipeline_layout", None)
     if given is not None:  # the user's layout, unchanged (space/pipeline_layout.py)
@@ -236,6 +246,9 @@ def pipeline_flags(plan: Plan) -> tuple[list[str], list[str], str | None]:
             f"{list(plan.layers_per_stage)})"], given
     counted = [flag for knob, flag in MEGATRON_FLAGS.items() if getattr(par, knob)]
     if not counted:
+        if model is not None and model.dsa_index_sharing:
+            k, d, m, _ = model.pipeline_units
+            return split_flags(list(plan.layers_per_stage), par.vp, (k, d + m))
         return split_flags(list(plan.layers_per_stage), par.vp)
     what = " and the ".join(k.removeprefix("account_for_") for k in MEGATRON_FLAGS if getattr(par, k))
     return counted, [f"the {what} count as a layer of the pipeline split: Megatron-LM builds the split "
@@ -411,7 +424,7 @@ def megatron_args(job: JobSpec, plan: Plan) -> MegatronArgs:
     env: dict[str, str] = {}
     a += ["--tensor-model-parallel-size", str(par.tp), "--pipeline-model-parallel-size", str(par.pp),
           "--context-parallel-size", str(par.cp), *cp_comm_flags(model, par.cp)]
-    flags, split_notes, layout = pipeline_flags(plan)
+    flags, split_notes, layout = pipeline_flags(plan, model)
     if par.vp > 1 and layout is None:
         a += ["--num-virtual-stages-per-pipeline-rank", str(par.vp)]
     if layout is not None and par.vp > 1:

@@ -234,6 +234,9 @@ def _dsa_flags(model, a: list[str], notes: list[str]) -> list[str]:
     a += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(n), "--dsa-indexer-head-dim",
           str(d), "--dsa-indexer-topk", str(k), "--dsa-kernel-backend", "cudnn",
           "--dsa-indexer-loss-coeff", str(DSA_INDEXER_LOSS_COEFF), "--dsa-indexer-use-sparse-loss"]
+    if model.dsa_index_sharing:  # every n-th layer computes the top-k (dsa.py `is_dsa_skip_topk_layer`)
+        a += ["--dsa-indexer-topk-freq", str(model.dsa_indexer_topk_freq),
+              "--dsa-indexer-skip-topk-offset", str(model.dsa_indexer_skip_topk_offset)]
     if model.dsa_indexer_rope_interleaved:
         a.append("--dsa-indexer-rope-interleaved")
     if not model.dsa_indexer_rotate_activation:

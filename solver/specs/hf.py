@@ -472,7 +472,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         spec["kv_channels"] = head_dim
     if mt in _MOE:
         spec.update(_moe(data, mt, layers, notes))
-    spec.update(dsa_fields(data, mt, notes, _int, _bool, _fail))  # DeepSeek Sparse Attention's families only
+    spec.update(dsa_fields(data, mt, layers, notes, _int, _bool, _fail))  # DeepSeek Sparse Attention's families only
     if mt == "gpt_oss":  # modeling_gpt_oss.py: `sinks` per head; experts (up + 1) * gate * sigmoid(1.702 gate), clamped
         spec.update(softmax_type="learnable", activation="quick_geglu", glu_linear_offset=1.0,
                     activation_clamp=_num(data, mt, "swiglu_limit", 7.0))

@@ -10,6 +10,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 from .base import Name, Spec
 from .hybrid import HybridShape
 from .moe_shape import MoeShape
+from .pipeline_units import PipelineUnits
 
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
@@ -21,7 +22,7 @@ RouterScore = Literal["softmax", "sigmoid"]
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
 
 
-class ModelSpec(HybridShape, MoeShape, Spec):
+class ModelSpec(PipelineUnits, HybridShape, MoeShape, Spec):
     name: Name
     num_layers: PositiveInt
     hidden_size: PositiveInt
@@ -133,6 +134,10 @@ class ModelSpec(HybridShape, MoeShape, Spec):
     dsa_indexer_topk: PositiveInt | None = Field(None, description="keys each query attends to (HF index_topk)")
     dsa_indexer_rope_interleaved: bool = Field(False, description="HF indexer_rope_interleave (GLM-5)")
     dsa_indexer_rotate_activation: bool = Field(True, description="Hadamard on the indexer's q, k (off for GLM-5)")
+    dsa_indexer_topk_freq: PositiveInt = Field(1, description="every n-th layer computes the top-k, the others reuse it "
+                                                              "(HF index_topk_freq; GLM-5.2: 4)")
+    dsa_indexer_skip_topk_offset: NonNegativeInt = Field(0, description="layers 1..offset all compute (HF "
+                                                                        "index_skip_topk_offset; GLM-5.2: 3)")
     mtp_num_layers: NonNegativeInt = Field(
         0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
                        "layer, a 2h x h projection and two norms, and a second LM head pass; a hybrid model's "
@@ -312,7 +317,8 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim. Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
         Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or
         h*a*(d_nope+d_rope) without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up
-        r_kv*a*(d_nope+d_v); the projection a*d_v*h; a DSA model's indexer (`dsa_indexer_params`)."""
+        r_kv*a*(d_nope+d_v); the projection a*d_v*h; a DSA model's indexer (`dsa_indexer_params`; with index sharing
+        the average layer's share, rounded)."""
         h, a = self.hidden_size, self.num_attention_heads
         if not self.multi_latent_attention:
             hq = self.q_hidden_size
@@ -322,7 +328,7 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         r_q = self.q_lora_rank
         q = h * a * d_qk if r_q is None else h * r_q + r_q + r_q * a * d_qk
         kv = h * (r_kv + d_rope) + r_kv + r_kv * a * (d_nope + d_v)
-        return q + kv + a * d_v * h + self.dsa_indexer_params
+        return q + kv + a * d_v * h + round(self.dsa_indexer_params * self.dsa_index_share)
 
     @property
     def dense_layer_params(self) -> int:
@@ -361,33 +367,6 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         """Weights one token uses in an MoE layer: attention, top-k routed experts, shared experts,
         router, norms."""
         return self.attention_params + self._moe_mlp_params(self.moe_dims[1]) + 4 * self.hidden_size
-
-    @property
-    def pipeline_units(self) -> tuple[int, int, int, int]:
-        """How the layers are split over pipeline stages, so that every split searched is priced
-        exactly by costs linear in one count per stage: (k, d, m, n) = k dense layers held by
-        the first stage, then n identical units of d dense and m MoE layers each (the periodic
-        remainder of `moe_layer_mask`). A dense model: (0, 1, 0, num_layers), a unit per layer;
-        all layers MoE (Mixtral, Qwen3-MoE): (0, 0, 1, L); DeepSeek-V3's first 3 dense:
-        (3, 0, 1, 58); Llama 4 Maverick's alternation: (0, 1, 1, 24). Of the two readings (no
-        prefix, or the leading dense layers as the prefix) the one with more units is taken;
-        a pattern with no period is one unit (a single pipeline stage)."""
-        if self.hybrid_layer_pattern is not None:
-            return self._hybrid_units()
-        mask = self.moe_layer_mask
-        if not self.is_moe:
-            return 0, 1, 0, self.num_layers
-        lead = next(i for i, v in enumerate(mask) if v)
-        best = None
-        for k in sorted({0, lead}):
-            rest = mask[k:]
-            q = next(q for q in range(1, len(rest) + 1) if len(rest) % q == 0 and rest == rest[:q] * (len(rest) // q))
-            m = sum(rest[:q])
-            cand = (k, q - m, m, len(rest) // q)
-            if best is None or cand[3] > best[3]:
-                best = cand
-        assert best is not None  # the loop runs at least once
-        return best
 
     @property
     def norm_params(self) -> int:
@@ -446,25 +425,6 @@ class ModelSpec(HybridShape, MoeShape, Spec):
         """How many depths hold their own MTP weights: 1 with mtp_use_repeated_layer (multi_token_prediction.py
         `MultiTokenPredictionBlock._build_layers` ~1960-1968 builds one shared layer), else mtp_num_layers."""
         return 1 if self.mtp_use_repeated_layer else self.mtp_num_layers
-
-    @property
-    def num_pipeline_units(self) -> int:
-        """What a layer split divides over the stages (`pipeline_units`; num_layers for a dense model)."""
-        return self.pipeline_units[3]
-
-    def units_to_layers(self, units) -> list[int]:
-        """Layers per stage of a split given in pipeline units (`pipeline_units`)."""
-        k, d, m, _ = self.pipeline_units
-        return [int(u) * (d + m) + (k if i == 0 else 0) for i, u in enumerate(units)]
-
-    def layers_to_units(self, layers) -> list[int] | None:
-        """The split in pipeline units of `layers` per stage; None when it cuts a unit or does
-        not give the first stage the leading dense layers."""
-        k, d, m, _ = self.pipeline_units
-        out = [int(x) - (k if i == 0 else 0) for i, x in enumerate(layers)]
-        if any(x < 0 or x % (d + m) for x in out):
-            return None
-        return [x // (d + m) for x in out]
 
     @property
     def num_moe_layers(self) -> int:

@@ -14,6 +14,12 @@ MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim
 DSA_FIELDS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
 
 
+def index_mask(freq: int, offset: int, layers: int) -> tuple[bool, ...]:
+    """Which of `layers` layers run DeepSeek Sparse Attention's indexer under index sharing: layer number l
+    (1-indexed) unless max(l - max(offset, 1), 0) % freq (Megatron-LM d98e8a6 dsa.py `is_dsa_skip_topk_layer`)."""
+    return tuple(max(n - max(offset, 1), 0) % freq == 0 for n in range(1, layers + 1))
+
+
 class MoeShape:
     """MoE and MLA checks and derived sizes (module docstring); `self` is a ModelSpec."""
 
@@ -37,6 +43,8 @@ class MoeShape:
     dsa_indexer_n_heads: int | None
     dsa_indexer_head_dim: int | None
     dsa_indexer_topk: int | None
+    dsa_indexer_topk_freq: int
+    dsa_indexer_skip_topk_offset: int
     moe_layer_freq: int
     hybrid_layer_pattern: str | None
 
@@ -111,6 +119,24 @@ class MoeShape:
         n, d, k = self.dsa_indexer_n_heads, self.dsa_indexer_head_dim, self.dsa_indexer_topk
         assert n is not None and d is not None and k is not None, f"{self.name} does not use sparse attention"
         return n, d, k
+
+    @property
+    def dsa_index_sharing(self) -> bool:
+        """Whether layers reuse another layer's top-k (`dsa_indexer_topk_freq` > 1: GLM-5.2's IndexShare)."""
+        return self.is_dsa and self.dsa_indexer_topk_freq > 1
+
+    @property
+    def dsa_index_mask(self) -> tuple[bool, ...]:
+        """Which layers run the indexer (compute their own top-k: `index_mask`); a layer that reuses builds no
+        indexer (dsa.py ~1580). All layers without sharing, none without DSA."""
+        mask = index_mask(self.dsa_indexer_topk_freq, self.dsa_indexer_skip_topk_offset, self.num_layers)
+        return tuple(self.is_dsa and v for v in mask)
+
+    @property
+    def dsa_index_share(self) -> float:
+        """The fraction of layers that run the indexer (`dsa_index_mask`): every layer is priced with this share
+        of an indexer, exact for the model's sum (as a sliding window's layers are)."""
+        return sum(self.dsa_index_mask) / self.num_layers
 
     @property
     def dsa_indexer_params(self) -> int:
