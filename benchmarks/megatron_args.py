@@ -60,6 +60,7 @@ import io
 import os
 import re
 import subprocess
+import types
 import sys
 import time
 import typing
@@ -511,7 +512,8 @@ def megatron_launch(M, job, ma):
     TransformerConfig's (TE >= 2.6.0dev0) for moe_act / layernorm recomputed under FP8 where the launch
     note states it, and with --dsa-kernel-backend its check for a CUDA device, FlashMLA and cuDNN's DSA
     kernels (utils.py `_validate_dsa_kernel_backend_dependencies`; the launch note names them; the backend
-    name itself is still checked by the argument parser's choices). All restored after."""
+    name itself is still checked by the argument parser's choices) and, where Megatron-LM dev's DeepSeek-V4
+    config imports `cudnn.DSA` itself, an empty stand-in module. All restored after."""
     import torch
 
     arch = gpu_arch(job.cluster.gpu)
@@ -525,8 +527,12 @@ def megatron_launch(M, job, ma):
     saved_tconf = tconf.is_te_min_version, tconf._validate_dsa_kernel_backend_dependencies
     if any("Transformer Engine >= 2.6.0dev0" in n for n in ma.notes):  # FP8 moe_act / layernorm recompute, said
         tconf.is_te_min_version = lambda *a, **k: True
+    stand_in = None
     if "--dsa-kernel-backend" in ma.args:  # needs a CUDA device, FlashMLA and cuDNN's DSA: the launch note says so
         tconf._validate_dsa_kernel_backend_dependencies = lambda backend: None
+        if "cudnn" not in sys.modules:  # DeepSeek-V4's config imports cuDNN's DSA module itself (dev branch)
+            stand_in = sys.modules["cudnn"] = types.ModuleType("cudnn")
+            stand_in.DSA = types.SimpleNamespace()  # type: ignore[attr-defined]
     torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)
     os.environ.update(WORLD_SIZE=str(job.cluster.num_gpus), RANK="0")
     os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
@@ -537,6 +543,8 @@ def megatron_launch(M, job, ma):
     finally:
         margs.get_device_arch_version, margs.is_te_min_version, torch.cuda.get_device_capability, sys.argv = saved
         tconf.is_te_min_version, tconf._validate_dsa_kernel_backend_dependencies = saved_tconf
+        if stand_in is not None:
+            del sys.modules["cudnn"]
         for k, v in saved_env.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
@@ -588,11 +596,15 @@ TORCH_DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.f
 
 
 def megatron_configs(M, gpt: bool = True):
-    """Megatron-LM's own calls on sys.argv (quietly): parse_args, validate_args, the core
+    """Megatron-LM's own calls on sys.argv (quietly): parse_args, validate_args, the padded vocabulary the
+    tokenizer's build sets (`vocab_size_with_padding`: DeepSeek-V4's hash routing reads it), the core
     TransformerConfig and (with `gpt`) the GPT config; (args, config, gpt config or None)."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         args = M["arguments"].parse_args()
         M["arguments"].validate_args(args)
+        if getattr(args, "padded_vocab_size", None) is None:  # what building the tokenizer sets before the model
+            tok = importlib.import_module("megatron.core.tokenizers.utils.build_tokenizer")
+            args.padded_vocab_size = tok.vocab_size_with_padding(args.vocab_size, args, logging_enabled=False)
         cfg = M["core_cfg"](args)
         return args, cfg, M["gpt_cfg"](args, cfg) if gpt else None
 
@@ -673,12 +685,20 @@ def built_moe(args, cfg) -> dict:
         d.update({k: getattr(cfg, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                                                 "v_head_dim")})
     d["attention_variant"] = cfg.experimental_attention_variant
+    if cfg.experimental_attention_variant == "dsv4_hybrid":
+        d.update({k: getattr(cfg, k) for k in DSV4_FIELDS} | {"csa_compress_ratios": tuple(cfg.csa_compress_ratios),
+                                                                "num_residual_streams": cfg.num_residual_streams
+                                                                if cfg.enable_hyper_connections else 1})
     if cfg.experimental_attention_variant == "dsa":
         cp_types = cfg.cp_comm_type if isinstance(cfg.cp_comm_type, list) else [cfg.cp_comm_type]
         d.update({k: getattr(cfg, k) for k in DSA_FIELDS} | {"cp_comm_type": cp_types})
     return d
 
 
+# DeepSeek-V4's fields of Megatron-LM dev's TransformerConfig the plan's model states (the same names)
+DSV4_FIELDS = ("csa_compress_ratios", "csa_window_size", "o_groups", "o_lora_rank", "num_residual_streams",
+               "mhc_sinkhorn_iterations", "moe_n_hash_layers", "moe_router_score_function", "dsa_indexer_n_heads",
+               "dsa_indexer_head_dim", "dsa_indexer_topk")
 # the DeepSeek Sparse Attention fields of TransformerConfig the plan's model states (the same names)
 DSA_FIELDS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
               "dsa_indexer_rotate_activation", "dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset")
@@ -696,7 +716,9 @@ def planned_moe(model, plan) -> dict:
     if model.multi_latent_attention:
         d.update({k: getattr(model, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                                                  "v_head_dim")})
-    d["attention_variant"] = "dsa" if model.is_dsa else None
+    d["attention_variant"] = "dsa" if model.is_dsa else ("dsv4_hybrid" if model.is_dsv4 else None)
+    if model.is_dsv4:
+        d.update({k: getattr(model, k) for k in DSV4_FIELDS})
     if model.is_dsa:  # with CP, DSA's one exchange: the all-gather (Megatron's check ignores "_" and case)
         cp = int(plan.parallel.cp)
         d.update({k: getattr(model, k) for k in DSA_FIELDS} | {"cp_comm_type": ["all_gather"] if cp > 1 else ["p2p"]})
@@ -751,6 +773,8 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
         want = planned_architecture(job.model, par.cp)
         if job.model.multi_latent_attention:
             want["qk_norm"] = True  # MLA's norms of the compressed Q and KV (--qk-layernorm)
+        if job.model.is_dsv4:  # its one KV head is the attention's own (linear_kv_proj h -> v_head_dim), not a field
+            want["num_kv_heads"] = cfg_.num_query_groups or cfg_.num_attention_heads
         got = built_architecture(args, cfg_, gpt)
         diff = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
         got_m, want_m = built_moe(args, cfg_), planned_moe(job.model, plan)
@@ -825,15 +849,22 @@ def moe_report(rows, controls) -> list[str]:
              f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism.", "",
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
              "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += moe_rows_table(rows)
+    lines += controls_table(controls, "MoE controls: one rule broken each", "or built another model or parallelism")
+    return lines
+
+
+def moe_rows_table(rows: list[dict]) -> list[str]:
+    """The table rows of `check_moe`'s plans: label, model, cluster, origin, degrees, experts, the nodes an EP group
+    spans, the split (plan = Megatron), the MoE layer frequency and Megatron's answer."""
+    lines = []
     for r in rows:
         deg, split = degrees_and_split(r)
-        freq = "-"
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('arch_diff')}")
         src = "optimize " + r["status"].split(".")[-1] if r.get("status", "explicit") != "explicit" else "explicit"
         lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {src} | {deg} | "
                      f"{r.get('ep', '-')} {r.get('etp', '-')} | {r.get('ep_nodes', '-')} | {split} | "
-                     f"{r.get('freq', freq)} | {res} |")
-    lines += controls_table(controls, "MoE controls: one rule broken each", "or built another model or parallelism")
+                     f"{r.get('freq', '-')} | {res} |")
     return lines
 
 

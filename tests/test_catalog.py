@@ -26,7 +26,7 @@ MULTIMODAL = ("llama4-",)
 # Entries whose publisher states the size to one significant figure: the count must round to it.
 # Kimi K2: Moonshot's README states 1T total (we count 1,026.4B); its technical report's 1.04T is
 # 1.3% above our count, which adds every weight its config names (tests/test_hf_config.py)
-ONE_FIGURE = {"kimi-k2": 1e12, "nemotron3.5-lightning": 10e9}  # sizes stated to one figure (the name's "30B")
+ONE_FIGURE = {"kimi-k2": 1e12, "nemotron3.5-lightning": 10e9, "deepseek-v4-pro": 1e11}  # sizes stated to one figure (the name's "30B")
 
 
 def _models():
@@ -82,6 +82,9 @@ def test_model_entry(name):
     dsa = {"dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
            "dsa_indexer_rotate_activation"}
     optional |= {"dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset"}  # index sharing: GLM-5.2 only
+    dsv4 = {"csa_compress_ratios", "csa_window_size", "o_groups", "o_lora_rank", "num_residual_streams",
+            "mhc_sinkhorn_iterations", "moe_n_hash_layers"}  # DeepSeek-V4's entries state them, the others not
+    optional |= {"mhc_sinkhorn_iterations"} if "csa_compress_ratios" in raw else dsv4
     optional |= {"dsa_indexer_rope_interleaved"} if "dsa_indexer_topk" in raw else dsa
     assert set(raw) <= fields and fields - optional <= set(raw), set(raw) ^ fields
     assert m.q_hidden_size == m.hidden_size or raw.get("kv_channels") is not None

@@ -127,7 +127,7 @@ def test_sparse_attention_is_cheaper_only_at_long_context():
     def attn(model, s):
         from solveplan.formulation.layer_terms import attention_core_s
         if model.is_dsa:
-            return sum(dsa.dsa_attention_s(gpu, model, batch=1, heads=128, s_q=s, s_k=s, hbm=3e12))
+            return sum(dsa.attention_s(gpu, model, batch=1, heads=128, s_q=s, s_k=s, hbm=3e12))
         return sum(attention_core_s(gpu, batch=1, heads=128, s_q=s, s_k=s, head_dim=160, flash=True, kernel="cudnn",
                                     hbm_bytes_per_s=3e12))
     assert attn(m, 131072) < 0.2 * attn(_dense(m), 131072)

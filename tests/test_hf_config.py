@@ -25,8 +25,8 @@ CATALOG_TWINS = ("llama2-7b", "llama3.1-8b", "mistral-7b", "qwen2-7b", "gpt2", "
 MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b", "DeepSeek-V2-Lite", "DeepSeek-V3",
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
-       "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct", "DeepSeek-V3.2", "GLM-5", "GLM-5.2")  # the last three:
-# tests/test_dsa.py
+       "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct", "DeepSeek-V3.2", "GLM-5", "GLM-5.2",  # tests/test_dsa.py
+       "DeepSeek-V4-Flash", "DeepSeek-V4-Pro")  # tests/test_dsv4.py
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
           "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
           "Qwen3.5-397B-A17B", "Qwen3.5-122B-A10B", "Qwen3.5-35B-A3B", "Qwen3.5-27B")  # tests/test_gdn.py
@@ -60,6 +60,7 @@ MOE_PUBLISHED = {
     "DeepSeek-V3.2": (671, 37, True, "DeepSeek-V3.2-Exp technical report: V3.1-Terminus's architecture (671B, 37B "
                                      "activated) with the lightning indexers (0.85B, not stated)"),
     "GLM-5": (744, 40, "no_embeddings", "zai-org/GLM-5 model card: 744B parameters, 40B active"),
+    "DeepSeek-V4-Flash": (284, 13, True, "deepseek-ai/DeepSeek-V4-Flash model card: 284B total, 13B activated"),
 }
 # Two figures published to two digits that our count exceeds by more than their precision (checked
 # by hand against the modelling code: every weight of the model is in the count); the brief asks for
@@ -93,7 +94,7 @@ def _load(name):
 
 
 # an architecture the formulation does not price, refused naming what it lacks
-REFUSED = ("DeepSeek-V4-Flash",)
+REFUSED = ("Kimi-K3",)
 
 
 def test_fixture_coverage():
@@ -101,11 +102,11 @@ def test_fixture_coverage():
 
 
 def test_a_real_config_of_an_unpriced_architecture_is_refused_naming_it(cli):
-    """DeepSeek-V4-Flash's config.json: its compressed sparse attention, hash-routed layers and hyper-connections
-    are what is missing, said in one line with the keys that carry them; exit 2, nothing on stdout."""
-    code, out, err = cli("show", str(DATA / "hf" / "DeepSeek-V4-Flash" / "config.json"))
+    """Kimi K3's config.json: its text decoder's Kimi Delta Attention layers are what is missing, said in one
+    line; exit 2, nothing on stdout."""
+    code, out, err = cli("show", str(DATA / "hf" / "Kimi-K3" / "config.json"))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "'deepseek_v4' is not modelled: DeepSeek-V4's compressed sparse attention" in err and "hc_mult" in err
+    assert "'kimi_k3' is not modelled: Kimi Delta Attention layers" in err
     families = {json.loads((DATA / "hf" / n / "config.json").read_text()).get("model_type") for n in FIXTURES}
     assert {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2", "nemotron", "gpt_neox",
             "gpt2", "opt", "bloom"} <= families
@@ -300,13 +301,15 @@ MOE_TWINS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "mixtral-8x22b": "Mixtral-8x22
              "llama4-scout": "Llama-4-Scout-17B-16E-Instruct", "llama4-maverick": "Llama-4-Maverick-17B-128E-Instruct",
              "qwen2-57b-a14b": "Qwen2-57B-A14B", "minimax-m2.5": "MiniMax-M2.5",
              "qwen3-coder-480b-a35b": "Qwen3-Coder-480B-A35B-Instruct", "deepseek-v3.2": "DeepSeek-V3.2",
-             "glm-5": "GLM-5"}
+             "glm-5": "GLM-5", "deepseek-v4-flash": "DeepSeek-V4-Flash", "deepseek-v4-pro": "DeepSeek-V4-Pro"}
 MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
             "moe_shared_expert_gate", "moe_layer_freq", "moe_layer_pattern", "moe_router_score_function",
             "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
             "moe_expert_capacity_factor", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
             "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "kv_channels", "norm_epsilon", "dsa_indexer_n_heads",
-            "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved", "dsa_indexer_rotate_activation")
+            "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved", "dsa_indexer_rotate_activation",
+            "csa_compress_ratios", "csa_window_size", "o_groups", "o_lora_rank", "num_residual_streams",
+            "mhc_sinkhorn_iterations", "moe_n_hash_layers", "activation_clamp", "moe_router_score_function")
 
 
 @pytest.mark.parametrize("entry", sorted(MOE_TWINS))
@@ -359,7 +362,7 @@ def test_moe_errors_are_one_line():
         (_moe_cfg(mlp_only_layers="all"), "'mlp_only_layers' must be a list of layer indices"),
         ({"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"]}, "has no text_config"),
         ({**_moe_cfg(model_type="deepseek_v3"), "n_routed_experts": 8, "scoring_func": "relu"},
-         "missing 'kv_lora_rank'|'scoring_func' must be softmax or sigmoid"),
+         "missing 'kv_lora_rank'|'scoring_func' must be softmax, sigmoid or sqrtsoftplus"),
     ]
     for cfg, match in cases:
         with pytest.raises(InputError, match=match) as exc:

@@ -43,7 +43,8 @@ def test_every_row_is_read_or_skipped_with_a_stated_reason():
     # every MoE model of the catalog the file measures is read (on H100, B200, GB200, GB300, B300)
     assert set(counts) == {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "mixtral-8x7b",
                            "mixtral-8x22b", "llama4-scout", "kimi-k2", "nemotron3-nano", "nemotron3-super",
-                           "nemotron3-ultra"}, counts
+                           "nemotron3-ultra", "deepseek-v4-flash"}, counts
+    assert not [r.id for r in ROWS if r.skipped and "architecture is not priced" in r.skipped]  # DeepSeek-V4 read
     assert len(readable) >= 70
 
 
@@ -384,7 +385,7 @@ def test_a_model_name_spells_the_longest_catalog_key_or_none():
     assert key_named("Llama 4 Scout (16 experts)", **moe) == "llama4-scout"
     assert key_named("DeepSeek-V3 671B", **moe) == "deepseek-v3"
     assert key_named("Llama 3 70B", **moe) is None and key_named("Llama 3 70B") == "llama3-70b"  # the alias
-    assert key_named("DeepSeek-V4 Flash") is None and key_named("") is None
+    assert key_named("DeepSeek-V4 Flash", **moe) == "deepseek-v4-flash" and key_named("") is None
 
 
 def test_a_row_stating_only_model_tflops_is_read_by_the_model_flop_count():

@@ -7,8 +7,7 @@ What a row states wins:
   config); the row's own dimensions (layers, hidden, heads, experts, top-k, expert FFN, MLA ranks) are checked against
   it and a row that disagrees is skipped with the difference. A model without a catalog entry is
   built from the shape the row states (`moe_row_model`, Megatron-Core's MoE defaults for the rest,
-  said); one whose shape the row cannot state (Nemotron 3 Ultra's hybrid layers; DeepSeek-V4,
-  whose architecture its sources do not publish) is skipped with that reason. MTP and token
+  said); DeepSeek-V4 Flash, whose row states its name only, is its catalog entry (built from its config.json). MTP and token
   dropping follow the row's label ("with/without MTP", "token-drop" / "dropless"); unlabelled,
   the published config.
 - the configuration: tp, pp, cp, ep, vp, micro-batch, global batch; etp, recompute, sequence
@@ -61,12 +60,9 @@ from .tasks import task_problem, task_settings
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key names the catalog entry (models/<key>.yaml); the family, for cross-validation by model
-FAMILY_OF_KEY = {"deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss", "mixtral": "mixtral",
-                 "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
-NOT_IN_CATALOG = {
-    "deepseek-v4": ("DeepSeek-V4's architecture is not priced (compressed sparse attention, hash-routed MoE layers, "
-                    "hyper-connections: specs/hf_families.NOT_MODELLED)"),
-}
+FAMILY_OF_KEY = {"deepseek-v4": "deepseek-v4", "deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss",
+                 "mixtral": "mixtral", "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
+NOT_IN_CATALOG: dict[str, str] = {}  # row keys with no catalog entry and no stated shape, with why (none left)
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
 PRECISION_OF_ROW: tuple[tuple[str, Precision], ...] = (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
                     ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))

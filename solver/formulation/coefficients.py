@@ -12,13 +12,11 @@ the CP-SAT encoding and the baselines all consume them, so there is exactly one 
   plus exponentials, overlapped on Hopper by fused kernels), memory-bound elementwise work, a per-layer
   launch overhead; the precision recipe's GEMM rate and quantisation traffic (`precision.py`);
 - communication (`comm.py`): NCCL ring/tree on each group's links, node NICs shared by the rings that cross them;
-- overlap, each term explicit: TP collectives exposed (or hidden behind the GEMMs with
-  Transformer Engine's userbuffers), the CP ring behind the attention, FSDP / ZeRO-3 per-layer
-  gathers prefetched behind the previous layer and reduce-scatters behind the backward, the
-  data-parallel reduction behind the last micro-batch's backward, pipeline sends behind the
-  other chunk's work when interleaved (Megatron's --overlap-p2p-communication);
-- memory (`memory.py`), less what fine-grained activation offloading moves to the host, whose copies'
-  stall is a term of its own (`fine_offload.py`);
+- overlap, each term explicit: TP collectives exposed (or hidden behind the GEMMs with Transformer Engine's
+  userbuffers), the CP ring behind the attention, FSDP / ZeRO-3 per-layer gathers prefetched behind the previous
+  layer and reduce-scatters behind the backward, the data-parallel reduction behind the last micro-batch's
+  backward, pipeline sends behind the other chunk's work when interleaved (Megatron's --overlap-p2p-communication);
+- memory (`memory.py`), less what fine-grained activation offloading moves to the host (`fine_offload.py`);
 - the software stack (`frameworks.py`, `framework=`): eager stacks' saved tensors, logits, model
   state, elementwise traffic, weight casts and per-op dispatch; megatron leaves every term as is;
 - LoRA (`lora.py`, `lora=`): the frozen base without weight gradients, training state, DP reduction or
@@ -32,7 +30,7 @@ import numpy as np
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
-from . import comm, dsa, frameworks, lora, memory
+from . import comm, dsa, dsv4, frameworks, lora, memory
 from .data_parallel import (
     embedding_group_allreduce_s,
     grad_reduce_bytes,
@@ -197,8 +195,9 @@ class _StageTerms:
             core_fwd, core_bwd = windowed_attention_s(gpu, model, (core_fwd, core_bwd), kernel=self.attention_kernel,
                                                       batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
                                                       hbm_bytes_per_s=hbm)
-        if model.is_dsa:  # DeepSeek Sparse Attention: the sparse latent core and the indexer (dsa.py)
-            core_fwd, core_bwd = dsa.dsa_attention_s(gpu, model, batch=b, heads=a / t, s_q=s / c, s_k=s, hbm=hbm)
+        if model.is_dsa or model.is_dsv4:  # DeepSeek's sparse attention: the core, the indexer (dsa.py, dsv4.py)
+            core_fwd, core_bwd = (dsv4 if model.is_dsv4 else dsa).attention_s(gpu, model, batch=b, heads=a / t,
+                                                                              s_q=s / c, s_k=s, hbm=hbm)
         self.core_fwd, self.core_bwd = core_fwd, core_bwd
         self.el_fwd, self.el_bwd = el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
             stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
@@ -378,7 +377,8 @@ class _StageTerms:
         if self.latent_width:  # multi-latent attention: the latents, kept on every TP rank
             layer_act = layer_act + np.where(rc == 2, 0.0, self.latent_width * M)
             working = working + np.where(rc == 2, self.latent_width * M, 0.0)
-        layer_act = layer_act + np.where(rc == 2, 0.0, dsa.saved_bytes_per_token(model, t) * M)  # DSA's, else 0
+        sparse = dsa.saved_bytes_per_token(model, t) + dsv4.saved_bytes_per_token(model, t, s)  # 0 without them
+        layer_act = layer_act + np.where(rc == 2, 0.0, sparse * M)
         self.recompute_working = working  # the working set before ZeRO-3's live layers (eager_peak)
         self.layer_act, self.working = layer_act, working + self.z3_live  # ZeRO-3's live layers (data_parallel)
         self.first_act = frameworks.first_stage_act_bytes(stack, M, h, rep, model.dropout > 0, self.fam)  # embedding
@@ -472,7 +472,7 @@ class _StageTerms:
         compute (default on)."""
         t, c, d, p, v = self.t, self.c, self.d, self.p, self.v
         pp_bw, pp_lat = comm.p2p_link(self.cluster, t * c * d)
-        p2p = 2 * comm.p2p_s(self.act_msg / t, pp_bw, pp_lat)
+        p2p = 2 * comm.p2p_s(self.act_msg / t * self.model.num_residual_streams, pp_bw, pp_lat)  # mHC: n streams
         chunk_work = unit["work"] * units / np.maximum(p * v, 1)
         return np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
 

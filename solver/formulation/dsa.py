@@ -108,7 +108,7 @@ def indexer_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k, hbm_bytes_per_s:
     return fwd + SCORE_PASS_BYTES * pairs / hbm_bytes_per_s, 0.0 * fwd
 
 
-def dsa_attention_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k, hbm: float):
+def attention_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k, hbm: float):
     """(forward, backward) of a DSA layer's attention beyond its linears: the sparse core and the indexer (`hbm`:
     the GPU's HBM bytes/s)."""
     core = sparse_core_s(gpu, model, batch=batch, heads=heads, s_q=s_q, s_k=s_k)

@@ -129,19 +129,22 @@ def layers_mixed(core, other, share):
 
 
 def flash_attention_s(*, batch, heads, s_q, s_k, head_dim, causal, flop_per_s, efficiency, exp_per_s, overlap_exp,
-                      window=None):
+                      window=None, keys=None):
     """(forward, backward) time of FlashAttention for `batch` sequences, `heads` heads on this
     GPU, `s_q` queries against `s_k` keys each. A causal `window` of w tokens (each query sees the
     last w keys: TE/flash-attn window_size (w - 1, 0)) skips the blocks outside the band: a query
     sees w (1 - w / 2 s_k) keys on average over the sequence, and the band's edge blocks are
-    computed whole (useful fraction keys / (keys + S_HALF), as the causal diagonal's)."""
+    computed whole (useful fraction keys / (keys + S_HALF), as the causal diagonal's); `keys` (an average per
+    query) prices a sparse kernel over gathered keys alike."""
     b, a, sq, sk, d = (np.asarray(x, dtype=np.float64) for x in (batch, heads, s_q, s_k, head_dim))
     scores = b * a * sq * sk * np.where(causal, 0.5, 1.0)
     u_len = np.where(causal, sq / (sq + S_HALF), 1.0)
     if window is not None and causal:  # a window as long as the sequence is the causal mask
-        keys = window_keys(window, sk)
+        band = window_keys(window, sk)
         banded = window < sk
-        scores, u_len = np.where(banded, b * a * sq * keys, scores), np.where(banded, keys / (keys + S_HALF), u_len)
+        scores, u_len = np.where(banded, b * a * sq * band, scores), np.where(banded, band / (band + S_HALF), u_len)
+    if keys is not None:  # a sparse kernel over `keys` gathered keys per query (DeepSeek-V4: formulation/dsv4.py)
+        scores, u_len = b * a * sq * keys, keys / (keys + S_HALF)
     rate = flop_per_s * efficiency * u_len
     mm_fwd = 4.0 * d * scores / rate
     mm_bwd = 10.0 * d * scores / rate

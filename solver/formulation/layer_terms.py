@@ -48,7 +48,7 @@ def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_b
     forward and its two backward GEMMs (`kernels.linear_s`) at the recipe's rate `mm`, plus the
     recipe's quantisation of each GEMM's input (`cast_bytes` per element: 0 without FP8)."""
     gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = mlp_fwd = mlp_bwd = up_fwd = 0.0
-    up_index = (1, 3) if model.q_lora_rank else (2,)
+    up_index = (1,) if model.is_dsv4 else ((1, 3) if model.q_lora_rank else (2,))  # MLA's up projections
     for i, (N, K) in enumerate(list(attn_linears) + mlp_linears(model, tp)):
         fw, bw = linear_s(tokens, N, K, **mm)
         gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec
-from . import comm, dsa
+from . import comm, dsa, dsv4
 from .kernels import BF16_BYTES, grouped_linear_s, linear_s
 
 ROUTER_BYTES_PER_EXPERT = 16.0  # fp32 logits written, read by softmax/sigmoid, scores written, read by top-k
@@ -73,6 +73,9 @@ def attention_geometry(model: ModelSpec, tp):
     over TP (`dsa.indexer_linears`)."""
     t = np.asarray(tp, dtype=np.float64)
     h, a = model.hidden_size, model.num_attention_heads
+    if model.is_dsv4:  # one KV head of d; Q and the output a d wide; the Q and KV latents kept (dsv4.py)
+        d = model.v_head_dim or 0
+        return dsv4.attention_linears(model, t), a * d, d, d, 2.0 * ((model.q_lora_rank or 0) + d)
     if not model.multi_latent_attention:
         hq, hkv = model.q_hidden_size, model.kv_hidden_size
         gate = hq * model.attention_output_gate  # the output gate's logits, a second Q-wide output of QKV

@@ -71,6 +71,6 @@ def mla_up_recompute(model, mods, *, tokens, tp, up_fwd_s, hbm):
         return 0.0, 0.0
     a = model.num_attention_heads
     d_qk = model.qk_head_dim + model.qk_pos_emb_head_dim
-    qkv = a * (2 * d_qk + model.v_head_dim) / tp
+    qkv = a * (2 * d_qk + (0 if model.is_dsv4 else model.v_head_dim)) / tp  # DeepSeek-V4: Q up and rotated Q
     rope = 2.0 * 2 * a * model.qk_pos_emb_head_dim / tp  # read + write the rotary part of Q and K
     return 2.0 * tokens * qkv, up_fwd_s + 2.0 * tokens * rope / hbm

@@ -1,5 +1,4 @@
-"""Megatron-LM command-line arguments that launch a plan and build the planned model (pure:
-returns strings).
+"""Megatron-LM command-line arguments that launch a plan and build the planned model (pure: returns strings).
 
 Names, types and the rules `validate_args` enforces follow Megatron-LM's
 `megatron/training/arguments.py` (checked at commit d98e8a6 by benchmarks/megatron_args.py, which
@@ -195,15 +194,16 @@ def pipeline_layout(layers: list[int], vp: int, units: tuple[int, int] = (0, 1))
 
 
 def split_flags(layers: list[int], vp: int, units: tuple[int, int] | None = None) -> tuple[list[str], list[str], str | None]:
-    """(flags, notes, layout) expressing the layer split; with `units` (sparse attention's index sharing: prefix
-    and unit size) and vp > 1 always a layout of whole units per virtual stage, so each starts on a layer that
-    computes a top-k (Megatron's own even division of a stage may cut a group)."""
+    """(flags, notes, layout) expressing the layer split; with `units` (prefix and unit size: sparse attention's
+    index sharing, DeepSeek-V4's hash-routed layers) and more than one (virtual) stage always a layout of whole
+    units per virtual stage, the prefix in the embedding's, so each starts where Megatron allows (its own even
+    division of a stage may cut a group; hash-routed layers need a layout with pp > 1)."""
     p = len(layers)
-    if units is not None and vp > 1:
+    if units is not None and p * vp > 1:
         layout = pipeline_layout(layers, vp, units)
         return (["--pipeline-model-parallel-layout", layout],
-                ["the layout's virtual stages hold whole index-sharing groups: each starts on a layer that computes a "
-                 "top-k"], layout)
+                ["the layout's virtual stages hold whole units: the hash-routed layers on the embedding's, each other "
+                 "starting on a layer that computes its top-k"], layout)
     if p == 1:
         return [], [], None
     first, last, mid = layers[0], layers[-1], layers[1:-1]
@@ -246,7 +246,7 @@ def pipeline_flags(plan: Plan, model: ModelSpec | None = None) -> tuple[list[str
             f"{list(plan.layers_per_stage)})"], given
     counted = [flag for knob, flag in MEGATRON_FLAGS.items() if getattr(par, knob)]
     if not counted:
-        if model is not None and model.dsa_index_sharing:
+        if model is not None and (model.dsa_index_sharing or model.moe_n_hash_layers):
             k, d, m, _ = model.pipeline_units
             return split_flags(list(plan.layers_per_stage), par.vp, (k, d + m))
         return split_flags(list(plan.layers_per_stage), par.vp)

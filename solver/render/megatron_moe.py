@@ -210,6 +210,8 @@ def _mla_flags(model, a: list[str], notes: list[str]) -> list[str]:
         a.append("--qk-layernorm")  # MLA's norms of the compressed Q and KV (DeepSeek-V2 Sec. 2.1)
     if model.is_dsa:
         a = _dsa_flags(model, a, notes)
+    if model.is_dsv4:
+        a = _dsv4_flags(model, a, notes)
     if model.position_embedding == "rope":
         a += ["--rope-type", "rope"]
         if model.rope_scaling_factor is not None:
@@ -246,6 +248,38 @@ def _dsa_flags(model, a: list[str], notes: list[str]) -> list[str]:
     notes.append("DeepSeek Sparse Attention runs on Transformer Engine with the cuDNN frontend's DSA kernels and "
                  "FlashMLA (flash_mla_sparse_fwd) installed; the indexer's loss coefficient "
                  f"{DSA_INDEXER_LOSS_COEFF} is Megatron-Bridge's GLM-5 setting, a training choice: set your own")
+    return a
+
+
+# DeepSeek-V4's recipes train the indexer's KL loss at this coefficient on the selected entries (Megatron-LM dev
+# examples/moe_recipes/deepseek_v4_flash/gb200/mxfp8_SL4K_128GPU_TP1PP1EP64.yaml: dsa_indexer_loss_coeff 1e-2)
+DSV4_INDEXER_LOSS_COEFF = 0.01
+
+
+def _dsv4_flags(model, a: list[str], notes: list[str]) -> list[str]:
+    """DeepSeek-V4 (Megatron-LM dev d48bd6be0a; flags derived from TransformerConfig's fields, as its recipes set
+    them): `--experimental-attention-variant dsv4_hybrid`, the per-layer compression ratios and window, the
+    indexer of the ratio-4 layers with its sparse loss, the grouped output projection, mHC's residual streams
+    and Sinkhorn iterations, the hash-routed layers; the KV head's width as --kv-channels (qk_head_dim and
+    kv_lora_rank are derived by Megatron from v_head_dim and the rope part)."""
+    n_i, d_i, k = model.dsa_dims
+    ratios = model.csa_compress_ratios
+    a = _drop_flag(_drop_flag(a, "--kv-channels", 1), "--kv-lora-rank", 1)
+    a += ["--kv-channels", str(model.v_head_dim), "--experimental-attention-variant", "dsv4_hybrid",
+          "--csa-compress-ratios", "[" + ",".join(str(r) for r in ratios) + "]",
+          "--csa-window-size", str(model.csa_window_size), "--dsa-indexer-n-heads", str(n_i),
+          "--dsa-indexer-head-dim", str(d_i), "--dsa-indexer-topk", str(k), "--dsa-kernel-backend", "cudnn",
+          "--dsa-indexer-loss-coeff", str(DSV4_INDEXER_LOSS_COEFF), "--dsa-indexer-use-sparse-loss",
+          "--o-groups", str(model.o_groups), "--o-lora-rank", str(model.o_lora_rank)]
+    if model.num_residual_streams > 1:
+        a += ["--enable-hyper-connections", "--num-residual-streams", str(model.num_residual_streams),
+              "--mhc-sinkhorn-iterations", str(model.mhc_sinkhorn_iterations)]
+    if model.moe_n_hash_layers:
+        a += ["--moe-n-hash-layers", str(model.moe_n_hash_layers)]
+    notes.append("DeepSeek-V4 needs Megatron-LM's dev branch (dsv4_hybrid attention, mHC, hash routing) with "
+                 "FlashMLA and the cuDNN frontend's DSA kernels; the hash-routed layers need the tokenizer's token "
+                 "ids and a trained token-to-expert table (a checkpoint's); the compressed layers' RoPE base "
+                 "(--csa-compress-rotary-base, HF compress_rope_theta) is left at Megatron's default")
     return a
 
 

@@ -42,7 +42,14 @@ import numpy as np
 from ..errors import InputError
 from ..specs import JobSpec
 from ..specs.peft import FROZEN_ZERO_UNPRICED
-from .experts import cp_a2a_violations, expert_degrees, hsdp_violations, hybrid_cp_violations, tp_split_widths
+from .experts import (
+    cp_a2a_violations,
+    dsv4_violations,
+    expert_degrees,
+    hsdp_violations,
+    hybrid_cp_violations,
+    tp_split_widths,
+)
 from .pipeline_split import slot_count, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
 
@@ -218,6 +225,8 @@ def _degrees(job: JobSpec):
         for cp in _allowed(cons, "cp", divisors(N // tp)):
             if cp > 1 and (not job.flash_attention or s % (2 * cp) or hybrid_cp_violations(model, tp=tp, cp=cp)
                            or cp_a2a_violations(model, tp=tp, cp=cp)):
+                continue
+            if dsv4_violations(model, tp=tp, cp=cp):  # DeepSeek-V4: tp 1, cp 1
                 continue
             for pp in _allowed(cons, "pp", divisors(N // (tp * cp))):
                 dp = N // (tp * cp * pp)

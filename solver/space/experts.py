@@ -149,6 +149,20 @@ def hsdp_violations(job: JobSpec, *, tp: int, cp: int, dp: int, ep: int, etp: in
     return []
 
 
+def dsv4_violations(model: ModelSpec, *, tp: int, cp: int) -> list[tuple[str, str]]:
+    """What Megatron-LM dev (d48bd6be0a) asserts of DeepSeek-V4's attention: tensor parallelism 1 ("dsv4_hybrid ...
+    tensor_model_parallel_size == 1", transformer_config.py ~1760-1762); context parallelism only on packed (THD)
+    sequences with a contiguous partition (~1587-1616), which solveplan does not plan."""
+    if not model.is_dsv4:
+        return []
+    errs = []
+    if tp > 1:
+        errs.append(("tp", "DeepSeek-V4's attention runs with tp = 1 only (Megatron-LM dev); use tp = 1"))
+    if cp > 1:
+        errs.append(("cp", "DeepSeek-V4's context parallelism needs packed (THD) sequences, not modelled; use cp = 1"))
+    return errs
+
+
 def a2a_overlap_violations(*, ep: int, pp: int, vp: int, recompute: str) -> list[tuple[str, str]]:
     """What Megatron's --overlap-moe-expert-parallel-comm asserts of a configuration
     (transformer_config.py `__post_init__`)."""

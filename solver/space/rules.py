@@ -27,7 +27,15 @@ from ..specs import JobSpec
 from ..specs.frameworks import config_conflicts, default_for
 from ..specs.job import rule_violations
 from .enumeration import enumerate_shapes
-from .experts import cp_a2a_violations, default_etp, ep_violations, hsdp_violations, hybrid_violations, tp_split_widths
+from .experts import (
+    cp_a2a_violations,
+    default_etp,
+    dsv4_violations,
+    ep_violations,
+    hsdp_violations,
+    hybrid_violations,
+    tp_split_widths,
+)
 from .pipeline_layout import Layout, layout_degrees, priced_split, read_layout
 from .pipeline_split import rank_layers, split_problems, unit_split
 from .shapes import RECOMPUTE_CODES, Shapes
@@ -94,7 +102,7 @@ def config_violations(job: JobSpec, *, tp: int, pp: int, cp: int, vp: int, micro
     if zero == 3 and pp > 1:
         errs.append(("zero", "ZeRO-3 is not combined with pipeline parallelism; use zero = 1 or pp = 1"))
     errs += hybrid_violations(model, tp=tp, cp=cp, account=account_for_embedding or account_for_loss)
-    errs += cp_a2a_violations(model, tp=tp, cp=cp)
+    errs += cp_a2a_violations(model, tp=tp, cp=cp) + dsv4_violations(model, tp=tp, cp=cp)
     errs += hsdp_violations(job, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
     errs += ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp, sequence_parallel=sequence_parallel,
                           pp=pp, vp=vp, recompute=recompute, a2a_overlap=job.moe_a2a_overlap)

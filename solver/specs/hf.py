@@ -61,7 +61,7 @@ from typing import Any, overload
 from pydantic import ValidationError
 
 from ..errors import InputError, escape_text, validation_error
-from .hf_dsa import dsa_fields
+from .hf_dsa import DSV4_FAMILIES, sparse_attention_fields
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
 from .model import ModelSpec
@@ -333,8 +333,8 @@ def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     if not all(pattern):
         out["moe_layer_pattern"] = tuple(pattern)
     score = data.get("scoring_func", fam.score) if mt.startswith("deepseek") else fam.score
-    if score not in ("softmax", "sigmoid"):
-        raise _fail(f"({mt}) 'scoring_func' must be softmax or sigmoid (got {score!r})")
+    if score not in ("softmax", "sigmoid", "sqrtsoftplus"):
+        raise _fail(f"({mt}) 'scoring_func' must be softmax, sigmoid or sqrtsoftplus (got {score!r})")
     out["moe_router_score_function"] = score
     method = data.get("topk_method")
     if mt.startswith("deepseek"):
@@ -392,6 +392,8 @@ def _sliding_window(data: dict, mt: str, layers: int) -> dict:
     """`sliding_window` and how many layers use it (`sliding_window_layers`), from `layer_types`
     when the file lists them, else by the family's rule (`_WINDOWS`)."""
     default, rule = _WINDOWS.get(mt, (None, "all"))
+    if mt in DSV4_FAMILIES:  # DeepSeek-V4's window is part of its own attention (csa_window_size: hf_dsa.py)
+        return {}
     window = _int(data, mt, "sliding_window", default=None) if "sliding_window" in data else default
     if window is None or (rule == "qwen" and not _bool(data, mt, "use_sliding_window", False)):
         return {}
@@ -472,7 +474,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         spec["kv_channels"] = head_dim
     if mt in _MOE:
         spec.update(_moe(data, mt, layers, notes))
-    spec.update(dsa_fields(data, mt, layers, notes, _int, _bool, _fail))  # DeepSeek Sparse Attention's families only
+    spec.update(sparse_attention_fields(data, mt, layers, notes, _int, _bool, _fail))  # DSA, DeepSeek-V4; else {}
     if mt == "gpt_oss":  # modeling_gpt_oss.py: `sinks` per head; experts (up + 1) * gate * sigmoid(1.702 gate), clamped
         spec.update(softmax_type="learnable", activation="quick_geglu", glu_linear_offset=1.0,
                     activation_clamp=_num(data, mt, "swiglu_limit", 7.0))

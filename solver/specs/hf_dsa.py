@@ -1,6 +1,8 @@
-"""DeepSeek Sparse Attention's fields of a Hugging Face config (`specs.hf`'s `DSA_FAMILIES`: transformers
-DeepseekV32Config and GlmMoeDsaConfig): the indexer's heads, head dimension and top-k, GLM's interleaved indexer
-RoPE, and the family's Hadamard rotation. `specs.hf` passes its readers (`_int`, `_bool`) and its error (`_fail`)."""
+"""DeepSeek's sparse attention fields of a Hugging Face config: DeepSeek Sparse Attention (`DSA_FAMILIES`:
+transformers DeepseekV32Config and GlmMoeDsaConfig: the indexer's heads, head dimension and top-k, GLM's interleaved
+indexer RoPE, the family's Hadamard rotation, index sharing) and DeepSeek-V4's attention (`DSV4_FAMILIES`:
+transformers DeepseekV4Config, mapped as Megatron-Bridge's deepseek_v4_bridge.py maps it to Megatron-LM dev's
+fields). `specs.hf` passes its readers (`_int`, `_bool`) and its error (`_fail`)."""
 
 from __future__ import annotations
 
@@ -38,3 +40,45 @@ def dsa_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _bool, 
 def _types(freq: int, offset: int, layers: int) -> list[str]:
     """transformers' `indexer_types` spelling of `index_mask`: "full" runs the indexer, "shared" reuses a top-k."""
     return ["full" if v else "shared" for v in index_mask(freq, offset, layers)]
+
+
+DSV4_FAMILIES = ("deepseek_v4",)
+
+
+def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail) -> dict:
+    """DeepSeek-V4 (Megatron-Bridge @ 067f987df03b deepseek_v4_bridge.py ~390-526): head_dim -> v_head_dim with the
+    rope part qk_rope_head_dim (qk_head_dim = kv_lora_rank = the rest, as Megatron derives them), q_lora_rank,
+    o_groups, o_lora_rank, compress_ratios (one per layer and MTP layer) -> csa_compress_ratios, sliding_window ->
+    csa_window_size, index_* -> the indexer, hc_mult -> num_residual_streams, hc_sinkhorn_iters ->
+    mhc_sinkhorn_iterations, num_hash_layers -> moe_n_hash_layers, swiglu_limit -> the experts' clamp. {} for
+    another family."""
+    if mt not in DSV4_FAMILIES:
+        return {}
+    d, d_rope = _int(data, mt, "head_dim"), _int(data, mt, "qk_rope_head_dim")
+    ratios = data.get("compress_ratios")
+    mtp = _int(data, mt, "num_nextn_predict_layers", default=0)
+    if not isinstance(ratios, list) or len(ratios) < layers or any(r not in (0, 4, 128) for r in ratios):
+        raise _fail(f"({mt}) 'compress_ratios' must list 0, 4 or 128 for each of the {layers} layers")
+    ratios = list(ratios) + [0] * (layers + mtp - len(ratios))  # the bridge pads the MTP layers with 0
+    out = dict(multi_latent_attention=True, q_lora_rank=_int(data, mt, "q_lora_rank"), kv_channels=d, v_head_dim=d,
+               qk_pos_emb_head_dim=d_rope, qk_head_dim=d - d_rope, kv_lora_rank=d - d_rope,
+               o_groups=_int(data, mt, "o_groups"), o_lora_rank=_int(data, mt, "o_lora_rank"),
+               csa_compress_ratios=tuple(ratios), csa_window_size=_int(data, mt, "sliding_window"),
+               dsa_indexer_n_heads=_int(data, mt, "index_n_heads"), dsa_indexer_head_dim=_int(data, mt, "index_head_dim"),
+               dsa_indexer_topk=_int(data, mt, "index_topk"), dsa_indexer_rotate_activation=True,
+               num_residual_streams=_int(data, mt, "hc_mult", default=1),
+               mhc_sinkhorn_iterations=_int(data, mt, "hc_sinkhorn_iters", default=20),
+               moe_n_hash_layers=_int(data, mt, "num_hash_layers", default=0))
+    if data.get("swiglu_limit") is not None:
+        out["activation_clamp"] = float(data["swiglu_limit"])
+    counts = {r: ratios[:layers].count(r) for r in (0, 4, 128)}
+    notes.append(f"DeepSeek-V4 attention: a {out['csa_window_size']}-token window on every layer, {counts[4]} layers "
+                 f"with the top-{out['dsa_indexer_topk']} of 4-token compressed entries, {counts[128]} with every "
+                 f"128-token entry; mHC with {out['num_residual_streams']} residual streams; the first "
+                 f"{out['moe_n_hash_layers']} MoE layers routed by hash")
+    return out
+
+
+def sparse_attention_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _bool, _fail) -> dict:
+    """The fields of DeepSeek's sparse attention families (`dsa_fields`, `dsv4_fields`); {} for another family."""
+    return dsa_fields(data, mt, layers, notes, _int, _bool, _fail) | dsv4_fields(data, mt, layers, notes, _int, _fail)

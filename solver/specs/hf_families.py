@@ -80,6 +80,11 @@ _FAMILIES: dict[str, _Family] = {
     "deepseek_v3": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
     # DeepSeek-V3.2 (transformers DeepseekV32Config): V3's layers with DeepSeek Sparse Attention (index_* keys)
     "deepseek_v32": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    # DeepSeek-V4 (transformers DeepseekV4Config; Megatron-LM dev's dsv4_hybrid attention): every layer MoE, the
+    # attention, mHC and hash routing read by specs/hf_dsa.py `dsv4_fields`
+    "deepseek_v4": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",
+                                                            "the attention sinks, the per-head Q norm and inverse RoPE "
+                                                            "of the output (elementwise, not priced)")),
     # GLM-5 / GLM-5.1 (transformers GlmMoeDsaConfig / modeling_glm_moe_dsa.py): DeepSeek-V3's layout (MLA, dense
     # first layers, sigmoid router with its correction bias, shared expert) with DeepSeek Sparse Attention
     "glm_moe_dsa": _Family(gated=True, tied=False, rope_theta=1e6, eps=1e-5,
@@ -131,6 +136,8 @@ _MOE: dict[str, _Moe] = {
                         shared="deepseek", score="sigmoid", mla=True, mtp=True),
     "deepseek_v32": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
                          shared="deepseek", score="sigmoid", mla=True, mtp=True),
+    "deepseek_v4": _Moe(("n_routed_experts",), "moe_intermediate_size", None, "all", shared="deepseek",
+                        score="sigmoid", mtp=True),
     "glm_moe_dsa": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
                         shared="deepseek", score="sigmoid", expert_bias=True, mla=True, mtp=True),
     # Glm4MoeDecoderLayer: MoE from layer first_k_dense_replace on; shared experts n_shared_experts x
@@ -161,7 +168,7 @@ _ARCHITECTURES = {
     "GptOssForCausalLM": "gpt_oss", "Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4",
     "Glm4MoeForCausalLM": "glm4_moe", "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next",
     "Qwen3_5ForCausalLM": "qwen3_5_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
-    "DeepseekV32ForCausalLM": "deepseek_v32", "GlmMoeDsaForCausalLM": "glm_moe_dsa",
+    "DeepseekV32ForCausalLM": "deepseek_v32", "GlmMoeDsaForCausalLM": "glm_moe_dsa", "DeepseekV4ForCausalLM": "deepseek_v4",
 }
 # DeepSeek Sparse Attention families (`specs.hf._dsa`): the indexer's keys, and whether the indexer rotates q
 # and k by a Hadamard transform (DeepSeek-V3.2's reference indexer does; Megatron-Bridge's GLM-5 bridge,
@@ -177,7 +184,5 @@ _TEXT_MODEL_TYPES = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
 # price, with what it lacks: said in their refusal, so the user knows which part is missing (the configuration keys
 # that carry it in parentheses)
 NOT_MODELLED = {
-    "deepseek_v4": "DeepSeek-V4's compressed sparse attention, hash-routed layers and hyper-connections "
-                   "(compress_ratios, num_hash_layers, hc_mult)",
     "kimi_linear": "Kimi Delta Attention layers (a linear-attention mixer Megatron-LM has no layer for)",
 }

@@ -266,6 +266,9 @@ class JobSpec(Spec):
         if self.recompute_modules and "moe_act" in self.recompute_modules and not self.model.is_moe:
             raise ValueError("recompute module moe_act needs a mixture-of-experts model (Megatron: only with "
                              "--moe-grouped-gemm); drop it")
+        if self.moe_a2a_overlap and self.model.moe_n_hash_layers:  # Megatron-LM dev transformer_config.py ~2897-2899
+            raise ValueError("moe_a2a_overlap is refused with hash-routed MoE layers (moe_n_hash_layers, DeepSeek-V4); "
+                             "drop it")
         if self.moe_a2a_overlap and self.model.mtp_num_layers > 1:
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from .base import Name, Spec
+from .dsv4_shape import Dsv4Shape
 from .hybrid import HybridShape
 from .moe_shape import MoeShape
 from .pipeline_units import PipelineUnits
@@ -18,11 +19,11 @@ Activation = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu", "quick_g
 GATED_ACTIVATIONS = ("swiglu", "geglu", "quick_geglu")  # gated MLPs: 3 weight matrices
 SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
 ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
-RouterScore = Literal["softmax", "sigmoid"]
+RouterScore = Literal["softmax", "sigmoid", "sqrtsoftplus"]  # sqrt(softplus(logits)): DeepSeek-V4
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
 
 
-class ModelSpec(PipelineUnits, HybridShape, MoeShape, Spec):
+class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     name: Name
     num_layers: PositiveInt
     hidden_size: PositiveInt
@@ -112,7 +113,7 @@ class ModelSpec(PipelineUnits, HybridShape, MoeShape, Spec):
         None, description="1 (MoE) or 0 (dense) for each layer (Megatron's list --moe-layer-freq); overrides "
                           "moe_layer_freq, e.g. DeepSeek-V3's first 3 layers dense")
     moe_router_score_function: RouterScore = Field(
-        "softmax", description="router scores: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)")
+        "softmax", description="router scores: softmax (Mixtral, Qwen), sigmoid (DeepSeek-V3), sqrtsoftplus (DeepSeek-V4)")
     moe_router_enable_expert_bias: bool = Field(
         False, description="auxiliary-loss-free load balancing with a per-expert bias (DeepSeek-V3)")
     moe_router_num_groups: PositiveInt | None = Field(
@@ -138,6 +139,16 @@ class ModelSpec(PipelineUnits, HybridShape, MoeShape, Spec):
                                                               "(HF index_topk_freq; GLM-5.2: 4)")
     dsa_indexer_skip_topk_offset: NonNegativeInt = Field(0, description="layers 1..offset all compute (HF "
                                                                         "index_skip_topk_offset; GLM-5.2: 3)")
+    # ---- DeepSeek-V4 (Megatron-LM dev --experimental-attention-variant dsv4_hybrid; specs/dsv4_shape.py)
+    csa_compress_ratios: tuple[int, ...] | None = Field(None, description="0, 4 or 128 per layer and MTP layer "
+                                                                          "(HF compress_ratios)")
+    csa_window_size: PositiveInt = Field(128, description="every layer's sliding window (HF sliding_window)")
+    o_groups: PositiveInt | None = Field(None, description="groups of the low-rank output projection (HF o_groups)")
+    o_lora_rank: PositiveInt | None = Field(None, description="its rank per group (HF o_lora_rank)")
+    num_residual_streams: PositiveInt = Field(1, description="mHC residual streams (HF hc_mult); 1: plain residual")
+    mhc_sinkhorn_iterations: PositiveInt = Field(20, description="mHC Sinkhorn iterations (HF hc_sinkhorn_iters)")
+    moe_n_hash_layers: NonNegativeInt = Field(0, description="leading MoE layers routed by token-id hash (HF "
+                                                             "num_hash_layers)")
     mtp_num_layers: NonNegativeInt = Field(
         0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
                        "layer, a 2h x h projection and two norms, and a second LM head pass; a hybrid model's "
@@ -243,6 +254,7 @@ class ModelSpec(PipelineUnits, HybridShape, MoeShape, Spec):
         self._check_moe()
         self._check_mla()
         self._check_dsa()
+        self._check_dsv4()
         return self
 
     def _check_activation(self) -> None:
@@ -320,6 +332,8 @@ class ModelSpec(PipelineUnits, HybridShape, MoeShape, Spec):
         r_kv*a*(d_nope+d_v); the projection a*d_v*h; a DSA model's indexer (`dsa_indexer_params`; with index sharing
         the average layer's share, rounded)."""
         h, a = self.hidden_size, self.num_attention_heads
+        if self.is_dsv4:  # DeepSeek-V4's average layer (Dsv4Shape), rounded
+            return round(self.dsv4_attention_params)
         if not self.multi_latent_attention:
             hq = self.q_hidden_size
             return h * (hq * (1 + self.attention_output_gate) + 2 * self.kv_hidden_size) + hq * h

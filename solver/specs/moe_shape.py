@@ -94,7 +94,7 @@ class MoeShape:
         have no default (dsa.py builds its projections from them). Hybrid layer patterns ('D' layers) are not
         read here."""
         given = [f for f in DSA_FIELDS if getattr(self, f) is not None]
-        if not given:
+        if not given or getattr(self, "csa_compress_ratios", None) is not None:  # DeepSeek-V4's indexer: Dsv4Shape
             return
         if len(given) < len(DSA_FIELDS):
             missing = next(f for f in DSA_FIELDS if getattr(self, f) is None)
@@ -110,8 +110,9 @@ class MoeShape:
 
     @property
     def is_dsa(self) -> bool:
-        """Whether attention is DeepSeek Sparse Attention (`_check_dsa`: the three indexer fields set)."""
-        return self.dsa_indexer_topk is not None
+        """Whether attention is DeepSeek Sparse Attention (`_check_dsa`: the three indexer fields set), not DeepSeek-V4's
+        attention, whose ratio-4 layers use the same indexer fields (`Dsv4Shape`)."""
+        return self.dsa_indexer_topk is not None and getattr(self, "csa_compress_ratios", None) is None
 
     @property
     def dsa_dims(self) -> tuple[int, int, int]:

@@ -26,6 +26,7 @@ class PipelineUnits:
     hybrid_layer_pattern: Any
     dsa_indexer_topk_freq: int
     dsa_indexer_skip_topk_offset: int
+    moe_n_hash_layers: int
     if TYPE_CHECKING:  # properties of the other mixins (MoeShape, HybridShape), for the type checker only
         is_moe: bool
         moe_layer_mask: tuple
@@ -39,7 +40,10 @@ class PipelineUnits:
         index sharing (`dsa_indexer_topk_freq` f > 1), only on a layer that computes its own top-k ("Cross-layer
         top-k sharing does not cross PP boundaries. Choose a pipeline layout where each stage starts on a computing
         layer": Megatron-LM d98e8a6 experimental_attention_variant_module_specs.py
-        `_validate_dsa_index_share_pipeline_split`); every boundary otherwise."""
+        `_validate_dsa_index_share_pipeline_split`); nor inside DeepSeek-V4's hash-routed layers, which Megatron-LM
+        dev keeps on the embedding's stage (transformer_config.py ~2882-2896); every boundary otherwise."""
+        if 0 < count < self.moe_n_hash_layers:  # hash-routed layers share the embedding's stage (below)
+            return False
         f = self.dsa_indexer_topk_freq if self.is_dsa else 1
         offset = max(self.dsa_indexer_skip_topk_offset, 1)
         return f == 1 or count < offset or (count + 1 - offset) % f == 0
@@ -60,7 +64,8 @@ class PipelineUnits:
         if not self.is_moe and not self.dsa_index_sharing:
             return 0, 1, 0, self.num_layers
         lead = next((i for i, v in enumerate(mask) if v), 0)
-        starts = {0, lead} | {next(c for c in range(x, self.num_layers + 1) if allowed(c)) for x in (0, lead)}
+        seeds = (0, lead, self.moe_n_hash_layers)
+        starts = {0, lead} | {next(c for c in range(x, self.num_layers + 1) if allowed(c)) for x in seeds}
         found = [u for k in sorted(starts) if k < self.num_layers and (u := _units_from(mask, k, allowed))]
         return max(found, key=lambda u: u[3])  # k = 0 always has one: the whole model as a unit
 
