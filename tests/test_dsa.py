@@ -211,3 +211,13 @@ def test_other_frameworks_are_refused_for_sparse_attention(cli, tmp_path):
     code, out, err = cli("optimize", "--model", str(spec), "--cluster", "h100x64", "--framework", "torchtitan")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "sparse-attention (DSA) model; its indexer and sparse core are priced as Megatron-Core" in err
+
+
+def test_index_sharing_scales_the_whole_indexer():
+    """Every part of the indexer -- scoring, loss, its FP32 scores' traffic -- runs on the share of layers that
+    compute a top-k: GLM-5.2's indexer time is 21/78 of GLM-5's on the same job."""
+    glm52, glm5 = load_model(str(DATA / "GLM-5.2" / "config.json")), load_model(str(DATA / "GLM-5" / "config.json"))
+    gpu = load_cluster("h100x64").gpu
+    shared, full = (dsa.indexer_s(gpu, m, batch=1, heads=64, s_q=8192, s_k=8192, hbm_bytes_per_s=3e12)[0]
+                    for m in (glm52, glm5))
+    assert float(shared) == pytest.approx(21 / 78 * float(full))

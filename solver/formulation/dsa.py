@@ -99,11 +99,11 @@ def indexer_fwd_flop(model: ModelSpec, *, batch, s_q, s_k, heads):
 
 def indexer_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k, hbm_bytes_per_s: float):
     """(forward, backward) of the indexer's scoring, top-k and sparse loss on one GPU: `indexer_fwd_flop` at the
-    fused attention rate plus its FP32 scores written and read once; the backward has nothing left (the cuDNN
-    path computed the indexer's gradients in the forward; its projections' weight gradients are the layer's
-    linears')."""
+    fused attention rate plus its FP32 scores written and read once (on the layers that run it); the backward has
+    nothing left (the cuDNN path computed the indexer's gradients in the forward; its projections' weight gradients
+    are the layer's linears')."""
     rate = gpu.peak_flop_per_s * gpu.fused_attention_efficiency
-    pairs = np.asarray(batch, dtype=np.float64) * s_q * np.asarray(s_k, dtype=np.float64) / 2.0
+    pairs = model.dsa_index_share * np.asarray(batch, dtype=np.float64) * s_q * np.asarray(s_k, dtype=np.float64) / 2.0
     fwd = indexer_fwd_flop(model, batch=batch, s_q=s_q, s_k=s_k, heads=heads) / rate
     return fwd + SCORE_PASS_BYTES * pairs / hbm_bytes_per_s, 0.0 * fwd
 
