@@ -126,3 +126,9 @@ def test_launch_builds_deepseek_v4(cli):
     layout = res["megatron_args"][res["megatron_args"].index("--pipeline-model-parallel-layout") + 1]
     first = layout.split("|")[0]
     assert first.startswith("E,t*") and int(first.split("*")[1].split(",")[0]) >= 3
+
+
+def test_show_describes_the_layer_kinds(cli):
+    code, out, err = cli("show", "deepseek-v4-flash")
+    assert code == 0 and "21 layers add the top 512 of 4-token compressed entries" in " ".join(out.split())
+    assert "mHC with 4 residual streams; 3 hash-routed layers" in " ".join(out.split())

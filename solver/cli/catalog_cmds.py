@@ -126,6 +126,10 @@ def moe_facts(m) -> dict[str, Any]:
         if m.multi_latent_attention else None,
         "sparse_attention": {"indexer_heads": m.dsa_dims[0], "indexer_head_dim": m.dsa_dims[1], "topk": m.dsa_dims[2],
                              "indexer_params_per_layer": m.dsa_indexer_params} if m.is_dsa else None,
+        "deepseek_v4": {"layers_by_ratio": {str(r): list(m.csa_compress_ratios[:m.num_layers]).count(r) for r in (0, 4, 128)},
+                        "window": m.csa_window_size, "topk": m.dsa_dims[2], "o_groups": m.o_groups,
+                        "o_lora_rank": m.o_lora_rank, "residual_streams": m.num_residual_streams,
+                        "hash_layers": m.moe_n_hash_layers} if m.is_dsv4 else None,
         "mtp_num_layers": m.mtp_num_layers,
         "mtp_pattern": m.mtp_hybrid_layer_pattern,
         "mtp_params": m.mtp_depth_params * m.mtp_weight_copies if m.mtp_hybrid_layer_pattern else None,
@@ -436,6 +440,14 @@ def _moe_rows(s, facts: dict, moe: dict) -> list[tuple[str, Any]]:
         rows.append(("multi-latent attention",
                      f"q_lora_rank {mla['q_lora_rank'] or '- (full-rank Q)'}, kv_lora_rank {mla['kv_lora_rank']}, "
                      f"qk {mla['qk_head_dim']} + rope {mla['qk_pos_emb_head_dim']}, v {mla['v_head_dim']}"))
+    if moe["deepseek_v4"]:
+        v4 = moe["deepseek_v4"]
+        by = v4["layers_by_ratio"]
+        rows.append(("DeepSeek-V4 attention", f"{v4['window']}-token window on every layer; {by['4']} layers add the "
+                                              f"top {v4['topk']} of 4-token compressed entries, {by['128']} every "
+                                              f"128-token entry, {by['0']} nothing; output in {v4['o_groups']} groups "
+                                              f"of rank {v4['o_lora_rank']}; mHC with {v4['residual_streams']} "
+                                              f"residual streams; {v4['hash_layers']} hash-routed layers"))
     if moe["sparse_attention"]:
         dsa = moe["sparse_attention"]
         rows.append(("sparse attention", f"DeepSeek Sparse Attention: each query attends to the top {dsa['topk']} keys "
