@@ -59,6 +59,8 @@ class Dsv4Shape:
                 raise ValueError("o_groups, o_lora_rank, moe_n_hash_layers and num_residual_streams > 1 describe "
                                  "DeepSeek-V4's layers; give csa_compress_ratios too, or drop them")
             return
+        if self.hybrid_layer_pattern is not None:
+            raise ValueError("DeepSeek-V4's attention in a hybrid layer pattern is not modelled; drop one")
         need = self.num_layers + self.mtp_num_layers
         if len(ratios) < need or any(r not in CSA_RATIOS for r in ratios):
             raise ValueError(f"csa_compress_ratios must give 0, 4 or 128 for each of the {need} layers and MTP layers; "
