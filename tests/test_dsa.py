@@ -71,7 +71,7 @@ def test_index_sharing_maps_megatrons_rule_and_splits_on_whole_groups():
     assert glm5.pipeline_units == (3, 0, 1, 75)  # no sharing: any MoE layer may start a stage
     for units in ([18], [5, 13], [1, 1, 16], [4, 5, 5, 4]):
         starts = [sum(glm52.units_to_layers(units)[:i]) for i in range(len(units))]
-        assert all(glm52.dsa_boundary_ok(c) for c in starts)
+        assert all(glm52.stage_boundary_ok(c) for c in starts)
     assert glm52.num_params == pytest.approx(glm5.num_params - 57 * glm5.dsa_indexer_params, abs=78)
     assert dsa.indexer_fwd_flop(glm52, batch=1, s_q=4096, s_k=4096, heads=64) == pytest.approx(
         21 / 78 * dsa.indexer_fwd_flop(glm5, batch=1, s_q=4096, s_k=4096, heads=64))
@@ -101,7 +101,7 @@ def test_index_sharing_launches_whole_groups_per_virtual_stage(cli):
     chunks = [int(part.split("*")[1]) if "*" in part else 1 for stage in layout.split("|")
               for part in stage.split(",") if part.startswith("t")]
     starts = [sum(chunks[:i]) for i in range(len(chunks))]
-    assert sum(chunks) == 78 and all(load_model(str(DATA / "GLM-5.2" / "config.json")).dsa_boundary_ok(c)
+    assert sum(chunks) == 78 and all(load_model(str(DATA / "GLM-5.2" / "config.json")).stage_boundary_ok(c)
                                      for c in starts)
 
 

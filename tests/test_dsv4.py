@@ -108,7 +108,7 @@ def test_the_hash_routed_layers_stay_on_the_embedding_s_stage():
     requires there, its first virtual stage holding them."""
     m = load_model(FLASH)
     assert m.pipeline_units == (3, 0, 1, 40) and m.pipeline_prefix == (0, 3)
-    assert not any(m.dsa_boundary_ok(c) for c in (1, 2)) and m.dsa_boundary_ok(3)
+    assert not any(m.stage_boundary_ok(c) for c in (1, 2)) and m.stage_boundary_ok(3)
 
 
 def test_launch_builds_deepseek_v4(cli):

@@ -174,7 +174,7 @@ def _chunks(n: int, v: int, unit: int = 1, prefix: int = 0) -> list[int]:
 def pipeline_layout(layers: list[int], vp: int, units: tuple[int, int] = (0, 1)) -> str:
     """Megatron's `--pipeline-model-parallel-layout` string for `layers` per pipeline rank with
     `vp` virtual stages per rank; with `units` (prefix, unit size) every virtual stage holds whole units
-    after the first rank's prefix, so each starts on a unit's first layer (`ModelSpec.dsa_boundary_ok`)."""
+    after the first rank's prefix, so each starts on a unit's first layer (`ModelSpec.stage_boundary_ok`)."""
     p = len(layers)
     prefix, unit = units
     per = [_chunks(n, vp, unit, prefix if i == 0 else 0) for i, n in enumerate(layers)]
