@@ -70,11 +70,22 @@ def sparse_core_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k):
     (a band of K in `kernels.flash_attention_s`), at `core_head_dim`, `heads` padded to `PAD_HEADS`; the forward
     again for the loss's target where index sharing splits the cuDNN path (`loss_target_passes`)."""
     _, _, topk = model.dsa_dims
-    padded = np.ceil(np.asarray(heads, dtype=np.float64) / PAD_HEADS) * PAD_HEADS
-    fwd, bwd = flash_attention_s(batch=batch, heads=padded, s_q=s_q, s_k=s_k, head_dim=core_head_dim(model),
+    fwd, bwd = flash_attention_s(batch=batch, heads=padded_heads(heads), s_q=s_q, s_k=s_k, head_dim=core_head_dim(model),
                                  causal=True, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.fused_attention_efficiency,
                                  exp_per_s=gpu.sfu_tops * 1e12, overlap_exp=gpu.exp_overlaps_matmul, window=topk)
     return fwd * (1.0 + loss_target_passes(model)), bwd
+
+
+def padded_heads(heads):
+    """A rank's heads as FlashMLA's sparse kernel runs them: padded to a multiple of `PAD_HEADS`."""
+    return np.ceil(np.asarray(heads, dtype=np.float64) / PAD_HEADS) * PAD_HEADS
+
+
+def core_fwd_flop(model: ModelSpec, *, batch, s_q, s_k, heads):
+    """Forward FLOPs of the sparse core as `sparse_core_s` prices it (unpadded heads): 4 `core_head_dim` per head
+    and selected key, the loss target's extra forwards included."""
+    keys = np.asarray(batch, dtype=np.float64) * s_q * window_keys(model.dsa_dims[2], s_k)
+    return keys * np.asarray(heads, dtype=np.float64) * 4.0 * core_head_dim(model) * (1.0 + loss_target_passes(model))
 
 
 def loss_target_passes(model: ModelSpec) -> float:

@@ -29,12 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
+from .dsa import INDEX_BYTES, SCORE_PASS_BYTES, padded_heads  # FlashMLA's and the indexer's, as DSA's
 from .kernels import flash_attention_s, window_keys
 from .memory import BF16_BYTES, FP32_BYTES
 
-PAD_HEADS = 64  # FlashMLA's sparse kernel pads a rank's heads to a multiple of 64
-INDEX_BYTES = 4.0  # int32 gathered indices
-SCORE_PASS_BYTES = 2 * FP32_BYTES  # each FP32 indexer score written, then read by the top-k
 MHC_PASSES = (4, 8)  # (forward, backward) passes over the n-wide stream per hyper-connection module
 MHC_MODULES = 2  # per layer: before attention and before the MLP (transformer_layer.py ~1930-1938)
 
@@ -65,11 +63,17 @@ def mean_keys(model: ModelSpec, s_k):
 
 def core_s(gpu, model: ModelSpec, *, batch, heads, s_q, s_k):
     """(forward, backward) of the sparse core on one GPU (module docstring)."""
-    padded = np.ceil(np.asarray(heads, dtype=np.float64) / PAD_HEADS) * PAD_HEADS
-    return flash_attention_s(batch=batch, heads=padded, s_q=s_q, s_k=s_k, head_dim=model.v_head_dim, causal=True,
+    return flash_attention_s(batch=batch, heads=padded_heads(heads), s_q=s_q, s_k=s_k, head_dim=model.v_head_dim,
+                             causal=True,
                              flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.fused_attention_efficiency,
                              exp_per_s=gpu.sfu_tops * 1e12, overlap_exp=gpu.exp_overlaps_matmul,
                              keys=mean_keys(model, s_k))
+
+
+def core_fwd_flop(model: ModelSpec, *, batch, s_q, s_k, heads):
+    """Forward FLOPs of the sparse core as `core_s` prices it (unpadded heads): 4 d per head and gathered key."""
+    keys = np.asarray(batch, dtype=np.float64) * s_q * mean_keys(model, s_k)
+    return keys * np.asarray(heads, dtype=np.float64) * 4.0 * (model.v_head_dim or 0)
 
 
 def indexer_fwd_flop(model: ModelSpec, *, batch, s_q, s_k, heads):

@@ -47,8 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec
-from . import dsv4
-from .dsa import core_head_dim, indexer_fwd_flop, loss_target_passes
+from . import dsa, dsv4
 from .gdn import gdn_layer_fwd_flop_per_token
 from .kernels import window_keys
 from .mamba import mamba_layer_fwd_flop_per_token
@@ -95,15 +94,10 @@ def attention_core_fwd_flop(model: ModelSpec, batch, seq_len, causal: bool = Fal
     stack's kernel skips what a window masks: Megatron's), a layer that attends through a sliding window
     of w < s tokens counts its band, 2*b*s*a*d * w (1 - w / 2s), as its kernel executes it
     (`kernels.flash_attention_s`; Megatron-LM's own count ignores windows)."""
-    if model.is_dsv4:  # DeepSeek-V4's gathered keys (4 a d FLOPs each) and indexer, as they execute (dsv4.py)
-        b = np.asarray(batch, dtype=np.float64)
-        core = 4.0 * b * seq_len * dsv4.mean_keys(model, seq_len) * model.num_attention_heads * (model.v_head_dim or 0)
-        return core + dsv4.indexer_fwd_flop(model, batch=batch, s_q=seq_len, s_k=seq_len, heads=model.num_attention_heads)
-    if model.is_dsa:  # the sparse latent core and the indexer, as they execute (dsa.py), whatever `causal`
-        b = np.asarray(batch, dtype=np.float64)
-        core = 2.0 * b * seq_len * window_keys(model.dsa_dims[2], seq_len) * model.num_attention_heads * 2.0 * core_head_dim(model)
-        core = core * (1.0 + loss_target_passes(model))
-        return core + indexer_fwd_flop(model, batch=batch, s_q=seq_len, s_k=seq_len, heads=model.num_attention_heads)
+    if model.is_dsa or model.is_dsv4:  # DeepSeek's sparse core and indexer, as they execute, whatever `causal`
+        kind, a = (dsv4 if model.is_dsv4 else dsa), model.num_attention_heads
+        shape = dict(batch=batch, s_q=seq_len, s_k=seq_len, heads=a)
+        return kind.core_fwd_flop(model, **shape) + kind.indexer_fwd_flop(model, **shape)
     if model.multi_latent_attention:
         _, d_nope, d_rope, d_v = model.mla_dims
         d = d_nope + d_rope + d_v

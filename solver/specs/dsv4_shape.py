@@ -16,7 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 CSA_RATIOS = (0, 4, 128)  # transformer_config.py ~1745-1759: the ratios Megatron builds
-MHC_MAPPINGS = lambda n: n * n + 2 * n  # noqa: E731 hyper_connection.py ~250-266: H_pre (n), H_post (n), H_res (n x n)
+def mhc_mappings(n: int) -> int:
+    """Outputs of an mHC module's mapping projection (hyper_connection.py ~250-266): H_pre (n), H_post (n), H_res (n x n)."""
+    return n * n + 2 * n
 
 
 class Dsv4Shape:
@@ -96,7 +98,7 @@ class Dsv4Shape:
         """One hyper-connection module (hyper_connection.py ~250-266): mapping_proj n h -> n^2 + 2n with its bias, and
         the three gates alpha; two per layer. 0 without mHC."""
         n = self.num_residual_streams
-        return 0 if n == 1 else (n * self.hidden_size + 1) * MHC_MAPPINGS(n) + 3
+        return 0 if n == 1 else (n * self.hidden_size + 1) * mhc_mappings(n) + 3
 
     def _dsv4_compressor_params(self, ratio: int, width: int) -> int:
         """A compressor (csa.py ~1050-1096): linear_wkv and linear_wgate h -> coff w (coff 2 at ratio 4: the
