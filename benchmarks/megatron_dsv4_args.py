@@ -52,10 +52,6 @@ CONTROLS = [
 ]
 
 
-def check(M, label, model_ref, cluster, cfg, extras, updates, mutate=None) -> dict:
-    return check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate)
-
-
 def report(rows, controls, commit, elapsed) -> str:
     ok = sum(1 for r in rows if r.get("ok"))
     lines = ["# Megatron-LM (dev) accepts the launch arguments of DeepSeek-V4 plans", "",
@@ -73,7 +69,7 @@ def report(rows, controls, commit, elapsed) -> str:
 
 
 def main(argv=None) -> int:
-    return run_checks(argv, __doc__, "megatron_dsv4_args.md", CASES, CONTROLS, check, report)
+    return run_checks(argv, __doc__, "megatron_dsv4_args.md", CASES, CONTROLS, check_moe, report)
 
 
 if __name__ == "__main__":
