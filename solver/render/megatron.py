@@ -193,17 +193,15 @@ def pipeline_layout(layers: list[int], vp: int, units: tuple[int, int] = (0, 1))
     return "|".join(stages)
 
 
-def split_flags(layers: list[int], vp: int, units: tuple[int, int] | None = None) -> tuple[list[str], list[str], str | None]:
-    """(flags, notes, layout) expressing the layer split; with `units` (prefix and unit size: sparse attention's
-    index sharing, DeepSeek-V4's hash-routed layers) and more than one (virtual) stage always a layout of whole
-    units per virtual stage, the prefix in the embedding's, so each starts where Megatron allows (its own even
-    division of a stage may cut a group; hash-routed layers need a layout with pp > 1)."""
+def split_flags(layers: list[int], vp: int, units: tuple[int, int] | None = None,
+                why: str = "") -> tuple[list[str], list[str], str | None]:
+    """(flags, notes, layout) expressing the layer split; with `units` (prefix and unit size: index sharing,
+    hash-routed layers; `why`, said in the note) and more than one (virtual) stage always a layout of whole units
+    per virtual stage, the prefix in the embedding's, so each starts where Megatron allows."""
     p = len(layers)
     if units is not None and p * vp > 1:
         layout = pipeline_layout(layers, vp, units)
-        return (["--pipeline-model-parallel-layout", layout],
-                ["the layout's virtual stages hold whole units: the hash-routed layers on the embedding's, each other "
-                 "starting on a layer that computes its top-k"], layout)
+        return ["--pipeline-model-parallel-layout", layout], [f"the layout's virtual stages hold whole units: {why}"], layout
     if p == 1:
         return [], [], None
     first, last, mid = layers[0], layers[-1], layers[1:-1]
@@ -248,7 +246,9 @@ def pipeline_flags(plan: Plan, model: ModelSpec | None = None) -> tuple[list[str
     if not counted:
         if model is not None and (model.dsa_index_sharing or model.moe_n_hash_layers):
             k, d, m, _ = model.pipeline_units
-            return split_flags(list(plan.layers_per_stage), par.vp, (k, d + m))
+            why = ("the hash-routed layers on the embedding's" if model.moe_n_hash_layers
+                   else "each starts on a layer that computes its top-k")
+            return split_flags(list(plan.layers_per_stage), par.vp, (k, d + m), why)
         return split_flags(list(plan.layers_per_stage), par.vp)
     what = " and the ".join(k.removeprefix("account_for_") for k in MEGATRON_FLAGS if getattr(par, k))
     return counted, [f"the {what} count as a layer of the pipeline split: Megatron-LM builds the split "
