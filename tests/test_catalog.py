@@ -52,7 +52,8 @@ def test_model_entry(name):
     # hidden / heads, the rotary fields only for RoPE models (rope_scaling_factor only where scaled)
     raw = yaml.safe_load((_catalog_dir("models") / f"{name}.yaml").read_text())
     fields = set(ModelSpec.model_fields) - {"name"}
-    optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor",
+    optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor", "rope_yarn",
+                "csa_compress_rotary_base",  # their config.json's YaRN; DeepSeek-V4's compressed layers
                 "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers",
                 "sliding_window_pattern",  # HF-family entries state them
                 "softmax_type", "glu_linear_offset", "activation_clamp",  # GPT-OSS's sinks and clamped quick GeGLU

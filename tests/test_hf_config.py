@@ -309,7 +309,8 @@ MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared
             "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "kv_channels", "norm_epsilon", "dsa_indexer_n_heads",
             "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved", "dsa_indexer_rotate_activation",
             "csa_compress_ratios", "csa_window_size", "o_groups", "o_lora_rank", "num_residual_streams",
-            "mhc_sinkhorn_iterations", "moe_n_hash_layers", "activation_clamp", "moe_router_score_function")
+            "mhc_sinkhorn_iterations", "moe_n_hash_layers", "activation_clamp", "moe_router_score_function",
+            "csa_compress_rotary_base", "rope_yarn")
 
 
 @pytest.mark.parametrize("entry", sorted(MOE_TWINS))

@@ -81,7 +81,9 @@ def test_deepseek_v3_mla_mtp_router_and_dense_first_layers():
     assert "--multi-latent-attention" in f and f["--q-lora-rank"] == "1536" and f["--kv-lora-rank"] == "512"
     assert f["--qk-head-dim"] == "128" and f["--qk-pos-emb-head-dim"] == "64" and f["--v-head-dim"] == "128"
     assert "--group-query-attention" not in f  # validate_args: mutually exclusive with MLA
-    assert f["--rope-type"] == "rope"  # MLATransformerConfig's default is YaRN
+    # the checkpoint's YaRN (config.json rope_scaling: factor 40, mscale = mscale_all_dim = 1), as Megatron-LM's own
+    # DeepSeek-V3 launch (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh) sets it
+    assert (f["--rope-type"], f["--rotary-scaling-factor"], f["--mscale"], f["--mscale-all-dim"]) == ("yarn", "40", "1", "1")
     assert f["--mtp-num-layers"] == "1"
     assert f["--decoder-first-pipeline-num-layers"] == "3" and f["--decoder-last-pipeline-num-layers"] == "2"
 

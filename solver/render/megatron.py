@@ -59,6 +59,8 @@ from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
 from .megatron_hybrid import ENTRY as HYBRID_ENTRY
 from .megatron_hybrid import gdn_as_gpt, gdn_gpt_flags, gpt_view, hybrid_flags
 from .megatron_moe import moe_launch, moe_layer_freq_arg  # noqa: F401  (MoE, MLA, MTP flags)
+from .megatron_rope import num_arg as _num
+from .megatron_rope import rope_flags
 
 # GPU name prefix -> CUDA compute capability major (Megatron's get_device_arch_version); MI300X
 # (gfx942) reports 9 under ROCm. Blackwell (10) no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1.
@@ -158,10 +160,6 @@ class MegatronArgs:
 
 def _quote(val: str) -> str:
     return f"'{val}'" if any(ch in val for ch in "|*(), ") else val
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
 def _chunks(n: int, v: int, unit: int = 1, prefix: int = 0) -> list[int]:
@@ -300,15 +298,7 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
     if model.num_kv_heads != model.num_attention_heads:
         a += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     if model.position_embedding == "rope":
-        # ModelSpec._defaults fills both for a rope model
-        assert model.rotary_percent is not None and model.rotary_base is not None
-        a += ["--position-embedding-type", "rope", "--rotary-percent", _num(model.rotary_percent)]
-        if float(model.rotary_base).is_integer():
-            a += ["--rotary-base", str(int(model.rotary_base))]
-        else:
-            notes.append(f"Megatron-LM's --rotary-base is an integer: the model's {model.rotary_base} is not expressible")
-        if model.rope_scaling_factor is not None:
-            a += ["--use-rope-scaling", "--rope-scaling-factor", _num(model.rope_scaling_factor)]
+        a += rope_flags(model, notes)
     else:
         a += ["--position-embedding-type", "learned_absolute"]
         if model.position_embedding == "alibi":

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from ..plan import Plan
 from ..specs import JobSpec, ModelSpec
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
-
+from .megatron_rope import mla_rope_flags
+from .megatron_rope import num_arg as _num
 
 # ---- mixture of experts, multi-latent attention, multi-token prediction ------------------------
 # Every flag below is read in NVIDIA/Megatron-LM at d98e8a6: `--num-experts`, `--moe-layer-freq`
@@ -213,7 +210,7 @@ def _mla_flags(model, a: list[str], notes: list[str]) -> list[str]:
     if model.is_dsv4:
         a = _dsv4_flags(model, a, notes)
     if model.position_embedding == "rope":
-        a += ["--rope-type", "rope"]
+        a += mla_rope_flags(model, notes, dev=model.is_dsv4)
         if model.rope_scaling_factor is not None:
             notes.append("multi-latent attention takes YaRN scaling (--rope-type yarn --rotary-scaling-factor), "
                          "not Llama 3's: the plan trains with plain RoPE")
@@ -276,10 +273,11 @@ def _dsv4_flags(model, a: list[str], notes: list[str]) -> list[str]:
               "--mhc-sinkhorn-iterations", str(model.mhc_sinkhorn_iterations)]
     if model.moe_n_hash_layers:
         a += ["--moe-n-hash-layers", str(model.moe_n_hash_layers)]
+    if model.csa_compress_rotary_base is not None:
+        a += ["--csa-compress-rotary-base", _num(model.csa_compress_rotary_base)]
     notes.append("DeepSeek-V4 needs Megatron-LM's dev branch (dsv4_hybrid attention, mHC, hash routing) with "
                  "FlashMLA and the cuDNN frontend's DSA kernels; the hash-routed layers need the tokenizer's token "
-                 "ids and a trained token-to-expert table (a checkpoint's); the compressed layers' RoPE base "
-                 "(--csa-compress-rotary-base, HF compress_rope_theta) is left at Megatron's default")
+                 "ids and a trained token-to-expert table (a checkpoint's)")
     return a
 
 

@@ -66,7 +66,8 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     # model
     "num_layers": (1, 1 << 16), "hidden_size": (1, 1 << 22), "num_attention_heads": (1, 1 << 20),
     "num_kv_heads": (1, 1 << 20), "kv_channels": (1, 1 << 20), "ffn_hidden_size": (1, 1 << 24),
-    "vocab_size": (1, 1 << 26), "rotary_base": (1.0, 1e12), "rope_scaling_factor": (1e-3, 1e6),
+    "vocab_size": (1, 1 << 26), "rotary_base": (1.0, 1e12), "csa_compress_rotary_base": (1.0, 1e12),
+    "rope_scaling_factor": (1e-3, 1e6),
     "norm_epsilon": (1e-30, 1.0), "nominal_params_b": (1e-6, 1e6),
     "num_experts": (1, 1 << 16), "moe_ffn_hidden_size": (1, 1 << 24), "moe_router_topk": (1, 1 << 16),
     "moe_shared_expert_intermediate_size": (1, 1 << 24), "moe_latent_size": (1, 1 << 24), "moe_layer_freq": (1, 1 << 16),

@@ -47,6 +47,7 @@ class Dsv4Shape:
     o_lora_rank: int | None
     num_residual_streams: int
     moe_n_hash_layers: int
+    csa_compress_rotary_base: float | None
     if TYPE_CHECKING:  # a property of MoeShape, for the type checker only
         moe_layer_mask: tuple
 
@@ -57,9 +58,11 @@ class Dsv4Shape:
         hash-routed layers lead and are MoE layers. mHC and hash routing go with DeepSeek-V4 here."""
         ratios = self.csa_compress_ratios
         if ratios is None:
-            if self.o_groups or self.o_lora_rank or self.moe_n_hash_layers or self.num_residual_streams > 1:
-                raise ValueError("o_groups, o_lora_rank, moe_n_hash_layers and num_residual_streams > 1 describe "
-                                 "DeepSeek-V4's layers; give csa_compress_ratios too, or drop them")
+            if (self.o_groups or self.o_lora_rank or self.moe_n_hash_layers or self.num_residual_streams > 1
+                    or self.csa_compress_rotary_base is not None):
+                raise ValueError("o_groups, o_lora_rank, moe_n_hash_layers, num_residual_streams > 1 and "
+                                 "csa_compress_rotary_base describe DeepSeek-V4's layers; give csa_compress_ratios "
+                                 "too, or drop them")
             return
         if self.hybrid_layer_pattern is not None:
             raise ValueError("DeepSeek-V4's attention in a hybrid layer pattern is not modelled; drop one")

@@ -13,9 +13,8 @@ carry biases, which norm, which activation):
 - head dimension: `head_dim` (Gemma, Mistral-NeMo, Qwen3, Llama 3.2), else `kv_channels`
   (Minitron/Nemotron files written from NeMo), else the class default (Gemma 256, Qwen3 128),
   else hidden / heads.
-- rotary: `rope_theta` (GPT-NeoX `rotary_emb_base`), `partial_rotary_factor` (GPT-NeoX
-  `rotary_pct`), `rope_scaling` {rope_type llama3, factor}; transformers 5 files group them in
-  `rope_parameters`.
+- rotary: `rope_theta` (GPT-NeoX `rotary_emb_base`), `partial_rotary_factor` (GPT-NeoX `rotary_pct`),
+  `rope_scaling` {rope_type llama3, factor} or yarn (`specs/rope.py`); transformers 5 groups them in `rope_parameters`.
 - a model is named after the config: `name_or_path` / `_name_or_path`, else the file.
 - sequence length: the length the model was pre-trained at (`rope_scaling.original_max_position_embeddings`,
   Phi-3's `original_max_position_embeddings`, where it is below the window: the length a RoPE
@@ -65,10 +64,10 @@ from .hf_dsa import DSV4_FAMILIES, sparse_attention_fields
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
 from .model import ModelSpec
+from .rope import yarn_from_hf
 
 FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
 TRAINING_SEQ_CAP = 8192  # Llama 3 pre-training length; longer windows come from a late extension phase
-
 
 _EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon")
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
@@ -235,11 +234,14 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str], head_dim: int) ->
     if pct is None and rotary_dim is not None:
         pct = rotary_dim / head_dim
     pct = pct if pct is not None else _num(src, mt, "rotary_pct", fam.rotary_percent)
-    out = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct}
+    out: dict[str, Any] = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct}
     scaling = _dict_or(data, "rope_scaling", params)
     kind = scaling.get("rope_type") or scaling.get("type")
     if kind == "llama3":
         out["rope_scaling_factor"] = _num(scaling, mt, "factor", None)
+    elif kind == "yarn":
+        out["rope_yarn"] = yarn_from_hf(scaling, mt, _int(data, mt, "max_position_embeddings", default=None), notes,
+                                        _num, _int, _bool, _fail)
     elif kind not in (None, "default"):
         notes.append(f"RoPE scaling '{kind}' is not modelled (it does not change the cost)")
     return out
@@ -474,7 +476,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         spec["kv_channels"] = head_dim
     if mt in _MOE:
         spec.update(_moe(data, mt, layers, notes))
-    spec.update(sparse_attention_fields(data, mt, layers, notes, _int, _bool, _fail))  # DSA, DeepSeek-V4; else {}
+    spec.update(sparse_attention_fields(data, mt, layers, notes, _int, _bool, _fail, spec.get("rope_yarn")))
     if mt == "gpt_oss":  # modeling_gpt_oss.py: `sinks` per head; experts (up + 1) * gate * sigmoid(1.702 gate), clamped
         spec.update(softmax_type="learnable", activation="quick_geglu", glu_linear_offset=1.0,
                     activation_clamp=_num(data, mt, "swiglu_limit", 7.0))

@@ -45,12 +45,14 @@ def _types(freq: int, offset: int, layers: int) -> list[str]:
 DSV4_FAMILIES = ("deepseek_v4",)
 
 
-def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail) -> dict:
+def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail, yarn: dict | None = None) -> dict:
     """DeepSeek-V4 (Megatron-Bridge @ 067f987df03b deepseek_v4_bridge.py ~390-526): head_dim -> v_head_dim with the
     rope part qk_rope_head_dim (qk_head_dim = kv_lora_rank = the rest, as Megatron derives them), q_lora_rank,
     o_groups, o_lora_rank, compress_ratios (one per layer and MTP layer) -> csa_compress_ratios, sliding_window ->
     csa_window_size, index_* -> the indexer, hc_mult -> num_residual_streams, hc_sinkhorn_iters ->
-    mhc_sinkhorn_iterations, num_hash_layers -> moe_n_hash_layers, swiglu_limit -> the experts' clamp. {} for
+    mhc_sinkhorn_iterations, num_hash_layers -> moe_n_hash_layers, swiglu_limit -> the experts' clamp,
+    compress_rope_theta -> csa_compress_rotary_base, the compressed layers' YaRN (`yarn`, read from rope_scaling) with
+    mscale = mscale_all_dim = 1 ("DSv4 has no mscale in HF config; Set both equal to cancel out (like DSv3)"). {} for
     another family."""
     if mt not in DSV4_FAMILIES:
         return {}
@@ -71,6 +73,13 @@ def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail)
                moe_n_hash_layers=_int(data, mt, "num_hash_layers", default=0))
     if data.get("swiglu_limit") is not None:
         out["activation_clamp"] = float(data["swiglu_limit"])
+    if data.get("compress_rope_theta") is not None:
+        theta = data["compress_rope_theta"]
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+            raise _fail(f"({mt}) 'compress_rope_theta' must be a positive number (got {theta!r})")
+        out["csa_compress_rotary_base"] = float(theta)
+    if yarn is not None:
+        out["rope_yarn"] = {**yarn, "mscale": 1.0, "mscale_all_dim": 1.0}
     counts = {r: ratios[:layers].count(r) for r in (0, 4, 128)}
     notes.append(f"DeepSeek-V4 attention: a {out['csa_window_size']}-token window on every layer, {counts[4]} layers "
                  f"with the top-{out['dsa_indexer_topk']} of 4-token compressed entries, {counts[128]} with every "
@@ -79,6 +88,9 @@ def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail)
     return out
 
 
-def sparse_attention_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _bool, _fail) -> dict:
-    """The fields of DeepSeek's sparse attention families (`dsa_fields`, `dsv4_fields`); {} for another family."""
-    return dsa_fields(data, mt, layers, notes, _int, _bool, _fail) | dsv4_fields(data, mt, layers, notes, _int, _fail)
+def sparse_attention_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _bool, _fail,
+                            yarn: dict | None = None) -> dict:
+    """The fields of DeepSeek's sparse attention families (`dsa_fields`, `dsv4_fields`, which takes the YaRN fields
+    `specs.hf` read); {} for another family."""
+    return (dsa_fields(data, mt, layers, notes, _int, _bool, _fail)
+            | dsv4_fields(data, mt, layers, notes, _int, _fail, yarn))

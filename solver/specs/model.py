@@ -12,13 +12,14 @@ from .dsv4_shape import Dsv4Shape
 from .hybrid import HybridShape
 from .moe_shape import MoeShape
 from .pipeline_units import PipelineUnits
+from .rope import YarnRope
 
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
 Activation = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu", "quick_geglu"]
 GATED_ACTIVATIONS = ("swiglu", "geglu", "quick_geglu")  # gated MLPs: 3 weight matrices
 SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
-ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor")
+ROPE_FIELDS = ("rotary_base", "rotary_percent", "rope_scaling_factor", "rope_yarn")
 RouterScore = Literal["softmax", "sigmoid", "sqrtsoftplus"]  # sqrt(softplus(logits)): DeepSeek-V4
 DEFAULT_ROTARY_BASE = 10000.0  # RoFormer's theta; Megatron-LM's --rotary-base default
 
@@ -47,6 +48,7 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
         None, gt=0, le=1, description="fraction of the head dimension RoPE rotates (HF partial_rotary_factor); 1.0 if not given")
     rope_scaling_factor: PositiveFloat | None = Field(
         None, description="Llama 3.x RoPE frequency scaling factor (HF rope_scaling.factor with rope_type llama3)")
+    rope_yarn: YarnRope | None = Field(None, description="YaRN RoPE (HF rope_scaling with rope_type yarn; specs/rope.py)")
     normalization: Normalization = "LayerNorm"
     norm_zero_centered_gamma: bool = Field(
         False, description="norm weight stored as gamma - 1 (Nemotron's layernorm1p, Gemma's RMSNorm (1 + w))")
@@ -149,6 +151,8 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     mhc_sinkhorn_iterations: PositiveInt = Field(20, description="mHC Sinkhorn iterations (HF hc_sinkhorn_iters)")
     moe_n_hash_layers: NonNegativeInt = Field(0, description="leading MoE layers routed by token-id hash (HF "
                                                              "num_hash_layers)")
+    csa_compress_rotary_base: PositiveFloat | None = Field(None, description="RoPE theta of the compressed layers, "
+                                                                             "YaRN-scaled (HF compress_rope_theta)")
     mtp_num_layers: NonNegativeInt = Field(
         0, description="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); each is one more "
                        "layer, a 2h x h projection and two norms, and a second LM head pass; a hybrid model's "
@@ -234,6 +238,8 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
             given = [f for f in ROPE_FIELDS if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to rotary embeddings only; set position_embedding: rope or drop it")
+        if self.rope_yarn is not None and self.rope_scaling_factor is not None:
+            raise ValueError("rope_yarn and rope_scaling_factor (Llama 3's) are two RoPE scalings; give one")
         if self.sliding_window_layers is not None and (self.sliding_window is None
                                                         or self.sliding_window_layers > self.num_layers):
             raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) needs a sliding_window and at most "

@@ -1,0 +1,51 @@
+"""YaRN rotary embeddings as a checkpoint states them (Peng et al. 2023, "YaRN: Efficient Context Window Extension
+of Large Language Models", Sec. 3.2-3.4): a Hugging Face config's `rope_scaling` (or transformers 5's
+`rope_parameters`) with rope_type "yarn". The frequencies between the correction range's two wavelengths (beta_fast
+and beta_slow rotations over the original context) are interpolated by `factor`, and the attention scores scaled by
+mscale(factor, mscale) / mscale(factor, mscale_all_dim) with mscale(s, m) = 0.1 m ln s + 1 (DeepSeek-V2's form,
+which transformers' `_compute_yarn_parameters` and Megatron-Core's `YarnRotaryEmbedding` share; both read absent
+mscale keys as mscale 1, mscale_all_dim 0: the paper's 0.1 ln s + 1).
+
+The positions a layer sees change nothing the formulation prices (the same rotation kernels); the launch must build
+them as the checkpoint was trained, or a fine-tune starts from different attention (`render/megatron_rope.py`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from .base import Spec
+
+
+class YarnRope(Spec):
+    """HF rope_scaling {rope_type: yarn} (transformers modeling_rope_utils.py `_compute_yarn_parameters`)."""
+
+    factor: PositiveFloat = Field(le=1e6, description="context extension factor s (HF factor)")
+    original_max_position_embeddings: PositiveInt = Field(le=1 << 24, description="the context before extension")
+    beta_fast: PositiveFloat = Field(32.0, le=1e4, description="rotations bounding the correction range (HF default 32)")
+    beta_slow: PositiveFloat = Field(1.0, le=1e4, description="rotations bounding it on the other side (HF default 1)")
+    mscale: float = Field(1.0, ge=0, le=1e3, description="numerator's m of the attention scale (absent: 1)")
+    mscale_all_dim: float = Field(0.0, ge=0, le=1e3, description="denominator's m (absent: 0, the paper's 0.1 ln s + 1)")
+    truncate: bool = Field(True, description="round the correction range to whole dimensions (HF truncate; "
+                                             "gpt-oss: false)")
+
+
+def yarn_from_hf(scaling: dict, mt: str, positions: int | None, notes: list[str], _num, _int, _bool, _fail) -> dict:
+    """`YarnRope`'s fields from HF rope_scaling {rope_type: yarn} (transformers `_compute_yarn_parameters`: factor,
+    original_max_position_embeddings (else the config's `positions`), beta_fast 32, beta_slow 1, truncate True; the
+    attention scale from mscale and mscale_all_dim only when both are non-zero, else 0.1 ln s + 1, which mscale 1 /
+    mscale_all_dim 0 give). An explicit attention_factor has no Megatron-LM field: said in `notes`. `specs.hf` passes its readers and error."""
+    out = dict(factor=_num(scaling, mt, "factor", None),
+               original_max_position_embeddings=_int(scaling, mt, "original_max_position_embeddings", default=positions),
+               beta_fast=_num(scaling, mt, "beta_fast", 32.0), beta_slow=_num(scaling, mt, "beta_slow", 1.0),
+               truncate=_bool(scaling, mt, "truncate", True))
+    if out["factor"] is None or out["original_max_position_embeddings"] is None:
+        raise _fail(f"({mt}) rope_scaling of type yarn needs 'factor' and 'original_max_position_embeddings' (or "
+                    f"max_position_embeddings)")
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        out.update(mscale=_num(scaling, mt, "mscale", 1.0), mscale_all_dim=_num(scaling, mt, "mscale_all_dim", 0.0))
+    if scaling.get("attention_factor") is not None:
+        notes.append(f"YaRN's attention_factor {scaling['attention_factor']} has no Megatron-LM field: the launch "
+                     f"scales attention as mscale and mscale_all_dim give")
+    notes.append(f"YaRN RoPE (factor {out['factor']:g} over {out['original_max_position_embeddings']} positions), "
+                 f"launched as the checkpoint has it (no cost)")
+    return out
