@@ -351,6 +351,10 @@ MOE_CONTROLS = [
         a[a.index("--pipeline-model-parallel-layout") + 1].replace(",m", "")), e)),
     (0, "8 experts over ep 16", lambda a, e: (_set(a, "--expert-model-parallel-size", "16"), e)),
     (2, "DeepSeek-V3 without --moe-layer-freq (every layer MoE)", lambda a, e: (_drop(a, "--moe-layer-freq", 1), e)),
+    (2, "DeepSeek-V3 with plain RoPE (--rope-type rope), not its config's YaRN",
+     lambda a, e: (_set(a, "--rope-type", "rope"), e)),
+    (7, "GPT-OSS's YaRN with the correction range rounded (its config: truncate false)",
+     lambda a, e: ([x for x in a if x != "--no-yarn-correction-range-round-to-int"], e)),
     (1, "no --expert-tensor-parallel-size (Megatron's default: ETP = TP)",
      lambda a, e: (_drop(a, "--expert-tensor-parallel-size", 1), e)),
     (6, "MoE with tp 4 without --sequence-parallel", lambda a, e: (_drop(a, "--sequence-parallel", 0), e)),
@@ -461,14 +465,39 @@ def built_architecture(args, cfg, gpt) -> dict:
                 or cfg.num_attention_heads, qk_norm=cfg.qk_layernorm, position_embedding=gpt.position_embedding_type,
                 # GPTModel takes its config's rotary_base where the config has one (gpt_model.py ~160-163: MLA's)
                 rotary_base=(float(getattr(cfg, "rotary_base", gpt.rotary_base))
-                             if gpt.position_embedding_type == "rope" else None),
-                rotary_percent=gpt.rotary_percent if gpt.position_embedding_type == "rope" else None,
+                             if gpt.position_embedding_type in ("rope", "yarn") else None),
+                rotary_percent=gpt.rotary_percent if gpt.position_embedding_type in ("rope", "yarn") else None,
+                rope_yarn=built_yarn(cfg, gpt),
                 rope_scaling_factor=args.rope_scaling_factor if args.use_rope_scaling else None,
                 tied_embeddings=gpt.share_embeddings_and_output_weights, norm_epsilon=cfg.layernorm_epsilon,
                 softmax_type=cfg.softmax_type, glu_linear_offset=float(cfg.glu_linear_offset),
                 activation_clamp=cfg.activation_func_clamp_value, **built_window(cfg),
                 sink_cp_comm=(cfg.cp_comm_type if cfg.softmax_type != "vanilla" and cfg.context_parallel_size > 1
                               else None))
+
+
+def built_yarn(cfg, gpt) -> dict | None:
+    """The YaRN rotation Megatron builds, in YarnRope's terms: GPTModel's from config.yarn_* (gpt_model.py ~196-213,
+    filled by argument_utils.py `_apply_yarn_config_from_args`), multi-latent attention's from MLATransformerConfig's
+    rope_type "yarn" fields (multi_latent_attention.py ~190-200: the correction range always rounded); None without."""
+    if gpt.position_embedding_type == "yarn":
+        keys = ("rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                "mscale_all_dim", "correction_range_round_to_int")
+        got = [getattr(cfg, f"yarn_{k}") for k in keys]
+    elif cfg.multi_latent_attention and getattr(cfg, "rope_type", None) == "yarn":
+        got = [getattr(cfg, k) for k in ("rotary_scaling_factor", "original_max_position_embeddings", "beta_fast",
+                                          "beta_slow", "mscale", "mscale_all_dim")] + [True]
+    else:
+        return None
+    names = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+             "truncate")
+    return {k: (v if isinstance(v, bool) else float(v)) for k, v in zip(names, got)}
+
+
+def planned_yarn(model) -> dict | None:
+    """The spec's YaRN in `built_yarn`'s terms."""
+    y = model.rope_yarn
+    return None if y is None else {k: (v if isinstance(v, bool) else float(v)) for k, v in y.model_dump().items()}
 
 
 def built_window(cfg) -> dict:
@@ -491,6 +520,9 @@ def planned_architecture(model, cp: int = 1) -> dict:
                                         "activation_clamp")}
     # said in notes: no ReLU flag; a tanh GeGLU is launched as Megatron's quick GeGLU
     d["activation"] = {"relu": "gelu", "geglu": "quick_geglu"}.get(d["activation"], d["activation"])
+    d["rope_yarn"] = planned_yarn(model)
+    if model.rope_yarn is not None and not model.multi_latent_attention:  # GPT layers: GPTModel's yarn embedding
+        d["position_embedding"] = "yarn"
     d["sink_cp_comm"] = "a2a" if model.cp_all_to_all and cp > 1 else None
     return {**d, **planned_window(model)}
 
@@ -696,9 +728,9 @@ def built_moe(args, cfg) -> dict:
 
 
 # DeepSeek-V4's fields of Megatron-LM dev's TransformerConfig the plan's model states (the same names)
-DSV4_FIELDS = ("csa_compress_ratios", "csa_window_size", "o_groups", "o_lora_rank", "num_residual_streams",
-               "mhc_sinkhorn_iterations", "moe_n_hash_layers", "moe_router_score_function", "dsa_indexer_n_heads",
-               "dsa_indexer_head_dim", "dsa_indexer_topk")
+DSV4_FIELDS = ("csa_compress_ratios", "csa_window_size", "csa_compress_rotary_base", "o_groups", "o_lora_rank",
+               "num_residual_streams", "mhc_sinkhorn_iterations", "moe_n_hash_layers", "moe_router_score_function",
+               "dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
 # the DeepSeek Sparse Attention fields of TransformerConfig the plan's model states (the same names)
 DSA_FIELDS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved",
               "dsa_indexer_rotate_activation", "dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset")

@@ -9,7 +9,8 @@ GPU's compute capability and the DSA kernels' CUDA check stubbed as there) on th
 plans of the released config.json files (tests/data/hf/DeepSeek-V4-*). Compared with the plan: the GPT model's
 architecture and experts (megatron_args.py's `planned_architecture` / `built_architecture`, `planned_moe` /
 `built_moe`), and the fields that build DeepSeek-V4 (`DSV4_FIELDS`: the per-layer compression ratios, window,
-indexer, grouped output projection, mHC streams and Sinkhorn iterations, hash-routed layers, router scores), the
+indexer, grouped output projection, mHC streams and Sinkhorn iterations, hash-routed layers, router scores, the
+compressed layers' RoPE base; their YaRN with the architecture's `rope_yarn`), the
 layer split each pipeline rank and virtual stage builds, data parallelism, sharding and precision. With pp > 1
 Megatron needs a pipeline layout holding the hash-routed layers on the embedding's stage (transformer_config.py
 ~2882-2896): the plans carry one. bf16 plans: Megatron's TransformerConfig refuses MoE FP8 without Transformer
@@ -49,6 +50,10 @@ CONTROLS = [
                         .replace("E,t*13|t*10|", "E,t*2|t*21|", 1)), e)),
     (0, "hash-routed layers with the EP all-to-all overlap",
      lambda a, e: (a + ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"], e)),
+    (0, "the compressed layers' RoPE base dropped (--csa-compress-rotary-base: Megatron's 40000, the config's 160000)",
+     lambda a, e: (_drop(a, "--csa-compress-rotary-base", 1), e)),
+    (0, "their YaRN's original context dropped (--original-max-position-embeddings: 4096, the config's 65536)",
+     lambda a, e: (_drop(a, "--original-max-position-embeddings", 1), e)),
 ]
 
 
@@ -59,7 +64,8 @@ def report(rows, controls, commit, elapsed) -> str:
              f"`{commit}` (the module docstring says what is called and compared; {elapsed:.0f} s).", "",
              f"**{ok} of {len(rows)} DeepSeek-V4 plans accepted** by `parse_args` / `validate_args` / "
              f"`core_transformer_config_from_args`, with the architecture, experts, DeepSeek-V4 fields (compression "
-             f"ratios, window, indexer, grouped output, mHC, hash-routed layers, router scores), layer split, virtual "
+             f"ratios, window, indexer, grouped output, mHC, hash-routed layers, router scores, the compressed layers' RoPE "
+             f"base and YaRN), layer split, virtual "
              f"stages, data parallelism, sharding and precision Megatron derives equal to the plan's.", "",
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
              "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
