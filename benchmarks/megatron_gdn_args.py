@@ -142,7 +142,8 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
         want = planned_architecture(view, par.cp) | planned_gdn(job.model) | {"mtp": view.mtp_num_layers}
         got = built_architecture(args, cfg_, gpt) | built_gdn(M, cfg_) | {"mtp": cfg_.mtp_num_layers or 0}
         if view.is_moe:
-            want, got = want | planned_moe(view, plan), got | built_moe(args, cfg_)
+            # the GPT view plans its MoE part; the attention variant it builds is the Gated DeltaNet (planned_gdn)
+            want, got = want | planned_moe(view, plan) | {"attention_variant": "gdn"}, got | built_moe(args, cfg_)
         row["megatron_split"] = megatron_split(M, cfg_, par.pp, par.vp)
         row["diff"] = built_diff(want, got, job, par.zero, args, cfg_)
         row["ok"] = (not row["diff"] and row["megatron_split"] == gpt_layers and ma.entry == "pretrain_gpt.py"
