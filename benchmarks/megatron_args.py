@@ -351,6 +351,10 @@ MOE_CONTROLS = [
         a[a.index("--pipeline-model-parallel-layout") + 1].replace(",m", "")), e)),
     (0, "8 experts over ep 16", lambda a, e: (_set(a, "--expert-model-parallel-size", "16"), e)),
     (2, "DeepSeek-V3 without --moe-layer-freq (every layer MoE)", lambda a, e: (_drop(a, "--moe-layer-freq", 1), e)),
+    (2, "DeepSeek-V3 without --moe-router-topk-scaling-factor (its config's routed_scaling_factor 2.5)",
+     lambda a, e: (_drop(a, "--moe-router-topk-scaling-factor", 1), e)),
+    (4, "DeepSeek-V2-Lite without --moe-router-pre-softmax (its config: norm_topk_prob false)",
+     lambda a, e: ([x for x in a if x != "--moe-router-pre-softmax"], e)),
     (2, "DeepSeek-V3 with plain RoPE (--rope-type rope), not its config's YaRN",
      lambda a, e: (_set(a, "--rope-type", "rope"), e)),
     (7, "GPT-OSS's YaRN with the correction range rounded (its config: truncate false)",
@@ -708,6 +712,9 @@ def built_moe(args, cfg) -> dict:
              moe_shared_expert_gate=cfg.moe_shared_expert_gate, moe_layer_pattern=pattern,
              moe_router_score_function=cfg.moe_router_score_function,
              moe_router_enable_expert_bias=cfg.moe_router_enable_expert_bias,
+             # softmax scores only: Megatron's sigmoid and sqrt-softplus paths ignore pre-softmax (moe_utils.py)
+             moe_router_pre_softmax=cfg.moe_router_pre_softmax and cfg.moe_router_score_function == "softmax",
+             moe_router_topk_scaling_factor=cfg.moe_router_topk_scaling_factor,
              moe_router_num_groups=cfg.moe_router_num_groups, moe_router_group_topk=cfg.moe_router_group_topk,
              moe_expert_capacity_factor=cfg.moe_expert_capacity_factor,
              ep=cfg.expert_model_parallel_size, etp=cfg.expert_tensor_parallel_size,
@@ -740,9 +747,13 @@ def planned_moe(model, plan) -> dict:
     d = {k: getattr(model, k) for k in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                                         "moe_shared_expert_intermediate_size", "moe_shared_expert_gate",
                                         "moe_router_score_function", "moe_router_enable_expert_bias",
-                                        "moe_router_num_groups", "moe_router_group_topk",
+                                        "moe_router_topk_scaling_factor", "moe_router_num_groups",
+                                        "moe_router_group_topk",
                                         "moe_expert_capacity_factor", "multi_latent_attention", "mtp_num_layers")}
     d["moe_layer_pattern"] = tuple(int(v) for v in model.moe_layer_mask)
+    # Megatron requires pre-softmax for a top-1 softmax router whatever the model's renormalisation (a constant 1)
+    d["moe_router_pre_softmax"] = model.moe_router_score_function == "softmax" and (
+        model.moe_router_pre_softmax or model.moe_router_topk == 1)
     d["ep"], d["etp"] = (int(getattr(plan.parallel, k, 1)) for k in ("ep", "etp"))
     d.update(planned_window(model))
     if model.multi_latent_attention:

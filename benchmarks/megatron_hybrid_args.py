@@ -12,7 +12,7 @@ pipelined over 2 ranks x 2 virtual stages): explicit configurations through `pla
 removed) and its layer count, the layers each pipeline rank builds (Megatron's rule,
 hybrid_layer_allocation.select_pipeline_segment: segment vp_stage * pp + pp_rank) and the virtual
 stages validate_args derives, the Mamba-2 and Gated DeltaNet dimensions, the experts (count, top-k, FFN, shared,
-router, LatentMoE's latent size), the MTP block (Megatron's unified pattern "main/mtp/mtp" as its own
+router and its top-k scaling, LatentMoE's latent size), the MTP block (Megatron's unified pattern "main/mtp/mtp" as its own
 `parse_hybrid_pattern` reads it: the depth's layers and count, and TransformerConfig's mtp_num_layers and
 mtp_use_repeated_layer; Nemotron 3 Super's 2 repeated "*E" depths) and the parallel degrees (tp, ep,
 etp, sequence parallelism). bf16 plans: Megatron's
@@ -154,7 +154,8 @@ def _built(M, args, cfg, pp: int) -> dict:
     if cfg.num_moe_experts:
         d.update(experts=(cfg.num_moe_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size,
                           cfg.moe_shared_expert_intermediate_size, cfg.moe_router_score_function,
-                          cfg.moe_router_enable_expert_bias, getattr(cfg, "moe_latent_size", None)),
+                          cfg.moe_router_enable_expert_bias, getattr(cfg, "moe_latent_size", None),
+                          cfg.moe_router_topk_scaling_factor),
                  ep=cfg.expert_model_parallel_size,
                  etp=cfg.expert_tensor_parallel_size)
     return d
@@ -172,7 +173,8 @@ def _planned(model, plan) -> dict:
     if model.is_moe:
         d.update(experts=(model.num_experts, model.moe_router_topk, model.moe_ffn_hidden_size,
                           model.moe_shared_expert_intermediate_size, model.moe_router_score_function,
-                          model.moe_router_enable_expert_bias, model.moe_latent_size), ep=par.ep, etp=par.etp)
+                          model.moe_router_enable_expert_bias, model.moe_latent_size,
+                          model.moe_router_topk_scaling_factor), ep=par.ep, etp=par.etp)
     return d
 
 

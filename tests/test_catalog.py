@@ -54,6 +54,7 @@ def test_model_entry(name):
     fields = set(ModelSpec.model_fields) - {"name"}
     optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor", "rope_yarn",
                 "csa_compress_rotary_base",  # their config.json's YaRN; DeepSeek-V4's compressed layers
+                "moe_router_pre_softmax",  # a router's top-k not renormalised (DeepSeek-V2, Qwen2-MoE) only
                 "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers",
                 "sliding_window_pattern",  # HF-family entries state them
                 "softmax_type", "glu_linear_offset", "activation_clamp",  # GPT-OSS's sinks and clamped quick GeGLU
@@ -67,7 +68,8 @@ def test_model_entry(name):
     if "num_experts" in raw:
         moe_and_mla = {"moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk",
                        "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size",
-                       "moe_latent_size"}  # LatentMoE: Nemotron 3 Super / Ultra only
+                       "moe_latent_size",  # LatentMoE: Nemotron 3 Super / Ultra only
+                       "moe_router_topk_scaling_factor"}  # the routers that scale their top-k
         moe_and_mla |= set() if raw.get("multi_latent_attention") else set(MLA_FIELDS)
     optional |= moe_and_mla
     # a hybrid entry states its pattern and its Mamba mixer or Gated DeltaNet (its E layers are the MoE layers:

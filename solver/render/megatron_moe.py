@@ -74,7 +74,8 @@ def moe_launch(job: JobSpec, plan: Plan, args: list[str], notes: list[str], layo
     - MoE with TP > 1 in training needs `--sequence-parallel` (MoELayer.forward raises otherwise).
     - linear biases in MoE only with ETP 1 (TransformerConfig.__post_init__).
     - `--moe-grouped-gemm` needs compute capability >= 8 (validate_args).
-    - `--moe-router-pre-softmax` when top-1 with softmax scores (TransformerConfig raises otherwise).
+    - `--moe-router-pre-softmax` where the model's softmax top-k is not renormalised, and always when top-1 with
+      softmax scores (TransformerConfig raises otherwise); `--moe-router-topk-scaling-factor` where it is scaled.
     - `--moe-router-enable-expert-bias` only with sigmoid scores (TransformerConfig).
     - `--moe-expert-capacity-factor` only with aux_loss / seq_aux_loss / global_aux_loss / none
       balancing (TransformerConfig).
@@ -153,14 +154,16 @@ def _expert_flags(job: JobSpec, plan: Plan, a: list[str], notes: list[str], arch
 
 
 def _router_flags(model, a: list[str], notes: list[str]) -> list[str]:
-    """The router: score function, expert bias, pre-softmax top-1, group-limited routing, load
-    balancing and token dropping (`moe_launch`'s rules)."""
+    """The router: score function, expert bias, pre-softmax (the model's, or top-1 softmax's), the top-k scaling,
+    group-limited routing, load balancing and token dropping (`moe_launch`'s rules)."""
     if model.moe_router_score_function != "softmax":
         a += ["--moe-router-score-function", model.moe_router_score_function]
     if model.moe_router_enable_expert_bias:
         a.append("--moe-router-enable-expert-bias")
-    if model.moe_router_topk == 1 and model.moe_router_score_function == "softmax":
+    if model.moe_router_pre_softmax or (model.moe_router_topk == 1 and model.moe_router_score_function == "softmax"):
         a.append("--moe-router-pre-softmax")
+    if model.moe_router_topk_scaling_factor is not None:
+        a += ["--moe-router-topk-scaling-factor", _num(model.moe_router_topk_scaling_factor)]
     if model.moe_router_num_groups is not None:
         a += ["--moe-router-num-groups", str(model.moe_router_num_groups),
               "--moe-router-group-topk", str(model.moe_router_group_topk)]

@@ -39,19 +39,17 @@ Llama4TextConfig, Glm4MoeConfig, MiniMaxM2Config (transformers 5.24); DeepSeek-M
   (Llama4TextConfig.__post_init__); Mixtral and GPT-OSS every layer. A pattern other than "every
   layer" is stated per layer (`moe_layer_pattern`): Megatron's integer --moe-layer-freq counts from
   layer 0 and would put Maverick's MoE layers on the wrong half.
-- router: GLM-4.5 and MiniMax-M2 sigmoid with the correction bias (MiniMax's `use_routing_bias`);
-  DeepSeek `scoring_func` (sigmoid in V3), `topk_method` noaux_tc -> expert bias,
-  group-limited routing (`n_group`, `topk_group`) for noaux_tc / group_limited_greedy; Llama 4 sigmoid;
-  the others softmax. Multi-latent attention (DeepSeek V2/V3): `q_lora_rank` (null: full-rank Q),
-  `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; MTP `num_nextn_predict_layers`.
-- Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (the
-  vision encoder and projector are not); a bare `llama4_text` config is accepted too.
+- router: GLM-4.5 and MiniMax-M2 sigmoid with the correction bias (MiniMax's `use_routing_bias`); DeepSeek
+  `scoring_func` (sigmoid in V3), `topk_method` noaux_tc -> expert bias, group-limited routing (`n_group`,
+  `topk_group`) for noaux_tc / group_limited_greedy; Llama 4 sigmoid; the others softmax; `norm_topk_prob`,
+  `routed_scaling_factor` (`specs/hf_router.py`). Multi-latent attention (DeepSeek V2/V3): `q_lora_rank` (null:
+  full-rank Q), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; MTP `num_nextn_predict_layers`.
+- Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (the vision encoder and
+  projector are not); a bare `llama4_text` config is accepted too.
 
-A `model_type` transformers has no class for, whose `architectures` names one of the classes above
-(Kimi K2: `kimi_k2` with `DeepseekV3ForCausalLM`, the class its remote code loads), is read as that
-class's family, and the notes say so. Other multimodal configs, other mixture-of-experts families and
-every other `model_type` are refused in one line.
-"""
+A `model_type` transformers has no class for, whose `architectures` names one of the classes above (Kimi K2:
+`kimi_k2` with `DeepseekV3ForCausalLM`, the class its remote code loads), is read as that class's family, and the
+notes say so. Other multimodal configs, other mixture-of-experts families and every other `model_type` are refused."""
 
 from __future__ import annotations
 
@@ -63,6 +61,7 @@ from ..errors import InputError, escape_text, validation_error
 from .hf_dsa import DSV4_FAMILIES, sparse_attention_fields
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
+from .hf_router import router_probs_fields
 from .model import ModelSpec
 from .rope import yarn_from_hf
 
@@ -338,6 +337,7 @@ def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     if score not in ("softmax", "sigmoid", "sqrtsoftplus"):
         raise _fail(f"({mt}) 'scoring_func' must be softmax, sigmoid or sqrtsoftplus (got {score!r})")
     out["moe_router_score_function"] = score
+    out.update(router_probs_fields(data, mt, score, topk, fam.norm_topk, fam.routed_scale, notes, _fail))
     method = data.get("topk_method")
     if mt.startswith("deepseek"):
         out["moe_router_enable_expert_bias"] = method == "noaux_tc"

@@ -76,19 +76,17 @@ _FAMILIES: dict[str, _Family] = {
     "qwen2_moe": _Family(gated=True, tied=False, qkv_bias=True),
     "qwen3_moe": _Family(gated=True, tied=False, qk_norm=True),
     "deepseek": _Family(gated=True, tied=False),
-    "deepseek_v2": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
-    "deepseek_v3": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    "deepseek_v2": _Family(gated=True, tied=False),
+    "deepseek_v3": _Family(gated=True, tied=False),
     # DeepSeek-V3.2 (transformers DeepseekV32Config): V3's layers with DeepSeek Sparse Attention (index_* keys)
-    "deepseek_v32": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    "deepseek_v32": _Family(gated=True, tied=False),
     # DeepSeek-V4 (transformers DeepseekV4Config; Megatron-LM dev's dsv4_hybrid attention): every layer MoE, the
     # attention, mHC and hash routing read by specs/hf_dsa.py `dsv4_fields`
-    "deepseek_v4": _Family(gated=True, tied=False, caveats=("routed_scaling_factor and norm_topk_prob (no cost)",
-                                                            "the attention sinks, the per-head Q norm and inverse RoPE "
-                                                            "of the output (elementwise, not priced)")),
+    "deepseek_v4": _Family(gated=True, tied=False, caveats=("the attention sinks, the per-head Q norm and inverse RoPE "
+                                                            "of the output (elementwise, not priced)",)),
     # GLM-5 / GLM-5.1 (transformers GlmMoeDsaConfig / modeling_glm_moe_dsa.py): DeepSeek-V3's layout (MLA, dense
     # first layers, sigmoid router with its correction bias, shared expert) with DeepSeek Sparse Attention
-    "glm_moe_dsa": _Family(gated=True, tied=False, rope_theta=1e6, eps=1e-5,
-                           caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    "glm_moe_dsa": _Family(gated=True, tied=False, rope_theta=1e6, eps=1e-5),
     "gpt_oss": _Family(gated=True, tied=False, bias=True, qkv_bias=True, head_dim=64, rope_theta=150000.0, eps=1e-5,
                        caveats=("router bias (one per expert)",)),
     "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5,
@@ -99,8 +97,7 @@ _FAMILIES: dict[str, _Family] = {
                                     "attention temperature tuning")),
     # GLM-4.5 (transformers Glm4MoeConfig / modeling_glm4_moe.py): biases on Q, K, V only (attention_bias;
     # o_proj has none), per-head QK norm when use_qk_norm, half the head rotated (partial_rotary_factor 0.5)
-    "glm4_moe": _Family(gated=True, tied=False, rotary_percent=0.5, rope_theta=1e6, eps=1e-5, qk_norm_key="use_qk_norm",
-                        caveats=("routed_scaling_factor and norm_topk_prob (no cost)",)),
+    "glm4_moe": _Family(gated=True, tied=False, rotary_percent=0.5, rope_theta=1e6, eps=1e-5, qk_norm_key="use_qk_norm"),
     # MiniMax-M2 / M2.5 / M2.7 (transformers MiniMaxM2Config / modeling_minimax_m2.py): no biases, RMSNorm
     # over the whole Q and K projections (q_norm of num_heads x head_dim), partial RoPE by `rotary_dim`
     "minimax_m2": _Family(gated=True, tied=False, qk_norm=True, qk_norm_key="use_qk_norm", head_dim=128, rope_theta=5e6,
@@ -122,28 +119,34 @@ class _Moe:
     mla: bool = False
     expert_bias: bool = False  # the router always adds a learned bias (e_score_correction_bias) to choose experts
     mtp: bool = False  # the file's num_nextn_predict_layers counts MTP layers
+    # the configuration class's norm_topk_prob (None: the modelling code always renormalises the top-k) and
+    # routed_scaling_factor (None: it scales nothing), when the file omits them (specs/hf_router.py)
+    norm_topk: bool | None = None
+    routed_scale: float | None = None
 
 
 _MOE: dict[str, _Moe] = {
     "mixtral": _Moe(("num_local_experts",), "intermediate_size", None, "all"),
-    "qwen2_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2"),
-    "qwen3_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen"),
+    "qwen2_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2",
+                      norm_topk=False),
+    "qwen3_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", norm_topk=False),
     "deepseek": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                     shared="deepseek", mtp=True),
+                     shared="deepseek", mtp=True, norm_topk=False),
     "deepseek_v2": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                        shared="deepseek", mla=True, mtp=True),
+                        shared="deepseek", mla=True, mtp=True, norm_topk=False, routed_scale=1.0),
     "deepseek_v3": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                        shared="deepseek", score="sigmoid", mla=True, mtp=True),
+                        shared="deepseek", score="sigmoid", mla=True, mtp=True, norm_topk=True, routed_scale=2.5),
     "deepseek_v32": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                         shared="deepseek", score="sigmoid", mla=True, mtp=True),
+                         shared="deepseek", score="sigmoid", mla=True, mtp=True, norm_topk=True, routed_scale=2.5),
     "deepseek_v4": _Moe(("n_routed_experts",), "moe_intermediate_size", None, "all", shared="deepseek",
-                        score="sigmoid", mtp=True),
+                        score="sigmoid", mtp=True, norm_topk=True, routed_scale=1.0),
     "glm_moe_dsa": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                        shared="deepseek", score="sigmoid", expert_bias=True, mla=True, mtp=True),
+                        shared="deepseek", score="sigmoid", expert_bias=True, mla=True, mtp=True, norm_topk=True,
+                        routed_scale=1.0),
     # Glm4MoeDecoderLayer: MoE from layer first_k_dense_replace on; shared experts n_shared_experts x
     # moe_intermediate_size; Glm4MoeTopkRouter: sigmoid scores plus e_score_correction_bias
     "glm4_moe": _Moe(("n_routed_experts",), "moe_intermediate_size", "intermediate_size", "deepseek",
-                     shared="deepseek", score="sigmoid", expert_bias=True, mtp=True),
+                     shared="deepseek", score="sigmoid", expert_bias=True, mtp=True, norm_topk=True, routed_scale=1.0),
     # MiniMaxM2SparseMoeBlock on every layer: sigmoid scores plus e_score_correction_bias, no shared expert
     "minimax_m2": _Moe(("num_local_experts",), "intermediate_size", None, "all", score="sigmoid", expert_bias=True),
     "gpt_oss": _Moe(("num_local_experts", "num_experts"), "intermediate_size", None, "all"),
@@ -151,8 +154,9 @@ _MOE: dict[str, _Moe] = {
                         shared="llama4", score="sigmoid"),
     # Qwen3NextSparseMoeBlock / Qwen3_5MoeSparseMoeBlock: Qwen2-MoE's gated shared expert; Qwen3-Next picks
     # MoE layers as Qwen does (decoder_sparse_step, mlp_only_layers), Qwen3.5-MoE's are all MoE
-    "qwen3_next": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2"),
-    "qwen3_5_moe_text": _Moe(("num_experts",), "moe_intermediate_size", None, "all", shared="qwen2"),
+    "qwen3_next": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2",
+                       norm_topk=True),
+    "qwen3_5_moe_text": _Moe(("num_experts",), "moe_intermediate_size", None, "all", shared="qwen2", norm_topk=True),
 }
 # the families whose layers alternate Gated DeltaNet and attention (specs/hf_hybrid.py `gdn_fields`)
 GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .hf_router import router_probs_fields
 from .hybrid import HYBRID_SYMBOLS
 
 # a Qwen3-Next / Qwen3.5 decoder layer's token mixer (transformers `layer_types`) as a hybrid layer symbol
@@ -95,6 +96,8 @@ def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: 
         shared = read_int(data, mt, "moe_shared_expert_intermediate_size", default=None)
         if shared and data.get("n_shared_experts", 1):
             out["moe_shared_expert_intermediate_size"] = shared
+        # NemotronHConfig: norm_topk_prob and routed_scaling_factor (Megatron-Bridge's nemotron_h_bridge.py maps them)
+        out.update(router_probs_fields(data, mt, "sigmoid", out["moe_router_topk"], True, 1.0, notes, fail))
     counts = {kind: pattern.count(sym) for sym, kind in (("M", "Mamba-2"), ("*", "attention"), ("-", "MLP"),
                                                           ("E", "MoE"))}
     notes.append("hybrid layers: " + ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)

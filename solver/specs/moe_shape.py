@@ -9,7 +9,7 @@ from typing import Any
 # Fields that only a mixture-of-experts model (num_experts set) may state.
 MOE_FIELDS = ("moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
               "moe_layer_pattern", "moe_router_num_groups", "moe_router_group_topk", "moe_expert_capacity_factor",
-              "moe_latent_size")
+              "moe_latent_size", "moe_router_topk_scaling_factor")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 DSA_FIELDS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
 
@@ -34,6 +34,8 @@ class MoeShape:
     moe_latent_size: int | None
     moe_router_num_groups: int | None
     moe_router_group_topk: int | None
+    moe_router_pre_softmax: bool
+    moe_router_score_function: str
     multi_latent_attention: bool
     kv_lora_rank: int | None
     qk_head_dim: int | None
@@ -50,10 +52,14 @@ class MoeShape:
 
     def _check_moe(self) -> None:
         if self.num_experts is None:
-            given = [f for f in MOE_FIELDS if getattr(self, f) is not None]
+            given = [f for f in MOE_FIELDS if getattr(self, f) is not None] + (
+                ["moe_router_pre_softmax"] if self.moe_router_pre_softmax else [])
             if given:
                 raise ValueError(f"{given[0]} applies to mixture-of-experts models only; set num_experts or drop it")
             return
+        if self.moe_router_pre_softmax and self.moe_router_score_function != "softmax":
+            raise ValueError(f"moe_router_pre_softmax applies to softmax scores; this router's are "
+                             f"{self.moe_router_score_function} (renormalised whenever top-k > 1)")
         for f in ("moe_ffn_hidden_size", "moe_router_topk"):
             if getattr(self, f) is None:
                 raise ValueError(f"a mixture-of-experts model (num_experts {self.num_experts}) needs {f}")
