@@ -117,9 +117,10 @@ def moe_facts(m) -> dict[str, Any]:
         "moe_layer_params": m.moe_layer_params,
         "moe_layer_active_params": m.moe_layer_active_params,
         "dense_layer_params": m.dense_layer_params if m.num_dense_layers else None,
-        "router": m.moe_router_score_function + (" + expert bias" if m.moe_router_enable_expert_bias else "")
-                  + (f", {m.moe_router_group_topk} of {m.moe_router_num_groups} groups"
-                     if m.moe_router_num_groups else ""),
+        "router": m.moe_router_score_function + (" over all experts" if m.moe_router_pre_softmax else "")
+                  + (" + expert bias" if m.moe_router_enable_expert_bias else "") + (f", {m.moe_router_group_topk} of "
+                  f"{m.moe_router_num_groups} groups" if m.moe_router_num_groups else "") + (
+                  f", top-k x {m.moe_router_topk_scaling_factor:g}" if m.moe_router_topk_scaling_factor else ""),
         "capacity_factor": m.moe_expert_capacity_factor,
         "mla": {"q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "qk_head_dim": m.qk_head_dim,
                 "qk_pos_emb_head_dim": m.qk_pos_emb_head_dim, "v_head_dim": m.v_head_dim}
