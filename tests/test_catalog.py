@@ -355,7 +355,7 @@ def test_show_moe_model(cli):
     moe = d["moe"]
     assert (moe["num_experts"], moe["moe_router_topk"], moe["shared_expert_ffn"]) == (256, 8, 2048)
     assert (moe["num_moe_layers"], moe["num_dense_layers"], moe["layer_pattern"]) == (58, 3, "dense 0-2, MoE 3-60")
-    assert moe["router"] == "sigmoid + expert bias, 4 of 8 groups" and moe["mtp_num_layers"] == 1
+    assert moe["router"] == "sigmoid + expert bias, 4 of 8 groups, top-k x 2.5" and moe["mtp_num_layers"] == 1
     assert moe["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64,
                           "v_head_dim": 128}
     out = cli("show", "deepseek-v3").out
