@@ -187,6 +187,20 @@ _TEXT_MODEL_TYPES = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
 # model types (a decoder's, or a multimodal config's text decoder's) whose architecture the formulation does not
 # price, with what it lacks: said in their refusal, so the user knows which part is missing (the configuration keys
 # that carry it in parentheses)
+_PER_KIND = "an attention shape per layer kind, which Megatron-LM builds only through Megatron-Bridge's own layers"
 NOT_MODELLED = {
     "kimi_linear": "Kimi Delta Attention layers (a linear-attention mixer Megatron-LM has no layer for)",
+    # transformers Gemma4TextConfig; Megatron-Bridge gemma/gemma4_provider.py (its own layer spec, dual RoPE, K = V)
+    "gemma4_text": f"global layers of their own head dimension and KV heads (global_head_dim, "
+                   f"num_global_key_value_heads) with keys as values (attention_k_eq_v): {_PER_KIND}",
+    # Megatron-Bridge mimo_v2_flash/modeling_mimo_v2_flash.py
+    "mimo_v2_flash": f"sliding-window layers of their own KV heads (swa_num_key_value_heads), a V head narrower than "
+                     f"Q and K (v_head_dim) and a sink bias on the window: {_PER_KIND}",
+    # Megatron-Bridge stepfun/step35_provider.py `Step35DecoderLayer` (Step-3.7 reuses it)
+    "step3p7": f"sliding layers of their own heads and shape (attention_other_setting) and a RoPE share per layer: "
+               f"{_PER_KIND}",
+    # Megatron-Bridge minimax_m3/minimax_m3_bridge.py
+    "minimax_m3": "block-sparse attention (sparse_attention_config: the top-k key blocks its index heads pick), "
+                  "which Megatron-LM has no layer for",
 }
+NOT_MODELLED["minimax_m3_vl"] = NOT_MODELLED["minimax_m3"]
