@@ -52,7 +52,7 @@ def test_supported_models_get_family_flavor_and_ep(name, family, flavor):
 
 
 @pytest.mark.parametrize("name", ["Mixtral-8x7B-v0.1", "Llama-4-Scout-17B-16E-Instruct", "Qwen1.5-MoE-A2.7B",
-                                  "deepseek-moe-16b"])
+                                  "deepseek-moe-16b", "DeepSeek-V4-Flash"])  # V4: not deepseek_v3's decoder
 def test_unsupported_models_are_one_line(name):
     job, plan = _tt(name, "h100x64", ep=8)
     sections, notes = torchtitan_config(job, plan)

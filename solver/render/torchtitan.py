@@ -385,9 +385,11 @@ def torchtitan_moe_family(model) -> str | None:
     """Which torchtitan MoE decoder builds `model`'s architecture: deepseek_v3 (multi-latent
     attention, shared experts, dense first layers), qwen3 (GQA with QK norm, every layer routed, no
     shared expert), gpt_oss (linear biases, no shared expert); None when torchtitan has none (DeepSeek Sparse
-    Attention among them)."""
+    Attention and DeepSeek-V4's compressed attention among them)."""
     shared = model.moe_shared_expert_intermediate_size is not None
-    if model.is_dsa:  # its deepseek_v3 decoder attends densely: no lightning indexer, no sparse MLA
+    # its deepseek_v3 decoder attends densely: no lightning indexer, no sparse MLA; nor DeepSeek-V4's compressors,
+    # mHC residual streams or hash routing
+    if model.is_dsa or model.is_dsv4:
         return None
     if model.multi_latent_attention:
         return "deepseek_v3"
