@@ -99,7 +99,7 @@ def main() -> None:
           f"`python benchmarks/few_shot.py --k {' '.join(map(str, args.k))} --draws {args.draws} --base "
           f"{' '.join(args.base)}{' --fold-cache ' + args.fold_cache if args.fold_cache else ''}` at commit {state}; "
           f"{len(cases)} rows. Groups: one source, GPU and stack "
-          "(fsdp, megatron or moe: intervals.stack_of); K rows drawn per group, one from each of K strata of its rows sorted by measured "
+          "(fsdp, megatron or moe: intervals.stack_of; MoE per model family, fewshot_eval.group_key); K rows drawn per group, one from each of K strata of its rows sorted by measured "
           f"step time (numpy default_rng([{args.seed}, draw])), {args.draws} draws; MAPE of the rows not drawn, "
           "median (worst) over draws. Zero-shot: the base parameters on the same rows.", ""]
     blob: dict = {"commit": state, "k": args.k, "draws": args.draws, "seed": args.seed, "bases": {}}

@@ -3,7 +3,9 @@ predict the others, as a user with K measured steps would (`fewshot.fit_few_shot
 `solveplan calibrate --steps` runs).
 
 - Group: the rows of one source on one GPU with one framework (`stack_of`; MoE runs apart from dense
-  ones): one stack on one cluster type, what one calibrated cluster file covers. A group needs K + 2 rows (K to fit, 2 or more to predict).
+  ones, and per model family: a user calibrates on runs of the model they plan, and one time scale cannot serve
+  families whose errors differ in sign): one stack on one cluster type, what one calibrated cluster file covers.
+  A group needs K + 2 rows (K to fit, 2 or more to predict).
 - Which K rows (`draw_rows`): the group's rows sorted by measured step time, cut into K
   strata of equal count, one row drawn from each stratum (numpy default_rng([seed, draw])):
   the K measurements spread from the group's fastest to its slowest runs, as a user measures
@@ -45,7 +47,9 @@ def stack_of(case: RowCase) -> str:
 
 
 def group_key(case: RowCase) -> tuple[str, str, str]:
-    return case.row.source, case.row.gpu, stack_of(case)
+    """(source, GPU, stack), an MoE stack per model family ("moe:qwen3-moe"; module docstring)."""
+    stack = stack_of(case)
+    return case.row.source, case.row.gpu, f"{stack}:{case.row.model_family}" if stack == "moe" else stack
 
 
 def draw_rows(measured: Sequence[float], ids: Sequence[str], k: int, draw: int, seed: int = DEFAULT_SEED) -> list[int]:
