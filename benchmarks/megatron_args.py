@@ -827,13 +827,30 @@ def check_moe(M, label, model_ref, cluster, cfg, extras, updates, mutate=None):
         want_m["a2a_overlap"] = bool(getattr(job, "moe_a2a_overlap", False))
         got_m["a2a_overlap"] = bool(cfg_.overlap_moe_expert_parallel_comm)
         diff.update({k: (want_m[k], got_m.get(k)) for k in want_m if want_m[k] != got_m.get(k)})
-        row["arch_diff"] = (diff | precision_diff(job, cfg_, args)
+        row["noted"] = noted_diff(diff, ma.notes)
+        row["arch_diff"] = ({k: v for k, v in diff.items() if k not in row["noted"]} | precision_diff(job, cfg_, args)
                             | sharding_diff(par.zero, args, job.distributed_optimizer_instances))
         row["ok"] = (row["megatron_split"] == row["layers"] and row["megatron_vp"] == par.vp and row["dp"] == par.dp
                      and not row["arch_diff"])
     except CHECK_ERRORS as exc:
         row["error"], row["ok"] = refusal(exc), False
     return row
+
+
+def noted_diff(diff: dict, notes: list[str]) -> dict:
+    """The differences the launch notes declare: multi-latent attention's YaRN fields Megatron-LM's command line
+    cannot set (render/megatron_rope.py `MLA_YARN_DEFAULTS`: Kimi K2's beta_fast 1), built at Megatron's values and
+    said in the notes. Nothing else is excused."""
+    from solveplan.render.megatron_rope import MLA_YARN_DEFAULTS
+
+    if "rope_yarn" not in diff or not any("cannot set multi-latent attention's YaRN" in n for n in notes):
+        return {}
+    want, got = diff["rope_yarn"]
+    if not (want and got):
+        return {}
+    off = {k for k in want if want[k] != got[k]}
+    fixed = all(k in MLA_YARN_DEFAULTS and got[k] == MLA_YARN_DEFAULTS[k] for k in off)
+    return {"rope_yarn": {k: (want[k], got[k]) for k in off}} if off and fixed else {}
 
 
 def controls_table(controls: list[dict], title: str, also: str) -> list[str]:
@@ -873,6 +890,7 @@ def plan_rows_table(rows: list[dict], flag_key: str) -> list[str]:
 
 def moe_report(rows, controls) -> list[str]:
     ok = sum(1 for r in rows if r.get("ok"))
+    noted = sum(1 for r in rows if r.get("ok") and r.get("noted"))
     lines = ["", "## Mixture-of-experts plans", "",
              "Explicit configurations (evaluate-style, EP and ETP stated, checked by `plan_config`) and `optimize`'s "
              "own plans (60 s limit) rendered by `megatron_args` and run through "
@@ -889,7 +907,10 @@ def moe_report(rows, controls) -> list[str]:
              "states it; with `--dsa-kernel-backend cudnn` (DeepSeek Sparse Attention), TransformerConfig's check "
              "for a CUDA device, FlashMLA and cuDNN's DSA kernels, which the launch note names (the backend's "
              "name is still checked by the parser's choices).", "",
-             f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism.", "",
+             f"**{ok} of {len(rows)} MoE plans accepted** with the planned model, experts and parallelism"
+             + (f"; {noted} of them {'builds' if noted == 1 else 'build'} multi-latent attention's YaRN fields that "
+                f"Megatron-LM's command line cannot set at Megatron's values, as the launch notes say"
+                if noted else "") + ".", "",
              "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
              "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
     lines += moe_rows_table(rows)
@@ -904,6 +925,8 @@ def moe_rows_table(rows: list[dict]) -> list[str]:
     for r in rows:
         deg, split = degrees_and_split(r)
         res = "accepted" if r.get("ok") else (r.get("error") or f"differs: {r.get('arch_diff')}")
+        if r.get("ok") and r.get("noted"):
+            res += f" (builds, as its launch notes say: {r['noted']})"
         src = "optimize " + r["status"].split(".")[-1] if r.get("status", "explicit") != "explicit" else "explicit"
         lines.append(f"| {r['label']} | {r.get('model', '-')} | {r.get('cluster', '-')} | {src} | {deg} | "
                      f"{r.get('ep', '-')} {r.get('etp', '-')} | {r.get('ep_nodes', '-')} | {split} | "
