@@ -535,3 +535,14 @@ def test_vision_language_configs_plan_their_text_decoder():
     k25 = model_from_hf_config({"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
                                 "text_config": {**kimi, "model_type": "kimi_k2"}}, "k25")
     assert k25.num_params == _load("Kimi-K2-Instruct").num_params and k25.multi_latent_attention
+
+
+def test_optimize_says_the_jobs_own_sequence_length_beside_the_configs(cli):
+    """A config's note says its pre-training length and how to plan longer; with --seq-len the job's own length is
+    said after it, on stderr (stdout stays the plan)."""
+    cfg = str(DATA / "hf" / "Qwen2.5-32B" / "config.json")
+    code, out, err = cli("optimize", "--model", cfg, "--cluster", "h100x64", "--seq-len", "16384", "--format", "megatron")
+    assert code == 0 and "--seq-length 16384" in out
+    assert "sequence length 8192" in err and err.rstrip().endswith("the job trains at sequence length 16384 (--seq-len)")
+    code, out, err = cli("optimize", "--model", cfg, "--cluster", "h100x64", "--format", "megatron")
+    assert code == 0 and "the job trains at" not in err

@@ -182,7 +182,9 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on) or a cluster with pools")
     if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
         # what the mapping decided (sequence length, what is not modelled): on stderr, stdout stays the plan
-        click.echo(f"model {job.model.name}: {job.model.notes}", err=True)
+        given = (f"; the job trains at sequence length {job.seq_length} (--seq-len)"
+                 if job.model.seq_length and job.seq_length != job.model.seq_length else "")
+        click.echo(f"model {job.model.name}: {job.model.notes}{given}", err=True)
     links = _links_of(links_file, job) if links_file else None
 
     from ..optimize import optimize
