@@ -471,7 +471,7 @@ def built_architecture(args, cfg, gpt) -> dict:
                 rotary_base=(float(getattr(cfg, "rotary_base", gpt.rotary_base))
                              if gpt.position_embedding_type in ("rope", "yarn") else None),
                 rotary_percent=gpt.rotary_percent if gpt.position_embedding_type in ("rope", "yarn") else None,
-                rope_yarn=built_yarn(cfg, gpt),
+                rope_yarn=built_yarn(cfg, gpt), rotary_interleaved=bool(cfg.rotary_interleaved),
                 rope_scaling_factor=args.rope_scaling_factor if args.use_rope_scaling else None,
                 tied_embeddings=gpt.share_embeddings_and_output_weights, norm_epsilon=cfg.layernorm_epsilon,
                 softmax_type=cfg.softmax_type, glu_linear_offset=float(cfg.glu_linear_offset),
@@ -520,6 +520,7 @@ def planned_architecture(model, cp: int = 1) -> dict:
     d = {k: getattr(model, k) for k in ("normalization", "norm_zero_centered_gamma", "add_bias_linear", "add_qkv_bias",
                                         "activation", "gated_mlp", "head_dim", "num_kv_heads", "qk_norm",
                                         "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor",
+                                        "rotary_interleaved",
                                         "tied_embeddings", "norm_epsilon", "softmax_type", "glu_linear_offset",
                                         "activation_clamp")}
     # said in notes: no ReLU flag; a tanh GeGLU is launched as Megatron's quick GeGLU

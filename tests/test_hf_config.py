@@ -322,7 +322,8 @@ MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared
             "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_rope_interleaved", "dsa_indexer_rotate_activation",
             "csa_compress_ratios", "csa_window_size", "o_groups", "o_lora_rank", "num_residual_streams",
             "mhc_sinkhorn_iterations", "moe_n_hash_layers", "activation_clamp", "moe_router_score_function",
-            "csa_compress_rotary_base", "rope_yarn", "moe_router_pre_softmax", "moe_router_topk_scaling_factor")
+            "csa_compress_rotary_base", "rope_yarn", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
+            "rotary_interleaved")
 
 
 @pytest.mark.parametrize("entry", sorted(MOE_TWINS))

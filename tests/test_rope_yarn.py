@@ -147,3 +147,14 @@ def test_the_megatron_check_excuses_only_what_the_notes_say_the_command_line_can
     assert noted_diff({"rope_yarn": (want, {**want, "beta_fast": 32.0, "factor": 40.0})}, note) == {}
     assert noted_diff({"rope_yarn": (want, None)}, note) == {}
     assert noted_diff({"moe_router_topk_scaling_factor": (2.5, None)}, note) == {}
+
+
+def test_llama4_rotates_adjacent_pairs():
+    """Llama 4's modelling code rotates the query and key as complex pairs (interleaved): read from its config,
+    launched as --rotary-interleaved; refused beside multi-latent attention, as Megatron refuses it."""
+    scout = load_model(str(HF / "Llama-4-Scout-17B-16E-Instruct" / "config.json"))
+    assert scout.rotary_interleaved and "--rotary-interleaved" in _flags(scout)
+    assert not load_model("llama3.1-8b").rotary_interleaved and "--rotary-interleaved" not in _flags(
+        load_model("llama3.1-8b"))
+    with pytest.raises(ValueError, match="rotary_interleaved applies to RoPE without multi-latent attention"):
+        ModelSpec(**{**load_model("deepseek-v3").model_dump(), "rotary_interleaved": True})

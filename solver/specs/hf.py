@@ -22,10 +22,9 @@ carry biases, which norm, which activation):
   `TRAINING_SEQ_CAP` with a note: a config's 128k window is an inference limit, not a pre-training
   recipe (pass --seq-len to plan long-context training).
 
-Mixture-of-experts families (transformers configuration and modelling classes of the same names:
-MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig, DeepseekV2Config, DeepseekV3Config, GptOssConfig,
-Llama4TextConfig, Glm4MoeConfig, MiniMaxM2Config (transformers 5.24); DeepSeek-MoE's own remote-code
-`modeling_deepseek.py` for `deepseek`), `_moe`:
+Mixture-of-experts families (transformers configuration and modelling classes of the same names: MixtralConfig,
+Qwen2MoeConfig, Qwen3MoeConfig, DeepseekV2Config, DeepseekV3Config, GptOssConfig, Llama4TextConfig, Glm4MoeConfig,
+MiniMaxM2Config (transformers 5.24); DeepSeek-MoE's own remote-code `modeling_deepseek.py` for `deepseek`), `_moe`:
 
 - experts `num_local_experts` (Mixtral, GPT-OSS, Llama 4, MiniMax-M2) / `num_experts` (Qwen) /
   `n_routed_experts` (DeepSeek, GLM-4.5); top-k `num_experts_per_tok`; one expert's FFN `moe_intermediate_size`
@@ -44,8 +43,8 @@ Llama4TextConfig, Glm4MoeConfig, MiniMaxM2Config (transformers 5.24); DeepSeek-M
   `topk_group`) for noaux_tc / group_limited_greedy; Llama 4 sigmoid; the others softmax; `norm_topk_prob`,
   `routed_scaling_factor` (`specs/hf_router.py`). Multi-latent attention (DeepSeek V2/V3): `q_lora_rank` (null:
   full-rank Q), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; MTP `num_nextn_predict_layers`.
-- Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (the vision encoder and
-  projector are not); a bare `llama4_text` config is accepted too.
+- Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (not the vision encoder
+  and projector; a bare `llama4_text` config too), its RoPE interleaved (`_Family.interleaved`).
 
 A `model_type` transformers has no class for, whose `architectures` names one of the classes above (Kimi K2:
 `kimi_k2` with `DeepseekV3ForCausalLM`, the class its remote code loads), is read as that class's family, and the
@@ -233,7 +232,8 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str], head_dim: int) ->
     if pct is None and rotary_dim is not None:
         pct = rotary_dim / head_dim
     pct = pct if pct is not None else _num(src, mt, "rotary_pct", fam.rotary_percent)
-    out: dict[str, Any] = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct}
+    out: dict[str, Any] = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct,
+                           **({"rotary_interleaved": True} if fam.interleaved else {})}
     scaling = _dict_or(data, "rope_scaling", params)
     kind = scaling.get("rope_type") or scaling.get("type")
     if kind == "llama3":

@@ -49,6 +49,8 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     rope_scaling_factor: PositiveFloat | None = Field(
         None, description="Llama 3.x RoPE frequency scaling factor (HF rope_scaling.factor with rope_type llama3)")
     rope_yarn: YarnRope | None = Field(None, description="YaRN RoPE (HF rope_scaling with rope_type yarn; specs/rope.py)")
+    rotary_interleaved: bool = Field(False, description="RoPE rotates adjacent pairs, not the two halves (Llama 4; "
+                                                        "Megatron --rotary-interleaved)")
     normalization: Normalization = "LayerNorm"
     norm_zero_centered_gamma: bool = Field(
         False, description="norm weight stored as gamma - 1 (Nemotron's layernorm1p, Gemma's RMSNorm (1 + w))")
@@ -242,6 +244,9 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
             given = [f for f in ROPE_FIELDS if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to rotary embeddings only; set position_embedding: rope or drop it")
+        if self.rotary_interleaved and (self.position_embedding != "rope" or self.multi_latent_attention):
+            raise ValueError("rotary_interleaved applies to RoPE without multi-latent attention (Megatron: "
+                             "'rotary_interleaved does not work with multi_latent_attention'); drop it")
         if self.rope_yarn is not None and self.rope_scaling_factor is not None:
             raise ValueError("rope_yarn and rope_scaling_factor (Llama 3's) are two RoPE scalings; give one")
         if self.sliding_window_layers is not None and (self.sliding_window is None
