@@ -357,6 +357,10 @@ MOE_CONTROLS = [
      lambda a, e: ([x for x in a if x != "--moe-router-pre-softmax"], e)),
     (2, "DeepSeek-V3 with plain RoPE (--rope-type rope), not its config's YaRN",
      lambda a, e: (_set(a, "--rope-type", "rope"), e)),
+    (10, "Llama 4 Scout with RoPE on every layer (--no-rope-freq dropped)",
+     lambda a, e: (_drop(a, "--no-rope-freq", 1), e)),
+    (10, "Llama 4 Scout rotating the two halves (--rotary-interleaved dropped)",
+     lambda a, e: ([x for x in a if x != "--rotary-interleaved"], e)),
     (7, "GPT-OSS's YaRN with the correction range rounded (its config: truncate false)",
      lambda a, e: ([x for x in a if x != "--no-yarn-correction-range-round-to-int"], e)),
     (1, "no --expert-tensor-parallel-size (Megatron's default: ETP = TP)",
@@ -472,6 +476,8 @@ def built_architecture(args, cfg, gpt) -> dict:
                              if gpt.position_embedding_type in ("rope", "yarn") else None),
                 rotary_percent=gpt.rotary_percent if gpt.position_embedding_type in ("rope", "yarn") else None,
                 rope_yarn=built_yarn(cfg, gpt), rotary_interleaved=bool(cfg.rotary_interleaved),
+                # TransformerConfig expands an integer --no-rope-freq n into its per-layer list ([0]*(n-1)+[1])*(L/n)
+                no_rope_layers=tuple(cfg.no_rope_freq) if cfg.no_rope_freq else None,
                 rope_scaling_factor=args.rope_scaling_factor if args.use_rope_scaling else None,
                 tied_embeddings=gpt.share_embeddings_and_output_weights, norm_epsilon=cfg.layernorm_epsilon,
                 softmax_type=cfg.softmax_type, glu_linear_offset=float(cfg.glu_linear_offset),
@@ -526,6 +532,8 @@ def planned_architecture(model, cp: int = 1) -> dict:
     # said in notes: no ReLU flag; a tanh GeGLU is launched as Megatron's quick GeGLU
     d["activation"] = {"relu": "gelu", "geglu": "quick_geglu"}.get(d["activation"], d["activation"])
     d["rope_yarn"] = planned_yarn(model)
+    n = model.no_rope_freq
+    d["no_rope_layers"] = tuple(int((i + 1) % n == 0) for i in range(model.num_layers)) if n else None
     if model.rope_yarn is not None and not model.multi_latent_attention:  # GPT layers: GPTModel's yarn embedding
         d["position_embedding"] = "yarn"
     d["sink_cp_comm"] = "a2a" if model.cp_all_to_all and cp > 1 else None

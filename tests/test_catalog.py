@@ -55,7 +55,7 @@ def test_model_entry(name):
     optional = {"kv_channels", "rotary_base", "rotary_percent", "rope_scaling_factor", "rope_yarn",
                 "csa_compress_rotary_base",  # their config.json's YaRN; DeepSeek-V4's compressed layers
                 "moe_router_pre_softmax",  # a router's top-k not renormalised (DeepSeek-V2, Qwen2-MoE) only
-                "rotary_interleaved",  # Llama 4's RoPE pairs only
+                "rotary_interleaved", "no_rope_freq",  # Llama 4's RoPE pairs and layers without RoPE only
                 "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers",
                 "sliding_window_pattern",  # HF-family entries state them
                 "softmax_type", "glu_linear_offset", "activation_clamp",  # GPT-OSS's sinks and clamped quick GeGLU

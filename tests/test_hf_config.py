@@ -323,7 +323,7 @@ MOE_SPEC = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared
             "csa_compress_ratios", "csa_window_size", "o_groups", "o_lora_rank", "num_residual_streams",
             "mhc_sinkhorn_iterations", "moe_n_hash_layers", "activation_clamp", "moe_router_score_function",
             "csa_compress_rotary_base", "rope_yarn", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
-            "rotary_interleaved")
+            "rotary_interleaved", "no_rope_freq")
 
 
 @pytest.mark.parametrize("entry", sorted(MOE_TWINS))

@@ -158,3 +158,19 @@ def test_llama4_rotates_adjacent_pairs():
         load_model("llama3.1-8b"))
     with pytest.raises(ValueError, match="rotary_interleaved applies to RoPE without multi-latent attention"):
         ModelSpec(**{**load_model("deepseek-v3").model_dump(), "rotary_interleaved": True})
+
+
+def test_llama4_skips_rope_on_every_fourth_layer():
+    """Llama4TextConfig's no_rope_layer_interval 4 (its default): --no-rope-freq 4 (Megatron skips RoPE on layers
+    4, 8, ...); a no_rope_layers list of another shape, or an interval not dividing the layers, is refused."""
+    scout = load_model(str(HF / "Llama-4-Scout-17B-16E-Instruct" / "config.json"))
+    assert scout.no_rope_freq == 4 and _flags(scout)["--no-rope-freq"] == "4"
+    data = _hf("Llama-4-Scout-17B-16E-Instruct")
+    text = data["text_config"]
+    ok = {**data, "text_config": {**text, "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)]}}
+    assert spec_from_hf(ok, "x").no_rope_freq == 4
+    for bad in ({"no_rope_layers": [1] * 47 + [0]}, {"no_rope_layer_interval": 5}):
+        with pytest.raises(InputError, match="the layers without RoPE must be every n-th"):
+            spec_from_hf({**data, "text_config": {**text, **bad}}, "x")
+    with pytest.raises(ValueError, match="no_rope_freq \\(5\\) needs RoPE and must divide num_layers"):
+        ModelSpec(**{**scout.model_dump(), "no_rope_freq": 5})

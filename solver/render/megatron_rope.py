@@ -1,7 +1,7 @@
 """Megatron-LM's position-embedding flags for a RoPE model: what builds the rotation the model was trained with.
 
 - plain RoPE: `--position-embedding-type rope --rotary-percent --rotary-base` (an integer there), Llama 3's scaling
-  `--use-rope-scaling --rope-scaling-factor`, Llama 4's pairs `--rotary-interleaved`;
+  `--use-rope-scaling --rope-scaling-factor`, Llama 4's pairs `--rotary-interleaved` and its layers without RoPE `--no-rope-freq`;
 - YaRN on a GPT layer (`specs/rope.py`; Megatron-LM d98e8a6 arguments.py ~2397-2411 and ~3558-3563,
   argument_utils.py `_apply_yarn_config_from_args`: GPTModel's YarnRotaryEmbedding reads config.yarn_*):
   `--position-embedding-type yarn --rotary-scaling-factor --yarn-original-max-position-embeddings --yarn-beta-fast
@@ -34,6 +34,8 @@ def rope_flags(model, notes: list[str]) -> list[str]:
         a += ["--use-rope-scaling", "--rope-scaling-factor", num_arg(model.rope_scaling_factor)]
     if model.rotary_interleaved:
         a.append("--rotary-interleaved")
+    if model.no_rope_freq is not None:
+        a += ["--no-rope-freq", str(model.no_rope_freq)]
     if yarn:
         a += ["--rotary-scaling-factor", num_arg(yarn.factor), "--yarn-original-max-position-embeddings",
               str(yarn.original_max_position_embeddings), "--yarn-beta-fast", num_arg(yarn.beta_fast),

@@ -62,7 +62,7 @@ from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
 from .hf_router import router_probs_fields
 from .model import ModelSpec
-from .rope import yarn_from_hf
+from .rope import llama4_rope_fields, yarn_from_hf
 
 FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
 TRAINING_SEQ_CAP = 8192  # Llama 3 pre-training length; longer windows come from a late extension phase
@@ -233,7 +233,7 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str], head_dim: int) ->
         pct = rotary_dim / head_dim
     pct = pct if pct is not None else _num(src, mt, "rotary_pct", fam.rotary_percent)
     out: dict[str, Any] = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct,
-                           **({"rotary_interleaved": True} if fam.interleaved else {})}
+                           **llama4_rope_fields(data, mt, fam.interleaved, _int, _fail)}
     scaling = _dict_or(data, "rope_scaling", params)
     kind = scaling.get("rope_type") or scaling.get("type")
     if kind == "llama3":

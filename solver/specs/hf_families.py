@@ -92,8 +92,7 @@ _FAMILIES: dict[str, _Family] = {
                        caveats=("router bias (one per expert)",)),
     # modeling_llama4.py `apply_rotary_emb`: the query and key viewed as complex pairs, rotated (interleaved)
     "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5, interleaved=True,
-                           caveats=("no RoPE on every 4th layer (no_rope_layers)",
-                                    "chunked attention (attention_chunk_size) on the RoPE layers, costed as full "
+                           caveats=("chunked attention (attention_chunk_size) on the RoPE layers, costed as full "
                                     "causal attention (the same up to the chunk size)",
                                     "weightless L2 norm of queries and keys on RoPE layers (use_qk_norm)",
                                     "attention temperature tuning")),

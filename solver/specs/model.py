@@ -51,6 +51,8 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     rope_yarn: YarnRope | None = Field(None, description="YaRN RoPE (HF rope_scaling with rope_type yarn; specs/rope.py)")
     rotary_interleaved: bool = Field(False, description="RoPE rotates adjacent pairs, not the two halves (Llama 4; "
                                                         "Megatron --rotary-interleaved)")
+    no_rope_freq: PositiveInt | None = Field(None, description="every n-th layer (from 1) has no RoPE (Llama 4: 4; "
+                                                               "Megatron --no-rope-freq)")
     normalization: Normalization = "LayerNorm"
     norm_zero_centered_gamma: bool = Field(
         False, description="norm weight stored as gamma - 1 (Nemotron's layernorm1p, Gemma's RMSNorm (1 + w))")
@@ -244,6 +246,9 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
             given = [f for f in ROPE_FIELDS if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to rotary embeddings only; set position_embedding: rope or drop it")
+        if self.no_rope_freq is not None and (self.position_embedding != "rope" or self.num_layers % self.no_rope_freq):
+            raise ValueError(f"no_rope_freq ({self.no_rope_freq}) needs RoPE and must divide num_layers "
+                             f"({self.num_layers}), as Megatron's --no-rope-freq does")
         if self.rotary_interleaved and (self.position_embedding != "rope" or self.multi_latent_attention):
             raise ValueError("rotary_interleaved applies to RoPE without multi-latent attention (Megatron: "
                              "'rotary_interleaved does not work with multi_latent_attention'); drop it")

@@ -49,3 +49,21 @@ def yarn_from_hf(scaling: dict, mt: str, positions: int | None, notes: list[str]
     notes.append(f"YaRN RoPE (factor {out['factor']:g} over {out['original_max_position_embeddings']} positions), "
                  f"launched as the checkpoint has it (no cost)")
     return out
+
+
+def llama4_rope_fields(data: dict, mt: str, interleaved: bool, _int, _fail) -> dict:
+    """Llama 4's RoPE beyond theta and scaling (transformers Llama4TextConfig / modeling_llama4.py): its query and key
+    rotated as complex pairs (`interleaved`: Megatron --rotary-interleaved), and no RoPE on the layers
+    `no_rope_layers` marks 0, by default every `no_rope_layer_interval`-th (4): Megatron's --no-rope-freq, whose
+    integer n skips RoPE on every n-th layer counting from 1 (transformer_config.py `no_rope_freq`). Another shape
+    is refused, naming it. {} for a family with neither."""
+    out: dict = {"rotary_interleaved": True} if interleaved else {}
+    if mt != "llama4_text":
+        return out
+    layers, interval = _int(data, mt, "num_hidden_layers"), _int(data, mt, "no_rope_layer_interval", default=4)
+    listed = data.get("no_rope_layers")
+    rule = [int((i + 1) % interval != 0) for i in range(layers)]
+    if (listed is not None and list(listed) != rule) or layers % interval:
+        raise _fail(f"({mt}) the layers without RoPE must be every n-th of the {layers} (Megatron-LM's --no-rope-freq "
+                    f"n, dividing the layers); state no_rope_layer_interval such an n and drop no_rope_layers")
+    return out | {"no_rope_freq": interval}
