@@ -120,8 +120,10 @@ class _Moe:
     mla: bool = False
     expert_bias: bool = False  # the router always adds a learned bias (e_score_correction_bias) to choose experts
     mtp: bool = False  # the file's num_nextn_predict_layers counts MTP layers
-    # the configuration class's norm_topk_prob (None: the modelling code always renormalises the top-k) and
-    # routed_scaling_factor (None: it scales nothing), when the file omits them (specs/hf_router.py)
+    # norm_topk_prob (None: the modelling code always renormalises the top-k) and routed_scaling_factor (None: it
+    # scales nothing) read when the file omits them (specs/hf_router.py): the configuration class's defaults
+    # (Qwen2MoeConfig / Qwen3MoeConfig / DeepseekV2Config norm_topk_prob false, DeepseekV3Config 2.5), else
+    # renormalised and unscaled; the published configs state both
     norm_topk: bool | None = None
     routed_scale: float | None = None
 
