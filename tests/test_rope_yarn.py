@@ -174,3 +174,14 @@ def test_llama4_skips_rope_on_every_fourth_layer():
             spec_from_hf({**data, "text_config": {**text, **bad}}, "x")
     with pytest.raises(ValueError, match="no_rope_freq \\(5\\) needs RoPE and must divide num_layers"):
         ModelSpec(**{**scout.model_dump(), "no_rope_freq": 5})
+
+
+@pytest.mark.parametrize("name, said", [
+    ("deepseek-v3", "RoPE theta 10000, YaRN x40 over 4096"),
+    ("llama4-scout", "RoPE theta 500000, adjacent pairs rotated, none on every 4th layer, Llama 3 scaling x16"),
+    ("deepseek-v4-flash", "RoPE theta 10000, compressed layers theta 160000 with YaRN x16 over 65536"),
+    ("glm4.5", "RoPE theta 1000000 on 0.5 of each head"), ("gpt3-13b", "learned_absolute"),
+])
+def test_show_says_the_positions_the_launch_builds(cli, name, said):
+    code, out, _ = cli("show", name)
+    assert code == 0 and [line for line in out.splitlines() if "positions" in line and said in line]

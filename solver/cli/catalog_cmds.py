@@ -22,6 +22,7 @@ import click
 
 from ..errors import InputError, escape_markup, escape_text
 from ..formulation.flops import reported_flop_per_step
+from ..specs.rope import describe_positions
 from ..specs.units import GIB
 
 _KINDS = ("model", "gpu", "cluster", "job")
@@ -33,12 +34,9 @@ def model_facts(m) -> dict[str, Any]:
     mixture-of-experts model adds `moe` (its structure, `moe_facts`)."""
     n, active = m.num_params, m.num_active_params
     facts = {
-        "num_params": n,
-        "num_active_params": active,
-        "params_per_layer": m.params_per_layer,
-        "embedding_params": m.embedding_params,
-        "head_dim": m.head_dim,
-        "kv_hidden_size": m.kv_hidden_size,
+        "num_params": n, "num_active_params": active,
+        "params_per_layer": m.params_per_layer, "embedding_params": m.embedding_params,
+        "head_dim": m.head_dim, "kv_hidden_size": m.kv_hidden_size,
         "flops_per_token": reported_flop_per_step(m, 1, m.seq_length, 0)[0] / m.seq_length,
         "tokens_per_step": m.global_batch_size * m.seq_length,
         "weights_bf16_gib": 2 * n / GIB,
@@ -402,6 +400,7 @@ def _show_model(s, as_json: bool) -> None:
                 + (f", clamped at {s.activation_clamp:g}" if s.activation_clamp is not None else "") + ")"
                 + (" in the MLP layers" if s.is_hybrid else " in the dense layers" if moe and moe["num_dense_layers"]
                    else "")),
+        ("positions", describe_positions(s)),
         ("vocab", f"{s.vocab_size} ({'tied' if s.tied_embeddings else 'untied'} embeddings)"),
         ("parameters", f"{facts['num_params']:,} ({_b(facts['num_params'])})"
                        + (f"; source states {s.nominal_params_b:g}B" if s.nominal_params_b else "")),

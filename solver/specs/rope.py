@@ -67,3 +67,29 @@ def llama4_rope_fields(data: dict, mt: str, interleaved: bool, _int, _fail) -> d
         raise _fail(f"({mt}) the layers without RoPE must be every n-th of the {layers} (Megatron-LM's --no-rope-freq "
                     f"n, dividing the layers); state no_rope_layer_interval such an n and drop no_rope_layers")
     return out | {"no_rope_freq": interval}
+
+
+def describe_positions(model) -> str:
+    """A model's position encoding in words, as `show` prints it: what the launch builds (theta, the rotated share,
+    Llama 4's pairs and layers without RoPE, Llama 3's or YaRN's scaling; DeepSeek-V4's YaRN is its compressed
+    layers', with their own theta)."""
+    if model.position_embedding != "rope":
+        return model.position_embedding
+
+    def num(x: float) -> str:
+        return f"{x:.0f}" if float(x).is_integer() else f"{x:g}"
+
+    share = f" on {num(model.rotary_percent)} of each head" if model.rotary_percent != 1 else ""
+    parts = [f"RoPE theta {num(model.rotary_base)}{share}"]
+    if model.rotary_interleaved:
+        parts.append("adjacent pairs rotated")
+    if model.no_rope_freq:
+        parts.append(f"none on every {model.no_rope_freq}th layer")
+    if model.rope_scaling_factor:
+        parts.append(f"Llama 3 scaling x{num(model.rope_scaling_factor)}")
+    yarn = model.rope_yarn
+    if yarn is not None:
+        scaled = f"YaRN x{num(yarn.factor)} over {yarn.original_max_position_embeddings}"
+        base = model.csa_compress_rotary_base
+        parts.append(f"compressed layers theta {num(base)} with {scaled}" if base else scaled)
+    return ", ".join(parts)
