@@ -547,3 +547,11 @@ def test_optimize_says_the_jobs_own_sequence_length_beside_the_configs(cli):
     assert "sequence length 8192" in err and err.rstrip().endswith("the job trains at sequence length 16384 (--seq-len)")
     code, out, err = cli("optimize", "--model", cfg, "--cluster", "h100x64", "--format", "megatron")
     assert code == 0 and "the job trains at" not in err
+
+
+def test_evaluate_says_the_configs_notes_too(cli):
+    """evaluate echoes what the mapping decided on stderr, as optimize does; stdout stays the plan (JSON parses)."""
+    cfg = str(DATA / "hf" / "Qwen2.5-32B" / "config.json")
+    code, out, err = cli("evaluate", "--model", cfg, "--cluster", "h100x64", "--tp", "2", "--seq-len", "16384", "--json")
+    assert code == 0 and json.loads(out)["seq_length"] == 16384
+    assert "converted from a Hugging Face config.json" in err and "the job trains at sequence length 16384" in err

@@ -130,6 +130,15 @@ def progress_line(info: dict, elapsed_s: float, limit_s=None) -> str:
     return parts[0] + " " + " | ".join(parts[1:])
 
 
+def _echo_model_notes(job) -> None:
+    """What a Hugging Face config's mapping decided (sequence length, what is not modelled), and the job's own
+    --seq-len where it differs: on stderr, stdout stays the plan (optimize and evaluate alike)."""
+    if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
+        given = (f"; the job trains at sequence length {job.seq_length} (--seq-len)"
+                 if job.model.seq_length and job.seq_length != job.model.seq_length else "")
+        click.echo(f"model {job.model.name}: {job.model.notes}{given}", err=True)
+
+
 @click.command("optimize")
 @job_options
 @click.option("--method", type=click.Choice(["cpsat", "exhaustive", "alpa-dp"]), default="cpsat", show_default=True,
@@ -180,11 +189,7 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
     job = build_job(**jobkw, prefer=prefer, tolerance_rel=tolerance_rel)
     if hostfile_out and not links_file and not job.cluster.is_mixed:
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on) or a cluster with pools")
-    if job.model.source.startswith("Hugging Face config.json") and job.model.notes:
-        # what the mapping decided (sequence length, what is not modelled): on stderr, stdout stays the plan
-        given = (f"; the job trains at sequence length {job.seq_length} (--seq-len)"
-                 if job.model.seq_length and job.seq_length != job.model.seq_length else "")
-        click.echo(f"model {job.model.name}: {job.model.notes}{given}", err=True)
+    _echo_model_notes(job)
     links = _links_of(links_file, job) if links_file else None
 
     from ..optimize import optimize
@@ -300,6 +305,7 @@ def evaluate(tp, pp, cp, vp, ep, etp, micro_batch_size, recompute, sequence_para
     from ..space.rules import constrained_config
 
     job = build_job(**base)
+    _echo_model_notes(job)
     cfg = dict(tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, etp=etp, micro_batch_size=micro_batch_size, recompute=recompute,
                sequence_parallel=sequence_parallel, zero=zero, account_for_embedding=account_for_embedding,
                account_for_loss=account_for_loss,
