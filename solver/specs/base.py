@@ -72,7 +72,7 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     "num_experts": (1, 1 << 16), "moe_ffn_hidden_size": (1, 1 << 24), "moe_router_topk": (1, 1 << 16),
     "moe_shared_expert_intermediate_size": (1, 1 << 24), "moe_latent_size": (1, 1 << 24), "moe_layer_freq": (1, 1 << 16),
     "moe_router_num_groups": (1, 1 << 16), "moe_router_group_topk": (1, 1 << 16),
-    "moe_expert_capacity_factor": (0.01, 1e3), "moe_router_topk_scaling_factor": (1e-3, 1e3),
+    "moe_expert_capacity_factor": (0.01, 1e3),
     "q_lora_rank": (1, 1 << 20), "kv_lora_rank": (1, 1 << 20),
     "qk_head_dim": (1, 1 << 20), "qk_pos_emb_head_dim": (1, 1 << 20), "v_head_dim": (1, 1 << 20),
     "mtp_num_layers": (0, 64), "moe_load_imbalance": (1.0, 64.0),

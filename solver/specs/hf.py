@@ -52,19 +52,23 @@ notes say so. Other multimodal configs, other mixture-of-experts families and ev
 
 from __future__ import annotations
 
-from typing import Any, overload
+from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InputError, escape_text, validation_error
+from ..errors import escape_text, validation_error
 from .hf_dsa import DSV4_FAMILIES, sparse_attention_fields
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
+from .hf_read import FIELD
+from .hf_read import fail as _fail
+from .hf_read import read_bool as _bool
+from .hf_read import read_int as _int
+from .hf_read import read_num as _num
 from .hf_router import router_probs_fields
 from .model import ModelSpec
 from .rope import llama4_rope_fields, yarn_from_hf
 
-FIELD = "model"  # errors name paths under the model (catalog.load_model puts them under its own field)
 TRAINING_SEQ_CAP = 8192  # Llama 3 pre-training length; longer windows come from a late extension phase
 
 _EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon")
@@ -81,10 +85,6 @@ SUPPORTED_MOE = tuple(_MOE)
 def is_hf_config(data: Any) -> bool:
     """A Hugging Face config.json names its `model_type` or `architectures`; a ModelSpec file never does."""
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
-
-
-def _fail(msg: str) -> InputError:
-    return InputError(FIELD, f"Hugging Face config.json: {msg}")
 
 
 def _model_type(data: dict) -> str:
@@ -154,43 +154,6 @@ def _text_config(data: dict, notes: list[str]) -> dict:
     return out
 
 
-@overload
-def _int(data: dict, mt: str, *keys: str) -> int: ...
-@overload
-def _int(data: dict, mt: str, *keys: str, default: int) -> int: ...
-@overload
-def _int(data: dict, mt: str, *keys: str, default: None) -> int | None: ...
-def _int(data: dict, mt: str, *keys: str, default: Any = ...) -> int | None:
-    """The first of `keys` present in `data`, checked to be a positive integer."""
-    for key in keys:
-        if data.get(key) is not None:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise _fail(f"({mt}) '{key}' must be a positive integer (got {value!r})")
-            return value
-    if default is ...:
-        raise _fail(f"({mt}) is missing {' or '.join(repr(k) for k in keys)}; it is required")
-    return default
-
-
-def _num(data: dict, mt: str, key: str, default: float | None) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise _fail(f"({mt}) '{key}' must be a positive number (got {value!r})")
-    return float(value)
-
-
-def _bool(data: dict, mt: str, key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _fail(f"({mt}) '{key}' must be true or false (got {value!r})")
-    return value
-
-
 def _shape(data: dict, mt: str) -> tuple[int, int, int, int]:
     """(layers, hidden, heads, ffn) under each family's key names."""
     if mt == "gpt2":
@@ -233,14 +196,13 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str], head_dim: int) ->
         pct = rotary_dim / head_dim
     pct = pct if pct is not None else _num(src, mt, "rotary_pct", fam.rotary_percent)
     out: dict[str, Any] = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct,
-                           **llama4_rope_fields(data, mt, fam.interleaved, _int, _fail)}
+                           **llama4_rope_fields(data, mt, fam.interleaved)}
     scaling = _dict_or(data, "rope_scaling", params)
     kind = scaling.get("rope_type") or scaling.get("type")
     if kind == "llama3":
         out["rope_scaling_factor"] = _num(scaling, mt, "factor", None)
     elif kind == "yarn":
-        out["rope_yarn"] = yarn_from_hf(scaling, mt, _int(data, mt, "max_position_embeddings", default=None), notes,
-                                        _num, _int, _bool, _fail)
+        out["rope_yarn"] = yarn_from_hf(scaling, mt, _int(data, mt, "max_position_embeddings", default=None), notes)
     elif kind not in (None, "default"):
         notes.append(f"RoPE scaling '{kind}' is not modelled (it does not change the cost)")
     return out
@@ -337,7 +299,7 @@ def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     if score not in ("softmax", "sigmoid", "sqrtsoftplus"):
         raise _fail(f"({mt}) 'scoring_func' must be softmax, sigmoid or sqrtsoftplus (got {score!r})")
     out["moe_router_score_function"] = score
-    out.update(router_probs_fields(data, mt, score, topk, fam.norm_topk, fam.routed_scale, notes, _fail))
+    out.update(router_probs_fields(data, mt, score, topk, fam.norm_topk, fam.routed_scale, notes))
     method = data.get("topk_method")
     if mt.startswith("deepseek"):
         out["moe_router_enable_expert_bias"] = method == "noaux_tc"
@@ -427,7 +389,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     data = _text_config(data, notes)
     mt = _model_type(data)
     if mt == "nemotron_h":
-        data = pattern_from_block_types(data, _fail)
+        data = pattern_from_block_types(data)
     fam = _FAMILIES[mt]
     layers, hidden, heads, ffn = _shape(data, mt) if mt not in _MOE else _moe_shape(data, mt)
     kv_heads = _int(data, mt, "num_key_value_heads", default=None)
@@ -476,15 +438,15 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         spec["kv_channels"] = head_dim
     if mt in _MOE:
         spec.update(_moe(data, mt, layers, notes))
-    spec.update(sparse_attention_fields(data, mt, layers, notes, _int, _bool, _fail, spec.get("rope_yarn")))
+    spec.update(sparse_attention_fields(data, mt, layers, notes, spec.get("rope_yarn")))
     if mt == "gpt_oss":  # modeling_gpt_oss.py: `sinks` per head; experts (up + 1) * gate * sigmoid(1.702 gate), clamped
         spec.update(softmax_type="learnable", activation="quick_geglu", glu_linear_offset=1.0,
                     activation_clamp=_num(data, mt, "swiglu_limit", 7.0))
     if mt == "nemotron_h":
-        spec.update(hybrid_fields(data, mt, layers, notes, _int, _fail))
+        spec.update(hybrid_fields(data, mt, layers, notes))
     if mt in GDN_FAMILIES:  # the MoE layers become the pattern's E layers
         moe = spec.pop("moe_layer_pattern", None) or [int(mt in _MOE)] * layers
-        spec.update(gdn_fields(data, mt, layers, list(moe), notes, _int, _fail))
+        spec.update(gdn_fields(data, mt, layers, list(moe), notes))
     seq = _seq_length(data, mt, notes)
     if seq is not None:
         spec["seq_length"] = seq

@@ -2,15 +2,19 @@
 transformers DeepseekV32Config and GlmMoeDsaConfig: the indexer's heads, head dimension and top-k, GLM's interleaved
 indexer RoPE, the family's Hadamard rotation, index sharing) and DeepSeek-V4's attention (`DSV4_FAMILIES`:
 transformers DeepseekV4Config, mapped as Megatron-Bridge's deepseek_v4_bridge.py maps it to Megatron-LM dev's
-fields). `specs.hf` passes its readers (`_int`, `_bool`) and its error (`_fail`)."""
+fields). Values are read with `hf_read`'s checked readers."""
 
 from __future__ import annotations
 
 from .hf_families import DSA_FAMILIES
+from .hf_read import fail as _fail
+from .hf_read import read_bool as _bool
+from .hf_read import read_int as _int
+from .hf_read import read_num as _num
 from .moe_shape import index_mask
 
 
-def dsa_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _bool, _fail) -> dict:
+def dsa_fields(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     """DeepSeek Sparse Attention's indexer (transformers DeepseekV32Config / GlmMoeDsaConfig: index_n_heads,
     index_head_dim, index_topk, GLM's indexer_rope_interleave) and its index sharing across layers (GLM-5.2:
     index_topk_freq 4, index_skip_topk_offset 3, as Megatron-Bridge's glm5_bridge.py maps them; transformers'
@@ -45,7 +49,7 @@ def _types(freq: int, offset: int, layers: int) -> list[str]:
 DSV4_FAMILIES = ("deepseek_v4",)
 
 
-def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail, yarn: dict | None = None) -> dict:
+def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], yarn: dict | None = None) -> dict:
     """DeepSeek-V4 (Megatron-Bridge @ 067f987df03b deepseek_v4_bridge.py ~390-526): head_dim -> v_head_dim with the
     rope part qk_rope_head_dim (qk_head_dim = kv_lora_rank = the rest, as Megatron derives them), q_lora_rank,
     o_groups, o_lora_rank, compress_ratios (one per layer and MTP layer) -> csa_compress_ratios, sliding_window ->
@@ -74,10 +78,7 @@ def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail,
     if data.get("swiglu_limit") is not None:
         out["activation_clamp"] = float(data["swiglu_limit"])
     if data.get("compress_rope_theta") is not None:
-        theta = data["compress_rope_theta"]
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-            raise _fail(f"({mt}) 'compress_rope_theta' must be a positive number (got {theta!r})")
-        out["csa_compress_rotary_base"] = float(theta)
+        out["csa_compress_rotary_base"] = _num(data, mt, "compress_rope_theta", None)
     if yarn is not None:
         out["rope_yarn"] = {**yarn, "mscale": 1.0, "mscale_all_dim": 1.0}
     counts = {r: ratios[:layers].count(r) for r in (0, 4, 128)}
@@ -88,9 +89,7 @@ def dsv4_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _fail,
     return out
 
 
-def sparse_attention_fields(data: dict, mt: str, layers: int, notes: list[str], _int, _bool, _fail,
-                            yarn: dict | None = None) -> dict:
+def sparse_attention_fields(data: dict, mt: str, layers: int, notes: list[str], yarn: dict | None = None) -> dict:
     """The fields of DeepSeek's sparse attention families (`dsa_fields`, `dsv4_fields`, which takes the YaRN fields
     `specs.hf` read); {} for another family."""
-    return (dsa_fields(data, mt, layers, notes, _int, _bool, _fail)
-            | dsv4_fields(data, mt, layers, notes, _int, _fail, yarn))
+    return dsa_fields(data, mt, layers, notes) | dsv4_fields(data, mt, layers, notes, yarn)

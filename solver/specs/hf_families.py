@@ -177,7 +177,7 @@ _ARCHITECTURES = {
     "Qwen3_5ForCausalLM": "qwen3_5_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
     "DeepseekV32ForCausalLM": "deepseek_v32", "GlmMoeDsaForCausalLM": "glm_moe_dsa", "DeepseekV4ForCausalLM": "deepseek_v4",
 }
-# DeepSeek Sparse Attention families (`specs.hf._dsa`): the indexer's keys, and whether the indexer rotates q
+# DeepSeek Sparse Attention families (`specs.hf_dsa.dsa_fields`): the indexer's keys, and whether the indexer rotates q
 # and k by a Hadamard transform (DeepSeek-V3.2's reference indexer does; Megatron-Bridge's GLM-5 bridge,
 # glm_moe_dsa/glm5_bridge.py at 067f987, sets dsa_indexer_rotate_activation False)
 DSA_FAMILIES = {"deepseek_v32": True, "glm_moe_dsa": False}

@@ -30,9 +30,9 @@ Nemotron-H:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from .hf_read import fail, read_int
 from .hf_router import router_probs_fields
 from .hybrid import HYBRID_SYMBOLS
 
@@ -43,7 +43,7 @@ GDN_MIXERS = {"linear_attention": "G", "full_attention": "*"}
 BLOCK_SYMBOLS = {kind: symbol for symbol, kind in HYBRID_SYMBOLS.items() if kind != "gdn"}
 
 
-def pattern_from_block_types(data: dict, fail: Callable[[str], Exception]) -> dict:
+def pattern_from_block_types(data: dict) -> dict:
     """`data` with the pattern strings (`hybrid_override_pattern`, `mtp_hybrid_override_pattern`) and the layer
     count built from the list form (`layers_block_type`, `mtp_layers_block_type`) where only that is given."""
     out = dict(data)
@@ -60,10 +60,8 @@ def pattern_from_block_types(data: dict, fail: Callable[[str], Exception]) -> di
     return out
 
 
-def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: Callable[..., Any],
-                  fail: Callable[[str], Exception]) -> dict:
-    """The ModelSpec fields of a `nemotron_h` config beyond the Transformer's (module docstring);
-    `read_int` and `fail` are specs.hf's checked reader and error."""
+def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
+    """The ModelSpec fields of a `nemotron_h` config beyond the Transformer's (module docstring)."""
     pattern = data.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or len(pattern) != layers:
         raise fail(f"({mt}) 'hybrid_override_pattern' must be a string of one symbol per layer ({layers})")
@@ -97,7 +95,7 @@ def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: 
         if shared and data.get("n_shared_experts", 1):
             out["moe_shared_expert_intermediate_size"] = shared
         # NemotronHConfig: norm_topk_prob and routed_scaling_factor (Megatron-Bridge's nemotron_h_bridge.py maps them)
-        out.update(router_probs_fields(data, mt, "sigmoid", out["moe_router_topk"], True, 1.0, notes, fail))
+        out.update(router_probs_fields(data, mt, "sigmoid", out["moe_router_topk"], True, 1.0, notes))
     counts = {kind: pattern.count(sym) for sym, kind in (("M", "Mamba-2"), ("*", "attention"), ("-", "MLP"),
                                                           ("E", "MoE"))}
     notes.append("hybrid layers: " + ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
@@ -105,8 +103,7 @@ def hybrid_fields(data: dict, mt: str, layers: int, notes: list[str], read_int: 
     return out
 
 
-def gdn_fields(data: dict, mt: str, layers: int, moe_layers: list[int], notes: list[str], read_int: Callable[..., Any],
-               fail: Callable[[str], Exception]) -> dict:
+def gdn_fields(data: dict, mt: str, layers: int, moe_layers: list[int], notes: list[str]) -> dict:
     """The ModelSpec fields of a Qwen3-Next / Qwen3.5 config (transformers Qwen3NextConfig, Qwen3_5TextConfig,
     Qwen3_5MoeTextConfig; Megatron-Bridge's qwen3_next_bridge.py and qwen35_bridge.py at 067f987): each decoder
     layer is two hybrid layers -- its token mixer, G (Gated DeltaNet) or * (gated attention) by `layer_types`

@@ -15,29 +15,24 @@ priced term depends on either: they decide the model a checkpoint holds, which t
 
 from __future__ import annotations
 
+from .hf_read import read_bool, read_num
+
 
 def router_probs_fields(data: dict, mt: str, score: str, topk: int, norm_default: bool | None,
-                        scale_default: float | None, notes: list[str], _fail) -> dict:
+                        scale_default: float | None, notes: list[str]) -> dict:
     """`moe_router_pre_softmax` and `moe_router_topk_scaling_factor` of a config (module docstring). `norm_default`:
     the family's norm_topk_prob when the config omits it, None where its code always renormalises; `scale_default`:
-    its routed_scaling_factor, None where its code scales nothing. `_fail` is `specs.hf`'s error."""
+    its routed_scaling_factor, None where its code scales nothing."""
     out: dict = {}
     if norm_default is not None:
-        norm = data.get("norm_topk_prob", norm_default)
-        norm = norm_default if norm is None else norm
-        if not isinstance(norm, bool):
-            raise _fail(f"({mt}) 'norm_topk_prob' must be true or false (got {norm!r})")
-        if not norm and topk > 1:
+        if not read_bool(data, mt, "norm_topk_prob", norm_default) and topk > 1:
             if score == "softmax":
                 out["moe_router_pre_softmax"] = True
             else:
                 notes.append(f"norm_topk_prob false with {score} scores: Megatron-LM renormalises {score} top-k "
                              f"probabilities and has no switch for this; the launch builds renormalised ones")
     if scale_default is not None:
-        scale = data.get("routed_scaling_factor", scale_default)
-        scale = scale_default if scale is None else scale
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < 1e3:
-            raise _fail(f"({mt}) 'routed_scaling_factor' must be a positive number (got {scale!r})")
+        scale = read_num(data, mt, "routed_scaling_factor", scale_default)
         if scale != 1.0:
-            out["moe_router_topk_scaling_factor"] = float(scale)
+            out["moe_router_topk_scaling_factor"] = scale
     return out

@@ -125,7 +125,7 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     moe_router_pre_softmax: bool = Field(False, description="softmax over every expert before the top-k, not "
                                                             "renormalised (HF norm_topk_prob false; specs/hf_router.py)")
     moe_router_topk_scaling_factor: PositiveFloat | None = Field(
-        None, description="the top-k probabilities times this (HF routed_scaling_factor; DeepSeek-V3: 2.5)")
+        None, le=1e3, description="the top-k probabilities times this (HF routed_scaling_factor; DeepSeek-V3: 2.5)")
     moe_router_num_groups: PositiveInt | None = Field(
         None, description="expert groups for group-limited routing (DeepSeek-V3: 8 groups, tokens see top-4)")
     moe_router_group_topk: PositiveInt | None = Field(None, description="groups each token may be routed to")

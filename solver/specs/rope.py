@@ -14,6 +14,7 @@ from __future__ import annotations
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from .base import Spec
+from .hf_read import fail, read_bool, read_int, read_num
 
 
 class YarnRope(Spec):
@@ -29,20 +30,20 @@ class YarnRope(Spec):
                                              "gpt-oss: false)")
 
 
-def yarn_from_hf(scaling: dict, mt: str, positions: int | None, notes: list[str], _num, _int, _bool, _fail) -> dict:
+def yarn_from_hf(scaling: dict, mt: str, positions: int | None, notes: list[str]) -> dict:
     """`YarnRope`'s fields from HF rope_scaling {rope_type: yarn} (transformers `_compute_yarn_parameters`: factor,
     original_max_position_embeddings (else the config's `positions`), beta_fast 32, beta_slow 1, truncate True; the
     attention scale from mscale and mscale_all_dim only when both are non-zero, else 0.1 ln s + 1, which mscale 1 /
-    mscale_all_dim 0 give). An explicit attention_factor has no Megatron-LM field: said in `notes`. `specs.hf` passes its readers and error."""
-    out = dict(factor=_num(scaling, mt, "factor", None),
-               original_max_position_embeddings=_int(scaling, mt, "original_max_position_embeddings", default=positions),
-               beta_fast=_num(scaling, mt, "beta_fast", 32.0), beta_slow=_num(scaling, mt, "beta_slow", 1.0),
-               truncate=_bool(scaling, mt, "truncate", True))
+    mscale_all_dim 0 give). An explicit attention_factor has no Megatron-LM field: said in `notes`."""
+    out = dict(factor=read_num(scaling, mt, "factor", None),
+               original_max_position_embeddings=read_int(scaling, mt, "original_max_position_embeddings", default=positions),
+               beta_fast=read_num(scaling, mt, "beta_fast", 32.0), beta_slow=read_num(scaling, mt, "beta_slow", 1.0),
+               truncate=read_bool(scaling, mt, "truncate", True))
     if out["factor"] is None or out["original_max_position_embeddings"] is None:
-        raise _fail(f"({mt}) rope_scaling of type yarn needs 'factor' and 'original_max_position_embeddings' (or "
+        raise fail(f"({mt}) rope_scaling of type yarn needs 'factor' and 'original_max_position_embeddings' (or "
                     f"max_position_embeddings)")
     if scaling.get("mscale") and scaling.get("mscale_all_dim"):
-        out.update(mscale=_num(scaling, mt, "mscale", 1.0), mscale_all_dim=_num(scaling, mt, "mscale_all_dim", 0.0))
+        out.update(mscale=read_num(scaling, mt, "mscale", 1.0), mscale_all_dim=read_num(scaling, mt, "mscale_all_dim", 0.0))
     if scaling.get("attention_factor") is not None:
         notes.append(f"YaRN's attention_factor {scaling['attention_factor']} has no Megatron-LM field: the launch "
                      f"scales attention as mscale and mscale_all_dim give")
@@ -51,7 +52,7 @@ def yarn_from_hf(scaling: dict, mt: str, positions: int | None, notes: list[str]
     return out
 
 
-def llama4_rope_fields(data: dict, mt: str, interleaved: bool, _int, _fail) -> dict:
+def llama4_rope_fields(data: dict, mt: str, interleaved: bool) -> dict:
     """Llama 4's RoPE beyond theta and scaling (transformers Llama4TextConfig / modeling_llama4.py): its query and key
     rotated as complex pairs (`interleaved`: Megatron --rotary-interleaved), and no RoPE on the layers
     `no_rope_layers` marks 0, by default every `no_rope_layer_interval`-th (4): Megatron's --no-rope-freq, whose
@@ -60,11 +61,11 @@ def llama4_rope_fields(data: dict, mt: str, interleaved: bool, _int, _fail) -> d
     out: dict = {"rotary_interleaved": True} if interleaved else {}
     if mt != "llama4_text":
         return out
-    layers, interval = _int(data, mt, "num_hidden_layers"), _int(data, mt, "no_rope_layer_interval", default=4)
+    layers, interval = read_int(data, mt, "num_hidden_layers"), read_int(data, mt, "no_rope_layer_interval", default=4)
     listed = data.get("no_rope_layers")
     rule = [int((i + 1) % interval != 0) for i in range(layers)]
     if (listed is not None and list(listed) != rule) or layers % interval:
-        raise _fail(f"({mt}) the layers without RoPE must be every n-th of the {layers} (Megatron-LM's --no-rope-freq "
+        raise fail(f"({mt}) the layers without RoPE must be every n-th of the {layers} (Megatron-LM's --no-rope-freq "
                     f"n, dividing the layers); state no_rope_layer_interval such an n and drop no_rope_layers")
     return out | {"no_rope_freq": interval}
 
