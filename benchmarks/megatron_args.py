@@ -60,9 +60,9 @@ import io
 import os
 import re
 import subprocess
-import types
 import sys
 import time
+import types
 import typing
 from pathlib import Path
 
@@ -860,6 +860,23 @@ def noted_diff(diff: dict, notes: list[str]) -> dict:
     off = {k for k in want if want[k] != got[k]}
     fixed = all(k in MLA_YARN_DEFAULTS and got[k] == MLA_YARN_DEFAULTS[k] for k in off)
     return {"rope_yarn": {k: (want[k], got[k]) for k in off}} if off and fixed else {}
+
+
+def check_report(title: str, script: str, against: str, elapsed: float, rows: list[dict], headline: str,
+                 columns: list[str], table: list[str], controls: list[dict]) -> str:
+    """The report of a per-architecture check (megatron_dsv4_args, megatron_gdn_args, megatron_hybrid_args): the title,
+    the command and where it ran, "**ok of n <headline>", the plans' table (the plan's degrees, the check's own
+    `columns`, Megatron's answer), the controls."""
+    columns = ["plan", "model", "cluster", "from", "tp pp cp vp dp", "ep etp", *columns, "result"]
+    ok = sum(1 for r in rows if r.get("ok"))
+    lines = [f"# {title}", "",
+             f"`python benchmarks/{script} --megatron-lm PATH` against {against} (the module docstring says what is "
+             f"called and compared; {elapsed:.0f} s).", "",
+             f"**{ok} of {len(rows)} {headline}", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += table
+    lines += controls_table(controls, "Controls: one rule broken each", "or another model built")
+    return "\n".join(lines) + "\n"
 
 
 def controls_table(controls: list[dict], title: str, also: str) -> list[str]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 
 from _common import ROOT
-from megatron_args import _drop, _set, check_moe, controls_table, moe_rows_table, run_checks
+from megatron_args import _drop, _set, check_moe, check_report, moe_rows_table, run_checks
 
 HF = ROOT / "tests" / "data" / "hf"
 FLASH, PRO = str(HF / "DeepSeek-V4-Flash" / "config.json"), str(HF / "DeepSeek-V4-Pro" / "config.json")
@@ -58,20 +58,15 @@ CONTROLS = [
 
 
 def report(rows, controls, commit, elapsed) -> str:
-    ok = sum(1 for r in rows if r.get("ok"))
-    lines = ["# Megatron-LM (dev) accepts the launch arguments of DeepSeek-V4 plans", "",
-             f"`python benchmarks/megatron_dsv4_args.py --megatron-lm PATH` against NVIDIA/Megatron-LM's dev branch at "
-             f"`{commit}` (the module docstring says what is called and compared; {elapsed:.0f} s).", "",
-             f"**{ok} of {len(rows)} DeepSeek-V4 plans accepted** by `parse_args` / `validate_args` / "
-             f"`core_transformer_config_from_args`, with the architecture, experts, DeepSeek-V4 fields (compression "
-             f"ratios, window, indexer, grouped output, mHC, hash-routed layers, router scores, the compressed layers' RoPE "
-             f"base and YaRN), layer split, virtual "
-             f"stages, data parallelism, sharding and precision Megatron derives equal to the plan's.", "",
-             "| plan | model | cluster | from | tp pp cp vp dp | ep etp | EP group spans nodes | "
-             "layers per stage (plan = Megatron) | --moe-layer-freq | result |", "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += moe_rows_table(rows)
-    lines += controls_table(controls, "Controls: one rule broken each", "or another model built")
-    return "\n".join(lines) + "\n"
+    return check_report(
+        "Megatron-LM (dev) accepts the launch arguments of DeepSeek-V4 plans", "megatron_dsv4_args.py",
+        f"NVIDIA/Megatron-LM's dev branch at `{commit}`", elapsed, rows,
+        "DeepSeek-V4 plans accepted** by `parse_args` / `validate_args` / `core_transformer_config_from_args`, with "
+        "the architecture, experts, DeepSeek-V4 fields (compression ratios, window, indexer, grouped output, mHC, "
+        "hash-routed layers, router scores, the compressed layers' RoPE base and YaRN), layer split, virtual stages, "
+        "data parallelism, sharding and precision Megatron derives equal to the plan's.",
+        ["EP group spans nodes", "layers per stage (plan = Megatron)", "--moe-layer-freq"], moe_rows_table(rows),
+        controls)
 
 
 def main(argv=None) -> int:

@@ -32,7 +32,7 @@ from megatron_args import (
     built_architecture,
     built_diff,
     built_moe,
-    controls_table,
+    check_report,
     megatron_configs,
     megatron_launch,
     megatron_split,
@@ -154,19 +154,14 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
 
 
 def report(rows, controls, commit, elapsed) -> str:
-    ok = sum(1 for r in rows if r.get("ok"))
-    lines = ["# Megatron-LM accepts the launch arguments of Gated DeltaNet plans", "",
-             f"`python benchmarks/megatron_gdn_args.py --megatron-lm PATH` against NVIDIA/Megatron-LM at `{commit}` "
-             f"(the module docstring says what is called and compared; {elapsed:.0f} s).", "",
-             f"**{ok} of {len(rows)} Gated DeltaNet plans accepted** by `parse_args` / `validate_args` / "
-             f"`core_transformer_config_from_args` (entry `pretrain_gpt.py`, `--experimental-attention-variant gdn`), "
-             f"with the architecture, experts, Gated DeltaNet layers and dimensions, output gate, layer split, virtual "
-             f"stages, data parallelism, sharding and precision Megatron derives equal to the plan's.", "",
-             "| plan | model | cluster | from | tp pp cp vp dp | ep etp | GPT layers per rank (plan = Megatron) | "
-             "--linear-attention-freq | result |", "|---|---|---|---|---|---|---|---|---|"]
-    lines += plan_rows_table(rows, "freq")
-    lines += controls_table(controls, "Controls: one rule broken each", "or another model built")
-    return "\n".join(lines) + "\n"
+    return check_report(
+        "Megatron-LM accepts the launch arguments of Gated DeltaNet plans", "megatron_gdn_args.py",
+        f"NVIDIA/Megatron-LM at `{commit}`", elapsed, rows,
+        "Gated DeltaNet plans accepted** by `parse_args` / `validate_args` / `core_transformer_config_from_args` "
+        "(entry `pretrain_gpt.py`, `--experimental-attention-variant gdn`), with the architecture, experts, Gated "
+        "DeltaNet layers and dimensions, output gate, layer split, virtual stages, data parallelism, sharding and "
+        "precision Megatron derives equal to the plan's.",
+        ["GPT layers per rank (plan = Megatron)", "--linear-attention-freq"], plan_rows_table(rows, "freq"), controls)
 
 
 def main(argv=None) -> int:

@@ -33,7 +33,7 @@ from _common import ROOT
 from megatron_args import (
     CHECK_ERRORS,
     built_diff,
-    controls_table,
+    check_report,
     megatron_configs,
     megatron_launch,
     plan_rows_table,
@@ -203,20 +203,14 @@ def check(M, label, model_ref, cluster, cfg, extras, mutate=None) -> dict:
 
 
 def report(rows, controls, commit, elapsed) -> str:
-    ok = sum(1 for r in rows if r.get("ok"))
-    lines = ["# Megatron-LM accepts the launch arguments of hybrid Mamba-Transformer plans", "",
-             f"`python benchmarks/megatron_hybrid_args.py --megatron-lm PATH` against NVIDIA/Megatron-LM at `{commit}`"
-             f" (the module docstring says what is called and compared; {elapsed:.0f} s).", "",
-             f"**{ok} of {len(rows)} hybrid plans accepted** by `parse_args` / `validate_args` / "
-             f"`core_transformer_config_from_args`, with the pattern, layer split, virtual stages, Mamba-2 and Gated DeltaNet dimensions, "
-             f"experts, parallel degrees, optimizer sharding (Megatron-FSDP strategy, HSDP instances) and the precision "
-             f"and offloading settings (as megatron_args.py's precision_diff) Megatron derives equal to the plan's; "
-             f"entry script `pretrain_hybrid.py`.",
-             "", "| plan | model | cluster | from | tp pp cp vp dp | ep etp | layers per rank (plan = Megatron) | "
-                 "--hybrid-layer-pattern | result |", "|---|---|---|---|---|---|---|---|---|"]
-    lines += plan_rows_table(rows, "pattern")
-    lines += controls_table(controls, "Controls: one rule broken each", "or another model built")
-    return "\n".join(lines) + "\n"
+    return check_report(
+        "Megatron-LM accepts the launch arguments of hybrid Mamba-Transformer plans", "megatron_hybrid_args.py",
+        f"NVIDIA/Megatron-LM at `{commit}`", elapsed, rows,
+        "hybrid plans accepted** by `parse_args` / `validate_args` / `core_transformer_config_from_args`, with the "
+        "pattern, layer split, virtual stages, Mamba-2 and Gated DeltaNet dimensions, experts, parallel degrees, "
+        "optimizer sharding (Megatron-FSDP strategy, HSDP instances) and the precision and offloading settings (as "
+        "megatron_args.py's precision_diff) Megatron derives equal to the plan's; entry script `pretrain_hybrid.py`.",
+        ["layers per rank (plan = Megatron)", "--hybrid-layer-pattern"], plan_rows_table(rows, "pattern"), controls)
 
 
 def main(argv=None) -> int:
