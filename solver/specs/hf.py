@@ -44,7 +44,7 @@ MiniMaxM2Config (transformers 5.24); DeepSeek-MoE's own remote-code `modeling_de
   `routed_scaling_factor` (`specs/hf_router.py`). Multi-latent attention (DeepSeek V2/V3): `q_lora_rank` (null:
   full-rank Q), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; MTP `num_nextn_predict_layers`.
 - Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (not the vision encoder
-  and projector; a bare `llama4_text` config too), its RoPE interleaved (`_Family.interleaved`).
+  and projector; a bare `llama4_text` config too), its RoPE's pairs and skipped layers (`rope.llama4_rope_fields`).
 
 A `model_type` transformers has no class for, whose `architectures` names one of the classes above (Kimi K2:
 `kimi_k2` with `DeepseekV3ForCausalLM`, the class its remote code loads), is read as that class's family, and the
@@ -196,7 +196,7 @@ def _rope(data: dict, mt: str, fam: _Family, notes: list[str], head_dim: int) ->
         pct = rotary_dim / head_dim
     pct = pct if pct is not None else _num(src, mt, "rotary_pct", fam.rotary_percent)
     out: dict[str, Any] = {"position_embedding": "rope", "rotary_base": theta, "rotary_percent": pct,
-                           **llama4_rope_fields(data, mt, fam.interleaved)}
+                           **llama4_rope_fields(data, mt)}
     scaling = _dict_or(data, "rope_scaling", params)
     kind = scaling.get("rope_type") or scaling.get("type")
     if kind == "llama3":

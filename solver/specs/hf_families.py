@@ -23,7 +23,6 @@ class _Family:
     qk_norm: bool = False
     qk_norm_key: str | None = None  # the file's switch of the QK norm (default `qk_norm`)
     act: str = "silu"  # hidden_act default
-    interleaved: bool = False  # RoPE rotates adjacent pairs (Llama 4's complex rotation), not the two halves
     head_dim: int | None = None  # the class default when the file has none
     caveats: tuple[str, ...] = field(default_factory=tuple)  # what the spec (and Megatron-LM) does not model
 
@@ -90,8 +89,8 @@ _FAMILIES: dict[str, _Family] = {
     "glm_moe_dsa": _Family(gated=True, tied=False, rope_theta=1e6, eps=1e-5),
     "gpt_oss": _Family(gated=True, tied=False, bias=True, qkv_bias=True, head_dim=64, rope_theta=150000.0, eps=1e-5,
                        caveats=("router bias (one per expert)",)),
-    # modeling_llama4.py `apply_rotary_emb`: the query and key viewed as complex pairs, rotated (interleaved)
-    "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5, interleaved=True,
+    # its RoPE's interleaved pairs and layers without RoPE: specs/rope.py `llama4_rope_fields`
+    "llama4_text": _Family(gated=True, tied=False, head_dim=128, rope_theta=500000.0, eps=1e-5,
                            caveats=("chunked attention (attention_chunk_size) on the RoPE layers, costed as full "
                                     "causal attention (the same up to the chunk size)",
                                     "weightless L2 norm of queries and keys on RoPE layers (use_qk_norm)",

@@ -52,22 +52,21 @@ def yarn_from_hf(scaling: dict, mt: str, positions: int | None, notes: list[str]
     return out
 
 
-def llama4_rope_fields(data: dict, mt: str, interleaved: bool) -> dict:
-    """Llama 4's RoPE beyond theta and scaling (transformers Llama4TextConfig / modeling_llama4.py): its query and key
-    rotated as complex pairs (`interleaved`: Megatron --rotary-interleaved), and no RoPE on the layers
-    `no_rope_layers` marks 0, by default every `no_rope_layer_interval`-th (4): Megatron's --no-rope-freq, whose
-    integer n skips RoPE on every n-th layer counting from 1 (transformer_config.py `no_rope_freq`). Another shape
-    is refused, naming it. {} for a family with neither."""
-    out: dict = {"rotary_interleaved": True} if interleaved else {}
+def llama4_rope_fields(data: dict, mt: str) -> dict:
+    """Llama 4's RoPE beyond theta and scaling (transformers Llama4TextConfig / modeling_llama4.py): `apply_rotary_emb`
+    rotates query and key as complex pairs (interleaved: Megatron --rotary-interleaved), and the layers
+    `no_rope_layers` marks 0, by default every `no_rope_layer_interval`-th (4), have none: Megatron's --no-rope-freq,
+    whose integer n skips RoPE on every n-th layer counting from 1 (transformer_config.py `no_rope_freq`). Another
+    shape is refused, naming it. {} for another family."""
     if mt != "llama4_text":
-        return out
+        return {}
     layers, interval = read_int(data, mt, "num_hidden_layers"), read_int(data, mt, "no_rope_layer_interval", default=4)
     listed = data.get("no_rope_layers")
     rule = [int((i + 1) % interval != 0) for i in range(layers)]
     if (listed is not None and list(listed) != rule) or layers % interval:
         raise fail(f"({mt}) the layers without RoPE must be every n-th of the {layers} (Megatron-LM's --no-rope-freq "
-                    f"n, dividing the layers); state no_rope_layer_interval such an n and drop no_rope_layers")
-    return out | {"no_rope_freq": interval}
+                   f"n, dividing the layers); state no_rope_layer_interval such an n and drop no_rope_layers")
+    return {"rotary_interleaved": True, "no_rope_freq": interval}
 
 
 def describe_positions(model) -> str:
