@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from solveplan.calibration.kernel_fit import _attention_s, fit_kernels, ratios_at
+from solveplan.calibration.kernel_fit import attention_fwd_bwd_s, fit_kernels, fit_masked_attention, ratios_at
 from solveplan.calibration.probe import layer_gemm_shapes
 from solveplan.catalog import load_cluster, load_gpu, load_model
 from solveplan.formulation.kernels import gemm_s
@@ -29,7 +29,7 @@ def _synthetic(gpu, matmul: float, cudnn: float, flash: float) -> dict:
         for b, heads, seq in ((1, 32, 4096), (2, 8, 16384), (1, 64, 2048)):
             row = dict(backend=backend, b=b, heads=heads, seq=seq, head_dim=128)
             overlap = gpu.exp_overlaps_matmul and backend == "cudnn"
-            attention.append({**row, "fwd_bwd_s": _attention_s(row, gpu, value, overlap)})
+            attention.append({**row, "fwd_bwd_s": attention_fwd_bwd_s(row, gpu, value, overlap)})
     return {"gemm_bf16": gemms, "attention": attention}
 
 
@@ -110,3 +110,35 @@ def test_probe_without_torch_names_the_extra(tmp_path, cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     res = cli("probe", "-o", str(tmp_path / "g.yaml"), "--device", "cpu", "--tiny")
     assert res.code == 2 and "solveplan[probe]" in res.err and len(res.err.strip().splitlines()) == 1
+
+
+SWEEP = Path(__file__).resolve().parents[1] / "benchmarks" / "measured" / "h200-2026-11-27" / "sdpa_masked_sweep.json"
+
+
+def test_masked_kernel_rate_is_read_at_the_nearest_measured_head_dimension():
+    gpu = load_gpu("h100-sxm").model_copy(update={"masked_attention_efficiency": 0.2,
+                                                  "masked_attention_efficiency_by_head_dim": {64: 0.25, 128: 0.3}})
+    assert gpu.masked_attention_rate(128) == 0.3
+    assert gpu.masked_attention_rate(112) == 0.3 and gpu.masked_attention_rate(80) == 0.25
+    assert gpu.masked_attention_rate(96) == 0.25  # a tie takes the smaller head dimension
+    assert gpu.masked_attention_rate(512) == 0.3
+    plain = gpu.model_copy(update={"masked_attention_efficiency_by_head_dim": None})
+    assert plain.masked_attention_rate(128) == 0.2
+
+
+def test_masked_fit_recovers_planted_rates_and_the_h200_catalog_is_the_sweeps_fit():
+    gpu = load_gpu("h200")
+    planted = {64: 0.24, 256: 0.21}
+    rows = [{**row, "fwd_bwd_s": attention_fwd_bwd_s(row, gpu, planted[row["head_dim"]], gpu.exp_overlaps_matmul)}
+            for row in (dict(heads=32, head_dim=d, seq=s, masked=True) for d in planted for s in (2048, 8192))]
+    fits = fit_masked_attention(rows, gpu)
+    assert {d: round(f.value, 6) for d, f in fits.items()} == planted and all(f.mape < 1e-6 for f in fits.values())
+    measured = fit_masked_attention(json.loads(SWEEP.read_text())["rows"], gpu)
+    assert {d: round(f.value, 4) for d, f in measured.items()} == dict(gpu.masked_attention_efficiency_by_head_dim)
+
+
+def test_a_gpu_with_masked_rates_per_head_dimension_stays_hashable():
+    """Specs are frozen and hashed (sweeps and caches key on them): the mapping is kept as sorted pairs."""
+    gpu = load_gpu("h200")
+    assert hash(gpu) == hash(load_gpu("h200"))
+    assert dict(gpu.masked_attention_efficiency_by_head_dim)[128] == pytest.approx(0.3005)

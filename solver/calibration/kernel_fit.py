@@ -6,6 +6,8 @@ shape (`m`, `n`, `k`) and the measured seconds `s`; `attention` rows with the ba
 (`flash` = FlashAttention-2, `cudnn` = cuDNN's fused kernel, `efficient` = the
 memory-efficient kernel), `b`, `heads`, `seq`, `head_dim` and the measured causal
 forward + backward seconds `fwd_bwd_s`; `hbm` rows with a copy's bytes moved and seconds.
+benchmarks/sdpa_masked_sweep.py's rows are attention rows too: `masked` ones timed SDPA's kernel
+given an explicit mask, over the whole s x s (`fit_masked_attention`, per head dimension).
 
 Each efficiency is fitted through the formulation's own kernel model, so a fitted value means
 the same thing the formulation means by it:
@@ -82,23 +84,25 @@ def fit_gemm_efficiency(rows: list[dict], gpu: GPUSpec, *, fp8: bool = False) ->
     return KernelFit(field, value, int(compute_bound.sum()), tuple(gemm_ratios(rows, gpu, value, fp8=fp8).tolist()))
 
 
-def _attention_s(row: dict, gpu: GPUSpec, efficiency: float, overlap: bool) -> float:
-    fwd, bwd = flash_attention_s(batch=row["b"], heads=row["heads"], s_q=row["seq"], s_k=row["seq"],
-                                 head_dim=row["head_dim"], causal=True, flop_per_s=gpu.peak_flop_per_s,
+def attention_fwd_bwd_s(row: dict, gpu: GPUSpec, efficiency: float, overlap: bool) -> float:
+    """Forward + backward of one row: causal, or over the whole s x s where the row is `masked`."""
+    fwd, bwd = flash_attention_s(batch=row.get("b", 1), heads=row["heads"], s_q=row["seq"], s_k=row["seq"],
+                                 head_dim=row["head_dim"], causal=not row.get("masked", False),
+                                 flop_per_s=gpu.peak_flop_per_s,
                                  efficiency=efficiency, exp_per_s=gpu.sfu_tops * 1e12, overlap_exp=overlap)
     return float(fwd + bwd)
 
 
-def _solve_efficiency(row: dict, gpu: GPUSpec, overlap: bool) -> float | None:
+def solve_attention_efficiency(row: dict, gpu: GPUSpec, overlap: bool) -> float | None:
     """The efficiency at which the model's forward + backward equals the measurement (bisection
     on a log scale); None when even e = 1 is slower (the exponentials alone exceed it)."""
     measured = float(row["fwd_bwd_s"])
     lo, hi = 1e-4, 1.0
-    if _attention_s(row, gpu, hi, overlap) > measured:
+    if attention_fwd_bwd_s(row, gpu, hi, overlap) > measured:
         return None
     for _ in range(60):
         mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if _attention_s(row, gpu, mid, overlap) > measured else (lo, mid)
+        lo, hi = (mid, hi) if attention_fwd_bwd_s(row, gpu, mid, overlap) > measured else (lo, mid)
     return hi
 
 
@@ -110,18 +114,34 @@ def attention_ratios(rows: list[dict], gpu: GPUSpec, value: float, backend: str)
     """predicted/measured of each causal forward + backward of `backend` at efficiency `value`."""
     overlap = gpu.exp_overlaps_matmul and backend == "cudnn"
     mine = _backend_rows(rows, backend)
-    return np.array([_attention_s(r, gpu, value, overlap) / float(r["fwd_bwd_s"]) for r in mine])
+    return np.array([attention_fwd_bwd_s(r, gpu, value, overlap) / float(r["fwd_bwd_s"]) for r in mine])
 
 
 def fit_attention_efficiency(rows: list[dict], gpu: GPUSpec, backend: str) -> KernelFit:
     """Median efficiency of one attention backend's causal forward + backward (docstring)."""
     field = ATTENTION_FIELDS[backend]
     overlap = gpu.exp_overlaps_matmul and backend == "cudnn"
-    values = [e for e in (_solve_efficiency(r, gpu, overlap) for r in _backend_rows(rows, backend)) if e is not None]
+    values = [e for e in (solve_attention_efficiency(r, gpu, overlap) for r in _backend_rows(rows, backend)) if e is not None]
     if not values:
         return KernelFit(field, None, 0, ())
     value = float(np.median(values))
     return KernelFit(field, value, len(values), tuple(attention_ratios(rows, gpu, value, backend).tolist()))
+
+
+def fit_masked_attention(rows: list[dict], gpu: GPUSpec) -> dict[int, KernelFit]:
+    """Per head dimension, the median efficiency of SDPA's kernel given an explicit mask (rows with
+    `masked` true, as benchmarks/sdpa_masked_sweep.py writes them: the whole s x s, the exponentials
+    overlapped as `layer_terms.attention_core_s` prices kernel "masked")."""
+    overlap = gpu.exp_overlaps_matmul
+    fits = {}
+    for head_dim in sorted({int(r["head_dim"]) for r in rows if r.get("masked") and "fwd_bwd_s" in r}):
+        mine = [r for r in rows if r.get("masked") and "fwd_bwd_s" in r and int(r["head_dim"]) == head_dim]
+        values = [e for e in (solve_attention_efficiency(r, gpu, overlap) for r in mine) if e is not None]
+        if values:
+            value = float(np.median(values))
+            ratios = tuple(attention_fwd_bwd_s(r, gpu, value, overlap) / float(r["fwd_bwd_s"]) for r in mine)
+            fits[head_dim] = KernelFit("masked_attention_efficiency_by_head_dim", value, len(values), ratios)
+    return fits
 
 
 def fit_hbm_efficiency(rows: list[dict], gpu: GPUSpec) -> KernelFit:

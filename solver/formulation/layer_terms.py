@@ -66,7 +66,7 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
     """(forward, backward) of the attention core on one GPU: FlashAttention at the kernel's fitted
     efficiency (cuDNN's fused kernel overlaps the exponentials on Hopper+, FlashAttention-2 does
     not: `kernels.flash_attention_s`), or unfused attention with materialised scores; kernel "masked" is
-    SDPA's kernel given an explicit mask (GPUSpec.masked_attention_rate, no causal skipping); kernel "flash1"
+    SDPA's kernel given an explicit mask (GPUSpec.masked_attention_rate at the head dimension, no causal skipping); kernel "flash1"
     the FlashAttention-1 generation (GPUSpec.flash1_attention_rate, no overlap, the head dimension padded
     as its Triton port computes it: `kernels.triton_block_headdim`). A sliding `window` (tokens) limits
     the fused and FlashAttention-2 kernels' causal blocks to its band (`kernels.flash_attention_s`)."""
@@ -77,7 +77,7 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
     if kernel == "masked":  # SDPA with an explicit mask: every block of s x s, at the masked kernel's rate
         return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=False,
                                  flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,
-                                 efficiency=gpu.masked_attention_rate, overlap_exp=gpu.exp_overlaps_matmul)
+                                 efficiency=gpu.masked_attention_rate(float(np.max(head_dim))), overlap_exp=gpu.exp_overlaps_matmul)
     if kernel == "flash1":  # the FlashAttention-1 generation: its Triton port pads the head dimension (kernels.py)
         return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=triton_block_headdim(head_dim),
                                  causal=True, flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12,

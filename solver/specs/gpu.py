@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from .base import Name, Spec
 from .units import GIB
@@ -64,6 +64,17 @@ class GPUSpec(Spec):
         None, gt=0, le=1, description="attained fraction of peak of PyTorch SDPA's kernel given an explicit mask (an "
                                       "additive bias over the whole s x s, no causal skipping: transformers' "
                                       "sliding-window layers); default: the FlashAttention-2 efficiency")
+    masked_attention_efficiency_by_head_dim: tuple[tuple[PositiveInt, Annotated[float, Field(gt=0, le=1)]], ...] | None = (
+        Field(None, description="the same per head dimension, where it was measured at several (the kernel's rate "
+                                "differs by head dimension more than by sequence length: benchmarks/sdpa_masked_sweep.py), "
+                                "a mapping {head_dim: efficiency}; a head dimension not listed takes the nearest listed "
+                                "one's; overrides masked_attention_efficiency"))
+
+    @field_validator("masked_attention_efficiency_by_head_dim", mode="before")
+    @classmethod
+    def _head_dim_pairs(cls, value):
+        """A mapping {head_dim: efficiency} (as a GPU file writes it) becomes sorted pairs: a spec stays hashable."""
+        return tuple(sorted(value.items())) if isinstance(value, dict) else value
 
     @property
     def fused_attention_efficiency(self) -> float:
@@ -74,10 +85,13 @@ class GPUSpec(Spec):
         """`flash1_attention_efficiency`, else FlashAttention-2's, else the fused kernel's."""
         return self.flash1_attention_efficiency or self.flash2_attention_efficiency or self.fused_attention_efficiency
 
-    @property
-    def masked_attention_rate(self) -> float:
-        """`masked_attention_efficiency`, else FlashAttention-2's (a kernel off Hopper's asynchronous
+    def masked_attention_rate(self, head_dim: float) -> float:
+        """`masked_attention_efficiency_by_head_dim` at the nearest listed head dimension (the smaller on a
+        tie), else `masked_attention_efficiency`, else FlashAttention-2's (a kernel off Hopper's asynchronous
         pipeline), else the fused kernel's."""
+        if self.masked_attention_efficiency_by_head_dim:
+            rates = dict(self.masked_attention_efficiency_by_head_dim)
+            return rates[min(rates, key=lambda dim: (abs(dim - head_dim), dim))]
         return self.masked_attention_efficiency or self.flash2_attention_efficiency or self.fused_attention_efficiency
     hbm_efficiency: float = Field(0.8, gt=0, le=1, description="attained fraction of HBM bandwidth for memory-bound work")
     layer_overhead_us: float = Field(0.0, ge=0, description="fixed per-layer, per-pass time (kernel launches), microseconds")
