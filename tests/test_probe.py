@@ -87,11 +87,30 @@ def test_probe_on_cpu_writes_a_gpu_file_a_cluster_can_name(tmp_path, cli):
     spec = yaml.safe_load(out.read_text())
     assert spec["peak_bf16_tflops"] == load_gpu("h100-sxm").peak_bf16_tflops  # the datasheet is kept
     assert spec["matmul_efficiency"] != load_gpu("h100-sxm").matmul_efficiency  # the fit replaced it
+    masked = [r for r in kernels["attention"] if r.get("masked")]
+    assert {r["head_dim"] for r in masked} == {16, 32} and all(r["fwd_bwd_s"] > 0 for r in masked)
+    assert set(spec["masked_attention_efficiency_by_head_dim"]) == {16, 32}
+    assert "masked_attention_efficiency_by_head_dim[32]" in spec["fit_notes"]
     cluster_file = tmp_path / "cluster.yaml"
     cluster_file.write_text(yaml.safe_dump({"name": "mine", "gpu": str(out), "num_nodes": 2, "gpus_per_node": 8,
                                             "nvlink_gbyte_per_s": 450, "nic_gbit_per_s": 400}))
     cluster = load_cluster(str(cluster_file))
     assert cluster.gpu.name == "my-gpu" and np.isclose(cluster.gpu.matmul_efficiency, spec["matmul_efficiency"])
+    assert cluster.gpu.masked_attention_rate(32) == spec["masked_attention_efficiency_by_head_dim"][32]
+
+
+def test_a_gpu_file_written_from_the_h200_keeps_its_masked_rates_as_a_mapping(tmp_path):
+    """probed_gpu on a base that states masked rates, from kernels without masked rows: the base's
+    mapping is written as YAML reads it back (a GPU file, not Python tuples)."""
+    from solveplan.calibration.probe import probed_gpu
+
+    gpu = load_gpu("h200")
+    data = probed_gpu(gpu, _synthetic(gpu, 0.7, 0.45, 0.27), "mine")
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    back = yaml.safe_load(path.read_text())
+    assert back["masked_attention_efficiency_by_head_dim"] == dict(gpu.masked_attention_efficiency_by_head_dim)
+    assert load_gpu(str(path)).masked_attention_rate(128) == gpu.masked_attention_rate(128)
 
 
 def test_probe_without_a_gpu_says_so_in_one_line(tmp_path, cli):

@@ -140,7 +140,7 @@ def fit_masked_attention(rows: list[dict], gpu: GPUSpec) -> dict[int, KernelFit]
         if values:
             value = float(np.median(values))
             ratios = tuple(attention_fwd_bwd_s(r, gpu, value, overlap) / float(r["fwd_bwd_s"]) for r in mine)
-            fits[head_dim] = KernelFit("masked_attention_efficiency_by_head_dim", value, len(values), ratios)
+            fits[head_dim] = KernelFit(f"masked_attention_efficiency_by_head_dim[{head_dim}]", value, len(values), ratios)
     return fits
 
 

@@ -7,7 +7,9 @@ What is measured, in the kernel-file format that `kernel_fit` reads (the format 
   each with its data-gradient and weight-gradient shapes (`formulation.kernels.linear_s`);
 - `attention`: causal `scaled_dot_product_attention` forward + backward with one backend forced
   at a time (`flash`, `cudnn`, `efficient`; a backend the build lacks is listed in
-  `unavailable` with the reason torch gives);
+  `unavailable` with the reason torch gives); and, backend `masked`, SDPA given the explicit
+  boolean causal mask transformers builds for a sliding-window layer (torch's own kernel choice,
+  the whole s x s) at several head dimensions, as benchmarks/sdpa_masked_sweep.py measures it;
 - `hbm`: device-to-device copies of a large buffer (bytes read + written over the time);
 - `step` (optional): one training step of a small model: forward, backward, AdamW, with its
   time and peak allocated memory.
@@ -149,6 +151,29 @@ def measure_attention(torch, timer: Timer, cases: list[dict], device: str) -> tu
     return rows, unavailable
 
 
+def measure_masked_attention(torch, timer: Timer, cases: list[dict], device: str) -> list[dict]:
+    """SDPA forward + backward given an explicit (b, 1, s, s) boolean causal mask, K and V at every
+    head (what transformers passes for a sliding-window layer: module docstring)."""
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    rows = []
+    for case in cases:
+        b, heads, seq, d = case["b"], case["heads"], case["seq"], case["head_dim"]
+        q, k, v = (torch.randn(b, heads, seq, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+        grad = torch.randn(b, heads, seq, d, device=device, dtype=dtype)
+        index = torch.arange(seq, device=device)
+        mask = (index[None] <= index[:, None])[None, None]
+
+        def fwd(q=q, k=k, v=v, mask=mask):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+        def fwd_bwd(grad=grad):
+            fwd().backward(grad)
+
+        rows.append(dict(backend="masked", masked=True, b=b, heads=heads, kv_heads=heads, seq=seq, head_dim=d,
+                         fwd_s=timer(fwd), fwd_bwd_s=timer(fwd_bwd)))
+    return rows
+
+
 def measure_hbm(torch, timer: Timer, device: str, size_bytes: int) -> list[dict]:
     """Device-to-device copies of `size_bytes`: bytes read + written per second."""
     src = torch.empty(size_bytes, dtype=torch.uint8, device=device)
@@ -197,13 +222,15 @@ def environment(torch, device: str, tiny: bool) -> dict:
 
 
 def run_probe(*, models: list[ModelSpec], tps: list[int], tokens: int, attention_cases: list[dict],
-              device: str, min_time_s: float, hbm_bytes: int, tiny: bool, step_model: ModelSpec | None) -> dict:
+              masked_cases: list[dict], device: str, min_time_s: float, hbm_bytes: int, tiny: bool,
+              step_model: ModelSpec | None) -> dict:
     """Every measurement of the module docstring, as a kernel file (a dict)."""
     torch = import_torch()
     timer = Timer(torch, device, min_time_s=min_time_s)
     shapes = [row for m in models for tp in tps for row in layer_gemm_shapes(m, tp, tokens)]
     fp8, fp8_missing = measure_fp8_gemms(torch, timer, shapes, device)
     attention, unavailable = measure_attention(torch, timer, attention_cases, device)
+    attention += measure_masked_attention(torch, timer, masked_cases, device)
     if fp8_missing:
         unavailable["fp8_gemm"] = fp8_missing
     out = {"what": "kernel throughput measured by solveplan probe", "how": __doc__.split("Timing:")[1].strip(),
@@ -218,12 +245,16 @@ def run_probe(*, models: list[ModelSpec], tps: list[int], tokens: int, attention
 def probed_gpu(base: GPUSpec, measurements: dict, name: str) -> dict:
     """The GPU file's mapping: the base GPU's datasheet and defaults with every efficiency
     the measurements identify replaced by its fit (`kernel_fit.fit_kernels`)."""
-    from .kernel_fit import fit_kernels
+    from .kernel_fit import fit_kernels, fit_masked_attention
 
     fits = fit_kernels(measurements, base)
+    masked = fit_masked_attention(measurements.get("attention") or [], base)
     env = measurements.get("env", {})
     data = base.model_dump(exclude={"name", "fit_notes", "source"})
     data |= {f.field: round(f.value, 4) for f in fits if f.value is not None}  # fit_kernels keeps only these
+    if masked:
+        data["masked_attention_efficiency_by_head_dim"] = {dim: round(f.value or 0.0, 4) for dim, f in masked.items()}
+    fits += list(masked.values())
     data["source"] = (f"{base.name}'s datasheet ({base.source.strip()}); efficiencies measured by solveplan probe on "
                       f"{env.get('device', '?')} (torch {env.get('torch', '?')}, {env.get('when', '?')})")
     data["fit_notes"] = "; ".join(f"{f.field} {f.value:.4f} from {f.count} kernels, model/measured MAPE "

@@ -24,6 +24,10 @@ AttentionCases = tuple[tuple[int, int, int, int], ...]
 DEFAULT_ATTENTION: AttentionCases = ((1, 32, 4096, 128), (2, 32, 8192, 128), (1, 8, 16384, 128), (4, 32, 2048, 128),
                                      (1, 16, 32768, 128))
 TINY_ATTENTION: AttentionCases = ((1, 2, 128, 32), (2, 4, 64, 16))
+# SDPA given a sliding-window layer's explicit mask, at the head dimensions transformers' families use
+# (its rate depends on the head dimension: benchmarks/results/masked_kernel_fit.md).
+DEFAULT_MASKED: AttentionCases = ((1, 32, 8192, 64), (1, 32, 8192, 96), (1, 32, 8192, 128), (1, 16, 8192, 256))
+TINY_MASKED: AttentionCases = ((1, 2, 64, 16), (1, 2, 64, 32))
 
 
 def _device(torch, wanted: str) -> str:
@@ -78,14 +82,16 @@ def probe(output, device, base_gpu, models, tps, tokens, tiny, step, min_time_s)
     device = _device(torch, device)
     if tiny:
         specs, tps_, tokens_ = [ModelSpec(**TINY_MODEL)], [1, 2], min(tokens, 256)
-        cases, hbm_bytes = TINY_ATTENTION, 1 << 20
+        cases, masked_cases, hbm_bytes = TINY_ATTENTION, TINY_MASKED, 1 << 20
     else:
         specs = [load_model(m.strip(), "models") for m in models.split(",") if m.strip()]
         tps_, tokens_, cases, hbm_bytes = parse_ints(tps, "tp"), tokens, DEFAULT_ATTENTION, 1 << 30
+        masked_cases = DEFAULT_MASKED
     attention = [dict(b=b, heads=a, seq=s, head_dim=d) for b, a, s, d in cases]
+    masked = [dict(b=b, heads=a, seq=s, head_dim=d) for b, a, s, d in masked_cases]
     step_model = ModelSpec(**TINY_MODEL) if step and tiny else (load_model("gpt3-125m") if step else None)
-    measured = run_probe(models=specs, tps=tps_, tokens=tokens_, attention_cases=attention, device=device,
-                         min_time_s=min_time_s, hbm_bytes=hbm_bytes, tiny=tiny, step_model=step_model)
+    measured = run_probe(models=specs, tps=tps_, tokens=tokens_, attention_cases=attention, masked_cases=masked,
+                         device=device, min_time_s=min_time_s, hbm_bytes=hbm_bytes, tiny=tiny, step_model=step_model)
     base = _base_gpu(base_gpu, measured["env"])
     path = Path(output)
     gpu = probed_gpu(base, measured, path.stem)

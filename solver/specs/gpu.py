@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_serializer, field_validator
 
 from .base import Name, Spec
 from .units import GIB
@@ -75,6 +75,11 @@ class GPUSpec(Spec):
     def _head_dim_pairs(cls, value):
         """A mapping {head_dim: efficiency} (as a GPU file writes it) becomes sorted pairs: a spec stays hashable."""
         return tuple(sorted(value.items())) if isinstance(value, dict) else value
+
+    @field_serializer("masked_attention_efficiency_by_head_dim")
+    def _head_dim_mapping(self, pairs):
+        """Written back as the mapping a GPU file states (YAML has no tuples)."""
+        return dict(pairs) if pairs is not None else None
 
     @property
     def fused_attention_efficiency(self) -> float:
