@@ -151,9 +151,10 @@ def _echo_model_notes(job) -> None:
 @click.option("--top-k", "top_k", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Return the K best distinct parallel configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron", "torchtitan"]), default=None,
-              help="table (default), json, megatron (the launch arguments only) or torchtitan (the job config: a "
-                   "Python config module for torchtitan 0.3, TOML sections for 0.2).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "megatron", "torchtitan", "transformers"]),
+              default=None, help="table (default), json, megatron (the launch arguments only), torchtitan (the job "
+                                 "config: a Python config module for torchtitan 0.3, TOML sections for 0.2) or "
+                                 "transformers (the Trainer launch: a plan of --framework transformers).")
 @click.option("--torchtitan-version", "torchtitan_version", type=click.Choice(["0.3", "0.2"]), default="0.3",
               show_default=True, help="The torchtitan release whose config format --format torchtitan (and the "
                                       "JSON's torchtitan block) follows: 0.3 (current) or 0.2 (the last TOML one).")
@@ -187,6 +188,9 @@ def optimize_command(method, time_limit, workers, seed, top_k, as_json, fmt, tor
     if tolerance_rel is not None and prefer != "simple":
         raise InputError("--tolerance", "applies to --prefer simple only; add --prefer simple or drop --tolerance")
     job = build_job(**jobkw, prefer=prefer, tolerance_rel=tolerance_rel)
+    if fmt == "transformers" and job.framework != "transformers":
+        raise InputError("--format", f"transformers launches a plan priced for the transformers stack, and this job's "
+                                     f"is {job.framework}; add --framework transformers")
     if hostfile_out and not links_file and not job.cluster.is_mixed:
         raise InputError("--hostfile", "needs --links FILE (the measured links to place on) or a cluster with pools")
     _echo_model_notes(job)
@@ -234,7 +238,8 @@ def _links_of(links_file: str, job):
 
 
 def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: dict | None, hostfile_out) -> None:
-    """The result on stdout as --format asks: json, megatron, torchtitan or the table."""
+    """The result on stdout as --format asks: json, megatron, torchtitan, transformers or the table (which
+    ends with the launch of the job's own stack)."""
     if fmt == "json":
         from ..render.json import result_json
 
@@ -252,21 +257,41 @@ def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: dict | No
             from ..render.torchtitan import render_torchtitan
 
             click.echo(render_torchtitan(job, result.plan, torchtitan_version), nl=False)
+    elif fmt == "transformers":
+        if result.plan is not None:
+            from ..render.transformers import render_transformers
+
+            click.echo(render_transformers(job, result.plan), nl=False)
     else:
         from rich.console import Console
 
-        from ..render.megatron import megatron_args
         from ..render.table import render_result
 
         con = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
         con.print(render_result(result))
         if result.plan is not None:
-            con.print("[bold]Megatron-LM launch arguments[/]")
-            con.print(megatron_args(job, result.plan).command(), markup=False, highlight=False, end="")
+            title, launch = _launch_of(job, result.plan, torchtitan_version)
+            con.print(f"[bold]{title}[/]")
+            con.print(launch, markup=False, highlight=False, end="", soft_wrap=True)  # a wrapped line breaks the shell
         if drawn is not None:
             con.print(f"timeline written to {drawn['path']}", markup=False)
         if hostfile_out and result.plan is not None:
             con.print(f"hostfile written to {hostfile_out} (Megatron-LM rank order tp-cp-dp-pp)", markup=False)
+
+
+def _launch_of(job, plan, torchtitan_version: str) -> tuple[str, str]:
+    """(title, text) of the launch of the stack the plan was priced for (`--framework`)."""
+    if job.framework == "torchtitan":
+        from ..render.torchtitan import render_torchtitan
+
+        return f"torchtitan {torchtitan_version} job config", render_torchtitan(job, plan, torchtitan_version)
+    if job.framework == "transformers":
+        from ..render.transformers import render_transformers
+
+        return "transformers Trainer launch", render_transformers(job, plan)
+    from ..render.megatron import megatron_args
+
+    return "Megatron-LM launch arguments", megatron_args(job, plan).command()
 
 
 def _exit_without_plan(result, time_limit: float) -> None:

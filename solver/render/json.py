@@ -8,6 +8,15 @@ from __future__ import annotations
 from ..formulation.job import job_assumptions
 from .megatron import megatron_args
 from .torchtitan import CURRENT, torchtitan_config, torchtitan_flags
+from .transformers import deepspeed_config, launcher, trainer_flags, transformers_notes
+
+
+def _transformers(job, plan) -> dict | None:
+    """The Trainer launch (render/transformers.py) of a plan priced for the transformers stack; None otherwise."""
+    if job.framework != "transformers":
+        return None
+    return {"launcher": launcher(job, plan), "args": trainer_flags(job, plan),
+            "deepspeed_config": deepspeed_config(job, plan), "notes": transformers_notes(job, plan)}
 
 
 def result_json(result, job, torchtitan_version: str = CURRENT) -> dict:
@@ -28,6 +37,7 @@ def result_json(result, job, torchtitan_version: str = CURRENT) -> dict:
         d["torchtitan_version"] = torchtitan_version
         d["torchtitan"], d["torchtitan_notes"] = torchtitan_config(job, result.plan, torchtitan_version)
         d["torchtitan_flags"] = torchtitan_flags(job, result.plan, torchtitan_version)
+        d["transformers"] = _transformers(job, result.plan)
     d["textbook"] = result.textbook.model_dump() if getattr(result, "textbook", None) is not None else None
     d["compare"] = result.compare.model_dump() if getattr(result, "compare", None) is not None else None
     if getattr(result, "placed", False):  # the joint model's comparisons and explanation
