@@ -90,8 +90,9 @@ def transformers_notes(job: JobSpec, plan: Plan) -> list[str]:
     """What the launch leaves to the user, and where the run differs from what the plan priced."""
     notes = [f"add --dataset_name or --train_file, --tokenizer_name, --learning_rate and --max_steps; {SCRIPT} "
              "is transformers' examples/pytorch/language-modeling/run_clm.py",
-             "the Trainer clips gradients by default (max_grad_norm 1.0): a read and write of the fp32 gradients "
-             "per step that the plan does not price"]
+             "the plan prices the step of a plain loop (forward, backward, fused AdamW); the Trainer's step measured "
+             "19-28 ms (2-7%) slower on an H200, its default gradient clipping under 1 ms of that "
+             "(benchmarks/measured/h200-2026-11-27/hf_trainer_steps.json)"]
     if plan.parallel.recompute == "full":
         notes.append("transformers before 5.23 spell --activation_checkpointing(_kwargs) as "
                      "--gradient_checkpointing(_kwargs)")
