@@ -90,7 +90,7 @@ def transformers_notes(job: JobSpec, plan: Plan) -> list[str]:
     """What the launch leaves to the user, and where the run differs from what the plan priced."""
     notes = [f"add --dataset_name or --train_file, --tokenizer_name, --learning_rate and --max_steps; {SCRIPT} "
              "is transformers' examples/pytorch/language-modeling/run_clm.py",
-             "the plan prices the step of a plain loop (forward, backward, fused AdamW); the Trainer's step measured "
+             "the plan prices the step of a plain loop (forward, backward, fused AdamW); the Trainer's step (one micro-batch) measured "
              "19-28 ms (2-7%) slower on an H200, its default gradient clipping under 1 ms of that "
              "(benchmarks/measured/h200-2026-11-27/hf_trainer_steps.json)"]
     if plan.parallel.recompute == "full":
