@@ -18,6 +18,11 @@ as package data (solver/calibration/intervals.json), never recomputed at optimiz
    its stack pooled over chips.
 4. Memory: Korthikanti et al. 2022 Fig. 1 (the only published per-GPU memory), the range of
    measured / predicted over its points.
+5. A stack no published run states (transformers) gets a band of its own only where this project
+   measured it: single-GPU transformers steps on an H200 measured after its profile was set
+   (benchmarks/measured/h200-2026-11-27/hf_train_steps_heldout.json, models of 1B+), predicted as
+   benchmarks/transformers_steps.py plans them (`frameworks`, keyed stack/GPU): the step's
+   quantiles as above, and the whole range of reserved / predicted peak memory.
 
 Writes benchmarks/results/intervals_residuals.json (every row's ratio, so step 3 can be
 re-run alone with --from-residuals), solver/calibration/intervals.json and
@@ -77,6 +82,20 @@ def _band(ratios) -> dict:
     return {"rows": int(len(r)), "lo": float(lo), "hi": float(hi), "median": float(np.median(r))}
 
 
+def framework_bands() -> dict:
+    """Item 5 of the module docstring: {"transformers/h200": band} from the held-out measured steps."""
+    import transformers_steps
+
+    runs = json.loads(transformers_steps.HELDOUT.read_text())["rows"]
+    plans = [(run, transformers_steps.predict(run)[0]) for run in runs
+             if not run.get("oom") and run["params"] >= transformers_steps.ONE_B_CLASS]
+    memory = np.array([run["max_reserved_bytes"] / plan.peak_memory_bytes for run, plan in plans])
+    source = (f"single-GPU transformers steps measured after the profile was set "
+              f"({transformers_steps.HELDOUT.relative_to(ROOT)}, 1B+ models)")
+    return {"transformers/h200": {**_band([run["step_s"] / plan.step_time_s for run, plan in plans]), "source": source,
+                                  "memory": {"rows": len(memory), "lo": float(memory.min()), "hi": float(memory.max())}}}
+
+
 def intervals(res: dict, data=None) -> dict:
     """The bands of intervals.json (format: `solveplan.calibration.intervals`)."""
     src = res["source"]
@@ -107,6 +126,7 @@ def intervals(res: dict, data=None) -> dict:
                               f"rows were left out of the fit ({r_lo:.3f} to {r_hi:.3f}; cross_validation.json at "
                               f"{by_gpu['commit']}, by gpu)"),
         "gpus_with_rows": sorted({r.gpu for r in published_rows(data) if not r.skipped}),
+        "frameworks": framework_bands(),
         "memory": {"rows": int(len(mem)), "lo": float(mem.min()), "hi": float(mem.max()),
                    "source": "Korthikanti et al. 2022 Fig. 1, measured / predicted per-GPU memory (first stage)"},
     }
@@ -121,12 +141,17 @@ def markdown(iv: dict, res: dict) -> str:
              "measured / predicted step time on rows predicted by parameters fitted without their source. "
              "A step predicted at T lies in [lo x T, hi x T]. `unfitted GPU`: " + iv["unfitted_gpu_rule"] + ".", "",
              "| band | rows | lo | median | hi |", "|---|---:|---:|---:|---:|"]
-    for kind, table in (("", iv["cells"]), ("stack ", iv["stacks"]), ("unfitted GPU, ", iv["unfitted_gpu"])):
+    for kind, table in (("", iv["cells"]), ("stack ", iv["stacks"]), ("unfitted GPU, ", iv["unfitted_gpu"]),
+                        ("measured steps, ", iv["frameworks"])):
         for k, b in table.items():
             lines.append(f"| {kind}{k} | {b['rows']} | {pct(b['lo'])} | {pct(b['median'])} | {pct(b['hi'])} |")
     m = iv["memory"]
     lines += ["", f"Memory: {m['rows']} points of {m['source']}: measured / predicted from {pct(m['lo'])} to "
               f"{pct(m['hi'])} (the whole range is the interval)."]
+    for key, band in iv["frameworks"].items():
+        mem = band["memory"]
+        lines += ["", f"Memory, measured steps of {key}: {mem['rows']} {band['source']}: reserved / predicted from "
+                      f"{pct(mem['lo'])} to {pct(mem['hi'])} (the whole range)."]
     return "\n".join(lines) + "\n"
 
 

@@ -161,3 +161,24 @@ def test_the_measured_steps_are_bounded(steps_file):
         if run["params"] >= 0.95e9:
             errors.append(abs(plan.step_time_s / run["step_s"] - 1))
     assert len(errors) >= 20 and np.mean(errors) <= 0.10
+
+
+def test_a_single_h200_transformers_plan_gets_the_held_out_steps_band():
+    """The band of a transformers plan on one H200 is the held-out steps' (intervals.json `frameworks`,
+    benchmarks/intervals.py): its quantiles hold about 80% of those steps' measured / predicted, its
+    memory range all of their reserved / predicted; more GPUs, another GPU or another stack keep the
+    published rows' bands."""
+    from solveplan.calibration.intervals import memory_band, plan_band
+
+    runs = [r for r in json.loads(STEP_FILES[1].read_text())["rows"] if r["params"] >= 0.95e9]
+    plans = [(run, _plan(run)) for run in runs]
+    time_ratios = np.array([run["step_s"] / plan.step_time_s for run, plan in plans])
+    memory_ratios = np.array([run["max_reserved_bytes"] / plan.peak_memory_bytes for run, plan in plans])
+    one = load_job({"model": "llama3.1-8b", "cluster": H200, "framework": "transformers"})
+    band, memory = plan_band(one, 0), memory_band(one)
+    assert band.unit == memory.unit == "measured steps" and band.rows == len(runs) == 22
+    assert 0.7 <= np.mean((time_ratios >= band.lo - 1e-9) & (time_ratios <= band.hi + 1e-9)) <= 0.9
+    assert memory.lo == pytest.approx(memory_ratios.min()) and memory.hi == pytest.approx(memory_ratios.max())
+    for other in ({"cluster": "h200x8", "framework": "transformers"}, {"cluster": H200},
+                  {"cluster": {**H200, "gpu": "h100-sxm"}, "framework": "transformers"}):
+        assert plan_band(load_job({"model": "llama3.1-8b", **other}), 0).unit == "published rows", other

@@ -15,6 +15,9 @@ Which band a prediction gets (one rule, `band_for`):
    values: `runs_fit.CHIP_OF_GPU`): the stack's residuals when each chip is left out of the fit
    (`unfitted_gpu`), which are wider. Which GPUs have rows of their own is data too
    (`gpus_with_rows`).
+A stack no published run states (torchtitan, transformers) takes the widest of its GPU's band and
+the unfitted-GPU band of its ZeRO stage, except where this project measured it: `frameworks`
+holds bands of measured steps (transformers on one H200), used for a plan on one GPU of that kind.
 Memory: the range of measured / predicted over Korthikanti et al. 2022 Fig. 1.
 """
 
@@ -49,6 +52,7 @@ class Band:
     hi: float
     rows: int
     basis: str  # which rule chose it, in words
+    unit: str = "published rows"  # what `rows` counts
 
     @property
     def half_width_rel(self) -> float:
@@ -84,7 +88,21 @@ def band_for(gpu_name: str, zero: int, moe: bool = False) -> Band:
                 f"{stack}, its GPU chip left out of the fit ({gpu_name} has no published rows)")
 
 
-def memory_band() -> Band:
+def _measured_stack(job) -> dict | None:
+    """The band of measured steps of `job`'s stack on its GPU (`frameworks`), for a plan on one GPU."""
+    framework = getattr(job, "framework", "megatron")
+    if framework == "megatron" or job.cluster.is_mixed or job.cluster.num_gpus != 1:
+        return None
+    return bands().get("frameworks", {}).get(f"{framework}/{job.cluster.gpu.name}")
+
+
+def memory_band(job=None) -> Band:
+    """Measured / predicted peak memory: the measured steps' range where `job`'s stack was measured
+    on its GPU (reserved memory), else Korthikanti et al.'s."""
+    measured = _measured_stack(job) if job is not None else None
+    if measured is not None:
+        m = measured["memory"]
+        return Band(m["lo"], m["hi"], m["rows"], measured["source"], unit="measured steps")
     m = bands()["memory"]
     return Band(m["lo"], m["hi"], m["rows"], m["source"])
 
@@ -97,6 +115,10 @@ def plan_band(job, zero: int) -> Band:
     framework = getattr(job, "framework", "megatron")
     if framework == "megatron":
         return band
+    measured = _measured_stack(job)
+    if measured is not None:
+        return Band(measured["lo"], measured["hi"], measured["rows"],
+                    f"{framework} on one {job.cluster.gpu.name}: {measured['source']}", unit="measured steps")
     # no published run states a torchtitan or transformers stack: the stack's band as for a
     # GPU without rows of its own (the widest rule), said in the basis
     stack = stack_of(zero, moe)
@@ -109,12 +131,12 @@ def with_interval(job, plan):
     """`plan` (plan.Plan) with its step-time and peak-memory intervals attached."""
     if plan is None:
         return None
-    b, m = plan_band(job, plan.parallel.zero), memory_band()
+    b, m = plan_band(job, plan.parallel.zero), memory_band(job)
     return plan.model_copy(update={
         "step_time_interval_s": [plan.step_time_s * b.lo, plan.step_time_s * b.hi],
         "peak_memory_interval_bytes": [plan.peak_memory_bytes * m.lo, plan.peak_memory_bytes * m.hi],
         "interval_coverage": bands()["coverage"],
-        "interval_basis": f"{b.basis}: measured / predicted in [{b.lo:.3f}, {b.hi:.3f}] on {b.rows} published rows",
+        "interval_basis": f"{b.basis}: measured / predicted in [{b.lo:.3f}, {b.hi:.3f}] on {b.rows} {b.unit}",
     })
 
 
