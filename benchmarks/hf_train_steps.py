@@ -68,6 +68,14 @@ HELDOUT = (
     ("opt-1.3b", 2048, 16, True), ("OLMo-2-1124-7B", 2048, 1, True),
     ("Llama-3.2-3B", 4096, 2, False), ("Qwen3-4B", 2048, 2, False), ("mistral-7b", 4096, 1, True),
 )
+# Measured on an H100 (80 GB), a GPU no step had been measured on (`--set h100`): cases that fit it, the
+# two that the plan puts closest to its memory last, and one predicted not to fit after them.
+H100 = (
+    ("gpt2", 1024, 8, False), ("opt-1.3b", 2048, 4, False), ("Llama-3.2-3B", 2048, 1, False),
+    ("Llama-3.2-3B", 4096, 2, True), ("gemma-3-1b-it", 8192, 1, True), ("Phi-3.5-mini-instruct", 4096, 1, True),
+    ("Phi-4-mini-instruct", 4096, 1, True), ("Qwen3-4B", 2048, 1, True), ("Minitron-4B-Base", 2048, 1, True),
+    ("gemma-3-1b-it", 4096, 2, False), ("Qwen3-4B", 8192, 1, True), ("Llama-3.2-3B", 16384, 1, True),
+)
 # Tiny shapes keep a head of 96 (Phi-3.5's: its rope factors are per head dimension).
 TINY = dict(hidden_size=384, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=96, vocab_size=512, n_embd=384, n_layer=2, n_head=4, ffn_dim=512, word_embed_proj_dim=384)
@@ -167,15 +175,15 @@ def main() -> None:
     parser.add_argument("--warmups", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--only", default="", help="comma-separated config directories to run (default: all)")
-    parser.add_argument("--set", choices=("fit", "heldout"), default="fit",
-                        help="CASES (what the transformers profile was fitted on) or HELDOUT")
+    parser.add_argument("--set", choices=("fit", "heldout", "h100"), default="fit",
+                        help="CASES (what the transformers profile was fitted on), HELDOUT or H100")
     parser.add_argument("--from-case", type=int, default=0, help="skip the cases before this index of the set")
     args = parser.parse_args()
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     wanted = {name for name in args.only.split(",") if name}
-    chosen = HELDOUT if args.set == "heldout" else CASES
+    chosen = {"fit": CASES, "heldout": HELDOUT, "h100": H100}[args.set]
     cases = [case for case in chosen[args.from_case:] if not wanted or case[0] in wanted]
     if args.tiny:
         cases = [(name, min(seq, 64), min(mbs, 2), ckpt) for name, seq, mbs, ckpt in cases]

@@ -19,8 +19,9 @@ as package data (solver/calibration/intervals.json), never recomputed at optimiz
 4. Memory: Korthikanti et al. 2022 Fig. 1 (the only published per-GPU memory), the range of
    measured / predicted over its points.
 5. A stack no published run states (transformers) gets a band of its own only where this project
-   measured it: single-GPU transformers steps on an H200 measured after its profile was set
-   (benchmarks/measured/h200-2026-11-27/hf_train_steps_heldout.json, models of 1B+), predicted as
+   measured it: single-GPU transformers steps on an H200 and an H100 measured after its profile was set
+   (benchmarks/measured/h200-2026-11-27/hf_train_steps_heldout.json, h100-2026-11-27/hf_train_steps.json,
+   models of 1B+), predicted as
    benchmarks/transformers_steps.py plans them (`frameworks`, keyed stack/GPU): the step's
    quantiles as above, and the whole range of reserved / predicted peak memory.
 
@@ -83,17 +84,22 @@ def _band(ratios) -> dict:
 
 
 def framework_bands() -> dict:
-    """Item 5 of the module docstring: {"transformers/h200": band} from the held-out measured steps."""
+    """Item 5 of the module docstring: {"transformers/<gpu>": band} from the steps measured out of sample."""
     import transformers_steps
 
-    runs = json.loads(transformers_steps.HELDOUT.read_text())["rows"]
-    plans = [(run, transformers_steps.predict(run)[0]) for run in runs
-             if not run.get("oom") and run["params"] >= transformers_steps.ONE_B_CLASS]
-    memory = np.array([run["max_reserved_bytes"] / plan.peak_memory_bytes for run, plan in plans])
-    source = (f"single-GPU transformers steps measured after the profile was set "
-              f"({transformers_steps.HELDOUT.relative_to(ROOT)}, 1B+ models)")
-    return {"transformers/h200": {**_band([run["step_s"] / plan.step_time_s for run, plan in plans]), "source": source,
-                                  "memory": {"rows": len(memory), "lo": float(memory.min()), "hi": float(memory.max())}}}
+    out = {}
+    for path in (transformers_steps.HELDOUT, transformers_steps.ON_H100):
+        measured = json.loads(path.read_text())
+        gpu = transformers_steps.GPU_OF_DEVICE[measured["env"]["device"]]
+        plans = [(run, transformers_steps.predict(run, gpu)[0]) for run in measured["rows"]
+                 if not run.get("oom") and run["params"] >= transformers_steps.ONE_B_CLASS]
+        memory = np.array([run["max_reserved_bytes"] / plan.peak_memory_bytes for run, plan in plans])
+        source = (f"single-GPU transformers steps measured after the profile was set "
+                  f"({path.relative_to(ROOT)}, 1B+ models)")
+        out[f"transformers/{gpu}"] = {**_band([run["step_s"] / plan.step_time_s for run, plan in plans]),
+                                      "source": source,
+                                      "memory": {"rows": len(memory), "lo": float(memory.min()), "hi": float(memory.max())}}
+    return out
 
 
 def intervals(res: dict, data=None) -> dict:

@@ -36,18 +36,22 @@ from solveplan.specs.hf import model_from_hf_config  # noqa: E402
 
 MEASURED = ROOT / "benchmarks" / "measured" / "h200-2026-11-26" / "hf_train_steps.json"
 HELDOUT = ROOT / "benchmarks" / "measured" / "h200-2026-11-27" / "hf_train_steps_heldout.json"
+ON_H100 = ROOT / "benchmarks" / "measured" / "h100-2026-11-27" / "hf_train_steps.json"
 CLUSTER = {"name": "h200x1", "gpu": "h200", "gpus_per_node": 1, "num_nodes": 1, "nvlink_gbyte_per_s": 450,
            "nic_gbit_per_s": 400}
+# the catalog GPU of a measured file's device (its env's torch device name)
+GPU_OF_DEVICE = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 GIB = 2**30
 # "Models of 1B parameters and more", counting Gemma 3 1B (999.9M parameters) among them.
 ONE_B_CLASS = 0.95e9
 
 
-def predict(run: dict):
-    """The plan of one measured run, planned as it ran (module docstring)."""
+def predict(run: dict, gpu: str = "h200"):
+    """The plan of one measured run, planned as it ran on one `gpu` (module docstring)."""
     config = json.loads((ROOT / "tests" / "data" / "hf" / run["config"] / "config.json").read_text())
     model = model_from_hf_config(config, name=run["config"]).model_dump()
-    job = load_job({"model": model, "cluster": CLUSTER, "global_batch_size": run["micro_batch_size"],
+    job = load_job({"model": model, "cluster": {**CLUSTER, "name": f"{gpu}x1", "gpu": gpu},
+                    "global_batch_size": run["micro_batch_size"],
                     "seq_length": run["seq_length"], "framework": "transformers"})
     knobs = {"micro_batch_size": run["micro_batch_size"], "zero": 0,
              "recompute": "full" if run["gradient_checkpointing"] else "none"}
@@ -69,14 +73,14 @@ def allocated_bytes(plan, job) -> float:
                   + co.last_act_bytes + co.const_bytes)[0])
 
 
-def table(runs: list[dict]) -> tuple[list[str], list[float], list[float], dict]:
+def table(runs: list[dict], gpu: str = "h200") -> tuple[list[str], list[float], list[float], dict]:
     """Markdown rows; step-time errors and memory errors (relative, predicted / measured - 1)
     of the runs of 1B-class models and larger that ran; and those errors per model family."""
     out = ["| model | params | tokens | mbs | ckpt | measured step | predicted | error | allocated | predicted | error "
            "| reserved | predicted | error |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     time_errors, memory_errors, family = [], [], defaultdict(lambda: ([], [], []))
     for run in runs:
-        plan, job = predict(run)
+        plan, job = predict(run, gpu)
         head = (f"| {run['config']} | {run['params'] / 1e9:.2f}B | {run['seq_length']:,} | {run['micro_batch_size']} "
                 f"| {'yes' if run['gradient_checkpointing'] else 'no'} ")
         if run.get("oom"):
@@ -118,7 +122,7 @@ def family_rows(family: dict) -> list[str]:
 def section(title: str, path: Path) -> list[str]:
     """One measured file's summary, per-family errors and per-run table."""
     measured = json.loads(path.read_text())
-    rows, time_errors, memory_errors, family = table(measured["rows"])
+    rows, time_errors, memory_errors, family = table(measured["rows"], GPU_OF_DEVICE[measured["env"]["device"]])
     under = [e for e in memory_errors if e < -0.05]
     env = measured["env"]
     return [
@@ -146,7 +150,8 @@ def main() -> None:
         "rate per head dimension, fitted on kernel timings alone (benchmarks/masked_kernel_fit.py); with the "
         "earlier single rate the held-out MAPE was 5.4% (benchmarks/measured/h200-2026-11-27/README.md).", "",
         *section("The runs the profile was fitted on", MEASURED),
-        *section("Held out: measured after the fit", HELDOUT)]
+        *section("Held out: measured after the fit", HELDOUT),
+        *section("Held out, another GPU: an H100, planned on the catalog's h100-sxm", ON_H100)]
     (RESULTS / "transformers_steps.md").write_text("\n".join(lines))
     print("\n".join(line for line in lines if line.startswith(("##", "Runs of"))))
 

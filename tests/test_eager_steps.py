@@ -1,7 +1,8 @@
 """The transformers profile's step-level terms (formulation/eager_layers.py, eager_memory.py):
 which layers get an explicit mask, which phase the memory peaks in, and the whole prediction
-against the 30 training steps measured on an H200 (benchmarks/measured/h200-2026-11-26) and the 22
-measured on another the next day, after the profile was set (h200-2026-11-27)."""
+against the 30 training steps measured on an H200 (benchmarks/measured/h200-2026-11-26), the 22
+measured on another the next day, after the profile was set (h200-2026-11-27), and 12 on an H100
+(h100-2026-11-27)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "data" / "hf"
 MEASURED = ROOT / "benchmarks" / "measured" / "h200-2026-11-26"
 STEP_FILES = (MEASURED / "hf_train_steps.json", ROOT / "benchmarks" / "measured" / "h200-2026-11-27" /
-              "hf_train_steps_heldout.json")
+              "hf_train_steps_heldout.json", ROOT / "benchmarks" / "measured" / "h100-2026-11-27" / "hf_train_steps.json")
+GPU_OF_DEVICE = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 H200 = {"name": "h200x1", "gpu": "h200", "gpus_per_node": 1, "num_nodes": 1, "nvlink_gbyte_per_s": 450,
         "nic_gbit_per_s": 400}
 
@@ -137,9 +139,9 @@ def test_megatron_prices_the_sliding_window():
     assert np.array_equal(a.layer_compute_s, b.layer_compute_s)
 
 
-def _plan(run: dict):
+def _plan(run: dict, gpu: str = "h200"):
     spec = hf_model(run["config"])
-    job = load_job({"model": spec.model_dump(), "cluster": H200, "global_batch_size": run["micro_batch_size"],
+    job = load_job({"model": spec.model_dump(), "cluster": {**H200, "gpu": gpu}, "global_batch_size": run["micro_batch_size"],
                     "seq_length": run["seq_length"], "framework": "transformers"})
     row, _ = complete_config(job, {"micro_batch_size": run["micro_batch_size"], "zero": 0,
                                    "recompute": "full" if run["gradient_checkpointing"] else "none"})
@@ -151,16 +153,16 @@ def test_the_measured_steps_are_bounded(steps_file):
     """Every measured run's reserved memory is predicted within -5% (the estimate bounds what the
     allocator holds), the run that ran out of memory is predicted not to fit, and the step time of
     the runs of 1B-class models and larger is within 10% MAPE (issue 26's target)."""
-    errors = []
-    for run in json.loads(steps_file.read_text())["rows"]:
-        plan = _plan(run)
+    errors, measured = [], json.loads(steps_file.read_text())
+    for run in measured["rows"]:
+        plan = _plan(run, GPU_OF_DEVICE[measured["env"]["device"]])
         if run.get("oom"):
             assert not plan.fits, run["config"]
             continue
         assert plan.peak_memory_bytes >= 0.95 * run["max_reserved_bytes"], (run["config"], run["seq_length"])
         if run["params"] >= 0.95e9:
             errors.append(abs(plan.step_time_s / run["step_s"] - 1))
-    assert len(errors) >= 20 and np.mean(errors) <= 0.10
+    assert len(errors) >= 10 and np.mean(errors) <= 0.10
 
 
 def test_a_single_h200_transformers_plan_gets_the_held_out_steps_band():
@@ -180,5 +182,5 @@ def test_a_single_h200_transformers_plan_gets_the_held_out_steps_band():
     assert 0.7 <= np.mean((time_ratios >= band.lo - 1e-9) & (time_ratios <= band.hi + 1e-9)) <= 0.9
     assert memory.lo == pytest.approx(memory_ratios.min()) and memory.hi == pytest.approx(memory_ratios.max())
     for other in ({"cluster": "h200x8", "framework": "transformers"}, {"cluster": H200},
-                  {"cluster": {**H200, "gpu": "h100-sxm"}, "framework": "transformers"}):
+                  {"cluster": {**H200, "gpu": "a100-80gb"}, "framework": "transformers"}):
         assert plan_band(load_job({"model": "llama3.1-8b", **other}), 0).unit == "published rows", other
