@@ -226,7 +226,8 @@ def shortfall_text(result) -> Text | None:
 def _title(plan) -> Text:
     settings = "".join(f", {k} {str(v).lower() if isinstance(v, bool) else v}"
                        for k, v in (getattr(plan, "settings", None) or {}).items())
-    return Text(f"{plan.model} on {plan.cluster} ({plan.num_gpus} GPUs), global batch "
+    gpus = f"{plan.num_gpus} GPU" + ("" if plan.num_gpus == 1 else "s")
+    return Text(f"{plan.model} on {plan.cluster} ({gpus}), global batch "
                 f"{plan.global_batch_size} x {plan.seq_length} tokens, {plan.framework} stack{settings}", style="bold")
 
 
