@@ -88,7 +88,7 @@ def test_the_table_ends_with_the_launch_of_the_jobs_own_stack(cli):
               "--global-batch-size", "32", "--seq-len", "4096")
     assert res.code == 0, res.err
     assert "transformers Trainer launch" in res.out and "run_clm.py" in res.out and "pretrain_gpt.py" not in res.out
-    assert "--config_name tests/data/hf/mistral-7b" in res.out
+    assert f"--config_name {MISTRAL}" in res.out
     res = cli("optimize", "--model", "llama3.1-8b", "--cluster", "h100x8", "--framework", "torchtitan")
     assert res.code == 0 and "torchtitan 0.3 job config" in res.out and "pretrain_gpt.py" not in res.out
     res = cli("optimize", "--model", "llama3.1-8b", "--cluster", "h100x8")

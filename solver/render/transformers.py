@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import PurePosixPath
 
 from ..plan import Plan
 from ..specs import JobSpec
@@ -38,12 +37,11 @@ DS_CONFIG = "ds_config.json"
 
 
 def config_name(job: JobSpec) -> str:
-    """What `--config_name` is given: the directory of the config.json the model was read from, else a
-    placeholder naming the model (a catalog model has no Hugging Face config of its own here)."""
+    """What `--config_name` is given: the Hugging Face config file the model was read from (AutoConfig.
+    from_pretrained reads a file path as well as a directory or a hub id), else a placeholder naming the
+    model (a catalog model has no Hugging Face config of its own here)."""
     name = job.model.name
-    if name.endswith("config.json"):
-        return str(PurePosixPath(name).parent) or "."
-    return f"<Hugging Face config of {name}>"
+    return name if name.endswith(".json") else f"<Hugging Face config of {name}>"
 
 
 def deepspeed_config(job: JobSpec, plan: Plan) -> dict | None:
@@ -100,7 +98,7 @@ def transformers_notes(job: JobSpec, plan: Plan) -> list[str]:
         notes.append(f"zero {plan.parallel.zero} runs as DeepSpeed ZeRO stage {plan.parallel.zero}; DeepSpeed's "
                      f"{job.precision} mode keeps {job.precision} weights with fp32 master weights in its optimizer "
                      "rather than fp32 weights under autocast, so the planned memory should bound it from above (not measured)")
-    if not job.model.name.endswith("config.json"):
+    if not job.model.name.endswith(".json"):
         notes.append(f"give --config_name the Hugging Face config of {job.model.name} (the plan was made from "
                      "solveplan's catalog entry)")
     return notes
