@@ -90,7 +90,7 @@ def framework_bands() -> dict:
     out = {}
     for path in (transformers_steps.HELDOUT, transformers_steps.ON_H100):
         measured = json.loads(path.read_text())
-        gpu = transformers_steps.GPU_OF_DEVICE[measured["env"]["device"]]
+        gpu = transformers_steps.gpu_of(measured)
         plans = [(run, transformers_steps.predict(run, gpu)[0]) for run in measured["rows"]
                  if not run.get("oom") and run["params"] >= transformers_steps.ONE_B_CLASS]
         memory = np.array([run["max_reserved_bytes"] / plan.peak_memory_bytes for run, plan in plans])

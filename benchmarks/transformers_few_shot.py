@@ -55,7 +55,7 @@ def mape(rows) -> float:
 def one_set(path: Path, ks: list[int], draws: int) -> list[str]:
     """The table rows of one measured set."""
     measured = json.loads(path.read_text())
-    gpu = transformers_steps.GPU_OF_DEVICE[measured["env"]["device"]]
+    gpu = transformers_steps.gpu_of(measured)
     runs = [run for run in measured["rows"] if not run.get("oom") and run["params"] >= transformers_steps.ONE_B_CLASS]
     cluster = load_cluster({**transformers_steps.CLUSTER, "name": f"{gpu}x1", "gpu": gpu})
     out = []

@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 
 from _common import RESULTS, ROOT, code_state  # noqa: E402
 
+from solveplan.calibration.probe import catalog_gpu_of_device  # noqa: E402
 from solveplan.catalog import load_job  # noqa: E402
 from solveplan.formulation.job import job_coefficients  # noqa: E402
 from solveplan.plan import make_plan, parallel_from_row  # noqa: E402
@@ -39,11 +40,16 @@ HELDOUT = ROOT / "benchmarks" / "measured" / "h200-2026-11-27" / "hf_train_steps
 ON_H100 = ROOT / "benchmarks" / "measured" / "h100-2026-11-27" / "hf_train_steps.json"
 CLUSTER = {"name": "h200x1", "gpu": "h200", "gpus_per_node": 1, "num_nodes": 1, "nvlink_gbyte_per_s": 450,
            "nic_gbit_per_s": 400}
-# the catalog GPU of a measured file's device (its env's torch device name)
-GPU_OF_DEVICE = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 GIB = 2**30
 # "Models of 1B parameters and more", counting Gemma 3 1B (999.9M parameters) among them.
 ONE_B_CLASS = 0.95e9
+
+
+def gpu_of(measured: dict) -> str:
+    """The catalog GPU a measured file's device is (its env's torch device name, as `solveplan probe` reads it)."""
+    gpu = catalog_gpu_of_device(measured["env"]["device"])
+    assert gpu is not None, measured["env"]["device"]
+    return gpu
 
 
 def predict(run: dict, gpu: str = "h200"):
@@ -122,7 +128,7 @@ def family_rows(family: dict) -> list[str]:
 def section(title: str, path: Path) -> list[str]:
     """One measured file's summary, per-family errors and per-run table."""
     measured = json.loads(path.read_text())
-    rows, time_errors, memory_errors, family = table(measured["rows"], GPU_OF_DEVICE[measured["env"]["device"]])
+    rows, time_errors, memory_errors, family = table(measured["rows"], gpu_of(measured))
     under = [e for e in memory_errors if e < -0.05]
     env = measured["env"]
     return [

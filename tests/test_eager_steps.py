@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solveplan.calibration.probe import catalog_gpu_of_device
 from solveplan.catalog import load_cluster, load_job
 from solveplan.formulation import eager_layers
 from solveplan.formulation.coefficients import stage_coefficients
@@ -25,7 +26,6 @@ HF = ROOT / "tests" / "data" / "hf"
 MEASURED = ROOT / "benchmarks" / "measured" / "h200-2026-11-26"
 STEP_FILES = (MEASURED / "hf_train_steps.json", ROOT / "benchmarks" / "measured" / "h200-2026-11-27" /
               "hf_train_steps_heldout.json", ROOT / "benchmarks" / "measured" / "h100-2026-11-27" / "hf_train_steps.json")
-GPU_OF_DEVICE = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 H200 = {"name": "h200x1", "gpu": "h200", "gpus_per_node": 1, "num_nodes": 1, "nvlink_gbyte_per_s": 450,
         "nic_gbit_per_s": 400}
 
@@ -155,7 +155,7 @@ def test_the_measured_steps_are_bounded(steps_file):
     the runs of 1B-class models and larger is within 10% MAPE (issue 26's target)."""
     errors, measured = [], json.loads(steps_file.read_text())
     for run in measured["rows"]:
-        plan = _plan(run, GPU_OF_DEVICE[measured["env"]["device"]])
+        plan = _plan(run, catalog_gpu_of_device(measured["env"]["device"]))
         if run.get("oom"):
             assert not plan.fits, run["config"]
             continue

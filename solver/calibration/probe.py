@@ -25,6 +25,7 @@ when, where and how. The kernel file is written beside it (`<name>.kernels.json`
 from __future__ import annotations
 
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -240,6 +241,18 @@ def run_probe(*, models: list[ModelSpec], tps: list[int], tokens: int, attention
     if step_model is not None:
         out["step"] = measure_step(torch, timer, step_model, device, tokens=min(tokens, step_model.seq_length))
     return out
+
+
+def catalog_gpu_of_device(device: str) -> str | None:
+    """The catalog GPU a device is (torch's device name): the catalog name whose parts best match the
+    device's (`NVIDIA A100-SXM4-80GB` -> a100-80gb, `NVIDIA H100 80GB HBM3` -> h100-sxm; the first
+    part, the chip, must match), None when none does."""
+    from ..catalog import catalog_gpus
+
+    parts = re.split(r"[\s_-]+", device.lower())
+    scores = {name: sum(part in parts for part in name.split("-")) for name in catalog_gpus()
+              if name.split("-")[0] in parts}
+    return max(scores, key=lambda name: (scores[name], -len(name))) if scores else None
 
 
 def probed_gpu(base: GPUSpec, measurements: dict, name: str) -> dict:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -39,20 +38,18 @@ def _device(torch, wanted: str) -> str:
 
 
 def _base_gpu(base: str | None, env: dict):
-    """The catalog GPU whose datasheet the file keeps: --base-gpu, else the catalog name whose
-    parts best match the device's name (`NVIDIA A100-SXM4-80GB` -> a100-80gb; the first part,
-    the chip, must match)."""
-    from ..catalog import catalog_gpus, load_gpu
+    """The catalog GPU whose datasheet the file keeps: --base-gpu, else the one the device's name
+    matches (`calibration.probe.catalog_gpu_of_device`)."""
+    from ..calibration.probe import catalog_gpu_of_device
+    from ..catalog import load_gpu
 
     if base:
         return load_gpu(base, "base_gpu")
-    device = re.split(r"[\s_-]+", str(env.get("device", "")).lower())
-    scores = {name: sum(part in device for part in name.split("-")) for name in catalog_gpus()
-              if name.split("-")[0] in device}
-    if not scores:
+    name = catalog_gpu_of_device(str(env.get("device", "")))
+    if name is None:
         raise InputError("base_gpu", f"no catalog GPU matches the device {env.get('device')!r}; name its datasheet "
                                      f"with --base-gpu (see `solveplan gpus`)")
-    return load_gpu(max(scores, key=lambda name: (scores[name], -len(name))), "base_gpu")
+    return load_gpu(name, "base_gpu")
 
 
 @click.command()
