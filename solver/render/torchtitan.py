@@ -281,7 +281,7 @@ def _render_03(job: JobSpec, plan: Plan, sections: dict, notes: list[str]) -> st
     c = job.cluster
     launch = f"torchrun --nnodes {c.num_nodes} --nproc_per_node {c.gpus_per_node} -m torchtitan.train"
     ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[par.recompute]
-    flags = " ".join(_quote(a) for a in torchtitan_flags(job, plan, "0.3"))
+    flags = " ".join(shell_word(a) for a in torchtitan_flags(job, plan, "0.3"))
     out = [f'"""torchtitan 0.3 job config for {job.model.name} on {c.name}, written by solveplan',
            f"({SOURCES['0.3']}).", "",
            f"Save as {MODULE_NAME}.py and launch from its folder:",
@@ -312,7 +312,8 @@ def _render_03(job: JobSpec, plan: Plan, sections: dict, notes: list[str]) -> st
     return "\n".join(out) + "\n"
 
 
-def _quote(arg: str) -> str:
+def shell_word(arg: str) -> str:
+    """`arg` as one shell word: as is when it holds only safe characters, else single-quoted."""
     return arg if arg and all(ch.isalnum() or ch in "-_.,:=/" for ch in arg) else f"'{arg}'"
 
 

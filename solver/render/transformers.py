@@ -28,6 +28,7 @@ import math
 
 from ..plan import Plan
 from ..specs import JobSpec
+from .torchtitan import shell_word
 
 CURRENT = "5.23"  # TrainingArguments' activation_checkpointing(_kwargs) since this release
 TRANSFORMERS_BEFORE_5_23 = {"--activation_checkpointing": "--gradient_checkpointing",
@@ -104,10 +105,6 @@ def transformers_notes(job: JobSpec, plan: Plan) -> list[str]:
     return notes
 
 
-def _quote(arg: str) -> str:
-    return arg if arg and all(ch.isalnum() or ch in "-_.,:=/$" for ch in arg) else f"'{arg}'"
-
-
 def render_transformers(job: JobSpec, plan: Plan) -> str:
     """The shell lines that launch the plan: the DeepSpeed config written where zero > 0, then torchrun."""
     out = [f"# transformers {CURRENT}+ Trainer launch for {job.model.name} on {job.cluster.name}"]
@@ -115,7 +112,7 @@ def render_transformers(job: JobSpec, plan: Plan) -> str:
     config = deepspeed_config(job, plan)
     if config is not None:
         out += [f"cat > {DS_CONFIG} <<'EOF'", json.dumps(config, indent=2), "EOF"]
-    out.append(" ".join(_quote(arg) for arg in launcher(job, plan)) + f" {SCRIPT} \\")
+    out.append(" ".join(launcher(job, plan)) + f" {SCRIPT} \\")  # words of ours: $MASTER_ADDR must expand
     out += [f"    {line} \\" for line in _flag_lines(trainer_flags(job, plan))]
     out[-1] = out[-1][:-2]
     return "\n".join(out) + "\n"
@@ -126,7 +123,7 @@ def _flag_lines(flags: list[str]) -> list[str]:
     lines: list[str] = []
     for arg in flags:
         if arg.startswith("--") or not lines:
-            lines.append(_quote(arg))
+            lines.append(shell_word(arg))
         else:
-            lines[-1] += f" {_quote(arg)}"
+            lines[-1] += f" {shell_word(arg)}"
     return lines
