@@ -247,21 +247,9 @@ def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: dict | No
         if drawn is not None:
             d["timeline"] = drawn
         click.echo(json.dumps(d, indent=2))
-    elif fmt == "megatron":
+    elif fmt in ("megatron", "torchtitan", "transformers"):
         if result.plan is not None:
-            from ..render.megatron import megatron_args
-
-            click.echo(megatron_args(job, result.plan).command(), nl=False)
-    elif fmt == "torchtitan":
-        if result.plan is not None:
-            from ..render.torchtitan import render_torchtitan
-
-            click.echo(render_torchtitan(job, result.plan, torchtitan_version), nl=False)
-    elif fmt == "transformers":
-        if result.plan is not None:
-            from ..render.transformers import render_transformers
-
-            click.echo(render_transformers(job, result.plan), nl=False)
+            click.echo(_launch_of(fmt, job, result.plan, torchtitan_version)[1], nl=False)
     else:
         from rich.console import Console
 
@@ -270,7 +258,7 @@ def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: dict | No
         con = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
         con.print(render_result(result))
         if result.plan is not None:
-            title, launch = _launch_of(job, result.plan, torchtitan_version)
+            title, launch = _launch_of(job.framework, job, result.plan, torchtitan_version)
             con.print(f"[bold]{title}[/]")
             con.print(launch, markup=False, highlight=False, end="", soft_wrap=True)  # a wrapped line breaks the shell
         if drawn is not None:
@@ -279,13 +267,13 @@ def _print_plan(fmt: str, result, job, torchtitan_version: str, drawn: dict | No
             con.print(f"hostfile written to {hostfile_out} (Megatron-LM rank order tp-cp-dp-pp)", markup=False)
 
 
-def _launch_of(job, plan, torchtitan_version: str) -> tuple[str, str]:
-    """(title, text) of the launch of the stack the plan was priced for (`--framework`)."""
-    if job.framework == "torchtitan":
+def _launch_of(stack: str, job, plan, torchtitan_version: str) -> tuple[str, str]:
+    """(title, text) of `stack`'s launch of the plan (the table's: the stack it was priced for, `--framework`)."""
+    if stack == "torchtitan":
         from ..render.torchtitan import render_torchtitan
 
         return f"torchtitan {torchtitan_version} job config", render_torchtitan(job, plan, torchtitan_version)
-    if job.framework == "transformers":
+    if stack == "transformers":
         from ..render.transformers import render_transformers
 
         return "transformers Trainer launch", render_transformers(job, plan)
