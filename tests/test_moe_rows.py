@@ -216,6 +216,38 @@ def test_a_family_recompute_fixed_by_the_source_scripts_is_read():
     assert qwen.job.constraints.recompute is None
 
 
+def test_a_row_of_a_source_whose_scripts_are_unread_takes_the_gradient_dtype_and_fp8_weights_that_fit():
+    """A MoE row of another source (one the project has read no launch scripts of) leaves the gradient dtype,
+    the FP8 weights and selective recomputation's modules unstated: the best that fits, as its unstated
+    knobs. Megatron-LM's defaults (fp32 reduction, no FP8 weights) would leave DeepSeek-V3 on 256 GB300 at its
+    published layout no room without Megatron-FSDP's sharded gradients, 35% slower than the distributed
+    optimizer it ran; with Megatron's default selective module (core_attn) alone, DeepSeek-V3 on 256 GB200
+    fits only with full recomputation."""
+    from solveplan.calibration.moe_recipes import MOE_RECOMPUTE_PRESETS
+    from solveplan.calibration.rows import row_job
+    from solveplan.calibration.runs_fit import RowCase
+
+    raw = _raw("mbridge_perf-26.08-deepseek-v3-gb300-mxfp8-256")
+    raw.update(id="another-source-deepseek-v3-gb300", source="another_source")
+    raw["parallel"]["other"] = None  # no recipe: dispatcher, overlap and graphs unstated too
+    row = row_job(raw)
+    assert row.skipped is None
+    assert row.job.grad_reduce_dtype == "bf16"
+    case = RowCase(row)
+    _, k, fits = case.predict()
+    assert fits and case.shapes.row(k)["zero"] == 1  # the distributed optimizer, not sharded gradients
+    assert any("gradient dtype and FP8 weights unknown" in a for a in row.assumed)
+    bare = _raw("mbridge_perf-25.11-deepseek-v3-gb200-mxfp8-256")  # recompute not stated either
+    bare.update(id="another-source-deepseek-v3-gb200", source="another_source")
+    row = row_job(bare)
+    assert row.job.constraints.recompute is None and row.job.recompute_modules in MOE_RECOMPUTE_PRESETS
+    case = RowCase(row)
+    _, k, fits = case.predict()
+    assert fits and case.shapes.row(k)["recompute"] == "selective"  # not full: a preset's modules fit
+    ours = BY_ID["mbridge_perf-26.08-deepseek-v3-gb300-mxfp8-256"]  # the source whose scripts say so
+    assert ours.job.grad_reduce_dtype == "bf16" and not any("unknown" in a for a in ours.assumed)
+
+
 def test_recipe_cuda_graphs_become_job_settings():
     """A recipe's --cuda-graph-impl and scope reach the job; a preset that sets none runs without (its base
     recipe: cuda_graph_impl "none"); a row without a recipe takes the most graphed setting its container

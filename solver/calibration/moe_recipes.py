@@ -28,6 +28,13 @@ FAMILY_RECOMPUTE = {("mbridge_perf", "deepseek-moe"): ("selective", (
     ("mla_up_proj",), ("mla_up_proj", "mlp"), ("mlp",), ("moe_act",), ("mla_up_proj", "layernorm", "moe_act"),
     ("mla_up_proj", "mlp", "moe_act"), ("core_attn",)))}
 
+# The module sets of selective recomputation a row stating no recompute may have run, where its source fixes
+# none for the family (`FAMILY_RECOMPUTE`): those of Megatron-Bridge's MoE presets -- DeepSeek's above, and
+# layernorm with moe_act, which its GPT-OSS and Nemotron 3 recipes set (the data file's recipe blocks) -- as
+# Megatron-Core's `--recompute-modules` takes them; a set naming a module the model lacks (mla_up_proj
+# without MLA) is refused by the job's own rules and not tried.
+MOE_RECOMPUTE_PRESETS = (*FAMILY_RECOMPUTE[("mbridge_perf", "deepseek-moe")][1], ("layernorm", "moe_act"))
+
 # Megatron-Bridge's 25.09 performance runs: the data file names their recipes -- the v0.1.0rc3 YAML
 # configs -- without attaching them (the rows' notes); what that tag's scripts set for every run of a MoE
 # model, whatever its perf_matrix entry (scripts/performance/run_script.py at v0.1.0rc3, `main`):
