@@ -409,6 +409,21 @@ def test_a_row_of_another_file_without_category_or_key_reads_as_the_named_catalo
     assert any("read as the catalog's" in a for a in row.assumed)
 
 
+def test_a_row_naming_a_catalog_moe_model_but_stating_no_experts_or_ep_is_the_moe_readers():
+    """Nemotron 3.5 Lightning is filed as dense (category B) and its only MoE mark is EP 8; restated by a source
+    that leaves EP out, the dense reader refused it ("model architecture not stated"). The catalog entry its key
+    (or, with no key, its name) names is MoE, so the MoE reader reads it, its EP the best legal value."""
+    from solveplan.calibration.rows import row_job
+
+    raw = _raw("mbridge_perf-26.08-nemotron3.5-lightning-gb200-mxfp8-8")
+    raw.update(source="another_source")
+    raw["parallel"].update(ep=None, other=None)
+    raw["tags"] = [t for t in raw["tags"] if t != "ep>1"]
+    for named in (raw, {**raw, "model": {**raw["model"], "key": None}}):
+        row = row_job(named)
+        assert row.skipped is None and row.job.model.is_moe and row.job.constraints.ep is None
+
+
 def test_a_model_name_spells_the_longest_catalog_key_or_none():
     from solveplan.calibration.names import key_named
 

@@ -43,7 +43,7 @@ from .eras import SOURCE_SETTINGS
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, MOE_RECOMPUTE_PRESETS, scripts_2509_recipe
 from .moe_row_model import stated_moe_model
-from .names import squeezed, with_named_key
+from .names import names_catalog_moe, squeezed, with_named_key
 from .precision_rows import FP8_PARAM_GATHER, precision_settings
 from .rows import (
     ROW_READERS,
@@ -77,10 +77,11 @@ UNNAMED_FP8: dict[str, Precision] = {"mbridge_perf": "fp8-tensorwise"}
 def is_moe_file_row(raw: dict) -> bool:
     """A mixture-of-experts row, of the MoE / new-GPU file or of any other file of runs: category A, or
     a row that states experts or expert parallelism (Nemotron 3.5 Lightning is filed as dense but
-    runs with EP 8), or is tagged moe. Dense rows are read by `rows.row_job` itself."""
+    runs with EP 8), is tagged moe or names a catalog MoE model. Dense rows are read by `rows.row_job` itself."""
     m, p = raw.get("model") or {}, raw.get("parallel") or {}
     return (raw.get("category") == "A" or bool(m.get("num_experts")) or (p.get("ep") or 1) > 1
-            or "moe" in (raw.get("tags") or []))
+            or "moe" in (raw.get("tags") or []) or names_catalog_moe(m))
+
 
 
 def _family(key: str) -> str:

@@ -55,6 +55,15 @@ def row_catalog_key(m: dict) -> str | None:
     return key if key in catalog_models() else None
 
 
+
+def names_catalog_moe(m: dict) -> bool:
+    """Whether a row's model (`m`: its model block) is a catalog MoE model by the key it states or, stating
+    none, by its name (`key_named`): a row that states neither experts nor EP is still the MoE reader's."""
+    from ..catalog import catalog_models
+
+    key = row_catalog_key(m) if m.get("key") else key_named(str(m.get("name") or ""), moe=True)
+    return bool(key) and catalog_models()[key].is_moe
+
 STATED_SHAPE = ("layers", "hidden", "heads", "vocab")  # what a row must state to be built without a catalog entry
 
 
