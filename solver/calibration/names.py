@@ -62,7 +62,7 @@ def names_catalog_moe(m: dict) -> bool:
     from ..catalog import catalog_models
 
     key = row_catalog_key(m) if m.get("key") else key_named(str(m.get("name") or ""), moe=True)
-    return bool(key) and catalog_models()[key].is_moe
+    return key is not None and catalog_models()[key].is_moe
 
 STATED_SHAPE = ("layers", "hidden", "heads", "vocab")  # what a row must state to be built without a catalog entry
 
