@@ -28,7 +28,11 @@ _SCRIPTS, NEMO_DOCS = "the source's launch scripts: grad_reduce_in_fp32 = False"
 _DGXC_YAML = "the source's yaml: optim.grad_sync_dtype bf16, Apex distributed_fused_adam's gradient buffer in it"
 SOURCE_SETTINGS: dict[str, dict[str, tuple[GradReduceDtype, str]]] = {
     **{src: {"grad_reduce_dtype": ("bf16", _SCRIPTS)} for src in ("mbridge_perf", *NEMO_DOCS)},
-    "dgxc_v24111": {"grad_reduce_dtype": ("bf16", _DGXC_YAML)}}
+    "dgxc_v24111": {"grad_reduce_dtype": ("bf16", _DGXC_YAML)},
+    # Megatron-LM's README tables of Megatron-Core r0.8.0 on H100: its arguments.py (core_r0.8.0, `validate_args`)
+    # sets accumulate_allreduce_grads_in_fp32 = True for every bf16 run ("bfloat16 requires gradient
+    # accumulation and all-reduce to be done in fp32"), whatever the flags
+    "megatron_core_h100_2024": {"grad_reduce_dtype": ("fp32", "Megatron-Core r0.8.0: bf16 reduces gradients in fp32")}}
 FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
 # The attention kernel a source's own launch scripts ran, where it is not the rule in `row_job`:
 # llm-foundry's throughput tables (scripts/train/benchmarking/README.md, last tables 2024-01-06 @5e85bd62)

@@ -39,12 +39,11 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
-from .eras import SOURCE_SETTINGS
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, MOE_RECOMPUTE_PRESETS, scripts_2509_recipe
 from .moe_row_model import stated_moe_model
 from .names import names_catalog_moe, squeezed, with_named_key
-from .precision_rows import FP8_PARAM_GATHER, precision_settings
+from .precision_rows import precision_settings
 from .rows import (
     ROW_READERS,
     Row,
@@ -58,6 +57,9 @@ from .rows import (
     recompute_of,
 )
 from .tasks import task_problem, task_settings
+from .unread_sources import CHOICES as UNREAD_SOURCE_CHOICES
+from .unread_sources import said as said_of_unread_source
+from .unread_sources import unread_source_settings
 
 MOE_FILE = "published_runs_moe_newgpu.json"
 # model.key names the catalog entry (models/<key>.yaml); the family, for cross-validation by model
@@ -232,23 +234,6 @@ def _workload_base_config(recipe: dict) -> bool:
     return bool(recipe.get("recipe_name")) and bool(tag) and tuple(map(int, tag[:2])) < (0, 6)
 
 
-def _unknown_source_settings(raw: dict, settings: dict) -> list[str]:
-    """The gradient-reduction dtype and the FP8 primary weights of a row from a source whose own
-    scripts the project has not read (not in `eras.SOURCE_SETTINGS` / `precision_rows.FP8_PARAM_GATHER`):
-    unstated settings, left to the best value that fits (`_best_settings`), as the row's unstated
-    parallel knobs are. Megatron-LM's own defaults (fp32 reduction for bf16, `--accumulate-allreduce-
-    grads-in-fp32`; no FP8 weights) would price a run the way its authors did not launch it: every source
-    read so far (Megatron-Bridge, NeMo 2.0, DGX Cloud) turns both the other way for speed and memory, and a
-    run that ran fits -- with them at the default, DeepSeek-V3 on 256 GB300 at its published layout does
-    not fit without Megatron-FSDP's sharded gradients, priced 35% slower."""
-    if raw.get("source") in SOURCE_SETTINGS or raw["parallel"].get("fsdp_mixed_precision_mode"):
-        return []
-    unstated = ["grad_reduce_dtype"]
-    if "fp8_param_gather" not in settings and raw.get("source") not in FP8_PARAM_GATHER:
-        unstated.append("fp8_param_gather")
-    return unstated
-
-
 def _family_recompute(row: Row, unstated: list[str]) -> str | None:
     """For a row that states no recompute: the granularity its source runs the model family with
     (`FAMILY_RECOMPUTE`), its modules left to the best legal value among the source's presets; None when
@@ -310,7 +295,7 @@ def moe_row_job(raw: dict) -> Row:
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
     settings.update(precision_settings(raw, precision, assumed, key, megatron_fsdp=megatron_fsdp(p)))
-    unstated_settings += _unknown_source_settings(raw, settings)
+    unstated_settings += unread_source_settings(raw, settings)
     settings.update(task_settings(raw, assumed))  # SFT said; LoRA is refused on MoE models (task_problem)
     if layout:
         _row_layout(row, layout, model)
@@ -325,8 +310,7 @@ def moe_row_job(raw: dict) -> Row:
                    **settings)
     row.job = _best_settings(base, unstated_settings, row) or _relaxed(base, unstated_settings, row)
     if row.job is not None and "grad_reduce_dtype" in unstated_settings:
-        assumed.append(f"source's gradient dtype and FP8 weights unknown: the best that fits, gradients reduced in "
-                       f"{row.job.grad_reduce_dtype}, FP8 weights gathered: {row.job.fp8_param_gather}")
+        assumed.append(said_of_unread_source(row.job))
     if row.job is None:
         row.skipped = ("no legal configuration matches what the row states (Megatron's rules as the space "
                        "enforces them)" + broken_rule_text(base))
@@ -418,7 +402,7 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
 def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:
     """`base` with the job settings the row leaves unstated (token dispatcher, all-to-all overlap, the
     modules of a family's selective recomputation, `FAMILY_RECOMPUTE`, CUDA graphs, `_graph_choices`, and
-    an unknown source's gradient dtype and FP8 weights, `_unknown_source_settings`) at
+    the gradient dtype and FP8 weights of a source whose scripts are unread, `unread_sources`) at
     the values whose best legal configuration the formulation predicts fastest (the shipped GPU
     parameters), as `evaluate.best_config` does for a row's unstated knobs, among those whose
     configuration fits in memory when any does; None when no configuration is legal."""
@@ -432,12 +416,12 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | No
                "recompute_modules": [{"recompute_modules": v} for v in
                                      FAMILY_RECOMPUTE.get((row.source, row.model_family), ("", MOE_RECOMPUTE_PRESETS))[1]],
                "cuda_graph": _graph_choices(row.raw),
-               "grad_reduce_dtype": [{"grad_reduce_dtype": v} for v in ("fp32", "bf16")],
-               "fp8_param_gather": [{"fp8_param_gather": v} for v in (False, True)]}
+               **UNREAD_SOURCE_CHOICES}
     best, best_s = None, (2, float("inf"))  # a setting whose configuration fits in memory first: the run ran
     for values in product(*(choices[k] for k in unstated)):
+        chosen = {k: v for u in values for k, v in u.items()}
         try:
-            job = base.model_copy(update={k: v for u in values for k, v in u.items()}) if unstated else base
+            job = base.model_copy(update=chosen) if unstated else base
             if unstated:
                 job = JobSpec.model_validate(job.model_dump())  # the job's own rules on the settings
         except ValueError:
