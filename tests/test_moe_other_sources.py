@@ -1,5 +1,5 @@
 """The MoE runs kept aside come from other sources, which state less than Megatron-Bridge's page: the
-released rows restated that way (benchmarks/moe_other_sources.py) are all read, none refused. One row per
+released rows restated that way (benchmarks/other_sources.py) are all read, none refused. One row per
 model family here; the benchmark reads every row."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from moe_other_sources import VARIANTS  # noqa: E402
+from other_sources import VARIANTS  # noqa: E402
 from moe_validation import is_moe  # noqa: E402
 
 import solveplan.catalog_published  # noqa: E402
