@@ -85,7 +85,6 @@ def is_moe_file_row(raw: dict) -> bool:
             or "moe" in (raw.get("tags") or []) or names_catalog_moe(m))
 
 
-
 def _family(key: str) -> str:
     return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
 

@@ -55,7 +55,6 @@ def row_catalog_key(m: dict) -> str | None:
     return key if key in catalog_models() else None
 
 
-
 def names_catalog_moe(m: dict) -> bool:
     """Whether a row's model (`m`: its model block) is a catalog MoE model by the key it states or, stating
     none, by its name (`key_named`): a row that states neither experts nor EP is still the MoE reader's."""
@@ -63,6 +62,7 @@ def names_catalog_moe(m: dict) -> bool:
 
     key = row_catalog_key(m) if m.get("key") else key_named(str(m.get("name") or ""), moe=True)
     return key is not None and catalog_models()[key].is_moe
+
 
 STATED_SHAPE = ("layers", "hidden", "heads", "vocab")  # what a row must state to be built without a catalog entry
 

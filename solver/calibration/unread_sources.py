@@ -7,10 +7,10 @@ them at Megatron-LM's defaults: gradients reduced in fp32 (`--accumulate-allredu
 Megatron-LM turns on for bf16) and no FP8 weights. Every source read so far (Megatron-Bridge, NeMo 2.0, DGX
 Cloud's yamls) turns both the other way, for speed and memory, and a run that ran fits: at the defaults,
 DeepSeek-V3 on 256 GB300 at its published layout fits only with Megatron-FSDP's sharded gradients (priced
-35% slower), and Megatron-Bridge's dense rows restated under another source name went from 5.8% to 16.8%.
+35% slower), and Megatron-Bridge's dense rows restated under another source name were 16.8% off (at 529a48b).
 So both are unstated settings of such a row, left to the best value that fits, as its unstated parallel
-knobs are (`moe_rows._best_settings`, `best_of`): restated under another source name, Megatron-Bridge's dense
-rows are then 7.2% off (5.8% as themselves) and NeMo's as themselves. A source running Megatron-LM as it
+knobs are (`moe_rows._best_settings`, `best_of`): restated, Megatron-Bridge's dense rows are then 7.0% off
+(5.5% as themselves) and NeMo's as themselves (benchmarks/other_sources.py). A source running Megatron-LM as it
 comes is a source read: Megatron-Core's H100 tables of 2024 (r0.8.0 reduces bf16 gradients in fp32 whatever
 the flags) are in `eras.SOURCE_SETTINGS`.
 
