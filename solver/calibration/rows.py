@@ -37,8 +37,7 @@ from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
 from .precision_rows import precision_settings
 from .tasks import task_problem, task_settings
-from .unread_sources import best_of, unread_source_settings
-from .unread_sources import said as said_of_unread_source
+from .unread_sources import apply_to as apply_unread_source_settings
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
@@ -356,10 +355,7 @@ def row_job(raw: dict) -> Row:
     row.job = _legal(row.job, row)
     if row.job is None:
         return row
-    unread = unread_source_settings(raw, row.job.model_dump(exclude_defaults=True), era)
-    if unread:
-        row.job = best_of(row.job, unread, row)
-        assumed.append(said_of_unread_source(row.job))
+    apply_unread_source_settings(row, era)
     row.measured_s, row.basis = measured_step_s(raw, row.job)
     if row.measured_s is None:
         row.skipped = "no time measure (iteration time, tokens/s, TFLOP/s or MFU)"

@@ -29,9 +29,8 @@ import numpy as np
 
 from ..formulation.job import job_coefficients
 from ..formulation.pipeline import evaluate_split, step_time_batch
-from ..formulation.splits import default_splits, layout_splits
-from ..space.enumeration import enumerate_shapes
 from .fit import Param, fit_least_squares
+from .row_predict import candidate_shapes, fastest_fitting
 from .rows import Row
 
 # catalog GPU -> chip whose parameters it shares (no published rows of its own: borrowed, stated in its YAML)
@@ -125,10 +124,7 @@ class RowCase:
     def __init__(self, row: Row, max_shapes: int | None = MAX_SHAPES):
         self.row = row
         self.chip = CHIP_OF_GPU.get(row.gpu, row.gpu)
-        self.shapes = enumerate_shapes(row.job_spec).shapes
-        model = row.job_spec.model
-        self.layers = (default_splits(model, self.shapes) if row.layout is None
-                       else layout_splits(model, row.layout, self.shapes))
+        self.shapes, self.layers = candidate_shapes(row.job_spec, row.layout)
         if max_shapes and len(self.shapes) > max_shapes:
             step, _, fits = step_time_batch(job_coefficients(row.job_spec, self.shapes), self.layers)
             keep = np.argsort(np.where(fits, step, np.inf), kind="stable")[:max_shapes]
@@ -153,10 +149,7 @@ class RowCase:
     def predict_job(self, job) -> tuple[float, int, bool]:
         """`predict` for the row's job on another cluster (a calibrated one): the fastest
         shape that fits, among the row's candidate shapes."""
-        step, _, fits = step_time_batch(job_coefficients(job, self.shapes), self.layers)
-        pool = np.where(fits, step, np.inf) if fits.any() else step
-        k = int(np.argmin(pool))
-        return float(step[k]), k, bool(fits[k])
+        return fastest_fitting(job, self.shapes, self.layers)
 
 
 def row_cases(rows: Iterable[Row], max_shapes: int | None = MAX_SHAPES) -> list[RowCase]:

@@ -49,18 +49,15 @@ def said(job) -> str:
             f"gradients reduced in {job.grad_reduce_dtype}, FP8 weights gathered: {job.fp8_param_gather}")
 
 
-def best_of(job, unstated: list[str], row):
+def best_of(job, unstated: list[str], layout: str | None = None):
     """`job` with the `unstated` settings at the values whose best configuration the formulation predicts
     fastest, among those whose configuration fits in memory when any does (the run ran); `job` itself when
     nothing is unstated. A value the job's own rules refuse (FP8 weights of a BF16 run) is not tried."""
     from itertools import product
 
     from ..specs import JobSpec
-    from .rows import Row
-    from .runs_fit import RowCase
+    from .row_predict import candidate_shapes, fastest_fitting
 
-    if not unstated:
-        return job
     best, best_key = job, (2, float("inf"))
     for values in product(*(CHOICES[k] for k in unstated)):
         chosen = {k: v for u in values for k, v in u.items()}
@@ -68,11 +65,19 @@ def best_of(job, unstated: list[str], row):
             trial = JobSpec.model_validate({**job.model_dump(), **chosen})
         except ValueError:
             continue
-        case = RowCase(Row(id=row.id, source=row.source, gpu=row.gpu, family=row.family, num_gpus=row.num_gpus,
-                           job=trial, layout=row.layout))
-        if not len(case.shapes):
+        shapes, layers = candidate_shapes(trial, layout)
+        if not len(shapes):
             continue
-        step, _, fits = case.predict()
+        step, _, fits = fastest_fitting(trial, shapes, layers)
         if (0 if fits else 1, step) < best_key:
             best, best_key = trial, (0 if fits else 1, step)
     return best
+
+
+def apply_to(row, era: dict) -> None:
+    """A dense row's job (`rows.row_job`) with what the scripts of a source unread would fix at the best value
+    that fits, said in the row."""
+    unread = unread_source_settings(row.raw, row.job.model_dump(exclude_defaults=True), era)
+    if unread:
+        row.job = best_of(row.job, unread, row.layout)
+        row.assumed.append(said(row.job))
