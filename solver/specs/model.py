@@ -346,7 +346,8 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     @property
     def attention_params(self) -> int:
         """Weights of one attention block. Standard (GQA) attention: QKV h*(h_q+2*h_kv) (with the output
-        gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim. Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
+        gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim, with the q/k/v biases
+        h_q + 2 h_kv where `add_qkv_bias` (other linear biases are left out: < 0.1%). Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
         Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or
         h*a*(d_nope+d_rope) without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up
         r_kv*a*(d_nope+d_v); the projection a*d_v*h; a DSA model's indexer (`dsa_indexer_params`; with index sharing
@@ -356,7 +357,8 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
             return round(self.dsv4_attention_params)
         if not self.multi_latent_attention:
             hq = self.q_hidden_size
-            return h * (hq * (1 + self.attention_output_gate) + 2 * self.kv_hidden_size) + hq * h
+            qkv_bias = hq + 2 * self.kv_hidden_size if self.add_qkv_bias else 0  # Qwen2's q/k/v biases
+            return h * (hq * (1 + self.attention_output_gate) + 2 * self.kv_hidden_size) + hq * h + qkv_bias
         r_kv, d_nope, d_rope, d_v = self.mla_dims
         d_qk = d_nope + d_rope
         r_q = self.q_lora_rank
@@ -366,10 +368,10 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
 
     @property
     def dense_layer_params(self) -> int:
-        """Weights of one dense layer: attention, MLP (2|3)*h*f, two norms 2*2h (biases ignored:
-        < 0.1%)."""
+        """Weights of one dense layer: attention, MLP (2|3)*h*f, two norms (`norm_params`; linear biases
+        ignored: < 0.1%)."""
         h = self.hidden_size
-        return self.attention_params + self.mlp_matrices * h * self.ffn_hidden_size + 4 * h
+        return self.attention_params + self.mlp_matrices * h * self.ffn_hidden_size + 2 * self.norm_params
 
     @property
     def params_per_layer(self) -> int:
@@ -394,13 +396,13 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
         a hybrid model's MoE layer (E) holds no attention: the MoE block and its norm."""
         if self.is_hybrid:
             return self.hybrid_kind_params()["moe"]
-        return self.attention_params + self._moe_mlp_params(self.moe_dims[0]) + 4 * self.hidden_size
+        return self.attention_params + self._moe_mlp_params(self.moe_dims[0]) + 2 * self.norm_params
 
     @property
     def moe_layer_active_params(self) -> int:
         """Weights one token uses in an MoE layer: attention, top-k routed experts, shared experts,
         router, norms."""
-        return self.attention_params + self._moe_mlp_params(self.moe_dims[1]) + 4 * self.hidden_size
+        return self.attention_params + self._moe_mlp_params(self.moe_dims[1]) + 2 * self.norm_params
 
     @property
     def norm_params(self) -> int:
@@ -480,15 +482,15 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
 
     @property
     def num_params(self) -> int:
-        """Total parameters: layers + input embedding + (untied) LM head + final norm. MTP modules
+        """Total parameters: layers + input embedding + (untied) LM head + final norm (`norm_params`). MTP modules
         are not counted (published sizes leave them out: DeepSeek-V3's 671B)."""
         head = 0 if self.tied_embeddings else self.embedding_params
         layers = self._layers_params(self.moe_layer_params if self.is_moe else 0)
-        return layers + self.embedding_params + head + 2 * self.hidden_size
+        return layers + self.embedding_params + head + self.norm_params
 
     @property
     def num_active_params(self) -> int:
         """Parameters one token uses (MoE: top-k routed experts); equals num_params for a dense model."""
         head = 0 if self.tied_embeddings else self.embedding_params
         layers = self._layers_params(self.moe_layer_active_params if self.is_moe else 0, active=True)
-        return layers + self.embedding_params + head + 2 * self.hidden_size
+        return layers + self.embedding_params + head + self.norm_params
