@@ -45,7 +45,7 @@ def test_gqa_and_gated_mlp_flops_follow_the_weights():
     m = load_model("llama3.1-70b")
     from solveplan.formulation.flops import layer_gemm_fwd_flop
 
-    assert float(layer_gemm_fwd_flop(m, 1)) == pytest.approx(2 * (m.params_per_layer - 4 * m.hidden_size))
+    assert float(layer_gemm_fwd_flop(m, 1)) == pytest.approx(2 * (m.params_per_layer - 2 * m.norm_params))
 
 
 def test_inflight_microbatches_match_1f1b_and_interleaving():

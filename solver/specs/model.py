@@ -346,8 +346,8 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     @property
     def attention_params(self) -> int:
         """Weights of one attention block. Standard (GQA) attention: QKV h*(h_q+2*h_kv) (with the output
-        gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim, with the q/k/v biases
-        h_q + 2 h_kv where `add_qkv_bias` (other linear biases are left out: < 0.1%). Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
+        gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim: the matrices the
+        forward multiplies by (formulation/flops.py counts 2 FLOPs per token each). Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
         Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or
         h*a*(d_nope+d_rope) without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up
         r_kv*a*(d_nope+d_v); the projection a*d_v*h; a DSA model's indexer (`dsa_indexer_params`; with index sharing
@@ -357,8 +357,7 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
             return round(self.dsv4_attention_params)
         if not self.multi_latent_attention:
             hq = self.q_hidden_size
-            qkv_bias = hq + 2 * self.kv_hidden_size if self.add_qkv_bias else 0  # Qwen2's q/k/v biases
-            return h * (hq * (1 + self.attention_output_gate) + 2 * self.kv_hidden_size) + hq * h + qkv_bias
+            return h * (hq * (1 + self.attention_output_gate) + 2 * self.kv_hidden_size) + hq * h
         r_kv, d_nope, d_rope, d_v = self.mla_dims
         d_qk = d_nope + d_rope
         r_q = self.q_lora_rank
@@ -368,10 +367,19 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
 
     @property
     def dense_layer_params(self) -> int:
-        """Weights of one dense layer: attention, MLP (2|3)*h*f, two norms (`norm_params`; linear biases
-        ignored: < 0.1%)."""
+        """Weights of one dense layer: attention (with its q/k/v biases, `qkv_bias_params`), MLP (2|3)*h*f,
+        two norms (`norm_params`)."""
         h = self.hidden_size
-        return self.attention_params + self.mlp_matrices * h * self.ffn_hidden_size + 2 * self.norm_params
+        return (self.attention_params + self.qkv_bias_params + self.mlp_matrices * h * self.ffn_hidden_size
+                + 2 * self.norm_params)
+
+    @property
+    def qkv_bias_params(self) -> int:
+        """The q/k/v biases h_q + 2 h_kv of a standard attention block where `add_qkv_bias` (Qwen2's; the
+        other linears' biases are left out: < 0.1%)."""
+        if not self.add_qkv_bias or self.multi_latent_attention or self.is_dsv4:
+            return 0
+        return self.q_hidden_size + 2 * self.kv_hidden_size
 
     @property
     def params_per_layer(self) -> int:
@@ -396,13 +404,15 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
         a hybrid model's MoE layer (E) holds no attention: the MoE block and its norm."""
         if self.is_hybrid:
             return self.hybrid_kind_params()["moe"]
-        return self.attention_params + self._moe_mlp_params(self.moe_dims[0]) + 2 * self.norm_params
+        return (self.attention_params + self.qkv_bias_params + self._moe_mlp_params(self.moe_dims[0])
+                + 2 * self.norm_params)
 
     @property
     def moe_layer_active_params(self) -> int:
         """Weights one token uses in an MoE layer: attention, top-k routed experts, shared experts,
         router, norms."""
-        return self.attention_params + self._moe_mlp_params(self.moe_dims[1]) + 2 * self.norm_params
+        return (self.attention_params + self.qkv_bias_params + self._moe_mlp_params(self.moe_dims[1])
+                + 2 * self.norm_params)
 
     @property
     def norm_params(self) -> int:
@@ -435,7 +445,7 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
         """Weights of one layer of each hybrid kind, its pre-norm included (Megatron builds each
         symbol as a layer with its own norm): attention, MLP, MoE (all experts, or the top-k with
         `active`), Mamba, Gated DeltaNet."""
-        out = {"attention": self.attention_params + self.norm_params,
+        out = {"attention": self.attention_params + self.qkv_bias_params + self.norm_params,
                "mlp": self.mlp_matrices * self.hidden_size * self.ffn_hidden_size + self.norm_params}
         if self.is_moe:
             E, k, _ = self.moe_dims
