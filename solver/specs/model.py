@@ -320,10 +320,9 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
 
     @property
     def window_mask(self) -> tuple[bool, ...]:
-        """Which layers attend through `sliding_window`: all but every `sliding_window_pattern`-th (layer
-        i windowed when (i + 1) % n != 0: HF Gemma / GPT-OSS layer_types, Megatron-LM `is_layer_window_attention`
-        layer_number % n != 0) or the pattern's 1s, else the last `sliding_window_layers` (Qwen's
-        max_window_layers), else all."""
+        """Which layers attend through `sliding_window`: all but every `sliding_window_pattern`-th (layer i windowed
+        when (i + 1) % n != 0: HF Gemma / GPT-OSS layer_types, Megatron-LM `is_layer_window_attention` layer_number % n
+        != 0) or the pattern's 1s, else the last `sliding_window_layers` (Qwen's max_window_layers), else all."""
         L, n, counted = self.num_layers, self.sliding_window_pattern, self.sliding_window_layers
         if self.sliding_window is None:
             return (False,) * L
@@ -345,13 +344,12 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
 
     @property
     def attention_params(self) -> int:
-        """Weights of one attention block. Standard (GQA) attention: QKV h*(h_q+2*h_kv) (with the output
-        gate h*(2 h_q + 2 h_kv)) and the projection h_q*h, h_q = heads*head_dim: the matrices the
-        forward multiplies by (formulation/flops.py counts 2 FLOPs per token each). Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
-        Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or
-        h*a*(d_nope+d_rope) without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up
-        r_kv*a*(d_nope+d_v); the projection a*d_v*h; a DSA model's indexer (`dsa_indexer_params`; with index sharing
-        the average layer's share, rounded)."""
+        """Weights of one attention block. Standard (GQA) attention: QKV h*(h_q+2*h_kv) (with the output gate h*(2 h_q +
+        2 h_kv)) and the projection h_q*h, h_q = heads*head_dim: the matrices the forward multiplies by
+        (formulation/flops.py counts 2 FLOPs per token each). Multi-latent attention (DeepSeek-V2 paper Sec. 2.1,
+        Megatron-LM `MLASelfAttention`): Q down h*r_q, its norm r_q and up r_q*a*(d_nope+d_rope) (or h*a*(d_nope+d_rope)
+        without q_lora_rank); KV down h*(r_kv+d_rope), its norm r_kv and up r_kv*a*(d_nope+d_v); the projection a*d_v*h;
+        a DSA model's indexer (`dsa_indexer_params`; with index sharing the average layer's share, rounded)."""
         h, a = self.hidden_size, self.num_attention_heads
         if self.is_dsv4:  # DeepSeek-V4's average layer (Dsv4Shape), rounded
             return round(self.dsv4_attention_params)
@@ -367,24 +365,23 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
 
     @property
     def dense_layer_params(self) -> int:
-        """Weights of one dense layer: attention (with its q/k/v biases, `qkv_bias_params`), MLP (2|3)*h*f,
-        two norms (`norm_params`)."""
-        h = self.hidden_size
-        return (self.attention_params + self.qkv_bias_params + self.mlp_matrices * h * self.ffn_hidden_size
-                + 2 * self.norm_params)
+        """Weights of one dense layer: attention and its norms (`attention_block_params`), MLP (2|3)*h*f."""
+        return self.attention_block_params + self.mlp_matrices * self.hidden_size * self.ffn_hidden_size
+
+    @property
+    def attention_block_params(self) -> int:
+        """Attention with its q/k/v biases (`qkv_bias_params`) and the layer's two norms (`norm_params`)."""
+        return self.attention_params + self.qkv_bias_params + 2 * self.norm_params
 
     @property
     def qkv_bias_params(self) -> int:
-        """The q/k/v biases h_q + 2 h_kv of a standard attention block where `add_qkv_bias` (Qwen2's; the
-        other linears' biases are left out: < 0.1%)."""
-        if not self.add_qkv_bias or self.multi_latent_attention or self.is_dsv4:
-            return 0
-        return self.q_hidden_size + 2 * self.kv_hidden_size
+        """Qwen2's q/k/v biases h_q + 2 h_kv where `add_qkv_bias` (other linear biases are left out: < 0.1%)."""
+        plain = self.add_qkv_bias and not (self.multi_latent_attention or self.is_dsv4)
+        return self.q_hidden_size + 2 * self.kv_hidden_size if plain else 0
 
     @property
     def params_per_layer(self) -> int:
-        """Weights of one layer of a dense model (`dense_layer_params`). A mixture-of-experts model
-        has two kinds of layers: use `dense_layer_params` / `moe_layer_params`."""
+        """Weights of one layer of a dense model (a MoE model's: `dense_layer_params` / `moe_layer_params`)."""
         return self.dense_layer_params
 
     def _moe_mlp_params(self, experts: int) -> int:
@@ -404,15 +401,13 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
         a hybrid model's MoE layer (E) holds no attention: the MoE block and its norm."""
         if self.is_hybrid:
             return self.hybrid_kind_params()["moe"]
-        return (self.attention_params + self.qkv_bias_params + self._moe_mlp_params(self.moe_dims[0])
-                + 2 * self.norm_params)
+        return self.attention_block_params + self._moe_mlp_params(self.moe_dims[0])
 
     @property
     def moe_layer_active_params(self) -> int:
         """Weights one token uses in an MoE layer: attention, top-k routed experts, shared experts,
         router, norms."""
-        return (self.attention_params + self.qkv_bias_params + self._moe_mlp_params(self.moe_dims[1])
-                + 2 * self.norm_params)
+        return self.attention_block_params + self._moe_mlp_params(self.moe_dims[1])
 
     @property
     def norm_params(self) -> int:
@@ -421,10 +416,9 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
 
     @property
     def mamba_layer_params(self) -> int:
-        """Weights of one Mamba layer (Megatron `MambaLayer` + `MambaMixer`, mamba_mixer.py at
-        d98e8a6): the pre-norm (fused into in_proj), in_proj h x (2 d_inner + 2GN + H) without bias,
-        the conv1d's weight and bias (d_inner + 2GN) x (kernel + 1), dt_bias, A_log and D (H each),
-        the gated RMSNorm d_inner, out_proj d_inner x h."""
+        """Weights of one Mamba layer (Megatron `MambaLayer` + `MambaMixer`, mamba_mixer.py at d98e8a6): the pre-norm
+        (fused into in_proj), in_proj h x (2 d_inner + 2GN + H) without bias, the conv1d's weight and bias (d_inner +
+        2GN) x (kernel + 1), dt_bias, A_log and D (H each), the gated RMSNorm d_inner, out_proj d_inner x h."""
         H, _, _, _ = self.mamba_dims
         d_in, h = self.mamba_d_inner, self.hidden_size
         conv = self.mamba_conv_channels * (self.mamba_conv_kernel + 1)
@@ -490,17 +484,17 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
             return sum(n * per[kind] for kind, n in self.hybrid_layer_counts().items() if n)
         return self.num_dense_layers * self.dense_layer_params + self.num_moe_layers * moe_params
 
+    def _outside_layers_params(self) -> int:
+        """Embedding, untied LM head, final norm; no MTP module (published sizes omit them: DeepSeek-V3's 671B)."""
+        return self.embedding_params * (1 if self.tied_embeddings else 2) + self.norm_params
+
     @property
     def num_params(self) -> int:
-        """Total parameters: layers + input embedding + (untied) LM head + final norm (`norm_params`). MTP modules
-        are not counted (published sizes leave them out: DeepSeek-V3's 671B)."""
-        head = 0 if self.tied_embeddings else self.embedding_params
-        layers = self._layers_params(self.moe_layer_params if self.is_moe else 0)
-        return layers + self.embedding_params + head + self.norm_params
+        """Total parameters: the layers and what is outside them (`_outside_layers_params`)."""
+        return self._layers_params(self.moe_layer_params if self.is_moe else 0) + self._outside_layers_params()
 
     @property
     def num_active_params(self) -> int:
         """Parameters one token uses (MoE: top-k routed experts); equals num_params for a dense model."""
-        head = 0 if self.tied_embeddings else self.embedding_params
         layers = self._layers_params(self.moe_layer_active_params if self.is_moe else 0, active=True)
-        return layers + self.embedding_params + head + self.norm_params
+        return layers + self._outside_layers_params()
