@@ -44,8 +44,10 @@ def test_zero3_is_deepspeed_stage_3_over_two_nodes():
     assert launcher(job, plan)[:5] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "8"]
     text = render_transformers(job, plan)
     assert f"cat > {DS_CONFIG} <<'EOF'" in text and "--deepspeed ds_config.json" in text
-    assert "--activation_checkpointing" not in text and "Hugging Face config of llama3.1-8b" in text
-    assert json.loads(text.split("<<'EOF'\n")[1].split("\nEOF")[0]) == config
+    assert "--activation_checkpointing" not in text and "--config_name llama3.1-8b-config.json" in text
+    assert json.loads(text.split(f"cat > {DS_CONFIG} <<'EOF'\n")[1].split("\nEOF")[0]) == config
+    written = json.loads(text.split("cat > llama3.1-8b-config.json <<'EOF'\n")[1].split("\nEOF")[0])
+    assert written["architectures"] == ["LlamaForCausalLM"] and written["num_hidden_layers"] == 32
 
 
 @pytest.mark.parametrize("zero,recompute", [(0, "full"), (2, "none"), (3, "full")])
@@ -70,7 +72,7 @@ def test_transformers_own_parser_reads_the_plan(zero, recompute, tmp_path, monke
     flags[flags.index("--output_dir") + 1] = str(tmp_path / "out")
     parser = transformers.HfArgumentParser((transformers.TrainingArguments,))
     args, rest = parser.parse_args_into_dataclasses(flags, return_remaining_strings=True)
-    assert rest == ["--config_name", "<Hugging Face config of llama3.1-8b>", "--block_size", "4096"]
+    assert rest == ["--config_name", "llama3.1-8b-config.json", "--block_size", "4096"]
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, plan.parallel.num_microbatches)
     assert args.bf16 and args.optim.value == "adamw_torch_fused"
     checkpointing = getattr(args, "activation_checkpointing", None) or args.gradient_checkpointing

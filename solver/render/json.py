@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..formulation.job import job_assumptions
 from .megatron import megatron_args
 from .torchtitan import CURRENT, torchtitan_config, torchtitan_flags
-from .transformers import deepspeed_config, launcher, trainer_flags, transformers_notes
+from .transformers import deepspeed_config, launcher, trainer_flags, transformers_notes, written_model_config
 
 
 def _transformers(job, plan) -> dict | None:
@@ -16,7 +16,8 @@ def _transformers(job, plan) -> dict | None:
     if job.framework != "transformers":
         return None
     return {"launcher": launcher(job, plan), "args": trainer_flags(job, plan),
-            "deepspeed_config": deepspeed_config(job, plan), "notes": transformers_notes(job, plan)}
+            "deepspeed_config": deepspeed_config(job, plan), "model_config": written_model_config(job),
+            "notes": transformers_notes(job, plan)}
 
 
 def result_json(result, job, torchtitan_version: str = CURRENT) -> dict:

@@ -18,7 +18,8 @@ How the plan maps (the stack runs data parallelism only: `specs/frameworks.py`):
   (`--deepspeed ds_config.json`, its batch and precision fields "auto": the Trainer fills them from
   its flags, transformers/integrations/deepspeed.py `HfTrainerDeepSpeedConfig.trainer_config_process`).
 The model is built from its config (`--config_name`): `AutoModelForCausalLM.from_config`, fp32 weights
-and SDPA attention, which is what the profile prices.
+and SDPA attention, which is what the profile prices; a catalog model's config is written by the launch
+(`hf_config.py`) where its family's config can hold it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import math
 
 from ..plan import Plan
 from ..specs import JobSpec
+from .hf_config import hf_config
 from .torchtitan import shell_word
 
 CURRENT = "5.23"  # TrainingArguments' activation_checkpointing(_kwargs) since this release
@@ -39,10 +41,22 @@ DS_CONFIG = "ds_config.json"
 
 def config_name(job: JobSpec) -> str:
     """What `--config_name` is given: the Hugging Face config file the model was read from (AutoConfig.
-    from_pretrained reads a file path as well as a directory or a hub id), else a placeholder naming the
-    model (a catalog model has no Hugging Face config of its own here)."""
+    from_pretrained reads a file path as well as a directory or a hub id); for a catalog model, the file the
+    launch writes from it (`hf_config`), else a placeholder naming the model."""
     name = job.model.name
-    return name if name.endswith(".json") else f"<Hugging Face config of {name}>"
+    if name.endswith(".json"):
+        return name
+    return written_config_name(job) if written_model_config(job) is not None else f"<Hugging Face config of {name}>"
+
+
+def written_config_name(job: JobSpec) -> str:
+    return f"{job.model.name}-config.json"
+
+
+def written_model_config(job: JobSpec) -> dict | None:
+    """The config.json the launch writes for a catalog model (`hf_config`); None for a model read from a
+    Hugging Face config file (its own file is given) or one no family's config can hold."""
+    return None if job.model.name.endswith(".json") else hf_config(job.model, job.seq_length)
 
 
 def deepspeed_config(job: JobSpec, plan: Plan) -> dict | None:
@@ -99,9 +113,14 @@ def transformers_notes(job: JobSpec, plan: Plan) -> list[str]:
         notes.append(f"zero {plan.parallel.zero} runs as DeepSpeed ZeRO stage {plan.parallel.zero}; DeepSpeed's "
                      f"{job.precision} mode keeps {job.precision} weights with fp32 master weights in its optimizer "
                      "rather than fp32 weights under autocast, so the planned memory should bound it from above (not measured)")
-    if not job.model.name.endswith(".json"):
+    model_config = written_model_config(job)
+    if model_config is not None:
+        notes.append(f"{written_config_name(job)} is solveplan's catalog entry as transformers' "
+                     f"{model_config['architectures'][0]} config (render/hf_config.py); a published "
+                     "checkpoint's own config.json builds the same model")
+    elif not job.model.name.endswith(".json"):
         notes.append(f"give --config_name the Hugging Face config of {job.model.name} (the plan was made from "
-                     "solveplan's catalog entry)")
+                     "solveplan's catalog entry, which no transformers config here can hold)")
     return notes
 
 
@@ -109,6 +128,9 @@ def render_transformers(job: JobSpec, plan: Plan) -> str:
     """The shell lines that launch the plan: the DeepSpeed config written where zero > 0, then torchrun."""
     out = [f"# transformers {CURRENT}+ Trainer launch for {job.model.name} on {job.cluster.name}"]
     out += [f"# {note}" for note in transformers_notes(job, plan)]
+    model_config = written_model_config(job)
+    if model_config is not None:
+        out += [f"cat > {shell_word(written_config_name(job))} <<'EOF'", json.dumps(model_config, indent=2), "EOF"]
     config = deepspeed_config(job, plan)
     if config is not None:
         out += [f"cat > {DS_CONFIG} <<'EOF'", json.dumps(config, indent=2), "EOF"]
