@@ -141,6 +141,12 @@ def test_recompute_modules_render_and_job_rules():
     with pytest.raises(ValueError, match="moe_act"):
         JobSpec(model=load_model("llama3.1-8b"), cluster=load_cluster("h100x8"), global_batch_size=8,
                 seq_length=4096, recompute_modules=("moe_act",))
+    # Megatron's TransformerConfig: "mla_up_proj in recompute_modules is only supported with multi_latent_attention"
+    with pytest.raises(ValueError, match="mla_up_proj needs multi-latent attention"):
+        JobSpec(model=m, cluster=load_cluster("h100x64"), global_batch_size=256, seq_length=4096,
+                recompute_modules=("mla_up_proj", "moe_act"))
+    assert JobSpec(model=load_model("deepseek-v3"), cluster=load_cluster("h100x1024"), global_batch_size=1024,
+                   seq_length=4096, recompute_modules=("mla_up_proj",)).recompute_modules == ("mla_up_proj",)
 
 
 def test_recompute_modules_flag(cli):

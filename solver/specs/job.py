@@ -266,6 +266,9 @@ class JobSpec(Spec):
         if self.recompute_modules and "moe_act" in self.recompute_modules and not self.model.is_moe:
             raise ValueError("recompute module moe_act needs a mixture-of-experts model (Megatron: only with "
                              "--moe-grouped-gemm); drop it")
+        if self.recompute_modules and "mla_up_proj" in self.recompute_modules and not self.model.multi_latent_attention:
+            raise ValueError("recompute module mla_up_proj needs multi-latent attention (Megatron: 'mla_up_proj in "
+                             "recompute_modules is only supported with multi_latent_attention'); drop it")
         if self.moe_a2a_overlap and self.model.moe_n_hash_layers:  # Megatron-LM dev transformer_config.py ~2897-2899
             raise ValueError("moe_a2a_overlap is refused with hash-routed MoE layers (moe_n_hash_layers, DeepSeek-V4); "
                              "drop it")
