@@ -125,7 +125,7 @@ def transformers_notes(job: JobSpec, plan: Plan) -> list[str]:
 
 
 def render_transformers(job: JobSpec, plan: Plan) -> str:
-    """The shell lines that launch the plan: the DeepSpeed config written where zero > 0, then torchrun."""
+    """The shell lines that launch the plan: a catalog model's config and the DeepSpeed config (zero > 0) written, then torchrun."""
     out = [f"# transformers {CURRENT}+ Trainer launch for {job.model.name} on {job.cluster.name}"]
     out += [f"# {note}" for note in transformers_notes(job, plan)]
     model_config = written_model_config(job)
