@@ -41,3 +41,14 @@ def test_a_source_read_and_an_old_era_keep_what_their_scripts_and_time_say():
     old = _restated(next(i for i in BY_ID if i.startswith("narayanan2021")))  # its title dates it 2021
     row = row_job(old)
     assert row.job.grad_reduce_dtype == "fp32" and not any("scripts unread" in a for a in row.assumed)
+
+
+def test_a_pytorch_fsdp_row_of_an_unread_source_keeps_fp32_reduction():
+    """torchtitan can reduce only in fp32 (`mixed_precision_reduce: Literal["float32"]`) and llm-foundry's DEFAULT
+    mixed precision does too: a PyTorch FSDP row that states no mixed precision is not given bf16 reduction."""
+    mosaic = BY_ID[next(i for i in BY_ID if BY_ID[i].source == "mosaic_llmfoundry")]
+    raw = _restated(mosaic.id)
+    raw["parallel"].pop("fsdp_mixed_precision_mode", None)
+    assert raw["parallel"]["fsdp"] not in ("", None)
+    row = row_job(raw)
+    assert row.job.grad_reduce_dtype == "fp32" and not any("scripts unread" in a for a in row.assumed)

@@ -66,3 +66,13 @@ def era_of(source: str, text: str) -> dict:
         if years and max(years) <= 2021:
             era["zero3_gathers"] = DEEPSPEED_ZERO3
     return era
+
+
+def fsdp_of(p: dict) -> Literal["megatron", "pytorch", ""]:
+    """Which FSDP a row's FSDP column (`parallel.fsdp`) names: Megatron-FSDP (NeMo's and Megatron-Bridge's tables:
+    "Megatron-FSDP", "yes (FSDP=1)"), PyTorch FSDP (any other value: llm-foundry's FULL_SHARD, SHARD_GRAD_OP), or
+    none ("no (DDP)", "not stated", "column absent", or no column)."""
+    text = str(p.get("fsdp") or "").lower()
+    if text.startswith(("megatron-fsdp", "yes (fsdp")):
+        return "megatron"
+    return "" if not text or text.startswith(("no", "not stated", "column absent")) else "pytorch"

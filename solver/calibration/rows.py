@@ -31,7 +31,7 @@ from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec
 from ..specs.job import Precision
 from ..specs.reading import read_data
-from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of
+from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of, fsdp_of
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
@@ -304,12 +304,10 @@ def row_job(raw: dict) -> Row:
     assumed = row.assumed
     cluster = published_row_cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
-    fsdp = str(p.get("fsdp") or "")
+    fsdp = str(p.get("fsdp") or "") if fsdp_of(p) == "pytorch" else ""
     if megatron_fsdp(p):  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
-        zero, fsdp = 3, ""
+        zero = 3
         assumed.append("Megatron-FSDP costed as ZeRO-3 (optim_grads_params)")
-    elif fsdp.lower().startswith(("no", "not stated", "column absent")):
-        fsdp = ""
     if fsdp:
         assumed.append("FlashAttention-2 (PyTorch FSDP stacks call the flash-attn package)")
     if fsdp == "SHARD_GRAD_OP":
@@ -397,7 +395,7 @@ def megatron_fsdp(p: dict) -> bool:
     """Whether a row's FSDP column says Megatron-FSDP (NeMo's and Megatron-Bridge's tables: "Megatron-FSDP",
     "yes (FSDP=1)"): the one reading of it (`row_job` costs it as ZeRO-3; `precision_rows` turns NeMo's FP8
     weights off under it)."""
-    return str(p.get("fsdp") or "").lower().startswith(("megatron-fsdp", "yes (fsdp"))
+    return fsdp_of(p) == "megatron"
 
 
 def ddp_zero(p: dict, assumed: list) -> tuple[int, ...] | None:

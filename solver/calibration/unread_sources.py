@@ -15,13 +15,15 @@ comes is a source read: Megatron-Core's H100 tables of 2024 (r0.8.0 reduces bf16
 the flags) are in `eras.SOURCE_SETTINGS`.
 
 Not for a row the software of its time rules on (`eras.era_of`: dated 2022 or earlier, before bf16
-reduction and FP8; or a known source's era), nor one that states its FSDP mixed precision."""
+reduction and FP8; or a known source's era), nor one that states its FSDP mixed precision, nor a PyTorch FSDP
+run (`eras.fsdp_of`): its reduction stays fp32, torchtitan's only choice (`mixed_precision_reduce:
+Literal["float32"] = "float32"`, torchtitan/config) and llm-foundry's DEFAULT mixed precision."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .eras import ERA, SOURCE_SETTINGS
+from .eras import ERA, SOURCE_SETTINGS, fsdp_of
 from .precision_rows import FP8_PARAM_GATHER
 
 CHOICES: dict[str, list[dict[str, Any]]] = {
@@ -35,7 +37,8 @@ def unread_source_settings(raw: dict, settings: dict, era: dict | None = None) -
     source = raw.get("source")
     if source in SOURCE_SETTINGS or source in ERA or (era and "flash" in era):
         return []
-    if (raw.get("parallel") or {}).get("fsdp_mixed_precision_mode"):
+    p = raw.get("parallel") or {}
+    if p.get("fsdp_mixed_precision_mode") or fsdp_of(p) == "pytorch":  # PyTorch FSDP reduces in fp32 (docstring)
         return []
     unstated = ["grad_reduce_dtype"]
     if "fp8_param_gather" not in settings and source not in FP8_PARAM_GATHER:
