@@ -146,7 +146,8 @@ def test_mixture_of_experts_rows_are_priced():
 
 def test_recipe_dispatcher_and_overlap_become_job_settings():
     """The matched recipe's flex dispatcher (a named backend) and all-to-all overlap are what the row
-    runs; a row without a recipe leaves both to the best legal value, said in `assumed`."""
+    runs; a row without a recipe leaves the dispatcher to the best legal value and runs without the overlap
+    (Megatron-Core's default, as most released runs that settle it), both said in `assumed`."""
     if "moe_token_dispatcher" not in JobSpec.model_fields:
         pytest.skip("the job schema has no MoE dispatcher setting")
     ds = BY_ID["mbridge_perf-26.04.01-deepseek-v3-b200-mxfp8-256"]
@@ -154,7 +155,8 @@ def test_recipe_dispatcher_and_overlap_become_job_settings():
     q = BY_ID["mbridge_perf-26.04.01-qwen3-235b-a22b-b200-mxfp8-256"]  # recipe: no backend, overlap off
     assert q.job.moe_token_dispatcher == "alltoall" and q.job.moe_a2a_overlap is False
     bare = BY_ID["mbridge_perf-25.11-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]  # no recipe, after the EP overlap
-    assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" in a and "best legal" in a for a in bare.assumed)
+    assert any("moe_token_dispatcher" in a and "best legal" in a for a in bare.assumed)
+    assert bare.job.moe_a2a_overlap is False and any("overlap not stated: off" in a for a in bare.assumed)
     old = BY_ID["nemo_docs_2502-mixtral-8x7b-b200-fp8-64"]  # no recipe, before it: the dispatcher alone is free
     assert any("moe_token_dispatcher" in a and "moe_a2a_overlap" not in a and "best legal" in a for a in old.assumed)
 
@@ -162,12 +164,12 @@ def test_recipe_dispatcher_and_overlap_become_job_settings():
 def test_a_preset_recipe_that_leaves_the_overlap_unset_runs_without_it():
     """Megatron-Bridge's WorkloadBaseConfig presets (tags before v0.6.0) default moe_a2a_overlap to False
     and only ever turn it on: a matched preset that does not set it states no overlap. A v0.6.0 recipe
-    whose helpers the file does not list leaves it to the best legal value, as a row without a recipe."""
+    whose helpers the file does not list states nothing: off, as a row without a recipe."""
     r = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"]  # v0.4.2 preset: CUDA graphs, hybridep
     assert "moe_a2a_overlap" not in r.raw["parallel"]["other"]["recipe"] and r.job.moe_a2a_overlap is False
     assert BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-gb200-bf16-64"].job.moe_a2a_overlap is True  # set there
     late = BY_ID["mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8"]  # v0.6.0
-    assert any("best legal" in a and "moe_a2a_overlap" in a for a in late.assumed)
+    assert late.job.moe_a2a_overlap is False and any("overlap not stated: off" in a for a in late.assumed)
 
 
 def test_the_source_precision_settings_reach_the_job():
@@ -341,15 +343,16 @@ def test_the_25_09_script_settings_reach_no_row_of_another_container():
 
 def test_containers_older_than_megatrons_ep_overlap_run_without_it():
     """--overlap-moe-expert-parallel-comm arrived in Megatron-Core on 2025-08-01 (moe_rows.EP_OVERLAP_FROM):
-    NeMo 25.02 / 25.04 / 25.07 rows are priced without it, not at the best value; a later row that states
-    nothing keeps the best value."""
+    NeMo 25.02 / 25.04 / 25.07 rows are priced without it because it did not exist; a later row that states
+    nothing runs without it too, Megatron-Core's default (said differently)."""
     for row_id in ("nemo_docs_2502-mixtral-8x7b-b200-fp8-64", "nemo_docs_2504-mixtral-8x22b-gb200-fp8-cs-256",
                    "nemo_docs_2507-llama4-scout-gb200-fp8-cs-64"):
         row = BY_ID[row_id]
         assert row.job_spec.moe_a2a_overlap is False
         assert any("predates Megatron-Core" in a for a in row.assumed)
     later = BY_ID["mbridge_perf-25.11-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]
-    assert any(a.startswith("unstated") and "moe_a2a_overlap" in a for a in later.assumed)
+    assert any("overlap not stated: off" in a for a in later.assumed)
+    assert not any("predates Megatron-Core" in a for a in later.assumed)
 
 
 @pytest.mark.parametrize("key", ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2", "mixtral-8x7b",
