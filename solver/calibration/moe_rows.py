@@ -410,33 +410,14 @@ def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | No
     the values whose best legal configuration the formulation predicts fastest (the shipped GPU
     parameters), as `evaluate.best_config` does for a row's unstated knobs, among those whose
     configuration fits in memory when any does; None when no configuration is legal."""
-    from itertools import product
-
-    from ..space.enumeration import enumerate_shapes
-    from .runs_fit import RowCase
+    from .row_predict import best_settings
 
     choices: dict[str, list[dict[str, Any]]] = {"moe_token_dispatcher": [{"moe_token_dispatcher": v} for v in ("alltoall", "flex")],
                "recompute_modules": [{"recompute_modules": v} for v in
                                      FAMILY_RECOMPUTE.get((row.source, row.model_family), ("", MOE_RECOMPUTE_PRESETS))[1]],
                "cuda_graph": _graph_choices(row.raw),
                **UNREAD_SOURCE_CHOICES}
-    best, best_s = None, (2, float("inf"))  # a setting whose configuration fits in memory first: the run ran
-    for values in product(*(choices[k] for k in unstated)):
-        chosen = {k: v for u in values for k, v in u.items()}
-        try:
-            job = base.model_copy(update=chosen) if unstated else base
-            if unstated:
-                job = JobSpec.model_validate(job.model_dump())  # the job's own rules on the settings
-        except ValueError:
-            continue
-        if not len(enumerate_shapes(job).shapes):
-            continue
-        trial = Row(id=row.id, source=row.source, gpu=row.gpu, family=row.family, num_gpus=row.num_gpus, job=job,
-                    layout=row.layout)
-        step, _, fits = RowCase(trial).predict() if unstated else (0.0, 0, True)
-        if (0 if fits else 1, step) < best_s:
-            best, best_s = job, (0 if fits else 1, step)
-    return best
+    return best_settings(base, [choices[k] for k in unstated], row.layout)
 
 
 # The per-layer CUDA graphs Megatron-Bridge's MoE presets name (scripts/performance/configs/*, v0.2.0 on:

@@ -26,3 +26,29 @@ def fastest_fitting(job, shapes, layers) -> tuple[float, int, bool]:
     pool = np.where(fits, step, np.inf) if fits.any() else step
     k = int(np.argmin(pool))
     return float(step[k]), k, bool(fits[k])
+
+
+def best_settings(base, choices: list[list[dict]], layout: str | None):
+    """`base` with one value of each list of `choices` (settings a row leaves unstated): the combination whose
+    best configuration fits in memory when any does (the run ran) and is predicted fastest; a combination the
+    job's own rules refuse is not tried. `base` itself when nothing is to choose and some configuration is legal;
+    None when no combination has a legal configuration (the two row readers: moe_rows, unread_sources)."""
+    from itertools import product
+
+    from ..specs import JobSpec
+
+    if not choices:
+        return base if len(candidate_shapes(base, layout)[0]) else None
+    best, best_key = None, (2, float("inf"))
+    for values in product(*choices):
+        try:
+            trial = JobSpec.model_validate({**base.model_dump(), **{k: v for u in values for k, v in u.items()}})
+        except ValueError:
+            continue
+        shapes, layers = candidate_shapes(trial, layout)
+        if not len(shapes):
+            continue
+        step, _, fits = fastest_fitting(trial, shapes, layers)
+        if (0 if fits else 1, step) < best_key:
+            best, best_key = trial, (0 if fits else 1, step)
+    return best

@@ -56,25 +56,9 @@ def best_of(job, unstated: list[str], layout: str | None = None):
     """`job` with the `unstated` settings at the values whose best configuration the formulation predicts
     fastest, among those whose configuration fits in memory when any does (the run ran); `job` itself when
     nothing is unstated. A value the job's own rules refuse (FP8 weights of a BF16 run) is not tried."""
-    from itertools import product
+    from .row_predict import best_settings
 
-    from ..specs import JobSpec
-    from .row_predict import candidate_shapes, fastest_fitting
-
-    best, best_key = job, (2, float("inf"))
-    for values in product(*(CHOICES[k] for k in unstated)):
-        chosen = {k: v for u in values for k, v in u.items()}
-        try:
-            trial = JobSpec.model_validate({**job.model_dump(), **chosen})
-        except ValueError:
-            continue
-        shapes, layers = candidate_shapes(trial, layout)
-        if not len(shapes):
-            continue
-        step, _, fits = fastest_fitting(trial, shapes, layers)
-        if (0 if fits else 1, step) < best_key:
-            best, best_key = trial, (0 if fits else 1, step)
-    return best
+    return best_settings(job, [CHOICES[k] for k in unstated], layout) or job
 
 
 def apply_to(row, era: dict) -> None:
