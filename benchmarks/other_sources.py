@@ -31,6 +31,7 @@ import copy
 import json
 import time
 from collections import Counter
+from functools import partial
 
 from _common import RESULTS, code_state
 from moe_validation import is_moe
@@ -44,38 +45,21 @@ SOURCE = "another_source"
 KNOBS = ("mbs", "vp", "etp", "recompute", "sequence_parallel", "distributed_optimizer")
 
 
-def _another_source(raw: dict) -> dict:
+def restate(raw: dict, drop: tuple[str, ...] = (), recipe: bool = True, key: bool = True) -> dict:
+    """`raw` under a source whose scripts are unread, without its `parallel` fields `drop`, its matched recipe
+    (`parallel.other`, unless `recipe`) and its catalog key (unless `key`)."""
     out = copy.deepcopy(raw)
     out["source"] = SOURCE
+    out["parallel"].update({k: None for k in drop}, **({} if recipe else {"other": None}))
+    if not key:
+        out["model"]["key"] = None
     return out
 
 
-def _no_recipe(raw: dict) -> dict:
-    out = _another_source(raw)
-    out["parallel"]["other"] = None
-    return out
-
-
-def _knobs_unstated(raw: dict) -> dict:
-    out = _no_recipe(raw)
-    out["parallel"].update({k: None for k in KNOBS})
-    return out
-
-
-def _no_ep(raw: dict) -> dict:
-    out = _no_recipe(raw)
-    out["parallel"]["ep"] = None
-    return out
-
-
-def _no_key(raw: dict) -> dict:
-    out = _another_source(raw)
-    out["model"]["key"] = None
-    return out
-
-
-VARIANTS = {"another source": _another_source, "no recipe": _no_recipe, "knobs unstated": _knobs_unstated,
-            "no expert parallelism stated": _no_ep, "no catalog key": _no_key}
+VARIANTS = {"another source": partial(restate), "no recipe": partial(restate, recipe=False),
+            "knobs unstated": partial(restate, drop=KNOBS, recipe=False),
+            "no expert parallelism stated": partial(restate, drop=("ep",), recipe=False),
+            "no catalog key": partial(restate, key=False)}
 
 
 def restated(raws: list[dict], variant: str) -> tuple[list[Prediction], Counter]:
