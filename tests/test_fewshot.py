@@ -86,6 +86,28 @@ def test_a_knob_no_row_uses_is_never_a_candidate():
     assert fit.free == ["time_scale"]  # bf16 rows, ZeRO-1: neither knob can be informed
 
 
+def test_rows_whose_errors_differ_in_sign_leave_the_cluster_unchanged():
+    # three rows off by +25%, -15%, +5%: the mean offset predicts none of them left out better than
+    # the base does, so the fit is not applied (before the left-out check it moved the time scale to
+    # their mean and every other prediction with it)
+    idx = [0, 1, 2]
+    predict = synthetic(idx)
+    meas = predict({}) * np.exp([0.25, -0.15, 0.05])
+    fit = fit_few_shot(predict, meas, FACTS[:3], candidates=("time_scale",))
+    assert fit.factors == {} and fit.free == []
+    assert fit.rms_after == pytest.approx(fit.rms_before)
+    assert any(n.startswith("not calibrated") for n in fit.notes), fit.notes
+
+
+def test_a_shared_offset_passes_the_left_out_check():
+    idx = [0, 1, 2]
+    predict = synthetic(idx)
+    meas = predict({"time_scale": 0.8}) * np.exp([0.02, -0.02, 0.01])  # 2% scatter around a 25% slowdown
+    fit = fit_few_shot(predict, meas, FACTS[:3], candidates=("time_scale",))
+    assert fit.free == ["time_scale"]
+    assert fit.factors["time_scale"] == pytest.approx(0.8, rel=0.03)
+
+
 def test_the_time_scale_moves_every_gpu_local_term_and_caps_efficiencies_at_peak():
     from solveplan.catalog import load_cluster
 

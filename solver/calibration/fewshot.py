@@ -270,6 +270,51 @@ def fit_few_shot(predict: Predict, measured: Sequence[float] | np.ndarray, facts
         notes.append(f"not moved (the {K} measurements do not identify them or they do not improve the fit): "
                      + ", ".join(left))
     before = np.log(predict({})) - log_meas
-    return FewShotFit(factors={n: math.exp(res.values[n]) for n in names}, sd_log=dict(res.sd),
-                      rms_before=float(np.sqrt(np.mean(before**2))), rms_after=res.rms, residuals=res.residuals,
-                      notes=notes)
+    rms_before = float(np.sqrt(np.mean(before**2)))
+    kept = predicts_left_out(predict, log_meas, names, before)
+    if kept != names:
+        notes.append(_refused_note(names, kept))
+        if not kept:
+            return FewShotFit({}, {}, rms_before, rms_before, before, notes)
+        res = _fit(predict, log_meas, kept)
+    return FewShotFit(factors={n: math.exp(res.values[n]) for n in kept}, sd_log=dict(res.sd),
+                      rms_before=rms_before, rms_after=res.rms, residuals=res.residuals, notes=notes)
+
+
+def left_out_errors(predict: Predict, log_meas: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """log(predicted / measured) of each of the K rows by the fit of `names` on the other K - 1
+    (leave-one-out cross-validation, Stone 1974): how the calibration predicts a configuration it
+    has not seen, which is its use."""
+    K = len(log_meas)
+    out = np.empty(K)
+    for i in range(K):
+        keep = np.arange(K) != i
+
+        def others(factors: dict[str, float], keep: np.ndarray = keep) -> np.ndarray:
+            return predict(factors)[keep]
+
+        res = _fit(others, log_meas[keep], names)
+        out[i] = math.log(predict({n: math.exp(res.values[n]) for n in names})[i]) - log_meas[i]
+    return out
+
+
+def predicts_left_out(predict: Predict, log_meas: np.ndarray, names: Sequence[str],
+                      zero_shot: np.ndarray) -> list[str]:
+    """The knobs kept: `names`, or the time scale alone, or none, the first whose fit predicts the K rows
+    left out in turn (`left_out_errors`) better than the base parameters predict them (`zero_shot`), in the
+    fit's robust loss. Rows whose errors the knobs cannot share (a stack whose offset differs by model or
+    version) would otherwise move every other prediction by their mean."""
+    base = robust_ss(zero_shot)
+    for trial in ([list(names), ["time_scale"]] if len(names) > 1 else [list(names)]):
+        if robust_ss(left_out_errors(predict, log_meas, trial)) < base:
+            return trial
+    return []
+
+
+def _refused_note(names: Sequence[str], kept: Sequence[str]) -> str:
+    what = " + ".join(names)
+    if kept:
+        return (f"{what}, fitted on all but one, predicted the measured steps left out worse than the base parameters; "
+                "the time scale alone predicts them better and is the only knob moved")
+    return (f"not calibrated: fitted on all but one, {what} predicted each measured step left out worse than the base "
+            "parameters do (their errors differ from row to row, not by one factor); the cluster is unchanged")
