@@ -230,6 +230,22 @@ def test_refuses_a_single_step_and_fits_two_with_the_time_scale_alone(tmp_path):
     assert cal.steps.rms_after < cal.steps.rms_before
 
 
+def test_steps_off_in_both_directions_leave_the_gpu_as_given(tmp_path):
+    """Three steps measured 25% slower, 15% faster and 5% slower than the cluster predicts: fitted on two,
+    no knob predicts the third better than the cluster as given, so nothing is moved and the notes say why."""
+    from solveplan.calibration.calibrate import calibrate
+
+    steps = write_steps(tmp_path / "mixed.csv", STEP_ROWS[:3])
+    header, *lines = steps.read_text().splitlines()
+    lines = [f"{row},{float(t) * f:.6g}" for (row, t), f in zip((x.rsplit(",", 1) for x in lines), (1.25, 0.85, 1.05))]
+    steps.write_text("\n".join([header, *lines]) + "\n")
+    base = true_cluster()
+    cal = calibrate(base, steps=str(steps))
+    assert cal.steps.params == [] and cal.steps.rms_after == pytest.approx(cal.steps.rms_before)
+    assert cal.cluster.gpu == base.gpu
+    assert any(n.startswith("not calibrated") for n in cal.steps.notes)
+
+
 def test_refuses_contradictory_duplicate(tmp_path):
     steps = write_steps(tmp_path / "dup.csv", STEP_ROWS[:4])
     lines = steps.read_text().splitlines()

@@ -128,7 +128,9 @@ def resolved_gpu_fields(cluster: ClusterSpec) -> dict[str, float]:
 def calibrated_fields(cluster: ClusterSpec, factors: dict[str, float]) -> tuple[dict, dict]:
     """(GPU update, cluster update) for multipliers `factors` (knob name -> factor): the time
     scale on every GPU-local field, each other knob on its own field; efficiencies capped at 1
-    (a kernel cannot pass its peak)."""
+    (a kernel cannot pass its peak). No factor, no update: the cluster stays as the user wrote it."""
+    if not factors:
+        return {}, {}
     s = factors.get("time_scale", 1.0)
     gpu = {}
     for name, value in resolved_gpu_fields(cluster).items():

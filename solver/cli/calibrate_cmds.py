@@ -82,7 +82,7 @@ def calibrate(cluster_ref, nccl_logs, more_logs, steps, output, report, plot, na
                    f"{getattr(c, eff.name):.3g}, rms error {lf.rms:.1%} over {len(lf.points)} points")
     if cal.steps:
         sf = cal.steps
-        vals = ", ".join(f"{p.name} {p.before:g} -> {p.value:.4g}" for p in sf.params)
+        vals = ", ".join(f"{p.name} {p.before:g} -> {p.value:.4g}" for p in sf.params) or "unchanged (no knob moved)"
         click.echo(f"gpu: {vals}; step-time rms error {sf.rms_before:.1%} -> {sf.rms_after:.1%} over {len(sf.rows)} measurements")
     for note in cal.notes:
         click.echo(f"note: {note}")
