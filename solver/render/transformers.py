@@ -116,8 +116,9 @@ def transformers_notes(job: JobSpec, plan: Plan) -> list[str]:
     model_config = written_model_config(job)
     if model_config is not None:
         notes.append(f"{written_config_name(job)} is solveplan's catalog entry as transformers' "
-                     f"{model_config['architectures'][0]} config (render/hf_config.py); a published "
-                     "checkpoint's own config.json builds the same model")
+                     f"{model_config['architectures'][0]} config (render/hf_config.py); where the model was "
+                     "published, its own config.json builds the same weights (with learned positions, a table of "
+                     "the planned length)")
     elif not job.model.name.endswith(".json"):
         notes.append(f"give --config_name the Hugging Face config of {job.model.name} (the plan was made from "
                      "solveplan's catalog entry, which no transformers config here can hold)")
