@@ -273,13 +273,10 @@ def fit_few_shot(predict: Predict, measured: Sequence[float] | np.ndarray, facts
                      + ", ".join(left))
     before = np.log(predict({})) - log_meas
     rms_before = float(np.sqrt(np.mean(before**2)))
-    kept = predicts_left_out(predict, log_meas, names, before)
-    if kept != names:
-        notes.append(_refused_note(names, kept))
-        if not kept:
-            return FewShotFit({}, {}, rms_before, rms_before, before, notes)
-        res = _fit(predict, log_meas, kept)
-    return FewShotFit(factors={n: math.exp(res.values[n]) for n in kept}, sd_log=dict(res.sd),
+    if not passes_left_out(predict, log_meas, names, before):
+        notes.append(_refused_note(names))
+        return FewShotFit({}, {}, rms_before, rms_before, before, notes)
+    return FewShotFit(factors={n: math.exp(res.values[n]) for n in names}, sd_log=dict(res.sd),
                       rms_before=rms_before, rms_after=res.rms, residuals=res.residuals, notes=notes)
 
 
@@ -300,23 +297,19 @@ def left_out_errors(predict: Predict, log_meas: np.ndarray, names: Sequence[str]
     return out
 
 
-def predicts_left_out(predict: Predict, log_meas: np.ndarray, names: Sequence[str],
-                      zero_shot: np.ndarray) -> list[str]:
-    """The knobs kept: `names`, or the time scale alone, or none, the first whose fit predicts the K rows
-    left out in turn (`left_out_errors`) better than the base parameters predict them (`zero_shot`), in the
-    fit's robust loss. Rows whose errors the knobs cannot share (a stack whose offset differs by model or
-    version) would otherwise move every other prediction by their mean."""
-    base = robust_ss(zero_shot)
-    for trial in ([list(names), ["time_scale"]] if len(names) > 1 else [list(names)]):
-        if robust_ss(left_out_errors(predict, log_meas, trial)) < base:
-            return trial
-    return []
+def passes_left_out(predict: Predict, log_meas: np.ndarray, names: Sequence[str], zero_shot: np.ndarray) -> bool:
+    """Whether the fit of `names` is applied: a time scale alone only if its fit predicts the K rows left out
+    in turn (`left_out_errors`) better than the base parameters predict them (`zero_shot`), in the fit's
+    robust loss. Rows whose errors one factor cannot share (a stack whose offset differs by model or
+    version) would otherwise move every other prediction by their mean. A set with more knobs has passed
+    the identification and Schwarz tests on all K rows, which a fit on K - 1 rows cannot repeat (with K = 3
+    it is exactly determined): it is kept as chosen."""
+    if len(names) > 1:
+        return True
+    return robust_ss(left_out_errors(predict, log_meas, names)) < robust_ss(zero_shot)
 
 
-def _refused_note(names: Sequence[str], kept: Sequence[str]) -> str:
-    what = " + ".join(names)
-    if kept:
-        return (f"{what}, fitted on all but one, predicted the measured steps left out worse than the base parameters; "
-                "the time scale alone predicts them better and is the only knob moved")
-    return (f"not calibrated: fitted on all but one, {what} predicted each measured step left out worse than the base "
-            "parameters do (their errors differ from row to row, not by one factor); the cluster is unchanged")
+def _refused_note(names: Sequence[str]) -> str:
+    return (f"not calibrated: fitted on all but one, {' + '.join(names)} predicted each measured step left out worse "
+            "than the base parameters do (their errors differ from row to row, not by one factor); the cluster is "
+            "unchanged")
