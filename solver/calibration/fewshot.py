@@ -25,6 +25,10 @@ K points identify few parameters, so the fit is structured, not a free fit of ev
   residual still says whether the model holds. A knob the rows do not use (FP8 efficiency
   without FP8 rows) is never a candidate; a knob not identified is reported, not moved.
 - Robust loss (soft_l1 at the noise scale): a measurement far off pulls with bounded force.
+- A time scale fitted alone is applied only if, refitted on K - 1 rows, it predicts each row left out in
+  turn better (in total, in the robust loss) than the base parameters do (`passes_left_out`): rows whose
+  errors differ in sign share no factor, and their mean would move every other prediction. Otherwise
+  the cluster is left as it was, with a note.
 
 `fit_few_shot(predict, measured, facts)` is used by `solveplan calibrate --steps` (step_fit)
 and by `solveplan validate --few-shot K` (fewshot_eval) alike: one rule in one place.
@@ -310,6 +314,6 @@ def passes_left_out(predict: Predict, log_meas: np.ndarray, names: Sequence[str]
 
 
 def _refused_note(names: Sequence[str]) -> str:
-    return (f"not calibrated: fitted on all but one, {' + '.join(names)} predicted each measured step left out worse "
-            "than the base parameters do (their errors differ from row to row, not by one factor); the cluster is "
-            "unchanged")
+    return (f"not calibrated: fitted on all but one, {' + '.join(names)} predicted the measured steps, each left out in "
+            "turn, worse than the base parameters do (their errors differ from row to row, not by one factor); the "
+            "cluster is unchanged")
