@@ -25,8 +25,8 @@ K points identify few parameters, so the fit is structured, not a free fit of ev
   residual still says whether the model holds. A knob the rows do not use (FP8 efficiency
   without FP8 rows) is never a candidate; a knob not identified is reported, not moved.
 - Robust loss (soft_l1 at the noise scale): a measurement far off pulls with bounded force.
-- A time scale fitted alone is applied only if, refitted on K - 1 rows, it predicts each row left out in
-  turn better (in total, in the robust loss) than the base parameters do (`passes_left_out`): rows whose
+- From K = 3 rows, a time scale fitted alone is applied only if, refitted on K - 1 rows, it predicts each
+  row left out in turn better (in total, in the robust loss) than the base parameters do (`passes_left_out`): rows whose
   errors differ in sign share no factor, and their mean would move every other prediction. Otherwise
   the cluster is left as it was, with a note.
 
@@ -55,6 +55,9 @@ MEASUREMENT_NOISE_LOG = 0.01
 # Weight of NOISE_LOG in the final noise estimate, in rows (`pooled_noise`): two, so that the
 # rows' own noise counts for more as soon as they have more than two degrees of freedom left.
 NOISE_PSEUDO_ROWS = 2
+# Rows a time scale fitted alone must have for the left-out check (`passes_left_out`): with K - 1 = 2 rows
+# left to fit, the factor it tests is a mean, not one row's error.
+MIN_LEFT_OUT_ROWS = 3
 EFFICIENCY_FIELDS = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
                      "flash2_attention_efficiency", "flash1_attention_efficiency", "hbm_efficiency",
                      "nvfp4_matmul_efficiency")
@@ -307,8 +310,9 @@ def passes_left_out(predict: Predict, log_meas: np.ndarray, names: Sequence[str]
     robust loss. Rows whose errors one factor cannot share (a stack whose offset differs by model or
     version) would otherwise move every other prediction by their mean. A set with more knobs has passed
     the identification and Schwarz tests on all K rows, which a fit on K - 1 rows cannot repeat (with K = 3
-    it is exactly determined): it is kept as chosen."""
-    if len(names) > 1:
+    it is exactly determined): it is kept as chosen. Nor are two rows checked (`MIN_LEFT_OUT_ROWS`): each would
+    be predicted from the other's error alone, which tests their scatter, not a shared factor."""
+    if len(names) > 1 or len(log_meas) < MIN_LEFT_OUT_ROWS:
         return True
     return robust_ss(left_out_errors(predict, log_meas, names)) < robust_ss(zero_shot)
 
