@@ -101,7 +101,9 @@ def main() -> None:
           f"{len(cases)} rows. Groups: one source, GPU and stack "
           "(fsdp, megatron or moe: intervals.stack_of; MoE per model family, fewshot_eval.group_key); K rows drawn per group, one from each of K strata of its rows sorted by measured "
           f"step time (numpy default_rng([{args.seed}, draw])), {args.draws} draws; MAPE of the rows not drawn, "
-          "median (worst) over draws. Zero-shot: the base parameters on the same rows.", ""]
+          "median (worst) over draws. Zero-shot: the base parameters on the same rows. Knobs freed: the draws that freed "
+          "each knob beside the time scale; kept as given: the draws whose time scale the fit's left-out check refused "
+          "(fewshot.passes_left_out), which predict with the base parameters.", ""]
     blob: dict = {"commit": state, "k": args.k, "draws": args.draws, "seed": args.seed, "bases": {}}
     for base in args.base:
         jobs = base_jobs(cases, base, folds=folds(cases, args.fold_cache) if base == "left-out" else None)

@@ -248,3 +248,16 @@ def test_moe_runs_are_their_own_calibration_group():
     families = {c.row.model_family for c in cases if c.row.job_spec.model.is_moe}
     assert len(families) > 2 and stacks[True] == {("mbridge_perf", "gb200", f"moe:{f}") for f in families}
     assert stacks[False] and all(key[2] != "moe" for key in stacks[False])
+
+
+def test_the_table_says_how_many_draws_the_left_out_check_kept_as_given():
+    from solveplan.render.validation import few_shot_table
+
+    line = {"source": "s", "gpu": "h100-sxm", "stack": "megatron", "rows": 9, "groups": 1, "zero_shot_mape": 0.1,
+            "mape_median": 0.1, "mape_worst": 0.12, "time_scale_median": 1.0}
+    result = {"k": 3, "sources": [line], "all": None, "skipped": [],
+              "groups": [{**line, "knobs_freed": {"time_scale": 2}, "kept_as_given": 3},
+                         {**line, "gpu": "a100-80gb", "knobs_freed": {"time_scale": 5}, "kept_as_given": 0}]}
+    rows = few_shot_table(result).splitlines()
+    assert any("h100-sxm" in r and "kept as given 3" in r for r in rows)
+    assert any("a100-80gb" in r and "time scale only" in r for r in rows)

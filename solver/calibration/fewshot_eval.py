@@ -156,6 +156,7 @@ def group_line(key: tuple[str, str, str], cases: Sequence[RowCase], draws: Seque
             "mape_worst": float(max(per_draw)), "mape_per_draw": per_draw,
             "max_abs_error": float(max(np.max(np.abs(d.errors(meas))) for d in draws)),
             "time_scale_median": float(np.median(scales)), "knobs_freed": dict(sorted(knobs.items())),
+            "kept_as_given": sum(1 for d in draws if not d.fit.free),  # draws the left-out check refused
             "trained_on": [[cases[i].row.id for i in d.train] for d in draws]}
 
 

@@ -140,7 +140,8 @@ def few_shot_table(result: dict, legacy: dict | None = None) -> str:
             + "knobs freed (draws) | time scale |",
             "|---|---|---|---:|---:|---:|" + ("---:|" if legacy else "") + "---|---:|"]
     for x in result["groups"]:
-        knobs = ", ".join(f"{n} {c}" for n, c in x["knobs_freed"].items() if n != "time_scale") or "time scale only"
+        knobs = ", ".join([f"{n} {c}" for n, c in x["knobs_freed"].items() if n != "time_scale"]
+                          + ([f"kept as given {x['kept_as_given']}"] if x.get("kept_as_given") else [])) or "time scale only"
         out.append(f"| {x['source']} | {x['gpu']} | {x['stack']} | {x['rows']} | "
                    + cells(x, ("grp", x["source"], x["gpu"], x["stack"])) + f" | {knobs} | {x['time_scale_median']:.3f} |")
     for x in result["skipped"]:
