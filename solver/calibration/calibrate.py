@@ -104,7 +104,7 @@ def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: str | None 
         phase(f"fitting GPU efficiencies on {len(rows)} measured steps (least squares through the formulation)")
         step_fit = fit_steps(rows, new, step_source)
         if step_fit.params:
-            new = _with_step_fit(new, step_fit, len(rows), step_source)
+            new = _with_step_fit(new, step_fit, step_source)
             parts.append(f"GPU efficiencies from {step_source}")
         else:  # the few-shot fit's left-out check kept no knob: the GPU stays as given
             parts.append(f"GPU efficiencies as given ({step_source} moved none: see the notes)")
@@ -115,10 +115,10 @@ def calibrate(cluster: ClusterSpec, logs: Sequence[str] = (), steps: str | None 
     return Calibration(cluster, new, links, step_fit, step_source, [inp.path for inp in inputs])
 
 
-def _with_step_fit(cluster: ClusterSpec, step_fit, n_rows: int, step_source: str) -> ClusterSpec:
+def _with_step_fit(cluster: ClusterSpec, step_fit, step_source: str) -> ClusterSpec:
     """The cluster with the knobs the step fit moved, and the GPU's provenance saying so."""
     fitted = {k: significant(v) for k, v in step_fit.gpu_update.items()}
-    notes = (f"calibrated by solveplan calibrate on {n_rows} measured steps ({step_source}): "
+    notes = (f"calibrated by solveplan calibrate on {len(step_fit.rows)} measured steps ({step_source}): "
              + ", ".join(f"{p.name} x{p.value:.4g}" for p in step_fit.params) + " ("
              + ", ".join(f"{k}={v:.4g}" for k, v in {**fitted, **step_fit.cluster_update}.items())
              + f"); rms error {step_fit.rms_before:.1%} -> {step_fit.rms_after:.1%}")

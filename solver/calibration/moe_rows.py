@@ -39,6 +39,7 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
+from .eras import fsdp_of
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, MOE_RECOMPUTE_PRESETS, scripts_2509_recipe
 from .moe_row_model import stated_moe_model
@@ -51,7 +52,6 @@ from .rows import (
     gpu_of,
     grad_reduce_dtype,
     measured_step_s,
-    megatron_fsdp,
     pipeline_accounting,
     published_row_cluster,
     recompute_of,
@@ -298,7 +298,7 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append("Muon optimizer (the row's note) costed as Adam: Adam's two fp32 states bound the memory "
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
-    settings.update(precision_settings(raw, precision, assumed, key, megatron_fsdp=megatron_fsdp(p)))
+    settings.update(precision_settings(raw, precision, assumed, key, megatron_fsdp=fsdp_of(p) == "megatron"))
     unstated_settings += unread_source_settings(raw, settings)
     settings.update(task_settings(raw, assumed))  # SFT said; LoRA is refused on MoE models (task_problem)
     if layout:

@@ -24,7 +24,7 @@ FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8"), **{src: 
 def precision_settings(raw: dict, precision: str, assumed: list, model_key: str = "",
                        megatron_fsdp: bool = False) -> dict:
     """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
-    them (`FP8_PARAM_GATHER`; not in a NeMo run under Megatron-FSDP, `rows.megatron_fsdp`, which its scripts
+    them (`FP8_PARAM_GATHER`; not in a NeMo run under Megatron-FSDP, `eras.fsdp_of`, which its scripts
     turn them off for), or its NVFP4 settings (`nvfp4_settings`); {} for another row."""
     source = raw.get("source", "")
     if precision in FP8_PARAM_GATHER.get(source, ()) and not (megatron_fsdp and source in NEMO_DOCS):

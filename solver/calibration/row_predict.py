@@ -39,10 +39,10 @@ def best_settings(base, choices: list[list[dict]], layout: str | None):
 
     if not choices:
         return base if len(candidate_shapes(base, layout)[0]) else None
-    best, best_key = None, (2, float("inf"))
+    best, best_key, fields = None, (2, float("inf")), base.model_dump()
     for values in product(*choices):
         try:
-            trial = JobSpec.model_validate({**base.model_dump(), **{k: v for u in values for k, v in u.items()}})
+            trial = JobSpec.model_validate({**fields, **{k: v for u in values for k, v in u.items()}})
         except ValueError:
             continue
         shapes, layers = candidate_shapes(trial, layout)

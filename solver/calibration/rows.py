@@ -304,8 +304,9 @@ def row_job(raw: dict) -> Row:
     assumed = row.assumed
     cluster = published_row_cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
-    fsdp = str(p.get("fsdp") or "") if fsdp_of(p) == "pytorch" else ""
-    if megatron_fsdp(p):  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
+    fsdp_kind = fsdp_of(p)
+    fsdp = str(p.get("fsdp") or "") if fsdp_kind == "pytorch" else ""
+    if fsdp_kind == "megatron":  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
         zero = 3
         assumed.append("Megatron-FSDP costed as ZeRO-3 (optim_grads_params)")
     if fsdp:
@@ -345,7 +346,7 @@ def row_job(raw: dict) -> Row:
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
-        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **precision_settings(raw, precision, assumed, megatron_fsdp=megatron_fsdp(p)),
+        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **precision_settings(raw, precision, assumed, megatron_fsdp=fsdp_kind == "megatron"),
         **task_settings(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
@@ -389,13 +390,6 @@ def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precis
         assumed.append(f"FP8 recipe {preset_fp8}: the matched perf_matrix entry's")
         return preset_fp8, offload
     return _precision(raw.get("precision"), assumed), offload
-
-
-def megatron_fsdp(p: dict) -> bool:
-    """Whether a row's FSDP column says Megatron-FSDP (NeMo's and Megatron-Bridge's tables: "Megatron-FSDP",
-    "yes (FSDP=1)"): the one reading of it (`row_job` costs it as ZeRO-3; `precision_rows` turns NeMo's FP8
-    weights off under it)."""
-    return fsdp_of(p) == "megatron"
 
 
 def ddp_zero(p: dict, assumed: list) -> tuple[int, ...] | None:

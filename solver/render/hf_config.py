@@ -38,12 +38,6 @@ ARCHITECTURE = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "q
 LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
-def family(model: ModelSpec) -> str | None:
-    """The transformers family a config is written for: the catalog's `hf_model_type`, the code
-    `--framework transformers` prices (GPT-3 and Megatron-LM's GPT models name GPT-2's)."""
-    return model.hf_model_type
-
-
 def _plain(model: ModelSpec) -> bool:
     """No MoE, no QK norm, multi-head attention of width h (GPT-2, OPT, BLOOM, GPT-NeoX configs have no KV heads
     nor head dimension of their own)."""
@@ -81,8 +75,9 @@ EXPRESSIBLE: dict[str, Callable[[ModelSpec], bool]] = {
 
 
 def expressible(model: ModelSpec) -> bool:
-    """Whether `hf_config` can write this model: its family (`family`) has a config that holds it (`EXPRESSIBLE`)."""
-    fam = family(model)
+    """Whether `hf_config` can write this model: its transformers family (the catalog's `hf_model_type`, the code
+    `--framework transformers` prices) has a config that holds it (`EXPRESSIBLE`)."""
+    fam = model.hf_model_type
     return fam in EXPRESSIBLE and EXPRESSIBLE[fam](model)
 
 
@@ -159,7 +154,7 @@ def hf_config(model: ModelSpec, seq_length: int | None = None) -> dict | None:
     or None when its family's config cannot hold it."""
     if not expressible(model):
         return None
-    fam = str(family(model))
+    fam = str(model.hf_model_type)
     window = seq_length or model.seq_length
     fields = FIELDS[fam](model, window) if fam in FIELDS else _llama_like(model, fam, window)
     return {"architectures": [ARCHITECTURE[fam]], "model_type": fam, "vocab_size": model.vocab_size,

@@ -29,7 +29,7 @@ import math
 
 from ..plan import Plan
 from ..specs import JobSpec
-from .hf_config import hf_config
+from .hf_config import expressible, hf_config
 from .torchtitan import shell_word
 
 CURRENT = "5.23"  # TrainingArguments' activation_checkpointing(_kwargs) since this release
@@ -46,7 +46,7 @@ def config_name(job: JobSpec) -> str:
     name = job.model.name
     if name.endswith(".json"):
         return name
-    return written_config_name(job) if written_model_config(job) is not None else f"<Hugging Face config of {name}>"
+    return written_config_name(job) if expressible(job.model) else f"<Hugging Face config of {name}>"
 
 
 def written_config_name(job: JobSpec) -> str:
