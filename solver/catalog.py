@@ -20,7 +20,7 @@ from typing import Any
 from .errors import InputError, escape_text, path
 from .specs import ClusterSpec, Constraints, GPUSpec, JobSpec, ModelSpec, PoolSpec
 from .specs.base import PLAUSIBLE, build
-from .specs.frameworks import narrow_constraints
+from .specs.frameworks import narrow_constraints, torchtitan_moe_unpriced
 from .specs.job import rule_constraints
 
 # the safe reader of user files, re-exported: callers read files through the catalog
@@ -326,7 +326,10 @@ def load_job(data: JobRequest | Mapping[str, Any], field: str = "job") -> JobSpe
             raise InputError(path(field, key), f"missing; give a {key} (see `solveplan {key}s`)")
     assert req.model is not None and req.cluster is not None  # (the loop above)
     model = load_model(req.model, path(field, "model"))
-    if (model.is_moe or model.is_dsa) and req.framework not in (None, "megatron"):
+    unpriced = torchtitan_moe_unpriced(model) if model.is_moe and req.framework == "torchtitan" else None
+    if unpriced:
+        raise InputError(path(field, "framework"), unpriced)
+    if (model.is_moe and req.framework == "transformers") or (model.is_dsa and req.framework not in (None, "megatron")):
         what = ("a mixture-of-experts model; its expert layers are" if model.is_moe
                 else "a sparse-attention (DSA) model; its indexer and sparse core are")
         raise InputError(path(field, "framework"), f"'{model.name}' is {what} priced as Megatron-Core runs them only: "

@@ -38,9 +38,9 @@ from .data_parallel import (
     reduced_params_per_gpu,
     zero_grad_copy_bytes,
 )
-from .fine_offload import attention_offloaded, expert_offloaded, with_fine_offload
+from .fine_offload import attention_offloaded, with_fine_offload
 from .hybrid import hybrid_unit
-from .kernels import elementwise_bytes_per_token, linear_s
+from .kernels import linear_s
 from .layer_terms import (
     attention_core_s,
     bf16_layer_extra_s,
@@ -58,7 +58,7 @@ from .layer_terms import (
 )
 from .memory import BF16_BYTES, FP32_BYTES, runtime_bytes
 from .moe import attention_geometry
-from .moe_layer import fold_layers, moe_layer_terms
+from .moe_layer import fold_layers, moe_layer_of
 from .mtp import with_mtp
 from .precision import (
     edge_weight_precision,
@@ -208,8 +208,9 @@ class _StageTerms:
         self.adapters_gpu, (lora_fwd, lora_bwd) = self.adapters(attn_linears)
         fwd = gemm_fwd + cast_fwd + core_fwd + M * el_fwd / hbm + gate_fwd + lora_fwd + overhead
         bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + gate_bwd + lora_bwd + 2 * overhead
-        fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam, self.m)
-        self.fwd, self.bwd = fwd, bwd
+        self.fwd_gpu, self.bwd_gpu = fwd, bwd  # before an eager stack's casts and host bound (a MoE layer's own)
+        self.fwd, self.bwd = fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam,
+                                                                 self.m)
         # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
         # attention core alone): the dense layer's modules
         self.mods = mods = modules_of(self.recompute_modules)
@@ -431,39 +432,11 @@ class _StageTerms:
         if self.model.is_hybrid:  # a period of the layer pattern per unit, each layer priced by kind (hybrid.py)
             unit, units = hybrid_unit(self)
         elif self.model.is_moe or self.model.dsa_index_sharing:  # units of several layers, a prefix (moe_layer.py)
-            unit, units, ends = fold_layers(self.model, dense, self.moe_layer() if self.model.is_moe else dense, ends)
+            unit, units, ends = fold_layers(self.model, dense, moe_layer_of(self) if self.model.is_moe else dense, ends)
         else:
             unit, units = dense, self.model.num_layers
         unit, ends = with_mtp(self, unit, ends)  # the MTP block on the last stage (mtp.py)
         return unit, units, ends
-
-    def moe_layer(self) -> dict:
-        """A MoE layer's terms (`moe_layer.moe_layer_terms`): the dense layer without its MLP, and
-        the experts; with fine-grained offloading, its attention's and MoE block's modules (`fine_offload.py`)."""
-        model, M, h, t, rep, hbm, g, sel = self.model, self.M, self.h, self.t, self.rep, self.hbm, self.g, self.sel
-        mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
-        el0_fwd, el0_bwd = elementwise_bytes_per_token(hidden=h, q_width=self.hq, kv_width=self.hkv, ffn=0,
-                                                       gated=model.gated_mlp,
-                                                       rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
-        attn_fwd = self.fwd - mlp_fwd - M * (self.el_fwd - el0_fwd) / hbm  # the layer without its MLP
-        attn_bwd = self.bwd - mlp_bwd - M * (self.el_bwd - el0_bwd) / hbm
-        scores = self.scores
-        layer = moe_layer_terms(
-            model, self.cluster, self.shapes, M=M, attn_fwd=attn_fwd, attn_bwd=attn_bwd,
-            attn_gemm_fwd=g.gemm_fwd - mlp_fwd, attn_gemm_bwd=g.gemm_bwd - mlp_bwd, core_fwd=self.core_fwd,
-            tp_pass=self.tp_pass, hidden=self.hidden, tp_comm_overlap=self.tp_comm_overlap, layer_cp=self.layer_cp,
-            dp_step=self.dp_step, opt_per_param=self.opt_per_param, window=self.window,
-            state_bytes=(self.pb, self.gb, self.ob), grad_bytes=self.grad_bytes, act_kw=self.act_kw,
-            adam_s_per_param=self.adam_bytes / hbm, a2a_overlap=self.moe_a2a_overlap,
-            dispatcher=self.moe_token_dispatcher,
-            latent_bytes=self.latent_width * M, hbm=hbm, mm=self.mm, bf16mm=self.bf16mm, precision=self.precision,
-            grad_reduce_dtype=self.grad_reduce_dtype, fp8_param_gather=self.fp8_param_gather, cuda_graph=self.cuda_graph,
-            imbalance=self.moe_load_imbalance, adam_state_bytes=self.adam_state_bytes, sharding=sharding_of(self),
-            num_microbatches=self.m,
-            selective=dict(mods=self.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
-                           attn_working=-scores))
-        shapes = self.shapes
-        return with_fine_offload(self, layer, attention_offloaded(self) + expert_offloaded(self, shapes.ep, shapes.etp))
 
     def boundary_s(self, unit: dict, units: int) -> np.ndarray:
         """Pipeline boundaries: each TP rank sends its 1/t of the activations (sequence

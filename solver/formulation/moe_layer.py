@@ -9,12 +9,13 @@ import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
-from . import comm
+from . import comm, eager_moe, frameworks
 from .data_parallel import hsdp_step_s
+from .fine_offload import attention_offloaded, expert_offloaded, with_fine_offload
 from .host import host_calls_s, host_exposed_s
 from .kernels import linear_s
-from .layer_terms import sharded_terms
-from .memory import ADAM_STATE_BYTES, BF16_BYTES, layer_activation_bytes, model_state_bytes_per_param
+from .layer_terms import sharded_terms, sharding_of
+from .memory import ADAM_STATE_BYTES, BF16_BYTES, layer_activation_bytes
 from .moe import (
     a2a_alone_share,
     moe_comm_pass_s,
@@ -33,7 +34,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
                fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ()), attention: bool = True,
                outer_act=None, host_window=None, adam_state_bytes: float = ADAM_STATE_BYTES, sharding: dict,
-               num_microbatches) -> dict:
+               num_microbatches, stack: frameworks.Framework = frameworks.MEGATRON) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
@@ -59,7 +60,9 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       activation output, "shared_experts" the shared experts' activations, "moe" the whole
       block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to
       the backward. A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's,
-      `host_window` the (forward, backward) GPU time before the sync in place of the attention's."""
+      `host_window` the (forward, backward) GPU time before the sync in place of the attention's.
+    `stack` an eager one (torchtitan): its MoE block's traffic, host ops and saved tensors (`eager_moe.py`), its
+    model state per parameter (`frameworks.model_state_bytes_per_param`), autocast's casts of the layer's weights."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
@@ -67,13 +70,13 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                                         eager_expert_bias=cuda_graph[0] != "full_iteration")
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
     a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
-    pre_f, pre_b = (attn_fwd, attn_bwd) if host_window is None else host_window
-    host_f, host_b = moe_host_s(model, cluster, ep, precision, cuda_graph, pre_gpu_s=pre_f,
-                                post_gpu_s=mf + a2a_gpu, bwd_gpu_s=pre_b + mb + a2a_gpu)
-    fwd, bwd = attn_fwd + mf + host_f, attn_bwd + mb + host_b
+    ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
+    fwd, bwd, mf = layer_times(model, cluster, stack, block=(mf, mb, gf, gbw), attn=(attn_fwd, attn_bwd), a2a_gpu=a2a_gpu,
+                               host_window=host_window, precision=precision, cuda_graph=cuda_graph, hbm=hbm,
+                               routing=(M, t, ep, etp, imbalance), casts=(z, ne + ex))
     sel = selective or dict(mods=modules_of(None), attn_s=core_fwd, attn_freed=0.0, attn_working=0.0)
     moe_on = "moe" in sel["mods"]
-    sel_s, freed = moe_selective(model, sel, M=M, t=t, ep=ep, etp=etp, imbalance=imbalance, mf=mf + host_f, mm=mm,
+    sel_s, freed = moe_selective(model, sel, M=M, t=t, ep=ep, etp=etp, imbalance=imbalance, mf=mf, mm=mm,
                                  act_kw=act_kw, hbm=hbm, precision=precision)
     rfwd = np.where(rc == 2, fwd, np.where(rc == 1, sel_s, 0.0))
     tp_moe = tp_pass / 2 * (attention + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
@@ -81,18 +84,17 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
         tp_f, tp_b = hidden(tp_moe, attn_gemm_fwd + gf), hidden(tp_moe, attn_gemm_bwd + gbw)
     else:
         tp_f = tp_b = tp_moe
-    ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     edp, r = t * c * d / (ep * etp), sharding["instances"]  # HSDP: the experts' ZeRO-3 inside r instances of edp
-    (pb, gb, ob), (pbe, gbe, obe) = state_bytes, model_state_bytes_per_param(
-        z, edp, precision, grad_reduce_dtype, fp8_param_gather, adam_state_bytes, r)
+    (pb, gb, ob), (pbe, gbe, obe) = state_bytes, frameworks.model_state_bytes_per_param(
+        stack, z, edp, precision, grad_reduce_dtype, fp8_param_gather, adam_state_bytes, r)
     param_bytes = gathered_param_bytes(precision, fp8_param_gather)
     red_ne, ag_ne = dp_step(ne, param_bytes)
     red_ex, ag_ex = expert_dp_step_s(cluster, ex, edp, ep, etp, z, grad_bytes, param_bytes, sharding["z2_mb"], r)
     zero3, _, live = sharded_terms(sharding, z, params_gpu=ne, experts_gpu=ex, edp=edp / r, expert_stride=etp * ep,
                                 fwd=fwd + tp_f, bwd_window=bwd + tp_b + rfwd)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
-    att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
-    moe_block = moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance, act_kw["linear_input_bytes"])
+    att_act, att_working, moe_block = layer_activations(model, stack, M=M, t=t, ep=ep, etp=etp, imbalance=imbalance,
+                                                        act_kw=act_kw, outer_act=outer_act)
     block = moe_block + latent_bytes
     # selective by module: what stays of the block, and what is rebuilt one layer at a time
     kept = np.where(moe_on, 0.0, moe_block - freed["act"] - freed["shared"])
@@ -106,6 +108,79 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                 window=window(fwd + tp_f, bwd + tp_b), params=ne * pb + ex * pbe, grads=ne * gb + ex * gbe,
                 optim=ne * ob + ex * obe, act=att_act + np.where(rc == 2, 0.0, block),
                 working=att_working + np.where(rc == 2, block, 0.0) + live)
+
+
+def moe_layer_of(terms) -> dict:
+    """A MoE layer's terms (`moe_layer_terms`) from the stage's dense-layer terms `terms` (`coefficients._StageTerms`):
+    the dense layer without its MLP (its GEMMs and the stack's elementwise traffic of the MLP taken out of the layer's
+    GPU time, before an eager stack's casts and host bound, which the MoE layer prices itself), and the experts; with
+    fine-grained offloading, its attention's and MoE block's modules (`fine_offload.py`)."""
+    model, M, h, t, rep, hbm, g, sel = terms.model, terms.M, terms.h, terms.t, terms.rep, terms.hbm, terms.g, terms.sel
+    mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
+    el0_fwd, el0_bwd = frameworks.elementwise_bytes_per_token(
+        terms.stack, hidden=h, q_width=terms.hq, kv_width=terms.hkv, ffn=0, gated=model.gated_mlp,
+        rotary=model.position_embedding == "rope", sp_degree=rep, tp=t)
+    attn_fwd = terms.fwd_gpu - mlp_fwd - M * (terms.el_fwd - el0_fwd) / hbm  # the layer without its MLP
+    attn_bwd = terms.bwd_gpu - mlp_bwd - M * (terms.el_bwd - el0_bwd) / hbm
+    scores = terms.scores
+    layer = moe_layer_terms(
+        model, terms.cluster, terms.shapes, M=M, attn_fwd=attn_fwd, attn_bwd=attn_bwd,
+        attn_gemm_fwd=g.gemm_fwd - mlp_fwd, attn_gemm_bwd=g.gemm_bwd - mlp_bwd, core_fwd=terms.core_fwd,
+        tp_pass=terms.tp_pass, hidden=terms.hidden, tp_comm_overlap=terms.tp_comm_overlap, layer_cp=terms.layer_cp,
+        dp_step=terms.dp_step, opt_per_param=terms.opt_per_param, window=terms.window,
+        state_bytes=(terms.pb, terms.gb, terms.ob), grad_bytes=terms.grad_bytes, act_kw=terms.act_kw,
+        adam_s_per_param=terms.adam_bytes / hbm, a2a_overlap=terms.moe_a2a_overlap,
+        dispatcher=terms.moe_token_dispatcher,
+        latent_bytes=terms.latent_width * M, hbm=hbm, mm=terms.mm, bf16mm=terms.bf16mm, precision=terms.precision,
+        grad_reduce_dtype=terms.grad_reduce_dtype, fp8_param_gather=terms.fp8_param_gather, cuda_graph=terms.cuda_graph,
+        imbalance=terms.moe_load_imbalance, adam_state_bytes=terms.adam_state_bytes, sharding=sharding_of(terms),
+        num_microbatches=terms.m, stack=terms.stack,
+        selective=dict(mods=terms.mods, attn_s=sel.attention_s, attn_freed=sel.attention_freed_bytes - scores,
+                       attn_working=-scores))
+    shapes = terms.shapes
+    return with_fine_offload(terms, layer, attention_offloaded(terms) + expert_offloaded(terms, shapes.ep, shapes.etp))
+
+
+def layer_times(model: ModelSpec, cluster: ClusterSpec, stack: frameworks.Framework, *, block, attn, a2a_gpu,
+                host_window, precision: str, cuda_graph: tuple, hbm: float, routing, casts):
+    """(forward, backward, the MoE block's forward) of one MoE layer, the all-to-alls left to the layer's `ep` term.
+    Megatron: attention (`attn`) plus the block (`block`: `moe.moe_mlp_compute_s`), plus the time the GPU waits for
+    the host (`moe_host_s`). An eager stack (`eager_moe.py`): the block's GEMMs with its own elementwise traffic,
+    autocast's weight casts at the ZeRO stages it casts (`casts`: the shapes' zero, the layer's weights on this GPU),
+    each forward segment and the backward the longer of GPU and host time (`eager_moe.layer_s`; the all-to-alls
+    `a2a_gpu` are on the GPU's timeline there, and taken out again)."""
+    mf, mb, gf, gbw = block
+    attn_fwd, attn_bwd = attn
+    M, t, ep, etp, imbalance = routing
+    if stack.fused:
+        pre_f, pre_b = (attn_fwd, attn_bwd) if host_window is None else host_window
+        host_f, host_b = moe_host_s(model, cluster, ep, precision, cuda_graph, pre_gpu_s=pre_f,
+                                    post_gpu_s=mf + a2a_gpu, bwd_gpu_s=pre_b + mb + a2a_gpu)
+        return attn_fwd + mf + host_f, attn_bwd + mb + host_b, mf + host_f
+    traffic_f, traffic_b = eager_moe.traffic_bytes(model, M, t, ep, etp, imbalance)
+    block_f, block_b = gf + traffic_f / hbm, gbw + traffic_b / hbm
+    zero, params_gpu = casts
+    on = np.asarray(zero) <= stack.weight_cast_zero_max
+    cast_f, cast_b = (np.where(on, c * params_gpu / hbm, 0.0) for c in stack.weight_cast_bytes)
+    fwd, bwd = eager_moe.layer_s(pre_gpu_s=attn_fwd + cast_f, post_gpu_s=block_f + a2a_gpu,
+                                 bwd_gpu_s=attn_bwd + block_b + cast_b + a2a_gpu, op_s=stack.dispatch_us_per_op * 1e-6,
+                                 ep=ep)
+    return fwd - a2a_gpu, bwd - a2a_gpu, block_f
+
+
+def layer_activations(model: ModelSpec, stack: frameworks.Framework, *, M, t, ep, etp, imbalance: float, act_kw: dict,
+                      outer_act):
+    """(attention's stored, its working set, the MoE block's stored) bytes of one MoE layer per micro-batch: Megatron's
+    counts (`memory.layer_activation_bytes` without an MLP, `moe.moe_mlp_activation_bytes`; `outer_act` a hybrid
+    sublayer's), or an eager stack's layer without its FeedForward (less the FeedForward's shared input, 2h per token
+    unless fully recomputed) and its MoE block (`eager_moe.saved_bytes`)."""
+    if stack.fused:
+        att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
+        return att_act, att_working, moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance,
+                                                             act_kw["linear_input_bytes"])
+    att_act, att_working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=0, **act_kw)
+    mlp_input = np.where(np.asarray(act_kw["recompute"]) == 2, 0.0, BF16_BYTES * M * model.hidden_size / act_kw["sp_degree"])
+    return att_act - mlp_input, att_working, eager_moe.saved_bytes(model, M, t, ep, etp, imbalance)
 
 
 def exposed_a2a_s(a2a, hidden, work_s, *, shapes: Shapes, num_microbatches, passes, overlap: bool):

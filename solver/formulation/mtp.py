@@ -83,7 +83,7 @@ from . import comm
 from .hybrid import _norm_s, pattern_layers, summed
 from .kernels import linear_s
 from .memory import BF16_BYTES, LOGIT_BYTES
-from .moe_layer import LAYER_TIME_KEYS
+from .moe_layer import LAYER_TIME_KEYS, moe_layer_of
 from .precision import gathered_param_bytes, is_quantized, mtp_linear_precision, quantize_bytes_per_element
 
 
@@ -136,7 +136,7 @@ def depth_layers(T) -> dict:
     model, precisions = T.model, _layer_precisions(T)
     if not model.is_hybrid:
         U = at_precision(T, precisions[0])
-        return U.moe_layer() if model.is_moe and model.moe_layer_mask[-1] else U.dense_layer()
+        return moe_layer_of(U) if model.is_moe and model.moe_layer_mask[-1] else U.dense_layer()
     pattern = model.mtp_hybrid_layer_pattern
     priced = {p: pattern_layers(at_precision(T, p), pattern) for p in set(precisions)}
     return summed(T, [priced[p][i] for i, p in enumerate(precisions)])

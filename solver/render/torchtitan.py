@@ -47,6 +47,7 @@ from ..errors import InputError
 from ..formulation.memory import adam_state_bytes_per_param
 from ..plan import Plan
 from ..specs import JobSpec
+from ..specs.frameworks import torchtitan_moe_family
 from .megatron import _chunks
 
 SOURCES = {
@@ -380,27 +381,6 @@ def moe_sections_03(job: JobSpec, plan: Plan, sections: dict, notes: list[str]) 
                             "flavor": flavor}
         notes[:] = [n for n in notes if not n.startswith("torchtitan 0.3 has no config of")]
     notes += moe_notes
-
-
-def torchtitan_moe_family(model) -> str | None:
-    """Which torchtitan MoE decoder builds `model`'s architecture: deepseek_v3 (multi-latent
-    attention, shared experts, dense first layers), qwen3 (GQA with QK norm, every layer routed, no
-    shared expert), gpt_oss (linear biases, no shared expert); None when torchtitan has none (DeepSeek Sparse
-    Attention and DeepSeek-V4's compressed attention among them)."""
-    shared = model.moe_shared_expert_intermediate_size is not None
-    # its deepseek_v3 decoder attends densely: no lightning indexer, no sparse MLA; nor DeepSeek-V4's compressors,
-    # mHC residual streams or hash routing
-    if model.is_dsa or model.is_dsv4:
-        return None
-    if model.multi_latent_attention:
-        return "deepseek_v3"
-    if shared or model.moe_router_score_function != "softmax" or model.num_dense_layers:
-        return None
-    if model.qk_norm and not model.add_bias_linear:
-        return "qwen3"
-    if model.add_bias_linear and not model.qk_norm:
-        return "gpt_oss"
-    return None
 
 
 def torchtitan_moe(job: JobSpec, plan: Plan) -> tuple[dict, dict, list[str]]:

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..specs import JobSpec
+from ..specs.frameworks import torchtitan_ep_fits
 from ..specs.peft import FROZEN_ZERO_UNPRICED
 from .experts import (
     cp_a2a_violations,
@@ -266,5 +267,7 @@ def enumerate_shapes(job: JobSpec, max_shapes: int = MAX_SHAPES, max_shape_stage
     R, S, Z = np.tile(R, nb), np.tile(S, nb), np.tile(Z, nb)
     tp, pp, dp, cp = deg[:, 0], deg[:, 1], deg[:, 2], deg[:, 3]
     ok = _knobs_legal(tp, pp, dp, cp, S, Z, _needs_sp(job.model))
+    if job.framework == "torchtitan" and job.model.is_moe:  # EP borrows ranks from FSDP and TP there
+        ok &= torchtitan_ep_fits(tp=tp, cp=cp, dp=dp, zero=Z, ep=deg[:, 6])
     arr = np.column_stack([deg[ok][:, :6], R[ok], S[ok].astype(np.int64), Z[ok], deg[ok][:, 6:]])
     return Space(Shapes(*(arr[:, i] for i in range(13))), int(ok.sum()))

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 
 from ..specs import JobSpec, ModelSpec
+from ..specs.frameworks import expert_conflicts
 
 
 def tp_split_widths(model: ModelSpec) -> tuple[int, ...]:
@@ -191,6 +192,8 @@ def expert_degrees(job: JobSpec, tp: int, cp: int, dp: int) -> list[tuple[int, i
         if g % ep or not cons.allows("ep", ep):
             continue
         for etp in etps:
+            if expert_conflicts(job.framework, tp=tp, ep=ep, etp=etp):  # torchtitan: etp 1 with EP, tp without
+                continue
             if (cons.allows("etp", etp) and not ep_violations(model, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp,
                                                               sequence_parallel=True)
                     and not hsdp_violations(job, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)):

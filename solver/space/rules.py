@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import InputError, path
 from ..specs import JobSpec
-from ..specs.frameworks import config_conflicts, default_for
+from ..specs.frameworks import config_conflicts, default_for, expert_conflicts, torchtitan_etp
 from ..specs.job import rule_violations
 from .enumeration import enumerate_shapes
 from .experts import (
@@ -174,12 +174,16 @@ def complete_config(job: JobSpec, cfg: Mapping[str, Any], field: str = "",
     divides = N % (tp * cp * pp) == 0
     zero = _int(cfg, "zero", default_for(job.framework, "zero", 1 if divides and N // (tp * cp * pp) * cp > 1 else 0),
                 field, least=0)
-    ep, etp = _int(cfg, "ep", 1, field), _int(cfg, "etp", default_etp(job.model, tp), field)
+    ep = _int(cfg, "ep", 1, field)
+    etp = _int(cfg, "etp", torchtitan_etp(tp, ep) if job.framework == "torchtitan" and job.model.is_moe
+               else default_etp(job.model, tp), field)
     acc = {k: _bool(cfg, k, field) for k in ("account_for_embedding", "account_for_loss")}
     dp, errs = config_violations(job, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch_size=mbs, recompute=recompute,
                                  sequence_parallel=sp, zero=zero, ep=ep, etp=etp, **acc, layout=layout is not None)
     errs = config_conflicts(job.framework, dict(tp=tp, pp=pp, cp=cp, vp=vp, recompute=recompute, zero=zero,
                                                 ep=ep, **acc)) + errs
+    if job.model.is_moe:
+        errs = expert_conflicts(job.framework, tp=tp, ep=ep, etp=etp, cp=cp, dp=dp, zero=zero) + errs
     if cfg.get("dp") is not None and not errs and int(cfg["dp"]) != dp:
         errs.append(("dp", f"{cfg['dp']} but tp*cp*pp*dp must equal the {N} GPUs (dp = {dp})"))
     if errs:

@@ -16,6 +16,8 @@ planner's space is narrowed by (`narrow_constraints`, applied by `catalog.load_j
 
 from __future__ import annotations
 
+import numpy as np
+
 FRAMEWORKS = ("megatron", "torchtitan", "transformers")
 
 # knob -> the values the stack runs (absent: any)
@@ -84,3 +86,75 @@ def users_constraints(framework: str, cons: dict) -> dict:
     narrowed further (what a user can relax; the rest needs another framework)."""
     imposed = ALLOWED[framework]
     return {k: v for k, v in cons.items() if k not in imposed or tuple(v) != tuple(imposed[k])}
+
+
+def torchtitan_moe_family(model) -> str | None:
+    """Which torchtitan MoE decoder builds `model`'s architecture: deepseek_v3 (multi-latent
+    attention, shared experts, dense first layers), qwen3 (GQA with QK norm, every layer routed, no
+    shared expert), gpt_oss (linear biases, no shared expert); None when torchtitan has none (DeepSeek Sparse
+    Attention and DeepSeek-V4's compressed attention among them)."""
+    shared = model.moe_shared_expert_intermediate_size is not None
+    # its deepseek_v3 decoder attends densely: no lightning indexer, no sparse MLA; nor DeepSeek-V4's compressors,
+    # mHC residual streams or hash routing
+    if model.is_dsa or model.is_dsv4:
+        return None
+    if model.multi_latent_attention:
+        return "deepseek_v3"
+    if shared or model.moe_router_score_function != "softmax" or model.num_dense_layers:
+        return None
+    if model.qk_norm and not model.add_bias_linear:
+        return "qwen3"
+    if model.add_bias_linear and not model.qk_norm:
+        return "gpt_oss"
+    return None
+
+
+# The torchtitan MoE decoder whose layer formulation/eager_moe.py counts (its attention is torchtitan's GQA block,
+# frameworks.TORCHTITAN_SAVED): qwen3's. deepseek_v3's multi-latent attention and gpt_oss's sinks, biases and clamped
+# activation keep other tensors, not counted.
+TORCHTITAN_PRICED_MOE = ("qwen3",)
+
+
+def torchtitan_moe_unpriced(model) -> str | None:
+    """Why `--framework torchtitan` cannot price this mixture-of-experts model (one line), or None when it can: its
+    torchtitan decoder is one `eager_moe.py` counts (`TORCHTITAN_PRICED_MOE`)."""
+    family = torchtitan_moe_family(model)
+    if family in TORCHTITAN_PRICED_MOE:
+        return None
+    runs = (f"torchtitan runs it as its {family} decoder, whose attention and experts the torchtitan profile does "
+            f"not count (it counts the qwen3 decoder's)" if family else "torchtitan has no decoder for it (its MoE "
+            "decoders: Qwen3-MoE, DeepSeek-V3 with MLA, GPT-OSS)")
+    return f"'{model.name}' is a mixture-of-experts model and {runs}: use framework megatron"
+
+
+def expert_conflicts(framework: str, *, tp: int, ep: int, etp: int, cp: int = 1, dp: int = 1,
+                     zero: int | None = None) -> list[tuple[str, str]]:
+    """(knob, message) where (ep, etp) is not the stack's form: torchtitan shards routed experts on EP alone when
+    ep > 1 and like the dense MLP over TP when ep = 1 (torchtitan/models/common/MOE_SHARDING.md at b5bcd76), so etp
+    is 1 with EP and tp without; and EP borrows its ranks from FSDP and TP (`torchtitan_ep_fits`, checked where
+    `zero` is given)."""
+    if framework != "torchtitan":
+        return []
+    errs = []
+    if etp != torchtitan_etp(tp, ep):
+        errs.append(("etp", f"{etp} is not torchtitan's form: it shards the experts on EP alone with ep > 1 (etp 1) "
+                            f"and over TP with ep 1 (etp = tp = {tp}); leave etp out or use framework megatron"))
+    if zero is not None and not torchtitan_ep_fits(tp=tp, cp=cp, dp=dp, zero=zero, ep=ep):
+        shard = dp if zero >= 1 else 1
+        errs.append(("ep", f"{ep} does not divide torchtitan's dp_shard x cp x tp = {shard} x {cp} x {tp} (EP borrows "
+                           f"ranks from FSDP and TP; zero 0 runs DDP, dp_shard 1): choose zero 2 or 3, or an ep that "
+                           f"divides it"))
+    return errs
+
+
+def torchtitan_ep_fits(*, tp, cp, dp, zero, ep):
+    """Whether torchtitan can run EP `ep` (arrays or ints): torchtitan's ParallelDims._validate
+    (torchtitan/distributed/parallel_dims.py) needs it to divide dp_shard x cp x tp, dp_shard being the FSDP degree
+    (dp at zero 2/3, 1 under DDP, zero 0)."""
+    shard = np.where(np.asarray(zero) >= 1, dp, 1)
+    return (shard * np.asarray(cp) * np.asarray(tp)) % np.asarray(ep) == 0
+
+
+def torchtitan_etp(tp: int, ep: int) -> int:
+    """torchtitan's expert tensor parallelism for (tp, ep): 1 with EP, tp without (`expert_conflicts`)."""
+    return 1 if ep > 1 else tp

@@ -1,0 +1,161 @@
+"""`--framework torchtitan` on a mixture-of-experts model (formulation/eager_moe.py): the count of what torchtitan's
+MoE block saves equals what its own module saved on CPU (benchmarks/measured/torchtitan-moe-cpu/moe_block.json,
+re-measured live where torch and torchtitan import), the op counts are that measurement's, the planner runs only
+the EP/ETP forms torchtitan runs, and CP-SAT still equals the exhaustive search on such jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solveplan.catalog import load_cluster, load_job, load_model
+from solveplan.errors import InputError
+from solveplan.formulation import eager_moe
+from solveplan.formulation.job import job_coefficients
+from solveplan.space.enumeration import enumerate_shapes
+from solveplan.specs import ModelSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURED = ROOT / "benchmarks" / "measured" / "torchtitan-moe-cpu" / "moe_block.json"
+
+
+def _spec(hidden: int, ffn: int, experts: int, top_k: int) -> ModelSpec:
+    """A Qwen3-MoE-shaped model of the measured block's dimensions."""
+    return ModelSpec(name="tt-moe", num_layers=2, hidden_size=hidden, num_attention_heads=4, num_kv_heads=2,
+                     ffn_hidden_size=ffn, vocab_size=1000, gated_mlp=True, qk_norm=True, num_experts=experts,
+                     moe_ffn_hidden_size=ffn, moe_router_topk=top_k)
+
+
+def _cpu_count(case: dict) -> float:
+    """The count for one measured case on CPU: CUDA's count, CPU's autocast difference, the int32 offsets."""
+    spec, T = _spec(case["hidden"], case["ffn"], case["experts"], case["top_k"]), case["tokens"]
+    cuda = float(eager_moe.saved_bytes(spec, T, 1, 1, 1, 1.0))
+    return cuda + eager_moe.cpu_minus_cuda_bytes(spec, T) + 4 * case["experts"]
+
+
+@pytest.mark.parametrize("case", json.loads(MEASURED.read_text())["cases"], ids=lambda c: f"h{c['hidden']}E{c['experts']}k{c['top_k']}")
+def test_saved_bytes_equal_torchtitans_measured_block(case):
+    assert _cpu_count(case) == pytest.approx(case["saved_bytes"], abs=0.5), case
+
+
+def test_op_counts_are_the_measured_ones():
+    data = json.loads(MEASURED.read_text())["cases"]
+    fwd = eager_moe.ROUTER_OPS_FWD - 2 + eager_moe.REORDER_OPS_FWD + eager_moe.EXPERT_OPS_FWD + eager_moe.COMBINE_OPS_FWD
+    assert {(c["ops_forward"], c["ops_backward"]) for c in data} == {(fwd, eager_moe.BLOCK_OPS_BWD - 2)}
+
+
+def test_the_block_measured_live_equals_the_count():
+    """Where torch and torchtitan import (not in CI: `PYTHONPATH=<torchtitan checkout>`, CPU torch)."""
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch, CPU build)")
+    try:
+        import torchtitan.models.common.moe  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"torchtitan does not import here: {exc}")
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from torchtitan_moe_saved import measure
+    for hidden, ffn, experts, top_k in [(128, 48, 8, 2), (160, 64, 16, 4)]:
+        case = measure(hidden, ffn, experts, top_k)
+        assert _cpu_count(case) == pytest.approx(case["saved_bytes"], abs=0.5), case
+        assert (case["ops_forward"], case["ops_backward"]) == (38, 60)
+
+
+def _job(framework: str, **kw):
+    return load_job({"model": "qwen3-30b-a3b", "cluster": "h100x64", "framework": framework, **kw})
+
+
+def test_torchtitan_keeps_more_per_layer_than_megatron_on_the_same_shape():
+    """The same shape (ep 8, zero 2, no recompute) costs more memory and time under torchtitan's eager MoE block."""
+    out = {}
+    for fw in ("megatron", "torchtitan"):
+        job = _job(fw, constraints={"tp": [1], "pp": [2], "ep": [8], "zero": [2], "recompute": ["none"],
+                                    "micro_batch_size": [1], "vp": [1]})
+        co = job_coefficients(job, enumerate_shapes(job).shapes)
+        out[fw] = (float(co.layer_act_bytes[0]), float(co.layer_fwd_s[0] + co.layer_bwd_s[0]))
+    assert out["torchtitan"][0] > 1.5 * out["megatron"][0]
+    assert out["torchtitan"][1] > out["megatron"][1]
+
+
+def test_torchtitan_shapes_take_its_expert_forms_only():
+    """etp 1 with EP and tp without; EP divides dp_shard x cp x tp (zero 0 is DDP there: dp_shard 1)."""
+    job = _job("torchtitan")
+    s = enumerate_shapes(job).shapes
+    ep, etp, tp, cp, dp, zero = s.ep, s.etp, s.tp, s.cp, s.dp, s.zero
+    assert len(ep) and (ep > 1).any()
+    assert np.all(etp == np.where(ep > 1, 1, tp))
+    assert np.all((np.where(zero >= 1, dp, 1) * cp * tp) % ep == 0)
+    assert set(np.unique(zero)) <= {0, 2, 3}
+
+
+def test_models_torchtitan_is_not_counted_for_are_refused_naming_the_framework():
+    for name in ("deepseek-v3", "mixtral-8x7b"):
+        with pytest.raises(InputError) as err:
+            load_job({"model": name, "cluster": "h100x64", "framework": "torchtitan"})
+        assert err.value.field.endswith("framework") and "use framework megatron" in str(err.value)
+    with pytest.raises(InputError, match="transformers|Megatron-Core"):
+        load_job({"model": "qwen3-30b-a3b", "cluster": "h100x64", "framework": "transformers"})
+
+
+def test_cli_refuses_ep_under_ddp_and_etp_with_ep(cli):
+    r = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--framework", "torchtitan",
+            "--tp", "1", "--pp", "4", "--ep", "8", "--zero", "0")
+    assert r.code == 2 and "--ep" in r.err and "dp_shard" in r.err, r
+    r = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--framework", "torchtitan",
+            "--tp", "2", "--pp", "2", "--ep", "4", "--etp", "2", "--zero", "2")
+    assert r.code == 2 and "--etp" in r.err and "torchtitan's form" in r.err, r
+
+
+def test_optimize_is_optimal_and_the_launch_expresses_its_ep(cli):
+    r = cli("optimize", "--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--framework", "torchtitan", "--json")
+    assert r.code == 0, r
+    d = json.loads(r.out)
+    assert d["status"] == "OPTIMAL" and d["framework"] == "torchtitan"
+    ep = d["parallel"]["ep"]
+    assert d["torchtitan"]["parallelism"].get("expert_parallel_degree", 1) == ep
+    assert not any("not expressible" in n for n in d["torchtitan_notes"])
+
+
+def test_megatron_moe_pricing_is_untouched_by_the_stack_argument():
+    """The Megatron profile's MoE layer through the same code: the stack hook changes nothing there."""
+    job = _job("megatron", constraints={"pp": [2], "ep": [8], "vp": [1]})
+    shapes = enumerate_shapes(job).shapes
+    a = job_coefficients(job, shapes)
+    b = job_coefficients(job.model_copy(update={"framework": "megatron"}), shapes)
+    assert np.array_equal(a.layer_compute_s, b.layer_compute_s) and np.array_equal(a.layer_act_bytes, b.layer_act_bytes)
+    assert load_model("qwen3-30b-a3b").is_moe and load_cluster("h100x64").num_gpus == 64
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from test_agreement import _OPT_WHY, MOE_SETTINGS, _close, _exhaustive, _optimize, _quantum, jobs  # noqa: E402
+
+
+@st.composite
+def torchtitan_moe_jobs(draw):
+    """A drawn job made a Qwen3-style MoE (QK norm, softmax router, SiLU-gated experts, every layer routed), run by
+    torchtitan."""
+    job = draw(jobs())
+    m = job.model
+    model = ModelSpec(**{**m.model_dump(exclude={"activation"}), "gated_mlp": True, "qk_norm": True,
+                         "num_experts": draw(st.sampled_from([4, 8])), "moe_ffn_hidden_size": m.hidden_size // 2,
+                         "moe_router_topk": draw(st.sampled_from([1, 2]))})
+    cons = {k: v for k, v in job.constraints.model_dump(exclude_none=True).items() if k != "zero"}
+    return job.model_copy(update={"model": model, "framework": "torchtitan",
+                                  "constraints": type(job.constraints)(**cons, zero=(0, 2, 3))})
+
+
+@pytest.mark.skipif(_optimize is None, reason=_OPT_WHY)
+@MOE_SETTINGS
+@given(torchtitan_moe_jobs())
+def test_torchtitan_moe_optimize_equals_exhaustive(job):
+    _, ex = _exhaustive(job)
+    sol = _optimize(job, method="cpsat", time_limit_s=60)
+    if ex.status == "INFEASIBLE":
+        assert sol.status == "INFEASIBLE" and sol.plan is None
+        return
+    assert sol.status == "OPTIMAL"
+    assert _close(sol.plan.step_time_s, ex.best.objective_s, _quantum(sol)), (sol.plan.step_time_s, ex.best.objective_s)
