@@ -159,3 +159,26 @@ def test_torchtitan_moe_optimize_equals_exhaustive(job):
         return
     assert sol.status == "OPTIMAL"
     assert _close(sol.plan.step_time_s, ex.best.objective_s, _quantum(sol)), (sol.plan.step_time_s, ex.best.objective_s)
+
+
+def test_qk_norms_add_torch_rmsnorms_saved_bytes_to_torchtitans_layer():
+    """torchtitan's attention norms q and k per head (common/attention.py `q_norm`, `k_norm`) when the model has q/k
+    norms: 8 bytes per element of q and kv plus 4 per head row, what torch's nn.RMSNorm saves."""
+    from solveplan.formulation.frameworks import TORCHTITAN, layer_activation_bytes
+    kw = dict(tokens=100.0, hidden=256, q_width=512, kv_width=128, ffn=0, mlp_matrices=3, heads=8, seq_k=100, tp=1,
+              sp_degree=1, recompute=np.array([0]), flash=True, dropout=False, linear_input_bytes=2.0, gate_width=0)
+    plain = layer_activation_bytes(TORCHTITAN, gated=True, **kw)[0][0]
+    normed = layer_activation_bytes(TORCHTITAN, gated=True, qk_norm=True, **kw)[0][0]
+    assert normed - plain == pytest.approx(100 * (8 * (512 + 128) + 4 * (8 + 2)))
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    norm = torch.nn.RMSNorm(64).to(torch.bfloat16)
+    x = torch.randn(100, 8, 64, dtype=torch.bfloat16, requires_grad=True)
+    kept = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() != norm.weight.untyped_storage().data_ptr():
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        norm(x)
+    assert sum(kept.values()) == 100 * 8 * (8 * 64 + 4)

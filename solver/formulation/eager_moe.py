@@ -105,23 +105,24 @@ def traffic_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
     return fwd, 2.0 * fwd
 
 
-def host_s(op_s: float, ep):
+def host_s(op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS):
     """(forward before the sync, forward after it, backward) host time of one MoE layer, attention included
-    (`ATTENTION_OPS`); without EP there is no sync and the forward is one segment (`before` holds it all)."""
+    (`attention_ops`: `ATTENTION_OPS`, with a model's q/k norms `frameworks.TORCHTITAN.qk_norm_ops` more); without EP
+    there is no sync and the forward is one segment (`before` holds it all)."""
     ep_on = np.asarray(ep) > 1
-    before = ATTENTION_OPS[0] + ROUTER_OPS_FWD + REORDER_OPS_FWD
+    before = attention_ops[0] + ROUTER_OPS_FWD + REORDER_OPS_FWD
     after = EXPERT_OPS_FWD + COMBINE_OPS_FWD
     pre = np.where(ep_on, before + EP_EXCHANGE_OPS_FWD, before + after) * op_s
     post = np.where(ep_on, after + EP_AFTER_SYNC_OPS_FWD, 0.0) * op_s
-    bwd = (ATTENTION_OPS[1] + BLOCK_OPS_BWD + np.where(ep_on, EP_OPS_BWD, 0)) * op_s
+    bwd = (attention_ops[1] + BLOCK_OPS_BWD + np.where(ep_on, EP_OPS_BWD, 0)) * op_s
     return pre, post, bwd
 
 
-def layer_s(*, pre_gpu_s, post_gpu_s, bwd_gpu_s, op_s: float, ep):
+def layer_s(*, pre_gpu_s, post_gpu_s, bwd_gpu_s, op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS):
     """(forward, backward) of one MoE layer: each segment the longer of its GPU and host time (`host_s`); with EP the
     sync splits the forward (`pre_gpu_s`: attention, router and reorder; `post_gpu_s`: the all-to-alls, experts and
     combine) and adds one op's latency, without it the forward is one segment."""
-    pre, post, bwd = host_s(op_s, ep)
+    pre, post, bwd = host_s(op_s, ep, attention_ops)
     ep_on = np.asarray(ep) > 1
     split = np.maximum(pre_gpu_s, pre) + np.maximum(post_gpu_s, post) + op_s
     whole = np.maximum(pre_gpu_s + post_gpu_s, pre)
