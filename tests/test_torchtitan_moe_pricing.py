@@ -182,3 +182,14 @@ def test_qk_norms_add_torch_rmsnorms_saved_bytes_to_torchtitans_layer():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         norm(x)
     assert sum(kept.values()) == 100 * 8 * (8 * 64 + 4)
+
+
+def test_tp_sharded_experts_route_every_token_on_every_tp_rank():
+    """Without EP torchtitan shards the experts over TP (etp = tp) and each TP rank routes and combines all the
+    tokens, computing every copy at f / tp: only the experts' f-wide tensors shrink (2 bytes x 4 per copy and f)."""
+    spec, T = _spec(256, 128, 16, 4), 1000.0
+    one = float(eager_moe.saved_bytes(spec, T, 1, 1, 1, 1.0))
+    two = float(eager_moe.saved_bytes(spec, T, 2, 1, 2, 1.0))
+    assert one - two == pytest.approx(4 * T * 2 * 4 * (128 - 64))
+    with_ep = float(eager_moe.saved_bytes(spec, T, 2, 2, 1, 1.0))  # EP splits the sequence over TP instead
+    assert with_ep < two

@@ -58,9 +58,12 @@ ATTENTION_OPS = (81 - 14, 146 - 33)
 
 
 def _copies(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
-    """(the rank's tokens T_r, its own routed copies N = k T_r, the copies its local experts compute R)."""
-    T_r = np.asarray(tokens, dtype=np.float64) / np.asarray(tp, dtype=np.float64)
-    _, received = routed_tokens(model, T_r, ep, etp, imbalance)
+    """(the tokens the rank routes T_r, its own routed copies N = k T_r, the copies its local experts compute R). With
+    EP torchtitan splits the sequence over TP (T_r = tokens / tp); without, the experts are TP-sharded (etp = tp) and
+    every TP rank routes and combines all the tokens (T_r = tokens), MOE_SHARDING.md."""
+    T_rank = np.asarray(tokens, dtype=np.float64) / np.asarray(tp, dtype=np.float64)
+    _, received = routed_tokens(model, T_rank, ep, etp, imbalance)
+    T_r = T_rank * np.asarray(etp, dtype=np.float64)
     return T_r, model.moe_dims[1] * T_r, received
 
 
