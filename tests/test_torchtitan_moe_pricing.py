@@ -193,3 +193,14 @@ def test_tp_sharded_experts_route_every_token_on_every_tp_rank():
     assert one - two == pytest.approx(4 * T * 2 * 4 * (128 - 64))
     with_ep = float(eager_moe.saved_bytes(spec, T, 2, 2, 1, 1.0))  # EP splits the sequence over TP instead
     assert with_ep < two
+
+
+def test_tp_sharded_experts_gather_the_tokens_not_their_copies():
+    """torchtitan without EP all-gathers the block's tokens over TP and routes them after (the dense MLP's
+    sequence-parallel pair); Megatron's ETP all-gathers the k dispatched copies: 8x the bytes for Qwen3's top-8."""
+    tp_s = {}
+    for fw in ("megatron", "torchtitan"):
+        job = _job(fw, constraints={"tp": [2], "pp": [2], "ep": [1], "etp": [2], "zero": [2], "recompute": ["none"],
+                                    "micro_batch_size": [1], "vp": [1]})
+        tp_s[fw] = float(job_coefficients(job, enumerate_shapes(job).shapes).layer_tp_s[0])
+    assert 0 < tp_s["torchtitan"] < tp_s["megatron"] / 3, tp_s

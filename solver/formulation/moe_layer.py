@@ -69,6 +69,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                                         cast_bytes=quantize_bytes_per_element(precision),
                                         eager_expert_bias=cuda_graph[0] != "full_iteration")
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
+    if not stack.fused:  # torchtitan's TP-sharded experts gather the tokens, then route: the dense MLP's SP pair
+        etp_pass = np.where(etp > 1, tp_pass / 2, 0.0)
     a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     fwd, bwd, mf = layer_times(model, cluster, stack, block=(mf, mb, gf, gbw), attn=(attn_fwd, attn_bwd), a2a_gpu=a2a_gpu,
