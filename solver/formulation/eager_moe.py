@@ -101,7 +101,8 @@ def traffic_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
     T_r, own, received = _copies(model, tokens, tp, ep, etp, imbalance)
     f_l = f_e / np.asarray(etp, dtype=np.float64)
     router = 6.0 * h + 20.0 * E + 2.0 * h
-    reorder = 2 * (4 + 4 + INDEX_BYTES) + 2 * (2 * h) + INDEX_BYTES + 2 * INDEX_BYTES + 4 * 2 * INDEX_BYTES
+    gathers = (4 + 4 + INDEX_BYTES) + (2 * h + 2 * h + INDEX_BYTES)
+    reorder = gathers + 2 * INDEX_BYTES + 4 * 2 * INDEX_BYTES  # + the floor division and the radix sort
     ep_moves = np.where(np.asarray(ep) > 1, 2 * (4.0 * h + INDEX_BYTES), 0.0)
     combine = 6.0 * h + (8.0 * h + 8.0) + 6.0 * h + (4.0 * h + INDEX_BYTES)
     fwd = T_r * router + own * (reorder + combine) + received * (10.0 * f_l + ep_moves)
