@@ -64,9 +64,15 @@ def measure(dim: int, ffn: int, experts: int, top_k: int) -> dict:
             self.ops.append(str(func))
             return func(*args, **(kwargs or {}))
 
+    import inspect
+
+    from torchtitan.models.common.moe import RoutedExperts
+
     torch.manual_seed(0)
     block = build(dim, ffn, experts, top_k)
-    x = torch.randn(TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
+    # torchtitan 0.3.0's block takes (batch, sequence, hidden), later ones (tokens, hidden)
+    batched = "x_BLD" in inspect.signature(RoutedExperts.forward).parameters
+    x = torch.randn(*((1,) if batched else ()), TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
     weights = {p.untyped_storage().data_ptr() for p in block.parameters()}
     saved: dict[int, int] = {}
 

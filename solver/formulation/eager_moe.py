@@ -17,7 +17,7 @@ its N = k T_r own routed copies and the R copies its local experts compute (`moe
 - combine: the expert output cast to fp32 and multiplied by the copy's fp32 score saves both (4h + 4 per own copy).
 
 Measured on CPU with the real module (benchmarks/torchtitan_moe_saved.py, saved_tensors_hooks, unique storages:
-benchmarks/measured/torchtitan-moe-cpu/moe_block.json): equal to this count up to CPU's autocast, which refuses
+benchmarks/measured/torchtitan-moe-cpu/moe_block.json, and moe_block_0.3.0.json for the PyPI release): equal to this count up to CPU's autocast, which refuses
 float32 (torch/amp/autocast_mode.py: CPU autocast runs bf16 and fp16 only), so the gate keeps its bf16 input and the
 scores stay bf16 there (`cpu_minus_cuda_bytes`). Per-layer constants (the gate's fp32 weight copy, the offsets) are
 left out.
@@ -29,6 +29,9 @@ layers, frameworks.py); the host dispatches every aten op (frameworks.EAGER_DISP
 dispatcher copies the all-to-all's split sizes to the host (`_sync_token_count_exchange`: `.to("cpu",
 non_blocking=False)` then `.tolist()`), so the host cannot run ahead across it: the forward is two segments, each the
 longer of its GPU and host time (host.py's rule for Megatron's dispatcher), plus one op's latency after the sync.
+Without EP and with TP the experts are TP-sharded: the block's tokens are all-gathered over TP and routed after, its
+output reduce-scattered -- the dense MLP's sequence-parallel pair (`moe_layer.moe_layer_terms`), not Megatron's ETP
+gather of the k routed copies.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ INDEX_BYTES = 8.0  # int64 indices
 # experts 9, combine 8 --, backward 60 (+2 on CUDA: the casts' gradients).
 ROUTER_OPS_FWD, REORDER_OPS_FWD, EXPERT_OPS_FWD, COMBINE_OPS_FWD = 15 + 2, 6, 9, 8
 BLOCK_OPS_BWD = 60 + 2
+# torchtitan 0.3.0 (the PyPI release) saves the same bytes but takes (batch, sequence, hidden) and flattens it:
+# 44 / 65 ops (moe_block_0.3.0.json), a few views more than the count above
+RELEASE_030_OPS = (44, 65)
 # With EP (AllToAllTokenDispatcher, counted from the source): before the sync the count exchange (view,
 # all_to_all_single, wait, reshape, and per split list view, sum, copy to host) 10 ops; after it the dispatch
 # all-to-all and its wait 2, `_permute` 19, `_unpermute` 2, the combine all-to-all and its wait 2; backward the two

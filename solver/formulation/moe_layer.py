@@ -61,16 +61,14 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to
       the backward. A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's,
       `host_window` the (forward, backward) GPU time before the sync in place of the attention's.
-    `stack` an eager one (torchtitan): its MoE block's traffic, host ops and saved tensors (`eager_moe.py`), its
-    model state per parameter (`frameworks.model_state_bytes_per_param`), autocast's casts of the layer's weights."""
+    `stack` eager (torchtitan): its block, state (`layer_times`, `layer_activations`), TP-sharded experts' SP pair."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
                                         cast_bytes=quantize_bytes_per_element(precision),
                                         eager_expert_bias=cuda_graph[0] != "full_iteration")
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
-    if not stack.fused:  # torchtitan's TP-sharded experts gather the tokens, then route: the dense MLP's SP pair
-        etp_pass = np.where(etp > 1, tp_pass / 2, 0.0)
+    etp_pass = etp_pass if stack.fused else np.where(etp > 1, tp_pass / 2, 0.0)
     a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
     ne, ex = moe_layer_params_per_gpu(model, t, ep, etp)
     fwd, bwd, mf = layer_times(model, cluster, stack, block=(mf, mb, gf, gbw), attn=(attn_fwd, attn_bwd), a2a_gpu=a2a_gpu,
