@@ -1,4 +1,4 @@
-"""Qwen3-MoE planned for torchtitan and for Megatron-LM side by side: one MoE layer's saved bytes and time on the
+"""Qwen3-MoE and DeepSeek planned for torchtitan and for Megatron-LM side by side: one MoE layer's saved bytes and time on the
 same shape, and the plan each stack gets (`--framework torchtitan` prices torchtitan's own MoE block,
 formulation/eager_moe.py). Writes benchmarks/results/torchtitan_moe.md.
 
@@ -13,9 +13,9 @@ import argparse
 import time
 from pathlib import Path
 
-from solveplan import api
 from solveplan.catalog import load_job
 from solveplan.formulation.job import job_coefficients
+from solveplan.optimize import optimize
 from solveplan.space.enumeration import enumerate_shapes
 
 from _common import commit
@@ -28,8 +28,11 @@ LAYER_CASES = [
     ("qwen3-30b-a3b", "h100x64", dict(tp=[1], pp=[2], ep=[8], zero=[2])),
     ("qwen3-30b-a3b", "h100x64", dict(tp=[2], pp=[2], ep=[1], etp=[2], zero=[2])),
     ("qwen3-235b-a22b", "h100x256", dict(tp=[1], pp=[8], ep=[8], zero=[2])),
+    ("deepseek-v2-lite", "h100x16", dict(tp=[1], pp=[1], ep=[8], zero=[2])),
+    ("deepseek-v3", "h100x1024", dict(tp=[1], pp=[16], ep=[8], zero=[2])),
 ]
-PLAN_CASES = [("qwen3-30b-a3b", "h100x64"), ("qwen3-235b-a22b", "h100x256")]
+PLAN_CASES = [("qwen3-30b-a3b", "h100x64"), ("qwen3-235b-a22b", "h100x256"), ("deepseek-v2-lite", "h100x64"),
+              ("deepseek-v3", "h100x1024")]
 GIB = 2 ** 30
 
 
@@ -49,7 +52,7 @@ def layer_row(model: str, cluster: str, cons: dict) -> str:
 def plan_row(model: str, cluster: str) -> str:
     cells = []
     for fw in STACKS:
-        res = api.plan({"model": model, "cluster": cluster, "framework": fw})
+        res = optimize(load_job({"model": model, "cluster": cluster, "framework": fw}))
         p = res.plan.parallel
         cells.append(f"{res.status} {res.plan.step_time_s:.2f} s, tp {p.tp} pp {p.pp} dp {p.dp} ep {p.ep} etp {p.etp} "
                      f"vp {p.vp} mbs {p.micro_batch_size} {p.recompute} zero {p.zero}, "
@@ -61,7 +64,7 @@ def main() -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     start = time.perf_counter()
     lines = [
-        "# Qwen3-MoE under torchtitan and Megatron-LM", "",
+        "# Qwen3-MoE and DeepSeek under torchtitan and Megatron-LM", "",
         f"`python benchmarks/torchtitan_moe.py` at {commit()}: the formulation's estimates (no published run states "
         "torchtitan). torchtitan's MoE block is counted from its code and measured on its module on CPU "
         "(formulation/eager_moe.py, benchmarks/measured/torchtitan-moe-cpu/moe_block.json).", "",

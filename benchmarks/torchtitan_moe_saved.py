@@ -22,36 +22,48 @@ import argparse
 import json
 import subprocess
 import warnings
+import weakref
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "measured" / "torchtitan-moe-cpu" / "moe_block.json"
-# (hidden, expert FFN, experts, top-k) of the tiny blocks measured, T tokens each
+# (hidden, expert FFN, experts, top-k) of the tiny blocks measured, T tokens each, with qwen3's router; then
+# deepseek_v3's: (..., shared FFN, score function, route_norm, expert groups, groups kept)
 CASES = [(256, 96, 16, 4), (192, 64, 8, 2), (256, 128, 64, 8), (320, 96, 32, 6)]
+DEEPSEEK_CASES = [(256, 96, 16, 4, 192, "sigmoid", True, 4, 2), (192, 64, 8, 2, 128, "softmax", False, None, None),
+                  (256, 64, 32, 6, 128, "sigmoid", True, 8, 4)]
 TOKENS = 200
 
 
-def build(dim: int, ffn: int, experts: int, top_k: int):
-    """torchtitan's MoE block with qwen3's router settings (models/qwen3/__init__.py), bf16."""
+def build(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: str = "softmax", norm: bool = True,
+          groups: int | None = None, kept: int | None = None):
+    """torchtitan's MoE block, bf16, with qwen3's router settings (models/qwen3/__init__.py) by default, or
+    deepseek_v3's (models/deepseek_v3/__init__.py: shared experts, sigmoid scores, expert groups)."""
     import torch
+    from torchtitan.models.common.feed_forward import FeedForward
     from torchtitan.models.common.linear import Linear
     from torchtitan.models.common.moe import MoE, GroupedExperts, RoutedExperts, TokenChoiceTopKRouter
     from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
+    ffw = (FeedForward.Config(w1=Linear.Config(in_features=dim, out_features=shared),
+                              w2=Linear.Config(in_features=shared, out_features=dim),
+                              w3=Linear.Config(in_features=dim, out_features=shared)) if shared else None)
     cfg = MoE.Config(
-        num_experts=experts,
+        num_experts=experts, shared_experts=ffw,
         routed_experts=RoutedExperts.Config(
             inner_experts=GroupedExperts.Config(dim=dim, hidden_dim=ffn, num_experts=experts),
             token_dispatcher=LocalTokenDispatcher.Config(num_experts=experts, top_k=top_k)),
         router=TokenChoiceTopKRouter.Config(num_experts=experts, gate=Linear.Config(in_features=dim, out_features=experts),
-                                            top_k=top_k, score_func="softmax", route_norm=True))
+                                            top_k=top_k, score_func=score, route_norm=norm, num_expert_groups=groups,
+                                            num_limited_groups=kept))
     block = MoE(cfg)
     for p in block.parameters():
         torch.nn.init.normal_(p, std=0.02)
     return block.to(torch.bfloat16)
 
 
-def measure(dim: int, ffn: int, experts: int, top_k: int) -> dict:
+def measure(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: str = "softmax", norm: bool = True,
+            groups: int | None = None, kept: int | None = None) -> dict:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -69,29 +81,123 @@ def measure(dim: int, ffn: int, experts: int, top_k: int) -> dict:
     from torchtitan.models.common.moe import RoutedExperts
 
     torch.manual_seed(0)
-    block = build(dim, ffn, experts, top_k)
+    block = build(dim, ffn, experts, top_k, shared, score, norm, groups, kept)
     # torchtitan 0.3.0's block takes (batch, sequence, hidden), later ones (tokens, hidden)
     batched = "x_BLD" in inspect.signature(RoutedExperts.forward).parameters
     x = torch.randn(*((1,) if batched else ()), TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
     weights = {p.untyped_storage().data_ptr() for p in block.parameters()}
-    saved: dict[int, int] = {}
+    packed: list[weakref.ref] = []
 
     def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in weights and st.data_ptr() != x.untyped_storage().data_ptr():
-            saved[st.data_ptr()] = st.nbytes()
+        packed.append(weakref.ref(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        block(x)
+        y = block(x)
+    # what backward will read: the tensors still held once the forward is done (a branch of the graph that does not
+    # reach the output -- the expert-group choice, a top-k whose values are dropped -- frees what it saved)
+    saved = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (r() for r in packed)
+             if t is not None and t.untyped_storage().data_ptr() not in weights
+             and t.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()}
+    del y
     fwd, bwd = Count(), Count()
     with fwd:
         y = block(x)
     grad = torch.randn_like(y)
     with bwd:
         y.backward(grad)
-    return dict(hidden=dim, ffn=ffn, experts=experts, top_k=top_k, tokens=TOKENS, saved_bytes=sum(saved.values()),
+    return dict(hidden=dim, ffn=ffn, experts=experts, top_k=top_k, shared_ffn=shared, score=score, route_norm=norm,
+                expert_groups=groups, groups_kept=kept, tokens=TOKENS, saved_bytes=sum(saved.values()),
                 ops_forward=len(fwd.ops), ops_backward=len(bwd.ops), forward_ops=fwd.ops, backward_ops=bwd.ops)
+
+
+# multi-latent attention shapes measured (hidden, heads, q_lora rank (0: none), kv_lora rank, d_nope, d_rope, d_v)
+MLA_CASES = [(256, 4, 0, 128, 32, 32, 48), (256, 8, 64, 96, 48, 16, 32)]
+
+
+def _flash_core():
+    """A stand-in for torchtitan's attention kernels (varlen, flex): a flash-style core that keeps q, k, v, the output
+    and the fp32 log-sum-exp for backward (CPU has no kernel that takes MLA's unequal Q/K and V head widths)."""
+    import torch
+
+    class Core(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):  # two ops, as a kernel's output and log-sum-exp (the values do not matter here)
+            out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
+            ctx.save_for_backward(q, k, v, out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32))
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            q, k, v, *_ = ctx.saved_tensors
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+    class Module(torch.nn.Module):
+        def forward(self, q, k, v, attention_masks=None, scale=None, **kw):
+            return Core.apply(q, k, v)
+
+    return Module()
+
+
+def _saved_and_ops(module, x, *args) -> tuple[int, int, int]:
+    """(bytes saved for backward that backward will read, forward ops, backward ops) of one call, `x` and the
+    module's weights left out (`measure`'s rules)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    packed: list[weakref.ref] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(weakref.ref(t)) or t, lambda t: t):
+        y = module(x, *args)
+    saved = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (r() for r in packed)
+             if t is not None and t.untyped_storage().data_ptr() not in weights
+             and t.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()}
+    del y
+    fwd, bwd = Count(), Count()
+    with fwd:
+        y = module(x, *args)
+    grad = torch.randn_like(y)
+    with bwd:
+        y.backward(grad)
+    return sum(saved.values()), fwd.n, bwd.n
+
+
+def measure_mla(dim: int, heads: int, q_lora: int, kv_lora: int, nope: int, rope: int, v: int) -> dict:
+    """torchtitan's deepseek_v3 `Attention` (multi-latent) in bf16 with the flash-style core, and for its op count
+    torchtitan's GQA module of the same model dimension (common/config_utils.py `make_gqa_config`)."""
+    import torch
+    import torchtitan.models.deepseek_v3 as dsv3
+    from torchtitan.models.common.config_utils import make_gqa_config
+    from torchtitan.models.common.rope import ComplexRoPE
+
+    torch.manual_seed(0)
+    rotary = ComplexRoPE.Config(dim=rope, max_context_length=4096, theta=10000.0)
+    mla = dsv3.make_mla_attention_config(
+        layer_id=0, dim=dim, n_heads=heads, q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope_head_dim=nope,
+        qk_rope_head_dim=rope, v_head_dim=v, attn_backend="flex", linear_init=dsv3._LINEAR_INIT,
+        norm_init=dsv3._NORM_INIT, depth_init=lambda i: dsv3._LINEAR_INIT, rope=rotary).build()
+    gqa = make_gqa_config(dim=dim, n_heads=heads, n_kv_heads=heads // 2, head_dim=dim // heads,
+                          wqkv_param_init=dsv3._LINEAR_INIT, wo_param_init=dsv3._LINEAR_INIT,
+                          inner_attention=dsv3.get_attention_config("flex"),
+                          rope=ComplexRoPE.Config(dim=dim // heads, max_context_length=4096, theta=10000.0)).build()
+    out = dict(hidden=dim, heads=heads, q_lora_rank=q_lora, kv_lora_rank=kv_lora, d_nope=nope, d_rope=rope, d_v=v,
+               tokens=TOKENS)
+    for name, module in (("mla", mla), ("gqa", gqa)):
+        module.inner_attention = _flash_core()
+        for p in module.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        module = module.to(torch.bfloat16)
+        x = torch.randn(TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
+        saved, fwd, bwd = _saved_and_ops(module, x, None, torch.arange(TOKENS))
+        out.update({f"{name}_saved_bytes": saved, f"{name}_ops_forward": fwd, f"{name}_ops_backward": bwd})
+    return out
 
 
 def torchtitan_commit(stated: str | None) -> str:
@@ -114,11 +220,17 @@ def main() -> None:
     args = ap.parse_args()
     warnings.simplefilter("ignore")  # CPU autocast refuses float32 (the gate's): the count states it
     import torch
-    cases = [measure(*c) for c in CASES]
+    cases = [measure(*c) for c in CASES + DEEPSEEK_CASES]
+    try:
+        mla_cases, mla_why = [measure_mla(*c) for c in MLA_CASES], None
+    except (ImportError, AttributeError, TypeError) as exc:  # a release whose deepseek_v3 helpers differ (0.3.0)
+        mla_cases, mla_why = [], f"not measured on this release: {type(exc).__name__}: {exc}"
+        print(f"multi-latent attention {mla_why}")
     out = dict(what="bytes torchtitan's MoE block saves for backward (unique storages, weights and input left out) "
                     "and its aten ops forward and backward, one bf16 forward of `tokens` tokens on CPU, EP 1",
                how="python benchmarks/torchtitan_moe_saved.py (saved_tensors_hooks, TorchDispatchMode)",
-               env=dict(torch=torch.__version__, torchtitan=torchtitan_commit(args.torchtitan_commit), device="cpu"), cases=cases)
+               env=dict(torch=torch.__version__, torchtitan=torchtitan_commit(args.torchtitan_commit), device="cpu"), cases=cases,
+               mla_cases=mla_cases, **({"mla_not_measured": mla_why} if mla_why else {}))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     for c in cases:

@@ -2,8 +2,10 @@
 saves for backward, the HBM traffic of its elementwise ops and the aten ops the host dispatches, counted from
 torchtitan's own code (pytorch/torchtitan b5bcd76, the same MoE as 0.3.0: torchtitan/models/common/moe.py `MoE`,
 `TokenChoiceTopKRouter`, `GroupedExperts`; models/common/token_dispatcher.py `LocalTokenDispatcher`,
-`AllToAllTokenDispatcher`; models/qwen3/__init__.py, the decoder priced: softmax router with route_norm and the
-auxiliary-loss-free expert bias, SiLU-gated experts, no shared expert). Per micro-batch, for the rank's T_r tokens,
+`AllToAllTokenDispatcher`; the decoders priced: models/qwen3/__init__.py -- softmax router with route_norm and the
+auxiliary-loss-free expert bias, SiLU-gated experts, no shared expert -- and models/deepseek_v3/__init__.py -- sigmoid
+or softmax scores, route_norm as the model renormalises (`route_norm`), expert groups, shared experts; its
+multi-latent attention is eager_mla.py's). Per micro-batch, for the rank's T_r tokens,
 its N = k T_r own routed copies and the R copies its local experts compute (`moe.routed_tokens`; R = N balanced):
 
 - router: the gate runs under `torch.autocast(dtype=float32)` (CUDA casts the bf16 input: a 4h fp32 copy is saved),
@@ -14,7 +16,10 @@ its N = k T_r own routed copies and the R copies its local experts compute (`moe
   (`_permute`: 8 per received copy);
 - experts (`GroupedExperts.forward`): the copies' input (2h, saved by the w1 and w3 grouped GEMMs), w1's output
   (silu's input), silu's output and w3's output (the product's operands) and the product (w2's input): 2h + 8f;
-- combine: the expert output cast to fp32 and multiplied by the copy's fp32 score saves both (4h + 4 per own copy).
+- combine: the expert output cast to fp32 and multiplied by the copy's fp32 score saves both (4h + 4 per own copy);
+- shared experts (deepseek_v3): a FeedForward on the block's input, which it keeps (2h), and its 8 f_s
+  (`shared_bytes`); the expert-group choice saves nothing backward reads (its branch of the graph does not reach the
+  output: what it saved is freed in the forward).
 
 Measured on CPU with the real module (benchmarks/torchtitan_moe_saved.py, saved_tensors_hooks, unique storages:
 benchmarks/measured/torchtitan-moe-cpu/moe_block.json, and moe_block_0.3.0.json for the PyPI release): equal to this count up to CPU's autocast, which refuses
@@ -50,6 +55,10 @@ INDEX_BYTES = 8.0  # int64 indices
 # experts 9, combine 8 --, backward 60 (+2 on CUDA: the casts' gradients).
 ROUTER_OPS_FWD, REORDER_OPS_FWD, EXPERT_OPS_FWD, COMBINE_OPS_FWD = 15 + 2, 6, 9, 8
 BLOCK_OPS_BWD = 60 + 2
+# deepseek_v3's block, measured the same way (moe_block.json): route_norm off saves 3 / 8 ops, sigmoid scores cost
+# what softmax does, the expert-group choice adds 9 forward ops (its branch has no backward), the shared experts
+# (a FeedForward on the block's input) 9 / 26
+ROUTE_NORM_OPS, GROUP_LIMITED_OPS_FWD, SHARED_EXPERT_OPS = (3, 8), 9, (9, 26)
 # torchtitan 0.3.0 (the PyPI release) saves the same bytes but takes (batch, sequence, hidden) and flattens it:
 # 44 / 65 ops (moe_block_0.3.0.json), a few views more than the count above
 RELEASE_030_OPS = (44, 65)
@@ -73,25 +82,45 @@ def _copies(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
     return T_r, model.moe_dims[1] * T_r, received
 
 
+def route_norm(model: ModelSpec) -> bool:
+    """Whether torchtitan's router renormalises the top-k scores (`route_norm`): sigmoid scores always, softmax ones
+    unless taken over every expert before the pick (HF norm_topk_prob false, `moe_router_pre_softmax`): qwen3 and
+    DeepSeek-V3 do, DeepSeek-V2-Lite does not (models/deepseek_v3/__init__.py)."""
+    return model.moe_router_score_function != "softmax" or not model.moe_router_pre_softmax
+
+
+def shared_bytes(model: ModelSpec, tokens, tp):
+    """The shared experts' saved bytes (a FeedForward on every token of the micro-batch, TP-sharded like the dense
+    MLP): its input (2h, which nothing else keeps on CUDA) and silu's input, its output, w3's output and the product
+    (8 f_s / tp)."""
+    f_s = model.moe_shared_expert_intermediate_size or 0
+    if not f_s:
+        return 0.0
+    return np.asarray(tokens, dtype=np.float64) * (BF16_BYTES * model.hidden_size
+                                                   + 4 * BF16_BYTES * f_s / np.asarray(tp, dtype=np.float64))
+
+
 def saved_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
     """Bytes the MoE block of one layer saves for backward on one GPU per micro-batch, on CUDA (module docstring)."""
     (E, k, f_e), h = model.moe_dims, model.hidden_size
     T_r, own, received = _copies(model, tokens, tp, ep, etp, imbalance)
     f_l = f_e / np.asarray(etp, dtype=np.float64)
-    router = FP32_BYTES * (h + E) + INDEX_BYTES * k + FP32_BYTES * (k + 1)  # route_norm: qwen3's router sets it
+    router = FP32_BYTES * (h + E) + INDEX_BYTES * k + route_norm(model) * FP32_BYTES * (k + 1)
     per_own = 2 * INDEX_BYTES + FP32_BYTES * (h + 1)
     ep_index = np.where(np.asarray(ep) > 1, INDEX_BYTES, 0.0)
     per_received = BF16_BYTES * (h + 4 * f_l) + ep_index
-    return T_r * router + own * per_own + received * per_received
+    return T_r * router + own * per_own + received * per_received + shared_bytes(model, tokens, tp)
 
 
 def cpu_minus_cuda_bytes(model: ModelSpec, tokens: float) -> float:
     """What the block saves on CPU beyond CUDA for `tokens` routed by one rank (EP 1), the block's input left out (the
     layer's norm output, counted with the layer): CPU's autocast refuses float32, so the gate saves that input itself
-    instead of a fp32 copy (-4h), and the scores, their top-k, route_norm's denominator and the sorted scores stay
-    bf16 (-2 each of E + k + 1 per token, -2 per copy)."""
+    instead of a fp32 copy (-4h; the shared experts' input is that one too: -2h more), and the scores, their
+    top-k, route_norm's denominator and the sorted scores stay bf16 (-2 each of E, and of k + 1 with route_norm, per
+    token, -2 per copy)."""
     E, k, _ = model.moe_dims
-    return -tokens * (4.0 * model.hidden_size + 2.0 * (E + k + 1) + 2.0 * k)
+    shared = 2.0 * model.hidden_size if model.moe_shared_expert_intermediate_size else 0.0
+    return -tokens * (4.0 * model.hidden_size + shared + 2.0 * E + route_norm(model) * 2.0 * (k + 1) + 2.0 * k)
 
 
 def traffic_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
@@ -111,28 +140,43 @@ def traffic_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
     reorder = gathers + 2 * INDEX_BYTES + 4 * 2 * INDEX_BYTES  # + the floor division and the radix sort
     ep_moves = np.where(np.asarray(ep) > 1, 2 * (4.0 * h + INDEX_BYTES), 0.0)
     combine = 6.0 * h + (8.0 * h + 8.0) + 6.0 * h + (4.0 * h + INDEX_BYTES)
-    fwd = T_r * router + own * (reorder + combine) + received * (10.0 * f_l + ep_moves)
+    f_s = (model.moe_shared_expert_intermediate_size or 0) / np.asarray(tp, dtype=np.float64)
+    fwd = (T_r * router + own * (reorder + combine) + received * (10.0 * f_l + ep_moves)
+           + np.asarray(tokens, dtype=np.float64) * 10.0 * f_s)  # the shared experts' silu and product
     return fwd, 2.0 * fwd
 
 
-def host_s(op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS):
+def block_ops(model: ModelSpec) -> tuple[int, int, int]:
+    """(router and reorder forward, experts, combine and shared experts forward, backward) aten ops of the block
+    (the measured counts, adjusted for route_norm, the expert-group choice and shared experts)."""
+    no_norm = not route_norm(model)
+    groups, shared = bool(model.moe_router_num_groups), bool(model.moe_shared_expert_intermediate_size)
+    before = ROUTER_OPS_FWD + REORDER_OPS_FWD - no_norm * ROUTE_NORM_OPS[0] + groups * GROUP_LIMITED_OPS_FWD
+    after = EXPERT_OPS_FWD + COMBINE_OPS_FWD + shared * SHARED_EXPERT_OPS[0]
+    return before, after, BLOCK_OPS_BWD - no_norm * ROUTE_NORM_OPS[1] + shared * SHARED_EXPERT_OPS[1]
+
+
+def host_s(op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS, block: tuple[int, int, int] | None = None):
     """(forward before the sync, forward after it, backward) host time of one MoE layer, attention included
-    (`attention_ops`: `ATTENTION_OPS`, with a model's q/k norms `frameworks.TORCHTITAN.qk_norm_ops` more); without EP
-    there is no sync and the forward is one segment (`before` holds it all)."""
+    (`attention_ops`: `ATTENTION_OPS`, with a model's q/k norms `frameworks.TORCHTITAN.qk_norm_ops` more), the block's
+    ops `block` (`block_ops`; default qwen3's); without EP there is no sync and the forward is one segment (`before`
+    holds it all)."""
     ep_on = np.asarray(ep) > 1
-    before = attention_ops[0] + ROUTER_OPS_FWD + REORDER_OPS_FWD
-    after = EXPERT_OPS_FWD + COMBINE_OPS_FWD
+    router, after, block_bwd = block or (ROUTER_OPS_FWD + REORDER_OPS_FWD, EXPERT_OPS_FWD + COMBINE_OPS_FWD,
+                                         BLOCK_OPS_BWD)
+    before = attention_ops[0] + router
     pre = np.where(ep_on, before + EP_EXCHANGE_OPS_FWD, before + after) * op_s
     post = np.where(ep_on, after + EP_AFTER_SYNC_OPS_FWD, 0.0) * op_s
-    bwd = (attention_ops[1] + BLOCK_OPS_BWD + np.where(ep_on, EP_OPS_BWD, 0)) * op_s
+    bwd = (attention_ops[1] + block_bwd + np.where(ep_on, EP_OPS_BWD, 0)) * op_s
     return pre, post, bwd
 
 
-def layer_s(*, pre_gpu_s, post_gpu_s, bwd_gpu_s, op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS):
+def layer_s(*, pre_gpu_s, post_gpu_s, bwd_gpu_s, op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS,
+            block: tuple[int, int, int] | None = None):
     """(forward, backward) of one MoE layer: each segment the longer of its GPU and host time (`host_s`); with EP the
     sync splits the forward (`pre_gpu_s`: attention, router and reorder; `post_gpu_s`: the all-to-alls, experts and
     combine) and adds one op's latency, without it the forward is one segment."""
-    pre, post, bwd = host_s(op_s, ep, attention_ops)
+    pre, post, bwd = host_s(op_s, ep, attention_ops, block)
     ep_on = np.asarray(ep) > 1
     split = np.maximum(pre_gpu_s, pre) + np.maximum(post_gpu_s, post) + op_s
     whole = np.maximum(pre_gpu_s + post_gpu_s, pre)

@@ -277,14 +277,16 @@ def family_counts(fw: Framework, model, seq_length) -> LayerCounts | None:
     return counts(model, seq_length) if fw.family_layers else None
 
 
-def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | None = None, qk_norm: bool = False, **kw):
+def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | None = None, qk_norm: bool = False,
+                           mla_extra=0.0, **kw):
     """(stored per layer and micro-batch, transient working set) on one GPU: Korthikanti's
     count for Megatron, the eager layer's saved tensors (`SavedTensors`, or the family's
     `LayerCounts`) otherwise. Eager full recompute (transformers gradient checkpointing,
     torchtitan full AC) keeps the layer input and rebuilds one layer at a time (the largest);
     torchtitan's selective AC is bounded by no recompute (its per-op policy is not counted).
     transformers runs neither tensor nor sequence parallelism (specs/frameworks.py): a family's
-    count is per GPU as it is."""
+    count is per GPU as it is. `qk_norm`, `mla_extra`: an eager GQA block's q/k norms, and the bytes per token
+    torchtitan's multi-latent attention keeps beyond that block (`eager_mla.saved_extra_bytes`)."""
     if fw.fused:
         return memory.layer_activation_bytes(**kw)
     T = np.asarray(kw["tokens"], dtype=np.float64)
@@ -301,7 +303,7 @@ def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | Non
         norms = qk_norm * (s.per_qk_norm * (q + kv) + s.per_qk_norm_row * heads * (1 + kv / q)) if q else 0.0
         sharded = (s.per_q * q + s.per_kv * kv + per_f * kw["ffn"] + s.per_head * heads + norms) / t
         replicated = (s.per_h + (3.0 if kw["dropout"] else 0.0)) * h / rep + s.per_token
-        full = largest = T * (replicated + sharded)
+        full = largest = T * (replicated + sharded + mla_extra)
         kept = T * s.input_per_h * h / rep
     if not kw["flash"]:  # eager attention keeps the scores, probabilities and their dropout
         full = full + 5.0 * heads / t * T * kw["seq_k"]
@@ -338,9 +340,10 @@ def first_stage_act_bytes(fw: Framework, tokens, hidden, sp_degree, dropout: boo
     return (memory.BF16_BYTES + dropout) * tokens * hidden / sp_degree
 
 
-def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, qk_norm: bool = False, **kw):
+def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, qk_norm: bool = False, mla_extra=0.0,
+                                **kw):
     """(forward, backward) elementwise bytes per token of one layer on one GPU (`qk_norm`: the model norms queries
-    and keys, which an eager stack's traffic counts)."""
+    and keys, which an eager stack's traffic counts; `mla_extra` torchtitan's latent norms, `eager_mla.py`)."""
     from .kernels import elementwise_bytes_per_token as fused
     if fam is not None:
         return fam.traffic, 2.0 * fam.traffic
@@ -350,7 +353,7 @@ def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, q
     per_f = e.per_f_gated if kw["gated"] else e.per_f_plain
     q, kv = kw["q_width"], kw["kv_width"]
     fwd = e.per_h * kw["hidden"] / rep + (e.per_q * q + e.per_kv * kv + per_f * kw["ffn"]
-                                          + qk_norm * e.per_qk_norm * (q + kv)) / t
+                                          + qk_norm * e.per_qk_norm * (q + kv)) / t + mla_extra
     return fwd, 2.0 * fwd
 
 
@@ -364,7 +367,8 @@ def masked_attention_s(fam: LayerCounts | None, layers: int, core, masked):
 
 
 def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_per_s,
-                  fam: LayerCounts | None = None, num_microbatches=1, qk_norm: bool = False):
+                  fam: LayerCounts | None = None, num_microbatches=1, qk_norm: bool = False,
+                  extra_ops: tuple[int, int] = (0, 0)):
     """A layer's (forward, backward) time with the stack's own costs: autocast's weight casts
     (read fp32, write bf16 each forward; each backward the bf16 weight gradient cast into fp32:
     read 2, write 4, and added into the existing .grad with gradient accumulation, from the
@@ -377,7 +381,8 @@ def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_p
     per_param = (fw.weight_cast_bytes[0], fw.weight_cast_bytes[1] + fw.accumulate_grad_bytes * (m - 1) / m)
     cast_f, cast_b = (np.where(casts, c * params_per_gpu / hbm_bytes_per_s, 0.0) for c in per_param)
     op_s = fw.dispatch_us_per_op * 1e-6
-    ops = fam.ops if fam is not None else tuple(n + qk_norm * k for n, k in zip(fw.ops_per_layer, fw.qk_norm_ops))
+    ops = fam.ops if fam is not None else tuple(n + qk_norm * k + e for n, k, e in
+                                                 zip(fw.ops_per_layer, fw.qk_norm_ops, extra_ops))
     return (np.maximum(fwd_s + cast_f, ops[0] * op_s), np.maximum(bwd_s + cast_b, ops[1] * op_s))
 
 

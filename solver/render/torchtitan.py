@@ -412,6 +412,10 @@ def torchtitan_moe(job: JobSpec, plan: Plan) -> tuple[dict, dict, list[str]]:
     if getattr(job, "moe_token_dispatcher", "alltoall") == "flex" and ep > 1:
         notes.append(f"the flex dispatcher is torchtitan's moe_comm_backend (deepep or hybridep), an argument of "
                      f"{family}'s model_registry, not a job-config field")
+    if model.mtp_num_layers and family == "deepseek_v3":
+        notes.append(f"the plan prices {model.mtp_num_layers} multi-token-prediction layer(s): torchtitan builds them "
+                     f"only when its model registry is asked, `model_registry({flavor or '...'!r}, "
+                     f"num_mtp_layers={model.mtp_num_layers})` (models/deepseek_v3/__init__.py), not a job-config field")
     if getattr(job, "moe_a2a_overlap", False):
         notes.append("torchtitan has no job-config switch for Megatron's --overlap-moe-expert-parallel-comm "
                      "(its EP/compute overlap comes with the DualPipeV schedule): the plan's all-to-all overlap is "

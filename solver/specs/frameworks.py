@@ -109,10 +109,10 @@ def torchtitan_moe_family(model) -> str | None:
     return None
 
 
-# The torchtitan MoE decoder whose layer formulation/eager_moe.py counts (its attention is torchtitan's GQA block,
-# frameworks.TORCHTITAN_SAVED): qwen3's. deepseek_v3's multi-latent attention and gpt_oss's sinks, biases and clamped
-# activation keep other tensors, not counted.
-TORCHTITAN_PRICED_MOE = ("qwen3",)
+# The torchtitan MoE decoders whose layers formulation/eager_moe.py counts: qwen3's (torchtitan's GQA block,
+# frameworks.TORCHTITAN_SAVED) and deepseek_v3's (its multi-latent attention, eager_mla.py; shared experts, expert
+# groups). gpt_oss's sinks, biases and clamped activation keep other tensors, not counted.
+TORCHTITAN_PRICED_MOE = ("qwen3", "deepseek_v3")
 
 
 def torchtitan_moe_unpriced(model) -> str | None:
@@ -122,7 +122,7 @@ def torchtitan_moe_unpriced(model) -> str | None:
     if family in TORCHTITAN_PRICED_MOE:
         return None
     runs = (f"torchtitan runs it as its {family} decoder, whose attention and experts the torchtitan profile does "
-            f"not count (it counts the qwen3 decoder's)" if family else "torchtitan has no decoder for it (its MoE "
+            f"not count (it counts the qwen3 and deepseek_v3 decoders')" if family else "torchtitan has no decoder for it (its MoE "
             "decoders: Qwen3-MoE, DeepSeek-V3 with MLA, GPT-OSS)")
     return f"'{model.name}' is a mixture-of-experts model and {runs}: use framework megatron"
 

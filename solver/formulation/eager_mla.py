@@ -1,0 +1,60 @@
+"""torchtitan's multi-latent attention (its deepseek_v3 decoder: torchtitan/models/deepseek_v3/model.py `Attention`,
+b5bcd76): what it keeps, moves and dispatches beyond what the torchtitan profile counts for a GQA block of the same
+widths (frameworks.TORCHTITAN_SAVED, with `moe.attention_geometry`'s MLA widths a (d_qk + d_v) / 2 for Q, K, V and
+the output, and the latents `2 (r_q + r_kv + d_rope)` per token that coefficients.py keeps for every stack).
+
+Saved per token, measured on CPU with the real module (the core replaced by a flash-style kernel that keeps q, k, v,
+the output and its fp32 log-sum-exp, as torchtitan's varlen and flex kernels do; two shapes, with and without
+q_lora; benchmarks/torchtitan_moe_saved.py, tests/test_torchtitan_moe_pricing.py): the composite RMSNorms of the latents keep their fp32 upcast and
+normalised output (8 per element) and a rstd (4) beside the bf16 output the up-projection saves -- 10 r_q + 4 (with
+q_lora) + 10 r_kv + 4 --; the KV up-projection's output is kept whole, a (d_nope + d_v), because V is a view of it,
+so its K-nope half (2 a d_nope) stays beside the concatenated K; q and k (2 a d_qk each), the output (2 a d_v), the
+log-sum-exp (4 a) and k_pe's rotary view (d_rope bytes). Against the GQA count this is 2 a d_nope / tp more per
+head and 8 r_q + 4 + 8 r_kv + 4 more for the latent norms (the latents' own bf16 copies already counted); d_rope is
+left in the GQA count's favour (an upper bound by d_rope bytes).
+
+Traffic: each latent norm is the composite RMSNorm the layer norms are (36 bytes per element read + written); the
+rest (rope on the rotary dims, the concatenations) stays the GQA count's. Aten ops: the MLA module dispatches 49 / 81
+(forward / backward) without q_lora and 60 / 109 with it, against torchtitan's GQA module's 34 / 53 (TorchDispatchMode,
+CPU, the same two-op stand-in core; benchmarks/measured/torchtitan-moe-cpu/moe_block.json `mla_cases`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..specs import ModelSpec
+
+NORM_SAVED_PER_ELEMENT, NORM_SAVED_PER_ROW = 8.0, 4.0  # fp32 upcast + normalised output; rstd
+NORM_TRAFFIC_PER_ELEMENT = 36.0  # frameworks.TORCHTITAN_TRAFFIC's norm
+MLA_OPS = {False: (49, 81), True: (60, 109)}  # with q_lora: (forward, backward)
+GQA_OPS = (34, 53)
+
+
+def is_mla(model: ModelSpec) -> bool:
+    return bool(model.multi_latent_attention) and not (model.is_dsa or model.is_dsv4)
+
+
+def saved_extra_bytes(model: ModelSpec, tp):
+    """Bytes per token one MLA layer keeps beyond the GQA count on one GPU (module docstring); 0 without MLA."""
+    if not is_mla(model):
+        return 0.0
+    r_kv, d_nope, _, _ = model.mla_dims
+    r_q = model.q_lora_rank or 0
+    norms = NORM_SAVED_PER_ELEMENT * (r_q + r_kv) + NORM_SAVED_PER_ROW * ((r_q > 0) + 1)
+    return norms + 2.0 * model.num_attention_heads * d_nope / np.asarray(tp, dtype=np.float64)
+
+
+def traffic_extra_bytes(model: ModelSpec) -> float:
+    """Forward elementwise bytes per token of the latent norms (replicated over TP); 0 without MLA."""
+    if not is_mla(model):
+        return 0.0
+    return NORM_TRAFFIC_PER_ELEMENT * ((model.q_lora_rank or 0) + model.mla_dims[0])
+
+
+def ops_extra(model: ModelSpec) -> tuple[int, int]:
+    """(forward, backward) aten ops of the MLA module beyond torchtitan's GQA module; (0, 0) without MLA."""
+    if not is_mla(model):
+        return 0, 0
+    mla = MLA_OPS[bool(model.q_lora_rank)]
+    return mla[0] - GQA_OPS[0], mla[1] - GQA_OPS[1]
