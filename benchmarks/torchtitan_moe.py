@@ -1,4 +1,4 @@
-"""Qwen3-MoE and DeepSeek planned for torchtitan and for Megatron-LM side by side: one MoE layer's saved bytes and time on the
+"""Qwen3-MoE, DeepSeek and GPT-OSS planned for torchtitan and for Megatron-LM side by side: one MoE layer's saved bytes and time on the
 same shape, and the plan each stack gets (`--framework torchtitan` prices torchtitan's own MoE block,
 formulation/eager_moe.py). Writes benchmarks/results/torchtitan_moe.md.
 
@@ -30,9 +30,10 @@ LAYER_CASES = [
     ("qwen3-235b-a22b", "h100x256", dict(tp=[1], pp=[8], ep=[8], zero=[2])),
     ("deepseek-v2-lite", "h100x16", dict(tp=[1], pp=[1], ep=[8], zero=[2])),
     ("deepseek-v3", "h100x1024", dict(tp=[1], pp=[16], ep=[8], zero=[2])),
+    ("gpt-oss-120b", "h100x64", dict(tp=[1], pp=[4], ep=[8], zero=[2])),
 ]
 PLAN_CASES = [("qwen3-30b-a3b", "h100x64"), ("qwen3-235b-a22b", "h100x256"), ("deepseek-v2-lite", "h100x64"),
-              ("deepseek-v3", "h100x1024")]
+              ("deepseek-v3", "h100x1024"), ("gpt-oss-120b", "h100x64")]
 GIB = 2 ** 30
 
 
@@ -64,7 +65,7 @@ def main() -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     start = time.perf_counter()
     lines = [
-        "# Qwen3-MoE and DeepSeek under torchtitan and Megatron-LM", "",
+        "# Qwen3-MoE, DeepSeek and GPT-OSS under torchtitan and Megatron-LM", "",
         f"`python benchmarks/torchtitan_moe.py` at {commit()}: the formulation's estimates (no published run states "
         "torchtitan). torchtitan's MoE block is counted from its code and measured on its module on CPU "
         "(formulation/eager_moe.py, benchmarks/measured/torchtitan-moe-cpu/moe_block.json).", "",

@@ -32,11 +32,12 @@ DEFAULT_OUT = ROOT / "benchmarks" / "measured" / "torchtitan-moe-cpu" / "moe_blo
 CASES = [(256, 96, 16, 4), (192, 64, 8, 2), (256, 128, 64, 8), (320, 96, 32, 6)]
 DEEPSEEK_CASES = [(256, 96, 16, 4, 192, "sigmoid", True, 4, 2), (192, 64, 8, 2, 128, "softmax", False, None, None),
                   (256, 64, 32, 6, 128, "sigmoid", True, 8, 4)]
+GPT_OSS_CASES = [(256, 96, 16, 4, 0, "softmax", True, None, None, True), (192, 64, 8, 2, 0, "softmax", True, None, None, True)]
 TOKENS = 200
 
 
 def build(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: str = "softmax", norm: bool = True,
-          groups: int | None = None, kept: int | None = None):
+          groups: int | None = None, kept: int | None = None, gpt_oss: bool = False):
     """torchtitan's MoE block, bf16, with qwen3's router settings (models/qwen3/__init__.py) by default, or
     deepseek_v3's (models/deepseek_v3/__init__.py: shared experts, sigmoid scores, expert groups)."""
     import torch
@@ -48,22 +49,27 @@ def build(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: 
     ffw = (FeedForward.Config(w1=Linear.Config(in_features=dim, out_features=shared),
                               w2=Linear.Config(in_features=shared, out_features=dim),
                               w3=Linear.Config(in_features=dim, out_features=shared)) if shared else None)
-    cfg = MoE.Config(
+    block_cls, experts_cls = MoE, GroupedExperts
+    if gpt_oss:  # models/gpt_oss/__init__.py: biased experts with the clamped SwiGLU, a gate with a bias
+        from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts, GptOssMoE
+        block_cls, experts_cls = GptOssMoE, GptOssGroupedExperts
+    cfg = block_cls.Config(
         num_experts=experts, shared_experts=ffw,
         routed_experts=RoutedExperts.Config(
-            inner_experts=GroupedExperts.Config(dim=dim, hidden_dim=ffn, num_experts=experts),
+            inner_experts=experts_cls.Config(dim=dim, hidden_dim=ffn, num_experts=experts),
             token_dispatcher=LocalTokenDispatcher.Config(num_experts=experts, top_k=top_k)),
-        router=TokenChoiceTopKRouter.Config(num_experts=experts, gate=Linear.Config(in_features=dim, out_features=experts),
+        router=TokenChoiceTopKRouter.Config(num_experts=experts,
+                                            gate=Linear.Config(in_features=dim, out_features=experts, bias=gpt_oss),
                                             top_k=top_k, score_func=score, route_norm=norm, num_expert_groups=groups,
                                             num_limited_groups=kept))
-    block = MoE(cfg)
+    block = block_cls(cfg)
     for p in block.parameters():
         torch.nn.init.normal_(p, std=0.02)
     return block.to(torch.bfloat16)
 
 
 def measure(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: str = "softmax", norm: bool = True,
-            groups: int | None = None, kept: int | None = None) -> dict:
+            groups: int | None = None, kept: int | None = None, gpt_oss: bool = False) -> dict:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -81,7 +87,7 @@ def measure(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score
     from torchtitan.models.common.moe import RoutedExperts
 
     torch.manual_seed(0)
-    block = build(dim, ffn, experts, top_k, shared, score, norm, groups, kept)
+    block = build(dim, ffn, experts, top_k, shared, score, norm, groups, kept, gpt_oss)
     # torchtitan 0.3.0's block takes (batch, sequence, hidden), later ones (tokens, hidden)
     batched = "x_BLD" in inspect.signature(RoutedExperts.forward).parameters
     x = torch.randn(*((1,) if batched else ()), TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
@@ -107,12 +113,14 @@ def measure(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score
     with bwd:
         y.backward(grad)
     return dict(hidden=dim, ffn=ffn, experts=experts, top_k=top_k, shared_ffn=shared, score=score, route_norm=norm,
-                expert_groups=groups, groups_kept=kept, tokens=TOKENS, saved_bytes=sum(saved.values()),
+                expert_groups=groups, groups_kept=kept, gpt_oss=gpt_oss, tokens=TOKENS, saved_bytes=sum(saved.values()),
                 ops_forward=len(fwd.ops), ops_backward=len(bwd.ops), forward_ops=fwd.ops, backward_ops=bwd.ops)
 
 
 # multi-latent attention shapes measured (hidden, heads, q_lora rank (0: none), kv_lora rank, d_nope, d_rope, d_v)
 MLA_CASES = [(256, 4, 0, 128, 32, 32, 48), (256, 8, 64, 96, 48, 16, 32)]
+# attention-sink shapes (hidden, heads, KV heads, head dimension)
+SINK_CASES = [(256, 4, 2, 64), (192, 6, 2, 32)]
 
 
 def _flash_core():
@@ -124,17 +132,19 @@ def _flash_core():
         @staticmethod
         def forward(ctx, q, k, v):  # two ops, as a kernel's output and log-sum-exp (the values do not matter here)
             out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
-            ctx.save_for_backward(q, k, v, out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32))
-            return out
+            lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out, lse
 
         @staticmethod
-        def backward(ctx, grad):
+        def backward(ctx, grad, grad_lse):
             q, k, v, *_ = ctx.saved_tensors
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
-    class Module(torch.nn.Module):
-        def forward(self, q, k, v, attention_masks=None, scale=None, **kw):
-            return Core.apply(q, k, v)
+    class Module(torch.nn.Module):  # torchtitan's varlen: the log-sum-exp goes to `out_transform` (GPT-OSS's sinks)
+        def forward(self, q, k, v, attention_masks=None, scale=None, out_transform=None, **kw):
+            out, lse = Core.apply(q, k, v)
+            return out if out_transform is None else out_transform(out, lse.transpose(0, 1))
 
     return Module()
 
@@ -200,6 +210,33 @@ def measure_mla(dim: int, heads: int, q_lora: int, kv_lora: int, nope: int, rope
     return out
 
 
+def measure_sinks(dim: int, heads: int, kv_heads: int, head_dim: int) -> dict:
+    """torchtitan's gpt_oss `Attention` (attention sinks, biased fused QKV) and its fused-QKV GQA module of the same
+    widths, both in bf16 with the flash-style core: bytes saved and ops."""
+    import torch
+    import torchtitan.models.gpt_oss as oss
+    from torchtitan.models.common.config_utils import make_gqa_config
+    from torchtitan.models.common.rope import ComplexRoPE
+
+    torch.manual_seed(0)
+    rope = ComplexRoPE.Config(dim=head_dim, max_context_length=4096, theta=150000.0)
+    sinks = oss._make_gptoss_attn_config(dim=dim, layer_id=0, attn_backend="varlen", n_heads=heads,
+                                         n_kv_heads=kv_heads, head_dim=head_dim, fuse_qkv=True, rope=rope).build()
+    gqa = make_gqa_config(dim=dim, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim, wqkv_param_init={},
+                          wo_param_init={}, inner_attention=oss.get_attention_config("varlen"), rope=rope,
+                          fuse_qkv=True).build()
+    out = dict(hidden=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, tokens=TOKENS)
+    for name, module in (("sinks", sinks), ("gqa", gqa)):
+        module.inner_attention = _flash_core()
+        for p in module.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        module = module.to(torch.bfloat16)
+        x = torch.randn(TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
+        saved, fwd, bwd = _saved_and_ops(module, x, None, torch.arange(TOKENS))
+        out.update({f"{name}_saved_bytes": saved, f"{name}_ops_forward": fwd, f"{name}_ops_backward": bwd})
+    return out
+
+
 def torchtitan_commit(stated: str | None) -> str:
     """The torchtitan commit measured: `stated` (--torchtitan-commit, for a checkout without git metadata), else git's."""
     if stated:
@@ -222,6 +259,15 @@ def main() -> None:
     import torch
     cases = [measure(*c) for c in CASES + DEEPSEEK_CASES]
     try:
+        cases += [measure(*c) for c in GPT_OSS_CASES]
+    except ImportError as exc:
+        print(f"gpt_oss's block not measured: {exc}")
+    try:
+        sink_cases = [measure_sinks(*c) for c in SINK_CASES]
+    except (ImportError, AttributeError, TypeError) as exc:
+        sink_cases = []
+        print(f"attention sinks not measured: {exc}")
+    try:
         mla_cases, mla_why = [measure_mla(*c) for c in MLA_CASES], None
     except (ImportError, AttributeError, TypeError) as exc:  # a release whose deepseek_v3 helpers differ (0.3.0)
         mla_cases, mla_why = [], f"not measured on this release: {type(exc).__name__}: {exc}"
@@ -230,7 +276,7 @@ def main() -> None:
                     "and its aten ops forward and backward, one bf16 forward of `tokens` tokens on CPU, EP 1",
                how="python benchmarks/torchtitan_moe_saved.py (saved_tensors_hooks, TorchDispatchMode)",
                env=dict(torch=torch.__version__, torchtitan=torchtitan_commit(args.torchtitan_commit), device="cpu"), cases=cases,
-               mla_cases=mla_cases, **({"mla_not_measured": mla_why} if mla_why else {}))
+               mla_cases=mla_cases, **({"mla_not_measured": mla_why} if mla_why else {}), sink_cases=sink_cases)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     for c in cases:

@@ -23,22 +23,22 @@ MEASURED = ROOT / "benchmarks" / "measured" / "torchtitan-moe-cpu" / "moe_block.
 
 
 def _spec(hidden: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: str = "softmax", norm: bool = True,
-          groups: int | None = None, kept: int | None = None) -> ModelSpec:
+          groups: int | None = None, kept: int | None = None, gpt_oss: bool = False) -> ModelSpec:
     """A model of the measured block's dimensions: Qwen3-MoE's router by default, else DeepSeek's (shared experts,
     the score function, route_norm as HF's norm_topk_prob, expert groups)."""
     router = dict(moe_router_score_function=score, moe_router_pre_softmax=score == "softmax" and not norm)
     if groups:
         router.update(moe_router_num_groups=groups, moe_router_group_topk=kept)
     return ModelSpec(name="tt-moe", num_layers=2, hidden_size=hidden, num_attention_heads=4, num_kv_heads=2,
-                     ffn_hidden_size=ffn, vocab_size=1000, gated_mlp=True, qk_norm=True, num_experts=experts,
-                     moe_ffn_hidden_size=ffn, moe_router_topk=top_k,
+                     ffn_hidden_size=ffn, vocab_size=1000, gated_mlp=True, qk_norm=not gpt_oss, num_experts=experts,
+                     moe_ffn_hidden_size=ffn, moe_router_topk=top_k, add_bias_linear=gpt_oss,
                      moe_shared_expert_intermediate_size=shared or None, **router)
 
 
 def _case_spec(case: dict) -> ModelSpec:
     return _spec(case["hidden"], case["ffn"], case["experts"], case["top_k"], case.get("shared_ffn", 0),
                  case.get("score", "softmax"), case.get("route_norm", True), case.get("expert_groups"),
-                 case.get("groups_kept"))
+                 case.get("groups_kept"), case.get("gpt_oss", False))
 
 
 def _cpu_count(case: dict) -> float:
@@ -64,7 +64,7 @@ def test_op_counts_are_the_measured_ones():
         before, after, bwd = eager_moe.block_ops(_case_spec(case))
         assert (before + after - 2, bwd - 2) == (case["ops_forward"], case["ops_backward"]), case
     release = {(c["ops_forward"], c["ops_backward"]) for c in json.loads(MEASURED_030.read_text())["cases"]
-               if not c.get("shared_ffn")}
+               if not c.get("shared_ffn") and not c.get("gpt_oss")}  # qwen3's block
     assert release == {eager_moe.RELEASE_030_OPS}
 
 
@@ -112,7 +112,7 @@ def test_torchtitan_shapes_take_its_expert_forms_only():
 
 
 def test_models_torchtitan_is_not_counted_for_are_refused_naming_the_framework():
-    for name in ("gpt-oss-120b", "mixtral-8x7b"):
+    for name in ("mixtral-8x7b", "llama4-scout"):
         with pytest.raises(InputError) as err:
             load_job({"model": name, "cluster": "h100x64", "framework": "torchtitan"})
         assert err.value.field.endswith("framework") and "use framework megatron" in str(err.value)
@@ -265,10 +265,10 @@ def test_torchtitan_03_loads_the_plan_torchtitan_was_priced_for(model, cluster, 
 @pytest.mark.parametrize("case", json.loads(MEASURED.read_text())["mla_cases"], ids=lambda c: f"q_lora{c['q_lora_rank']}")
 def test_multi_latent_attention_keeps_what_torchtitans_module_kept(case):
     """torchtitan's deepseek_v3 attention, measured on CPU with a flash-style core (q, k, v, output, log-sum-exp kept):
-    the GQA count at MLA's widths, the latents coefficients.py keeps and `eager_mla.saved_extra_bytes` sum to it plus
+    the GQA count at MLA's widths, the latents coefficients.py keeps and `eager_attention.saved_extra_bytes` sum to it plus
     k_pe's rotary view, d_rope bytes counted twice (an upper bound by d_rope per token); the MLA and GQA modules' op
-    counts are eager_mla's."""
-    from solveplan.formulation import eager_mla, frameworks
+    counts are eager_attention's."""
+    from solveplan.formulation import eager_attention, frameworks
     from solveplan.formulation.moe import attention_geometry
     a, r_q, r_kv = case["heads"], case["q_lora_rank"], case["kv_lora_rank"]
     spec = ModelSpec(name="tt-mla", num_layers=2, hidden_size=case["hidden"], num_attention_heads=a,
@@ -278,11 +278,11 @@ def test_multi_latent_attention_keeps_what_torchtitans_module_kept(case):
     _, width, kv_width, _, latent = attention_geometry(spec, 1)
     s = frameworks.TORCHTITAN_SAVED
     gqa = s.per_q * width + s.per_kv * kv_width + s.per_head * a  # q, k, v, the output, the log-sum-exp
-    ours = gqa + latent + float(eager_mla.saved_extra_bytes(spec, 1))
+    ours = gqa + latent + float(eager_attention.saved_extra_bytes(spec, 1))
     assert ours - case["d_rope"] == pytest.approx(case["mla_saved_bytes"] / case["tokens"]), (ours, case)
-    mla_ops = eager_mla.MLA_OPS[bool(r_q)]
+    mla_ops = eager_attention.MLA_OPS[bool(r_q)]
     assert (case["mla_ops_forward"], case["mla_ops_backward"]) == mla_ops
-    assert (case["gqa_ops_forward"], case["gqa_ops_backward"]) == eager_mla.GQA_OPS
+    assert (case["gqa_ops_forward"], case["gqa_ops_backward"]) == eager_attention.GQA_OPS
 
 
 def test_deepseek_is_priced_for_torchtitan_with_its_mla_and_shared_experts():
@@ -312,3 +312,32 @@ def test_the_launch_says_how_to_build_the_mtp_layers_the_plan_prices():
     layers = [base + (i < job.model.num_layers % 16) for i in range(16)]
     _, notes = torchtitan_config(job, make_plan(job, par, layers))
     assert any("num_mtp_layers=1" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("case", json.loads(MEASURED.read_text())["sink_cases"], ids=lambda c: f"h{c['hidden']}a{c['heads']}")
+def test_attention_sinks_keep_what_torchtitans_gpt_oss_attention_kept(case):
+    """torchtitan's gpt_oss attention against its fused-QKV GQA module of the same widths, measured on CPU with the
+    same flash-style core: the sinks' rescale keeps 2 q + 6 heads bytes per token more, and 9 / 19 more ops."""
+    from solveplan.formulation import eager_attention
+    a, kv, d = case["heads"], case["kv_heads"], case["head_dim"]
+    spec = ModelSpec(name="tt-oss", num_layers=2, hidden_size=case["hidden"], num_attention_heads=a, num_kv_heads=kv,
+                     kv_channels=d, ffn_hidden_size=512, vocab_size=1000, softmax_type="learnable")
+    extra = float(eager_attention.saved_extra_bytes(spec, 1)) * case["tokens"]
+    assert case["gqa_saved_bytes"] + extra == pytest.approx(case["sinks_saved_bytes"]), case
+    assert (case["sinks_ops_forward"] - case["gqa_ops_forward"],
+            case["sinks_ops_backward"] - case["gqa_ops_backward"]) == eager_attention.SINK_OPS
+
+
+def test_gpt_oss_is_priced_for_torchtitan_with_its_window_skipped():
+    """GPT-OSS plans under torchtitan: its sliding windows are built (the kernel skips what they mask, so no note
+    says otherwise), and its MoE layer keeps more than Megatron's on the same shape."""
+    from solveplan.specs.frameworks import windows_skipped
+    model = load_model("gpt-oss-120b")
+    assert windows_skipped("torchtitan", model) and not windows_skipped("torchtitan", load_model("mistral-7b"))
+    out = {}
+    for fw in STACKS_:
+        job = load_job({"model": "gpt-oss-120b", "cluster": "h100x64", "framework": fw,
+                        "constraints": {"tp": [1], "pp": [4], "ep": [8], "zero": [2], "recompute": ["none"],
+                                        "micro_batch_size": [1], "vp": [1]}})
+        out[fw] = float(job_coefficients(job, enumerate_shapes(job).shapes).layer_act_bytes[0])
+    assert out["torchtitan"] > 1.5 * out["megatron"]

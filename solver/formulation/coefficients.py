@@ -29,8 +29,9 @@ import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
+from ..specs.frameworks import windows_skipped
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
-from . import comm, dsa, dsv4, eager_mla, frameworks, lora, memory
+from . import comm, dsa, dsv4, eager_attention, frameworks, lora, memory
 from .data_parallel import (
     embedding_group_allreduce_s,
     grad_reduce_bytes,
@@ -191,7 +192,7 @@ class _StageTerms:
             masked = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=True,
                                       kernel="masked", hbm_bytes_per_s=hbm)
             core_fwd, core_bwd = frameworks.masked_attention_s(fam, model.num_layers, (core_fwd, core_bwd), masked)
-        elif self.stack.name == "megatron" and self.flash_attention:  # TE's kernels skip what a window masks
+        elif windows_skipped(self.stack.name, model) and self.flash_attention:  # the kernel skips what a window masks
             core_fwd, core_bwd = windowed_attention_s(gpu, model, (core_fwd, core_bwd), kernel=self.attention_kernel,
                                                       batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
                                                       hbm_bytes_per_s=hbm)
@@ -202,7 +203,7 @@ class _StageTerms:
         self.el_fwd, self.el_bwd = el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
             stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
             rotary=model.position_embedding == "rope", sp_degree=rep, tp=t, qk_norm=model.qk_norm,
-            mla_extra=eager_mla.traffic_extra_bytes(model))
+            mla_extra=eager_attention.traffic_extra_bytes(model))
         # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
         self.overhead_s = overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
         gate_fwd, gate_bwd = output_gate_s(model, M, t, hbm)  # the attention output gate, 0 without one
@@ -212,7 +213,7 @@ class _StageTerms:
         self.fwd_gpu, self.bwd_gpu = fwd, bwd  # before an eager stack's casts and host bound (a MoE layer's own)
         self.fwd, self.bwd = fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam,
                                                                  self.m, qk_norm=model.qk_norm,
-                                                                 extra_ops=eager_mla.ops_extra(model))
+                                                                 extra_ops=eager_attention.ops_extra(model))
         # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
         # attention core alone): the dense layer's modules
         self.mods = mods = modules_of(self.recompute_modules)
@@ -368,7 +369,7 @@ class _StageTerms:
                            gate_width=self.hq * model.attention_output_gate)
         layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=self.f, fam=self.fam,
                                                                qk_norm=model.qk_norm,
-                                                               mla_extra=eager_mla.saved_extra_bytes(model, t), **self.act_kw)
+                                                               mla_extra=eager_attention.saved_extra_bytes(model, t), **self.act_kw)
         if self.lora:  # frozen linears keep no input for a weight gradient; the adapters keep theirs (lora.py)
             layer_act = layer_act + np.where(rc == 2, 0.0, lora.saved_inputs_delta_bytes(
                 model, M, t, rep, self.act_kw["linear_input_bytes"], self.lora[1]))

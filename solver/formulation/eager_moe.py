@@ -5,7 +5,8 @@ torchtitan's own code (pytorch/torchtitan b5bcd76, the same MoE as 0.3.0: torcht
 `AllToAllTokenDispatcher`; the decoders priced: models/qwen3/__init__.py -- softmax router with route_norm and the
 auxiliary-loss-free expert bias, SiLU-gated experts, no shared expert -- and models/deepseek_v3/__init__.py -- sigmoid
 or softmax scores, route_norm as the model renormalises (`route_norm`), expert groups, shared experts; its
-multi-latent attention is eager_mla.py's). Per micro-batch, for the rank's T_r tokens,
+multi-latent attention is eager_attention.py's -- and models/gpt_oss -- experts with biases and a clamped SwiGLU,
+its attention sinks eager_attention.py's). Per micro-batch, for the rank's T_r tokens,
 its N = k T_r own routed copies and the R copies its local experts compute (`moe.routed_tokens`; R = N balanced):
 
 - router: the gate runs under `torch.autocast(dtype=float32)` (CUDA casts the bf16 input: a 4h fp32 copy is saved),
@@ -59,6 +60,11 @@ BLOCK_OPS_BWD = 60 + 2
 # what softmax does, the expert-group choice adds 9 forward ops (its branch has no backward), the shared experts
 # (a FeedForward on the block's input) 9 / 26
 ROUTE_NORM_OPS, GROUP_LIMITED_OPS_FWD, SHARED_EXPERT_OPS = (3, 8), 9, (9, 26)
+# gpt_oss's experts (models/gpt_oss/moe.py `GptOssGroupedExperts`): biases added per copy (`repeat_interleave` of each
+# bias keeps its int64 index: 2 x 8 per copy) and the clamped SwiGLU (`swiglu`: the two clamps keep fc1's whole
+# output, 2 x 2f; sigmoid, the clamped gate, the product and the clamped linear half, and fc2's input: 5 x 2f),
+# 2h + 14 f + 16 per copy measured; 21 / 24 more ops
+GPT_OSS_EXPERT_F_BYTES, BIAS_INDEX_BYTES, GPT_OSS_EXPERT_OPS = 14.0, 2 * INDEX_BYTES, (21, 24)
 # torchtitan 0.3.0 (the PyPI release) saves the same bytes but takes (batch, sequence, hidden) and flattens it:
 # 44 / 65 ops (moe_block_0.3.0.json), a few views more than the count above
 RELEASE_030_OPS = (44, 65)
@@ -108,8 +114,14 @@ def saved_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
     router = FP32_BYTES * (h + E) + INDEX_BYTES * k + route_norm(model) * FP32_BYTES * (k + 1)
     per_own = 2 * INDEX_BYTES + FP32_BYTES * (h + 1)
     ep_index = np.where(np.asarray(ep) > 1, INDEX_BYTES, 0.0)
-    per_received = BF16_BYTES * (h + 4 * f_l) + ep_index
-    return T_r * router + own * per_own + received * per_received + shared_bytes(model, tokens, tp)
+    experts = (BF16_BYTES * h + GPT_OSS_EXPERT_F_BYTES * f_l + BIAS_INDEX_BYTES if gpt_oss_experts(model)
+               else BF16_BYTES * (h + 4 * f_l))
+    return T_r * router + own * per_own + received * (experts + ep_index) + shared_bytes(model, tokens, tp)
+
+
+def gpt_oss_experts(model: ModelSpec) -> bool:
+    """Whether the block is gpt_oss's: experts with biases and the clamped SwiGLU."""
+    return bool(model.add_bias_linear)
 
 
 def cpu_minus_cuda_bytes(model: ModelSpec, tokens: float) -> float:
@@ -141,7 +153,10 @@ def traffic_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float):
     ep_moves = np.where(np.asarray(ep) > 1, 2 * (4.0 * h + INDEX_BYTES), 0.0)
     combine = 6.0 * h + (8.0 * h + 8.0) + 6.0 * h + (4.0 * h + INDEX_BYTES)
     f_s = (model.moe_shared_expert_intermediate_size or 0) / np.asarray(tp, dtype=np.float64)
-    fwd = (T_r * router + own * (reorder + combine) + received * (10.0 * f_l + ep_moves)
+    # gpt_oss: the two bias adds (fc1's 2f: 12 f; fc2's h: 6h, and the two repeat_interleaves' writes, 4f + 2h) and
+    # the clamped SwiGLU (two clamps, the scaled gate, sigmoid, the product, addcmul: 30 f) in place of silu * mul
+    act = 46.0 * f_l + 8.0 * h if gpt_oss_experts(model) else 10.0 * f_l
+    fwd = (T_r * router + own * (reorder + combine) + received * (act + ep_moves)
            + np.asarray(tokens, dtype=np.float64) * 10.0 * f_s)  # the shared experts' silu and product
     return fwd, 2.0 * fwd
 
@@ -151,9 +166,11 @@ def block_ops(model: ModelSpec) -> tuple[int, int, int]:
     (the measured counts, adjusted for route_norm, the expert-group choice and shared experts)."""
     no_norm = not route_norm(model)
     groups, shared = bool(model.moe_router_num_groups), bool(model.moe_shared_expert_intermediate_size)
+    oss = gpt_oss_experts(model)
     before = ROUTER_OPS_FWD + REORDER_OPS_FWD - no_norm * ROUTE_NORM_OPS[0] + groups * GROUP_LIMITED_OPS_FWD
-    after = EXPERT_OPS_FWD + COMBINE_OPS_FWD + shared * SHARED_EXPERT_OPS[0]
-    return before, after, BLOCK_OPS_BWD - no_norm * ROUTE_NORM_OPS[1] + shared * SHARED_EXPERT_OPS[1]
+    after = EXPERT_OPS_FWD + COMBINE_OPS_FWD + shared * SHARED_EXPERT_OPS[0] + oss * GPT_OSS_EXPERT_OPS[0]
+    bwd = BLOCK_OPS_BWD - no_norm * ROUTE_NORM_OPS[1] + shared * SHARED_EXPERT_OPS[1] + oss * GPT_OSS_EXPERT_OPS[1]
+    return before, after, bwd
 
 
 def host_s(op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS, block: tuple[int, int, int] | None = None):

@@ -286,7 +286,7 @@ def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | Non
     torchtitan's selective AC is bounded by no recompute (its per-op policy is not counted).
     transformers runs neither tensor nor sequence parallelism (specs/frameworks.py): a family's
     count is per GPU as it is. `qk_norm`, `mla_extra`: an eager GQA block's q/k norms, and the bytes per token
-    torchtitan's multi-latent attention keeps beyond that block (`eager_mla.saved_extra_bytes`)."""
+    torchtitan's multi-latent attention keeps beyond that block (`eager_attention.saved_extra_bytes`)."""
     if fw.fused:
         return memory.layer_activation_bytes(**kw)
     T = np.asarray(kw["tokens"], dtype=np.float64)
@@ -343,7 +343,7 @@ def first_stage_act_bytes(fw: Framework, tokens, hidden, sp_degree, dropout: boo
 def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, qk_norm: bool = False, mla_extra=0.0,
                                 **kw):
     """(forward, backward) elementwise bytes per token of one layer on one GPU (`qk_norm`: the model norms queries
-    and keys, which an eager stack's traffic counts; `mla_extra` torchtitan's latent norms, `eager_mla.py`)."""
+    and keys, which an eager stack's traffic counts; `mla_extra` torchtitan's latent norms, `eager_attention.py`)."""
     from .kernels import elementwise_bytes_per_token as fused
     if fam is not None:
         return fam.traffic, 2.0 * fam.traffic

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
-from . import comm, eager_mla, eager_moe, frameworks
+from . import comm, eager_attention, eager_moe, frameworks
 from .data_parallel import hsdp_step_s
 from .fine_offload import attention_offloaded, expert_offloaded, with_fine_offload
 from .host import host_calls_s, host_exposed_s
@@ -120,7 +120,7 @@ def moe_layer_of(terms) -> dict:
     el0_fwd, el0_bwd = frameworks.elementwise_bytes_per_token(
         terms.stack, hidden=h, q_width=terms.hq, kv_width=terms.hkv, ffn=0, gated=model.gated_mlp,
         rotary=model.position_embedding == "rope", sp_degree=rep, tp=t, qk_norm=model.qk_norm,
-        mla_extra=eager_mla.traffic_extra_bytes(model))
+        mla_extra=eager_attention.traffic_extra_bytes(model))
     attn_fwd = terms.fwd_gpu - mlp_fwd - M * (terms.el_fwd - el0_fwd) / hbm  # the layer without its MLP
     attn_bwd = terms.bwd_gpu - mlp_bwd - M * (terms.el_bwd - el0_bwd) / hbm
     scores = terms.scores
@@ -171,8 +171,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, stack: frameworks.Framew
 
 def attention_ops(model: ModelSpec, stack: frameworks.Framework) -> tuple[int, int]:
     """(forward, backward) aten ops of an eager MoE layer's attention part: torchtitan's decoder layer without its
-    FeedForward (`eager_moe.ATTENTION_OPS`), its q/k norms', its multi-latent attention's beyond GQA (`eager_mla`)."""
-    mla = eager_mla.ops_extra(model)
+    FeedForward (`eager_moe.ATTENTION_OPS`), its q/k norms', its multi-latent attention's beyond GQA (`eager_attention`)."""
+    mla = eager_attention.ops_extra(model)
     return (eager_moe.ATTENTION_OPS[0] + model.qk_norm * stack.qk_norm_ops[0] + mla[0],
             eager_moe.ATTENTION_OPS[1] + model.qk_norm * stack.qk_norm_ops[1] + mla[1])
 
@@ -188,7 +188,7 @@ def layer_activations(model: ModelSpec, stack: frameworks.Framework, *, M, t, ep
         return att_act, att_working, moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance,
                                                              act_kw["linear_input_bytes"])
     att_act, att_working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=0, qk_norm=model.qk_norm,
-                                                             mla_extra=eager_mla.saved_extra_bytes(model, t), **act_kw)
+                                                             mla_extra=eager_attention.saved_extra_bytes(model, t), **act_kw)
     mlp_input = np.where(np.asarray(act_kw["recompute"]) == 2, 0.0, BF16_BYTES * M * model.hidden_size / act_kw["sp_degree"])
     return att_act - mlp_input, att_working, eager_moe.saved_bytes(model, M, t, ep, etp, imbalance)
 

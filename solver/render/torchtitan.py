@@ -47,7 +47,7 @@ from ..errors import InputError
 from ..formulation.memory import adam_state_bytes_per_param
 from ..plan import Plan
 from ..specs import JobSpec
-from ..specs.frameworks import torchtitan_moe_family
+from ..specs.frameworks import torchtitan_moe_family, windows_skipped
 from .megatron import _chunks
 
 SOURCES = {
@@ -137,7 +137,7 @@ def _unexpressed_settings(job: JobSpec, par) -> list[str]:
         notes.append(OFFLOAD_NOTE)
     if job.offload_modules:
         notes.append(MODULE_OFFLOAD_NOTE.format(mods=", ".join(job.offload_modules)))
-    if job.model.windowed_layers:
+    if job.model.windowed_layers and not windows_skipped("torchtitan", job.model):  # gpt_oss's decoder builds its own
         notes.append(f"torchtitan's Llama-style decoder has no sliding window: {job.model.name}'s "
                      f"{job.model.sliding_window}-token window is not built (full causal attention: "
                      f"--framework torchtitan prices it so)")

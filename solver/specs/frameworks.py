@@ -110,9 +110,9 @@ def torchtitan_moe_family(model) -> str | None:
 
 
 # The torchtitan MoE decoders whose layers formulation/eager_moe.py counts: qwen3's (torchtitan's GQA block,
-# frameworks.TORCHTITAN_SAVED) and deepseek_v3's (its multi-latent attention, eager_mla.py; shared experts, expert
-# groups). gpt_oss's sinks, biases and clamped activation keep other tensors, not counted.
-TORCHTITAN_PRICED_MOE = ("qwen3", "deepseek_v3")
+# frameworks.TORCHTITAN_SAVED), deepseek_v3's (its multi-latent attention, eager_attention.py; shared experts, expert
+# groups) and gpt_oss's (attention sinks, eager_attention.py; experts with biases and the clamped SwiGLU).
+TORCHTITAN_PRICED_MOE = ("qwen3", "deepseek_v3", "gpt_oss")
 
 
 def torchtitan_moe_unpriced(model) -> str | None:
@@ -122,7 +122,7 @@ def torchtitan_moe_unpriced(model) -> str | None:
     if family in TORCHTITAN_PRICED_MOE:
         return None
     runs = (f"torchtitan runs it as its {family} decoder, whose attention and experts the torchtitan profile does "
-            f"not count (it counts the qwen3 and deepseek_v3 decoders')" if family else "torchtitan has no decoder for it (its MoE "
+            f"not count" if family else "torchtitan has no decoder for it (its MoE "
             "decoders: Qwen3-MoE, DeepSeek-V3 with MLA, GPT-OSS)")
     return f"'{model.name}' is a mixture-of-experts model and {runs}: use framework megatron"
 
@@ -158,3 +158,11 @@ def torchtitan_ep_fits(*, tp, cp, dp, zero, ep):
 def torchtitan_etp(tp: int, ep: int) -> int:
     """torchtitan's expert tensor parallelism for (tp, ep): 1 with EP, tp without (`expert_conflicts`)."""
     return 1 if ep > 1 else tp
+
+
+def windows_skipped(framework: str, model) -> bool:
+    """Whether the stack's attention kernel skips the blocks a sliding window masks: Transformer Engine's (Megatron), and
+    torchtitan's for its gpt_oss decoder (varlen's window_size / flex's sliding-window block mask, models/gpt_oss);
+    torchtitan's other decoders build no window and transformers masks the whole s x s (frameworks.masked_attention_s)."""
+    return framework == "megatron" or (framework == "torchtitan" and model.is_moe
+                                       and torchtitan_moe_family(model) == "gpt_oss")

@@ -1,4 +1,13 @@
-"""torchtitan's multi-latent attention (its deepseek_v3 decoder: torchtitan/models/deepseek_v3/model.py `Attention`,
+"""torchtitan's attention variants beyond its GQA block: multi-latent attention (its deepseek_v3 decoder) and
+attention sinks (its gpt_oss decoder), what each keeps, moves and dispatches beyond the torchtitan profile's count.
+
+GPT-OSS (torchtitan/models/gpt_oss/model.py `Attention`, b5bcd76): the kernel returns its log-sum-exp, and the sinks
+rescale the output by sigmoid(lse - sink) (`apply_attention_sink_rescale`): the sigmoid keeps its fp32 output (4 per
+head), the product keeps the bf16 scale (2 per head) and the output, and the projection keeps the rescaled output:
+2 q + 6 heads bytes per token more than GQA's, and 9 / 19 more aten ops (measured on the module on CPU against
+torchtitan's fused-QKV GQA module, the same stand-in core: 45 / 60 against 36 / 41).
+
+Multi-latent attention (torchtitan/models/deepseek_v3/model.py `Attention`,
 b5bcd76): what it keeps, moves and dispatches beyond what the torchtitan profile counts for a GQA block of the same
 widths (frameworks.TORCHTITAN_SAVED, with `moe.attention_geometry`'s MLA widths a (d_qk + d_v) / 2 for Q, K, V and
 the output, and the latents `2 (r_q + r_kv + d_rope)` per token that coefficients.py keeps for every stack).
@@ -14,8 +23,8 @@ head and 8 r_q + 4 + 8 r_kv + 4 more for the latent norms (the latents' own bf16
 left in the GQA count's favour (an upper bound by d_rope bytes).
 
 Traffic: each latent norm is the composite RMSNorm the layer norms are (36 bytes per element read + written); the
-rest (rope on the rotary dims, the concatenations) stays the GQA count's. Aten ops: the MLA module dispatches 49 / 81
-(forward / backward) without q_lora and 60 / 109 with it, against torchtitan's GQA module's 34 / 53 (TorchDispatchMode,
+rest (rope on the rotary dims, the concatenations) stays the GQA count's. Aten ops: the MLA module dispatches 50 / 83
+(forward / backward) without q_lora and 61 / 111 with it, against torchtitan's GQA module's 35 / 55 (TorchDispatchMode,
 CPU, the same two-op stand-in core; benchmarks/measured/torchtitan-moe-cpu/moe_block.json `mla_cases`).
 """
 
@@ -27,16 +36,26 @@ from ..specs import ModelSpec
 
 NORM_SAVED_PER_ELEMENT, NORM_SAVED_PER_ROW = 8.0, 4.0  # fp32 upcast + normalised output; rstd
 NORM_TRAFFIC_PER_ELEMENT = 36.0  # frameworks.TORCHTITAN_TRAFFIC's norm
-MLA_OPS = {False: (49, 81), True: (60, 109)}  # with q_lora: (forward, backward)
-GQA_OPS = (34, 53)
+MLA_OPS = {False: (50, 83), True: (61, 111)}  # with q_lora: (forward, backward)
+GQA_OPS = (35, 55)
+
+
+SINK_OPS = (9, 19)  # (forward, backward) more than GQA's, GPT-OSS's sink rescale
 
 
 def is_mla(model: ModelSpec) -> bool:
     return bool(model.multi_latent_attention) and not (model.is_dsa or model.is_dsv4)
 
 
+def has_sinks(model: ModelSpec) -> bool:
+    return model.softmax_type == "learnable" and not model.multi_latent_attention
+
+
 def saved_extra_bytes(model: ModelSpec, tp):
-    """Bytes per token one MLA layer keeps beyond the GQA count on one GPU (module docstring); 0 without MLA."""
+    """Bytes per token one layer's attention keeps beyond the GQA count on one GPU (module docstring): MLA's, or the
+    sinks' rescale; 0 for a plain GQA block."""
+    if has_sinks(model):
+        return (2.0 * model.q_hidden_size + 6.0 * model.num_attention_heads) / np.asarray(tp, dtype=np.float64)
     if not is_mla(model):
         return 0.0
     r_kv, d_nope, _, _ = model.mla_dims
@@ -53,7 +72,9 @@ def traffic_extra_bytes(model: ModelSpec) -> float:
 
 
 def ops_extra(model: ModelSpec) -> tuple[int, int]:
-    """(forward, backward) aten ops of the MLA module beyond torchtitan's GQA module; (0, 0) without MLA."""
+    """(forward, backward) aten ops of the MLA module, or of the sinks' rescale, beyond torchtitan's GQA module."""
+    if has_sinks(model):
+        return SINK_OPS
     if not is_mla(model):
         return 0, 0
     mla = MLA_OPS[bool(model.q_lora_rank)]
