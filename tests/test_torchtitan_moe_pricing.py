@@ -1,7 +1,8 @@
-"""`--framework torchtitan` on a mixture-of-experts model (formulation/eager_moe.py): the count of what torchtitan's
-MoE block saves equals what its own module saved on CPU (benchmarks/measured/torchtitan-moe-cpu/moe_block.json,
-re-measured live where torch and torchtitan import), the op counts are that measurement's, the planner runs only
-the EP/ETP forms torchtitan runs, and CP-SAT still equals the exhaustive search on such jobs."""
+"""`--framework torchtitan` on a mixture-of-experts model (formulation/eager_moe.py, eager_attention.py): the count of
+what torchtitan's MoE blocks and its MLA and sink attention save equals what its own modules saved on CPU
+(benchmarks/measured/torchtitan-moe-cpu/moe_block.json, re-measured live where torch and torchtitan import), the op
+counts are that measurement's, the planner runs only the EP/ETP forms torchtitan runs, its plans load in torchtitan's
+ConfigManager, and CP-SAT still equals the exhaustive search on such jobs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solveplan.catalog import load_cluster, load_job, load_model
+from solveplan.catalog import load_job, load_model
 from solveplan.errors import InputError
 from solveplan.formulation import eager_moe
 from solveplan.formulation.job import job_coefficients
@@ -24,8 +25,8 @@ MEASURED = ROOT / "benchmarks" / "measured" / "torchtitan-moe-cpu" / "moe_block.
 
 def _spec(hidden: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: str = "softmax", norm: bool = True,
           groups: int | None = None, kept: int | None = None, gpt_oss: bool = False) -> ModelSpec:
-    """A model of the measured block's dimensions: Qwen3-MoE's router by default, else DeepSeek's (shared experts,
-    the score function, route_norm as HF's norm_topk_prob, expert groups)."""
+    """A model of the measured block's dimensions: Qwen3-MoE's router by default, DeepSeek's (shared experts, the score
+    function, route_norm as HF's norm_topk_prob, expert groups), or GPT-OSS's block (biased experts)."""
     router = dict(moe_router_score_function=score, moe_router_pre_softmax=score == "softmax" and not norm)
     if groups:
         router.update(moe_router_num_groups=groups, moe_router_group_topk=kept)
@@ -137,16 +138,6 @@ def test_optimize_is_optimal_and_the_launch_expresses_its_ep(cli):
     ep = d["parallel"]["ep"]
     assert d["torchtitan"]["parallelism"].get("expert_parallel_degree", 1) == ep
     assert not any("not expressible" in n for n in d["torchtitan_notes"])
-
-
-def test_megatron_moe_pricing_is_untouched_by_the_stack_argument():
-    """The Megatron profile's MoE layer through the same code: the stack hook changes nothing there."""
-    job = _job("megatron", constraints={"pp": [2], "ep": [8], "vp": [1]})
-    shapes = enumerate_shapes(job).shapes
-    a = job_coefficients(job, shapes)
-    b = job_coefficients(job.model_copy(update={"framework": "megatron"}), shapes)
-    assert np.array_equal(a.layer_compute_s, b.layer_compute_s) and np.array_equal(a.layer_act_bytes, b.layer_act_bytes)
-    assert load_model("qwen3-30b-a3b").is_moe and load_cluster("h100x64").num_gpus == 64
 
 
 hypothesis = pytest.importorskip("hypothesis")
