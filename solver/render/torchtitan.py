@@ -47,7 +47,7 @@ from ..errors import InputError
 from ..formulation.memory import adam_state_bytes_per_param
 from ..plan import Plan
 from ..specs import JobSpec
-from ..specs.frameworks import torchtitan_moe_family, windows_skipped
+from ..specs.frameworks import expert_conflicts, torchtitan_moe_family, windows_skipped
 from .megatron import _chunks
 
 SOURCES = {
@@ -399,16 +399,10 @@ def torchtitan_moe(job: JobSpec, plan: Plan) -> tuple[dict, dict, list[str]]:
     notes = [] if flavor else [f"torchtitan's {family} decoder builds this architecture but has no flavor of "
                                f"{dims[0]} layers, hidden {dims[1]}, {dims[2]} experts: add one in "
                                f"torchtitan/models/{family}/__init__.py"]
-    dp_shard = par.dp if par.zero >= 1 else 1
-    if ep > 1 and etp != 1:
-        return out_model, {}, notes + [f"torchtitan does not support expert tensor parallelism with EP (etp={etp}, "
-                                       f"ep={ep}): its routed experts are sharded on EP alone"]
-    if ep == 1 and etp != par.tp:
-        return out_model, {}, notes + [f"torchtitan shards experts with the dense TP degree when EP is 1; this plan's "
-                                       f"etp={etp} with tp={par.tp} is not expressible there"]
-    if (dp_shard * par.cp * par.tp) % ep:
-        return out_model, {}, notes + [f"torchtitan needs expert_parallel_degree ({ep}) to divide dp_shard x cp x tp "
-                                       f"({dp_shard} x {par.cp} x {par.tp}): this plan's EP is not expressible there"]
+    conflicts = expert_conflicts("torchtitan", tp=par.tp, ep=ep, etp=etp, cp=par.cp, dp=par.dp, zero=par.zero)
+    if conflicts:  # the rules the torchtitan search runs with (specs/frameworks.py)
+        return out_model, {}, notes + [f"this plan's experts (etp={etp} with tp={par.tp}, ep={ep}) are not expressible "
+                                       f"in torchtitan: " + "; ".join(msg for _, msg in conflicts)]
     if getattr(job, "moe_token_dispatcher", "alltoall") == "flex" and ep > 1:
         notes.append(f"the flex dispatcher is torchtitan's moe_comm_backend (deepep or hybridep), an argument of "
                      f"{family}'s model_registry, not a job-config field")
