@@ -183,11 +183,15 @@ def test_torchtitan_moe_optimize_equals_exhaustive(job):
 def test_qk_norms_add_torch_rmsnorms_saved_bytes_to_torchtitans_layer():
     """torchtitan's attention norms q and k per head (common/attention.py `q_norm`, `k_norm`) when the model has q/k
     norms: 8 bytes per element of q and kv plus 4 per head row, what torch's nn.RMSNorm saves."""
+    from solveplan.formulation import eager_attention
     from solveplan.formulation.frameworks import TORCHTITAN, layer_activation_bytes
     kw = dict(tokens=100.0, hidden=256, q_width=512, kv_width=128, ffn=0, mlp_matrices=3, heads=8, seq_k=100, tp=1,
               sp_degree=1, recompute=np.array([0]), flash=True, dropout=False, linear_input_bytes=2.0, gate_width=0)
+    spec = ModelSpec(name="tt-qk", num_layers=2, hidden_size=256, num_attention_heads=8, num_kv_heads=2, kv_channels=64,
+                     ffn_hidden_size=512, vocab_size=1000, qk_norm=True)
     plain = layer_activation_bytes(TORCHTITAN, gated=True, **kw)[0][0]
-    normed = layer_activation_bytes(TORCHTITAN, gated=True, qk_norm=True, **kw)[0][0]
+    normed = layer_activation_bytes(TORCHTITAN, gated=True, attention_extra=eager_attention.saved_extra_bytes(spec, 1),
+                                    **kw)[0][0]
     assert normed - plain == pytest.approx(100 * (8 * (512 + 128) + 4 * (8 + 2)))
     torch = pytest.importorskip("torch", reason="torch is not installed")
     norm = torch.nn.RMSNorm(64).to(torch.bfloat16)

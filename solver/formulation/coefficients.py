@@ -202,8 +202,8 @@ class _StageTerms:
         self.core_fwd, self.core_bwd = core_fwd, core_bwd
         self.el_fwd, self.el_bwd = el_fwd, el_bwd = frameworks.elementwise_bytes_per_token(
             stack, fam=fam, hidden=h, q_width=hq, kv_width=hkv, ffn=f, gated=model.gated_mlp,
-            rotary=model.position_embedding == "rope", sp_degree=rep, tp=t, qk_norm=model.qk_norm,
-            mla_extra=eager_attention.traffic_extra_bytes(model))
+            rotary=model.position_embedding == "rope", sp_degree=rep, tp=t,
+            attention_extra=eager_attention.traffic_extra_bytes(model, t))
         # launch overhead per layer and pass; sharded data parallelism adds its per-layer hooks
         self.overhead_s = overhead = (gpu.layer_overhead_us + np.where(z >= 2, gpu.sharded_layer_overhead_us, 0.0)) * 1e-6
         gate_fwd, gate_bwd = output_gate_s(model, M, t, hbm)  # the attention output gate, 0 without one
@@ -212,8 +212,7 @@ class _StageTerms:
         bwd = gemm_bwd + cast_bwd + core_bwd + M * el_bwd / hbm + gate_bwd + lora_bwd + 2 * overhead
         self.fwd_gpu, self.bwd_gpu = fwd, bwd  # before an eager stack's casts and host bound (a MoE layer's own)
         self.fwd, self.bwd = fwd, bwd = frameworks.eager_layer_s(stack, fwd, bwd, z, model.params_per_layer / t, hbm, fam,
-                                                                 self.m, qk_norm=model.qk_norm,
-                                                                 extra_ops=eager_attention.ops_extra(model))
+                                                                 self.m, extra_ops=eager_attention.ops_extra(model))
         # selective recomputation by Megatron module (recompute.py; the default, core_attn, is the
         # attention core alone): the dense layer's modules
         self.mods = mods = modules_of(self.recompute_modules)
@@ -368,8 +367,8 @@ class _StageTerms:
                            dropout=model.dropout > 0, linear_input_bytes=saved_linear_input_bytes(precision),
                            gate_width=self.hq * model.attention_output_gate)
         layer_act, working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=self.f, fam=self.fam,
-                                                               qk_norm=model.qk_norm,
-                                                               mla_extra=eager_attention.saved_extra_bytes(model, t), **self.act_kw)
+                                                               attention_extra=eager_attention.saved_extra_bytes(model, t),
+                                                               **self.act_kw)
         if self.lora:  # frozen linears keep no input for a weight gradient; the adapters keep theirs (lora.py)
             layer_act = layer_act + np.where(rc == 2, 0.0, lora.saved_inputs_delta_bytes(
                 model, M, t, rep, self.act_kw["linear_input_bytes"], self.lora[1]))

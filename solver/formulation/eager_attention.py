@@ -1,5 +1,12 @@
-"""torchtitan's attention variants beyond its GQA block: multi-latent attention (its deepseek_v3 decoder) and
-attention sinks (its gpt_oss decoder), what each keeps, moves and dispatches beyond the torchtitan profile's count.
+"""torchtitan's attention variants beyond its Llama GQA block (frameworks.TORCHTITAN_SAVED, _TRAFFIC, ops_per_layer):
+q/k norms (its qwen3 decoder), multi-latent attention (its deepseek_v3 decoder) and attention sinks (its gpt_oss
+decoder), what each keeps, moves and dispatches beyond the profile's count -- one place for all of them, which the
+dense layer (coefficients.py) and the MoE layer (moe_layer.py) both add.
+
+Q/K norms (torchtitan/models/common/attention.py GQAttention `q_norm`, `k_norm`, nn.RMSNorm over each head's row):
+the same composite norm as the layer norms on q and k: the fp32 upcast and the fp32 normalised output (8 per
+element) and the rstd (4 per head row), as torch 2.13's nn.RMSNorm saves them (saved_tensors_hooks, CPU); 36 bytes
+per element moved; 9 + 22 aten ops per norm (TorchDispatchMode, CPU).
 
 GPT-OSS (torchtitan/models/gpt_oss/model.py `Attention`, b5bcd76): the kernel returns its log-sum-exp, and the sinks
 rescale the output by sigmoid(lse - sink) (`apply_attention_sink_rescale`): the sigmoid keeps its fp32 output (4 per
@@ -36,10 +43,9 @@ from ..specs import ModelSpec
 
 NORM_SAVED_PER_ELEMENT, NORM_SAVED_PER_ROW = 8.0, 4.0  # fp32 upcast + normalised output; rstd
 NORM_TRAFFIC_PER_ELEMENT = 36.0  # frameworks.TORCHTITAN_TRAFFIC's norm
+QK_NORM_OPS = (2 * 9, 2 * 22)  # (forward, backward): the q and k norms
 MLA_OPS = {False: (50, 83), True: (61, 111)}  # with q_lora: (forward, backward)
 GQA_OPS = (35, 55)
-
-
 SINK_OPS = (9, 19)  # (forward, backward) more than GQA's, GPT-OSS's sink rescale
 
 
@@ -51,31 +57,47 @@ def has_sinks(model: ModelSpec) -> bool:
     return model.softmax_type == "learnable" and not model.multi_latent_attention
 
 
+def _qk_widths(model: ModelSpec, tp):
+    """(q, kv, head rows of both) per token on one GPU of a model with q/k norms, else zeros."""
+    if not model.qk_norm or model.multi_latent_attention:
+        return 0.0, 0.0, 0.0
+    t = np.asarray(tp, dtype=np.float64)
+    q, kv, a = model.q_hidden_size, model.kv_hidden_size, model.num_attention_heads
+    return q / t, kv / t, a * (1 + kv / q) / t
+
+
 def saved_extra_bytes(model: ModelSpec, tp):
-    """Bytes per token one layer's attention keeps beyond the GQA count on one GPU (module docstring): MLA's, or the
-    sinks' rescale; 0 for a plain GQA block."""
+    """Bytes per token one layer's attention keeps beyond the GQA count on one GPU (module docstring): its q/k norms,
+    MLA's, or the sinks' rescale; 0 for a plain GQA block."""
+    q, kv, rows = _qk_widths(model, tp)
+    norms = NORM_SAVED_PER_ELEMENT * (q + kv) + NORM_SAVED_PER_ROW * rows
     if has_sinks(model):
-        return (2.0 * model.q_hidden_size + 6.0 * model.num_attention_heads) / np.asarray(tp, dtype=np.float64)
+        return norms + (2.0 * model.q_hidden_size + 6.0 * model.num_attention_heads) / np.asarray(tp, dtype=np.float64)
     if not is_mla(model):
-        return 0.0
+        return norms
     r_kv, d_nope, _, _ = model.mla_dims
     r_q = model.q_lora_rank or 0
-    norms = NORM_SAVED_PER_ELEMENT * (r_q + r_kv) + NORM_SAVED_PER_ROW * ((r_q > 0) + 1)
-    return norms + 2.0 * model.num_attention_heads * d_nope / np.asarray(tp, dtype=np.float64)
+    latent = NORM_SAVED_PER_ELEMENT * (r_q + r_kv) + NORM_SAVED_PER_ROW * ((r_q > 0) + 1)
+    return latent + 2.0 * model.num_attention_heads * d_nope / np.asarray(tp, dtype=np.float64)
 
 
-def traffic_extra_bytes(model: ModelSpec) -> float:
-    """Forward elementwise bytes per token of the latent norms (replicated over TP); 0 without MLA."""
-    if not is_mla(model):
-        return 0.0
-    return NORM_TRAFFIC_PER_ELEMENT * ((model.q_lora_rank or 0) + model.mla_dims[0])
+def traffic_extra_bytes(model: ModelSpec, tp):
+    """Forward elementwise bytes per token beyond the GQA count on one GPU: the q/k norms, or MLA's latent norms
+    (replicated over TP)."""
+    q, kv, _ = _qk_widths(model, tp)
+    latent = (model.q_lora_rank or 0) + model.mla_dims[0] if is_mla(model) else 0
+    return NORM_TRAFFIC_PER_ELEMENT * (q + kv + latent)
 
 
 def ops_extra(model: ModelSpec) -> tuple[int, int]:
-    """(forward, backward) aten ops of the MLA module, or of the sinks' rescale, beyond torchtitan's GQA module."""
+    """(forward, backward) aten ops beyond torchtitan's GQA module: the q/k norms, the MLA module's, or the sinks'
+    rescale."""
+    qk = QK_NORM_OPS if model.qk_norm and not model.multi_latent_attention else (0, 0)
     if has_sinks(model):
-        return SINK_OPS
-    if not is_mla(model):
-        return 0, 0
-    mla = MLA_OPS[bool(model.q_lora_rank)]
-    return mla[0] - GQA_OPS[0], mla[1] - GQA_OPS[1]
+        variant = SINK_OPS
+    elif is_mla(model):
+        mla = MLA_OPS[bool(model.q_lora_rank)]
+        variant = (mla[0] - GQA_OPS[0], mla[1] - GQA_OPS[1])
+    else:
+        variant = (0, 0)
+    return qk[0] + variant[0], qk[1] + variant[1]

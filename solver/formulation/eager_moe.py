@@ -175,7 +175,7 @@ def block_ops(model: ModelSpec) -> tuple[int, int, int]:
 
 def host_s(op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS, block: tuple[int, int, int] | None = None):
     """(forward before the sync, forward after it, backward) host time of one MoE layer, attention included
-    (`attention_ops`: `ATTENTION_OPS`, with a model's q/k norms `frameworks.TORCHTITAN.qk_norm_ops` more), the block's
+    (`attention_ops`: `ATTENTION_OPS`, with what its attention dispatches beyond GQA, `eager_attention.ops_extra`), the block's
     ops `block` (`block_ops`; default qwen3's); without EP there is no sync and the forward is one segment (`before`
     holds it all)."""
     ep_on = np.asarray(ep) > 1

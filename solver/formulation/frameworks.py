@@ -61,8 +61,6 @@ class SavedTensors:
     head_per_h: float  # final norm and the LM head's input, per token (last stage)
     head_per_token: float  # final norm's rstd, int64 token ids and labels
     source: str
-    per_qk_norm: float = 0.0  # a model norming queries and keys (qk_norm): per element of q and kv
-    per_qk_norm_row: float = 0.0  # ... and per head row (its rstd)
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,6 @@ class EagerTraffic:
     per_f_gated: float
     per_f_plain: float  # a plain MLP's activation: read f, write f
     source: str
-    per_qk_norm: float = 0.0  # a model norming queries and keys (qk_norm): per element of q and kv
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,6 @@ class Framework:
     weight_cast_zero_max: int = 3  # autocast casts the weights at ZeRO stages up to this one
     cross_entropy_bytes: tuple[float, float] | None = None  # per logit (fwd, bwd); None: Megatron's fused
     ops_per_layer: tuple[int, int] = (0, 0)  # aten ops dispatched by one layer (fwd, bwd)
-    qk_norm_ops: tuple[int, int] = (0, 0)  # ... more with q/k norms (fwd, bwd)
     dispatch_us_per_op: float = 0.0
     # per family (transformers): the layer, its traffic and ops counted from the family's
     # modelling code (eager_layers.py), its sliding-window layers' explicit-mask attention, and
@@ -133,21 +129,18 @@ class Framework:
 # - FeedForward `w2(F.silu(w1(x)) * w3(x))`: 4 x 2f.
 # Total 20h + 4q + 4kv + 8f + 4 heads + 8 (the same code path measured in bf16 without
 # autocast on transformers' layer gives 16h + ...: its norm upcasts once, tests compare).
-# A model with q/k norms (torchtitan's qwen3: common/attention.py GQAttention `q_norm`, `k_norm`, nn.RMSNorm over
-# each head's row) adds the same composite norm on q and k: the fp32 upcast and the fp32 normalised output (8 per
-# element) and the rstd (4 per head row), as torch 2.13's nn.RMSNorm saves them (saved_tensors_hooks, CPU).
+# q/k norms, multi-latent attention and attention sinks add to this block what eager_attention.py counts.
 TORCHTITAN_SAVED = SavedTensors(
     per_h=2 * 8 + 2 + 2, per_q=4, per_kv=4, per_f_gated=8, per_f_plain=4, per_head=FP32_BYTES,
     per_token=2 * FP32_BYTES, input_per_h=BF16_BYTES, head_per_h=8 + 2, head_per_token=FP32_BYTES + 2 * 8,
-    source="torchtitan models/llama3/model.py Llama3TransformerBlock, common/attention.py GQAttention",
-    per_qk_norm=8.0, per_qk_norm_row=FP32_BYTES)
+    source="torchtitan models/llama3/model.py Llama3TransformerBlock, common/attention.py GQAttention")
 
 # Eager elementwise traffic, forward, per token (bytes read + written), op by op (transformers:
 # eager_layers.py per family); torchtitan in bf16: 2 norms (upcast r2h w4h, pow r4h w4h, mean r4h, mul r4h w4h, downcast
 # r4h w2h, weight mul r2h w2h: 36h each), 2 residual adds (r4h w2h), rope (float r2 w4,
 # complex mul r4 w4, type_as r4 w2: 20 per width), SiLU and the gate mul (10f).
 TORCHTITAN_TRAFFIC = EagerTraffic(per_h=2 * 36 + 2 * 6, per_q=20, per_kv=20, per_f_gated=10, per_f_plain=4,
-                                  source="the ops of TORCHTITAN_SAVED's layer, counted by aten op", per_qk_norm=36)
+                                  source="the ops of TORCHTITAN_SAVED's layer, counted by aten op")
 
 # Peak bytes per logit of the loss, eager (transformers loss/loss_utils.py ForCausalLMLoss:
 # `logits = logits.float()` then `nn.functional.cross_entropy`; torchtitan components/loss.py
@@ -189,7 +182,7 @@ TORCHTITAN = Framework(
     zero2_gathers_every_microbatch=True, weights_sharded_from_zero=2,
     traffic=TORCHTITAN_TRAFFIC, weight_cast_bytes=(FP32_BYTES + BF16_BYTES, BF16_BYTES + 2 * FP32_BYTES),
     weight_cast_zero_max=0, cross_entropy_bytes=EAGER_CROSS_ENTROPY_BYTES, ops_per_layer=(81, 146),
-    qk_norm_ops=(2 * 9, 2 * 22), dispatch_us_per_op=EAGER_DISPATCH_US)  # nn.RMSNorm: 9 + 22 (TorchDispatchMode, CPU)
+    dispatch_us_per_op=EAGER_DISPATCH_US)
 # torch.optim.AdamW(fused=True) (torch/optim/adam.py `_fused_adam` -> torch._fused_adamw_, one
 # kernel over the tensor lists, aten/src/ATen/native/cuda/fused_adam_impl.cu): reads the fp32
 # param, grad, exp_avg and exp_avg_sq and writes param, exp_avg and exp_avg_sq: 7 x 4 bytes per
@@ -277,16 +270,15 @@ def family_counts(fw: Framework, model, seq_length) -> LayerCounts | None:
     return counts(model, seq_length) if fw.family_layers else None
 
 
-def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | None = None, qk_norm: bool = False,
-                           mla_extra=0.0, **kw):
+def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | None = None, attention_extra=0.0, **kw):
     """(stored per layer and micro-batch, transient working set) on one GPU: Korthikanti's
     count for Megatron, the eager layer's saved tensors (`SavedTensors`, or the family's
     `LayerCounts`) otherwise. Eager full recompute (transformers gradient checkpointing,
     torchtitan full AC) keeps the layer input and rebuilds one layer at a time (the largest);
     torchtitan's selective AC is bounded by no recompute (its per-op policy is not counted).
     transformers runs neither tensor nor sequence parallelism (specs/frameworks.py): a family's
-    count is per GPU as it is. `qk_norm`, `mla_extra`: an eager GQA block's q/k norms, and the bytes per token
-    torchtitan's multi-latent attention keeps beyond that block (`eager_attention.saved_extra_bytes`)."""
+    count is per GPU as it is. `attention_extra`: the bytes per token an eager stack's attention keeps beyond its
+    GQA block (`eager_attention.saved_extra_bytes`: q/k norms, multi-latent attention, sinks)."""
     if fw.fused:
         return memory.layer_activation_bytes(**kw)
     T = np.asarray(kw["tokens"], dtype=np.float64)
@@ -299,11 +291,9 @@ def layer_activation_bytes(fw: Framework, *, gated: bool, fam: LayerCounts | Non
         s = fw.saved
         assert s is not None  # not fused and no family counts: the framework's saved tensors
         per_f = s.per_f_gated if gated else s.per_f_plain
-        q, kv = kw["q_width"], kw["kv_width"]
-        norms = qk_norm * (s.per_qk_norm * (q + kv) + s.per_qk_norm_row * heads * (1 + kv / q)) if q else 0.0
-        sharded = (s.per_q * q + s.per_kv * kv + per_f * kw["ffn"] + s.per_head * heads + norms) / t
+        sharded = (s.per_q * kw["q_width"] + s.per_kv * kw["kv_width"] + per_f * kw["ffn"] + s.per_head * heads) / t
         replicated = (s.per_h + (3.0 if kw["dropout"] else 0.0)) * h / rep + s.per_token
-        full = largest = T * (replicated + sharded + mla_extra)
+        full = largest = T * (replicated + sharded + attention_extra)
         kept = T * s.input_per_h * h / rep
     if not kw["flash"]:  # eager attention keeps the scores, probabilities and their dropout
         full = full + 5.0 * heads / t * T * kw["seq_k"]
@@ -340,10 +330,9 @@ def first_stage_act_bytes(fw: Framework, tokens, hidden, sp_degree, dropout: boo
     return (memory.BF16_BYTES + dropout) * tokens * hidden / sp_degree
 
 
-def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, qk_norm: bool = False, mla_extra=0.0,
-                                **kw):
-    """(forward, backward) elementwise bytes per token of one layer on one GPU (`qk_norm`: the model norms queries
-    and keys, which an eager stack's traffic counts; `mla_extra` torchtitan's latent norms, `eager_attention.py`)."""
+def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, attention_extra=0.0, **kw):
+    """(forward, backward) elementwise bytes per token of one layer on one GPU (`attention_extra`: what an eager
+    stack's attention moves beyond its GQA block, `eager_attention.traffic_extra_bytes`)."""
     from .kernels import elementwise_bytes_per_token as fused
     if fam is not None:
         return fam.traffic, 2.0 * fam.traffic
@@ -351,9 +340,8 @@ def elementwise_bytes_per_token(fw: Framework, fam: LayerCounts | None = None, q
         return fused(**kw)
     e, t, rep = fw.traffic, np.asarray(kw["tp"], dtype=np.float64), np.asarray(kw["sp_degree"], dtype=np.float64)
     per_f = e.per_f_gated if kw["gated"] else e.per_f_plain
-    q, kv = kw["q_width"], kw["kv_width"]
-    fwd = e.per_h * kw["hidden"] / rep + (e.per_q * q + e.per_kv * kv + per_f * kw["ffn"]
-                                          + qk_norm * e.per_qk_norm * (q + kv)) / t + mla_extra
+    fwd = (e.per_h * kw["hidden"] / rep + (e.per_q * kw["q_width"] + e.per_kv * kw["kv_width"] + per_f * kw["ffn"]) / t
+           + attention_extra)
     return fwd, 2.0 * fwd
 
 
@@ -367,8 +355,7 @@ def masked_attention_s(fam: LayerCounts | None, layers: int, core, masked):
 
 
 def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_per_s,
-                  fam: LayerCounts | None = None, num_microbatches=1, qk_norm: bool = False,
-                  extra_ops: tuple[int, int] = (0, 0)):
+                  fam: LayerCounts | None = None, num_microbatches=1, extra_ops: tuple[int, int] = (0, 0)):
     """A layer's (forward, backward) time with the stack's own costs: autocast's weight casts
     (read fp32, write bf16 each forward; each backward the bf16 weight gradient cast into fp32:
     read 2, write 4, and added into the existing .grad with gradient accumulation, from the
@@ -381,8 +368,7 @@ def eager_layer_s(fw: Framework, fwd_s, bwd_s, zero, params_per_gpu, hbm_bytes_p
     per_param = (fw.weight_cast_bytes[0], fw.weight_cast_bytes[1] + fw.accumulate_grad_bytes * (m - 1) / m)
     cast_f, cast_b = (np.where(casts, c * params_per_gpu / hbm_bytes_per_s, 0.0) for c in per_param)
     op_s = fw.dispatch_us_per_op * 1e-6
-    ops = fam.ops if fam is not None else tuple(n + qk_norm * k + e for n, k, e in
-                                                 zip(fw.ops_per_layer, fw.qk_norm_ops, extra_ops))
+    ops = fam.ops if fam is not None else tuple(n + e for n, e in zip(fw.ops_per_layer, extra_ops))
     return (np.maximum(fwd_s + cast_f, ops[0] * op_s), np.maximum(bwd_s + cast_b, ops[1] * op_s))
 
 

@@ -119,8 +119,8 @@ def moe_layer_of(terms) -> dict:
     mlp_fwd, mlp_bwd = g.mlp_fwd, g.mlp_bwd
     el0_fwd, el0_bwd = frameworks.elementwise_bytes_per_token(
         terms.stack, hidden=h, q_width=terms.hq, kv_width=terms.hkv, ffn=0, gated=model.gated_mlp,
-        rotary=model.position_embedding == "rope", sp_degree=rep, tp=t, qk_norm=model.qk_norm,
-        mla_extra=eager_attention.traffic_extra_bytes(model))
+        rotary=model.position_embedding == "rope", sp_degree=rep, tp=t,
+        attention_extra=eager_attention.traffic_extra_bytes(model, t))
     attn_fwd = terms.fwd_gpu - mlp_fwd - M * (terms.el_fwd - el0_fwd) / hbm  # the layer without its MLP
     attn_bwd = terms.bwd_gpu - mlp_bwd - M * (terms.el_bwd - el0_bwd) / hbm
     scores = terms.scores
@@ -165,16 +165,15 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, stack: frameworks.Framew
     cast_f, cast_b = (np.where(on, c * params_gpu / hbm, 0.0) for c in stack.weight_cast_bytes)
     fwd, bwd = eager_moe.layer_s(pre_gpu_s=attn_fwd + cast_f, post_gpu_s=block_f + a2a_gpu,
                                  bwd_gpu_s=attn_bwd + block_b + cast_b + a2a_gpu, op_s=stack.dispatch_us_per_op * 1e-6,
-                                 ep=ep, attention_ops=attention_ops(model, stack), block=eager_moe.block_ops(model))
+                                 ep=ep, attention_ops=attention_ops(model), block=eager_moe.block_ops(model))
     return fwd - a2a_gpu, bwd - a2a_gpu, block_f
 
 
-def attention_ops(model: ModelSpec, stack: frameworks.Framework) -> tuple[int, int]:
+def attention_ops(model: ModelSpec) -> tuple[int, int]:
     """(forward, backward) aten ops of an eager MoE layer's attention part: torchtitan's decoder layer without its
-    FeedForward (`eager_moe.ATTENTION_OPS`), its q/k norms', its multi-latent attention's beyond GQA (`eager_attention`)."""
-    mla = eager_attention.ops_extra(model)
-    return (eager_moe.ATTENTION_OPS[0] + model.qk_norm * stack.qk_norm_ops[0] + mla[0],
-            eager_moe.ATTENTION_OPS[1] + model.qk_norm * stack.qk_norm_ops[1] + mla[1])
+    FeedForward (`eager_moe.ATTENTION_OPS`) and what its attention dispatches beyond GQA (`eager_attention.ops_extra`)."""
+    extra = eager_attention.ops_extra(model)
+    return eager_moe.ATTENTION_OPS[0] + extra[0], eager_moe.ATTENTION_OPS[1] + extra[1]
 
 
 def layer_activations(model: ModelSpec, stack: frameworks.Framework, *, M, t, ep, etp, imbalance: float, act_kw: dict,
@@ -187,8 +186,8 @@ def layer_activations(model: ModelSpec, stack: frameworks.Framework, *, M, t, ep
         att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
         return att_act, att_working, moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance,
                                                              act_kw["linear_input_bytes"])
-    att_act, att_working = frameworks.layer_activation_bytes(stack, gated=model.gated_mlp, ffn=0, qk_norm=model.qk_norm,
-                                                             mla_extra=eager_attention.saved_extra_bytes(model, t), **act_kw)
+    att_act, att_working = frameworks.layer_activation_bytes(
+        stack, gated=model.gated_mlp, ffn=0, attention_extra=eager_attention.saved_extra_bytes(model, t), **act_kw)
     mlp_input = np.where(np.asarray(act_kw["recompute"]) == 2, 0.0, BF16_BYTES * M * model.hidden_size / act_kw["sp_degree"])
     return att_act - mlp_input, att_working, eager_moe.saved_bytes(model, M, t, ep, etp, imbalance)
 
