@@ -70,20 +70,9 @@ def build(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: 
 
 def measure(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score: str = "softmax", norm: bool = True,
             groups: int | None = None, kept: int | None = None, gpt_oss: bool = False) -> dict:
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     import inspect
 
+    import torch
     from torchtitan.models.common.moe import RoutedExperts
 
     torch.manual_seed(0)
@@ -91,30 +80,10 @@ def measure(dim: int, ffn: int, experts: int, top_k: int, shared: int = 0, score
     # torchtitan 0.3.0's block takes (batch, sequence, hidden), later ones (tokens, hidden)
     batched = "x_BLD" in inspect.signature(RoutedExperts.forward).parameters
     x = torch.randn(*((1,) if batched else ()), TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
-    weights = {p.untyped_storage().data_ptr() for p in block.parameters()}
-    packed: list[weakref.ref] = []
-
-    def pack(t):
-        packed.append(weakref.ref(t))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = block(x)
-    # what backward will read: the tensors still held once the forward is done (a branch of the graph that does not
-    # reach the output -- the expert-group choice, a top-k whose values are dropped -- frees what it saved)
-    saved = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (r() for r in packed)
-             if t is not None and t.untyped_storage().data_ptr() not in weights
-             and t.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()}
-    del y
-    fwd, bwd = Count(), Count()
-    with fwd:
-        y = block(x)
-    grad = torch.randn_like(y)
-    with bwd:
-        y.backward(grad)
+    saved, fwd_ops, bwd_ops = _saved_and_ops(block, x)
     return dict(hidden=dim, ffn=ffn, experts=experts, top_k=top_k, shared_ffn=shared, score=score, route_norm=norm,
-                expert_groups=groups, groups_kept=kept, gpt_oss=gpt_oss, tokens=TOKENS, saved_bytes=sum(saved.values()),
-                ops_forward=len(fwd.ops), ops_backward=len(bwd.ops), forward_ops=fwd.ops, backward_ops=bwd.ops)
+                expert_groups=groups, groups_kept=kept, gpt_oss=gpt_oss, tokens=TOKENS, saved_bytes=saved,
+                ops_forward=len(fwd_ops), ops_backward=len(bwd_ops), forward_ops=fwd_ops, backward_ops=bwd_ops)
 
 
 # multi-latent attention shapes measured (hidden, heads, q_lora rank (0: none), kv_lora rank, d_nope, d_rope, d_v)
@@ -149,17 +118,20 @@ def _flash_core():
     return Module()
 
 
-def _saved_and_ops(module, x, *args) -> tuple[int, int, int]:
-    """(bytes saved for backward that backward will read, forward ops, backward ops) of one call, `x` and the
-    module's weights left out (`measure`'s rules)."""
+def _saved_and_ops(module, x, *args) -> tuple[int, list[str], list[str]]:
+    """(bytes saved for backward that backward will read, the aten ops of the forward, of the backward) of one call,
+    `x` and the module's weights left out: the tensors still held once the forward is done (a branch of the graph that
+    does not reach the output -- the expert-group choice, a top-k whose values are dropped -- frees what it saved)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
-        n = 0
+        def __init__(self):
+            super().__init__()
+            self.ops: list[str] = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += 1
+            self.ops.append(str(func))
             return func(*args, **(kwargs or {}))
 
     weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
@@ -176,7 +148,24 @@ def _saved_and_ops(module, x, *args) -> tuple[int, int, int]:
     grad = torch.randn_like(y)
     with bwd:
         y.backward(grad)
-    return sum(saved.values()), fwd.n, bwd.n
+    return sum(saved.values()), fwd.ops, bwd.ops
+
+
+def _measure_attention(dim: int, **modules) -> dict:
+    """`<name>_saved_bytes`, `<name>_ops_forward`, `<name>_ops_backward` of each attention module (by keyword), in bf16
+    with the flash-style core, on TOKENS tokens of width `dim` (`_saved_and_ops`)."""
+    import torch
+
+    out = {}
+    for name, module in modules.items():
+        module.inner_attention = _flash_core()
+        for p in module.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        module = module.to(torch.bfloat16)
+        x = torch.randn(TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
+        saved, fwd, bwd = _saved_and_ops(module, x, None, torch.arange(TOKENS))
+        out.update({f"{name}_saved_bytes": saved, f"{name}_ops_forward": len(fwd), f"{name}_ops_backward": len(bwd)})
+    return out
 
 
 def measure_mla(dim: int, heads: int, q_lora: int, kv_lora: int, nope: int, rope: int, v: int) -> dict:
@@ -199,15 +188,7 @@ def measure_mla(dim: int, heads: int, q_lora: int, kv_lora: int, nope: int, rope
                           rope=ComplexRoPE.Config(dim=dim // heads, max_context_length=4096, theta=10000.0)).build()
     out = dict(hidden=dim, heads=heads, q_lora_rank=q_lora, kv_lora_rank=kv_lora, d_nope=nope, d_rope=rope, d_v=v,
                tokens=TOKENS)
-    for name, module in (("mla", mla), ("gqa", gqa)):
-        module.inner_attention = _flash_core()
-        for p in module.parameters():
-            torch.nn.init.normal_(p, std=0.02)
-        module = module.to(torch.bfloat16)
-        x = torch.randn(TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
-        saved, fwd, bwd = _saved_and_ops(module, x, None, torch.arange(TOKENS))
-        out.update({f"{name}_saved_bytes": saved, f"{name}_ops_forward": fwd, f"{name}_ops_backward": bwd})
-    return out
+    return out | _measure_attention(dim, mla=mla, gqa=gqa)
 
 
 def measure_sinks(dim: int, heads: int, kv_heads: int, head_dim: int) -> dict:
@@ -226,15 +207,7 @@ def measure_sinks(dim: int, heads: int, kv_heads: int, head_dim: int) -> dict:
                           wo_param_init={}, inner_attention=oss.get_attention_config("varlen"), rope=rope,
                           fuse_qkv=True).build()
     out = dict(hidden=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, tokens=TOKENS)
-    for name, module in (("sinks", sinks), ("gqa", gqa)):
-        module.inner_attention = _flash_core()
-        for p in module.parameters():
-            torch.nn.init.normal_(p, std=0.02)
-        module = module.to(torch.bfloat16)
-        x = torch.randn(TOKENS, dim, dtype=torch.bfloat16, requires_grad=True)
-        saved, fwd, bwd = _saved_and_ops(module, x, None, torch.arange(TOKENS))
-        out.update({f"{name}_saved_bytes": saved, f"{name}_ops_forward": fwd, f"{name}_ops_backward": bwd})
-    return out
+    return out | _measure_attention(dim, sinks=sinks, gqa=gqa)
 
 
 def torchtitan_commit(stated: str | None) -> str:
