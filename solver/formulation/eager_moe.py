@@ -173,14 +173,13 @@ def block_ops(model: ModelSpec) -> tuple[int, int, int]:
     return before, after, bwd
 
 
-def host_s(op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS, block: tuple[int, int, int] | None = None):
+def host_s(op_s: float, ep, attention_ops: tuple[int, int], block: tuple[int, int, int]):
     """(forward before the sync, forward after it, backward) host time of one MoE layer, attention included
-    (`attention_ops`: `ATTENTION_OPS`, with what its attention dispatches beyond GQA, `eager_attention.ops_extra`), the block's
-    ops `block` (`block_ops`; default qwen3's); without EP there is no sync and the forward is one segment (`before`
-    holds it all)."""
+    (`attention_ops`: `ATTENTION_OPS` with what its attention dispatches beyond GQA, `eager_attention.ops_extra`), the
+    block's ops `block` (`block_ops`); without EP there is no sync and the forward is one segment (`before` holds it
+    all)."""
     ep_on = np.asarray(ep) > 1
-    router, after, block_bwd = block or (ROUTER_OPS_FWD + REORDER_OPS_FWD, EXPERT_OPS_FWD + COMBINE_OPS_FWD,
-                                         BLOCK_OPS_BWD)
+    router, after, block_bwd = block
     before = attention_ops[0] + router
     pre = np.where(ep_on, before + EP_EXCHANGE_OPS_FWD, before + after) * op_s
     post = np.where(ep_on, after + EP_AFTER_SYNC_OPS_FWD, 0.0) * op_s
@@ -188,8 +187,8 @@ def host_s(op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS, bloc
     return pre, post, bwd
 
 
-def layer_s(*, pre_gpu_s, post_gpu_s, bwd_gpu_s, op_s: float, ep, attention_ops: tuple[int, int] = ATTENTION_OPS,
-            block: tuple[int, int, int] | None = None):
+def layer_s(*, pre_gpu_s, post_gpu_s, bwd_gpu_s, op_s: float, ep, attention_ops: tuple[int, int],
+            block: tuple[int, int, int]):
     """(forward, backward) of one MoE layer: each segment the longer of its GPU and host time (`host_s`); with EP the
     sync splits the forward (`pre_gpu_s`: attention, router and reorder; `post_gpu_s`: the all-to-alls, experts and
     combine) and adds one op's latency, without it the forward is one segment."""
