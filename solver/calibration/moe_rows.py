@@ -162,7 +162,8 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
       nothing: an opt-in that Megatron-Core leaves off (`overlap_moe_expert_parallel_comm = False`,
       transformer_config.py), and off in 66 of the 78 released MoE runs whose recipe, scripts or container
       settle it -- unlike the dispatcher and the CUDA graphs, whose best value is also what most recipes run;
-    - CUDA graphs (`_recipe_graphs`).
+    - CUDA graphs (`_recipe_graphs`);
+    - FP8 attention where the recipe sets it (`fp8_dot_product_attention`), else off, Megatron-Core's default.
     A row without a matched recipe states neither the dispatcher nor the graphs: like its other unstated
     knobs, they take the best value (`_best_settings`)."""
     settings: dict = {}
@@ -192,6 +193,11 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
             settings["min_offloaded_tensor_size"] = int(size)
     if recipe.get("hsdp_domain_gpus"):  # Megatron-FSDP's HSDP: one instance per NVLink domain
         settings["distributed_optimizer_instances"] = max(1, int(raw["parallel"]["num_gpus"]) // recipe["hsdp_domain_gpus"])
+    fp8_attention = recipe.get("fp8_dot_product_attention")
+    if fp8_attention is True:  # the recipe's attention in FP8 (specs/fp8_attention.py)
+        settings["fp8_dot_product_attention"] = True
+    elif fp8_attention is not None and fp8_attention is not False:
+        assumed.append(f"FP8 attention {fp8_attention!r}: not settled by the data, off (Megatron-Core's default)")
     graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
     if graphs is None:
         unstated.append("cuda_graph")

@@ -27,7 +27,7 @@ FLAGS = {
     "job": "--job", "model": "--model", "cluster": "--cluster", "global_batch_size": "--global-batch-size",
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
-    "moe_a2a_overlap": "--moe-a2a-overlap", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules",
+    "moe_a2a_overlap": "--moe-a2a-overlap", "fp8_dot_product_attention": "--fp8-dot-product-attention", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules",
     "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "distributed_optimizer_instances": "--distributed-optimizer-instances", "min_offloaded_tensor_size": "--min-offloaded-tensor-size", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "peft": "--peft", "lora_rank": "--lora-rank", "lora_target_modules": "--lora-target-modules", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "account_for_embedding": "--account-for-embedding", "account_for_loss": "--account-for-loss",
@@ -175,6 +175,10 @@ _BASE = [
                  help="TP collectives pipelined with the GEMMs (Megatron --tp-comm-overlap; default off)."),
     click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,
                  help="Data-parallel reduction behind the backward (Megatron --overlap-grad-reduce; default on)."),
+    click.option("--fp8-dot-product-attention/--no-fp8-dot-product-attention", "fp8_dot_product_attention", default=None,
+                 help="Attention in FP8: Transformer Engine's fused kernel at the FP8 rate (Megatron-Core "
+                      "fp8_dot_product_attention; precision fp8 on Hopper or Blackwell, fp8-tensorwise or mxfp8 on "
+                      "Blackwell; default off)."),
     click.option("--moe-load-imbalance", type=float, default=None,
                  help="MoE: busiest expert rank's tokens over the balanced share (default 1.0: balanced routing)."),
     click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
@@ -342,7 +346,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
                 cpu_offloading_num_layers=None, precision_aware_optimizer=None, optimizer_moment_dtype=None,
                 offload_modules=None, zero3_gathers=None, distributed_optimizer_instances=None,
                 min_offloaded_tensor_size=None, peft=None, lora_rank=None, lora_target_modules=None,
-                **constraint_flags) -> dict:
+                fp8_dot_product_attention=None, **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
@@ -356,7 +360,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "recompute_modules": _names(recompute_modules), "offload_modules": _names(offload_modules),
              "zero3_gathers": zero3_gathers, "distributed_optimizer_instances": distributed_optimizer_instances,
              "min_offloaded_tensor_size": min_offloaded_tensor_size, "peft": peft, "lora_rank": lora_rank,
-             "lora_target_modules": _names(lora_target_modules)}
+             "lora_target_modules": _names(lora_target_modules), "fp8_dot_product_attention": fp8_dot_product_attention}
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:

@@ -47,6 +47,7 @@ from .layer_terms import (
     bf16_layer_extra_s,
     cp_a2a_s,
     cp_ring_exposed_s,
+    fp8_attention_cast_s,
     layer_linears_s,
     mlp_linears,
     output_gate_s,
@@ -98,6 +99,7 @@ def stage_coefficients(
     fp8_param_gather: bool = False,
     cuda_graph_impl: str = "none",
     cuda_graph_modules: tuple = (),
+    fp8_attention: bool = False,
     bf16_layers: tuple[int, int] = (0, 0),
     adam_state_bytes: float = memory.ADAM_STATE_BYTES,
     offload_modules: tuple = (),
@@ -113,6 +115,7 @@ def stage_coefficients(
         moe_load_imbalance=moe_load_imbalance, moe_a2a_overlap=moe_a2a_overlap,
         moe_token_dispatcher=moe_token_dispatcher, framework=framework, recompute_modules=recompute_modules,
         fp8_param_gather=fp8_param_gather, cuda_graph=(cuda_graph_impl, tuple(cuda_graph_modules)),
+        fp8_attention=fp8_attention,
         bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules,
         min_offloaded_tensor_size=min_offloaded_tensor_size,
         zero3_gathers=zero3_gathers, instances=distributed_optimizer_instances, lora=lora))
@@ -135,6 +138,7 @@ class _StageTerms:
         self.tp_comm_overlap, self.recompute_modules = options["tp_comm_overlap"], options["recompute_modules"]
         self.moe_load_imbalance, self.moe_a2a_overlap = options["moe_load_imbalance"], options["moe_a2a_overlap"]
         self.moe_token_dispatcher = options["moe_token_dispatcher"]
+        self.fp8_attention = options.get("fp8_attention", False)  # attention in FP8 (specs/fp8_attention.py)
         self.fp8_param_gather, self.cuda_graph = options["fp8_param_gather"], options["cuda_graph"]
         self.adam_state_bytes = options["adam_state_bytes"]  # per parameter before sharding (memory.py)
         self.lora = options.get("lora")  # (rank, target modules): LoRA's frozen base and its adapters (lora.py)
@@ -186,7 +190,7 @@ class _StageTerms:
         gemm_fwd, gemm_bwd, cast_fwd, cast_bwd = g.gemm_fwd, g.gemm_bwd, g.cast_fwd, g.cast_bwd
         core_fwd, core_bwd = attention_core_s(
             gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=self.flash_attention,
-            kernel=self.attention_kernel, hbm_bytes_per_s=hbm)
+            kernel=self.attention_kernel, hbm_bytes_per_s=hbm, fp8=self.fp8_attention)
         fam = self.fam
         if fam is not None and fam.masked_layers and self.flash_attention:  # sliding windows' explicit masks
             masked = attention_core_s(gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=True,
@@ -195,7 +199,10 @@ class _StageTerms:
         elif windows_skipped(self.stack.name, model) and self.flash_attention:  # the kernel skips what a window masks
             core_fwd, core_bwd = windowed_attention_s(gpu, model, (core_fwd, core_bwd), kernel=self.attention_kernel,
                                                       batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim,
-                                                      hbm_bytes_per_s=hbm)
+                                                      hbm_bytes_per_s=hbm, fp8=self.fp8_attention)
+        if self.fp8_attention:  # FP8 attention's casts of its inputs and outputs (specs/fp8_attention.py)
+            casts = fp8_attention_cast_s(self.precision, M, hq / t, hkv / t, hbm)
+            core_fwd, core_bwd = core_fwd + casts[0], core_bwd + casts[1]
         if model.is_dsa or model.is_dsv4:  # DeepSeek's sparse attention: the core, the indexer (dsa.py, dsv4.py)
             core_fwd, core_bwd = (dsv4 if model.is_dsv4 else dsa).attention_s(gpu, model, batch=b, heads=a / t,
                                                                               s_q=s / c, s_k=s, hbm=hbm)

@@ -32,6 +32,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         moe_a2a_overlap=job.moe_a2a_overlap, moe_token_dispatcher=job.moe_token_dispatcher, framework=job.framework,
         recompute_modules=job.recompute_modules, fp8_param_gather=job.fp8_param_gather,
         cuda_graph_impl=job.cuda_graph_impl, cuda_graph_modules=job.cuda_graph_modules,
+        fp8_attention=job.fp8_dot_product_attention,
         bf16_layers=(job.bf16_layers_at_start, job.bf16_layers_at_end),
         adam_state_bytes=adam_state_bytes_per_param(job.precision, job.precision_aware_optimizer,
                                                     job.optimizer_moment_dtype),

@@ -62,14 +62,16 @@ def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_b
 
 
 def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kernel: str, hbm_bytes_per_s: float,
-                     window=None):
+                     window=None, fp8: bool = False):
     """(forward, backward) of the attention core on one GPU: FlashAttention at the kernel's fitted
     efficiency (cuDNN's fused kernel overlaps the exponentials on Hopper+, FlashAttention-2 does
     not: `kernels.flash_attention_s`), or unfused attention with materialised scores; kernel "masked" is
     SDPA's kernel given an explicit mask (GPUSpec.masked_attention_rate at the head dimension, no causal skipping); kernel "flash1"
     the FlashAttention-1 generation (GPUSpec.flash1_attention_rate, no overlap, the head dimension padded
     as its Triton port computes it: `kernels.triton_block_headdim`). A sliding `window` (tokens) limits
-    the fused and FlashAttention-2 kernels' causal blocks to its band (`kernels.flash_attention_s`)."""
+    the fused and FlashAttention-2 kernels' causal blocks to its band (`kernels.flash_attention_s`). `fp8`:
+    the fused kernel's matmuls at the FP8 peak, the same fraction of it, the exponentials unchanged
+    (specs/fp8_attention.py; its casts: `fp8_attention_cast_s`)."""
     if not flash:
         return unfused_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim,
                                    flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
@@ -85,9 +87,31 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
     fused = kernel == "cudnn"
     efficiency = (gpu.fused_attention_efficiency if fused
                   else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))
+    rate = gpu.peak_fp8_tflops * 1e12 if fp8 and fused else gpu.peak_flop_per_s
     return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=True,
-                             flop_per_s=gpu.peak_flop_per_s, exp_per_s=gpu.sfu_tops * 1e12, efficiency=efficiency,
+                             flop_per_s=rate, exp_per_s=gpu.sfu_tops * 1e12, efficiency=efficiency,
                              overlap_exp=gpu.exp_overlaps_matmul and fused, window=window)
+
+
+# Bytes to cast one element of an FP8 attention tensor, one (rowwise) layout each (dot_product_attention/utils.py
+# `get_attention_quantizers` at d0067d0: `set_usage(rowwise=True, columnwise=False)` on every quantizer): quantising
+# reads BF16 and writes FP8 (current scaling reads it once more for its amax; MXFP8 adds an E8M0 scale per 32);
+# dequantising reads FP8 and writes BF16
+FP8_ATTENTION_QUANTIZE_BYTES = {"fp8": BF16_BYTES + 1.0, "fp8-tensorwise": 2 * BF16_BYTES + 1.0,
+                                "mxfp8": BF16_BYTES + 1.0 + 1.0 / 32}
+FP8_DEQUANTIZE_BYTES = 1.0 + BF16_BYTES
+
+
+def fp8_attention_cast_s(precision: str, tokens, q_width, kv_width, hbm_bytes_per_s: float):
+    """(forward, backward) casts of FP8 attention on one GPU (`q_width`, `kv_width` on this rank, per token):
+    Transformer Engine's fused attention under `fp8_dpa` without `fp8_mha` quantises Q, K, V and dequantises
+    the output forward, quantises dO and dequantises dQ, dK, dV backward (the QKV, O, dO and dQKV quantizers
+    of `get_attention_quantizers`), at `FP8_ATTENTION_QUANTIZE_BYTES` and `FP8_DEQUANTIZE_BYTES` per element."""
+    quantize = FP8_ATTENTION_QUANTIZE_BYTES[precision]
+    qkv, out = q_width + 2 * kv_width, q_width
+    fwd = tokens * (quantize * qkv + FP8_DEQUANTIZE_BYTES * out) / hbm_bytes_per_s
+    bwd = tokens * (quantize * out + FP8_DEQUANTIZE_BYTES * qkv) / hbm_bytes_per_s
+    return fwd, bwd
 
 
 # An attention output gate's fused kernel (attention.py `_apply_output_gate`, jit-fused: x * sigmoid(gate)) per

@@ -87,6 +87,10 @@ def _precision_flags(job, arch: int, oldest_gpu: str, notes: list[str]) -> list[
                          f"{'2.1' if recipe == 'mxfp8' else '2.3'} (megatron/core/fp8_utils.py)")
         if job.fp8_param_gather:  # FP8 primary weights (formulation/precision.py); MXFP8 stages its gather
             a += ["--fp8-param-gather"] + (["--reuse-grad-buf-for-mxfp8-param-ag"] if recipe == "mxfp8" else [])
+        if job.fp8_dot_product_attention:  # arguments.py at d98e8a6 lists it among the fields with no CLI argument
+            notes.append("FP8 attention has no Megatron-LM flag (d98e8a6): set TransformerConfig."
+                         "fp8_dot_product_attention = True in the model config (Megatron-Bridge: cfg.mixed_precision."
+                         "fp8_dot_product_attention = True); launched without it, attention runs in BF16, slower than planned")
     if job.precision == "nvfp4":
         a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] + (["--fp4-param-gather"] if job.fp8_param_gather else [])
         notes.append("--fp4-format needs Transformer Engine >= 2.7.0.dev0 (NVFP4BlockScaling) and a Blackwell GPU")

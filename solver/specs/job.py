@@ -8,6 +8,7 @@ from pydantic import Field, PositiveInt, TypeAdapter, ValidationError, model_val
 
 from .base import Spec
 from .cluster import ClusterSpec
+from .fp8_attention import fp8_attention_problem
 from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
 from .offloading import MIN_OFFLOADED_ELEMENTS, OffloadModule, fine_offload_problem, host_link_problem
@@ -160,6 +161,9 @@ class JobSpec(Spec):
         (), description="modules of the per-layer graphs (Megatron --cuda-graph-modules): attn, mlp, moe_router, "
                         "moe_preprocess (with moe_router), mamba (a hybrid model's Mamba layers); a MoE layer's "
                         "dispatch and experts have dynamic shapes and stay outside per-layer graphs")
+    fp8_dot_product_attention: bool = Field(
+        False, description="attention in FP8: Transformer Engine's fused kernel at the FP8 tensor-core rate (Megatron-Core "
+                           "TransformerConfig.fp8_dot_product_attention; specs/fp8_attention.py says which jobs run it)")
     fp8_param_gather: bool = Field(
         False, description="FP8 recipes: the weights are kept only in the recipe's FP8 form, cast from the fp32 "
                            "master weights, and the distributed optimizer gathers them in FP8 (Megatron "
@@ -276,7 +280,7 @@ class JobSpec(Spec):
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
         for problem in (cpu_offload_problem(self), fine_offload_problem(self), optimizer_problem(self),
-                        peft_problem(self)):
+                        peft_problem(self), fp8_attention_problem(self)):
             if problem:
                 raise ValueError(problem)
         graph_problem = cuda_graph_problem(self)

@@ -107,6 +107,8 @@ class JobRequest(Request):
                                                 description="MoE: busiest expert rank's tokens over the balanced share")
     moe_a2a_overlap: bool | None = None
     moe_token_dispatcher: Literal["alltoall", "flex"] | None = None
+    fp8_dot_product_attention: bool | None = Field(None, description="FP8 recipes: attention in FP8 (Transformer "
+                                                                    "Engine's fused kernel; Megatron-Core config)")
     fp8_param_gather: bool | None = Field(None, description="FP8 recipes: FP8 primary weights (--fp8-param-gather); "
                                                            "nvfp4: NVFP4 primary weights (--fp4-param-gather)")
     bf16_layers_at_start: int | None = Field(None, ge=0, description="nvfp4 / FP8: first layers kept in BF16 "
