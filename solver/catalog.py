@@ -288,8 +288,8 @@ def load_cluster(ref: str | dict, field: str = "cluster") -> ClusterSpec:
 # the job's software settings a mapping may give (JobSpec fields of the same names)
 JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce_dtype", "tp_comm_overlap",
                 "overlap_grad_reduce", "prefer", "tolerance_rel", "moe_load_imbalance", "moe_a2a_overlap",
-                "moe_token_dispatcher", "framework", "recompute_modules", "fp8_param_gather", "fp8_dot_product_attention",
-                "cuda_graph_impl",
+                "moe_token_dispatcher", "framework", "recompute_modules", "fp8_param_gather",
+                "fp8_dot_product_attention", "cuda_graph_impl",
                 "cuda_graph_modules", "bf16_layers_at_start", "bf16_layers_at_end", "cpu_offloading_num_layers",
                 "offload_modules", "precision_aware_optimizer", "optimizer_moment_dtype", "zero3_gathers",
                 "distributed_optimizer_instances", "min_offloaded_tensor_size", "peft", "lora_rank",
