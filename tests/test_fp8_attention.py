@@ -121,3 +121,14 @@ def test_the_recipes_that_state_it_reach_the_job():
     assert any("FP8 attention" in a and "not settled" in a for a in unsettled.assumed)
     off = moe_row_job(_raw("mbridge_perf-26.04.01-qwen3-30b-a3b-gb200-mxfp8-8"))
     assert not off.job.fp8_dot_product_attention
+
+
+def test_a_measured_fp8_attention_efficiency_replaces_the_prior():
+    """A GPU file may state what its FP8 attention kernel reaches (`fp8_attention_efficiency`); unset, the BF16
+    kernel's fraction is used, and the BF16 attention never reads it."""
+    gpu = load_cluster("b200x8").gpu
+    shape = dict(batch=4, heads=32, s_q=4096, s_k=4096, head_dim=128, flash=True, kernel="cudnn", hbm_bytes_per_s=8e12)
+    slower = gpu.model_copy(update={"fp8_attention_efficiency": gpu.fused_attention_efficiency / 2})
+    prior, measured = attention_core_s(gpu, fp8=True, **shape), attention_core_s(slower, fp8=True, **shape)
+    assert measured[0] > prior[0] and measured[1] > prior[1]
+    assert attention_core_s(slower, **shape) == attention_core_s(gpu, **shape)

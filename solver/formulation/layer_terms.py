@@ -70,8 +70,8 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
     the FlashAttention-1 generation (GPUSpec.flash1_attention_rate, no overlap, the head dimension padded
     as its Triton port computes it: `kernels.triton_block_headdim`). A sliding `window` (tokens) limits
     the fused and FlashAttention-2 kernels' causal blocks to its band (`kernels.flash_attention_s`). `fp8`:
-    the fused kernel's matmuls at the FP8 peak, the same fraction of it, the exponentials unchanged
-    (specs/fp8_attention.py; its casts: `fp8_attention_cast_s`)."""
+    the fused kernel's matmuls at the FP8 peak, at `GPUSpec.fp8_attention_efficiency` (default: the BF16 kernel's
+    fraction), the exponentials unchanged (specs/fp8_attention.py; its casts: `fp8_attention_cast_s`)."""
     if not flash:
         return unfused_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim,
                                    flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
@@ -87,6 +87,8 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
     fused = kernel == "cudnn"
     efficiency = (gpu.fused_attention_efficiency if fused
                   else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))
+    if fp8 and fused:  # FP8 attention: the FP8 peak, at its own attained fraction (GPUSpec.fp8_attention_efficiency)
+        efficiency = gpu.fp8_attention_efficiency or efficiency
     rate = gpu.peak_fp8_tflops * 1e12 if fp8 and fused else gpu.peak_flop_per_s
     return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=True,
                              flop_per_s=rate, exp_per_s=gpu.sfu_tops * 1e12, efficiency=efficiency,

@@ -51,6 +51,10 @@ class GPUSpec(Spec):
     attention_efficiency: float | None = Field(
         None, gt=0, le=1, description="attained fraction of peak of the attention matmuls, fused (cuDNN) kernel "
                                       "(default: matmul_efficiency: tensor-core kernels of the same generation)")
+    fp8_attention_efficiency: float | None = Field(
+        None, gt=0, le=1, description="attained fraction of the FP8 peak of the fused attention's matmuls under "
+                                      "fp8_dot_product_attention (default: attention_efficiency, the BF16 kernel's "
+                                      "fraction of its peak: a prior, no FP8 SDPA timing behind it)")
     flash2_attention_efficiency: float | None = Field(
         None, gt=0, le=1, description="the same for FlashAttention-2 (default: the fused kernel's); on Hopper "
                                       "FlashAttention-2 cannot use the asynchronous tensor cores")
