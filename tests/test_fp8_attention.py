@@ -132,3 +132,16 @@ def test_a_measured_fp8_attention_efficiency_replaces_the_prior():
     prior, measured = attention_core_s(gpu, fp8=True, **shape), attention_core_s(slower, fp8=True, **shape)
     assert measured[0] > prior[0] and measured[1] > prior[1]
     assert attention_core_s(slower, **shape) == attention_core_s(gpu, **shape)
+
+
+def test_a_recipe_whose_fp8_attention_transformer_engine_refuses_is_priced_in_bf16_not_refused():
+    """A row that ran FP8 attention where today's rule does not (the 26.08 Qwen3 recipe moved to H100 under FP8
+    current scaling, which Transformer Engine d0067d0 runs in FP8 attention on sm100+ only) is still read:
+    its attention priced in BF16, and said."""
+    raw = json.loads(json.dumps(_raw("mbridge_perf-26.08-qwen3-30b-a3b-gb200-mxfp8-8")))
+    h100 = _raw("mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16")
+    raw.update(hardware=h100["hardware"], precision=h100["precision"])
+    row = moe_row_job(raw)
+    assert row.job is not None and not row.skipped, row.skipped
+    assert row.job.cluster.gpu.architecture == "hopper" and not row.job.fp8_dot_product_attention
+    assert any("FP8 attention priced in BF16" in a and "needs blackwell" in a for a in row.assumed), row.assumed

@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import re
 import typing
+from types import SimpleNamespace
 from typing import Any
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
+from ..specs.fp8_attention import fp8_attention_problem
 from ..specs.job import Precision
 from .eras import fsdp_of
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
@@ -314,6 +316,7 @@ def moe_row_job(raw: dict) -> Row:
     except (InputError, ValueError) as exc:
         row.skipped = f"cluster of {row.num_gpus} {hw.get('gpu')}: {getattr(exc, 'message', exc)}"
         return row
+    _fp8_attention_runs(settings, model, cluster, precision, assumed)
     cons = _row_constraints(row, recipe, model, settings, unstated_settings)
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
                    precision=precision, grad_reduce_dtype=grad_reduce_dtype(raw, assumed), constraints=cons,
@@ -333,6 +336,21 @@ def moe_row_job(raw: dict) -> Row:
     if unpriced:
         row.skipped = unpriced
     return row
+
+
+def _fp8_attention_runs(settings: dict, model, cluster, precision: str, assumed: list[str]) -> None:
+    """A recipe's FP8 attention where Transformer Engine d0067d0 does not run it for the row's precision, GPU or
+    model (`specs.fp8_attention`: the row ran, on a release this rule does not describe): priced in BF16, said,
+    rather than the row refused."""
+    if not settings.get("fp8_dot_product_attention"):
+        return
+    job = SimpleNamespace(fp8_dot_product_attention=True, framework=settings.get("framework", "megatron"),
+                          precision=precision, flash_attention=settings.get("flash_attention", True),
+                          attention_kernel=settings.get("attention_kernel", "cudnn"), model=model, cluster=cluster)
+    problem = fp8_attention_problem(job)
+    if problem:
+        settings.pop("fp8_dot_product_attention")
+        assumed.append(f"the recipe's FP8 attention priced in BF16: {problem.split('; drop')[0]}")
 
 
 def _relaxed(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:
