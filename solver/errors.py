@@ -97,7 +97,9 @@ def path(root: str, *parts: str) -> str:
 
 
 def _loc(err: dict) -> str:
-    return ".".join(str(x) for x in err.get("loc", ()) if x != "__root__")
+    """The offending path, each key as it may be printed (`escape_text`: a key the user wrote with a newline
+    or a control character keeps the error on one line)."""
+    return ".".join(escape_text(str(x), 80) for x in err.get("loc", ()) if x != "__root__")
 
 
 def _message(err: dict, allowed: Iterable[str] | None = None) -> str:
