@@ -46,6 +46,12 @@ FLAGS = {
 }
 
 
+def is_digits(text: str, max_len: int = 9) -> bool:
+    """`text` is 1 to `max_len` ASCII digits: what `int` reads as a count (str.isdigit alone also passes '²',
+    which `int` refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= max_len
+
+
 def flag_name(field: str) -> str:
     """The flag a spec path names (`a/b` paths: each), `--compare: key` for a key of the
     configuration --compare gives; any other path (inside a file) as it is."""
@@ -71,7 +77,7 @@ class IntList(click.ParamType):
         if isinstance(value, tuple):
             return value
         items = [x.strip() for x in str(value).split(",")]
-        if not all(x.isdigit() and len(x) <= 9 for x in items):
+        if not all(is_digits(x) for x in items):
             self.fail(f"{str(value)[:60]!r} is not a comma-separated list of positive integers (e.g. 4 or 4,8)", param, ctx)
         vals = tuple(int(x) for x in items)
         if not vals or any(v <= 0 for v in vals):
@@ -376,6 +382,6 @@ def build_job(**options) -> JobSpec:
 def parse_ints(text: str, field: str) -> list[int]:
     """'5,7,7,5' -> [5, 7, 7, 5] (positive, of at most 9 digits); InputError naming `field` otherwise."""
     items = [x.strip() for x in text.split(",")]
-    if not all(x.isdigit() and len(x) <= 9 and int(x) > 0 for x in items):
+    if not all(is_digits(x) and int(x) > 0 for x in items):
         raise InputError(field, f"{text[:60]!r} is not a comma-separated list of positive integers (e.g. 10,10,12)")
     return [int(x) for x in items]

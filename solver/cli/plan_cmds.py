@@ -31,6 +31,7 @@ from .options import (
     SECONDS,
     build_job,
     config_options,
+    is_digits,
     job_base_options,
     job_options,
     parse_ints,
@@ -75,11 +76,11 @@ def parse_compare(text: str) -> dict:
                 cfg[name] = val  # checked with the rest of the configuration (space.rules)
             elif name == "layers":
                 parts = val.replace("/", ":").split(":")
-                if not all(x.isdigit() and len(x) <= 9 for x in parts):
+                if not all(is_digits(x) for x in parts):
                     raise ValueError
                 cfg[name] = [int(x) for x in parts]
             else:
-                if not val.isdigit() or len(val) > 9:
+                if not is_digits(val):
                     raise ValueError
                 cfg[name] = int(val)
                 if cfg[name] < (0 if name == "zero" else 1) or (name == "zero" and cfg[name] > 3):
