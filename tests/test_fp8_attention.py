@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import solveplan.catalog_published
 from solveplan.calibration.moe_rows import moe_row_job
+from solveplan.calibration.rows import row_job
 from solveplan.catalog import load_cluster, load_model
 from solveplan.formulation.job import job_coefficients
 from solveplan.formulation.kernels import flash_attention_s
@@ -145,3 +146,17 @@ def test_a_recipe_whose_fp8_attention_transformer_engine_refuses_is_priced_in_bf
     assert row.job is not None and not row.skipped, row.skipped
     assert row.job.cluster.gpu.architecture == "hopper" and not row.job.fp8_dot_product_attention
     assert any("FP8 attention priced in BF16" in a and "needs blackwell" in a for a in row.assumed), row.assumed
+
+
+def test_a_dense_rows_recipe_reaches_its_job_too():
+    """The precision config is read alike for dense and MoE rows (`precision_rows`): a dense Blackwell row whose
+    recipe turns FP8 attention on is priced with it, and the same row on H100 under FP8 current scaling in BF16."""
+    raw = json.loads(json.dumps(_raw("mbridge_perf-26.04.01-llama3-70b-gb200-fp8-cs-64")))
+    raw["parallel"].setdefault("other", {}).setdefault("recipe", {})["fp8_dot_product_attention"] = True
+    on = row_job(raw)
+    assert on.job is not None and on.job.fp8_dot_product_attention, on.skipped
+    h100 = _raw("mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16")
+    raw["hardware"] = h100["hardware"]
+    moved = row_job(raw)
+    assert moved.job is not None and not moved.job.fp8_dot_product_attention, moved.skipped
+    assert any("FP8 attention priced in BF16" in a for a in moved.assumed)

@@ -34,19 +34,17 @@ from __future__ import annotations
 
 import re
 import typing
-from types import SimpleNamespace
 from typing import Any
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
-from ..specs.fp8_attention import fp8_attention_problem
 from ..specs.job import Precision
 from .eras import fsdp_of
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, MOE_RECOMPUTE_PRESETS, scripts_2509_recipe
 from .moe_row_model import stated_moe_model
 from .names import names_catalog_moe, squeezed, with_named_key
-from .precision_rows import precision_settings
+from .precision_rows import fp8_attention_guard, precision_settings
 from .rows import (
     ROW_READERS,
     Row,
@@ -164,8 +162,7 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
       nothing: an opt-in that Megatron-Core leaves off (`overlap_moe_expert_parallel_comm = False`,
       transformer_config.py), and off in 66 of the 78 released MoE runs whose recipe, scripts or container
       settle it -- unlike the dispatcher and the CUDA graphs, whose best value is also what most recipes run;
-    - CUDA graphs (`_recipe_graphs`);
-    - FP8 attention where the recipe sets it (`fp8_dot_product_attention`), else off, Megatron-Core's default.
+    - CUDA graphs (`_recipe_graphs`).
     A row without a matched recipe states neither the dispatcher nor the graphs: like its other unstated
     knobs, they take the best value (`_best_settings`)."""
     settings: dict = {}
@@ -195,11 +192,6 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
             settings["min_offloaded_tensor_size"] = int(size)
     if recipe.get("hsdp_domain_gpus"):  # Megatron-FSDP's HSDP: one instance per NVLink domain
         settings["distributed_optimizer_instances"] = max(1, int(raw["parallel"]["num_gpus"]) // recipe["hsdp_domain_gpus"])
-    fp8_attention = recipe.get("fp8_dot_product_attention")
-    if fp8_attention is True:  # the recipe's attention in FP8 (specs/fp8_attention.py)
-        settings["fp8_dot_product_attention"] = True
-    elif fp8_attention is not None and fp8_attention is not False:
-        assumed.append(f"FP8 attention {fp8_attention!r}: not settled by the data, off (Megatron-Core's default)")
     graphs = _recipe_graphs(recipe, settings["moe_token_dispatcher"] if recipe else None, assumed)
     if graphs is None:
         unstated.append("cuda_graph")
@@ -316,7 +308,7 @@ def moe_row_job(raw: dict) -> Row:
     except (InputError, ValueError) as exc:
         row.skipped = f"cluster of {row.num_gpus} {hw.get('gpu')}: {getattr(exc, 'message', exc)}"
         return row
-    _fp8_attention_runs(settings, model, cluster, precision, assumed)
+    fp8_attention_guard(settings, assumed, model=model, cluster=cluster, precision=precision)
     cons = _row_constraints(row, recipe, model, settings, unstated_settings)
     base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
                    precision=precision, grad_reduce_dtype=grad_reduce_dtype(raw, assumed), constraints=cons,
@@ -336,21 +328,6 @@ def moe_row_job(raw: dict) -> Row:
     if unpriced:
         row.skipped = unpriced
     return row
-
-
-def _fp8_attention_runs(settings: dict, model, cluster, precision: str, assumed: list[str]) -> None:
-    """A recipe's FP8 attention where Transformer Engine d0067d0 does not run it for the row's precision, GPU or
-    model (`specs.fp8_attention`: the row ran, on a release this rule does not describe): priced in BF16, said,
-    rather than the row refused."""
-    if not settings.get("fp8_dot_product_attention"):
-        return
-    job = SimpleNamespace(fp8_dot_product_attention=True, framework=settings.get("framework", "megatron"),
-                          precision=precision, flash_attention=settings.get("flash_attention", True),
-                          attention_kernel=settings.get("attention_kernel", "cudnn"), model=model, cluster=cluster)
-    problem = fp8_attention_problem(job)
-    if problem:
-        settings.pop("fp8_dot_product_attention")
-        assumed.append(f"the recipe's FP8 attention priced in BF16: {problem.split('; drop')[0]}")
 
 
 def _relaxed(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:

@@ -4,6 +4,9 @@ BF16 (formulation/precision.py prices them), for dense and MoE rows alike."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from ..specs.fp8_attention import fp8_attention_problem
 from .eras import NEMO_DOCS
 
 # Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
@@ -25,12 +28,39 @@ def precision_settings(raw: dict, precision: str, assumed: list, model_key: str 
                        megatron_fsdp: bool = False) -> dict:
     """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
     them (`FP8_PARAM_GATHER`; not in a NeMo run under Megatron-FSDP, `eras.fsdp_of`, which its scripts
-    turn them off for), or its NVFP4 settings (`nvfp4_settings`); {} for another row."""
+    turn them off for), or its NVFP4 settings (`nvfp4_settings`); and FP8 attention where its recipe sets it
+    (`fp8_attention_settings`); {} for another row."""
     source = raw.get("source", "")
     if precision in FP8_PARAM_GATHER.get(source, ()) and not (megatron_fsdp and source in NEMO_DOCS):
         assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
-        return {"fp8_param_gather": True}
-    return nvfp4_settings(raw, assumed, model_key)
+        return {"fp8_param_gather": True, **fp8_attention_settings(raw, assumed)}
+    return {**nvfp4_settings(raw, assumed, model_key), **fp8_attention_settings(raw, assumed)}
+
+
+def fp8_attention_settings(raw: dict, assumed: list) -> dict:
+    """FP8 attention where the row's recipe sets it (Megatron-Bridge's `cfg.mixed_precision.
+    fp8_dot_product_attention`), else off, Megatron-Core's default; a value the data leaves open (a helper's
+    argument) stays off and is said. `fp8_attention_guard` then checks that the row's job can run it."""
+    recipe = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
+    value = recipe.get("fp8_dot_product_attention")
+    if value is True:
+        return {"fp8_dot_product_attention": True}
+    if value is not None and value is not False:
+        assumed.append(f"FP8 attention {value!r}: not settled by the data, off (Megatron-Core's default)")
+    return {}
+
+
+def fp8_attention_guard(settings: dict, assumed: list, **job) -> None:
+    """A recipe's FP8 attention where Transformer Engine d0067d0 does not run it for the row's precision, GPU or
+    model (`specs.fp8_attention`; `job`: the JobSpec fields that rule reads): the row ran, on a release this
+    rule does not describe, so it is priced in BF16 and said, rather than refused."""
+    if not settings.get("fp8_dot_product_attention"):
+        return
+    defaults = dict(framework="megatron", flash_attention=True, attention_kernel="cudnn")
+    problem = fp8_attention_problem(SimpleNamespace(**{**defaults, **job}, fp8_dot_product_attention=True))
+    if problem:
+        settings.pop("fp8_dot_product_attention")
+        assumed.append(f"the recipe's FP8 attention priced in BF16: {problem.split('; drop')[0]}")
 
 
 # Megatron-Bridge's NVFP4 precision config, which its performance scripts use for every NVFP4 run

@@ -35,7 +35,7 @@ from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDt
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
-from .precision_rows import precision_settings
+from .precision_rows import fp8_attention_guard, precision_settings
 from .tasks import task_problem, task_settings
 from .unread_sources import apply_to as apply_unread_source_settings
 
@@ -338,16 +338,18 @@ def row_job(raw: dict) -> Row:
     free = [k for k, v in knobs.items() if v is None]
     if free:
         assumed.append("unstated, best legal value: " + ", ".join(free))
-    overlap = str(p.get("overlap") or "").lower()
-    flash = era.get("flash", FLASH_BY_DEFAULT)
+    overlap, flash = str(p.get("overlap") or "").lower(), era.get("flash", FLASH_BY_DEFAULT)
     kernel = attention_kernel_of(raw, flash, bool(fsdp), assumed)
+    model, reduce_dtype = row_model(m, assumed), grad_reduce_dtype(raw, assumed)
+    settings = precision_settings(raw, precision, assumed, megatron_fsdp=fsdp_kind == "megatron")
+    fp8_attention_guard(settings, assumed, model=model, cluster=cluster, precision=precision, flash_attention=flash,
+                        attention_kernel=kernel)
     row.job = JobSpec(
-        model=row_model(m, assumed), cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
+        model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
-        grad_reduce_dtype=grad_reduce_dtype(raw, assumed), **precision_settings(raw, precision, assumed, megatron_fsdp=fsdp_kind == "megatron"),
-        **task_settings(raw, assumed),
+        grad_reduce_dtype=reduce_dtype, **settings, **task_settings(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )
