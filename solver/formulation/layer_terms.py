@@ -15,7 +15,7 @@ from . import comm
 from .data_parallel import zero_grad_copy_bytes
 from .kernels import GEMM_LAUNCH_S, flash_attention_s, layers_mixed, linear_s, triton_block_headdim, unfused_attention_s
 from .memory import BF16_BYTES, ZERO3_LIVE_LAYERS
-from .precision import is_quantized, matmul_rate
+from .precision import is_quantized, matmul_rate, quantize_bytes_per_element
 from .recompute import mla_up_recompute, norm_recompute
 
 
@@ -87,20 +87,15 @@ def attention_core_s(gpu, *, batch, heads, s_q, s_k, head_dim, flash: bool, kern
     fused = kernel == "cudnn"
     efficiency = (gpu.fused_attention_efficiency if fused
                   else (gpu.flash2_attention_efficiency or gpu.fused_attention_efficiency))
+    rate = gpu.peak_flop_per_s
     if fp8 and fused:  # FP8 attention: the FP8 peak, at its own attained fraction (GPUSpec.fp8_attention_efficiency)
-        efficiency = gpu.fp8_attention_efficiency or efficiency
-    rate = gpu.peak_fp8_tflops * 1e12 if fp8 and fused else gpu.peak_flop_per_s
+        rate, efficiency = gpu.peak_fp8_tflops * 1e12, gpu.fp8_attention_efficiency or efficiency
     return flash_attention_s(batch=batch, heads=heads, s_q=s_q, s_k=s_k, head_dim=head_dim, causal=True,
                              flop_per_s=rate, exp_per_s=gpu.sfu_tops * 1e12, efficiency=efficiency,
                              overlap_exp=gpu.exp_overlaps_matmul and fused, window=window)
 
 
-# Bytes to cast one element of an FP8 attention tensor, one (rowwise) layout each (dot_product_attention/utils.py
-# `get_attention_quantizers` at d0067d0: `set_usage(rowwise=True, columnwise=False)` on every quantizer): quantising
-# reads BF16 and writes FP8 (current scaling reads it once more for its amax; MXFP8 adds an E8M0 scale per 32);
-# dequantising reads FP8 and writes BF16
-FP8_ATTENTION_QUANTIZE_BYTES = {"fp8": BF16_BYTES + 1.0, "fp8-tensorwise": 2 * BF16_BYTES + 1.0,
-                                "mxfp8": BF16_BYTES + 1.0 + 1.0 / 32}
+# Dequantising one element of an FP8 attention output or gradient: read FP8, write BF16
 FP8_DEQUANTIZE_BYTES = 1.0 + BF16_BYTES
 
 
@@ -108,8 +103,9 @@ def fp8_attention_cast_s(precision: str, tokens, q_width, kv_width, hbm_bytes_pe
     """(forward, backward) casts of FP8 attention on one GPU (`q_width`, `kv_width` on this rank, per token):
     Transformer Engine's fused attention under `fp8_dpa` without `fp8_mha` quantises Q, K, V and dequantises
     the output forward, quantises dO and dequantises dQ, dK, dV backward (the QKV, O, dO and dQKV quantizers
-    of `get_attention_quantizers`), at `FP8_ATTENTION_QUANTIZE_BYTES` and `FP8_DEQUANTIZE_BYTES` per element."""
-    quantize = FP8_ATTENTION_QUANTIZE_BYTES[precision]
+    of `get_attention_quantizers` at d0067d0, each `set_usage(rowwise=True, columnwise=False)`: one layout,
+    `precision.quantize_bytes_per_element`), dequantising at `FP8_DEQUANTIZE_BYTES` per element."""
+    quantize = quantize_bytes_per_element(precision, layouts=1)
     qkv, out = q_width + 2 * kv_width, q_width
     fwd = tokens * (quantize * qkv + FP8_DEQUANTIZE_BYTES * out) / hbm_bytes_per_s
     bwd = tokens * (quantize * out + FP8_DEQUANTIZE_BYTES * qkv) / hbm_bytes_per_s

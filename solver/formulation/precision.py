@@ -82,12 +82,16 @@ FP4_BYTES = 0.5  # E2M1
 NVFP4_SCALE_BYTES = 1.0 / 16  # one E4M3 scale per 16 elements (1D blocks: activations, gradients)
 NVFP4_WEIGHT_SCALE_BYTES = 1.0 / 256  # one E4M3 scale per 16x16 block (2D weight quantisation)
 NVFP4_PER_ELEMENT = FP4_BYTES + NVFP4_SCALE_BYTES
-QUANTIZE_BYTES_PER_ELEMENT = {
-    "fp8": 4.0,
-    "fp8-tensorwise": 6.0,
-    "fp8-blockwise": 4.0 + 2 * 4.0 / 128,
-    "mxfp8": 4.0 + 2 * 1.0 / 32,
-    "nvfp4": BF16_BYTES + 2 * BF16_BYTES + 2 * NVFP4_PER_ELEMENT,  # amax read, two cast reads, two layouts written
+# (bytes read once, bytes per layout) to quantise one BF16 element (module docstring): the cast reads the
+# input (current scaling and NVFP4 read it once more for the amax; NVFP4 reads it once per layout), and each
+# layout writes the quantised value and its share of the scales. A GEMM input takes two layouts (row- and
+# column-wise); an FP8 attention tensor one (`layer_terms.fp8_attention_cast_s`).
+QUANTIZE_PASSES = {
+    "fp8": (BF16_BYTES, 1.0),
+    "fp8-tensorwise": (2 * BF16_BYTES, 1.0),
+    "fp8-blockwise": (BF16_BYTES, 1.0 + 4.0 / 128),
+    "mxfp8": (BF16_BYTES, 1.0 + 1.0 / 32),
+    "nvfp4": (BF16_BYTES, BF16_BYTES + NVFP4_PER_ELEMENT),
 }
 WEIGHT_COPY_BYTES_PER_PARAM = {
     "fp8": 2.0,
@@ -127,9 +131,13 @@ def matmul_rate(gpu: GPUSpec, precision: str, hbm_bytes_per_s: float) -> dict:
                 hbm_bytes_per_s=hbm_bytes_per_s)
 
 
-def quantize_bytes_per_element(precision: str) -> float:
-    """HBM bytes to quantise one element of a GEMM input (0 without FP8 or NVFP4)."""
-    return QUANTIZE_BYTES_PER_ELEMENT.get(precision, 0.0)
+def quantize_bytes_per_element(precision: str, layouts: int = 2) -> float:
+    """HBM bytes to quantise one element into `layouts` layouts (`QUANTIZE_PASSES`; a GEMM input: two), 0
+    without FP8 or NVFP4."""
+    if precision not in QUANTIZE_PASSES:
+        return 0.0
+    once, per_layout = QUANTIZE_PASSES[precision]
+    return once + layouts * per_layout
 
 
 def weight_copy_bytes_per_param(precision: str) -> float:
