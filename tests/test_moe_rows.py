@@ -164,12 +164,13 @@ def test_recipe_dispatcher_and_overlap_become_job_settings():
 def test_a_preset_recipe_that_leaves_the_overlap_unset_runs_without_it():
     """Megatron-Bridge's WorkloadBaseConfig presets (tags before v0.6.0) default moe_a2a_overlap to False
     and only ever turn it on: a matched preset that does not set it states no overlap. A v0.6.0 recipe
-    whose helpers the file does not list states nothing: off, as a row without a recipe."""
+    states it through the helper the file names (`moe_recipes.HELPER_SETTINGS`: the 26.08 Qwen3 recipes'
+    `_enable_hybridep_full_iteration_mxfp8` turns it on; tests/test_moe_recipe_helpers.py)."""
     r = BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-b300-bf16-64"]  # v0.4.2 preset: CUDA graphs, hybridep
     assert "moe_a2a_overlap" not in r.raw["parallel"]["other"]["recipe"] and r.job.moe_a2a_overlap is False
     assert BY_ID["mbridge_perf-26.04.01-gpt-oss-120b-gb200-bf16-64"].job.moe_a2a_overlap is True  # set there
-    late = BY_ID["mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8"]  # v0.6.0
-    assert late.job.moe_a2a_overlap is False and any("overlap not stated: off" in a for a in late.assumed)
+    late = BY_ID["mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8"]  # v0.6.0, its helper sets it
+    assert late.job.moe_a2a_overlap is True and not any("overlap not stated" in a for a in late.assumed)
 
 
 def test_the_source_precision_settings_reach_the_job():

@@ -76,3 +76,26 @@ def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
     assumed.append(f"settings of Megatron-Bridge v0.1.0rc3 scripts/performance/run_script.py for {name} (the 25.09 "
                    f"recipes): {SCRIPTS_2509[name]}")
     return dict(SCRIPTS_2509[name])
+
+
+# What a perf-recipe helper the data file names (`recipe.helpers_applied_in_order`) sets beyond the fields the
+# file's recipe block restates, read at the row's tag. Megatron-Bridge v0.6.0,
+# src/megatron/bridge/perf_recipes/qwen/common.py `_enable_hybridep_full_iteration_mxfp8` (the 26.08 Qwen3-MoE
+# GB200/GB300 recipes): `cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True,
+# overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)`. The file restates that helper's CUDA graphs,
+# paged stash and FP8 attention but not its CommOverlapConfig; the GPT-OSS and DeepSeek helpers' EP overlap it does
+# restate (perf_recipes/gpt_oss/common.py, deepseek/common.py at the same tag).
+# Only the settings the MoE row reader uses are listed (its TP overlap is moot at these recipes' tp 1).
+HELPER_SETTINGS = {("v0.6.0", "_enable_hybridep_full_iteration_mxfp8"): {"overlap_moe_expert_parallel_comm": True}}
+
+
+def with_helper_settings(recipe: dict, assumed: list[str]) -> dict:
+    """`recipe` with what its named helpers set (`HELPER_SETTINGS`) where the recipe block states nothing."""
+    out = dict(recipe)
+    for helper in recipe.get("helpers_applied_in_order") or ():
+        for key, value in HELPER_SETTINGS.get((str(recipe.get("recipe_tag")), helper), {}).items():
+            if key not in out:
+                out[key] = value
+                assumed.append(f"{key} {value}: set by the recipe's helper {helper} (Megatron-Bridge "
+                               f"{recipe.get('recipe_tag')}), not restated in the row")
+    return out

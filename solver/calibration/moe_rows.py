@@ -41,7 +41,13 @@ from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
 from .eras import fsdp_of
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
-from .moe_recipes import FAMILY_RECOMPUTE, MODEL_RECIPES, MOE_RECOMPUTE_PRESETS, scripts_2509_recipe
+from .moe_recipes import (
+    FAMILY_RECOMPUTE,
+    MODEL_RECIPES,
+    MOE_RECOMPUTE_PRESETS,
+    scripts_2509_recipe,
+    with_helper_settings,
+)
 from .moe_row_model import stated_moe_model
 from .names import names_catalog_moe, squeezed, with_named_key
 from .precision_rows import fp8_attention_guard, precision_settings
@@ -160,7 +166,7 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
       `overlap_moe_expert_parallel_comm = False` or unset);
       a container older than the feature (`EP_OVERLAP_FROM`) runs without it; so does a row that states
       nothing: an opt-in that Megatron-Core leaves off (`overlap_moe_expert_parallel_comm = False`,
-      transformer_config.py), and off in 66 of the 78 released MoE runs whose recipe, scripts or container
+      transformer_config.py), and off in 66 of the 82 released MoE runs whose recipe, scripts or container
       settle it -- unlike the dispatcher and the CUDA graphs, whose best value is also what most recipes run;
     - CUDA graphs (`_recipe_graphs`).
     A row without a matched recipe states neither the dispatcher nor the graphs: like its other unstated
@@ -182,7 +188,7 @@ def _job_settings(raw: dict, recipe: dict, precision: str, assumed: list[str]) -
         assumed.append(f"no EP all-to-all overlap: container {raw.get('container')} predates Megatron-Core's")
     else:
         settings["moe_a2a_overlap"] = False
-        assumed.append("EP all-to-all overlap not stated: off, Megatron-Core's default, as 66 of the 78 released "
+        assumed.append("EP all-to-all overlap not stated: off, Megatron-Core's default, as 66 of the 82 released "
                        "MoE runs whose recipe, scripts or container settle it ran")
     if recipe.get("offload_modules"):
         settings["offload_modules"] = tuple(recipe["offload_modules"])
@@ -287,7 +293,7 @@ def moe_row_job(raw: dict) -> Row:
     if wrong:
         row.skipped = wrong
         return row
-    recipe = (p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed)
+    recipe = with_helper_settings((p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed), assumed)
     if key in MODEL_RECIPES:
         recipe = {**MODEL_RECIPES[key], **recipe}
         assumed.append(f"the settings every Megatron-Bridge perf recipe of {key} sets: " + ", ".join(

@@ -1,0 +1,54 @@
+"""A perf-recipe helper the MoE data file names sets what its recipe block does not restate
+(`moe_recipes.HELPER_SETTINGS`): Megatron-Bridge v0.6.0's `_enable_hybridep_full_iteration_mxfp8` turns
+on the EP all-to-all overlap of the 26.08 Qwen3-MoE recipes (perf_recipes/qwen/common.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import solveplan.catalog_published
+from solveplan.calibration.moe_recipes import HELPER_SETTINGS, with_helper_settings
+from solveplan.calibration.moe_rows import moe_row_job
+
+PATH = Path(solveplan.catalog_published.__file__).parent / "published_runs_moe_newgpu.json"
+RAW = {r["id"]: r for r in json.loads(PATH.read_text())["measurements"]}
+HELPER = "_enable_hybridep_full_iteration_mxfp8"
+QWEN3_2608 = ("mbridge_perf-26.08-qwen3-30b-a3b-gb300-mxfp8-8", "mbridge_perf-26.08-qwen3-30b-a3b-gb200-mxfp8-8",
+              "mbridge_perf-26.08-qwen3-235b-a22b-gb300-mxfp8-256", "mbridge_perf-26.08-qwen3-235b-a22b-gb200-mxfp8-256")
+
+
+def _row(row_id, **recipe_update):
+    raw = copy.deepcopy(RAW[row_id])
+    raw["parallel"]["other"]["recipe"].update(recipe_update)
+    return moe_row_job(raw)
+
+
+@pytest.mark.parametrize("row_id", QWEN3_2608)
+def test_the_26_08_qwen3_rows_run_the_overlap_their_helper_sets(row_id):
+    recipe = RAW[row_id]["parallel"]["other"]["recipe"]
+    assert HELPER in recipe["helpers_applied_in_order"] and "overlap_moe_expert_parallel_comm" not in recipe
+    row = moe_row_job(copy.deepcopy(RAW[row_id]))
+    assert row.job.moe_a2a_overlap is True
+    assert any(HELPER in a and "overlap_moe_expert_parallel_comm True" in a for a in row.assumed)
+    assert not any("overlap not stated" in a for a in row.assumed)
+
+
+def test_what_the_recipe_block_states_wins_over_the_helper():
+    row = _row(QWEN3_2608[0], overlap_moe_expert_parallel_comm=False)
+    assert row.job.moe_a2a_overlap is False and not any(HELPER in a for a in row.assumed)
+
+
+def test_a_helper_of_another_tag_sets_nothing():
+    row = _row(QWEN3_2608[0], recipe_tag="v0.5.0")  # a preset of that era leaves it off (moe_rows._job_settings)
+    assert row.job.moe_a2a_overlap is False and not any(HELPER in a for a in row.assumed)
+
+
+def test_the_helper_table_leaves_the_recipe_it_reads_as_it_was():
+    recipe = {"recipe_tag": "v0.6.0", "helpers_applied_in_order": [HELPER]}
+    before, assumed = copy.deepcopy(recipe), []
+    out = with_helper_settings(recipe, assumed)
+    assert recipe == before and out == {**recipe, **HELPER_SETTINGS[("v0.6.0", HELPER)]} and len(assumed) == 1
+    assert with_helper_settings({}, assumed) == {} and len(assumed) == 1
