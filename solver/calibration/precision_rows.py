@@ -22,15 +22,27 @@ from .eras import NEMO_DOCS
 # turned off under Megatron FSDP: "Currently FSDP does not support FP8 param gather"); their MXFP8 config
 # changed between releases (False at v2.3.0, True at v2.4.0) and no nemo_docs row runs it.
 FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8"), **{src: ("fp8", "fp8-tensorwise") for src in NEMO_DOCS}}
+# (source, model key prefix, precision) whose scripts turn the FP8 weights off again: Megatron-Bridge's Kimi K2
+# performance configs train with Muon (`optimizer_type: str = "muon"`, the default of every GPU's config; the
+# page's note) and `set_kimi_k2_common_configs` sets `fp8_param_gather = False` for Muon with MXFP8 ("WAR: MXFP8's
+# fp8_param_gather ... incompatible with Muon's LayerWiseDistributedOptimizer"; scripts/performance/configs/kimi/
+# kimi_llm_pretrain.py at v0.4.2 and v0.5.0); read for a row whose notes say it ran Muon
+FP8_PARAM_GATHER_OFF = {("mbridge_perf", "kimi-k2", "mxfp8")}
 
 
 def precision_settings(raw: dict, precision: str, assumed: list, model_key: str = "",
                        megatron_fsdp: bool = False) -> dict:
     """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
     them (`FP8_PARAM_GATHER`; not in a NeMo run under Megatron-FSDP, `eras.fsdp_of`, which its scripts
-    turn them off for), or its NVFP4 settings (`nvfp4_settings`); and FP8 attention where its recipe sets it
+    turn them off for, nor for a model whose scripts do, `FP8_PARAM_GATHER_OFF`), or its NVFP4 settings (`nvfp4_settings`); and FP8 attention where its recipe sets it
     (`fp8_attention_settings`); {} for another row."""
     source = raw.get("source", "")
+    muon = any("muon" in str(note).lower() for note in raw.get("notes") or ())  # the scripts' condition: dist_muon
+    if muon and any(source == src and model_key.startswith(key) and precision == prec
+                    for src, key, prec in FP8_PARAM_GATHER_OFF):
+        assumed.append(f"FP8 weights not gathered: the source's scripts turn fp8_param_gather off for {model_key} "
+                       f"with Muon under {precision}")
+        return {"fp8_param_gather": False, **fp8_attention_settings(raw, assumed)}
     if precision in FP8_PARAM_GATHER.get(source, ()) and not (megatron_fsdp and source in NEMO_DOCS):
         assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
         return {"fp8_param_gather": True, **fp8_attention_settings(raw, assumed)}
@@ -81,6 +93,9 @@ def nvfp4_settings(raw: dict, assumed: list, model_key: str = "") -> dict:
     out = dict(NVFP4_SOURCES.get(raw.get("source", ""), {}))
     recipe = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
     model_layers = next((v for k, v in NVFP4_MODEL_BF16_LAYERS.items() if model_key.startswith(k)), None)
+    gather = next((v for k, v in NVFP4_MODEL_PARAM_GATHER.items() if model_key.startswith(k)), None)
+    if out and gather is not None:
+        out["fp8_param_gather"] = gather
     if recipe.get("first_last_layers_bf16") is not None:
         on = bool(recipe["first_last_layers_bf16"])
         out.update(bf16_layers_at_start=int(recipe.get("num_layers_at_start_in_bf16") or 0) if on else 0,
@@ -98,3 +113,9 @@ def nvfp4_settings(raw: dict, assumed: list, model_key: str = "") -> dict:
 # nemotron_3_super_bf16_with_nvfp4_mixed (src/megatron/bridge/training/mixed_precision.py at v0.6.0:
 # first_last_layers_bf16 = True, num_layers_at_end_in_bf16 = 14)
 NVFP4_MODEL_BF16_LAYERS = {"nemotron3-super": (0, 14)}
+# Whether a model's NVFP4 runs gather NVFP4 weights, where its scripts override the precision config's
+# fp4_param_gather = True: Megatron-Bridge's Nemotron 3 Super scripts turn it off ("Disabled until MCore PR 4358
+# lands") at every tag the released rows name -- scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py
+# `set_nemotron_3_super_common_configs` at v0.4.2 and v0.5.0 (`cfg.mixed_precision.fp4_param_gather = False`,
+# called by every GPU's config), perf_recipes/nemotronh/common.py `_nemotron_3_super_nvfp4_precision` at v0.6.0
+NVFP4_MODEL_PARAM_GATHER = {"nemotron3-super": False}
