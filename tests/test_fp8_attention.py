@@ -113,11 +113,18 @@ def _raw(row_id):
 
 
 def test_the_recipes_that_state_it_reach_the_job():
-    """Megatron-Bridge's 26.08 Qwen3 recipe turns FP8 attention on; a recipe whose helper takes it as an argument
-    the data does not give stays at Megatron-Core's default, said so."""
+    """Megatron-Bridge's 26.08 Qwen3 recipe turns FP8 attention on; DeepSeek-V3's 26.08 recipes pass it to their
+    helper as an argument, which the reader takes from the recipe function (`moe_recipes.RECIPE_ARGUMENTS`: on for
+    GB300, the helper's default off for GB200); an argument no table gives stays at Megatron-Core's default, said so."""
     on = moe_row_job(_raw("mbridge_perf-26.08-qwen3-30b-a3b-gb200-mxfp8-8"))
     assert on.job.fp8_dot_product_attention
-    unsettled = moe_row_job(_raw("mbridge_perf-26.08-deepseek-v3-gb200-mxfp8-256"))
+    gb300 = moe_row_job(_raw("mbridge_perf-26.08-deepseek-v3-gb300-mxfp8-256"))
+    assert gb300.job.fp8_dot_product_attention and not any("not settled" in a for a in gb300.assumed)
+    gb200 = moe_row_job(_raw("mbridge_perf-26.08-deepseek-v3-gb200-mxfp8-256"))
+    assert not gb200.job.fp8_dot_product_attention and not any("not settled" in a for a in gb200.assumed)
+    unknown = _raw("mbridge_perf-26.08-deepseek-v3-gb200-mxfp8-256")
+    unknown["parallel"]["other"]["recipe"]["recipe_name"] = "another_recipe"
+    unsettled = moe_row_job(unknown)
     assert not unsettled.job.fp8_dot_product_attention
     assert any("FP8 attention" in a and "not settled" in a for a in unsettled.assumed)
     off = moe_row_job(_raw("mbridge_perf-26.04.01-qwen3-30b-a3b-gb200-mxfp8-8"))

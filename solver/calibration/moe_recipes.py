@@ -89,9 +89,26 @@ def scripts_2509_recipe(raw: dict, assumed: list[str]) -> dict:
 HELPER_SETTINGS = {("v0.6.0", "_enable_hybridep_full_iteration_mxfp8"): {"overlap_moe_expert_parallel_comm": True}}
 
 
+# What a perf recipe passes to a helper whose assignment the data file records as "<set from function argument
+# NAME>", read in the recipe function at the tag: Megatron-Bridge v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py
+# calls `_enable_deepseek_full_iteration_mxfp8(cfg, fp8_dot_product_attention=True, fp8_output_proj=True)`,
+# gb200/deepseek_v3.py `(cfg, fp8_output_proj=True)`, leaving the helper's default `fp8_dot_product_attention: bool =
+# False` (perf_recipes/deepseek/common.py). (Their MXFP8 LM head, fp8_output_proj, is priced in BF16: an upper bound.)
+RECIPE_ARGUMENTS = {("v0.6.0", "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config"): {"fp8_dot_product_attention": True},
+                    ("v0.6.0", "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config"): {"fp8_dot_product_attention": False}}
+ARGUMENT_PLACEHOLDER = "<set from function argument "
+
+
 def with_helper_settings(recipe: dict, assumed: list[str]) -> dict:
-    """`recipe` with what its named helpers set (`HELPER_SETTINGS`) where the recipe block states nothing."""
+    """`recipe` with what its named helpers set (`HELPER_SETTINGS`) where the recipe block states nothing, and
+    the helper arguments its recipe function passes (`RECIPE_ARGUMENTS`) where the block names an argument."""
     out = dict(recipe)
+    arguments = RECIPE_ARGUMENTS.get((str(recipe.get("recipe_tag")), str(recipe.get("recipe_name"))), {})
+    for key, value in recipe.items():
+        if isinstance(value, str) and value.startswith(ARGUMENT_PLACEHOLDER) and key in arguments:
+            out[key] = arguments[key]
+            assumed.append(f"{key} {arguments[key]}: the argument {recipe['recipe_name']} passes its helper "
+                           f"(Megatron-Bridge {recipe['recipe_tag']})")
     for helper in recipe.get("helpers_applied_in_order") or ():
         for key, value in HELPER_SETTINGS.get((str(recipe.get("recipe_tag")), helper), {}).items():
             if key not in out:
