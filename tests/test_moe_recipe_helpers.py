@@ -52,3 +52,19 @@ def test_the_helper_table_leaves_the_recipe_it_reads_as_it_was():
     out = with_helper_settings(recipe, assumed)
     assert recipe == before and out == {**recipe, **HELPER_SETTINGS[("v0.6.0", HELPER)]} and len(assumed) == 1
     assert with_helper_settings({}, assumed) == {} and len(assumed) == 1
+
+
+def test_the_dsv4_flash_gb300_recipe_runs_the_gb200_recipes_settings():
+    """Megatron-Bridge v0.6.0's GB300 DeepSeek-V4 Flash recipe is the GB200 one with other environment variables;
+    the data file's block for it is empty, so the reader takes that function's settings (`RECIPE_SETTINGS`)."""
+    gb300 = moe_row_job(copy.deepcopy(RAW["mbridge_perf-26.08-deepseek-v4-flash-gb300-mxfp8-128"]))
+    gb200 = moe_row_job(copy.deepcopy(RAW["mbridge_perf-26.08-deepseek-v4-flash-gb200-mxfp8-128"]))
+    for row in (gb300, gb200):
+        job = row.job
+        assert job.moe_token_dispatcher == "flex" and job.cuda_graph_impl == "full_iteration"
+        assert job.moe_a2a_overlap is False and job.recompute_modules == ("mla_up_proj",)
+        assert job.constraints.recompute == ("selective",) and job.constraints.sequence_parallel == (False,)
+    assert any("as deepseek_v4_flash_pretrain_128gpu_gb300_fp8mx_config sets them" in a for a in gb300.assumed)
+    # the GB200 block states all but the graphs, which come from the function's set_full_iteration_cuda_graph
+    said = next(a for a in gb200.assumed if "sets them" in a)
+    assert said.startswith("cuda_graph_impl, cuda_graph_scope:")

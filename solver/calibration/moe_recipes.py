@@ -99,11 +99,33 @@ RECIPE_ARGUMENTS = {("v0.6.0", "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config")
 ARGUMENT_PLACEHOLDER = "<set from function argument "
 
 
+# What a perf recipe function sets that the data file's recipe block leaves out, read in the function at the tag
+# (only the fields the MoE reader uses). Megatron-Bridge v0.6.0:
+# - perf_recipes/deepseek/gb300/deepseek_v4.py `deepseek_v4_flash_pretrain_128gpu_gb300_fp8mx_config` returns
+#   gb200/deepseek_v4.py `deepseek_v4_flash_pretrain_128gpu_gb200_fp8mx_config()` with its own environment
+#   variables, so its settings are that function's (the file records them on the GB200 row: etp 1, no sequence
+#   parallelism, selective recomputation of mla_up_proj, the flex dispatcher with HybridEP, no EP overlap);
+# - both run `set_full_iteration_cuda_graph(cfg.model)` (src/megatron/bridge/utils/cuda_graph.py: cuda_graph_impl
+#   "full_iteration", or "local" with the full_iteration scope on an older Megatron-Core: a whole-iteration graph).
+_DSV4_FLASH_128 = dict(expert_tensor_parallel_size=1, sequence_parallel=False, recompute_granularity="selective",
+                       recompute_modules=["mla_up_proj"], moe_token_dispatcher_type="flex",
+                       moe_flex_dispatcher_backend="hybridep", overlap_moe_expert_parallel_comm=False,
+                       offload_modules=[], cuda_graph_impl="full_iteration", cuda_graph_scope=[])
+RECIPE_SETTINGS = {("v0.6.0", "deepseek_v4_flash_pretrain_128gpu_gb300_fp8mx_config"): _DSV4_FLASH_128,
+                   ("v0.6.0", "deepseek_v4_flash_pretrain_128gpu_gb200_fp8mx_config"): _DSV4_FLASH_128}
+
+
 def with_helper_settings(recipe: dict, assumed: list[str]) -> dict:
-    """`recipe` with what its named helpers set (`HELPER_SETTINGS`) where the recipe block states nothing, and
-    the helper arguments its recipe function passes (`RECIPE_ARGUMENTS`) where the block names an argument."""
+    """`recipe` with what its recipe function (`RECIPE_SETTINGS`) and named helpers (`HELPER_SETTINGS`) set where
+    the recipe block states nothing, and the helper arguments its recipe function passes (`RECIPE_ARGUMENTS`) where
+    the block names an argument."""
     out = dict(recipe)
-    arguments = RECIPE_ARGUMENTS.get((str(recipe.get("recipe_tag")), str(recipe.get("recipe_name"))), {})
+    named = (str(recipe.get("recipe_tag")), str(recipe.get("recipe_name")))
+    unread = {k: v for k, v in RECIPE_SETTINGS.get(named, {}).items() if k not in recipe}
+    if unread:
+        out.update(unread)
+        assumed.append(f"{', '.join(unread)}: as {named[1]} sets them (Megatron-Bridge {named[0]}), not in the row")
+    arguments = RECIPE_ARGUMENTS.get(named, {})
     for key, value in recipe.items():
         if isinstance(value, str) and value.startswith(ARGUMENT_PLACEHOLDER) and key in arguments:
             out[key] = arguments[key]
