@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import solveplan.catalog_published
-from solveplan.calibration.moe_recipes import HELPER_SETTINGS, with_helper_settings
+from solveplan.calibration.moe_recipes import HELPER_SETTINGS, resolved_recipe
 from solveplan.calibration.moe_rows import moe_row_job
 
 PATH = Path(solveplan.catalog_published.__file__).parent / "published_runs_moe_newgpu.json"
@@ -49,9 +49,9 @@ def test_a_helper_of_another_tag_sets_nothing():
 def test_the_helper_table_leaves_the_recipe_it_reads_as_it_was():
     recipe = {"recipe_tag": "v0.6.0", "helpers_applied_in_order": [HELPER]}
     before, assumed = copy.deepcopy(recipe), []
-    out = with_helper_settings(recipe, assumed)
+    out = resolved_recipe(recipe, assumed)
     assert recipe == before and out == {**recipe, **HELPER_SETTINGS[("v0.6.0", HELPER)]} and len(assumed) == 1
-    assert with_helper_settings({}, assumed) == {} and len(assumed) == 1
+    assert resolved_recipe({}, assumed) == {} and len(assumed) == 1
 
 
 def test_the_dsv4_flash_gb300_recipe_runs_the_gb200_recipes_settings():

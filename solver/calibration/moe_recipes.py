@@ -115,26 +115,25 @@ RECIPE_SETTINGS = {("v0.6.0", "deepseek_v4_flash_pretrain_128gpu_gb300_fp8mx_con
                    ("v0.6.0", "deepseek_v4_flash_pretrain_128gpu_gb200_fp8mx_config"): _DSV4_FLASH_128}
 
 
-def with_helper_settings(recipe: dict, assumed: list[str]) -> dict:
-    """`recipe` with what its recipe function (`RECIPE_SETTINGS`) and named helpers (`HELPER_SETTINGS`) set where
-    the recipe block states nothing, and the helper arguments its recipe function passes (`RECIPE_ARGUMENTS`) where
-    the block names an argument."""
+def resolved_recipe(recipe: dict, assumed: list[str]) -> dict:
+    """`recipe` (a row's recipe block) with what its recipe function (`RECIPE_SETTINGS`) and named helpers
+    (`HELPER_SETTINGS`) set where the block states nothing, and the helper arguments the function passes
+    (`RECIPE_ARGUMENTS`) where the block names an argument; each said in `assumed`."""
     out = dict(recipe)
-    named = (str(recipe.get("recipe_tag")), str(recipe.get("recipe_name")))
-    unread = {k: v for k, v in RECIPE_SETTINGS.get(named, {}).items() if k not in recipe}
+    tag, name = str(recipe.get("recipe_tag")), str(recipe.get("recipe_name"))
+    unread = {k: v for k, v in RECIPE_SETTINGS.get((tag, name), {}).items() if k not in recipe}
     if unread:
         out.update(unread)
-        assumed.append(f"{', '.join(unread)}: as {named[1]} sets them (Megatron-Bridge {named[0]}), not in the row")
-    arguments = RECIPE_ARGUMENTS.get(named, {})
+        assumed.append(f"{', '.join(unread)}: as {name} sets them (Megatron-Bridge {tag}), not in the row")
+    arguments = RECIPE_ARGUMENTS.get((tag, name), {})
     for key, value in recipe.items():
         if isinstance(value, str) and value.startswith(ARGUMENT_PLACEHOLDER) and key in arguments:
             out[key] = arguments[key]
-            assumed.append(f"{key} {arguments[key]}: the argument {recipe['recipe_name']} passes its helper "
-                           f"(Megatron-Bridge {recipe['recipe_tag']})")
+            assumed.append(f"{key} {arguments[key]}: the argument {name} passes its helper (Megatron-Bridge {tag})")
     for helper in recipe.get("helpers_applied_in_order") or ():
-        for key, value in HELPER_SETTINGS.get((str(recipe.get("recipe_tag")), helper), {}).items():
+        for key, value in HELPER_SETTINGS.get((tag, helper), {}).items():
             if key not in out:
                 out[key] = value
-                assumed.append(f"{key} {value}: set by the recipe's helper {helper} (Megatron-Bridge "
-                               f"{recipe.get('recipe_tag')}), not restated in the row")
+                assumed.append(f"{key} {value}: set by the recipe's helper {helper} (Megatron-Bridge {tag}), not "
+                               f"restated in the row")
     return out

@@ -45,8 +45,8 @@ from .moe_recipes import (
     FAMILY_RECOMPUTE,
     MODEL_RECIPES,
     MOE_RECOMPUTE_PRESETS,
+    resolved_recipe,
     scripts_2509_recipe,
-    with_helper_settings,
 )
 from .moe_row_model import stated_moe_model
 from .names import names_catalog_moe, squeezed, with_named_key
@@ -293,7 +293,7 @@ def moe_row_job(raw: dict) -> Row:
     if wrong:
         row.skipped = wrong
         return row
-    recipe = with_helper_settings((p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed), assumed)
+    recipe = resolved_recipe((p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed), assumed)
     if key in MODEL_RECIPES:
         recipe = {**MODEL_RECIPES[key], **recipe}
         assumed.append(f"the settings every Megatron-Bridge perf recipe of {key} sets: " + ", ".join(

@@ -34,8 +34,9 @@ def precision_settings(raw: dict, precision: str, assumed: list, model_key: str 
                        megatron_fsdp: bool = False) -> dict:
     """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
     them (`FP8_PARAM_GATHER`; not in a NeMo run under Megatron-FSDP, `eras.fsdp_of`, which its scripts
-    turn them off for, nor for a model whose scripts do, `FP8_PARAM_GATHER_OFF`), or its NVFP4 settings (`nvfp4_settings`); and FP8 attention where its recipe sets it
-    (`fp8_attention_settings`); {} for another row."""
+    turn them off for, nor for a model whose scripts do, `FP8_PARAM_GATHER_OFF`), or its NVFP4 settings
+    (`nvfp4_settings`); and FP8 attention where its recipe sets it (`fp8_attention_settings`); {} for another
+    row."""
     source = raw.get("source", "")
     muon = any("muon" in str(note).lower() for note in raw.get("notes") or ())  # the scripts' condition: dist_muon
     if muon and any(source == src and model_key.startswith(key) and precision == prec
