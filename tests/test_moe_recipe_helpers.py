@@ -68,3 +68,14 @@ def test_the_dsv4_flash_gb300_recipe_runs_the_gb200_recipes_settings():
     # the GB200 block states all but the graphs, which come from the function's set_full_iteration_cuda_graph
     said = next(a for a in gb200.assumed if "sets them" in a)
     assert said.startswith("cuda_graph_impl, cuda_graph_scope:")
+
+
+def test_a_malformed_recipe_block_of_another_file_is_read_not_refused():
+    """A file of another source may write the recipe block or its helper list in another shape: the row is still
+    read (no run rejected), the block as no recipe and said, the helper list as none."""
+    listed = _row(QWEN3_2608[0], helpers_applied_in_order=5)
+    assert listed.skipped is None and listed.job.moe_a2a_overlap is False
+    raw = copy.deepcopy(RAW[QWEN3_2608[0]])
+    raw["parallel"]["other"]["recipe"] = "see the recipe file"
+    row = moe_row_job(raw)
+    assert row.skipped is None and any("recipe block str, not an object" in a for a in row.assumed)
