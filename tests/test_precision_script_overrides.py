@@ -1,5 +1,5 @@
 """Where a model's Megatron-Bridge scripts override the precision config's primary-weight gather, the
-published rows run what the scripts set (`precision_rows.NVFP4_MODEL_PARAM_GATHER`, `FP8_PARAM_GATHER_OFF`):
+published rows run what the scripts set (`precision_rows.PARAM_GATHER_OFF`):
 Nemotron 3 Super's NVFP4 runs gather no NVFP4 weights ("Disabled until MCore PR 4358 lands", v0.4.2 to
 v0.6.0); Kimi K2's MXFP8 runs, on Muon, gather no FP8 weights (the WAR in set_kimi_k2_common_configs)."""
 

@@ -304,8 +304,8 @@ def moe_row_job(raw: dict) -> Row:
         assumed.append("Muon optimizer (the row's note) costed as Adam: Adam's two fp32 states bound the memory "
                        "from above; Muon's Newton-Schulz iterations are not priced")
     settings, unstated_settings = _job_settings(raw, recipe, precision, assumed)
-    read = {**raw, "parallel": {**p, "other": {**(p.get("other") or {}), "recipe": recipe}}}  # the recipe as resolved
-    settings.update(precision_settings(read, precision, assumed, key, megatron_fsdp=fsdp_of(p) == "megatron"))
+    settings.update(precision_settings(raw, precision, assumed, key, megatron_fsdp=fsdp_of(p) == "megatron",
+                                       recipe=recipe))
     unstated_settings += unread_source_settings(raw, settings)
     settings.update(task_settings(raw, assumed))  # SFT said; LoRA is refused on MoE models (task_problem)
     if layout:

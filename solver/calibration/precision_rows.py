@@ -22,39 +22,65 @@ from .eras import NEMO_DOCS
 # turned off under Megatron FSDP: "Currently FSDP does not support FP8 param gather"); their MXFP8 config
 # changed between releases (False at v2.3.0, True at v2.4.0) and no nemo_docs row runs it.
 FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8"), **{src: ("fp8", "fp8-tensorwise") for src in NEMO_DOCS}}
-# (source, model key prefix, precision) whose scripts turn the FP8 weights off again: Megatron-Bridge's Kimi K2
-# performance configs train with Muon (`optimizer_type: str = "muon"`, the default of every GPU's config; the
-# page's note) and `set_kimi_k2_common_configs` sets `fp8_param_gather = False` for Muon with MXFP8 ("WAR: MXFP8's
-# fp8_param_gather ... incompatible with Muon's LayerWiseDistributedOptimizer"; scripts/performance/configs/kimi/
-# kimi_llm_pretrain.py at v0.4.2 and v0.5.0); read for a row whose notes say it ran Muon
-FP8_PARAM_GATHER_OFF = {("mbridge_perf", "kimi-k2", "mxfp8")}
+# (model key prefix, precision) whose Megatron-Bridge scripts turn the primary-weight gather of the precision config
+# off again, with the word the row's notes must hold for the scripts' condition (None: always):
+# - Kimi K2, MXFP8 on Muon: `set_kimi_k2_common_configs` sets `fp8_param_gather = False` when the optimizer is
+#   dist_muon ("WAR: MXFP8's fp8_param_gather ... incompatible with Muon's LayerWiseDistributedOptimizer";
+#   scripts/performance/configs/kimi/kimi_llm_pretrain.py at v0.4.2 and v0.5.0, whose GPU configs default to
+#   `optimizer_type: str = "muon"`; the page's note says Muon);
+# - Nemotron 3 Super, NVFP4: `fp4_param_gather = False  # Disabled until MCore PR 4358 lands`
+#   (nemotron_3_llm_pretrain.py `set_nemotron_3_super_common_configs` at v0.4.2 and v0.5.0, called by every GPU's
+#   config; perf_recipes/nemotronh/common.py `_nemotron_3_super_nvfp4_precision` at v0.6.0).
+PARAM_GATHER_OFF = {("kimi-k2", "mxfp8"): "muon", ("nemotron3-super", "nvfp4"): None}
+
+
+def recipe_block(raw: dict) -> dict:
+    """The recipe block a row's `parallel.other.recipe` states ({} without one)."""
+    return ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
+
+
+def gather_turned_off(raw: dict, precision: str, model_key: str) -> str | None:
+    """Where the row's source scripts turn its model's primary-weight gather off (`PARAM_GATHER_OFF`): the
+    condition they need, as said (" with Muon", or "" for none); None where they keep it."""
+    notes = " ".join(str(note) for note in raw.get("notes") or ()).lower()
+    for (key, prec), word in PARAM_GATHER_OFF.items():
+        if raw.get("source") == "mbridge_perf" and model_key.startswith(key) and precision == prec:
+            if word is None or word in notes:
+                return f" with {word.capitalize()}" if word else ""
+    return None
 
 
 def precision_settings(raw: dict, precision: str, assumed: list, model_key: str = "",
-                       megatron_fsdp: bool = False) -> dict:
-    """The job settings of a row's precision config: FP8 primary weights where its source's config keeps
-    them (`FP8_PARAM_GATHER`; not in a NeMo run under Megatron-FSDP, `eras.fsdp_of`, which its scripts
-    turn them off for, nor for a model whose scripts do, `FP8_PARAM_GATHER_OFF`), or its NVFP4 settings
-    (`nvfp4_settings`); and FP8 attention where its recipe sets it (`fp8_attention_settings`); {} for another
-    row."""
+                       megatron_fsdp: bool = False, recipe: dict | None = None) -> dict:
+    """The job settings of a row's precision config: its primary-weight settings (`weight_settings`) and FP8
+    attention where its recipe sets it (`fp8_attention_settings`); `recipe`: the row's recipe block as its reader
+    resolved it (default: as the row states it). {} for another row."""
+    recipe = recipe_block(raw) if recipe is None else recipe
+    return {**weight_settings(raw, precision, assumed, model_key, megatron_fsdp, recipe),
+            **fp8_attention_settings(recipe, assumed)}
+
+
+def weight_settings(raw: dict, precision: str, assumed: list, model_key: str, megatron_fsdp: bool,
+                    recipe: dict) -> dict:
+    """FP8 primary weights where the source's config keeps them (`FP8_PARAM_GATHER`; not in a NeMo run under
+    Megatron-FSDP, `eras.fsdp_of`, which its scripts turn them off for, nor where the model's scripts do,
+    `PARAM_GATHER_OFF`), or the row's NVFP4 settings (`nvfp4_settings`)."""
     source = raw.get("source", "")
-    muon = any("muon" in str(note).lower() for note in raw.get("notes") or ())  # the scripts' condition: dist_muon
-    if muon and any(source == src and model_key.startswith(key) and precision == prec
-                    for src, key, prec in FP8_PARAM_GATHER_OFF):
-        assumed.append(f"FP8 weights not gathered: the source's scripts turn fp8_param_gather off for {model_key} "
-                       f"with Muon under {precision}")
-        return {"fp8_param_gather": False, **fp8_attention_settings(raw, assumed)}
     if precision in FP8_PARAM_GATHER.get(source, ()) and not (megatron_fsdp and source in NEMO_DOCS):
+        condition = gather_turned_off(raw, precision, model_key)
+        if condition is not None:
+            assumed.append(f"FP8 weights not gathered: the source's scripts turn fp8_param_gather off for "
+                           f"{model_key}{condition} under {precision}")
+            return {"fp8_param_gather": False}
         assumed.append("FP8 weights kept and gathered as the source's precision config sets them (fp8_param_gather)")
-        return {"fp8_param_gather": True, **fp8_attention_settings(raw, assumed)}
-    return {**nvfp4_settings(raw, assumed, model_key), **fp8_attention_settings(raw, assumed)}
+        return {"fp8_param_gather": True}
+    return nvfp4_settings(raw, assumed, model_key, recipe)
 
 
-def fp8_attention_settings(raw: dict, assumed: list) -> dict:
+def fp8_attention_settings(recipe: dict, assumed: list) -> dict:
     """FP8 attention where the row's recipe sets it (Megatron-Bridge's `cfg.mixed_precision.
     fp8_dot_product_attention`), else off, Megatron-Core's default; a value the data leaves open (a helper's
     argument) stays off and is said. `fp8_attention_guard` then checks that the row's job can run it."""
-    recipe = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
     value = recipe.get("fp8_dot_product_attention")
     if value is True:
         return {"fp8_dot_product_attention": True}
@@ -85,18 +111,17 @@ def fp8_attention_guard(settings: dict, assumed: list, **job) -> None:
 NVFP4_SOURCES = {"mbridge_perf": dict(fp8_param_gather=True, bf16_layers_at_start=0, bf16_layers_at_end=0)}
 
 
-def nvfp4_settings(raw: dict, assumed: list, model_key: str = "") -> dict:
-    """The job settings of an NVFP4 row: its source's precision config (`NVFP4_SOURCES`), the BF16 layers
-    its recipe block states (`num_layers_at_start_in_bf16` / `num_layers_at_end_in_bf16` with
-    `first_last_layers_bf16`) or its model's config states (`NVFP4_MODEL_BF16_LAYERS`); {} for another row."""
+def nvfp4_settings(raw: dict, assumed: list, model_key: str, recipe: dict) -> dict:
+    """The job settings of an NVFP4 row: its source's precision config (`NVFP4_SOURCES`; the weight gather off where
+    the model's scripts turn it off, `PARAM_GATHER_OFF`), the BF16 layers its recipe block states
+    (`num_layers_at_start_in_bf16` / `num_layers_at_end_in_bf16` with `first_last_layers_bf16`) or its model's
+    config states (`NVFP4_MODEL_BF16_LAYERS`); {} for another row."""
     if "nvfp4" not in str(raw.get("precision", "")).lower():  # rows.precision_of's nvfp4
         return {}
     out = dict(NVFP4_SOURCES.get(raw.get("source", ""), {}))
-    recipe = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
+    if out and gather_turned_off(raw, "nvfp4", model_key) is not None:
+        out["fp8_param_gather"] = False
     model_layers = next((v for k, v in NVFP4_MODEL_BF16_LAYERS.items() if model_key.startswith(k)), None)
-    gather = next((v for k, v in NVFP4_MODEL_PARAM_GATHER.items() if model_key.startswith(k)), None)
-    if out and gather is not None:
-        out["fp8_param_gather"] = gather
     if recipe.get("first_last_layers_bf16") is not None:
         on = bool(recipe["first_last_layers_bf16"])
         out.update(bf16_layers_at_start=int(recipe.get("num_layers_at_start_in_bf16") or 0) if on else 0,
@@ -114,9 +139,3 @@ def nvfp4_settings(raw: dict, assumed: list, model_key: str = "") -> dict:
 # nemotron_3_super_bf16_with_nvfp4_mixed (src/megatron/bridge/training/mixed_precision.py at v0.6.0:
 # first_last_layers_bf16 = True, num_layers_at_end_in_bf16 = 14)
 NVFP4_MODEL_BF16_LAYERS = {"nemotron3-super": (0, 14)}
-# Whether a model's NVFP4 runs gather NVFP4 weights, where its scripts override the precision config's
-# fp4_param_gather = True: Megatron-Bridge's Nemotron 3 Super scripts turn it off ("Disabled until MCore PR 4358
-# lands") at every tag the released rows name -- scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py
-# `set_nemotron_3_super_common_configs` at v0.4.2 and v0.5.0 (`cfg.mixed_precision.fp4_param_gather = False`,
-# called by every GPU's config), perf_recipes/nemotronh/common.py `_nemotron_3_super_nvfp4_precision` at v0.6.0
-NVFP4_MODEL_PARAM_GATHER = {"nemotron3-super": False}
