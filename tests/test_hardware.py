@@ -181,3 +181,18 @@ def test_catalog_gpus_state_dense_peaks_and_sources():
     assert g["gb300"].has_mx_formats and g["mi355x"].has_mx_formats and not g["h100-sxm"].has_mx_formats
     assert g["mi300x"].is_rocm and not g["gb200"].is_rocm
     assert np.isclose(g["mi325x"].peak_bf16_tflops, g["mi300x"].peak_bf16_tflops)
+
+
+def test_pcie_boards_hold_their_datasheet_peaks_and_borrow_their_chips_fit():
+    g = catalog_gpus()
+    assert (g["h100-pcie"].peak_bf16_tflops, g["h100-pcie"].num_sms, g["h100-pcie"].hbm_gbyte_per_s) == (756, 114, 2000)
+    assert (g["h100-nvl"].peak_fp8_tflops, g["h100-nvl"].num_sms) == (1671, 132)
+    assert g["h100-nvl"].hbm_gib < 94  # 94 GB read as 10^9 bytes, not as GiB
+    assert (g["a100-pcie-80gb"].peak_bf16_tflops, g["a100-pcie-80gb"].hbm_gbyte_per_s) == (312, 1935)
+    for board, module in (("h100-pcie", "h100-sxm"), ("h100-nvl", "h100-sxm"), ("a100-pcie-80gb", "a100-80gb")):
+        assert g[board].efficiencies_assumed_from == module
+        for field in ("matmul_efficiency", "layer_overhead_us", "flash2_attention_efficiency", "fp8_matmul_efficiency"):
+            assert getattr(g[board], field) == getattr(g[module], field), (board, field)
+    for family, gpu in (("h100-pciex16", "h100-pcie"), ("h100-nvlx8", "h100-nvl"), ("a100-pciex8", "a100-pcie-80gb")):
+        cluster = load_cluster(family)
+        assert cluster.gpu.name == gpu and cluster.nvlink_gbyte_per_s <= 64  # the PCIe tier, not NVSwitch

@@ -173,8 +173,12 @@ def test_gpu_names_and_software_eras():
     assert [gpu_of(g) for g in ("NVIDIA H800 SXM5", "A800 80GB", "MI325X", "AMD Instinct MI355X", "NVIDIA H20 96GB")] == [
         ("h800", "h800"), ("a800-80gb", "a800"), ("mi325x", "mi325x"), ("mi355x", "mi355x"), ("h20", "h20")]
     assert gpu_of("H200") == ("h200", "h200") and gpu_of("H20") == ("h20", "h20")  # not one for the other
-    # a PCIe or NVL board is not the SXM module (fewer SMs, other memory, no NVSwitch): skipped, not mis-priced
-    assert [gpu_of(g) for g in ("H100 PCIe 80GB", "H100 NVL", "A100-PCIE-40GB")] == [None, None, None]
+    # a PCIe or NVL board is not the SXM module (fewer SMs, other memory, no NVSwitch): priced on its own entry,
+    # and one the catalog does not hold (A100 40GB PCIe, a PCIe A100 of unstated memory) skipped, not mis-priced
+    assert [gpu_of(g) for g in ("H100 PCIe 80GB", "NVIDIA H100 NVL", "A100 80GB PCIe", "A100-PCIE-80GB")] == [
+        ("h100-pcie", "h100-pcie"), ("h100-nvl", "h100-nvl"), ("a100-pcie-80gb", "a100-pcie"),
+        ("a100-pcie-80gb", "a100-pcie")]
+    assert [gpu_of(g) for g in ("A100-PCIE-40GB", "A100 PCIe")] == [None, None]
     assert gpu_of("GB200 NVL72") == ("gb200", "gb200")  # the rack is not the H100 NVL board
     from solveplan.calibration.rows import precision_of
     assert [precision_of(t) for t in ("fp8-cs", "mxfp8 (32x32 granularity per note)", "fp8-blockwise (128x128 w)",
@@ -354,3 +358,26 @@ def test_a_row_no_single_knob_explains_is_skipped_naming_the_rule_and_validate_s
     assert res.code == 0, res.err
     out = json.loads(res.out)
     assert out["rows"] == [] and out["skipped"][0]["id"] == "tp3" and out["summary"]["source"] == []
+
+
+def test_a_row_on_a_pcie_board_is_priced_on_its_own_entry_slower_than_the_sxm_module(tmp_path):
+    """A run on H100 PCIe cards is priced (not skipped) on the PCIe card's peaks and its server's PCIe tier, which
+    makes the same job slower than on SXM modules behind NVSwitch; an A100 40GB PCIe card (no entry) is skipped
+    with the reason."""
+    import json
+
+    row = {"id": "pcie", "source": "x", "precision": "bf16",
+           "model": {"name": "GPT 13B", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 50257, "seq_len": 2048},
+           "hardware": {"gpu": "H100 PCIe 80GB"},
+           "parallel": {"num_gpus": 16, "tp": 4, "pp": 1, "mbs": 1, "gbs": 256, "recompute": "none"},
+           "measured": {"iteration_time_s": 10.0}}
+    data = {"sources": {}, "measurements": [row, {**row, "id": "sxm", "hardware": {"gpu": "H100 SXM5 80GB"}},
+                                            {**row, "id": "a100-40-pcie", "hardware": {"gpu": "A100-PCIE-40GB"}}]}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(data))
+    pcie, sxm, a100 = published_rows([str(path)])
+    assert pcie.skipped is None and pcie.gpu == "h100-pcie" and pcie.job.cluster.gpu.num_sms == 114
+    assert pcie.job.cluster.nvlink_gbyte_per_s < sxm.job.cluster.nvlink_gbyte_per_s
+    assert a100.skipped and "A100-PCIE-40GB" in a100.skipped
+    t_pcie, t_sxm = (p.predicted_s for p in in_sample(row_cases([pcie, sxm])))
+    assert t_pcie > t_sxm * 989 / 756 * 0.99  # at least the peaks' ratio: the slower intra-node tier adds to it
