@@ -178,6 +178,7 @@ def test_gpu_names_and_software_eras():
     assert [gpu_of(g) for g in ("H100 PCIe 80GB", "NVIDIA H100 NVL", "A100 80GB PCIe", "A100-PCIE-80GB")] == [
         ("h100-pcie", "h100-pcie"), ("h100-nvl", "h100-nvl"), ("a100-pcie-80gb", "a100-pcie"),
         ("a100-pcie-80gb", "a100-pcie")]
+    assert gpu_of("H100-NVL-94GB") == ("h100-nvl", "h100-nvl")
     assert [gpu_of(g) for g in ("A100-PCIE-40GB", "A100 PCIe")] == [None, None]
     assert gpu_of("GB200 NVL72") == ("gb200", "gb200")  # the rack is not the H100 NVL board
     from solveplan.calibration.rows import precision_of

@@ -45,7 +45,7 @@ DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs
 # (`BOARD_PATTERNS`) are matched before these
 BOARD_PATTERNS = (
     (r"h100.*pcie", ("h100-pcie", "h100-pcie")),
-    (r"h100\s*nvl\b", ("h100-nvl", "h100-nvl")),
+    (r"h100[\s_-]*nvl\b", ("h100-nvl", "h100-nvl")),
     (r"a100.*(80\s*gb.*pcie|pcie.*80\s*gb)", ("a100-pcie-80gb", "a100-pcie")),
 )
 GPU_PATTERNS = (
