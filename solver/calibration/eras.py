@@ -76,3 +76,9 @@ def fsdp_of(p: dict) -> Literal["megatron", "pytorch", ""]:
     if text.startswith(("megatron-fsdp", "yes (fsdp")):
         return "megatron"
     return "" if not text or text.startswith(("no", "not stated", "column absent")) else "pytorch"
+
+
+def recipe_block(raw: dict) -> Any:
+    """The recipe block a row's `parallel.other.recipe` states ({} without one; a block of another shape as it is,
+    for its reader to judge)."""
+    return ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}

@@ -39,7 +39,7 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
-from .eras import fsdp_of
+from .eras import fsdp_of, recipe_block
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import (
     FAMILY_RECOMPUTE,
@@ -293,7 +293,7 @@ def moe_row_job(raw: dict) -> Row:
     if wrong:
         row.skipped = wrong
         return row
-    recipe = resolved_recipe((p.get("other") or {}).get("recipe") or scripts_2509_recipe(raw, row.assumed), assumed)
+    recipe = resolved_recipe(recipe_block(raw) or scripts_2509_recipe(raw, row.assumed), assumed)
     if key in MODEL_RECIPES:
         recipe = {**MODEL_RECIPES[key], **recipe}
         assumed.append(f"the settings every Megatron-Bridge perf recipe of {key} sets: " + ", ".join(

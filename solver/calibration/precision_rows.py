@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ..specs.fp8_attention import fp8_attention_problem
-from .eras import NEMO_DOCS
+from .eras import NEMO_DOCS, recipe_block
 
 # Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
 # mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_
@@ -32,11 +32,6 @@ FP8_PARAM_GATHER = {"mbridge_perf": ("fp8", "fp8-tensorwise", "mxfp8"), **{src: 
 #   (nemotron_3_llm_pretrain.py `set_nemotron_3_super_common_configs` at v0.4.2 and v0.5.0, called by every GPU's
 #   config; perf_recipes/nemotronh/common.py `_nemotron_3_super_nvfp4_precision` at v0.6.0).
 PARAM_GATHER_OFF = {("kimi-k2", "mxfp8"): "muon", ("nemotron3-super", "nvfp4"): None}
-
-
-def recipe_block(raw: dict) -> dict:
-    """The recipe block a row's `parallel.other.recipe` states ({} without one)."""
-    return ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
 
 
 def gather_turned_off(raw: dict, precision: str, model_key: str) -> str | None:

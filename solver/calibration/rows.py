@@ -41,14 +41,16 @@ from .unread_sources import apply_to as apply_unread_source_settings
 
 DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs_moe_newgpu.json")
 
-# hardware.gpu text -> (GPU catalog entry, family template for links), first match wins; the PCIe boards
-# (`BOARD_PATTERNS`) are matched before these
-BOARD_PATTERNS = (
+# hardware.gpu text -> (GPU catalog entry, family template for links), first match wins. Board variants whose
+# peaks, memory or NVLink differ from the SXM module (H100 PCIe: 114 SMs, 2 TB/s; H100 NVL: 94 GB; A100 PCIe:
+# NVLink bridges in pairs, no NVSwitch) come first, as their own entries; one the catalog does not hold (an A100
+# 40GB PCIe, a PCIe card of unstated memory) matches the None entry next ("H100 NVL", not the GB200 NVL72 rack):
+# a row of it is skipped, never priced as the SXM module.
+GPU_PATTERNS: tuple[tuple[str, tuple[str, str] | None], ...] = (
     (r"h100.*pcie", ("h100-pcie", "h100-pcie")),
     (r"h100[\s_-]*nvl\b", ("h100-nvl", "h100-nvl")),
     (r"a100.*(80\s*gb.*pcie|pcie.*80\s*gb)", ("a100-pcie-80gb", "a100-pcie")),
-)
-GPU_PATTERNS = (
+    (r"pcie|\bnvl\b", None),
     (r"a100.*40\s*gb|a100 \(dgx-a100, memory size not stated\)", ("a100-40gb", "a100-40gb")),  # 2020 DGX A100: 40 GB
     (r"a100", ("a100-80gb", "a100")),
     (r"h200", ("h200", "h200")),
@@ -67,25 +69,13 @@ GPU_PATTERNS = (
 )
 
 
-# Board variants whose peaks, memory or NVLink differ from the SXM module (H100 PCIe: 114 SMs, 2 TB/s; H100 NVL:
-# 94 GB; A100 PCIe: NVLink bridges in pairs, no NVSwitch): read as their own catalog entries (`BOARD_PATTERNS`),
-# never as the SXM entry; one the catalog does not hold (an A100 40GB PCIe, a PCIe card of unstated memory) is None
-OTHER_BOARDS = r"pcie|\bnvl\b"  # "H100 NVL", not the GB200 NVL72 rack
-
-
 def gpu_of(text: str | None) -> tuple[str, str] | None:
-    """(catalog GPU, cluster family) of a row's `hardware.gpu` text, or None (also for a board variant the
-    catalog does not hold, `OTHER_BOARDS`: a row of it is skipped, not priced as the SXM module)."""
+    """(catalog GPU, cluster family) of a row's `hardware.gpu` text (`GPU_PATTERNS`, first match), or None (also
+    for a board variant the catalog does not hold: a row of it is skipped, not priced as the SXM module)."""
     t = str(text or "").lower()
-    for pattern, out in BOARD_PATTERNS:
-        if re.search(pattern, t):
-            return out
-    if re.search(OTHER_BOARDS, t):
-        return None
-    for pattern, out in GPU_PATTERNS:
-        if re.search(pattern, t):
-            return out
-    return None
+    return next((out for pattern, out in GPU_PATTERNS if re.search(pattern, t)), None)
+
+
 def find_data(paths: list[str] | None = None) -> list[Path]:
     """The data files: `paths` when given (files, or folders), else the copies shipped in the package
     (`solveplan.catalog_published`, the repository's published/: identical to ../shared/data,
