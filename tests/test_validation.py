@@ -382,3 +382,19 @@ def test_a_row_on_a_pcie_board_is_priced_on_its_own_entry_slower_than_the_sxm_mo
     assert a100.skipped and "A100-PCIE-40GB" in a100.skipped
     t_pcie, t_sxm = (p.predicted_s for p in in_sample(row_cases([pcie, sxm])))
     assert t_pcie > t_sxm * 989 / 756 * 0.99  # at least the peaks' ratio: the slower intra-node tier adds to it
+
+
+def test_a_dense_row_whose_recipe_block_is_not_an_object_is_read_and_says_so(tmp_path):
+    """A file of another source may write `parallel.other.recipe` as text: the dense reader (CPU offloading, FP8
+    weights and attention) reads it as no recipe and says so, instead of tracing back."""
+    import json
+
+    row = {"id": "d", "source": "x", "precision": "bf16",
+           "model": {"name": "GPT 13B", "layers": 40, "hidden": 5120, "heads": 40, "vocab": 50257, "seq_len": 2048},
+           "hardware": {"gpu": "H100 SXM5 80GB"},
+           "parallel": {"num_gpus": 16, "tp": 4, "pp": 1, "mbs": 1, "gbs": 256, "other": {"recipe": "see the file"}},
+           "measured": {"iteration_time_s": 10.0}}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"sources": {}, "measurements": [row]}))
+    (read,) = published_rows([str(path)])
+    assert read.skipped is None and any("recipe block str, not an object" in a for a in read.assumed)

@@ -78,7 +78,12 @@ def fsdp_of(p: dict) -> Literal["megatron", "pytorch", ""]:
     return "" if not text or text.startswith(("no", "not stated", "column absent")) else "pytorch"
 
 
-def recipe_block(raw: dict) -> Any:
-    """The recipe block a row's `parallel.other.recipe` states ({} without one; a block of another shape as it is,
-    for its reader to judge)."""
-    return ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
+def recipe_block(raw: dict, assumed: list[str] | None = None) -> dict:
+    """The recipe block a row's `parallel.other.recipe` states ({} without one). A block that is not an object (a
+    file of another source) is read as no recipe, and said in `assumed` when given: the row is read, not refused."""
+    block = ((raw.get("parallel") or {}).get("other") or {}).get("recipe") or {}
+    if isinstance(block, dict):
+        return block
+    if assumed is not None:
+        assumed.append(f"recipe block {type(block).__name__}, not an object: read as no recipe")
+    return {}

@@ -118,11 +118,8 @@ RECIPE_SETTINGS = {("v0.6.0", "deepseek_v4_flash_pretrain_128gpu_gb300_fp8mx_con
 def resolved_recipe(recipe: dict, assumed: list[str]) -> dict:
     """`recipe` (a row's recipe block) with what its recipe function (`RECIPE_SETTINGS`) and named helpers
     (`HELPER_SETTINGS`) set where the block states nothing, and the helper arguments the function passes
-    (`RECIPE_ARGUMENTS`) where the block names an argument; each said in `assumed`. A block that is not an object
-    (a file of another source) is read as no recipe, and said; helper names that are not a list of names are none."""
-    if not isinstance(recipe, dict):
-        assumed.append(f"recipe block {type(recipe).__name__}, not an object: read as no recipe")
-        return {}
+    (`RECIPE_ARGUMENTS`) where the block names an argument; each said in `assumed`. Helper names that are not a
+    list of names are none (a block that is not an object is `eras.recipe_block`'s to refuse)."""
     out = dict(recipe)
     tag, name = str(recipe.get("recipe_tag")), str(recipe.get("recipe_name"))
     unread = {k: v for k, v in RECIPE_SETTINGS.get((tag, name), {}).items() if k not in recipe}

@@ -293,7 +293,7 @@ def moe_row_job(raw: dict) -> Row:
     if wrong:
         row.skipped = wrong
         return row
-    recipe = resolved_recipe(recipe_block(raw) or scripts_2509_recipe(raw, row.assumed), assumed)
+    recipe = resolved_recipe(recipe_block(raw, assumed) or scripts_2509_recipe(raw, row.assumed), assumed)
     if key in MODEL_RECIPES:
         recipe = {**MODEL_RECIPES[key], **recipe}
         assumed.append(f"the settings every Megatron-Bridge perf recipe of {key} sets: " + ", ".join(

@@ -38,7 +38,7 @@ def cpu_offload_of(raw: dict, assumed: list) -> dict | None:
     preset fixes the FP8 recipe the row does not name): {} for a row without offloading, None for a Grace offload preset whose layer count neither
     the row (`parallel.other.recipe.cpu_offloading_num_layers`) nor OFFLOAD_2509 gives. `assumed` gains the source."""
     p = raw.get("parallel") or {}
-    recipe = recipe_block(raw)
+    recipe = recipe_block(raw, assumed)
     if recipe.get("cpu_offloading_num_layers"):
         n = int(recipe["cpu_offloading_num_layers"])
         assumed.append(f"cpu_offloading_num_layers {n} from the row's recipe {recipe.get('recipe_name')} "
