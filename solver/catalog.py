@@ -293,7 +293,7 @@ JOB_SETTINGS = ("precision", "flash_attention", "attention_kernel", "grad_reduce
                 "cuda_graph_modules", "bf16_layers_at_start", "bf16_layers_at_end", "cpu_offloading_num_layers",
                 "offload_modules", "precision_aware_optimizer", "optimizer_moment_dtype", "zero3_gathers",
                 "distributed_optimizer_instances", "min_offloaded_tensor_size", "peft", "lora_rank",
-                "lora_target_modules")
+                "lora_target_modules", "module_precision")
 
 
 def framework_constraints(framework: str | None, constraints: Constraints, field: str) -> Constraints:

@@ -20,14 +20,16 @@ from ..catalog import load_job, read_mapping
 from ..errors import InputError
 from ..specs import PRECISIONS, JobSpec
 from ..specs.job import MomentDtype, Zero3Gathers
+from ..specs.module_precision import rules_from_te_config
 from ..specs.peft import Peft
+from ..specs.reading import read_text
 
 # spec path -> the flag that sets it
 FLAGS = {
     "job": "--job", "model": "--model", "cluster": "--cluster", "global_batch_size": "--global-batch-size",
     "seq_length": "--seq-len", "precision": "--precision", "flash_attention": "--flash-attention",
     "tp": "--tp", "pp": "--pp", "ep": "--ep", "etp": "--etp", "moe_load_imbalance": "--moe-load-imbalance",
-    "moe_a2a_overlap": "--moe-a2a-overlap", "fp8_dot_product_attention": "--fp8-dot-product-attention", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules",
+    "moe_a2a_overlap": "--moe-a2a-overlap", "fp8_dot_product_attention": "--fp8-dot-product-attention", "module_precision": "--te-precision-config", "te_precision_config": "--te-precision-config", "moe_token_dispatcher": "--moe-token-dispatcher", "recompute_modules": "--recompute-modules",
     "offload_modules": "--offload-modules", "zero3_gathers": "--zero3-gathers", "distributed_optimizer_instances": "--distributed-optimizer-instances", "min_offloaded_tensor_size": "--min-offloaded-tensor-size", "cpu_offloading_num_layers": "--cpu-offloading-num-layers", "peft": "--peft", "lora_rank": "--lora-rank", "lora_target_modules": "--lora-target-modules", "dp": "--dp", "cp": "--cp", "vp": "--vp", "micro_batch_size": "--micro-batch-size",
     "recompute": "--recompute", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
     "account_for_embedding": "--account-for-embedding", "account_for_loss": "--account-for-loss",
@@ -185,6 +187,11 @@ _BASE = [
                  help="Attention in FP8: Transformer Engine's fused kernel at the FP8 rate (Megatron-Core "
                       "fp8_dot_product_attention; precision fp8 on Hopper or Blackwell, fp8-tensorwise or mxfp8 on "
                       "Blackwell; default off)."),
+    click.option("--te-precision-config", "te_precision_config", default=None, metavar="FILE",
+                 help="Per-module precision under a quantised recipe: Megatron-Core's TE precision config (the YAML "
+                      "Megatron-LM's --te-precision-config-file reads: configs and ordered glob matchers, e.g. "
+                      "Megatron-Bridge's Nemotron 3 Super te_quant.cfg); priced per role (attention, MLP, LatentMoE "
+                      "projections, Mamba in/out projections, MTP)."),
     click.option("--moe-load-imbalance", type=float, default=None,
                  help="MoE: busiest expert rank's tokens over the balanced share (default 1.0: balanced routing)."),
     click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
@@ -352,7 +359,7 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
                 cpu_offloading_num_layers=None, precision_aware_optimizer=None, optimizer_moment_dtype=None,
                 offload_modules=None, zero3_gathers=None, distributed_optimizer_instances=None,
                 min_offloaded_tensor_size=None, peft=None, lora_rank=None, lora_target_modules=None,
-                fp8_dot_product_attention=None, **constraint_flags) -> dict:
+                fp8_dot_product_attention=None, te_precision_config=None, **constraint_flags) -> dict:
     """The job mapping the shared options describe: the `--job` file, flags applied over it."""
     data: dict[str, Any] = read_mapping(job_file, "job") if job_file else {}
     flags = {"model": model, "cluster": cluster, "global_batch_size": global_batch_size, "seq_length": seq_len,
@@ -367,11 +374,23 @@ def job_request(model=None, cluster=None, job_file=None, global_batch_size=None,
              "zero3_gathers": zero3_gathers, "distributed_optimizer_instances": distributed_optimizer_instances,
              "min_offloaded_tensor_size": min_offloaded_tensor_size, "peft": peft, "lora_rank": lora_rank,
              "lora_target_modules": _names(lora_target_modules), "fp8_dot_product_attention": fp8_dot_product_attention}
+    if te_precision_config is not None:
+        flags["module_precision"] = te_precision_rules(te_precision_config)
     data.update({k: v for k, v in flags.items() if v is not None})
     constraints = _constraints(constraint_flags, data.get("constraints"))
     if constraints is not None:
         data["constraints"] = constraints
     return data
+
+
+def te_precision_rules(path: str) -> list[list[str]]:
+    """The (glob, precision) rules of a Megatron TE precision config file (`specs.module_precision`), InputError
+    naming --te-precision-config otherwise."""
+    text = read_text(path, "te_precision_config")
+    try:
+        return [list(rule) for rule in rules_from_te_config(text)]
+    except ValueError as err:
+        raise InputError("te_precision_config", str(err)) from None
 
 
 def build_job(**options) -> JobSpec:

@@ -31,7 +31,7 @@ from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.frameworks import windows_skipped
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
-from . import comm, dsa, dsv4, eager_attention, frameworks, lora, memory
+from . import comm, dsa, dsv4, eager_attention, frameworks, lora, memory, module_rates
 from .data_parallel import (
     embedding_group_allreduce_s,
     grad_reduce_bytes,
@@ -107,6 +107,7 @@ def stage_coefficients(
     zero3_gathers: str = "prefetched",
     distributed_optimizer_instances: int = 1,
     lora: tuple[int, tuple[str, ...]] | None = None,
+    module_precision: tuple = (),
 ) -> StageCoefficients:
     terms = _StageTerms(model, cluster, shapes, dict(
         global_batch_size=global_batch_size, seq_length=seq_length, precision=precision,
@@ -118,7 +119,8 @@ def stage_coefficients(
         fp8_attention=fp8_attention,
         bf16_layers=bf16_layers, adam_state_bytes=adam_state_bytes, offload_modules=offload_modules,
         min_offloaded_tensor_size=min_offloaded_tensor_size,
-        zero3_gathers=zero3_gathers, instances=distributed_optimizer_instances, lora=lora))
+        zero3_gathers=zero3_gathers, instances=distributed_optimizer_instances, lora=lora,
+        module_precision=module_precision))
     terms.run_sections()
     unit, units, ends = terms.per_layer_and_ends()
     return terms.coefficients(unit, units, ends)
@@ -143,6 +145,7 @@ class _StageTerms:
         self.adam_state_bytes = options["adam_state_bytes"]  # per parameter before sharding (memory.py)
         self.lora = options.get("lora")  # (rank, target modules): LoRA's frozen base and its adapters (lora.py)
         self.bf16_layers = options.get("bf16_layers", (0, 0))
+        self.roles = module_rates.roles_of(model, options)  # per-module precision (module_rates.py): {} without rules
         self.gpu = cluster.gpu
         self.offload_modules = frozenset(options.get("offload_modules", ()))  # fine-grained offloading (fine_offload.py)
         self.host_bytes_per_s = (self.gpu.host_link_gbyte_per_s or 0.0) * 1e9
@@ -186,7 +189,8 @@ class _StageTerms:
         # attention's linears (multi-latent attention's too: moe.attention_geometry), then the MLP's
         attn_linears, self.hq, self.hkv, head_dim, self.latent_width = attention_geometry(model, t)
         hq, hkv = self.hq, self.hkv
-        self.g = g = layer_linears_s(model, attn_linears, M, t, mm, cast_bytes, hbm)
+        self.g = g = layer_linears_s(model, attn_linears, M, t, mm, cast_bytes, hbm,
+                                     attn=module_rates.role_rate(self, "attention"), mlp=module_rates.role_rate(self, "mlp"))
         gemm_fwd, gemm_bwd, cast_fwd, cast_bwd = g.gemm_fwd, g.gemm_bwd, g.cast_fwd, g.cast_bwd
         core_fwd, core_bwd = attention_core_s(
             gpu, batch=b, heads=a / t, s_q=s / c, s_k=s, head_dim=head_dim, flash=self.flash_attention,
@@ -382,6 +386,8 @@ class _StageTerms:
         # selective by module: the score terms stay unless core_attn is recomputed (unfused
         # attention only); the modules' outputs are freed, the normally checkpointed MLP rebuilt
         # one layer at a time
+        roles_act, roles_working = module_rates.dense_layer_act_delta(self)  # 0 without per-module precision
+        layer_act, working = layer_act + roles_act, working + roles_working
         self.scores = scores = 0.0 if flash_attention or self.core_on else 5.0 * (a / t) * M * s
         layer_act = layer_act - np.where(rc == 1, sel.freed_bytes - scores + sel.mlp_freed_bytes, 0.0)
         working = working + np.where(rc == 1, sel.mlp_freed_bytes - scores, 0.0)

@@ -34,6 +34,7 @@ from .fine_offload import Offloaded, attention_offloaded, expert_offloaded, with
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import sharded_terms, sharding_of
 from .memory import BF16_BYTES, layer_activation_bytes
+from .module_rates import latent_act_delta, role_rate, saved_bytes_delta
 from .moe_layer import moe_layer_terms
 from .precision import gathered_param_bytes, quantize_bytes_per_element
 
@@ -44,6 +45,12 @@ def _norm_s(T):
     f, b = elementwise_bytes_per_token(hidden=T.h, q_width=0, kv_width=0, ffn=0, gated=False, rotary=False,
                                        sp_degree=T.rep, tp=T.t)
     return T.M * f / 2 / T.hbm, T.M * b / 2 / T.hbm
+
+
+def saved_input_bytes(T, role: str | None) -> float:
+    """Bytes per element of a role's saved linear inputs (the recipe's, `T.act_kw`, plus what per-module
+    precision changes: `module_rates.saved_bytes_delta`); the recipe's for no role."""
+    return T.act_kw["linear_input_bytes"] + (saved_bytes_delta(T, role) if role else 0.0)
 
 
 def sublayer_activation_bytes(T, **widths):
@@ -88,7 +95,7 @@ def attention_layer(T) -> dict:
     """An attention sublayer (*): module docstring."""
     model, rc, sel = T.model, T.rc, T.sel
     (f, b), _ = _attention_and_mlp_s(T)
-    act, working = sublayer_activation_bytes(T, ffn=0)
+    act, working = sublayer_activation_bytes(T, ffn=0, linear_input_bytes=saved_input_bytes(T, "attention"))
     act = act - np.where(rc == 1, sel.attention_freed_bytes - T.scores, 0.0)
     working = working - np.where(rc == 1, T.scores, 0.0)
     if T.latent_width:
@@ -101,29 +108,32 @@ def attention_layer(T) -> dict:
 def mlp_layer(T) -> dict:
     """An MLP sublayer (-): module docstring."""
     _, (f, b) = _attention_and_mlp_s(T)
-    act, working = sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, gate_width=0, ffn=T.f)
+    act, working = sublayer_activation_bytes(T, q_width=0, kv_width=0, heads=0, gate_width=0, ffn=T.f,
+                                             linear_input_bytes=saved_input_bytes(T, "mlp"))
     return _layer(T, fwd=f, bwd=b, rfwd=np.where(T.rc == 2, f, 0.0), gemm_fwd=T.g.mlp_fwd, gemm_bwd=T.g.mlp_bwd,
                   params_gpu=T.model.hybrid_kind_params()["mlp"] / T.t, act=act, working=working)
 
 
-def _mixer_layer(T, linears, mixer_s, saved, params: int, cp=0.0) -> dict:
+def _mixer_layer(T, linears, mixer_s, saved, params: int, cp=0.0, roles=(None, None)) -> dict:
     """A sublayer of two GEMMs around a mixer's kernels, Mamba-2's or Gated DeltaNet's: the GEMMs (`linears`:
     their shapes on a TP rank) at the recipe's rate with the recipe's quantisation of their inputs (as
-    `layer_terms.layer_linears_s`), the mixer's kernels (`mixer_s`: their roofline), its norm, residual and launch
-    overhead; `saved` the activations its kernels keep, `params` its weights (over tp), `cp` its context
+    `layer_terms.layer_linears_s`; at their `roles`' precisions when per-module precision moves them,
+    `module_rates.role_rate`), the mixer's kernels (`mixer_s`: their roofline), its norm, residual and launch
+    overhead; `saved` the activations its kernels keep (the two GEMMs' inputs at the wider of the roles'
+    saved bytes: an upper bound when they differ), `params` its weights (over tp), `cp` its context
     parallelism's exposed exchange."""
     model, M, t, hbm, gpu = T.model, T.M, T.t, T.hbm, T.gpu
-    cast = quantize_bytes_per_element(T.precision)
+    rates = [role_rate(T, role) if role else (T.mm, quantize_bytes_per_element(T.precision)) for role in roles]
     gf = gb = cf = cb = 0.0
-    for N, K in linears(model, t):
-        fw, bw = linear_s(M, N, K, **T.mm)
+    for (N, K), (rate, cast) in zip(linears(model, t), rates):
+        fw, bw = linear_s(M, N, K, **rate)
         gf, gb, cf, cb = gf + fw, gb + bw, cf + cast * M * K / hbm, cb + cast * M * N / hbm
     mf, mb = mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,
                      hbm_bytes_per_s=hbm)
     nf, nb = _norm_s(T)
     oh = T.overhead_s
     fwd, bwd = gf + cf + mf + nf + oh, gb + cb + mb + nb + 2 * oh
-    stored = saved(model, M, t, T.rep, T.act_kw["linear_input_bytes"])
+    stored = saved(model, M, t, T.rep, max(saved_input_bytes(T, role) for role in roles))
     act = np.where(T.rc == 2, BF16_BYTES * M * T.h / T.rep, stored)
     return _layer(T, fwd=fwd, bwd=bwd, rfwd=np.where(T.rc == 2, fwd, 0.0), gemm_fwd=gf, gemm_bwd=gb,
                   params_gpu=params / t, act=act, working=np.where(T.rc == 2, stored, 0.0), cp=cp)
@@ -131,7 +141,8 @@ def _mixer_layer(T, linears, mixer_s, saved, params: int, cp=0.0) -> dict:
 
 def mamba_layer(T) -> dict:
     """A Mamba-2 sublayer (M): `_mixer_layer` of `mamba.py`."""
-    return _mixer_layer(T, mamba.mamba_linears, mamba.mixer_s, mamba.mamba_activation_bytes, T.model.mamba_layer_params)
+    return _mixer_layer(T, mamba.mamba_linears, mamba.mixer_s, mamba.mamba_activation_bytes, T.model.mamba_layer_params,
+                        roles=("mamba_in_proj", "mamba_out_proj"))
 
 
 def gdn_layer(T) -> dict:
@@ -163,7 +174,7 @@ def moe_layer(T, before: dict, before_kind: str) -> dict:
         layer_cp=zeros, dp_step=T.dp_step, opt_per_param=T.opt_per_param, window=T.window,
         state_bytes=(T.pb, T.gb, T.ob), grad_bytes=T.grad_bytes, act_kw=T.act_kw,
         adam_s_per_param=T.adam_bytes / T.hbm, a2a_overlap=T.moe_a2a_overlap, dispatcher=T.moe_token_dispatcher,
-        latent_bytes=0.0, hbm=T.hbm, mm=T.mm, bf16mm=T.bf16mm, precision=T.precision,
+        latent_bytes=latent_act_delta(T), latent_rate=role_rate(T, "latent_proj"), hbm=T.hbm, mm=T.mm, bf16mm=T.bf16mm, precision=T.precision,
         grad_reduce_dtype=T.grad_reduce_dtype, fp8_param_gather=T.fp8_param_gather, cuda_graph=(impl, tuple(graphed)),
         imbalance=T.moe_load_imbalance, adam_state_bytes=T.adam_state_bytes, sharding=sharding_of(T),
         num_microbatches=T.m, selective=dict(mods=T.mods, attn_s=zeros, attn_freed=0.0, attn_working=0.0),

@@ -40,6 +40,7 @@ def job_coefficients(job: JobSpec, shapes: Shapes) -> StageCoefficients:
         distributed_optimizer_instances=job.distributed_optimizer_instances,
         min_offloaded_tensor_size=job.min_offloaded_tensor_size,
         lora=(job.lora_rank, tuple(job.lora_target_modules)) if job.peft == "lora" else None,
+        module_precision=job.module_precision,
     )
     # Megatron's CPU activation offloading (dense models, pp 1: specs.job.cpu_offload_problem)
     return with_offload(co, job.model.num_layers, job.cpu_offloading_num_layers, cluster.gpu.host_link_gbyte_per_s)

@@ -43,16 +43,19 @@ def mlp_linears(model: ModelSpec, tp) -> list[tuple]:
     return [(f * (model.mlp_matrices - 1) / tp, h), (h, f / tp)]
 
 
-def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_bytes: float, hbm: float) -> LinearTimes:
+def layer_linears_s(model: ModelSpec, attn_linears, tokens, tp, mm: dict, cast_bytes: float, hbm: float,
+                    attn: tuple | None = None, mlp: tuple | None = None) -> LinearTimes:
     """Attention's linears (`attn_linears`, (N, K) on this TP rank) and the MLP's (`mlp_linears`), each a GEMM
     forward and its two backward GEMMs (`kernels.linear_s`) at the recipe's rate `mm`, plus the
-    recipe's quantisation of each GEMM's input (`cast_bytes` per element: 0 without FP8)."""
+    recipe's quantisation of each GEMM's input (`cast_bytes` per element: 0 without FP8); `attn`, `mlp`:
+    (rate, cast bytes) of a role per-module precision moves (`module_rates.role_rate`), else the recipe's."""
     gemm_fwd = gemm_bwd = cast_fwd = cast_bwd = mlp_fwd = mlp_bwd = up_fwd = 0.0
     up_index = (1,) if model.is_dsv4 else ((1, 3) if model.q_lora_rank else (2,))  # MLA's up projections
     for i, (N, K) in enumerate(list(attn_linears) + mlp_linears(model, tp)):
-        fw, bw = linear_s(tokens, N, K, **mm)
+        rate, cast = (mlp if i >= len(attn_linears) else attn) or (mm, cast_bytes)
+        fw, bw = linear_s(tokens, N, K, **rate)
         gemm_fwd, gemm_bwd = gemm_fwd + fw, gemm_bwd + bw
-        cf, cb = cast_bytes * tokens * K / hbm, cast_bytes * tokens * N / hbm
+        cf, cb = cast * tokens * K / hbm, cast * tokens * N / hbm
         cast_fwd, cast_bwd = cast_fwd + cf, cast_bwd + cb
         if model.multi_latent_attention and i in up_index:
             up_fwd = up_fwd + fw + cf

@@ -120,7 +120,7 @@ def latent_proj_compute_s(model: ModelSpec, tokens_rank, *, mm: dict, hbm_bytes_
 
 
 def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *, mm: dict, bf16: dict,
-                      hbm_bytes_per_s: float, cast_bytes: float = 0.0, eager_expert_bias: bool = True):
+                      hbm_bytes_per_s: float, cast_bytes: float = 0.0, eager_expert_bias: bool = True, latent=None):
     """(forward, backward, FP8-cast-free GEMM forward, backward) time of the MoE block of one
     layer for `tokens` (b s / cp) on this GPU:
     - router: a (T_r x h) @ (h x E) GEMM in bf16 (Megatron keeps the router out of FP8) and
@@ -130,7 +130,7 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
       (w x (2|1) f_e/etp), fc2 (M_e x f_e/etp) @ (f_e/etp x w), w = `moe_expert_width` (h, or
       LatentMoE's l: Megatron-LM d98e8a6 experts.py ~219-242 builds fc1/fc2 on moe_latent_size);
       their activation over the routed copies, memory bound; LatentMoE's two projections
-      (`latent_proj_compute_s`);
+      (`latent_proj_compute_s`; at `latent`, (rate, cast bytes), when per-module precision moves them);
     - (un)permutation of the copies before and after each all-to-all, memory bound;
     - shared experts: a dense MLP of width f_s split over tp on all `tokens` (after the SP
       all-gather), gated like the experts.
@@ -157,8 +157,9 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     r_f, r_b = linear_s(T_r, E, h, **bf16)
     f1_f, f1_b = grouped_linear_s(groups, per_expert, (mats - 1) * f_e / e_t, w, **mm)
     f2_f, f2_b = grouped_linear_s(groups, per_expert, w, f_e / e_t, **mm)
-    lat_f, lat_b, lat_gf, lat_gb = latent_proj_compute_s(model, T_r, mm=mm, hbm_bytes_per_s=hbm_bytes_per_s,
-                                                         cast_bytes=cast_bytes)
+    lat_mm, lat_cast = latent or (mm, cast_bytes)
+    lat_f, lat_b, lat_gf, lat_gb = latent_proj_compute_s(model, T_r, mm=lat_mm, hbm_bytes_per_s=hbm_bytes_per_s,
+                                                         cast_bytes=lat_cast)
     gemm_f, gemm_b = r_f + f1_f + f2_f + lat_gf, r_b + f1_b + f2_b + lat_gb
     f_s = model.moe_shared_expert_intermediate_size or 0
     if f_s:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
-from . import comm, eager_attention, eager_moe, frameworks
+from . import comm, eager_attention, eager_moe, frameworks, module_rates
 from .data_parallel import hsdp_step_s
 from .fine_offload import attention_offloaded, expert_offloaded, with_fine_offload
 from .host import host_calls_s, host_exposed_s
@@ -34,7 +34,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                adam_s_per_param, a2a_overlap: bool = False, dispatcher: str = "alltoall", selective=None,
                fp8_param_gather: bool = False, cuda_graph: tuple = ("none", ()), attention: bool = True,
                outer_act=None, host_window=None, adam_state_bytes: float = ADAM_STATE_BYTES, sharding: dict,
-               num_microbatches, stack: frameworks.Framework = frameworks.MEGATRON) -> dict:
+               num_microbatches, stack: frameworks.Framework = frameworks.MEGATRON, latent_rate=None) -> dict:
     """The per-layer terms of one MoE layer (the keys of `stage_coefficients`' dense layer): the
     dense layer's attention with the MLP replaced by the MoE block (`moe.py`):
     - compute: router, grouped expert GEMMs, shared experts, (un)permutation; and the time the GPU
@@ -51,9 +51,8 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       apart) and their optimizer state sharded over it by the distributed optimizer; under
       ZeRO-2/3 (Megatron-FSDP) each layer's traffic per micro-batch over the same two groups
       (`layer_terms.sharded_terms`; `sharding`: `layer_terms.sharding_of` the dense layer's terms);
-    - memory: attention's activations (`layer_activation_bytes` without an MLP) plus the MoE
-      block's (`moe.moe_mlp_activation_bytes`), none kept under full recomputation (one layer
-      rebuilt at a time);
+    - memory: attention's activations (`layer_activation_bytes` without an MLP) plus the MoE block's
+      (`moe.moe_mlp_activation_bytes`), none kept under full recomputation (one layer rebuilt at a time);
     - selective recomputation by Megatron module (`recompute.py`, `selective`: the job's modules
       and the attention's share from the dense layer): "layernorm" frees the separate norms'
       outputs (the pre-MLP norm, and the attention norm with MLA), "moe_act" the experts'
@@ -61,12 +60,13 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to
       the backward. A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's,
       `host_window` the (forward, backward) GPU time before the sync in place of the attention's.
-    `stack` eager (torchtitan): its block, state (`layer_times`, `layer_activations`), TP-sharded experts' SP pair."""
+    `stack` eager (torchtitan): its block, state (`layer_times`, `layer_activations`), TP-sharded experts' SP pair;
+    `latent_rate`, `latent_bytes`: LatentMoE's projections' rate, activations beyond the block (module_rates)."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
                                         cast_bytes=quantize_bytes_per_element(precision),
-                                        eager_expert_bias=cuda_graph[0] != "full_iteration")
+                                        eager_expert_bias=cuda_graph[0] != "full_iteration", latent=latent_rate)
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
     etp_pass = etp_pass if stack.fused else np.where(etp > 1, tp_pass / 2, 0.0)
     a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
@@ -132,7 +132,8 @@ def moe_layer_of(terms) -> dict:
         state_bytes=(terms.pb, terms.gb, terms.ob), grad_bytes=terms.grad_bytes, act_kw=terms.act_kw,
         adam_s_per_param=terms.adam_bytes / hbm, a2a_overlap=terms.moe_a2a_overlap,
         dispatcher=terms.moe_token_dispatcher,
-        latent_bytes=terms.latent_width * M, hbm=hbm, mm=terms.mm, bf16mm=terms.bf16mm, precision=terms.precision,
+        latent_bytes=terms.latent_width * M + module_rates.attention_act_delta(terms) + module_rates.latent_act_delta(terms),
+        latent_rate=module_rates.role_rate(terms, "latent_proj"), hbm=hbm, mm=terms.mm, bf16mm=terms.bf16mm, precision=terms.precision,
         grad_reduce_dtype=terms.grad_reduce_dtype, fp8_param_gather=terms.fp8_param_gather, cuda_graph=terms.cuda_graph,
         imbalance=terms.moe_load_imbalance, adam_state_bytes=terms.adam_state_bytes, sharding=sharding_of(terms),
         num_microbatches=terms.m, stack=terms.stack,

@@ -105,11 +105,12 @@ def at_precision(T, precision: str):
     """The same job's `coefficients._StageTerms` with its linear layers at `precision` (no FP8 / FP4 weights
     gathered, no BF16-kept layers): what an MTP part Megatron runs at another precision than the job's
     costs. `T` itself at its own precision; each other one computed once per `T`."""
-    if precision == T.precision:
+    if precision == T.precision and not T.roles:
         return T
     cache = T.__dict__.setdefault("_mtp_at_precision", {})
-    if precision not in cache:
-        options = {**T.options, "precision": precision, "fp8_param_gather": False, "bf16_layers": (0, 0)}
+    if precision not in cache:  # the MTP block at one precision: no per-module rules (module_precision_problem)
+        options = {**T.options, "precision": precision, "fp8_param_gather": False, "bf16_layers": (0, 0),
+                   "module_precision": ()}
         cache[precision] = type(T)(T.model, T.cluster, T.shapes, options).run_sections()
     return cache[precision]
 
@@ -121,12 +122,18 @@ def _layer_precisions(T) -> list[str]:
     those at end)."""
     model, precision = T.model, T.precision
     if not model.is_hybrid:
-        return [mtp_linear_precision(precision)]
+        return [_moved(T, mtp_linear_precision(precision))]
     assert model.mtp_hybrid_layer_pattern is not None
     start, end = T.bf16_layers
     kept = [is_quantized(precision) and (i < start or i >= model.num_layers - end)
             for i in range(len(model.mtp_hybrid_layer_pattern))]
-    return ["bf16" if k else precision for k in kept]
+    return ["bf16" if k else _moved(T, precision) for k in kept]
+
+
+def _moved(T, precision: str) -> str:
+    """An MTP part's precision under per-module precision (specs/module_precision.py): the mtp role's when the part
+    runs quantised (Megatron overrides quantised modules only), else `precision`."""
+    return T.roles.get("mtp", precision) if is_quantized(precision) else precision
 
 
 def depth_layers(T) -> dict:
@@ -148,7 +155,7 @@ def depth_rest(T) -> dict:
     bytes. eh_proj at `precision.mtp_linear_precision` (its GEMM, its input's and output gradient's
     quantisation, its saved input, its weight's copies), everything else in BF16."""
     model, M, h, t, hbm = T.model, T.M, T.h, T.t, T.hbm
-    E = at_precision(T, mtp_linear_precision(T.precision))
+    E = at_precision(T, _moved(T, mtp_linear_precision(T.precision)))
     cast = quantize_bytes_per_element(E.precision)
     proj_f, proj_b = linear_s(M, h / t, 2 * h, **E.mm)
     proj_f, proj_b = proj_f + cast * M * 2 * h / hbm, proj_b + cast * M * h / t / hbm

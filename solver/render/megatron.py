@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from ..plan import Plan
 from ..space.pipeline_split import MEGATRON_FLAGS
 from ..specs import JobSpec, ModelSpec
+from ..specs.module_precision import TE_PRECISION_FILE, te_config_text
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
 from .megatron_hybrid import ENTRY as HYBRID_ENTRY
 from .megatron_hybrid import gdn_as_gpt, gdn_gpt_flags, gpt_view, hybrid_flags
@@ -94,6 +95,10 @@ def _precision_flags(job, arch: int, oldest_gpu: str, notes: list[str]) -> list[
     if job.precision == "nvfp4":
         a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] + (["--fp4-param-gather"] if job.fp8_param_gather else [])
         notes.append("--fp4-format needs Transformer Engine >= 2.7.0.dev0 (NVFP4BlockScaling) and a Blackwell GPU")
+    if job.module_precision:  # Megatron-Core's TE precision config (specs/module_precision.py); JSON is YAML
+        a += ["--te-precision-config-file", TE_PRECISION_FILE]
+        notes.append(f"write {TE_PRECISION_FILE} first (Megatron-Core's RecipeConfig; JSON is YAML): "
+                     + te_config_text(job.module_precision))
     if job.bf16_layers_at_start or job.bf16_layers_at_end:
         a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(job.bf16_layers_at_start),
               "--num-layers-at-end-in-bf16", str(job.bf16_layers_at_end)]

@@ -223,9 +223,17 @@ def shortfall_text(result) -> Text | None:
     return t
 
 
+def _setting_text(value) -> str:
+    """A job setting as the title prints it: booleans lower-case, module_precision's rules as glob=precision."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (list, tuple)) for v in value):
+        return ", ".join(f"{pattern}={precision}" for pattern, precision in value)
+    return str(value)
+
+
 def _title(plan) -> Text:
-    settings = "".join(f", {k} {str(v).lower() if isinstance(v, bool) else v}"
-                       for k, v in (getattr(plan, "settings", None) or {}).items())
+    settings = "".join(f", {k} {_setting_text(v)}" for k, v in (getattr(plan, "settings", None) or {}).items())
     gpus = f"{plan.num_gpus} GPU" + ("" if plan.num_gpus == 1 else "s")
     return Text(f"{plan.model} on {plan.cluster} ({gpus}), global batch "
                 f"{plan.global_batch_size} x {plan.seq_length} tokens, {plan.framework} stack{settings}", style="bold")

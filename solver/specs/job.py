@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, PositiveInt, TypeAdapter, ValidationError, field_validator, model_validator
 
 from .base import Spec
 from .cluster import ClusterSpec
 from .fp8_attention import fp8_attention_problem
 from .frameworks import PRECISIONS_RUN, narrow_constraints
 from .model import ModelSpec
+from .module_precision import module_precision_problem
 from .offloading import MIN_OFFLOADED_ELEMENTS, OffloadModule, fine_offload_problem, host_link_problem
 from .peft import LORA_RANK, LORA_TARGETS, LoraTarget, Peft, peft_problem
 
@@ -176,6 +177,11 @@ class JobSpec(Spec):
     bf16_layers_at_end: int = Field(
         0, ge=0, description="the same at the end (--num-layers-at-end-in-bf16; Megatron-Bridge's "
                              "nemotron_3_super_bf16_with_nvfp4_mixed keeps 14)")
+    module_precision: tuple[tuple[str, str], ...] = Field(
+        (), description="per-module precision under a quantised recipe, Megatron's --te-precision-config-file as "
+                        "ordered (glob over the module path, precision) rules, the first match wins (specs/"
+                        "module_precision.py; Megatron-Bridge's Nemotron 3 Super NVFP4 recipes keep attention, "
+                        "LatentMoE's projections and MTP in BF16, the Mamba out_proj in MXFP8)")
     cpu_offloading_num_layers: int = Field(
         0, ge=0, description="Megatron-LM layer-level CPU activation offloading (--cpu-offloading-num-layers N): the "
                              "saved activations of the first N transformer layers go to host memory during the "
@@ -240,6 +246,12 @@ class JobSpec(Spec):
             return data
         return _constrained(data, lambda given: narrow_constraints(data["framework"], given, Constraints.model_fields))
 
+    @field_validator("module_precision", mode="before")
+    @classmethod
+    def _rules(cls, value):
+        """module_precision's rules as JSON and YAML give them (lists of [glob, precision]): tuples."""
+        return tuple(tuple(rule) if isinstance(rule, list) else rule for rule in value) if isinstance(value, list) else value
+
     @model_validator(mode="before")
     @classmethod
     def _rule_knobs(cls, data):
@@ -280,7 +292,10 @@ class JobSpec(Spec):
             raise ValueError(f"moe_a2a_overlap supports at most one MTP module (Megatron); the model has "
                              f"{self.model.mtp_num_layers}: drop moe_a2a_overlap")
         for problem in (cpu_offload_problem(self), fine_offload_problem(self), optimizer_problem(self),
-                        peft_problem(self), fp8_attention_problem(self)):
+                        peft_problem(self), fp8_attention_problem(self), module_precision_problem(self),
+                        *(f"module_precision: {problem}" for problem in (
+                            precision_problem(p, pool.gpu) for _, p in self.module_precision
+                            for pool in self.cluster.pool_specs()) if problem)):
             if problem:
                 raise ValueError(problem)
         graph_problem = cuda_graph_problem(self)

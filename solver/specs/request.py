@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
+    StringConstraints,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -111,6 +112,11 @@ class JobRequest(Request):
                                                                     "Engine's fused kernel; Megatron-Core config)")
     fp8_param_gather: bool | None = Field(None, description="FP8 recipes: FP8 primary weights (--fp8-param-gather); "
                                                            "nvfp4: NVFP4 primary weights (--fp4-param-gather)")
+    module_precision: list[Annotated[list[Annotated[str, StringConstraints(max_length=200)]],
+                                     Field(min_length=2, max_length=2)]] | None = Field(
+        None, max_length=64, description="per-module precision under a quantised recipe: ordered [glob over the Megatron "
+                                         "module path, precision] rules, the first match wins (Megatron "
+                                         "--te-precision-config-file; specs/module_precision.py)")
     bf16_layers_at_start: int | None = Field(None, ge=0, description="nvfp4 / FP8: first layers kept in BF16 "
                                                                      "(--num-layers-at-start-in-bf16)")
     bf16_layers_at_end: int | None = Field(None, ge=0, description="nvfp4 / FP8: last layers kept in BF16 "
