@@ -34,9 +34,9 @@ from .fine_offload import Offloaded, attention_offloaded, expert_offloaded, with
 from .kernels import elementwise_bytes_per_token, linear_s
 from .layer_terms import sharded_terms, sharding_of
 from .memory import BF16_BYTES, layer_activation_bytes
-from .module_rates import latent_act_delta, role_rate, saved_bytes_delta
+from .module_rates import latent_act_delta, role_rate, saved_input_bytes
 from .moe_layer import moe_layer_terms
-from .precision import gathered_param_bytes, quantize_bytes_per_element
+from .precision import gathered_param_bytes
 
 
 def _norm_s(T):
@@ -45,12 +45,6 @@ def _norm_s(T):
     f, b = elementwise_bytes_per_token(hidden=T.h, q_width=0, kv_width=0, ffn=0, gated=False, rotary=False,
                                        sp_degree=T.rep, tp=T.t)
     return T.M * f / 2 / T.hbm, T.M * b / 2 / T.hbm
-
-
-def saved_input_bytes(T, role: str | None) -> float:
-    """Bytes per element of a role's saved linear inputs (the recipe's, `T.act_kw`, plus what per-module
-    precision changes: `module_rates.saved_bytes_delta`); the recipe's for no role."""
-    return T.act_kw["linear_input_bytes"] + (saved_bytes_delta(T, role) if role else 0.0)
 
 
 def sublayer_activation_bytes(T, **widths):
@@ -123,9 +117,8 @@ def _mixer_layer(T, linears, mixer_s, saved, params: int, cp=0.0, roles=(None, N
     saved bytes: an upper bound when they differ), `params` its weights (over tp), `cp` its context
     parallelism's exposed exchange."""
     model, M, t, hbm, gpu = T.model, T.M, T.t, T.hbm, T.gpu
-    rates = [role_rate(T, role) if role else (T.mm, quantize_bytes_per_element(T.precision)) for role in roles]
     gf = gb = cf = cb = 0.0
-    for (N, K), (rate, cast) in zip(linears(model, t), rates):
+    for (N, K), (rate, cast) in zip(linears(model, t), [role_rate(T, role) for role in roles]):
         fw, bw = linear_s(M, N, K, **rate)
         gf, gb, cf, cb = gf + fw, gb + bw, cf + cast * M * K / hbm, cb + cast * M * N / hbm
     mf, mb = mixer_s(model, M, t, flop_per_s=gpu.peak_flop_per_s, efficiency=gpu.matmul_efficiency,

@@ -17,12 +17,12 @@ def roles_of(model, options: dict) -> dict[str, str]:
     return role_precisions(options.get("module_precision") or (), model, options["precision"])
 
 
-def role_precision(T, role: str) -> str:
-    """The precision the role's linears run at in `T` (`coefficients._StageTerms`)."""
-    return T.roles.get(role, T.precision)
+def role_precision(T, role: str | None) -> str:
+    """The precision the role's linears run at in `T` (`coefficients._StageTerms`); the recipe's for no role."""
+    return T.roles.get(role, T.precision) if role else T.precision
 
 
-def role_rate(T, role: str) -> tuple[dict, float]:
+def role_rate(T, role: str | None) -> tuple[dict, float]:
     """(GEMM keyword arguments for `kernels.linear_s`, quantisation bytes per GEMM-input element) of the role."""
     precision = role_precision(T, role)
     if precision == T.precision:
@@ -31,19 +31,22 @@ def role_rate(T, role: str) -> tuple[dict, float]:
     return ({**mm, "weight_grad": False} if T.lora else mm), quantize_bytes_per_element(precision)
 
 
-def saved_bytes_delta(T, role: str) -> float:
+def saved_bytes_delta(T, role: str | None) -> float:
     """Bytes per element the role's saved linear inputs take beyond the job recipe's."""
     return saved_linear_input_bytes(role_precision(T, role)) - saved_linear_input_bytes(T.precision)
+
+
+def saved_input_bytes(T, role: str | None) -> float:
+    """Bytes per element of the role's saved linear inputs: the recipe's (`T.act_kw`) plus `saved_bytes_delta`."""
+    return T.act_kw["linear_input_bytes"] + saved_bytes_delta(T, role)
 
 
 def dense_layer_act_delta(T):
     """(stored, working) bytes a dense layer's saved linear inputs add under the roles' precisions (the four inputs
     `memory.layer_activation_bytes` counts: QKV's and fc1's h, replicated unless SP, the projection's h_q/tp and
     fc2's f/tp): kept unless full recomputation, then in the working set of the layer rebuilt."""
-    attn, mlp = saved_bytes_delta(T, "attention"), saved_bytes_delta(T, "mlp")
-    if not attn and not mlp:
-        return 0.0, 0.0
-    extra = T.M * (attn * (T.h / T.rep + T.hq / T.t) + mlp * (T.h / T.rep + T.f / T.t))
+    mlp = saved_bytes_delta(T, "mlp")
+    extra = attention_act_delta(T) + (T.M * mlp * (T.h / T.rep + T.f / T.t) if mlp else 0.0)
     return np.where(T.rc == 2, 0.0, extra), np.where(T.rc == 2, extra, 0.0)
 
 

@@ -104,13 +104,14 @@ def eh_proj_tp_s(T):
 def at_precision(T, precision: str):
     """The same job's `coefficients._StageTerms` with its linear layers at `precision` (no FP8 / FP4 weights
     gathered, no BF16-kept layers): what an MTP part Megatron runs at another precision than the job's
-    costs. `T` itself at its own precision; each other one computed once per `T`."""
+    costs. `T` itself at its own precision (the same job without its per-module rules when it has some); each
+    other one computed once per `T`."""
     if precision == T.precision and not T.roles:
         return T
     cache = T.__dict__.setdefault("_mtp_at_precision", {})
     if precision not in cache:  # the MTP block at one precision: no per-module rules (module_precision_problem)
-        options = {**T.options, "precision": precision, "fp8_param_gather": False, "bf16_layers": (0, 0),
-                   "module_precision": ()}
+        options = {**T.options, "module_precision": ()} if precision == T.precision else {
+            **T.options, "precision": precision, "fp8_param_gather": False, "bf16_layers": (0, 0), "module_precision": ()}
         cache[precision] = type(T)(T.model, T.cluster, T.shapes, options).run_sections()
     return cache[precision]
 
