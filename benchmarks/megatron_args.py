@@ -57,10 +57,12 @@ import argparse
 import contextlib
 import importlib
 import io
+import logging
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import types
 import typing
@@ -72,6 +74,12 @@ sys.path.insert(0, str(ROOT))
 from solveplan.catalog import load_job  # noqa: E402
 from solveplan.optimize import optimize  # noqa: E402
 from solveplan.render.megatron import gpu_arch, megatron_args  # noqa: E402
+from solveplan.specs.module_precision import (  # noqa: E402
+    TE_PRECISION_FILE,
+    model_roles,
+    precision_of_te_config,
+    role_precisions,
+)
 
 HF = Path("tests") / "data" / "hf"  # relative to ROOT, the working directory while checking
 # (label, model, cluster, constraints, job extras)
@@ -584,7 +592,8 @@ def megatron_launch(M, job, ma):
     os.environ.update(ma.env)
     sys.argv = ["pretrain_gpt.py", *ma.args, *USER_ARGS, "--vocab-size", str(job.model.vocab_size)]
     try:
-        yield
+        with te_precision_file_written(ma):
+            yield
     finally:
         margs.get_device_arch_version, margs.is_te_min_version, torch.cuda.get_device_capability, sys.argv = saved
         tconf.is_te_min_version, tconf._validate_dsa_kernel_backend_dependencies = saved_tconf
@@ -612,7 +621,8 @@ def precision_diff(job, cfg, args) -> dict:
     (first_last_layers_bf16, num_layers_at_start/end_in_bf16), CPU activation offloading (cpu_offloading with
     cpu_offloading_num_layers, activations on, weights off) and fine-grained offloading (fine_grained_activation_
     offloading with offload_modules, use_transformer_engine_op_fuser for fused_group_mlp and
-    min_offloaded_tensor_size); and what the parsed arguments do not hold of the
+    min_offloaded_tensor_size), the per-module precision (each role's precision as Megatron's quant_recipe from
+    --te-precision-config-file resolves it, `megatron_role_precisions`); and what the parsed arguments do not hold of the
     optimizer (use_precision_aware_optimizer, exp_avg_dtype and exp_avg_sq_dtype as validate_args maps them to torch
     dtypes); {} when all agree."""
     moments = job.optimizer_moment_dtype
@@ -633,7 +643,49 @@ def precision_diff(job, cfg, args) -> dict:
            if cfg.cpu_offloading else None,
            "offload_modules": (tuple(cfg.offload_modules), bool(cfg.use_transformer_engine_op_fuser),
                                cfg.min_offloaded_tensor_size) if cfg.fine_grained_activation_offloading else None}
+    want["module_precision"] = role_precisions(job.module_precision, job.model, job.precision) or None
+    got["module_precision"] = megatron_role_precisions(cfg, job.model, job.precision)
     return {k: (want[k], got[k]) for k in want if want[k] != got[k]} | {k: v for k, v in opt.items() if v[0] != v[1]}
+
+
+def megatron_role_precisions(cfg, model, precision: str) -> dict | None:
+    """The precision each of the model's roles (`module_precision.model_roles`) trains at under the quant_recipe
+    Megatron's TransformerConfig holds (`--te-precision-config-file`): Megatron's own `get_quant_config_or_none`
+    matched on every module path of the role (decoder.layers.{i}.<module>, the MTP block's absolute paths), its
+    config read as TEQuantizationParams (`precision_of_te_config`; Transformer Engine, which parses it in Megatron,
+    is CUDA-only), the job's recipe where nothing matches; a role whose modules differ is reported as the set.
+    None without a recipe."""
+    if getattr(cfg, "quant_recipe", None) is None:
+        return None
+    match = importlib.import_module("megatron.core.quantization.utils").get_quant_config_or_none
+    logging.getLogger("megatron.core.quantization").setLevel(logging.WARNING)  # one INFO line per match otherwise
+    out = {}
+    for role, names in model_roles(model).items():
+        paths = ([n.format(d=d) for n in names for d in range(model.mtp_num_layers)] if role == "mtp"
+                 else [f"decoder.layers.{i}.{n}" for i in range(model.num_layers) for n in names])
+        found = {precision if q is None else precision_of_te_config(q.config_key, q.config)
+                 for q in (match(path, cfg.quant_recipe) for path in paths)}
+        out[role] = found.pop() if len(found) == 1 else tuple(sorted(found))
+    return out
+
+
+@contextlib.contextmanager
+def te_precision_file_written(ma):
+    """With `--te-precision-config-file`, the launch directory a user prepares: a fresh directory holding the file
+    the launch note says to write (its text, as printed); the working directory is restored after."""
+    if "--te-precision-config-file" not in ma.args:
+        yield
+        return
+    note = next(n for n in ma.notes if n.startswith(f"write {TE_PRECISION_FILE} first"))
+    text = note.split("): ", 1)[1]
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as launch_dir:
+        Path(launch_dir, ma.flags()["--te-precision-config-file"]).write_text(text)
+        os.chdir(launch_dir)
+        try:
+            yield
+        finally:
+            os.chdir(here)
 
 
 # validate_args maps the dtype flags to torch dtypes (arguments.py:1077-1085 at d98e8a6; fp8 is torch.uint8)

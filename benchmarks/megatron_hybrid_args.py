@@ -18,7 +18,9 @@ mtp_use_repeated_layer; Nemotron 3 Super's 2 repeated "*E" depths) and the paral
 etp, sequence parallelism). bf16 plans: Megatron's
 TransformerConfig refuses MoE FP8 without Transformer Engine, which is CUDA-only. One control
 breaks a rule validate_args enforces for hybrid models (a GPT virtual-stage flag next to the
-pattern); two break the MTP pattern's rules (depths that differ, a '|' inside a depth). Exits 2 when Megatron-LM cannot be imported.
+pattern); two break the MTP pattern's rules (depths that differ, a '|' inside a depth); one drops
+--te-precision-config-file from the Nemotron 3 Super NVFP4 plan with Megatron-Bridge's te_quant.cfg, whose
+per-role precision Megatron then resolves differently (megatron_args.py `megatron_role_precisions`). Exits 2 when Megatron-LM cannot be imported.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ from solveplan.optimize import optimize
 from solveplan.plan import plan_config
 from solveplan.render.megatron import megatron_args
 from solveplan.specs import JobSpec
+from solveplan.specs.module_precision import rules_from_te_config
 
 HF = ROOT / "tests" / "data" / "hf"
+TE_QUANT = ROOT / "tests" / "data" / "megatron_bridge" / "te_quant.cfg"  # Megatron-Bridge's file (PROVENANCE.md)
 NANO_HF, H56_HF = str(HF / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"), str(
     HF / "Nemotron-H-56B-Base-8K" / "config.json")
 PERIODIC = dict(name="hybrid-periodic-24", num_layers=24, hidden_size=2048, num_attention_heads=16, num_kv_heads=8,
@@ -105,6 +109,12 @@ CASES = [
      {"global_batch_size": 256, "seq_length": 8192, "precision": "mxfp8", "distributed_optimizer_instances": 4,
       "offload_modules": ("fused_group_mlp",), "recompute_modules": ("moe_act",), "moe_token_dispatcher": "flex",
       "min_offloaded_tensor_size": 500_000_000}),
+    # Megatron-Bridge's Nemotron 3 Super NVFP4 recipe (perf_recipes/nemotronh/gb200/nemotronh.py at v0.6.0): its
+    # te_quant.cfg as --te-precision-config-file (the file the launch note writes), the last 14 layers in BF16
+    ("Nemotron 3 Super NVFP4 with Megatron-Bridge's te_quant.cfg (--te-precision-config-file), tp 2 + SP, EP 64",
+     "nemotron3-super", "gb200x64", dict(tp=2, pp=1, ep=64, etp=1, sequence_parallel=True),
+     {"global_batch_size": 512, "seq_length": 8192, "precision": "nvfp4", "bf16_layers_at_end": 14,
+      "module_precision": rules_from_te_config(TE_QUANT.read_text())}),
     ("Gated DeltaNet beside Mamba (G and M symbols), tp 2 + SP, pp 2", GDN, "h100x8",
      dict(tp=2, pp=2, sequence_parallel=True), {"global_batch_size": 64, "seq_length": 4096}),
 ]
@@ -123,7 +133,9 @@ CONTROLS = [(5, "--num-virtual-stages-per-pipeline-rank beside the pattern's seg
             (8, "MTP depths that differ (parse_hybrid_pattern: all MTP patterns identical)",
              _pattern_edit(lambda p: p[:-3] + "/E*")),
             (8, "a pipe inside an MTP depth (_validate_pattern allow_pipe False)",
-             _pattern_edit(lambda p: p.replace("/*E", "/*|E")))]
+             _pattern_edit(lambda p: p.replace("/*E", "/*|E"))),
+            (15, "the te_quant.cfg plan launched without --te-precision-config-file (every module at NVFP4)",
+             lambda a: [x for i, x in enumerate(a) if "--te-precision-config-file" not in a[max(i - 1, 0):i + 1]])]
 
 
 def _plan(model_ref, cluster, cfg, extras):

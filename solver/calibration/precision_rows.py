@@ -4,9 +4,12 @@ BF16 (formulation/precision.py prices them), for dense and MoE rows alike."""
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
 from types import SimpleNamespace
 
 from ..specs.fp8_attention import fp8_attention_problem
+from ..specs.module_precision import rules_from_te_config
 from .eras import NEMO_DOCS, recipe_block
 
 # Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
@@ -127,7 +130,35 @@ def nvfp4_settings(raw: dict, assumed: list, model_key: str, recipe: dict) -> di
         assumed.append(f"NVFP4 as the source's precision config runs it: NVFP4 weights gathered "
                        f"({out.get('fp8_param_gather', False)}), layers kept in BF16 at the start / end: "
                        f"{out.get('bf16_layers_at_start', 0)} / {out.get('bf16_layers_at_end', 0)}")
-    return out
+    return {**out, **module_precision_settings(raw, assumed, model_key)}
+
+
+# (source, model key prefix) whose NVFP4 recipes load a per-module precision config (Megatron-Core's
+# `quant_recipe`), and the file, shipped byte for byte beside this module: Megatron-Bridge's Nemotron 3 Super
+# NVFP4 recipes, `set_nemotron_3_super_common_configs` in scripts/performance/configs/nemotronh/
+# nemotron_3_llm_pretrain.py at v0.4.2 and v0.5.0 and the four `nemotron_3_super_pretrain_64gpu_*_nvfp4_config`
+# in src/megatron/bridge/perf_recipes/nemotronh/ at v0.6.0, each `load_quantization_recipe(... "te_quant.cfg")`;
+# the file is the same blob (646ff9e) at the three tags.
+NVFP4_TE_CONFIG = {("mbridge_perf", "nemotron3-super"): "mbridge_nemotronh_te_quant.cfg"}
+
+
+@cache
+def te_config_rules(name: str) -> tuple[tuple[str, str], ...]:
+    """The (glob, precision) rules of a shipped TE precision config (`NVFP4_TE_CONFIG`)."""
+    return rules_from_te_config(Path(__file__).with_name(name).read_text())
+
+
+def module_precision_settings(raw: dict, assumed: list, model_key: str) -> dict:
+    """The per-module precision (`JobSpec.module_precision`) an NVFP4 row's recipe loads (`NVFP4_TE_CONFIG`); {}
+    for another row."""
+    name = next((v for (src, key), v in NVFP4_TE_CONFIG.items()
+                 if raw.get("source") == src and model_key.startswith(key)), None)
+    if name is None:
+        return {}
+    rules = te_config_rules(name)
+    assumed.append(f"per-module precision as the recipe loads it (Megatron-Bridge te_quant.cfg): "
+                   f"{', '.join(f'{glob}={prec}' for glob, prec in rules)}")
+    return {"module_precision": rules}
 
 
 # (start, end) layers a model's own NVFP4 config keeps in BF16: Megatron-Bridge
