@@ -319,8 +319,7 @@ class _StageTerms:
             sharding_of(self), z, params_gpu=layer_params_gpu, fwd=self.fwd, bwd_window=self.bwd + self.recompute_fwd)
         if self.options.get("zero3_gathers") == "per_parameter":  # DeepSpeed ZeRO-3 before v0.5.5 (layer_terms)
             weights = [BF16_BYTES * N * K for N, K in attention_geometry(model, t)[0] + mlp_linears(model, t)]
-            ds = per_parameter_zero3_s(weights, grad_bytes / BF16_BYTES, self.cluster, shard, t,
-                                       self.bwd + self.recompute_fwd, self.rc, self.phi)
+            ds = per_parameter_zero3_s(weights, grad_bytes / BF16_BYTES, self.cluster, shard, t, self.rc)
             grad_copy = zero_grad_copy_bytes(grad_bytes) * layer_params_gpu / self.hbm
             self.layer_zero3 = np.where(z == 3, ds + grad_copy, self.layer_zero3)
         layer_param_bytes = gathered_param_bytes(self.precision, self.fp8_param_gather)  # FP8 weights gathered in FP8

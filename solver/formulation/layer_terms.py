@@ -244,23 +244,28 @@ def sharded_terms(sharding: dict, zero, *, params_gpu, fwd, bwd_window, experts_
 # least `stage3_param_persistence_threshold` elements (default 1e5) is gathered on its own (`_allgather_param`)
 # after `torch.cuda.synchronize()`, by `torch.distributed.all_gather` into a list of one view per rank, which
 # PyTorch's ProcessGroupNCCL of that time fills with one copy per rank after the collective; the gradients are
-# reduce-scattered per parameter from such lists (`_reduce_scatter_gradient`, one copy per rank to flatten them).
+# reduce-scattered per parameter from such lists (`_reduce_scatter_gradient`, one copy per rank to flatten them),
+# on the reduction stream (`overlap_comm`, ZeRO-3's default True: zero/constants.py:60) -- which the next module's
+# gathers wait for: `torch.cuda.synchronize()` (partition_parameters.py:798, and stage3.py:529 in
+# `_synchronize_communication`) waits for every stream of the device, so in the backward a gradient's reduce-scatter
+# finishes before the next module's weights are gathered and its backward runs: nothing hides it.
 DS_COPY_LAUNCH_S = GEMM_LAUNCH_S  # one copy kernel's host submission (kernels.GEMM_LAUNCH_S: 4-6 us measured)
 
 
-def per_parameter_zero3_s(tensors_bytes, grad_scale: float, cluster, n, stride, bwd_window, recompute, phi: float):
+def per_parameter_zero3_s(tensors_bytes, grad_scale: float, cluster, n, stride, recompute):
     """Exposed ZeRO-3 traffic per layer and micro-batch under DeepSpeed's per-parameter gathers (comment above):
     each weight tensor (`tensors_bytes`: the layer's linear weights on one GPU, BF16; biases and norms stay below
     the persistence threshold and are never gathered) is all-gathered over the n ranks before the forward, again
     before the recomputed forward under full recomputation (the forward released it) and before the backward, with
     nothing to overlap (the host synchronised the GPU first), plus the host's n copy launches; its gradient is
-    reduce-scattered (`grad_scale` x its bytes) behind the backward, the n flattening copies on the host."""
+    reduce-scattered (`grad_scale` x its bytes), exposed too (the next module's gathers synchronise the device
+    first, reduction stream included), the n flattening copies on the host."""
     bw, lat, _ = comm.group_links(cluster, n, stride)
     launches = np.asarray(n, dtype=np.float64) * DS_COPY_LAUNCH_S
     gather = sum(comm.allgather_s(b, n, bw, lat) + launches for b in tensors_bytes)
     scatter = sum(comm.allgather_s(grad_scale * b, n, bw, lat) for b in tensors_bytes)
     passes = 2 + (np.asarray(recompute) == 2)
-    return passes * gather + len(tensors_bytes) * launches + overlapped_s(scatter, bwd_window, phi)
+    return passes * gather + len(tensors_bytes) * launches + scatter
 
 
 def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, recompute, phi: float):
