@@ -26,7 +26,8 @@ MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16
        "Mixtral-8x7B-v0.1", "Mixtral-8x22B-v0.1", "gpt-oss-20b", "gpt-oss-120b", "Llama-4-Scout-17B-16E-Instruct",
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
        "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct", "DeepSeek-V3.2", "GLM-5", "GLM-5.2",  # tests/test_dsa.py
-       "DeepSeek-V4-Flash", "DeepSeek-V4-Pro")  # tests/test_dsv4.py
+       "DeepSeek-V4-Flash", "DeepSeek-V4-Pro",  # tests/test_dsv4.py
+       "OLMoE-1B-7B-0125-Instruct", "Phi-3.5-MoE-instruct")  # tests/test_hf_moe_more.py
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
           "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
           "Qwen3.5-397B-A17B", "Qwen3.5-122B-A10B", "Qwen3.5-35B-A3B", "Qwen3.5-27B")  # tests/test_gdn.py
@@ -61,6 +62,11 @@ MOE_PUBLISHED = {
                                      "activated) with the lightning indexers (0.85B, not stated)"),
     "GLM-5": (744, 40, "no_embeddings", "zai-org/GLM-5 model card: 744B parameters, 40B active"),
     "DeepSeek-V4-Flash": (284, 13, True, "deepseek-ai/DeepSeek-V4-Flash model card: 284B total, 13B activated"),
+    "OLMoE-1B-7B-0125-Instruct": (6.9, 1.3, False, "Muennighoff et al. 2024, OLMoE (arXiv 2409.02060): OLMoE-1B-7B "
+                                                   "6.9B total, 1.3B active (0125 keeps 0924's architecture)"),
+    "Phi-3.5-MoE-instruct": (41.9, 6.6, False, "microsoft/Phi-3.5-MoE-instruct model card: '16x3.8B parameters with "
+                                               "6.6B active parameters when using 2 experts' (no total stated); 41.9B "
+                                               "the Hugging Face page's model size"),
 }
 # Two figures published to two digits that our count exceeds by more than their precision (checked
 # by hand against the modelling code: every weight of the model is in the count); the brief asks for
@@ -368,8 +374,9 @@ def test_moe_layer_rules():
 
 def test_moe_errors_are_one_line():
     cases = [
-        ({"model_type": "olmoe", "num_experts": 64}, "'olmoe' is a mixture-of-experts model .* supported "
-                                                     "mixture-of-experts families: " + ", ".join(SUPPORTED_MOE)),
+        ({"model_type": "granitemoe", "num_local_experts": 40}, "'granitemoe' is a mixture-of-experts model .* "
+                                                                "supported mixture-of-experts families: "
+                                                                + ", ".join(SUPPORTED_MOE)),
         (_moe_cfg(num_experts_per_tok=9), "num_experts_per_tok \\(9\\) exceeds the 8 experts"),
         (_moe_cfg(moe_intermediate_size=None), "missing 'moe_intermediate_size'"),
         (_moe_cfg(decoder_sparse_step=7), "no layer is mixture-of-experts"),

@@ -24,23 +24,25 @@ carry biases, which norm, which activation):
 
 Mixture-of-experts families (transformers configuration and modelling classes of the same names: MixtralConfig,
 Qwen2MoeConfig, Qwen3MoeConfig, DeepseekV2Config, DeepseekV3Config, GptOssConfig, Llama4TextConfig, Glm4MoeConfig,
-MiniMaxM2Config (transformers 5.24); DeepSeek-MoE's own remote-code `modeling_deepseek.py` for `deepseek`), `_moe`:
+MiniMaxM2Config (transformers 5.24), OlmoeConfig, PhimoeConfig; DeepSeek-MoE's own remote-code `modeling_deepseek.py`
+for `deepseek`), `_moe`:
 
-- experts `num_local_experts` (Mixtral, GPT-OSS, Llama 4, MiniMax-M2) / `num_experts` (Qwen) /
+- experts `num_local_experts` (Mixtral, GPT-OSS, Llama 4, MiniMax-M2, Phi-3.5-MoE) / `num_experts` (Qwen, OLMoE) /
   `n_routed_experts` (DeepSeek, GLM-4.5); top-k `num_experts_per_tok`; one expert's FFN `moe_intermediate_size`
-  (Qwen, DeepSeek) or `intermediate_size` (Mixtral, GPT-OSS, Llama 4, whose dense layers use
+  (Qwen, DeepSeek) or `intermediate_size` (Mixtral, GPT-OSS, OLMoE, Phi-3.5-MoE, Llama 4, whose dense layers use
   `intermediate_size_mlp`).
 - shared experts: Qwen2-MoE `shared_expert_intermediate_size` behind a sigmoid gate; DeepSeek
   `n_shared_experts` x `moe_intermediate_size`; Llama 4 one shared expert of `intermediate_size`.
 - which layers are MoE, as the modelling code builds them: Qwen `(i + 1) % decoder_sparse_step == 0`
   and i not in `mlp_only_layers`; DeepSeek `i >= first_k_dense_replace` and `i % moe_layer_freq == 0`;
   Llama 4 `moe_layers`, else `range(interleave_moe_layer_step - 1, L, interleave_moe_layer_step)`
-  (Llama4TextConfig.__post_init__); Mixtral and GPT-OSS every layer. A pattern other than "every
+  (Llama4TextConfig.__post_init__); Mixtral, GPT-OSS, OLMoE and Phi-3.5-MoE every layer. A pattern other than "every
   layer" is stated per layer (`moe_layer_pattern`): Megatron's integer --moe-layer-freq counts from
   layer 0 and would put Maverick's MoE layers on the wrong half.
 - router: GLM-4.5 and MiniMax-M2 sigmoid with the correction bias (MiniMax's `use_routing_bias`); DeepSeek
   `scoring_func` (sigmoid in V3), `topk_method` noaux_tc -> expert bias, group-limited routing (`n_group`,
-  `topk_group`) for noaux_tc / group_limited_greedy; Llama 4 sigmoid; the others softmax; `norm_topk_prob`,
+  `topk_group`) for noaux_tc / group_limited_greedy; Llama 4 sigmoid; the others softmax (Phi-3.5-MoE's sparsemixer,
+  two experts only, priced as top-2 softmax: `_phimoe`); `norm_topk_prob`,
   `routed_scaling_factor` (`specs/hf_router.py`). Multi-latent attention (DeepSeek V2/V3): `q_lora_rank` (null:
   full-rank Q), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`; MTP `num_nextn_predict_layers`.
 - Llama 4 comes as a Llama4ForConditionalGeneration config: its `text_config` is planned (not the vision encoder
@@ -267,6 +269,18 @@ def _moe_layers(data: dict, mt: str, kind: str, layers: int) -> list[int]:
     return [int(i in set(listed)) for i in range(layers)]
 
 
+def _phimoe(data: dict, topk: int, notes: list[str]) -> None:
+    """modeling_phimoe.py: `sparsemixer` raises unless top_k == 2; PhimoeSparseMoeBlock scales its input by uniform
+    noise in training when input_jitter_noise > 0 (PhimoeConfig default 0.0); PhimoeForCausalLM's lm_head carries a
+    bias when lm_head_bias (default false), which the spec does not count."""
+    if topk != 2:
+        raise _fail(f"(phimoe) sparsemixer routes exactly 2 experts per token (num_experts_per_tok is {topk})")
+    if data.get("input_jitter_noise"):
+        notes.append("not modelled: input_jitter_noise (multiplicative noise on the MoE input in training; no cost)")
+    if _bool(data, "phimoe", "lm_head_bias", False):
+        notes.append("not modelled: the output layer's bias (lm_head_bias; vocab_size parameters)")
+
+
 def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     """The mixture-of-experts and multi-latent-attention fields of a family in `_MOE` (module docstring)."""
     fam = _MOE[mt]
@@ -275,6 +289,8 @@ def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     expert_ffn = _int(data, mt, fam.expert_ffn)
     if topk > experts:
         raise _fail(f"({mt}) num_experts_per_tok ({topk}) exceeds the {experts} experts ({fam.experts[0]})")
+    if mt == "phimoe":
+        _phimoe(data, topk, notes)
     out: dict[str, Any] = dict(num_experts=experts, moe_router_topk=topk, moe_ffn_hidden_size=expert_ffn)
     out["ffn_hidden_size"] = _int(data, mt, fam.dense_ffn) if fam.dense_ffn else expert_ffn
     if fam.shared == "qwen2":
@@ -344,12 +360,13 @@ def _dropout(data: dict) -> float:
 
 # Sliding-window layers as each configuration class builds `layer_types` (transformers 5.x
 # models/<family>/configuration_<family>.py): family -> (class default of `sliding_window`, rule).
-# "all": every layer's mask comes from create_sliding_window_causal_mask (Mistral, Phi-3, Mixtral);
+# "all": every layer's mask comes from create_sliding_window_causal_mask (Mistral, Phi-3, Mixtral; Phi-3.5-MoE's
+# PhimoeModel masks every layer by sliding_window);
 # "pattern": layer i is full attention when (i + 1) % sliding_window_pattern == 0 (Gemma 3: 6,
 # Gemma 2 and GPT-OSS: 2); "qwen": only with use_sliding_window, layers i >= max_window_layers.
-_WINDOWS = {"mistral": (4096, "all"), "phi3": (None, "all"), "mixtral": (None, "all"), "gemma2": (4096, "pattern2"),
-            "gemma3_text": (4096, "pattern6"), "gpt_oss": (128, "pattern2"), "qwen2": (4096, "qwen"),
-            "qwen3": (4096, "qwen"), "qwen2_moe": (4096, "qwen"), "qwen3_moe": (4096, "qwen")}
+_WINDOWS = {"mistral": (4096, "all"), "phi3": (None, "all"), "mixtral": (None, "all"), "phimoe": (None, "all"),
+            "gemma2": (4096, "pattern2"), "gemma3_text": (4096, "pattern6"), "gpt_oss": (128, "pattern2"),
+            "qwen2": (4096, "qwen"), "qwen3": (4096, "qwen"), "qwen2_moe": (4096, "qwen"), "qwen3_moe": (4096, "qwen")}
 
 
 def _sliding_window(data: dict, mt: str, layers: int) -> dict:

@@ -105,6 +105,20 @@ _FAMILIES: dict[str, _Family] = {
                                    "Megatron-Bridge's minimax_m2 layer spec; costed as per-head QK norm)",
                                    "the MTP modules (use_mtp, num_mtp_modules): neither transformers' modelling "
                                    "code nor Megatron-Bridge's bridge builds them")),
+    # OLMoE (transformers OlmoeConfig / modeling_olmoe.py): pre-norm RMSNorm layers, every MLP an
+    # OlmoeSparseMoeBlock, RMSNorm over the whole Q and K projections (OlmoeAttention q_norm of hidden_size,
+    # k_norm of head_dim x num_key_value_heads), attention_bias on q/k/v/o (false by default), untied
+    "olmoe": _Family(gated=True, tied=False, eps=1e-5, qk_norm=True,
+                     caveats=("QK norm over the whole Q and K projections (one RMSNorm per layer, not per head: "
+                              "Megatron-Bridge's olmoe OLMoESelfAttention; costed as per-head QK norm)",)),
+    # Phi-3.5-MoE (transformers PhimoeConfig / modeling_phimoe.py): LayerNorm with weight and bias (nn.LayerNorm,
+    # elementwise_affine, eps rms_norm_eps), attention_bias on q/k/v/o, lm_head_bias on the output layer, Mixtral's
+    # experts (w1, w3, w2) behind the sparsemixer router (specs/hf.py `_moe`), rope_theta 1e6 by default
+    "phimoe": _Family(gated=True, tied=False, normalization="LayerNorm", eps=1e-5, rope_theta=1e6,
+                      caveats=("SparseMixer routing (sparsemixer: two experts picked one after the other, each "
+                               "weighted by a softmax over the logits within 2 x router_jitter_noise of the best, "
+                               "Gumbel-sampled with Heun's third-order gradient in training): priced as top-2 softmax "
+                               "routing, which is what Megatron-LM builds",)),
 }
 
 
@@ -159,6 +173,12 @@ _MOE: dict[str, _Moe] = {
     "qwen3_next": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "qwen", shared="qwen2",
                        norm_topk=True),
     "qwen3_5_moe_text": _Moe(("num_experts",), "moe_intermediate_size", None, "all", shared="qwen2", norm_topk=True),
+    # OlmoeSparseMoeBlock on every layer: softmax over all experts, top-k, renormalised when norm_topk_prob
+    # (OlmoeConfig default false); num_local_experts is OlmoeConfig's attribute_map alias of num_experts
+    "olmoe": _Moe(("num_experts", "num_local_experts"), "intermediate_size", None, "all", norm_topk=False),
+    # PhimoeSparseMoeBlock on every layer: num_local_experts experts of intermediate_size, no shared expert;
+    # sparsemixer reads no norm_topk_prob and raises unless top_k == 2 (specs/hf.py `_moe`)
+    "phimoe": _Moe(("num_local_experts",), "intermediate_size", None, "all"),
 }
 # the families whose layers alternate Gated DeltaNet and attention (specs/hf_hybrid.py `gdn_fields`)
 GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
@@ -175,6 +195,9 @@ _ARCHITECTURES = {
     "Glm4MoeForCausalLM": "glm4_moe", "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next",
     "Qwen3_5ForCausalLM": "qwen3_5_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
     "DeepseekV32ForCausalLM": "deepseek_v32", "GlmMoeDsaForCausalLM": "glm_moe_dsa", "DeepseekV4ForCausalLM": "deepseek_v4",
+    # PhiMoEForCausalLM: the class Phi-3.5-MoE's config.json names (its remote modeling_phimoe.py); transformers'
+    # own is PhimoeForCausalLM
+    "OlmoeForCausalLM": "olmoe", "PhimoeForCausalLM": "phimoe", "PhiMoEForCausalLM": "phimoe",
 }
 # DeepSeek Sparse Attention families (`specs.hf_dsa.dsa_fields`): the indexer's keys, and whether the indexer rotates q
 # and k by a Hadamard transform (DeepSeek-V3.2's reference indexer does; Megatron-Bridge's GLM-5 bridge,
