@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from solveplan.calibration.kernel_fit import attention_fwd_bwd_s, fit_kernels, fit_masked_attention, ratios_at
-from solveplan.calibration.probe import layer_gemm_shapes
+from solveplan.calibration.probe import catalog_gpu_of_device, layer_gemm_shapes
 from solveplan.catalog import load_cluster, load_gpu, load_model
 from solveplan.formulation.kernels import gemm_s
 
@@ -161,3 +161,16 @@ def test_a_gpu_with_masked_rates_per_head_dimension_stays_hashable():
     gpu = load_gpu("h200")
     assert hash(gpu) == hash(load_gpu("h200"))
     assert dict(gpu.masked_attention_efficiency_by_head_dim)[128] == pytest.approx(0.3005)
+
+
+# torch.cuda.get_device_name strings (nvidia-smi's names) and the catalog GPU each is; a board the catalog lacks is None
+@pytest.mark.parametrize("device, gpu", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # the SXM module says no board: never the NVL card (same-length names)
+    ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("NVIDIA A100-PCIE-40GB", None),  # no 40 GB PCIe entry
+    ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", None), ("NVIDIA H800 PCIe", None),
+    ("Tesla V100-SXM2-32GB", "v100-32gb"), ("Tesla V100-SXM2-16GB", None), ("NVIDIA B300 SXM6 AC", "b300"),
+    ("AMD Instinct MI300X", "mi300x"), ("NVIDIA L40S", None)])
+def test_a_device_name_is_its_own_board_and_memory(device, gpu):
+    assert catalog_gpu_of_device(device) == gpu
