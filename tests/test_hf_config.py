@@ -92,6 +92,11 @@ PUBLISHED = {
     "gemma-2-27b": (27.2, 128), "gemma-3-1b-it": (1.00, 256), "Meta-Llama-3-8B-Instruct": (8.03, 128),
     "Phi-3.5-mini-instruct": (3.82, 96), "Phi-4-mini-instruct": (3.84, 128), "OLMo-2-1124-7B": (7.30, 128),
     "Minitron-4B-Base": (4.19, 128),
+    # microsoft/phi-2: its model card (the vendored README.md) says "2.7 billion parameters"; 2.78B the page's model
+    # size: the checkpoint's model.safetensors.index.json, vendored beside the fixture, states total_size 5,559,367,680
+    # fp16 bytes = 2,779,683,840 weights (every bias, one norm per layer); the spec counts 2,779,304,960 (two norms,
+    # Q/K/V biases only, no lm_head bias)
+    "phi-2": (2.78, 80),
 }
 
 

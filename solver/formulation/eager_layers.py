@@ -80,6 +80,7 @@ class Code:
     query_scale: bool = False  # OPT: q_proj(x) * scaling before SDPA
     embed_scale: bool = False  # Gemma: embeddings times sqrt(hidden_size)
     resid_dropout: bool = False  # dropout on the attention and MLP outputs (OPT dropout, GPT-2/Phi-3 resid_pdrop)
+    shared_norm: bool = False  # Phi: attention and MLP in parallel on one input_layernorm output
 
 
 _LLAMA = Code("rms")
@@ -93,6 +94,11 @@ CODE: dict[str, Code] = {
     "gpt2": Code("layernorm", fused_qkv=True, resid_dropout=True),
     "gpt_neox": Code("layernorm", fused_qkv=True, rope_concat=True, resid_dropout=True),
     "bloom": Code("layernorm", fused_qkv=True, resid_dropout=True), "olmo": Code("layernorm"),
+    # modeling_phi.py PhiDecoderLayer: q_proj, k_proj, v_proj and fc1 read ONE nn.LayerNorm's fp32 output (four
+    # autocast casts, one norm), the partial rotary's torch.cat, resid_dropout on both branches, then
+    # `attn_outputs + feed_forward_hidden_states + residual`; composed from the components above, not measured (the
+    # first stage's embedding dropout mask follows the spec's one dropout: phi-2's embd_pdrop 0 keeps none, h too many)
+    "phi": Code("layernorm", rope_concat=True, resid_dropout=True, shared_norm=True),
 }
 # The activation a spec without `hidden_act` runs (transformers ACT2FN names).
 DEFAULT_ACT = {"swiglu": "silu", "geglu": "gelu_pytorch_tanh", "quick_geglu": "silu", "gelu": "gelu", "relu": "relu",
@@ -209,15 +215,15 @@ def mlp(t: Tally, model: ModelSpec, code: Code, fp32_in: bool) -> None:
     t.add(saved=saved * f, traffic=traffic * f, ops=OPS[kind])
 
 
-def block_end(t: Tally, model: ModelSpec, code: Code) -> None:
+def block_end(t: Tally, model: ModelSpec, code: Code, bf16_sum: bool = False) -> None:
     """After attention and after the MLP: Gemma's extra norm (bf16 input), residual dropout, the
-    residual add (fp32 + bf16 -> fp32: r6 w4)."""
+    residual add (fp32 + bf16 -> fp32: r6 w4; Phi's attention + MLP outputs first, bf16 + bf16: r4 w2)."""
     h = float(model.hidden_size)
     if code.post_norms:
         norm(t, code.norm, h, 1.0, False)
     if code.resid_dropout and model.dropout > 0:  # native_dropout: r2 w2 and the bool mask w1
         t.add(saved=h, traffic=5 * h, ops=OPS["dropout"])
-    t.add(traffic=10 * h, ops=OPS["residual"])
+    t.add(traffic=(6 if bf16_sum else 10) * h, ops=OPS["residual"])
 
 
 def bias_traffic(model: ModelSpec) -> float:
@@ -234,9 +240,10 @@ def layer_tally(model: ModelSpec, masked: bool, seq: float) -> Tally:
     h = float(model.hidden_size)
     t = Tally()
     t.add(ops=OPS["layer"], traffic=bias_traffic(model))
-    attention(t, model, code, norm(t, code.norm, h, 1.0, True), masked, seq)
-    block_end(t, model, code)
-    mlp(t, model, code, norm(t, code.norm, h, 1.0, True))
+    normed_fp32 = norm(t, code.norm, h, 1.0, True)
+    attention(t, model, code, normed_fp32, masked, seq)
+    block_end(t, model, code, bf16_sum=code.shared_norm)
+    mlp(t, model, code, normed_fp32 if code.shared_norm else norm(t, code.norm, h, 1.0, True))
     block_end(t, model, code)
     return t
 

@@ -4,8 +4,8 @@ decoders and the mixture-of-experts families below.
 Field names and per-family defaults follow the `transformers` configuration classes (4.51:
 `models/<family>/configuration_<family>.py`: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
 GemmaConfig, Gemma2Config, Gemma3TextConfig, Phi3Config, OlmoConfig, Olmo2Config, NemotronConfig,
-GPTNeoXConfig, GPT2Config, OPTConfig, BloomConfig) and their modeling files (which linear layers
-carry biases, which norm, which activation):
+GPTNeoXConfig, GPT2Config, OPTConfig, BloomConfig; PhiConfig of transformers 5) and their modeling files (which
+linear layers carry biases, which norm, which activation):
 
 - shape: `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`,
   `intermediate_size`, `vocab_size`; GPT-2 `n_layer`, `n_embd`, `n_head`, `n_inner` (None ->
@@ -397,6 +397,15 @@ def _sliding_window(data: dict, mt: str, layers: int) -> dict:
             **({"sliding_window_pattern": period} if period and count < layers else {})}
 
 
+def _switch_notes(data: dict, mt: str, notes: list[str]) -> None:
+    """What a family's switch changes that the spec does not carry: OPT's post-LayerNorm; Phi's per-head q/k LayerNorm
+    (modeling_phi.py PhiAttention q_layernorm / k_layernorm of head_dim), which the eager count takes for an RMSNorm."""
+    if mt == "opt" and not _bool(data, mt, "do_layer_norm_before", True):
+        notes.append("post-LayerNorm (do_layer_norm_before false)")
+    if mt == "phi" and _bool(data, mt, "qk_layernorm", False):
+        notes.append("per-head q/k LayerNorm (qk_layernorm): --framework transformers prices it as an RMSNorm")
+
+
 def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     """Map a Hugging Face config.json (already parsed) to a ModelSpec; `name` (the file) names
     the model unless the config carries `name_or_path`."""
@@ -438,8 +447,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
             notes.append("attention biases on the output projection too (Megatron-LM: QKV bias only)")
     else:
         qkv_bias = fam.qkv_bias or bias
-    if mt == "opt" and not _bool(data, mt, "do_layer_norm_before", True):
-        notes.append("post-LayerNorm (do_layer_norm_before false)")
+    _switch_notes(data, mt, notes)
     notes += [f"not modelled: {c}" for c in fam.caveats]
     tied = _bool(data, mt, "tie_word_embeddings", fam.tied)
     spec: dict[str, Any] = dict(

@@ -55,6 +55,20 @@ _FAMILIES: dict[str, _Family] = {
                         rotary_percent=0.5, act="relu2"),
     "gpt_neox": _Family(gated=False, tied=False, normalization="LayerNorm", eps=1e-5, bias=True, qkv_bias=True,
                         rotary_percent=0.25, act="gelu", caveats=("parallel attention and MLP residual",)),
+    # Phi-1 / Phi-1.5 / Phi-2 (transformers PhiConfig / modeling_phi.py): each PhiDecoderLayer runs PhiAttention and
+    # PhiMLP in parallel on ONE input_layernorm output (nn.LayerNorm with bias, eps layer_norm_eps) and adds both to
+    # the residual (`attn_outputs + feed_forward_hidden_states + residual`, each through resid_dropout); q/k/v and
+    # `dense` with biases; PhiMLP fc1 -> hidden_act (gelu_new) -> fc2 with biases, not gated; partial rotary
+    # (PhiConfig sets partial_rotary_factor 0.5 when the file has none; the rotated slice torch.cat with the rest);
+    # per-head q/k LayerNorm of head_dim when qk_layernorm (default false); untied, lm_head with a bias
+    "phi": _Family(gated=False, tied=False, normalization="LayerNorm", eps=1e-5, bias=True, qkv_bias=True,
+                   rotary_percent=0.5, act="gelu_new", qk_norm_key="qk_layernorm",
+                   caveats=("parallel attention and MLP on ONE shared input LayerNorm (gpt_neox's parallel residual "
+                            "has a norm per branch): Megatron-LM prices two pre-norm sublayers in sequence, the same "
+                            "GEMM FLOPs plus one LayerNorm, whose input and output it keeps too (phi-2: 4 of the 34 "
+                            "bytes per token and hidden unit it keeps per layer); --framework transformers counts "
+                            "the one norm",
+                            "the output layer's bias (PhiForCausalLM lm_head, bias=True; vocab_size parameters)")),
     "gpt2": _Family(gated=False, tied=True, position="learned_absolute", normalization="LayerNorm", eps=1e-5,
                     bias=True, qkv_bias=True, act="gelu_new"),
     "opt": _Family(gated=False, tied=True, position="learned_absolute", normalization="LayerNorm", eps=1e-5,
@@ -188,6 +202,7 @@ _ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "OlmoForCausalLM": "olmo",
     "Olmo2ForCausalLM": "olmo2", "NemotronForCausalLM": "nemotron", "NemotronHForCausalLM": "nemotron_h", "GPTNeoXForCausalLM": "gpt_neox",
+    "PhiForCausalLM": "phi",
     "GPT2LMHeadModel": "gpt2", "OPTForCausalLM": "opt", "BloomForCausalLM": "bloom",
     "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekForCausalLM": "deepseek", "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
