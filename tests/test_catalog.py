@@ -59,7 +59,8 @@ def test_model_entry(name):
                 "hf_model_type", "hidden_act", "sliding_window", "sliding_window_layers",
                 "sliding_window_pattern",  # HF-family entries state them
                 "softmax_type", "glu_linear_offset", "activation_clamp",  # GPT-OSS's sinks and clamped quick GeGLU
-                "attention_output_gate"}  # Qwen3.5's gated attention
+                "attention_output_gate",  # Qwen3.5's gated attention
+                "attention_dropout"}  # the model's dropout unless a config states another (OPT, Phi-2)
     # a dense entry leaves the mixture-of-experts and multi-latent-attention fields out; an MoE
     # entry states them, except a layer pattern (when moe_layer_freq says it), group-limited
     # routing and token dropping (absent from most models)

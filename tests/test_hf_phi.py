@@ -59,3 +59,21 @@ def test_transformers_prices_one_shared_norm(monkeypatch):
 def test_show_reads_phi2(cli):
     code, out, err = cli("show", str(PHI2))
     assert code == 0 and "2.78B" in out and "0.4 of each head" in out and "PhiForCausalLM" in out
+
+
+def test_attention_dropout_is_its_own_where_the_config_says_so():
+    """phi-2 and OPT train with residual dropout 0.1 and none on the attention probabilities: the Megatron launch
+    says so (--attention-dropout 0), where one dropout for both once printed 0.1; GPT-2 states 0.1 for both."""
+    from solveplan.catalog import load_cluster
+    from solveplan.plan import plan_config
+    from solveplan.render.megatron import megatron_args
+    from solveplan.specs import JobSpec
+
+    for fixture, hidden, attention in (("phi-2", 0.1, 0.0), ("opt-1.3b", 0.1, 0.0), ("gpt2", 0.1, 0.1)):
+        m = load_model(str(DATA / "hf" / fixture / "config.json"))
+        assert (m.dropout, m.attention_dropout) == (hidden, attention), fixture
+        job = JobSpec(model=m, cluster=load_cluster("h100x8"), global_batch_size=8, seq_length=1024)
+        flags = megatron_args(job, plan_config(job, dict(tp=1, pp=1))).flags()
+        assert (float(flags["--hidden-dropout"]), float(flags["--attention-dropout"])) == (hidden, attention)
+    both = model_from_hf_config({**json.loads(PHI2.read_text()), "attention_dropout": 0.1}, "p")
+    assert both.attention_dropout == both.dropout == 0.1  # one value where both say it

@@ -98,7 +98,7 @@ def _llama_like(model: ModelSpec, fam: str, window: int) -> dict:
               "num_key_value_heads": model.num_kv_heads or model.num_attention_heads,
               "head_dim": model.kv_channels or model.hidden_size // model.num_attention_heads, "hidden_act": "silu",
               "max_position_embeddings": window, "rms_norm_eps": model.norm_epsilon, "rope_parameters": rope,
-              "attention_dropout": model.dropout}
+              "attention_dropout": model.attention_dropout}
     if fam == "llama":
         config.update(attention_bias=False, mlp_bias=False)
     if fam == "mistral":
@@ -112,7 +112,7 @@ def _gpt2(model: ModelSpec, window: int) -> dict:
     return {"n_positions": window, "n_embd": model.hidden_size, "n_layer": model.num_layers,
             "n_head": model.num_attention_heads, "n_inner": model.ffn_hidden_size,
             "activation_function": model.hidden_act or "gelu", "layer_norm_epsilon": model.norm_epsilon,
-            "resid_pdrop": model.dropout, "embd_pdrop": model.dropout, "attn_pdrop": model.dropout}
+            "resid_pdrop": model.dropout, "embd_pdrop": model.dropout, "attn_pdrop": model.attention_dropout}
 
 
 def _gpt_neox(model: ModelSpec, window: int) -> dict:
@@ -120,20 +120,20 @@ def _gpt_neox(model: ModelSpec, window: int) -> dict:
             "num_attention_heads": model.num_attention_heads, "intermediate_size": model.ffn_hidden_size,
             "hidden_act": model.hidden_act or "gelu", "max_position_embeddings": window,
             "layer_norm_eps": model.norm_epsilon, "use_parallel_residual": True, "attention_bias": True,
-            "rope_parameters": _rope(model), "attention_dropout": model.dropout, "hidden_dropout": model.dropout}
+            "rope_parameters": _rope(model), "attention_dropout": model.attention_dropout, "hidden_dropout": model.dropout}
 
 
 def _opt(model: ModelSpec, window: int) -> dict:
     return {"hidden_size": model.hidden_size, "num_hidden_layers": model.num_layers, "ffn_dim": model.ffn_hidden_size,
             "num_attention_heads": model.num_attention_heads, "max_position_embeddings": window,
             "activation_function": "relu", "do_layer_norm_before": True, "word_embed_proj_dim": model.hidden_size,
-            "enable_bias": True, "dropout": model.dropout, "attention_dropout": model.dropout}
+            "enable_bias": True, "dropout": model.dropout, "attention_dropout": model.attention_dropout}
 
 
 def _bloom(model: ModelSpec, window: int) -> dict:
     return {"hidden_size": model.hidden_size, "n_layer": model.num_layers, "n_head": model.num_attention_heads,
             "layer_norm_epsilon": model.norm_epsilon, "hidden_dropout": model.dropout,
-            "attention_dropout": model.dropout}
+            "attention_dropout": model.attention_dropout}
 
 
 def _nemotron(model: ModelSpec, window: int) -> dict:
@@ -142,7 +142,7 @@ def _nemotron(model: ModelSpec, window: int) -> dict:
             "num_key_value_heads": model.num_kv_heads or model.num_attention_heads,
             "head_dim": model.kv_channels or model.hidden_size // model.num_attention_heads, "hidden_act": "relu2",
             "max_position_embeddings": window, "norm_eps": model.norm_epsilon, "rope_parameters": _rope(model),
-            "attention_bias": False, "mlp_bias": False, "attention_dropout": model.dropout}
+            "attention_bias": False, "mlp_bias": False, "attention_dropout": model.attention_dropout}
 
 
 FIELDS: dict[str, Callable[[ModelSpec, int], dict]] = {

@@ -344,7 +344,7 @@ def model_flags(model: ModelSpec, seq_length: int) -> tuple[list[str], list[str]
         a += ["--activation-func-clamp-value", _num(model.activation_clamp)]
     if model.softmax_type != "vanilla":
         a += ["--softmax-type", model.softmax_type]
-    a += ["--hidden-dropout", _num(model.dropout), "--attention-dropout", _num(model.dropout)]
+    a += ["--hidden-dropout", _num(model.dropout), "--attention-dropout", _num(model.attention_dropout)]
     a += window_flags(model)
     if not model.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")

@@ -339,23 +339,25 @@ def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     return out
 
 
-DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop", "dropout",
-                "attention_probs_dropout_prob", "hidden_dropout_prob")
+ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+DROPOUT_KEYS = (*ATTENTION_DROPOUT_KEYS, "hidden_dropout", "resid_pdrop", "embd_pdrop", "dropout", "hidden_dropout_prob")
 
 
-def _dropout(data: dict) -> float:
-    """The largest dropout probability the config names (0 when it names none: the families
-    trained today use none). A value that is not a probability in [0, 1) is refused, not read
-    as 0: a config that says 5 or -0.5 is wrong, and the memory of dropout masks depends on it."""
-    vals = []
+def _dropout(data: dict) -> dict:
+    """`dropout`: the largest hidden (residual, embedding) dropout probability the config names, and
+    `attention_dropout` where the attention probabilities' differs (OPT and Phi-2: 0.0 beside 0.1); 0 when it
+    names none (the families trained today use none). A value that is not a probability in [0, 1) is refused, not
+    read as 0: a config that says 5 or -0.5 is wrong, and the memory of dropout masks depends on it."""
+    vals: dict[str, list[float]] = {"attention": [], "hidden": []}
     for key in DROPOUT_KEYS:
         value = data.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise _fail(f"{key} must be a dropout probability in [0, 1) (got {escape_text(repr(value), 40)})")
-        vals.append(float(value))
-    return max(vals, default=0.0)
+        vals["attention" if key in ATTENTION_DROPOUT_KEYS else "hidden"].append(float(value))
+    hidden, attention = max(vals["hidden"], default=0.0), max(vals["attention"], default=0.0)
+    return {"dropout": hidden, **({"attention_dropout": attention} if attention != hidden else {})}
 
 
 # Sliding-window layers as each configuration class builds `layer_types` (transformers 5.x
@@ -457,7 +459,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
         norm_zero_centered_gamma=fam.zero_centered, norm_epsilon=eps if eps is not None else fam.eps,
         add_bias_linear=bias, add_qkv_bias=qkv_bias, activation=activation,
         qk_norm=_bool(data, mt, fam.qk_norm_key, fam.qk_norm) if fam.qk_norm_key else fam.qk_norm,
-        dropout=_dropout(data), hf_model_type=mt, hidden_act=str(hidden_act), **_sliding_window(data, mt, layers),
+        **_dropout(data), hf_model_type=mt, hidden_act=str(hidden_act), **_sliding_window(data, mt, layers),
     )
     if heads * head_dim != hidden:
         spec["kv_channels"] = head_dim

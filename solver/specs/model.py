@@ -36,10 +36,9 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
     vocab_size: PositiveInt
     gated_mlp: bool = Field(False, description="SwiGLU-style MLP with 3 weight matrices")
     tied_embeddings: bool = False
-    # ---- what decides the architecture a framework builds (Megatron-LM TransformerConfig and
-    # GPTModel arguments, megatron/core/transformer/transformer_config.py). Defaults are
-    # Megatron-LM's GPT defaults, so model files written before these fields existed keep
-    # describing the model they were launched as.
+    # ---- what decides the architecture a framework builds (Megatron-LM TransformerConfig and GPTModel arguments,
+    # megatron/core/transformer/transformer_config.py). Defaults are Megatron-LM's GPT defaults, so model files
+    # written before these fields existed keep describing the model they were launched as.
     position_embedding: PositionEmbedding = Field(
         "learned_absolute", description="learned_absolute (GPT), rope, alibi (BLOOM) or none")
     rotary_base: PositiveFloat | None = Field(
@@ -75,9 +74,10 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
                                "--glu-linear-offset; GPT-OSS's (up + 1))")
     activation_clamp: PositiveFloat | None = Field(
         None, description="clamp of a gated MLP's inputs (Megatron --activation-func-clamp-value; GPT-OSS's 7)")
-    dropout: float = Field(
-        0.1, ge=0, lt=1, description="hidden and attention dropout (Megatron-LM --hidden-dropout/--attention-dropout, "
-                                     "default 0.1); modern decoders (Llama, Mistral, Qwen, Nemotron, MPT) train with 0")
+    dropout: float = Field(0.1, ge=0, lt=1, description="hidden dropout, and attention dropout unless attention_dropout "
+                           "says otherwise (Megatron-LM default 0.1); modern decoders (Llama, Qwen, Nemotron) train with 0")
+    attention_dropout: float = Field(0.1, ge=0, lt=1, description="Megatron-LM --attention-dropout (OPT, Phi-2: 0 "
+                                     "beside dropout 0.1); not given: dropout's")
     # ---- what a Hugging Face config says beyond the shape, read by the eager transformers profile
     # (formulation/eager_layers.py prices the family's own modelling code); the sliding window is
     # read by every stack (Megatron's and torchtitan's kernels skip the blocks outside it).
@@ -217,10 +217,10 @@ class ModelSpec(PipelineUnits, Dsv4Shape, HybridShape, MoeShape, Spec):
         elif gated is None and isinstance(act, str):
             data["gated_mlp"] = act in GATED_ACTIVATIONS
         if data.get("position_embedding") == "rope":
-            data.setdefault("rotary_base", DEFAULT_ROTARY_BASE)
-            data.setdefault("rotary_percent", 1.0)
-            data["rotary_base"] = DEFAULT_ROTARY_BASE if data["rotary_base"] is None else data["rotary_base"]
-            data["rotary_percent"] = 1.0 if data["rotary_percent"] is None else data["rotary_percent"]
+            data["rotary_base"] = DEFAULT_ROTARY_BASE if data.get("rotary_base") is None else data["rotary_base"]
+            data["rotary_percent"] = 1.0 if data.get("rotary_percent") is None else data["rotary_percent"]
+        if data.get("attention_dropout") is None:  # the attention's dropout is the model's unless it is stated apart
+            data["attention_dropout"] = data.get("dropout", 0.1)
         if data.get("add_qkv_bias") is None and isinstance(data.get("add_bias_linear", True), bool):
             data["add_qkv_bias"] = data.get("add_bias_linear", True)
         return data
