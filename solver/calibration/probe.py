@@ -25,7 +25,6 @@ when, where and how. The kernel file is written beside it (`<name>.kernels.json`
 from __future__ import annotations
 
 import platform
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -243,27 +242,14 @@ def run_probe(*, models: list[ModelSpec], tps: list[int], tokens: int, attention
     return out
 
 
-BOARD_WORDS = frozenset({"pcie", "nvl"})  # a board other than the SXM / OAM module its chip's plain name stands for
-
-
 def catalog_gpu_of_device(device: str) -> str | None:
-    """The catalog GPU a device is (torch's device name): the catalog name whose parts best match the
-    device's (`NVIDIA A100-SXM4-80GB` -> a100-80gb, `NVIDIA H100 80GB HBM3` -> h100-sxm), among those of the same
-    chip (the name's first part), the same board (`BOARD_WORDS`: `NVIDIA H100 NVL` is h100-nvl, a name without
-    one is the module: an H100 80GB HBM3 is never priced as the NVL card) and no other memory size; None when
-    none is (`NVIDIA A100-PCIE-40GB`: the catalog has no such board, and the caller asks for --base-gpu)."""
-    from ..catalog import catalog_gpus
+    """The catalog GPU a device is (torch's device name), by the GPU-name table published rows are read with
+    (`rows.gpu_of`: `NVIDIA A100-SXM4-80GB` -> a100-80gb, `NVIDIA H100 80GB HBM3` -> h100-sxm, `NVIDIA H100 NVL`
+    -> h100-nvl); None for a board the catalog lacks (`NVIDIA A100-PCIE-40GB`: the caller asks for --base-gpu)."""
+    from .rows import gpu_of
 
-    parts = re.split(r"[\s_-]+", device.lower())
-
-    def same_board(name: str) -> bool:
-        words = name.split("-")
-        sizes, stated = {w for w in words if re.fullmatch(r"\d+gb", w)}, {p for p in parts if re.fullmatch(r"\d+gb", p)}
-        return (words[0] in parts and BOARD_WORDS & set(words) == BOARD_WORDS & set(parts)
-                and not (sizes and stated and not sizes & stated))
-
-    scores = {name: sum(part in parts for part in name.split("-")) for name in catalog_gpus() if same_board(name)}
-    return max(scores, key=lambda name: (scores[name], -len(name))) if scores else None
+    found = gpu_of(device)
+    return found[0] if found else None
 
 
 def probed_gpu(base: GPUSpec, measurements: dict, name: str) -> dict:
