@@ -78,6 +78,7 @@ from solveplan.specs.module_precision import (  # noqa: E402
     TE_PRECISION_FILE,
     model_roles,
     precision_of_te_config,
+    role_paths,
     role_precisions,
 )
 
@@ -651,7 +652,7 @@ def precision_diff(job, cfg, args) -> dict:
 def megatron_role_precisions(cfg, model, precision: str) -> dict | None:
     """The precision each of the model's roles (`module_precision.model_roles`) trains at under the quant_recipe
     Megatron's TransformerConfig holds (`--te-precision-config-file`): Megatron's own `get_quant_config_or_none`
-    matched on every module path of the role (decoder.layers.{i}.<module>, the MTP block's absolute paths), its
+    matched on every module path of the role (`module_precision.role_paths`, the paths the plan resolved), its
     config read as TEQuantizationParams (`precision_of_te_config`; Transformer Engine, which parses it in Megatron,
     is CUDA-only), the job's recipe where nothing matches; a role whose modules differ is reported as the set.
     None without a recipe."""
@@ -661,8 +662,7 @@ def megatron_role_precisions(cfg, model, precision: str) -> dict | None:
     logging.getLogger("megatron.core.quantization").setLevel(logging.WARNING)  # one INFO line per match otherwise
     out = {}
     for role, names in model_roles(model).items():
-        paths = ([n.format(d=d) for n in names for d in range(model.mtp_num_layers)] if role == "mtp"
-                 else [f"decoder.layers.{i}.{n}" for i in range(model.num_layers) for n in names])
+        paths = role_paths(role, names, model.num_layers, model.mtp_num_layers)
         found = {precision if q is None else precision_of_te_config(q.config_key, q.config)
                  for q in (match(path, cfg.quant_recipe) for path in paths)}
         out[role] = found.pop() if len(found) == 1 else tuple(sorted(found))

@@ -141,12 +141,19 @@ def model_roles(model) -> dict[str, tuple[str, ...]]:
     return {role: names[role] for role, present in has.items() if present}
 
 
+def role_paths(role: str, names: tuple[str, ...], num_layers: int, mtp_depths: int) -> list[str]:
+    """The module paths of a role (`model_roles`) as Megatron names them: decoder.layers.{i}.<module> in every layer,
+    the MTP block's absolute paths per depth."""
+    if role == "mtp":
+        return [n.format(d=d) for n in names for d in range(mtp_depths)]
+    return [f"decoder.layers.{i}.{n}" for i in range(num_layers) for n in names]
+
+
 @lru_cache(maxsize=256)
 def _resolve(rules: tuple, roles: tuple, num_layers: int, mtp_depths: int, precision: str) -> tuple:
     out = []
     for role, names in roles:
-        paths = ([n.format(d=d) for n in names for d in range(mtp_depths)] if role == "mtp"
-                 else [f"decoder.layers.{i}.{n}" for i in range(num_layers) for n in names])
+        paths = role_paths(role, names, num_layers, mtp_depths)
         chosen = {next((p for pattern, p in rules if fnmatch.fnmatch(path, pattern)), precision) for path in paths}
         if len(chosen) > 1:
             raise ValueError(f"module_precision gives the {role} modules {' and '.join(sorted(chosen))} in different "
