@@ -345,8 +345,8 @@ DROPOUT_KEYS = (*ATTENTION_DROPOUT_KEYS, "hidden_dropout", "resid_pdrop", "embd_
 
 def _dropout(data: dict) -> dict:
     """`dropout`: the largest hidden (residual, embedding) dropout probability the config names, and
-    `attention_dropout` where the attention probabilities' differs (OPT and Phi-2: 0.0 beside 0.1); 0 when it
-    names none (the families trained today use none). A value that is not a probability in [0, 1) is refused, not
+    `attention_dropout` the attention probabilities' (OPT and Phi-2: 0.0 beside 0.1); 0 where it names none (the
+    families trained today use none). A value that is not a probability in [0, 1) is refused, not
     read as 0: a config that says 5 or -0.5 is wrong, and the memory of dropout masks depends on it."""
     vals: dict[str, list[float]] = {"attention": [], "hidden": []}
     for key in DROPOUT_KEYS:
@@ -356,8 +356,7 @@ def _dropout(data: dict) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise _fail(f"{key} must be a dropout probability in [0, 1) (got {escape_text(repr(value), 40)})")
         vals["attention" if key in ATTENTION_DROPOUT_KEYS else "hidden"].append(float(value))
-    hidden, attention = max(vals["hidden"], default=0.0), max(vals["attention"], default=0.0)
-    return {"dropout": hidden, **({"attention_dropout": attention} if attention != hidden else {})}
+    return {"dropout": max(vals["hidden"], default=0.0), "attention_dropout": max(vals["attention"], default=0.0)}
 
 
 # Sliding-window layers as each configuration class builds `layer_types` (transformers 5.x
