@@ -37,6 +37,9 @@ PERMUTE_BYTES_PER_ELEMENT = 4.0 * BF16_BYTES  # (un)permute: read + write a copy
 # The experts' fc2 bias, added outside the grouped GEMM (`expert_bias_bytes`): bytes per routed copy and
 # hidden element, (forward, backward)
 EXPERT_BIAS_BYTES = (6.0 * BF16_BYTES, 8.0 * BF16_BYTES)
+# Quick GeGLU's clamp, outside the fused activation (`expert_clamp_bytes`): bf16 elements per routed copy and
+# activation-output element, (forward, backward)
+EXPERT_CLAMP_ELEMENTS = (8.0, 10.0)
 
 
 def expert_bias_bytes(model: ModelSpec, copies, hidden: int):
@@ -56,6 +59,34 @@ def expert_bias_bytes(model: ModelSpec, copies, hidden: int):
         return 0.0, 0.0
     fwd, bwd = EXPERT_BIAS_BYTES
     return fwd * copies * hidden, bwd * copies * hidden
+
+
+def clamps_outside_fusion(model: ModelSpec) -> bool:
+    """Whether the experts' activation clamps its input in PyTorch ops before the fused activation: Megatron-Core's
+    quick GeGLU with --activation-func-clamp-value (GPT-OSS). `weighted_bias_quick_geglu_impl`
+    (megatron/core/fusions/fused_bias_geglu.py at d98e8a6) chunks fc1's output, clamps each half and concatenates
+    them, then calls the fused function on the result; SwiGLU's clamp is inside its fused function
+    (fused_bias_swiglu.py `clamped_swiglu`, one jit-fused kernel), so it costs nothing apart."""
+    return model.activation == "quick_geglu" and model.activation_clamp is not None
+
+
+def expert_clamp_bytes(model: ModelSpec, copies, f_out):
+    """(forward, backward) HBM bytes of the clamp `clamps_outside_fusion` prices, for `copies` routed copies whose
+    activation output is `f_out` wide (fc1's output 2 f_out): forward, the two clamps read and write one half each
+    and `torch.cat` reads and writes both (8 f_out elements); backward, each clamp's gradient reads the gradient
+    and its saved input and writes the masked gradient (6 f_out), and the chunk's gradient concatenates the two
+    halves (4 f_out). Zero for every other activation."""
+    if not clamps_outside_fusion(model):
+        return 0.0, 0.0
+    fwd, bwd = EXPERT_CLAMP_ELEMENTS
+    return BF16_BYTES * fwd * copies * f_out, BF16_BYTES * bwd * copies * f_out
+
+
+def expert_clamp_saved_bytes(model: ModelSpec, copies, f_out):
+    """Bytes the clamp `clamps_outside_fusion` prices keeps for backward: the concatenated clamped input the fused
+    activation saves (2 f_out bf16 per copy), beside fc1's output, which the clamps save (and the block already
+    counts). Zero for every other activation."""
+    return BF16_BYTES * 2.0 * copies * f_out if clamps_outside_fusion(model) else 0.0
 
 
 def attention_geometry(model: ModelSpec, tp):
@@ -120,7 +151,7 @@ def latent_proj_compute_s(model: ModelSpec, tokens_rank, *, mm: dict, hbm_bytes_
 
 
 def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *, mm: dict, bf16: dict,
-                      hbm_bytes_per_s: float, cast_bytes: float = 0.0, eager_expert_bias: bool = True, latent=None):
+                      hbm_bytes_per_s: float, cast_bytes: float = 0.0, eager_epilogue: bool = True, latent=None):
     """(forward, backward, FP8-cast-free GEMM forward, backward) time of the MoE block of one
     layer for `tokens` (b s / cp) on this GPU:
     - router: a (T_r x h) @ (h x E) GEMM in bf16 (Megatron keeps the router out of FP8) and
@@ -142,9 +173,10 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
       TE's `GroupedLinear` quantises the dispatched copies of every local expert
       (transformer_engine/pytorch/module/grouped_linear.py: one quantiser per GEMM input), so
       the traffic is over all the copies the rank computes, not over its own tokens.
-    - with biases, the experts' fc2 bias added outside the GEMM, memory bound (`expert_bias_bytes`),
-      on the eager path (`eager_expert_bias`; a whole-iteration CUDA graph cannot capture its host-sized
-      splits: Megatron-Bridge runs GPT-OSS's graphed iterations through Transformer Engine's op fuser,
+    - with biases, the experts' fc2 bias added outside the GEMM, memory bound (`expert_bias_bytes`), and quick
+      GeGLU's clamp before the fused activation (`expert_clamp_bytes`), on the eager path (`eager_epilogue`; a
+      whole-iteration CUDA graph cannot capture the bias's host-sized splits: Megatron-Bridge runs GPT-OSS's
+      graphed iterations through Transformer Engine's op fuser, one fused grouped MLP,
       perf_recipes/gpt_oss/common.py `_apply_gpt_oss_120b_full_iter_fp8mx_configs`,
       `use_transformer_engine_op_fuser = True`).
     Backward: data- and weight-gradient GEMMs (`linear_s`), twice the forward's memory traffic."""
@@ -173,7 +205,9 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     shared = tokens if f_s else 0.0  # the shared experts' GEMM inputs are the rank's tokens
     cast_f = cast_bytes * (copies * (w + f_l) + shared * (h + f_s / t))
     cast_b = cast_bytes * (copies * ((mats - 1) * f_l + w) + shared * ((mats - 1) * f_s / t + h))
-    bias_f, bias_b = expert_bias_bytes(model, copies, w) if eager_expert_bias else (0.0, 0.0)
+    bias_f, bias_b = expert_bias_bytes(model, copies, w) if eager_epilogue else (0.0, 0.0)
+    clamp_f, clamp_b = expert_clamp_bytes(model, copies, f_l) if eager_epilogue else (0.0, 0.0)
+    bias_f, bias_b = bias_f + clamp_f, bias_b + clamp_b
     lat_mem_f, lat_mem_b = lat_f - lat_gf, lat_b - lat_gb
     return (gemm_f + lat_mem_f + (el + cast_f + bias_f) / hbm_bytes_per_s,
             gemm_b + lat_mem_b + (2 * el + cast_b + bias_b) / hbm_bytes_per_s, gemm_f, gemm_b)
@@ -279,7 +313,7 @@ def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
 
 
 def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: float,
-                             linear_input_bytes: float = BF16_BYTES):
+                             linear_input_bytes: float = BF16_BYTES, eager_epilogue: bool = False):
     """Activations the MoE block of one layer keeps for backward on one GPU, per micro-batch:
     router logits and scores (fp32, E per routed token of the rank); per routed copy on the
     busiest rank (the top-k dispatched copies), what Megatron-Core's `TEGroupedMLP` saves
@@ -298,7 +332,8 @@ def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: f
     precision.saved_linear_input_bytes, as the dense layer's). The shared experts as a dense MLP
     of width f_s over tp. LatentMoE: fc2_latent_proj's input, the combined l-wide output of the rank's
     T_r tokens (fc1_latent_proj reads the block's input, which the router also reads). (The block's
-    input and norm are the layer's replicated terms.)"""
+    input and norm are the layer's replicated terms.) On the eager path (`eager_epilogue`, `moe_mlp_compute_s`),
+    quick GeGLU's clamped input too (`expert_clamp_saved_bytes`)."""
     t = np.asarray(tp, dtype=np.float64)
     (E, _, f_e), mats = model.moe_dims, model.mlp_matrices
     T_r = tokens / t
@@ -307,4 +342,5 @@ def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: f
     per_copy = linear_input_bytes * (model.moe_expert_width + f_l) + BF16_BYTES * (mats - 1) * f_l + PROB_BYTES
     f_s = model.moe_shared_expert_intermediate_size or 0
     latent = linear_input_bytes * T_r * (model.moe_latent_size or 0)
-    return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t + latent
+    clamp = expert_clamp_saved_bytes(model, copies, f_l) if eager_epilogue else 0.0
+    return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t + latent + clamp

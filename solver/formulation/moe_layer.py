@@ -18,6 +18,8 @@ from .layer_terms import sharded_terms, sharding_of
 from .memory import ADAM_STATE_BYTES, BF16_BYTES, layer_activation_bytes
 from .moe import (
     a2a_alone_share,
+    expert_clamp_bytes,
+    expert_clamp_saved_bytes,
     moe_comm_pass_s,
     moe_layer_params_per_gpu,
     moe_mlp_activation_bytes,
@@ -53,20 +55,20 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
       (`layer_terms.sharded_terms`; `sharding`: `layer_terms.sharding_of` the dense layer's terms);
     - memory: attention's activations (`layer_activation_bytes` without an MLP) plus the MoE block's
       (`moe.moe_mlp_activation_bytes`), none kept under full recomputation (one layer rebuilt at a time);
-    - selective recomputation by Megatron module (`recompute.py`, `selective`: the job's modules
-      and the attention's share from the dense layer): "layernorm" frees the separate norms'
-      outputs (the pre-MLP norm, and the attention norm with MLA), "moe_act" the experts'
-      activation output, "shared_experts" the shared experts' activations, "moe" the whole
-      block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to
-      the backward. A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's,
-      `host_window` the (forward, backward) GPU time before the sync in place of the attention's.
+    - selective recomputation by Megatron module (`recompute.py`, `selective`: the job's modules and the attention's
+      share from the dense layer): "layernorm" frees the separate norms' outputs (the pre-MLP norm, and the attention
+      norm with MLA), "moe_act" the experts' activation output, "shared_experts" the shared experts' activations,
+      "moe" the whole block (rebuilt one layer at a time, its all-to-alls run again); each adds its forward to the backward.
+    A hybrid model's MoE layer (`hybrid.py`): `attention` False, `outer_act` its norm's, `host_window` the
+    (forward, backward) GPU time before the sync in place of the attention's.
     `stack` eager (torchtitan): its block, state (`layer_times`, `layer_activations`), TP-sharded experts' SP pair;
     `latent_rate`, `latent_bytes`: LatentMoE's projections' rate, activations beyond the block (module_rates)."""
     t, c, d = (getattr(shapes, k).astype(np.float64) for k in ("tp", "cp", "dp"))
     ep, etp, rc, z = shapes.ep.astype(np.float64), shapes.etp.astype(np.float64), shapes.recompute, shapes.zero
+    eager = cuda_graph[0] != "full_iteration"  # the experts' bias and clamp as PyTorch ops, not TE's op fuser (moe.py)
     mf, mb, gf, gbw = moe_mlp_compute_s(model, M, t, ep, etp, imbalance, mm=mm, bf16=bf16mm, hbm_bytes_per_s=hbm,
                                         cast_bytes=quantize_bytes_per_element(precision),
-                                        eager_expert_bias=cuda_graph[0] != "full_iteration", latent=latent_rate)
+                                        eager_epilogue=eager, latent=latent_rate)
     a2a, etp_pass = moe_comm_pass_s(model, cluster, M, t, ep, etp, imbalance, dispatcher)
     etp_pass = etp_pass if stack.fused else np.where(etp > 1, tp_pass / 2, 0.0)
     a2a_gpu = 0.0 if a2a_overlap else a2a  # on the GPU's timeline between the host's calls
@@ -77,7 +79,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
     sel = selective or dict(mods=modules_of(None), attn_s=core_fwd, attn_freed=0.0, attn_working=0.0)
     moe_on = "moe" in sel["mods"]
     sel_s, freed = moe_selective(model, sel, M=M, t=t, ep=ep, etp=etp, imbalance=imbalance, mf=mf, mm=mm,
-                                 act_kw=act_kw, hbm=hbm, precision=precision)
+                                 act_kw=act_kw, hbm=hbm, precision=precision, eager_epilogue=eager)
     rfwd = np.where(rc == 2, fwd, np.where(rc == 1, sel_s, 0.0))
     tp_moe = tp_pass / 2 * (attention + bool(model.moe_shared_expert_intermediate_size)) + etp_pass
     if tp_comm_overlap:
@@ -94,7 +96,7 @@ def moe_layer_terms(model: ModelSpec, cluster: ClusterSpec, shapes: Shapes, *, M
                                 fwd=fwd + tp_f, bwd_window=bwd + tp_b + rfwd)
     opt_ex = ex * adam_s_per_param / np.where(z >= 1, edp, 1.0)
     att_act, att_working, moe_block = layer_activations(model, stack, M=M, t=t, ep=ep, etp=etp, imbalance=imbalance,
-                                                        act_kw=act_kw, outer_act=outer_act)
+                                                        act_kw=act_kw, outer_act=outer_act, eager_epilogue=eager)
     block = moe_block + latent_bytes
     # selective by module: what stays of the block, and what is rebuilt one layer at a time
     kept = np.where(moe_on, 0.0, moe_block - freed["act"] - freed["shared"])
@@ -178,7 +180,7 @@ def attention_ops(model: ModelSpec) -> tuple[int, int]:
 
 
 def layer_activations(model: ModelSpec, stack: frameworks.Framework, *, M, t, ep, etp, imbalance: float, act_kw: dict,
-                      outer_act):
+                      outer_act, eager_epilogue: bool = True):
     """(attention's stored, its working set, the MoE block's stored) bytes of one MoE layer per micro-batch: Megatron's
     counts (`memory.layer_activation_bytes` without an MLP, `moe.moe_mlp_activation_bytes`; `outer_act` a hybrid
     sublayer's), or an eager stack's layer without its FeedForward (less the FeedForward's shared input, 2h per token
@@ -186,7 +188,7 @@ def layer_activations(model: ModelSpec, stack: frameworks.Framework, *, M, t, ep
     if stack.fused:
         att_act, att_working = layer_activation_bytes(ffn=0, **act_kw) if outer_act is None else outer_act
         return att_act, att_working, moe_mlp_activation_bytes(model, M, t, ep, etp, imbalance,
-                                                             act_kw["linear_input_bytes"])
+                                                             act_kw["linear_input_bytes"], eager_epilogue)
     att_act, att_working = frameworks.layer_activation_bytes(
         stack, gated=model.gated_mlp, ffn=0, attention_extra=eager_attention.saved_extra_bytes(model, t), **act_kw)
     mlp_input = np.where(np.asarray(act_kw["recompute"]) == 2, 0.0, BF16_BYTES * M * model.hidden_size / act_kw["sp_degree"])
@@ -206,11 +208,13 @@ def exposed_a2a_s(a2a, hidden, work_s, *, shapes: Shapes, num_microbatches, pass
 
 
 def moe_selective(model: ModelSpec, sel: dict, *, M, t, ep, etp, imbalance: float, mf, mm: dict, act_kw: dict,
-                  hbm: float, precision: str):
+                  hbm: float, precision: str, eager_epilogue: bool = True):
     """(recomputed forward of Megatron's selective modules, the bytes they free: norm, act, shared) of one
     MoE layer (`recompute.py`; `sel`: the job's modules and the attention's share from the dense layer):
     "layernorm" the separate norms' outputs, "moe_act" the experts' activation output, "shared_experts"
-    the shared experts' activations, "moe" the whole block (its forward `mf` again)."""
+    the shared experts' activations, "moe" the whole block (its forward `mf` again). "moe_act" checkpoints the whole
+    activation function (experts.py `CheckpointWithoutOutput`), so on the eager path quick GeGLU's clamps run again
+    and their saved input is freed (`moe.expert_clamp_bytes`, `expert_clamp_saved_bytes`)."""
     mods, lib = sel["mods"], act_kw["linear_input_bytes"]
     h, mats, f_s = model.hidden_size, model.mlp_matrices, model.moe_shared_expert_intermediate_size or 0
     norm_freed, norm_s = norm_recompute(model, mods, True, tokens=M, hidden=h, rep=act_kw["sp_degree"],
@@ -218,13 +222,16 @@ def moe_selective(model: ModelSpec, sel: dict, *, M, t, ep, etp, imbalance: floa
     _, copies = routed_tokens(model, M / t, ep, etp, imbalance)
     f_l = model.moe_ffn_hidden_size / etp
     act_on, shared_on, moe_on = ("moe_act" in mods), ("shared_experts" in mods and f_s > 0), ("moe" in mods)
-    act_s = act_on * copies * f_l * (BF16_BYTES * mats + quantize_bytes_per_element(precision)) / hbm
+    clamp_f = expert_clamp_bytes(model, copies, f_l)[0] if eager_epilogue else 0.0
+    clamp_kept = expert_clamp_saved_bytes(model, copies, f_l) if eager_epilogue else 0.0
+    act_s = act_on * (copies * f_l * (BF16_BYTES * mats + quantize_bytes_per_element(precision)) + clamp_f) / hbm
     shared_s = 0.0
     if shared_on:
         for N, K in (((mats - 1) * f_s / t, h), (h, f_s / t)):
             shared_s = shared_s + linear_s(M, N, K, **mm)[0]
     sel_s = sel["attn_s"] + norm_s + np.where(moe_on, mf, act_s + shared_s)
-    return sel_s, dict(norm=norm_freed, act=act_on * copies * f_l * lib, shared=shared_on * M * BF16_BYTES * mats * f_s / t)
+    return sel_s, dict(norm=norm_freed, act=act_on * (copies * f_l * lib + clamp_kept),
+                       shared=shared_on * M * BF16_BYTES * mats * f_s / t)
 
 
 def moe_host_s(model: ModelSpec, cluster: ClusterSpec, ep, precision: str, cuda_graph: tuple, *, pre_gpu_s, post_gpu_s,
