@@ -27,7 +27,7 @@ MOE = ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16
        "Llama-4-Maverick-17B-128E-Instruct", "Kimi-K2-Instruct", "Qwen2-57B-A14B", "GLM-4.5", "GLM-4.5-Air",
        "MiniMax-M2.5", "Qwen3-Coder-480B-A35B-Instruct", "DeepSeek-V3.2", "GLM-5", "GLM-5.2",  # tests/test_dsa.py
        "DeepSeek-V4-Flash", "DeepSeek-V4-Pro",  # tests/test_dsv4.py
-       "OLMoE-1B-7B-0125-Instruct", "Phi-3.5-MoE-instruct")  # tests/test_hf_moe_more.py
+       "OLMoE-1B-7B-0125-Instruct", "Phi-3.5-MoE-instruct", "ERNIE-4.5-21B-A3B", "Ling-lite-1.5")  # test_hf_moe_more.py
 HYBRID = ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Nemotron-H-56B-Base-8K",  # tests/test_hybrid.py
           "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
           "Qwen3.5-397B-A17B", "Qwen3.5-122B-A10B", "Qwen3.5-35B-A3B", "Qwen3.5-27B")  # tests/test_gdn.py
@@ -67,6 +67,9 @@ MOE_PUBLISHED = {
     "Phi-3.5-MoE-instruct": (41.9, 6.6, False, "microsoft/Phi-3.5-MoE-instruct model card: '16x3.8B parameters with "
                                                "6.6B active parameters when using 2 experts' (no total stated); 41.9B "
                                                "the Hugging Face page's model size"),
+    "Ling-lite-1.5": (16.8, 2.75, False, "inclusionAI/Ling README, Model Downloads table: Ling-lite 16.8B total, 2.75B "
+                                         "activated (Ling-lite-1.5 keeps Ling-lite's architecture; both embeddings "
+                                         "counted active)"),
 }
 # Two figures published to two digits that our count exceeds by more than their precision (checked
 # by hand against the modelling code: every weight of the model is in the count); the brief asks for
@@ -80,6 +83,12 @@ MOE_PUBLISHED_LOOSE = {
     # published to one digit: 10.42B without the input embedding (9.81B without the head too)
     "MiniMax-M2.5": (230, 10, True, 0.05, "MiniMaxAI/MiniMax-M2 model card: 230B total, 10B active (M2.5 shares the "
                                           "architecture, MiniMaxM2ForCausalLM)"),
+    # published to one digit (the card's 21B truncates the total too): we count 3.087B without the embedding table,
+    # which is tied, so without the output head as well (3.35B with it)
+    "ERNIE-4.5-21B-A3B": (21.8, 3, True, 0.03, "baidu/ERNIE-4.5-21B-A3B model cards: 'Params (Total / Activated) 21B / "
+                                               "3B'; 21.8B the checkpoint's size as listings of the Hugging Face "
+                                               "repository give it (haimaker.ai: 'a ernie4_5_moe 21.8B-parameter "
+                                               "model')"),
 }
 # Llama 4 Scout: Meta's 109B counts the vision encoder, which is not planned; the check adds it back
 # (conftest.llama4_vision_params).

@@ -25,7 +25,7 @@ linear layers carry biases, which norm, which activation):
 Mixture-of-experts families (transformers configuration and modelling classes of the same names: MixtralConfig,
 Qwen2MoeConfig, Qwen3MoeConfig, DeepseekV2Config, DeepseekV3Config, GptOssConfig, Llama4TextConfig, Glm4MoeConfig,
 MiniMaxM2Config (transformers 5.24), OlmoeConfig, PhimoeConfig; DeepSeek-MoE's own remote-code `modeling_deepseek.py`
-for `deepseek`), `_moe`:
+for `deepseek`), `_moe` (ERNIE 4.5's Ernie4_5_MoeConfig and Ling 1.x's remote BailingMoeConfig: specs/hf_ernie_ling.py):
 
 - experts `num_local_experts` (Mixtral, GPT-OSS, Llama 4, MiniMax-M2, Phi-3.5-MoE) / `num_experts` (Qwen, OLMoE) /
   `n_routed_experts` (DeepSeek, GLM-4.5); top-k `num_experts_per_tok`; one expert's FFN `moe_intermediate_size`
@@ -60,6 +60,7 @@ from pydantic import ValidationError
 
 from ..errors import escape_text, validation_error
 from .hf_dsa import DSV4_FAMILIES, sparse_attention_fields
+from .hf_ernie_ling import FIELDS as OWN_MOE
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
 from .hf_read import FIELD
@@ -283,6 +284,8 @@ def _phimoe(data: dict, topk: int, notes: list[str]) -> None:
 
 def _moe(data: dict, mt: str, layers: int, notes: list[str]) -> dict:
     """The mixture-of-experts and multi-latent-attention fields of a family in `_MOE` (module docstring)."""
+    if mt in OWN_MOE:  # ERNIE 4.5, Ling 1.x: keys and layer rules of their own (specs/hf_ernie_ling.py)
+        return OWN_MOE[mt](data, layers, notes)
     fam = _MOE[mt]
     experts = _int(data, mt, *fam.experts)
     topk = _int(data, mt, "num_experts_per_tok", "experts_per_token")

@@ -133,6 +133,19 @@ _FAMILIES: dict[str, _Family] = {
                                "weighted by a softmax over the logits within 2 x router_jitter_noise of the best, "
                                "Gumbel-sampled with Heun's third-order gradient in training): priced as top-2 softmax "
                                "routing, which is what Megatron-LM builds",)),
+    # ERNIE 4.5 MoE (transformers Ernie4_5_MoeConfig / modeling_ernie4_5_moe.py; its expert layout, `use_bias`, the
+    # interleaved RoPE and the absent dropout: specs/hf_ernie_ling.py): RMSNorm (eps 1e-5), tied embeddings and rope
+    # theta 5e5 by default (default_theta)
+    "ernie4_5_moe": _Family(gated=True, tied=True, eps=1e-5, rope_theta=500000.0,
+                            caveats=("the router's e_score_correction_bias (moe_statics: one value per expert and MoE "
+                                     "layer, not counted, added to the softmax scores to choose the top-k but not to "
+                                     "weight it): Megatron-LM refuses an expert bias with softmax scores "
+                                     "(transformer_config.py at d98e8a6) and Megatron-Bridge's ernie bridge builds "
+                                     "sigmoid scores with one instead; the launch routes by the softmax scores alone, "
+                                     "whose top-k probabilities are the checkpoint's",)),
+    # Ling 1.x (inclusionAI/Ling's remote BailingMoeConfig / modeling_bailing_moe.py): RMSNorm (eps 1e-5 by default),
+    # untied, rope theta 1e4 by default; its biases, dropout and experts: specs/hf_ernie_ling.py
+    "bailing_moe": _Family(gated=True, tied=False, eps=1e-5),
 }
 
 
@@ -141,7 +154,7 @@ class _Moe:
     experts: tuple[str, ...]  # keys of the routed-expert count
     expert_ffn: str  # key of one expert's FFN hidden size
     dense_ffn: str | None  # key of the dense layers' MLP size (None: every layer is MoE)
-    layers: str  # how the modelling code picks MoE layers: all | qwen | deepseek | llama4
+    layers: str  # how the modelling code picks MoE layers: all | qwen | deepseek | llama4 | ernie (hf_ernie_ling.py)
     shared: str = "none"  # none | qwen2 (gated) | deepseek (n_shared_experts x expert) | llama4 (one expert)
     score: str = "softmax"  # default router score function
     mla: bool = False
@@ -193,6 +206,11 @@ _MOE: dict[str, _Moe] = {
     # PhimoeSparseMoeBlock on every layer: num_local_experts experts of intermediate_size, no shared expert;
     # sparsemixer reads no norm_topk_prob and raises unless top_k == 2 (specs/hf.py `_moe`)
     "phimoe": _Moe(("num_local_experts",), "intermediate_size", None, "all"),
+    # read by specs/hf_ernie_ling.py (`_moe` hands them over): Ernie4_5_MoeSparseMoeBlock on layers
+    # start <= i <= end with (i + 1) % moe_layer_interval == 0, moe_num_shared_experts x moe_intermediate_size shared;
+    # BailingMoeSparseMoeBlock from first_k_dense_replace on, num_shared_experts x moe_intermediate_size shared
+    "ernie4_5_moe": _Moe(("moe_num_experts", "num_experts"), "moe_intermediate_size", "intermediate_size", "ernie"),
+    "bailing_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "deepseek", norm_topk=True),
 }
 # the families whose layers alternate Gated DeltaNet and attention (specs/hf_hybrid.py `gdn_fields`)
 GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
@@ -213,6 +231,9 @@ _ARCHITECTURES = {
     # PhiMoEForCausalLM: the class Phi-3.5-MoE's config.json names (its remote modeling_phimoe.py); transformers'
     # own is PhimoeForCausalLM
     "OlmoeForCausalLM": "olmoe", "PhimoeForCausalLM": "phimoe", "PhiMoEForCausalLM": "phimoe",
+    # Ling 2.0's class is read as bailing_moe only to be refused by name (specs/hf_ernie_ling.py)
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "BailingMoeForCausalLM": "bailing_moe",
+    "BailingMoeV2ForCausalLM": "bailing_moe",
 }
 # DeepSeek Sparse Attention families (`specs.hf_dsa.dsa_fields`): the indexer's keys, and whether the indexer rotates q
 # and k by a Hadamard transform (DeepSeek-V3.2's reference indexer does; Megatron-Bridge's GLM-5 bridge,
