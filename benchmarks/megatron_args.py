@@ -30,7 +30,7 @@ kernel, not the model).
 
 Mixture-of-experts plans (`MOE_CASES`: Mixtral, DeepSeek-V3 and V2-Lite with MLA and MTP, DeepSeek-V3.2 and
 GLM-5 with DeepSeek Sparse Attention (its indexer, kernels and the all-gather CP it needs),
-Qwen3-MoE, GPT-OSS, Llama 4; EP inside a node and across nodes, ETP > 1, dense first layers
+Qwen3-MoE, GPT-OSS, Llama 4, ERNIE 4.5, Ling 1.x; EP inside a node and across nodes, ETP > 1, dense first layers
 with uneven splits, a pipeline layout holding the MTP module, token dropping, fine-grained activation
 offloading of Megatron-Bridge's recipes: expert_fc1, core_attn + attn_proj, fused_group_mlp) go through the same
 three calls, and the TransformerConfig Megatron builds is compared with the plan: experts, top-k,
@@ -230,6 +230,10 @@ MOE_CASES = [
     ("Qwen3-235B-A22B (94 layers), pp 8 x vp 4: embedding and loss counted as layers", HFM("Qwen3-235B-A22B"),
      "h100x256", dict(tp=4, pp=8, vp=4, ep=16, etp=1, account_for_embedding=True, account_for_loss=True),
      {"global_batch_size": 1024, "seq_length": 4096}, {}),
+    ("ERNIE 4.5 21B-A3B, 1 dense layer, shared experts, interleaved RoPE, EP 8, pp 2", HFM("ERNIE-4.5-21B-A3B"),
+     "h100x64", dict(tp=1, pp=2, ep=8, etp=1, layers=[13, 15]), {"global_batch_size": 512, "seq_length": 4096}, {}),
+    ("Ling-lite-1.5, shared experts, untied, EP 16 across 2 nodes", HFM("Ling-lite-1.5"), "h100x64",
+     dict(tp=1, pp=1, ep=16, etp=1), {"global_batch_size": 512, "seq_length": 4096}, {}),
     ("DeepSeek-V3, EP all-to-all overlap, pp 8 x vp 2", "deepseek-v3", "h100x1024",
      dict(tp=1, pp=8, vp=2, ep=64, etp=1, layers=[7, 8, 8, 8, 8, 8, 8, 6]),
      {"global_batch_size": 8192, "seq_length": 4096, "moe_a2a_overlap": True}, {}),
