@@ -63,7 +63,7 @@ from .hf_dsa import DSV4_FAMILIES, sparse_attention_fields
 from .hf_ernie_ling import FIELDS as OWN_MOE
 from .hf_families import _ARCHITECTURES, _FAMILIES, _MOE, _TEXT_MODEL_TYPES, GDN_FAMILIES, NOT_MODELLED, _Family
 from .hf_hybrid import gdn_fields, hybrid_fields, pattern_from_block_types
-from .hf_read import FIELD
+from .hf_read import FIELD, read_whole
 from .hf_read import fail as _fail
 from .hf_read import read_bool as _bool
 from .hf_read import read_int as _int
@@ -82,7 +82,7 @@ _ACTS = {"silu": ("swiglu", None), "swish": ("swiglu", None), "gelu": ("geglu", 
          "relu": (None, "relu"), "relu2": (None, "squared_relu")}
 
 SUPPORTED = tuple(_FAMILIES)
-SUPPORTED_MOE = tuple(_MOE)
+SUPPORTED_MOE = (*_MOE, *OWN_MOE)  # OWN_MOE: families with keys and layer rules of their own (hf_ernie_ling.py)
 
 
 def is_hf_config(data: Any) -> bool:
@@ -96,7 +96,7 @@ def _model_type(data: dict) -> str:
     archs = [archs] if isinstance(archs, str) else archs
     by_class = _ARCHITECTURES.get(str(archs[0])) if archs else None
     moe_keys = [k for k in _MOE_KEYS if data.get(k)]
-    builds_as_configured = by_class in _FAMILIES and bool(moe_keys) == (by_class in _MOE)
+    builds_as_configured = by_class in _FAMILIES and bool(moe_keys) == (by_class in SUPPORTED_MOE)
     if archs and (mt is None or (mt not in _FAMILIES and builds_as_configured)):
         # no model_type, or one transformers has no class for whose `architectures` names a
         # modelling class it has (Kimi K2: model_type kimi_k2, DeepseekV3ForCausalLM): that class
@@ -258,9 +258,7 @@ def _moe_layers(data: dict, mt: str, kind: str, layers: int) -> list[int]:
         only = set(_int_list(data, mt, "mlp_only_layers") or [])
         return [int(i not in only and (i + 1) % step == 0) for i in range(layers)]
     if kind == "deepseek":
-        first = data.get("first_k_dense_replace", 0)
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise _fail(f"({mt}) 'first_k_dense_replace' must be a non-negative integer (got {first!r})")
+        first = read_whole(data, mt, "first_k_dense_replace", 0)
         freq = _int(data, mt, "moe_layer_freq", default=1)
         return [int(i >= first and i % freq == 0) for i in range(layers)]
     listed = _int_list(data, mt, "moe_layers")  # llama4: moe_layers overrides interleave_moe_layer_step
@@ -421,7 +419,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     if mt == "nemotron_h":
         data = pattern_from_block_types(data)
     fam = _FAMILIES[mt]
-    layers, hidden, heads, ffn = _shape(data, mt) if mt not in _MOE else _moe_shape(data, mt)
+    layers, hidden, heads, ffn = _shape(data, mt) if mt not in SUPPORTED_MOE else _moe_shape(data, mt)
     kv_heads = _int(data, mt, "num_key_value_heads", default=None)
     if mt == "opt" and data.get("word_embed_proj_dim") not in (None, hidden):
         raise _fail(f"(opt) word_embed_proj_dim {data['word_embed_proj_dim']} differs from hidden_size {hidden}: "
@@ -465,7 +463,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     )
     if heads * head_dim != hidden:
         spec["kv_channels"] = head_dim
-    if mt in _MOE:
+    if mt in SUPPORTED_MOE:
         spec.update(_moe(data, mt, layers, notes))
     spec.update(sparse_attention_fields(data, mt, layers, notes, spec.get("rope_yarn")))
     if mt == "gpt_oss":  # modeling_gpt_oss.py: `sinks` per head; experts (up + 1) * gate * sigmoid(1.702 gate), clamped
@@ -474,7 +472,7 @@ def model_from_hf_config(data: dict, name: str) -> ModelSpec:
     if mt == "nemotron_h":
         spec.update(hybrid_fields(data, mt, layers, notes))
     if mt in GDN_FAMILIES:  # the MoE layers become the pattern's E layers
-        moe = spec.pop("moe_layer_pattern", None) or [int(mt in _MOE)] * layers
+        moe = spec.pop("moe_layer_pattern", None) or [int(mt in SUPPORTED_MOE)] * layers
         spec.update(gdn_fields(data, mt, layers, list(moe), notes))
     seq = _seq_length(data, mt, notes)
     if seq is not None:

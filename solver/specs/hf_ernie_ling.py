@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hf_read import fail, read_bool, read_int
+from .hf_read import fail, read_bool, read_int, read_whole
 from .hf_router import router_probs_fields
 
 # keys of specs.hf's `_dropout` (DROPOUT_KEYS): what a file may state that neither family's code reads
@@ -41,16 +41,6 @@ _NO_WINDOW = {"sliding_window": None, "sliding_window_layers": None, "sliding_wi
 # file that sets them describes a model modeling_bailing_moe.py does not build
 _LING2_KEYS = {"use_qk_norm": False, "moe_router_enable_expert_bias": False, "score_function": "softmax",
                "num_nextn_predict_layers": 0, "partial_rotary_factor": 1.0}
-
-
-def _whole(data: dict, mt: str, key: str, default: int, least: int | None = 0) -> int:
-    """An integer key (its `default` when absent), at least `least` (None: any integer)."""
-    value = data.get(key, default)
-    value = default if value is None else value
-    if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
-        bound = "an integer" if least is None else f"an integer of at least {least}"
-        raise fail(f"({mt}) '{key}' must be {bound} (got {value!r})")
-    return value
 
 
 def _experts(mt: str, experts: int, topk: int, pattern: list[int], notes: list[str]) -> dict:
@@ -79,8 +69,8 @@ def ernie_fields(data: dict, layers: int, notes: list[str]) -> dict:
     """An `ernie4_5_moe` config's expert layout and the attention fields its code fixes (module docstring)."""
     mt = "ernie4_5_moe"
     experts, topk = read_int(data, mt, "moe_num_experts", "num_experts"), read_int(data, mt, "moe_k", "num_experts_per_tok")
-    expert_ffn, shared = read_int(data, mt, "moe_intermediate_size"), _whole(data, mt, "moe_num_shared_experts", 2)
-    start, end = _whole(data, mt, "moe_layer_start_index", 1, None), _whole(data, mt, "moe_layer_end_index", -1, None)
+    expert_ffn, shared = read_int(data, mt, "moe_intermediate_size"), read_whole(data, mt, "moe_num_shared_experts", 2)
+    start, end = read_whole(data, mt, "moe_layer_start_index", 1, None), read_whole(data, mt, "moe_layer_end_index", -1, None)
     interval = read_int(data, mt, "moe_layer_interval", default=1)
     end = layers - 1 if end == -1 else end
     pattern = [int((i + 1) % interval == 0 and start <= i <= end) for i in range(layers)]
@@ -126,7 +116,7 @@ def bailing_fields(data: dict, layers: int, notes: list[str]) -> dict:
                    f"build its default 16): state num_experts")
     experts = read_int(data, mt, "num_experts", default=16)
     topk, expert_ffn = read_int(data, mt, "num_experts_per_tok", default=2), read_int(data, mt, "moe_intermediate_size")
-    first, shared = _whole(data, mt, "first_k_dense_replace", 0), _whole(data, mt, "num_shared_experts", 0)
+    first, shared = read_whole(data, mt, "first_k_dense_replace", 0), read_whole(data, mt, "num_shared_experts", 0)
     pattern = [int(i >= first) for i in range(layers)]
     out = _experts(mt, experts, topk, pattern, notes)
     dense = read_int(data, mt, "intermediate_size", default=None)

@@ -154,7 +154,7 @@ class _Moe:
     experts: tuple[str, ...]  # keys of the routed-expert count
     expert_ffn: str  # key of one expert's FFN hidden size
     dense_ffn: str | None  # key of the dense layers' MLP size (None: every layer is MoE)
-    layers: str  # how the modelling code picks MoE layers: all | qwen | deepseek | llama4 | ernie (hf_ernie_ling.py)
+    layers: str  # how the modelling code picks MoE layers: all | qwen | deepseek | llama4
     shared: str = "none"  # none | qwen2 (gated) | deepseek (n_shared_experts x expert) | llama4 (one expert)
     score: str = "softmax"  # default router score function
     mla: bool = False
@@ -206,11 +206,6 @@ _MOE: dict[str, _Moe] = {
     # PhimoeSparseMoeBlock on every layer: num_local_experts experts of intermediate_size, no shared expert;
     # sparsemixer reads no norm_topk_prob and raises unless top_k == 2 (specs/hf.py `_moe`)
     "phimoe": _Moe(("num_local_experts",), "intermediate_size", None, "all"),
-    # read by specs/hf_ernie_ling.py (`_moe` hands them over): Ernie4_5_MoeSparseMoeBlock on layers
-    # start <= i <= end with (i + 1) % moe_layer_interval == 0, moe_num_shared_experts x moe_intermediate_size shared;
-    # BailingMoeSparseMoeBlock from first_k_dense_replace on, num_shared_experts x moe_intermediate_size shared
-    "ernie4_5_moe": _Moe(("moe_num_experts", "num_experts"), "moe_intermediate_size", "intermediate_size", "ernie"),
-    "bailing_moe": _Moe(("num_experts",), "moe_intermediate_size", "intermediate_size", "deepseek", norm_topk=True),
 }
 # the families whose layers alternate Gated DeltaNet and attention (specs/hf_hybrid.py `gdn_fields`)
 GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")

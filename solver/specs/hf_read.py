@@ -34,6 +34,17 @@ def read_int(data: dict, mt: str, *keys: str, default: Any = ...) -> int | None:
     return default
 
 
+def read_whole(data: dict, mt: str, key: str, default: int, least: int | None = 0) -> int:
+    """An integer key (`default` when absent or null), at least `least` (None: any integer, e.g. a layer index where
+    -1 means the last)."""
+    value = data.get(key)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
+        bound = "an integer" if least is None else "a non-negative integer" if least == 0 else f"an integer of at least {least}"
+        raise fail(f"({mt}) '{key}' must be {bound} (got {value!r})")
+    return value
+
+
 def read_num(data: dict, mt: str, key: str, default: float | None) -> float | None:
     value = data.get(key)
     if value is None:
