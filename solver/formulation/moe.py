@@ -70,23 +70,24 @@ def clamps_outside_fusion(model: ModelSpec) -> bool:
     return model.activation == "quick_geglu" and model.activation_clamp is not None
 
 
-def expert_clamp_bytes(model: ModelSpec, copies, f_out):
-    """(forward, backward) HBM bytes of the clamp `clamps_outside_fusion` prices, for `copies` routed copies whose
+def expert_clamp_bytes(model: ModelSpec, copies, f_out, eager: bool = True):
+    """(forward, backward) HBM bytes of the clamp `clamps_outside_fusion` prices on the eager path (`eager`: not
+    inside Transformer Engine's op fuser, `moe_mlp_compute_s`), for `copies` routed copies whose
     activation output is `f_out` wide (fc1's output 2 f_out): forward, the two clamps read and write one half each
     and `torch.cat` reads and writes both (8 f_out elements); backward, each clamp's gradient reads the gradient
     and its saved input and writes the masked gradient (6 f_out), and the chunk's gradient concatenates the two
-    halves (4 f_out). Zero for every other activation."""
-    if not clamps_outside_fusion(model):
+    halves (4 f_out). Zero for every other activation, and under the op fuser."""
+    if not (eager and clamps_outside_fusion(model)):
         return 0.0, 0.0
     fwd, bwd = EXPERT_CLAMP_ELEMENTS
     return BF16_BYTES * fwd * copies * f_out, BF16_BYTES * bwd * copies * f_out
 
 
-def expert_clamp_saved_bytes(model: ModelSpec, copies, f_out):
-    """Bytes the clamp `clamps_outside_fusion` prices keeps for backward: the concatenated clamped input the fused
+def expert_clamp_saved_bytes(model: ModelSpec, copies, f_out, eager: bool = True):
+    """Bytes the clamp `expert_clamp_bytes` prices keeps for backward: the concatenated clamped input the fused
     activation saves (2 f_out bf16 per copy), beside fc1's output, which the clamps save (and the block already
-    counts). Zero for every other activation."""
-    return BF16_BYTES * 2.0 * copies * f_out if clamps_outside_fusion(model) else 0.0
+    counts). Zero for every other activation, and under the op fuser."""
+    return BF16_BYTES * 2.0 * copies * f_out if eager and clamps_outside_fusion(model) else 0.0
 
 
 def attention_geometry(model: ModelSpec, tp):
@@ -206,11 +207,10 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     cast_f = cast_bytes * (copies * (w + f_l) + shared * (h + f_s / t))
     cast_b = cast_bytes * (copies * ((mats - 1) * f_l + w) + shared * ((mats - 1) * f_s / t + h))
     bias_f, bias_b = expert_bias_bytes(model, copies, w) if eager_epilogue else (0.0, 0.0)
-    clamp_f, clamp_b = expert_clamp_bytes(model, copies, f_l) if eager_epilogue else (0.0, 0.0)
-    bias_f, bias_b = bias_f + clamp_f, bias_b + clamp_b
+    clamp_f, clamp_b = expert_clamp_bytes(model, copies, f_l, eager_epilogue)
     lat_mem_f, lat_mem_b = lat_f - lat_gf, lat_b - lat_gb
-    return (gemm_f + lat_mem_f + (el + cast_f + bias_f) / hbm_bytes_per_s,
-            gemm_b + lat_mem_b + (2 * el + cast_b + bias_b) / hbm_bytes_per_s, gemm_f, gemm_b)
+    return (gemm_f + lat_mem_f + (el + cast_f + bias_f + clamp_f) / hbm_bytes_per_s,
+            gemm_b + lat_mem_b + (2 * el + cast_b + bias_b + clamp_b) / hbm_bytes_per_s, gemm_f, gemm_b)
 
 
 def _miss(pool: float, taken, k: int):
@@ -342,5 +342,5 @@ def moe_mlp_activation_bytes(model: ModelSpec, tokens, tp, ep, etp, imbalance: f
     per_copy = linear_input_bytes * (model.moe_expert_width + f_l) + BF16_BYTES * (mats - 1) * f_l + PROB_BYTES
     f_s = model.moe_shared_expert_intermediate_size or 0
     latent = linear_input_bytes * T_r * (model.moe_latent_size or 0)
-    clamp = expert_clamp_saved_bytes(model, copies, f_l) if eager_epilogue else 0.0
-    return 8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t + latent + clamp
+    return (8.0 * E * T_r + copies * per_copy + tokens * BF16_BYTES * mats * f_s / t + latent
+            + expert_clamp_saved_bytes(model, copies, f_l, eager_epilogue))

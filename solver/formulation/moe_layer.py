@@ -222,8 +222,8 @@ def moe_selective(model: ModelSpec, sel: dict, *, M, t, ep, etp, imbalance: floa
     _, copies = routed_tokens(model, M / t, ep, etp, imbalance)
     f_l = model.moe_ffn_hidden_size / etp
     act_on, shared_on, moe_on = ("moe_act" in mods), ("shared_experts" in mods and f_s > 0), ("moe" in mods)
-    clamp_f = expert_clamp_bytes(model, copies, f_l)[0] if eager_epilogue else 0.0
-    clamp_kept = expert_clamp_saved_bytes(model, copies, f_l) if eager_epilogue else 0.0
+    clamp_f = expert_clamp_bytes(model, copies, f_l, eager_epilogue)[0]
+    clamp_kept = expert_clamp_saved_bytes(model, copies, f_l, eager_epilogue)
     act_s = act_on * (copies * f_l * (BF16_BYTES * mats + quantize_bytes_per_element(precision)) + clamp_f) / hbm
     shared_s = 0.0
     if shared_on:
