@@ -42,15 +42,17 @@ from megatron_args import (
     refusal,
     run_checks,
 )
+from solveplan.calibration.precision_rows import NVFP4_TE_CONFIG, te_config_rules
 from solveplan.catalog import load_cluster, load_model
 from solveplan.optimize import optimize
 from solveplan.plan import plan_config
 from solveplan.render.megatron import megatron_args
 from solveplan.specs import JobSpec
-from solveplan.specs.module_precision import rules_from_te_config
 
 HF = ROOT / "tests" / "data" / "hf"
-TE_QUANT = ROOT / "tests" / "data" / "megatron_bridge" / "te_quant.cfg"  # Megatron-Bridge's file (PROVENANCE.md)
+# Megatron-Bridge's te_quant.cfg as the package ships it for the published rows (a test holds it byte-equal to
+# tests/data/megatron_bridge/te_quant.cfg, PROVENANCE.md)
+TE_QUANT_RULES = te_config_rules(NVFP4_TE_CONFIG[("mbridge_perf", "nemotron3-super")])
 NANO_HF, H56_HF = str(HF / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"), str(
     HF / "Nemotron-H-56B-Base-8K" / "config.json")
 PERIODIC = dict(name="hybrid-periodic-24", num_layers=24, hidden_size=2048, num_attention_heads=16, num_kv_heads=8,
@@ -114,7 +116,7 @@ CASES = [
     ("Nemotron 3 Super NVFP4 with Megatron-Bridge's te_quant.cfg (--te-precision-config-file), tp 2 + SP, EP 64",
      "nemotron3-super", "gb200x64", dict(tp=2, pp=1, ep=64, etp=1, sequence_parallel=True),
      {"global_batch_size": 512, "seq_length": 8192, "precision": "nvfp4", "bf16_layers_at_end": 14,
-      "module_precision": rules_from_te_config(TE_QUANT.read_text())}),
+      "module_precision": TE_QUANT_RULES}),
     ("Gated DeltaNet beside Mamba (G and M symbols), tp 2 + SP, pp 2", GDN, "h100x8",
      dict(tp=2, pp=2, sequence_parallel=True), {"global_batch_size": 64, "seq_length": 4096}),
 ]
