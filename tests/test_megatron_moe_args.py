@@ -159,10 +159,15 @@ def test_grouped_gemm_needs_ampere():
 
 
 def test_flex_dispatcher_and_a2a_overlap_follow_the_job():
-    """The job's dispatcher with EP (flex: DeepEP; HybridEP only where an NVLink domain spans nodes,
-    TransformerConfig), allgather without EP; the all-to-all overlap as Megatron spells it."""
+    """The job's dispatcher with EP (flex: DeepEP; HybridEP where an NVLink domain spans nodes, TransformerConfig,
+    or where DeepEP has no config for the TP x EP group's size), allgather without EP; the all-to-all overlap as
+    Megatron spells it."""
     f = _launch("Qwen3-30B-A3B", "h100x64", ep=16, moe_token_dispatcher="flex").flags()
     assert f["--moe-token-dispatcher-type"] == "flex" and f["--moe-flex-dispatcher-backend"] == "deepep"
+    wide = _launch("DeepSeek-V3", "h100x1024", pp=4, ep=256, layers=[16, 15, 15, 15], gbs=8192,
+                   moe_token_dispatcher="flex")
+    assert wide.flags()["--moe-flex-dispatcher-backend"] == "hybridep"  # DeepEP: "Unsupported number of EP ranks"
+    assert any("HYBRID_EP_MULTINODE=1" in n for n in wide.notes)
     assert _launch("Qwen3-30B-A3B", "h100x64", ep=1, moe_token_dispatcher="flex").flags()[
         "--moe-token-dispatcher-type"] == "allgather"
     o = _launch("DeepSeek-V3", "h100x1024", pp=8, vp=2, ep=64, layers=[7, 8, 8, 8, 8, 8, 8, 6], gbs=8192,

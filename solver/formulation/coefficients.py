@@ -31,7 +31,7 @@ from ..space.shapes import Shapes
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.frameworks import windows_skipped
 from ..specs.offloading import MIN_OFFLOADED_ELEMENTS
-from . import comm, dsa, dsv4, eager_attention, frameworks, lora, memory, module_rates
+from . import comm, dsa, dsv4, eager_attention, ep_buffers, frameworks, lora, memory, module_rates
 from .data_parallel import (
     embedding_group_allreduce_s,
     grad_reduce_bytes,
@@ -464,6 +464,12 @@ class _StageTerms:
         chunk_work = unit["work"] * units / np.maximum(p * v, 1)
         return np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
 
+    def dispatcher_buffers(self) -> np.ndarray:
+        """The flex dispatcher's DeepEP / HybridEP buffer per GPU (`ep_buffers.py`; Megatron's stack only)."""
+        dispatcher = self.moe_token_dispatcher if self.stack.name == "megatron" else "alltoall"
+        return ep_buffers.dispatcher_buffer_bytes(self.model, self.cluster, self.M, self.t, self.shapes.ep,
+                                                  self.shapes.etp, dispatcher)
+
     def coefficients(self, unit: dict, units: int, ends: dict) -> StageCoefficients:
         gpu, t, c, d, p = self.gpu, self.t, self.c, self.d, self.p
         return StageCoefficients(
@@ -479,7 +485,7 @@ class _StageTerms:
             const_bytes=unit["working"],
             fragmentation=float(gpu.runtime_reserve_fraction),
             runtime_bytes=runtime_bytes(gpu.runtime_reserve_gib, t, c, d, p, ep=self.shapes.ep, etp=self.shapes.etp)
-            + self.allocator,
+            + self.allocator + self.dispatcher_buffers(),
             capacity_bytes=float(gpu.hbm_bytes),
             layer_ep_s=unit["ep"],
             layer_offload_s=unit["offload"],

@@ -6,6 +6,7 @@ parse_args / validate_args / core_transformer_config_from_args."""
 
 from __future__ import annotations
 
+from ..formulation.ep_buffers import flex_backend
 from ..plan import Plan
 from ..specs import JobSpec, ModelSpec
 from .megatron_rope import mla_rope_flags
@@ -122,13 +123,14 @@ def _expert_flags(job: JobSpec, plan: Plan, a: list[str], notes: list[str], arch
     if model.moe_latent_size:  # Megatron-LM arguments.py --moe-latent-size (LatentMoE)
         a += ["--moe-latent-size", str(model.moe_latent_size)]
     if dispatcher == "flex":
-        # TransformerConfig: "only hybridep backend supports the MNNVL case" (an NVLink domain wider
-        # than a node, GB200/GB300 NVL72); DeepEP (the default backend) elsewhere
-        domain = getattr(job.cluster, "nvlink_domain_gpus", None) or job.cluster.gpus_per_node
-        backend = "hybridep" if domain > job.cluster.gpus_per_node else "deepep"
+        # HybridEP on a multi-node NVLink domain and where DeepEP has no config for the TP x EP group's size,
+        # DeepEP (the default backend) elsewhere: the backend whose buffer the plan's memory counts
+        backend = flex_backend(job.cluster, ep * etp)
         a += ["--moe-flex-dispatcher-backend", backend]
         notes.append(f"the flex dispatcher needs the {'HybridEP' if backend == 'hybridep' else 'DeepEP'} "
                      f"library installed")
+        if backend == "hybridep" and ep * etp > job.cluster.domain_gpus:  # DeepEP hybrid-ep branch setup.py
+            notes.append("its TP x EP group spans NVLink domains: build HybridEP with HYBRID_EP_MULTINODE=1")
     if getattr(job, "moe_a2a_overlap", False):
         # TransformerConfig: ep > 1, alltoall/flex, no full recompute, vp with pp > 1, bf16/fp16, no
         # shared-expert overlap, at most one MTP module (the space and the job enforce these);
