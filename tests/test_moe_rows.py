@@ -288,12 +288,15 @@ def test_kimi_k2_rows_read_from_the_catalog_entry_their_source_cites():
 
 
 def test_a_row_key_names_its_catalog_entry():
-    """Any catalog entry a row's key names is read (and checked against the row's dimensions); a key
-    no entry has is skipped, saying so."""
+    """Any catalog entry a row's key names is read (and checked against the row's dimensions); a key no entry
+    has reads as the entry the row's name spells; naming none, and with a shape no entry has (and no
+    vocabulary to build one from), it is skipped, saying so."""
     raw = _raw("mbridge_perf-26.06-kimi-k2-gb300-mxfp8-256")
     raw["model"]["key"] = "deepseek-v2"
     assert moe_row_job(raw).skipped == "the row states layers 61, the catalog's deepseek-v2 has 60"
     raw["model"]["key"] = "no-such-model"
+    assert moe_row_job(raw).job.model.name == "kimi-k2"
+    raw["model"].update(name="Model X", hidden=8192)
     assert "has no catalog entry" in moe_row_job(raw).skipped
 
 
@@ -359,27 +362,31 @@ def test_containers_older_than_megatrons_ep_overlap_run_without_it():
 @pytest.mark.parametrize("key", ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "kimi-k2", "mixtral-8x7b",
                                  "mixtral-8x22b"])
 def test_a_model_without_a_catalog_entry_is_built_from_the_shape_its_row_states(key):
-    """A run of a model the catalog lacks is priced from its stated shape, not refused: renamed, each
-    catalog model's row rebuilds it to the parameter (total and active; the row's vocabulary given
-    where the file leaves it to the catalog), and the defaults it takes are said."""
+    """A run of a model the catalog lacks (named nothing it has, of a shape none has) is priced from its stated
+    shape, not refused: each catalog model's row rebuilds it to the parameter (total and active; the row's
+    vocabulary given where the file leaves it to the catalog), and the defaults it takes are said."""
+    from solveplan.calibration.moe_row_model import stated_moe_model
     from solveplan.catalog import catalog_models
 
     raw = copy.deepcopy(next(r for r in RAW if r["model"].get("key") == key and r["category"] == "A"))
     catalog = catalog_models()[key]
-    raw["model"].update(key=f"unknown-{key}", vocab=raw["model"].get("vocab") or catalog.vocab_size)
-    row = moe_row_job(raw)
-    assert row.skipped is None and row.measured_s
-    built = row.job.model
+    m = {**raw["model"], "key": f"unknown-{key}", "vocab": raw["model"].get("vocab") or catalog.vocab_size}
+    assumed: list[str] = []
+    built = stated_moe_model(m, assumed)
     assert (built.num_params, built.num_active_params) == (catalog.num_params, catalog.num_active_params)
-    assert any("stated shape" in a and "SwiGLU" in a for a in row.assumed)
+    assert any("stated shape" in a and "SwiGLU" in a for a in assumed)
+    anon = copy.deepcopy(raw)
+    anon["model"].update(m, name="Model X", layers=m["layers"] + 1)  # a shape no catalog entry has
+    row = moe_row_job(anon)
+    assert row.skipped is None and row.measured_s and any("stated shape" in a for a in row.assumed)
 
 
 def test_a_stated_shape_that_cannot_be_built_names_the_field():
     ds = copy.deepcopy(next(r for r in RAW if r["model"].get("key") == "deepseek-v3"))
-    ds["model"].update(key="unknown-v3", vocab=None)
+    ds["model"].update(key="unknown-v3", name="Model X", vocab=None, layers=62)
     assert "states no vocab: add models/<key>.yaml" in moe_row_job(ds).skipped
     oss = copy.deepcopy(next(r for r in RAW if r["model"].get("key") == "gpt-oss-120b"))
-    oss["model"]["key"] = "unknown-oss"
+    oss["model"].update(key="unknown-oss", name="Model Y", layers=37)
     assert "sliding-window" in moe_row_job(oss).skipped  # the window's layers are in no row field
 
 
@@ -426,6 +433,40 @@ def test_a_row_naming_a_catalog_moe_model_but_stating_no_experts_or_ep_is_the_mo
     for named in (raw, {**raw, "model": {**raw["model"], "key": None}}):
         row = row_job(named)
         assert row.skipped is None and row.job.model.is_moe and row.job.constraints.ep is None
+
+
+@pytest.mark.parametrize("row_id", ["mbridge_perf-26.08-deepseek-v3-gb300-mxfp8-256",
+                                    "mbridge_perf-26.04.01-gpt-oss-120b-gb200-bf16-64"])
+def test_a_row_whose_key_the_catalog_lacks_reads_as_the_entry_its_name_spells(row_id):
+    """A kept-aside row may state a key of its own ("deepseek-v3-671b"): DeepSeek-V3's rows state no vocabulary,
+    so building the model from the row was refused; the catalog entry its name spells, whose dimensions the row
+    confirms, gives the same job."""
+    raw = _raw(row_id)
+    other = copy.deepcopy(raw)
+    other["model"]["key"] = "their-own-" + raw["model"]["key"]
+    row = moe_row_job(other)
+    assert row.skipped is None and row.job == moe_row_job(raw).job
+    assert any("its name spells; the row's key 'their-own-" in a for a in row.assumed)
+
+
+def test_an_unnamed_row_reads_as_the_one_entry_with_its_stated_shape_or_is_built_from_it():
+    """Named nothing the catalog has, a row whose stated layers, widths, heads, experts and top-k only one catalog
+    model has is that model (Qwen3-30B-A3B); a name spelling an entry the row's shape contradicts is not taken; a
+    shape two entries share (DeepSeek-V3 and V3.2 differ only in DSA's indexer) names neither."""
+    from solveplan.calibration.names import key_of_shape
+
+    raw = _raw("mbridge_perf-26.04.01-qwen3-30b-a3b-b200-mxfp8-8")
+    anon = copy.deepcopy(raw)
+    anon["model"].update(key="model-x", name="Model X")
+    row = moe_row_job(anon)
+    assert row.skipped is None and row.job == moe_row_job(raw).job
+    assert any("it has every dimension the row states" in a for a in row.assumed)
+    wider = copy.deepcopy(anon)
+    wider["model"].update(name="Qwen3-30B-A3B wide", hidden=4096)  # spells qwen3-30b-a3b, which is not 4096 wide
+    row = moe_row_job(wider)
+    assert row.job is None or row.job.model.hidden_size == 4096
+    assert not any("read as the catalog's" in a for a in row.assumed)
+    assert key_of_shape(_raw("mbridge_perf-26.08-deepseek-v3-gb300-mxfp8-256")["model"], moe=True) is None
 
 
 def test_a_model_name_spells_the_longest_catalog_key_or_none():

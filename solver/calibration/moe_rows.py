@@ -49,7 +49,7 @@ from .moe_recipes import (
     scripts_2509_recipe,
 )
 from .moe_row_model import stated_moe_model
-from .names import names_catalog_moe, squeezed, with_named_key
+from .names import dims_disagreement, names_catalog_moe, squeezed, with_named_key
 from .precision_rows import fp8_attention_guard, precision_settings
 from .rows import (
     ROW_READERS,
@@ -108,27 +108,6 @@ def _precision(text: str, assumed: list[str], source: str = "") -> Precision:
             assumed.append(f"{text}: the FP8 recipe is not in the job schema, costed as fp8")
             return "fp8"
     return "bf16"
-
-
-def _check_dims(m: dict, model) -> str | None:
-    """The first dimension the row states that the catalog entry does not have, or None."""
-    stated = {"layers": model.num_layers, "hidden": model.hidden_size, "heads": model.num_attention_heads,
-              "num_experts": model.num_experts, "top_k": model.moe_router_topk,
-              "moe_ffn_hidden": model.moe_ffn_hidden_size}
-    if m.get("kv_heads") and not model.multi_latent_attention:
-        stated["kv_heads"] = model.num_kv_heads
-    for key, have in stated.items():
-        # a Gated DeltaNet model of GPT layers (Qwen3.5) is counted as its config counts (half the pattern) or not
-        also = model.gdn_gpt_layers if key == "layers" else None
-        if isinstance(m.get(key), int) and m[key] not in (have, also):
-            return f"the row states {key} {m[key]}, the catalog's {model.name} has {have}"
-    mla = m.get("mla") or {}
-    for key, field in (("q_lora_rank", "q_lora_rank"), ("kv_lora_rank", "kv_lora_rank"),
-                       ("qk_head_dim", "qk_head_dim"), ("qk_rope_head_dim", "qk_pos_emb_head_dim"),
-                       ("v_head_dim", "v_head_dim")):
-        if isinstance(mla.get(key), int) and mla[key] != getattr(model, field):
-            return f"the row states MLA {key} {mla[key]}, the catalog's {model.name} has {getattr(model, field)}"
-    return None
 
 
 def _recompute(p: dict, recipe: dict, assumed: list[str], settings: dict | None = None) -> str | None:
@@ -268,7 +247,7 @@ def moe_row_job(raw: dict) -> Row:
 
     hw, p, m = raw["hardware"], raw["parallel"], raw["model"]
     row = Row(id=raw["id"], source=raw["source"], gpu="", family="", num_gpus=int(p["num_gpus"]), raw=raw)
-    row.raw = raw = with_named_key(raw, row.assumed, moe=True)  # a row stating no key: the one its name spells
+    row.raw = raw = with_named_key(raw, row.assumed, moe=True)  # a key the catalog lacks: the one the row names
     m = raw["model"]
     key = str(m.get("key") or "")
     row.model_family = _family(key)
@@ -289,7 +268,7 @@ def moe_row_job(raw: dict) -> Row:
     assumed = row.assumed
     precision = _precision(raw.get("precision", "bf16"), assumed, raw["source"])
     model = stated if isinstance(stated, ModelSpec) else load_model(key)
-    wrong = _check_dims(m, model)
+    wrong = dims_disagreement(m, model)
     if wrong:
         row.skipped = wrong
         return row

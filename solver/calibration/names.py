@@ -1,8 +1,9 @@
 """The model a published row runs: its stated shape (`row_model`), or the catalog model it names -- the key it
-states, or an alias of one (`CATALOG_MODEL_OF_KEY`). A row of another file that states no key gets the key its
-model name spells (`with_named_key`) before anything reads the key (its recipe, its scripts' settings). Both row
-readers (`rows.row_job`, `moe_rows.moe_row_job`) take the model from here and hold a catalog entry to every
-dimension the row states."""
+states, or an alias of one (`CATALOG_MODEL_OF_KEY`). A row of another file that states no key, or one the catalog
+lacks, gets the key its model name spells or, naming none, the key of the one entry with every dimension it states
+(`with_named_key`) before anything reads the key (its recipe, its scripts' settings). Both row readers
+(`rows.row_job`, `moe_rows.moe_row_job`) take the model from here and hold a catalog entry to every dimension the
+row states (`dims_disagreement`)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,66 @@ def key_named(name: str, moe: bool | None = None) -> str | None:
 
 
 def with_named_key(raw: dict, assumed: list[str], moe: bool | None = None) -> dict:
-    """`raw` with its model's key filled from its name (`key_named`) when it states none, said in `assumed`."""
+    """`raw` with its model's key set to the catalog entry the row names when the key it states names none (or it
+    states none): the key its name spells (`key_named`), else the one entry with every dimension the row states
+    (`key_of_shape`); a spelled key whose dimensions the row contradicts is not taken. Said in `assumed`."""
     m = raw.get("model") or {}
-    named = None if m.get("key") else key_named(str(m.get("name") or ""), moe)
+    if m.get("key") and row_catalog_key(m):
+        return raw
+    named = key_named(str(m.get("name") or ""), moe)
+    if named and m.get("key") and dims_disagreement(m, _catalog_entry(named)):
+        named = None
+    how = "its name spells"
+    if not named and m.get("key"):
+        named, how = key_of_shape(m, moe), "it has every dimension the row states"
     if not named:
         return raw
-    assumed.append(f"model {m.get('name')!r} read as the catalog's {named} (the row states no catalog key)")
+    stated = f"the row's key {m['key']!r} names no catalog entry" if m.get("key") else "the row states no catalog key"
+    assumed.append(f"model {m.get('name')!r} read as the catalog's {named} ({how}; {stated})")
     return {**raw, "model": {**m, "key": named}}
+
+
+def _catalog_entry(key: str) -> ModelSpec:
+    from ..catalog import catalog_models
+
+    return catalog_models()[CATALOG_MODEL_OF_KEY.get(key, key)]
+
+
+# what a row must state for its shape to name a catalog entry alone (`key_of_shape`)
+SHAPE_NAMES_ENTRY = {False: ("layers", "hidden", "heads"), True: ("layers", "hidden", "heads", "num_experts", "top_k")}
+
+
+def key_of_shape(m: dict, moe: bool | None = None) -> str | None:
+    """The catalog key of the one model (MoE or dense as `moe`) that has every dimension the row states
+    (`dims_disagreement`), when it states at least `SHAPE_NAMES_ENTRY`'s; None when none or several have."""
+    from ..catalog import catalog_models
+
+    if not all(isinstance(m.get(k), int) for k in SHAPE_NAMES_ENTRY[bool(moe)]):
+        return None
+    fits = [k for k, spec in catalog_models().items()
+            if (moe is None or spec.is_moe == moe) and dims_disagreement(m, spec) is None]
+    return fits[0] if len(fits) == 1 else None
+
+
+def dims_disagreement(m: dict, model) -> str | None:
+    """The first dimension the row states (`m`: its model block) that the catalog entry `model` does not have, or None."""
+    stated = {"layers": model.num_layers, "hidden": model.hidden_size, "heads": model.num_attention_heads,
+              "num_experts": model.num_experts, "top_k": model.moe_router_topk,
+              "moe_ffn_hidden": model.moe_ffn_hidden_size}
+    if m.get("kv_heads") and not model.multi_latent_attention:
+        stated["kv_heads"] = model.num_kv_heads
+    for key, have in stated.items():
+        # a Gated DeltaNet model of GPT layers (Qwen3.5) is counted as its config counts (half the pattern) or not
+        also = model.gdn_gpt_layers if key == "layers" else None
+        if isinstance(m.get(key), int) and m[key] not in (have, also):
+            return f"the row states {key} {m[key]}, the catalog's {model.name} has {have}"
+    mla = m.get("mla") or {}
+    for key, field in (("q_lora_rank", "q_lora_rank"), ("kv_lora_rank", "kv_lora_rank"),
+                       ("qk_head_dim", "qk_head_dim"), ("qk_rope_head_dim", "qk_pos_emb_head_dim"),
+                       ("v_head_dim", "v_head_dim")):
+        if isinstance(mla.get(key), int) and mla[key] != getattr(model, field):
+            return f"the row states MLA {key} {mla[key]}, the catalog's {model.name} has {getattr(model, field)}"
+    return None
 
 
 def row_catalog_key(m: dict) -> str | None:
