@@ -177,7 +177,7 @@ def test_families_and_named_clusters():
     ("a100x64", "a100-80gb", 8, 8), ("A100X8", "a100-80gb", 1, 8), ("a100-40gbx16", "a100-40gb", 2, 8),
     ("h100x1024", "h100-sxm", 128, 8), ("h200x8", "h200", 1, 8), ("b200x72", "b200", 9, 8),
     ("v100x32", "v100-32gb", 2, 16), ("mi300xx16", "mi300x", 2, 8), ("h800x2048", "h800", 256, 8),
-    ("a800x64", "a800-80gb", 8, 8), ("h20x16", "h20", 2, 8),
+    ("a800x64", "a800-80gb", 8, 8), ("h20x16", "h20", 2, 8), ("gh200x64", "gh200", 16, 4),
 ])
 def test_family_resolution(ref, gpu, nodes, per_node):
     c = load_cluster(ref)

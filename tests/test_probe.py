@@ -171,6 +171,7 @@ def test_a_gpu_with_masked_rates_per_head_dimension_stays_hashable():
     ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("NVIDIA A100-PCIE-40GB", None),  # no 40 GB PCIe entry
     ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", None), ("NVIDIA H800 PCIe", None),
     ("Tesla V100-SXM2-32GB", "v100-32gb"), ("Tesla V100-SXM2-16GB", None), ("NVIDIA B300 SXM6 AC", "b300"),
-    ("AMD Instinct MI300X", "mi300x"), ("NVIDIA L40S", None), ("NVIDIA GH200 480GB", None)])
+    ("AMD Instinct MI300X", "mi300x"), ("NVIDIA L40S", None), ("NVIDIA GH200 480GB", "gh200"),
+    ("NVIDIA GH200 144G HBM3e", None)])
 def test_a_device_name_is_its_own_board_and_memory(device, gpu):
     assert catalog_gpu_of_device(device) == gpu

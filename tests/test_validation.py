@@ -173,6 +173,9 @@ def test_gpu_names_and_software_eras():
     assert [gpu_of(g) for g in ("NVIDIA H800 SXM5", "A800 80GB", "MI325X", "AMD Instinct MI355X", "NVIDIA H20 96GB")] == [
         ("h800", "h800"), ("a800-80gb", "a800"), ("mi325x", "mi325x"), ("mi355x", "mi355x"), ("h20", "h20")]
     assert gpu_of("H200") == ("h200", "h200") and gpu_of("H20") == ("h20", "h20")  # not one for the other
+    # GH200's 96 GB HBM3 GPU is its own entry (its 4 TB/s, its Grace host), not an H200; the 144 GB HBM3e one is not held
+    assert [gpu_of(g) for g in ("GH200", "NVIDIA GH200 480GB", "GH200 144GB HBM3e")] == [
+        ("gh200", "gh200"), ("gh200", "gh200"), None]
     # a PCIe or NVL board is not the SXM module (fewer SMs, other memory, no NVSwitch): priced on its own entry,
     # and one the catalog does not hold (A100 40GB PCIe, a PCIe A100 of unstated memory) skipped, not mis-priced
     assert [gpu_of(g) for g in ("H100 PCIe 80GB", "NVIDIA H100 NVL", "A100 80GB PCIe", "A100-PCIE-80GB")] == [

@@ -45,14 +45,15 @@ DATA_FILES = ("published_runs.json", "published_runs_more.json", "published_runs
 # peaks, memory or NVLink differ from the SXM module (H100 PCIe: 114 SMs, 2 TB/s; H100 NVL: 94 GB; A100 PCIe:
 # NVLink bridges in pairs, no NVSwitch) come first, as their own entries; one the catalog does not hold (an A100
 # 40GB PCIe, a PCIe card of unstated memory) matches the None entry next ("H100 NVL", not the GB200 NVL72 rack):
-# a row of it is skipped, never priced as the SXM module; so are a 16 GB V100 and a GH200 (Grace Hopper's own
-# memory and clocks), which the catalog does not hold either. `probe.catalog_gpu_of_device` reads torch's device
-# names with the same table.
+# a row of it is skipped, never priced as the SXM module; so are a 16 GB V100 and GH200's 144 GB HBM3e variant,
+# which the catalog does not hold either (the 96 GB GH200 is its own entry). `probe.catalog_gpu_of_device` reads
+# torch's device names with the same table.
 GPU_PATTERNS: tuple[tuple[str, tuple[str, str] | None], ...] = (
     (r"h100.*pcie", ("h100-pcie", "h100-pcie")),
     (r"h100[\s_-]*nvl\b", ("h100-nvl", "h100-nvl")),
     (r"a100.*(80\s*gb.*pcie|pcie.*80\s*gb)", ("a100-pcie-80gb", "a100-pcie")),
-    (r"pcie|\bnvl\b|v100.*16\s*gb|gh200", None),
+    (r"pcie|\bnvl\b|v100.*16\s*gb|gh200.*(144|hbm3e)", None),
+    (r"gh200", ("gh200", "gh200")),
     (r"a100.*40\s*gb|a100 \(dgx-a100, memory size not stated\)", ("a100-40gb", "a100-40gb")),  # 2020 DGX A100: 40 GB
     (r"a100", ("a100-80gb", "a100")),
     (r"h200", ("h200", "h200")),

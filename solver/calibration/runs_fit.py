@@ -36,7 +36,7 @@ from .rows import Row
 # catalog GPU -> chip whose parameters it shares (no published rows of its own: borrowed, stated in its YAML)
 # (Blackwell: B200 and GB200 are one die, B300 and GB300 another; each GPU keeps its own datasheet peaks.)
 CHIP_OF_GPU = {"a100-80gb": "a100", "a100-40gb": "a100", "a800-80gb": "a100", "a100-pcie-80gb": "a100",
-               "h100-sxm": "h100", "h100-pcie": "h100", "h100-nvl": "h100", "h200": "h100",
+               "h100-sxm": "h100", "h100-pcie": "h100", "h100-nvl": "h100", "h200": "h100", "gh200": "h100",
                "h800": "h100", "h20": "h100", "b200": "b200",
                "gb200": "b200", "b300": "b300", "gb300": "b300", "mi300x": "h100", "mi325x": "h100", "mi355x": "h100",
                "v100-32gb": "v100"}
