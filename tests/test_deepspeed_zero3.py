@@ -41,6 +41,20 @@ def test_exposed_traffic_is_every_weight_gathered_alone():
     assert co.layer_compute_s[0] == base.layer_compute_s[0] and co.layer_act_bytes[0] == base.layer_act_bytes[0]
 
 
+def test_gathered_working_set_is_bounded_by_deepspeeds_live_parameter_limit():
+    """DeepSpeed releases a gathered weight after its module unless reused soon, and stops prefetching at
+    max_live_parameters (1e9 elements, v0.3.16's default): GPT-3 175B's working set is its largest weight (the
+    49152 x 12288 MLP matrix) with its fp32 gradient, 1e9 elements kept in BF16 and a 5e8-element reduction bucket
+    of fp32 gradients -- not the two whole gathered layers FSDP's prefetch keeps; the time terms are unchanged."""
+    shape = Shapes.single(dp=1536, zero=3, recompute="full")
+    ds, fsdp = job_coefficients(_job(zero3_gathers="per_parameter"), shape), job_coefficients(_job(), shape)
+    largest = 4 * 12288 * 12288
+    expected = largest * (2 + 4) + 2 * 1e9 + 4 * 5e8
+    two_layers = 2 * load_model("gpt3-175b").params_per_layer * (2 + 4)
+    assert float(fsdp.const_bytes[0] - ds.const_bytes[0]) == pytest.approx(two_layers - expected, rel=1e-9)
+    assert ds.layer_compute_s[0] == fsdp.layer_compute_s[0]
+
+
 def test_only_zero3_shapes_change():
     shapes = Shapes.concat([Shapes.single(dp=1536, zero=z) for z in (0, 1, 2)])
     a, b = job_coefficients(_job(zero3_gathers="per_parameter"), shapes), job_coefficients(_job(), shapes)

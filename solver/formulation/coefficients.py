@@ -52,6 +52,7 @@ from .layer_terms import (
     mlp_linears,
     output_gate_s,
     overlapped_s,
+    per_parameter_zero3_live_bytes,
     per_parameter_zero3_s,
     selective_recompute,
     sharded_terms,
@@ -322,6 +323,8 @@ class _StageTerms:
             ds = per_parameter_zero3_s(weights, grad_bytes / BF16_BYTES, self.cluster, shard, t, self.rc)
             grad_copy = zero_grad_copy_bytes(grad_bytes) * layer_params_gpu / self.hbm
             self.layer_zero3 = np.where(z == 3, ds + grad_copy, self.layer_zero3)
+            live = per_parameter_zero3_live_bytes(weights, grad_bytes / BF16_BYTES)
+            self.z3_live = np.where(z == 3, np.minimum(self.z3_live, live), self.z3_live)
         layer_param_bytes = gathered_param_bytes(self.precision, self.fp8_param_gather)  # FP8 weights gathered in FP8
         self.layer_trained = self.trained_params(layer_params_gpu) + self.adapters_gpu  # LoRA: the adapters only
         self.layer_red, self.layer_ag = self.dp_step(self.layer_trained, BF16_BYTES if self.lora else layer_param_bytes)

@@ -268,6 +268,27 @@ def per_parameter_zero3_s(tensors_bytes, grad_scale: float, cluster, n, stride, 
     return passes * gather + len(tensors_bytes) * launches + scatter
 
 
+# DeepSpeed ZeRO-3's defaults at v0.3.16 (deepspeed/runtime/zero/constants.py; stage3.py's
+# PartitionedParameterCoordinator): a gathered parameter is released after its module's forward or backward unless
+# reused within `max_reuse_distance` elements; prefetching stops while `max_live_parameters` elements are gathered;
+# gradients are reduce-scattered in buckets of `reduce_bucket_size` elements
+DS_MAX_LIVE_PARAMETERS = 1e9
+DS_REDUCE_BUCKET_SIZE = 5e8
+
+
+def per_parameter_zero3_live_bytes(tensors_bytes, grad_scale: float):
+    """Working bytes of DeepSpeed's per-parameter ZeRO-3 on one GPU (`tensors_bytes`: the layer's linear weights,
+    BF16, as `per_parameter_zero3_s`): the largest weight gathered with its unsharded gradient (`grad_scale` x its
+    bytes), the parameters kept gathered for reuse or prefetched up to `DS_MAX_LIVE_PARAMETERS`, and one reduction
+    bucket of gradients -- never more than the two whole layers an FSDP-style coordinator keeps
+    (`memory.ZERO3_LIVE_LAYERS`)."""
+    stacked = np.stack(np.broadcast_arrays(*[np.asarray(b, dtype=np.float64) for b in tensors_bytes]))
+    largest, layer = stacked.max(axis=0), stacked.sum(axis=0)
+    bounded = (largest * (1.0 + grad_scale) + BF16_BYTES * DS_MAX_LIVE_PARAMETERS
+               + grad_scale * BF16_BYTES * DS_REDUCE_BUCKET_SIZE)
+    return np.minimum(bounded, ZERO3_LIVE_LAYERS * layer * (1.0 + grad_scale))
+
+
 def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, recompute, phi: float):
     """Context parallelism's ring exchange per layer and micro-batch, overlapped with the attention
     core: cp - 1 sends of one chunk's K and V forward on the links the CP group spans (ranks tp
