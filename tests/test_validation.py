@@ -292,6 +292,20 @@ def test_dgx_cloud_rows_keep_bf16_gradients_as_their_yaml_says():
         assert by_id[rid].predict()[2], rid
 
 
+def test_the_nemotron4_340b_yaml_keeps_adam_state_in_bf16_and_its_128_gpu_runs_fit():
+    """Of DGX Cloud's yamls only nemotron4-340b-synth.yaml sets optim.dtype bf16: NeMo's distributed Adam keeps bf16
+    moments and no fp32 master, priced as Megatron's precision-aware optimizer with bf16 moments. Its runs on 128
+    H100s (dp 2: the state is sharded over two ranks only) were predicted 12% and 16% over 80 GB although they ran."""
+    dgxc = [r for r in ROWS if r.source == "dgxc_v24111" and not r.skipped]
+    big = [r for r in dgxc if "nemotron4-340b" in r.id]
+    assert big and all(r.job.precision_aware_optimizer and r.job.optimizer_moment_dtype == "bf16" for r in big)
+    assert all(any("optim.dtype bf16" in a for a in r.assumed) for r in big)
+    assert not any(r.job.precision_aware_optimizer for r in dgxc if r not in big)  # the other yamls: fp32 state
+    by_id = {c.row.id: c for c in row_cases(big)}
+    for rid in ("dgxc-v24.11.1-nemotron4-340b-bf16-128", "dgxc-v24.11.1-nemotron4-340b-fp8-128"):
+        assert by_id[rid].predict()[2], rid
+
+
 def test_gb200_rows_of_another_source_in_their_own_words(tmp_path):
     """A held-out file: an NVL72 rack written as a 72-GPU node, the recipe in words, the fabric per tray."""
     import json

@@ -33,6 +33,18 @@ SOURCE_SETTINGS: dict[str, dict[str, tuple[GradReduceDtype, str]]] = {
     # sets accumulate_allreduce_grads_in_fp32 = True for every bf16 run ("bfloat16 requires gradient
     # accumulation and all-reduce to be done in fp32"), whatever the flags
     "megatron_core_h100_2024": {"grad_reduce_dtype": ("fp32", "Megatron-Core r0.8.0: bf16 reduces gradients in fp32")}}
+# Adam state a source's yaml fixes for one model (source, model name): NVIDIA/dgxc-benchmarking@v24.11.1
+# nemotron/nemotron4-340b-synth.yaml alone sets `optim.dtype: bf16` for Apex's distributed_fused_adam (its other yamls
+# keep fp32 state). NeMo v2.0.0 `MegatronBaseModel.setup_optimization` then keeps Adam's moments in bf16 and, the model
+# being bf16 (megatron_amp_O2), stores no master copy (store_params False), or a bf16 one when the launch turns FP8
+# parameters on (nemotron/launch.sh: +model.fp8_params for fp8 runs): 4 or 6 bytes per parameter, sharded over the
+# data-parallel ranks. Priced as Megatron's precision-aware optimizer with bf16 moments (6: exact for fp8, an upper
+# bound for bf16).
+_DGXC_340B_YAML = ("the source's yaml nemotron4-340b-synth.yaml: optim.dtype bf16, NeMo's distributed Adam then "
+                   "keeps bf16 moments and no fp32 master")
+SOURCE_OPTIMIZER: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
+    ("dgxc_v24111", "nemotron4340b"): ({"precision_aware_optimizer": True, "optimizer_moment_dtype": "bf16"},
+                                       _DGXC_340B_YAML)}
 FLASH_BY_DEFAULT = True  # 2023+ sources: Megatron-Core / NeMo / llm-foundry all run flash attention
 # The attention kernel a source's own launch scripts ran, where it is not the rule in `row_job`:
 # llm-foundry's throughput tables (scripts/train/benchmarking/README.md, last tables 2024-01-06 @5e85bd62)
@@ -86,4 +98,14 @@ def recipe_block(raw: dict, assumed: list[str] | None = None) -> dict:
         return block
     if assumed is not None:
         assumed.append(f"recipe block {type(block).__name__}, not an object: read as no recipe")
+    return {}
+
+
+def optimizer_settings(raw: dict, assumed: list[str]) -> dict[str, Any]:
+    """The Adam-state settings the row's source fixes for its model (`SOURCE_OPTIMIZER`), said in `assumed`."""
+    name = re.sub(r"[^a-z0-9]", "", str((raw.get("model") or {}).get("name") or "").lower())
+    for (source, model), (settings, evidence) in SOURCE_OPTIMIZER.items():
+        if raw.get("source") == source and name.startswith(model):
+            assumed.append(f"Adam state in bf16 ({evidence})")
+            return dict(settings)
     return {}

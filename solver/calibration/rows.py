@@ -31,7 +31,7 @@ from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec
 from ..specs.job import Precision
 from ..specs.reading import read_data
-from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of, fsdp_of
+from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of, fsdp_of, optimizer_settings
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
@@ -352,7 +352,7 @@ def row_job(raw: dict) -> Row:
         precision=precision, flash_attention=flash, attention_kernel=kernel, **offload,
         tp_comm_overlap="tp-comm-overlap" in overlap or "tp comm overlap" in overlap,
         overlap_grad_reduce=era.get("overlap_grad_reduce", True), zero3_gathers=era.get("zero3_gathers", "prefetched"),
-        grad_reduce_dtype=reduce_dtype, **settings, **task_settings(raw, assumed),
+        grad_reduce_dtype=reduce_dtype, **settings, **optimizer_settings(raw, assumed), **task_settings(raw, assumed),
         constraints=Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                                 **pipeline_accounting(p, int(m["layers"]), assumed)),
     )
