@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from .names import squeezed
+
 GradReduceDtype = Literal["fp32", "bf16"]  # JobSpec.grad_reduce_dtype
 # DeepSpeed's ZeRO-3 before v0.5.5 (2021-11): per-parameter gathers after a device synchronisation
 # (JobSpec.zero3_gathers, formulation/layer_terms.per_parameter_zero3_s); v0.5.5 coalesced them
@@ -103,7 +105,7 @@ def recipe_block(raw: dict, assumed: list[str] | None = None) -> dict:
 
 def optimizer_settings(raw: dict, assumed: list[str]) -> dict[str, Any]:
     """The Adam-state settings the row's source fixes for its model (`SOURCE_OPTIMIZER`), said in `assumed`."""
-    name = re.sub(r"[^a-z0-9]", "", str((raw.get("model") or {}).get("name") or "").lower())
+    name = squeezed(str((raw.get("model") or {}).get("name") or ""))
     for (source, model), (settings, evidence) in SOURCE_OPTIMIZER.items():
         if raw.get("source") == source and name.startswith(model):
             assumed.append(f"Adam state in bf16 ({evidence})")

@@ -41,11 +41,14 @@ def with_named_key(raw: dict, assumed: list[str], moe: bool | None = None) -> di
     """`raw` with its model's key set to the catalog entry the row names when the key it states names none (or it
     states none): the key its name spells (`key_named`), else the one entry with every dimension the row states
     (`key_of_shape`); a spelled key whose dimensions the row contradicts is not taken. Said in `assumed`."""
+    from ..catalog import catalog_models
+
     m = raw.get("model") or {}
     if m.get("key") and row_catalog_key(m):
         return raw
     named = key_named(str(m.get("name") or ""), moe)
-    if named and m.get("key") and dims_disagreement(m, _catalog_entry(named)):
+    entry = row_catalog_key({"key": named}) if named else None  # key_named spells catalog keys or their aliases
+    if entry and m.get("key") and dims_disagreement(m, catalog_models()[entry]):
         named = None
     how = "its name spells"
     if not named and m.get("key"):
@@ -55,12 +58,6 @@ def with_named_key(raw: dict, assumed: list[str], moe: bool | None = None) -> di
     stated = f"the row's key {m['key']!r} names no catalog entry" if m.get("key") else "the row states no catalog key"
     assumed.append(f"model {m.get('name')!r} read as the catalog's {named} ({how}; {stated})")
     return {**raw, "model": {**m, "key": named}}
-
-
-def _catalog_entry(key: str) -> ModelSpec:
-    from ..catalog import catalog_models
-
-    return catalog_models()[CATALOG_MODEL_OF_KEY.get(key, key)]
 
 
 # what a row must state for its shape to name a catalog entry alone (`key_of_shape`)

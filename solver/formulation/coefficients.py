@@ -468,8 +468,8 @@ class _StageTerms:
         return np.where(p > 1, np.where(v > 1, np.maximum(0.0, p2p - chunk_work), p2p), 0.0)
 
     def dispatcher_buffers(self) -> np.ndarray:
-        """The flex dispatcher's DeepEP / HybridEP buffer per GPU (`ep_buffers.py`; Megatron's stack only)."""
-        dispatcher = self.moe_token_dispatcher if self.stack.name == "megatron" else "alltoall"
+        """The flex dispatcher's DeepEP / HybridEP buffer per GPU (`ep_buffers.py`; Megatron's fused stack only)."""
+        dispatcher = self.moe_token_dispatcher if self.stack.fused else "alltoall"
         return ep_buffers.dispatcher_buffer_bytes(self.model, self.cluster, self.M, self.t, self.shapes.ep,
                                                   self.shapes.etp, dispatcher)
 
