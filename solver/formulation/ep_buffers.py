@@ -85,12 +85,12 @@ def hybridep_buffer_bytes(width, tokens_rank, experts, local_experts, domain_ran
     `experts` in all and `local_experts` per rank, over `domains` NVLink domains of `domain_ranks` ranks."""
     w, T = np.asarray(width, dtype=np.float64), np.asarray(tokens_rank, dtype=np.float64)
     R, N = np.asarray(domain_ranks, dtype=np.float64), np.asarray(domains, dtype=np.float64)
-    scales = FP32_BYTES * w / HYBRIDEP_SCALE_BLOCK
+    token, scales = BF16_BYTES * w, FP32_BYTES * w / HYBRIDEP_SCALE_BLOCK
     domain_probs = FP32_BYTES * local_experts * R
-    nvl = T * R * N * (BF16_BYTES * w + domain_probs + scales)
+    dispatched = token + domain_probs + scales  # one token as the domain's buffers hold it
+    nvl = T * R * N * dispatched
     remote = T * (N - 1)
-    rdma = (T * (BF16_BYTES * w + FP32_BYTES * experts + scales) + remote * (BF16_BYTES * w + domain_probs + scales)
-            + 2 * remote * (BF16_BYTES * w + domain_probs))
+    rdma = T * (token + FP32_BYTES * experts + scales) + remote * dispatched + 2 * remote * (token + domain_probs)
     return nvl + np.where(N > 1, rdma, 0.0)
 
 

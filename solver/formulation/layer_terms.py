@@ -280,13 +280,11 @@ def per_parameter_zero3_live_bytes(tensors_bytes, grad_scale: float):
     """Working bytes of DeepSpeed's per-parameter ZeRO-3 on one GPU (`tensors_bytes`: the layer's linear weights,
     BF16, as `per_parameter_zero3_s`): the largest weight gathered with its unsharded gradient (`grad_scale` x its
     bytes), the parameters kept gathered for reuse or prefetched up to `DS_MAX_LIVE_PARAMETERS`, and one reduction
-    bucket of gradients -- never more than the two whole layers an FSDP-style coordinator keeps
-    (`memory.ZERO3_LIVE_LAYERS`)."""
-    stacked = np.stack(np.broadcast_arrays(*[np.asarray(b, dtype=np.float64) for b in tensors_bytes]))
-    largest, layer = stacked.max(axis=0), stacked.sum(axis=0)
-    bounded = (largest * (1.0 + grad_scale) + BF16_BYTES * DS_MAX_LIVE_PARAMETERS
-               + grad_scale * BF16_BYTES * DS_REDUCE_BUCKET_SIZE)
-    return np.minimum(bounded, ZERO3_LIVE_LAYERS * layer * (1.0 + grad_scale))
+    bucket of gradients (the caller caps it at the two whole layers an FSDP-style coordinator keeps,
+    `sharded_terms`' live bytes)."""
+    largest = np.max(np.stack(np.broadcast_arrays(*[np.asarray(b, dtype=np.float64) for b in tensors_bytes])), axis=0)
+    return (largest * (1.0 + grad_scale) + BF16_BYTES * DS_MAX_LIVE_PARAMETERS
+            + grad_scale * BF16_BYTES * DS_REDUCE_BUCKET_SIZE)
 
 
 def cp_ring_exposed_s(cluster, *, kv_chunk_bytes, cp, tp, core_fwd, core_bwd, recompute, phi: float):

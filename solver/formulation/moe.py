@@ -42,9 +42,10 @@ EXPERT_BIAS_BYTES = (6.0 * BF16_BYTES, 8.0 * BF16_BYTES)
 EXPERT_CLAMP_ELEMENTS = (8.0, 10.0)
 
 
-def expert_bias_bytes(model: ModelSpec, copies, hidden: int):
+def expert_bias_bytes(model: ModelSpec, copies, hidden: int, eager: bool = True):
     """(forward, backward) HBM bytes of the routed experts' fc2 bias on one GPU, for `copies` routed
-    copies of width `hidden`: zero without biases (`add_bias_linear`). Megatron-Core's TEGroupedMLP
+    copies of width `hidden`: zero without biases (`add_bias_linear`) and under Transformer Engine's op fuser
+    (not `eager`, as `expert_clamp_bytes`). Megatron-Core's TEGroupedMLP
     builds fc2 with skip_bias_add and adds the bias, weighted by the copy's routing probability, in
     Python, one local expert at a time (megatron/core/transformer/moe/experts.py `_apply_bias`, added by
     a329dd6da5 "Enable bias in expert mlp [gpt-oss 5/5]", 2025-09-22, unchanged in core_v0.15.0 to
@@ -55,7 +56,7 @@ def expert_bias_bytes(model: ModelSpec, copies, hidden: int):
     transformer_engine/pytorch/csrc/extensions/router.cpp): 6 bf16 passes; backward the split's
     gradient is a cat (read + write), the product's two gradients each a multiply and a reduction
     (grad * p summed over the copies, grad * b summed over the hidden width): 8 passes."""
-    if not model.add_bias_linear:
+    if not (eager and model.add_bias_linear):
         return 0.0, 0.0
     fwd, bwd = EXPERT_BIAS_BYTES
     return fwd * copies * hidden, bwd * copies * hidden
@@ -206,7 +207,7 @@ def moe_mlp_compute_s(model: ModelSpec, tokens, tp, ep, etp, imbalance: float, *
     shared = tokens if f_s else 0.0  # the shared experts' GEMM inputs are the rank's tokens
     cast_f = cast_bytes * (copies * (w + f_l) + shared * (h + f_s / t))
     cast_b = cast_bytes * (copies * ((mats - 1) * f_l + w) + shared * ((mats - 1) * f_s / t + h))
-    bias_f, bias_b = expert_bias_bytes(model, copies, w) if eager_epilogue else (0.0, 0.0)
+    bias_f, bias_b = expert_bias_bytes(model, copies, w, eager_epilogue)
     clamp_f, clamp_b = expert_clamp_bytes(model, copies, f_l, eager_epilogue)
     lat_mem_f, lat_mem_b = lat_f - lat_gf, lat_b - lat_gb
     return (gemm_f + lat_mem_f + (el + cast_f + bias_f + clamp_f) / hbm_bytes_per_s,
