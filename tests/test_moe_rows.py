@@ -63,6 +63,23 @@ def test_the_row_states_reach_the_job():
     assert any("no FSDP (the source's column)" in a for a in r.assumed)
 
 
+def test_a_recipe_matched_on_vp_that_sets_none_reads_as_no_interleaving():
+    """Megatron-Bridge's table prints VP "n/a" (the file: null); the recipe matched on it sets no vp: vp 1, not the
+    best legal 9 an unstated vp would take. Without a recipe, or under another source, vp stays free."""
+    row_id = "mbridge_perf-26.04.01-gpt-oss-120b-h100-sxm5-80gb-bf16-64"
+    raw = _raw(row_id)
+    assert raw["parallel"]["pp"] == 4 and raw["parallel"]["vp"] is None and raw["parallel"]["other"]["recipe"]
+    row = BY_ID[row_id]
+    assert row.job.constraints.vp == (1,)
+    assert any("matched recipe sets no virtual pipeline" in a for a in row.assumed)
+    raw["parallel"]["other"].pop("recipe")
+    assert moe_row_job(raw).job.constraints.vp is None
+    other = _raw(row_id) | {"source": "another_source"}
+    assert moe_row_job(other).job.constraints.vp is None
+    dense = BY_ID["mbridge_perf-26.02.01-llama3-70b-gb300-mxfp8-64"]  # n/a in the table, no recipe attached
+    assert dense.raw["parallel"]["vp"] is None and dense.job.constraints.vp is None
+
+
 def test_recipe_knobs_and_labels_are_read():
     q = BY_ID["mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]
     assert q.job.constraints.etp == (1,) and q.job.constraints.recompute == ("none",)

@@ -111,3 +111,28 @@ def optimizer_settings(raw: dict, assumed: list[str]) -> dict[str, Any]:
             assumed.append(f"Adam state in bf16 ({evidence})")
             return dict(settings)
     return {}
+
+
+# Sources that matched each row's recipe on its virtual-pipeline size: Megatron-Bridge's performance summary, whose
+# data-file rows attach the perf recipe "whose TP/PP/CP/VP/EP/MBS/GBS/#GPUs match this table row" (the rows' notes).
+# Its tables print VP "n/a" for no interleaving, which the file writes as null; the workload configs those rows name
+# set no virtual_pipeline_model_parallel_size (scripts/performance/configs/*_workload_base_configs.py at each row's
+# tag, v0.3.1-v0.5.0), and `set_workload_base_configs` (scripts/performance/utils/overrides.py) writes that None onto
+# the model, which the script's own log prints as "VP: 1". A row without a recipe keeps the best legal vp: a table
+# "n/a" alone is not proof (26.02.01's Llama 3 70B GB300 MXFP8 row prints n/a where the v0.3.1 config nearest it
+# sets 5).
+RECIPE_MATCHED_ON_VP = frozenset({"mbridge_perf"})
+
+
+def stated_vp(raw: dict, assumed: list) -> tuple[int, ...] | None:
+    """The row's virtual-pipeline size as its source states it: the number; 1 without pipelining; 1 where a recipe
+    matched on vp leaves it unset (`RECIPE_MATCHED_ON_VP`); else None (the best legal value)."""
+    p = raw["parallel"]
+    if p.get("vp"):
+        return (p["vp"],)
+    if p.get("pp") == 1:
+        return (1,)
+    if p.get("pp") and raw.get("source") in RECIPE_MATCHED_ON_VP and recipe_block(raw):
+        assumed.append("vp 1: the matched recipe sets no virtual pipeline (its table prints VP n/a)")
+        return (1,)
+    return None

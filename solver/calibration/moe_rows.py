@@ -39,7 +39,7 @@ from typing import Any
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
 from ..specs.job import Precision
-from .eras import fsdp_of, recipe_block
+from .eras import fsdp_of, recipe_block, stated_vp
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import (
     FAMILY_RECOMPUTE,
@@ -380,7 +380,7 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),
         ep=(p["ep"],) if p.get("ep") else None, etp=(etp,) if etp else None,
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
-        vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
+        vp=stated_vp(row.raw, assumed),
         recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
         zero=(3,) if recipe.get("use_megatron_fsdp") else ddp_zero(p, assumed),
     )

@@ -31,7 +31,16 @@ from ..formulation.flops import megatron_eq3_flop, model_flop_per_step
 from ..specs import ClusterSpec, Constraints, JobSpec
 from ..specs.job import Precision
 from ..specs.reading import read_data
-from .eras import FLASH_BY_DEFAULT, SOURCE_KERNEL, SOURCE_SETTINGS, GradReduceDtype, era_of, fsdp_of, optimizer_settings
+from .eras import (
+    FLASH_BY_DEFAULT,
+    SOURCE_KERNEL,
+    SOURCE_SETTINGS,
+    GradReduceDtype,
+    era_of,
+    fsdp_of,
+    optimizer_settings,
+    stated_vp,
+)
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
@@ -326,7 +335,7 @@ def row_job(raw: dict) -> Row:
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None,
         cp=(p.get("cp") or 1,),
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
-        vp=(p["vp"],) if p.get("vp") else ((1,) if p.get("pp") == 1 else None),
+        vp=stated_vp(raw, assumed),
         recompute=(recompute_of(p.get("recompute")),) if recompute_of(p.get("recompute")) else None,
         sequence_parallel=(bool(sp),) if sp is not None else None,
         zero=(zero,) if zero is not None else ddp_zero(p, assumed),
