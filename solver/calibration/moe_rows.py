@@ -62,6 +62,7 @@ from .rows import (
     published_row_cluster,
     recompute_of,
 )
+from .stated import NO_GLOBAL_BATCH
 from .tasks import task_problem, task_settings
 from .unread_sources import CHOICES as UNREAD_SOURCE_CHOICES
 from .unread_sources import said as said_of_unread_source
@@ -253,7 +254,7 @@ def moe_row_job(raw: dict) -> Row:
     row.model_family = _family(key)
     named = squeezed(key or str(m.get("name") or ""))
     reason = next((why for prefix, why in NOT_IN_CATALOG.items() if named.startswith(squeezed(prefix))), None)
-    reason = reason or task_problem(raw, moe=True)
+    reason = reason or task_problem(raw, moe=True) or (NO_GLOBAL_BATCH if p.get("gbs") is None else None)
     stated = stated_moe_model(m, row.assumed) if not reason and key not in catalog_models() else None
     if isinstance(stated, str):
         reason = stated
@@ -296,7 +297,7 @@ def moe_row_job(raw: dict) -> Row:
         return row
     fp8_attention_guard(settings, assumed, model=model, cluster=cluster, precision=precision)
     cons = _row_constraints(row, recipe, model, settings, unstated_settings)
-    base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=int(m["seq_len"]),
+    base = JobSpec(model=model, cluster=cluster, global_batch_size=int(p["gbs"]), seq_length=model.seq_length,
                    precision=precision, grad_reduce_dtype=grad_reduce_dtype(raw, assumed), constraints=cons,
                    **settings)
     row.job = _best_settings(base, unstated_settings, row) or _relaxed(base, unstated_settings, row)
@@ -353,7 +354,9 @@ def _row_model(model: ModelSpec, raw: dict, layout: str, recipe: dict, assumed: 
     them or its matched recipe states them (`mtp_num_layers`), else the published config's (said),
     and token dropping where the row's label states it."""
     m, other = raw["model"], raw["parallel"].get("other") or {}
-    update: dict = {"seq_length": int(m["seq_len"])}
+    update: dict = {"seq_length": int(m["seq_len"])} if m.get("seq_len") else {}
+    if not update:
+        assumed.append(f"sequence length not stated: {model.seq_length}, the published config's")
     mtp = str(other.get("mtp") or "").lower()
     stated = recipe.get("mtp_num_layers")
     if "without mtp" in mtp:

@@ -45,6 +45,7 @@ from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
 from .precision_rows import fp8_attention_guard, precision_settings
+from .stated import NO_GLOBAL_BATCH, with_stated_numbers
 from .tasks import task_problem, task_settings
 from .unread_sources import apply_to as apply_unread_source_settings
 
@@ -213,7 +214,7 @@ def skip_reason(raw: dict) -> str | None:
     if gpu_of((raw.get("hardware") or {}).get("gpu")) is None:
         return f"GPU {(raw.get('hardware') or {}).get('gpu')!r} is not in the catalog"
     if p.get("gbs") is None:
-        return "global batch not stated: the step time of the measured throughput is undefined"
+        return NO_GLOBAL_BATCH
     return None
 
 
@@ -488,7 +489,9 @@ def published_rows(paths: list[str] | None = None) -> list[Row]:
     out = []
     for raw in load_rows(paths)[0]:
         try:
+            raw, read_as = with_stated_numbers(raw)  # "4", 4.0, "n/a", "not stated": integers or None, said
             out.append(row_job(raw))
+            out[-1].assumed[:0] = read_as
         except (KeyError, TypeError, ValueError, InputError) as exc:  # ValidationError is a ValueError
             reason = (exc.message if isinstance(exc, InputError) else f"it states no {exc} field" if isinstance(exc, KeyError)
                       else f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
