@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import solveplan.catalog_published
+from solveplan.calibration.precision_rows import row_precision
 from solveplan.calibration.rows import published_rows
 from solveplan.calibration.stated import read_field, read_measured, with_stated_numbers
 
@@ -112,3 +113,26 @@ def test_a_throughput_written_with_a_thousands_separator_gives_the_same_step(tmp
     path.write_text(json.dumps({**data, "measurements": [raw]}))
     (row,) = published_rows([str(path)])
     assert row.skipped is None and row.measured_s == pytest.approx(as_released.measured_s, rel=1e-3)
+
+
+@pytest.mark.parametrize("text, source, recipe, said", [
+    ("fp8 (quantization recipe not stated)", "mbridge_perf", "fp8-tensorwise", "unnamed FP8 recipe"),
+    ("fp8 (not stated)", "another_source", "fp8", "per-tensor delayed scaling"),
+    ("FP8 blockwise", "x", "fp8-blockwise", None), ("fp8 current scaling", "x", "fp8-tensorwise", None),
+    ("FP4", "x", "nvfp4", "NVFP4"), ("TF32", "x", "bf16", "names no recipe"), ("bf16 mixed precision", "x", "bf16", None),
+    ("fp16", "x", "fp16", None), (None, "x", "bf16", None),
+])
+def test_one_precision_reader_for_dense_and_moe_rows(text, source, recipe, said):
+    assumed: list = []
+    assert row_precision(text, assumed, source) == recipe
+    assert (said is None and not assumed) or any(said in a for a in assumed)
+
+
+def test_a_moe_row_reads_a_spelled_out_recipe_as_the_dense_reader_does(tmp_path):
+    data = json.loads(MOE_FILE.read_text())
+    raw = copy.deepcopy(next(r for r in data["measurements"] if r["id"] == ROW_ID))
+    raw["precision"] = "FP8 current scaling"
+    path = tmp_path / "kept_aside.json"
+    path.write_text(json.dumps({**data, "measurements": [raw]}))
+    (row,) = published_rows([str(path)])
+    assert row.skipped is None and row.job.precision == "fp8-tensorwise"

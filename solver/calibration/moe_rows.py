@@ -33,12 +33,10 @@ What a row states wins:
 from __future__ import annotations
 
 import re
-import typing
 from typing import Any
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
-from ..specs.job import Precision
 from .eras import fsdp_of, recipe_block, stated_vp
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import (
@@ -50,7 +48,7 @@ from .moe_recipes import (
 )
 from .moe_row_model import stated_moe_model
 from .names import dims_disagreement, names_catalog_moe, squeezed, with_named_key
-from .precision_rows import fp8_attention_guard, precision_settings
+from .precision_rows import fp8_attention_guard, precision_settings, row_precision
 from .rows import (
     ROW_READERS,
     Row,
@@ -74,15 +72,7 @@ FAMILY_OF_KEY = {"deepseek-v4": "deepseek-v4", "deepseek": "deepseek-moe", "qwen
                  "mixtral": "mixtral", "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG: dict[str, str] = {}  # row keys with no catalog entry and no stated shape, with why (none left)
 # precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
-PRECISION_OF_ROW: tuple[tuple[str, Precision], ...] = (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("fp8-cs", "fp8-tensorwise"),
-                    ("fp8-blockwise", "fp8-blockwise"), ("fp8", "fp8"), ("bf16", "bf16"))
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
-# The FP8 recipe of a row whose page names none (the 25.09 tables): Megatron-Bridge's 25.09 performance
-# scripts (scripts/performance/configs/*/*.yaml at v0.1.0rc3, `perf_matrix`) list fp8_cs -- per-tensor
-# current scaling -- beside fp8_mx (Blackwell) and fp8_ss (blockwise, H100), the two the page prints in
-# parentheses ("different quantization granularity"); the Qwen3-30B-A3B H100 row's micro-batch 2 is the
-# fp8_cs entry's (bf16's is 1)
-UNNAMED_FP8: dict[str, Precision] = {"mbridge_perf": "fp8-tensorwise"}
 def is_moe_file_row(raw: dict) -> bool:
     """A mixture-of-experts row, of the MoE / new-GPU file or of any other file of runs: category A, or
     a row that states experts or expert parallelism (Nemotron 3.5 Lightning is filed as dense but
@@ -94,21 +84,6 @@ def is_moe_file_row(raw: dict) -> bool:
 
 def _family(key: str) -> str:
     return next((fam for prefix, fam in FAMILY_OF_KEY.items() if key.startswith(prefix)), key)
-
-
-def _precision(text: str, assumed: list[str], source: str = "") -> Precision:
-    t = str(text).lower()
-    allowed = typing.get_args(JobSpec.model_fields["precision"].annotation)
-    if "fp8" in t and "not stated" in t and source in UNNAMED_FP8:
-        assumed.append(f"{text}: the source's unnamed FP8 recipe is {UNNAMED_FP8[source]} (its perf matrix)")
-        return UNNAMED_FP8[source]
-    for marker, precision in PRECISION_OF_ROW:
-        if marker in t:
-            if precision in allowed:
-                return precision
-            assumed.append(f"{text}: the FP8 recipe is not in the job schema, costed as fp8")
-            return "fp8"
-    return "bf16"
 
 
 def _recompute(p: dict, recipe: dict, assumed: list[str], settings: dict | None = None) -> str | None:
@@ -267,7 +242,7 @@ def moe_row_job(raw: dict) -> Row:
         return row
     row.gpu, row.family = gpu
     assumed = row.assumed
-    precision = _precision(raw.get("precision", "bf16"), assumed, raw["source"])
+    precision = row_precision(raw.get("precision", "bf16"), assumed, raw["source"])
     model = stated if isinstance(stated, ModelSpec) else load_model(key)
     wrong = dims_disagreement(m, model)
     if wrong:

@@ -9,8 +9,53 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..specs.fp8_attention import fp8_attention_problem
+from ..specs.job import Precision
 from ..specs.module_precision import rules_from_te_config
 from .eras import NEMO_DOCS, recipe_block
+
+# The FP8 recipe of a row whose page names none (the 25.09 tables): Megatron-Bridge's 25.09 performance
+# scripts (scripts/performance/configs/*/*.yaml at v0.1.0rc3, `perf_matrix`) list fp8_cs -- per-tensor
+# current scaling -- beside fp8_mx (Blackwell) and fp8_ss (blockwise, H100), the two the page prints in
+# parentheses ("different quantization granularity"); the Qwen3-30B-A3B H100 row's micro-batch 2 is the
+# fp8_cs entry's (bf16's is 1)
+UNNAMED_FP8: dict[str, Precision] = {"mbridge_perf": "fp8-tensorwise"}
+# Words of a precision text that name BF16 training (or nothing): read as bf16 without a note
+BF16_WORDS = ("bf16", "bfloat16", "16-bit", "not stated", "mixed precision")
+
+
+def precision_of(text) -> Precision:
+    """The recipe of a row's precision text: mxfp8, fp8-blockwise, fp8-tensorwise ('fp8-cs': per-tensor
+    current scaling), fp8 (per-tensor delayed scaling, also when the recipe is not stated: Megatron's
+    default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer), nvfp4 (Transformer Engine's
+    NVFP4BlockScaling, also a bare 'fp4': the one FP4 training recipe it has) or bf16 (anything else, including
+    '16-bit' and 'not stated': the same tensor-core peak). MXFP4 rows are skipped before (`rows.skip_reason`)."""
+    t = str(text).lower()
+    recipes: tuple[tuple[tuple[str, ...], Precision], ...] = (
+        (("nvfp4",), "nvfp4"), (("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
+        (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise"))
+    for keys, recipe in recipes:
+        if any(k in t for k in keys):
+            return recipe
+    if "fp4" in t and "mxfp4" not in t:
+        return "nvfp4"
+    return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
+
+
+def row_precision(text, assumed: list, source: str = "") -> Precision:
+    """`precision_of` for a row of `source`, with what it assumes said: an FP8 recipe the page leaves unnamed is its
+    source's (`UNNAMED_FP8`) or Megatron's default, delayed scaling; a text naming no recipe is costed as bf16."""
+    out, t = precision_of(text), str(text).lower()
+    if out == "fp8" and "not stated" in t and source in UNNAMED_FP8:
+        assumed.append(f"{text}: the source's unnamed FP8 recipe is {UNNAMED_FP8[source]} (its perf matrix)")
+        return UNNAMED_FP8[source]
+    if out == "fp8" and "not stated" in t:
+        assumed.append("FP8 recipe not stated: per-tensor delayed scaling (Megatron's default)")
+    if out == "nvfp4" and "nvfp4" not in t:
+        assumed.append(f"precision {text!r}: NVFP4, Transformer Engine's FP4 training recipe")
+    if out == "bf16" and text is not None and not any(w in t for w in BF16_WORDS):
+        assumed.append(f"precision {text!r} names no recipe the formulation prices: costed as bf16")
+    return out
+
 
 # Megatron-Bridge's FP8 precision configs keep FP8 primary weights (src/megatron/bridge/training/
 # mixed_precision.py, v0.1.0rc3 to v0.6.0: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_

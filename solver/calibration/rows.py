@@ -44,7 +44,7 @@ from .eras import (
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
-from .precision_rows import fp8_attention_guard, precision_settings
+from .precision_rows import fp8_attention_guard, precision_of, precision_settings, row_precision
 from .stated import NO_GLOBAL_BATCH, with_stated_numbers
 from .tasks import task_problem, task_settings
 from .unread_sources import apply_to as apply_unread_source_settings
@@ -177,22 +177,6 @@ def recompute_of(text) -> str | None:
         return None
     t = str(text).lower()
     return "full" if t.startswith("full") else "selective" if t.startswith("selective") else "none"
-
-
-def precision_of(text) -> Precision:
-    """The recipe of a row's precision text: mxfp8, fp8-blockwise, fp8-tensorwise ('fp8-cs': per-tensor
-    current scaling), fp8 (per-tensor delayed scaling, also when the recipe is not stated: Megatron's
-    default), fp16 ('fp16 mixed precision': Megatron's fp16 optimizer), nvfp4 (Transformer Engine's
-    NVFP4BlockScaling) or bf16 (anything else, including '16-bit' and 'not stated': the same tensor-core
-    peak). MXFP4 rows are skipped before (`skip_reason`)."""
-    t = str(text).lower()
-    recipes: tuple[tuple[tuple[str, ...], Precision], ...] = (
-        (("nvfp4",), "nvfp4"), (("mxfp8",), "mxfp8"), (("blockwise", "block-wise", "subchannel"), "fp8-blockwise"),
-        (("fp8-cs", "current scaling", "current-scaling", "tensorwise"), "fp8-tensorwise"))
-    for keys, recipe in recipes:
-        if any(k in t for k in keys):
-            return recipe
-    return "fp8" if "fp8" in t else "fp16" if "fp16" in t else "bf16"
 
 
 def skip_reason(raw: dict) -> str | None:
@@ -404,7 +388,7 @@ def precision_and_offload(raw: dict, knobs: dict, assumed: list) -> tuple[Precis
     if preset_fp8 and precision_of(raw.get("precision")) == "fp8":
         assumed.append(f"FP8 recipe {preset_fp8}: the matched perf_matrix entry's")
         return preset_fp8, offload
-    return _precision(raw.get("precision"), assumed), offload
+    return row_precision(raw.get("precision"), assumed, raw["source"]), offload
 
 
 def ddp_zero(p: dict, assumed: list) -> tuple[int, ...] | None:
@@ -448,13 +432,6 @@ def grad_reduce_dtype(raw: dict, assumed: list) -> GradReduceDtype:
         assumed.append(f"gradients reduced in {dtype} ({evidence})")
         return dtype
     return "fp32"
-
-
-def _precision(text, assumed: list) -> Precision:
-    out = precision_of(text)
-    if out == "fp8" and "not stated" in str(text).lower():
-        assumed.append("FP8 recipe not stated: per-tensor delayed scaling (Megatron's default)")
-    return out
 
 
 def measured_step_s(raw: dict, job: JobSpec) -> tuple[float | None, str]:
