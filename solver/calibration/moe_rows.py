@@ -71,8 +71,9 @@ MOE_FILE = "published_runs_moe_newgpu.json"
 FAMILY_OF_KEY = {"deepseek-v4": "deepseek-v4", "deepseek": "deepseek-moe", "qwen3": "qwen3-moe", "gpt-oss": "gpt-oss",
                  "mixtral": "mixtral", "llama4": "llama4", "nemotron3": "nemotron3", "kimi": "kimi"}
 NOT_IN_CATALOG: dict[str, str] = {}  # row keys with no catalog entry and no stated shape, with why (none left)
-# precision text of a row -> the job's precision (when the schema has that recipe) and the fallback
 CAPACITY_FACTOR_DROP = 1.0  # Megatron-Bridge's token-drop recipes: moe_expert_capacity_factor 1.0
+
+
 def is_moe_file_row(raw: dict) -> bool:
     """A mixture-of-experts row, of the MoE / new-GPU file or of any other file of runs: category A, or
     a row that states experts or expert parallelism (Nemotron 3.5 Lightning is filed as dense but

@@ -85,7 +85,9 @@ def _derived_counts(p: dict) -> list[str]:
     if p.get("num_gpus") is None:
         raise InputError("parallel.num_gpus", "the row states no number of GPUs, nor tp, pp and dp to count them: "
                                               "add parallel.num_gpus")
-    dp = p.get("dp") or (p["num_gpus"] // (p["tp"] * p["pp"] * cp) if p.get("tp") and p.get("pp") else None)
+    model_parallel = p["tp"] * p["pp"] * cp if p.get("tp") and p.get("pp") else 0
+    dp = p.get("dp") or (p["num_gpus"] // model_parallel if model_parallel and p["num_gpus"] % model_parallel == 0
+                         else None)
     if p.get("gbs") is None and p.get("mbs") and p.get("ga") and dp:
         p["gbs"] = p["mbs"] * p["ga"] * dp
         notes.append(f"parallel.gbs not stated: {p['gbs']} = mbs x ga x dp")
