@@ -12,7 +12,7 @@ import pytest
 
 import solveplan.catalog_published
 from solveplan.calibration.precision_rows import row_precision
-from solveplan.calibration.rows import published_rows
+from solveplan.calibration.rows import nic_gbit_per_gpu, published_rows
 from solveplan.calibration.stated import read_field, read_measured, with_stated_numbers
 
 MOE_FILE = Path(solveplan.catalog_published.__file__).parent / "published_runs_moe_newgpu.json"
@@ -136,3 +136,29 @@ def test_a_moe_row_reads_a_spelled_out_recipe_as_the_dense_reader_does(tmp_path)
     path.write_text(json.dumps({**data, "measurements": [raw]}))
     (row,) = published_rows([str(path)])
     assert row.skipped is None and row.job.precision == "fp8-tensorwise"
+
+
+@pytest.mark.parametrize("text, per_gpu", [
+    ("8x 200 Gb/s HDR InfiniBand per node", 200.0), ("3.2 Tbps per node", 400.0), ("EFA v2 3200 Gbps", 400.0),
+    ("Spectrum-X 400G", 400.0), ("400 Gb/s NDR", 400.0), (400, None), ("not stated", None),
+])
+def test_fabric_texts_of_other_sources(text, per_gpu):
+    """A bare rate above any NIC's (800 Gb/s) is the node's; Tb/s and '400G' are read; a number without a unit
+    says nothing (GB/s or Gb/s?) and does not stop the row."""
+    assert nic_gbit_per_gpu(text, 8) == per_gpu
+
+
+def test_odd_hardware_fields_never_stop_the_file(tmp_path):
+    data = json.loads(MOE_FILE.read_text())
+    base = next(r for r in data["measurements"] if r["id"] == ROW_ID)
+    raws = []
+    for i, (field, value) in enumerate([("gpus_per_node", "8"), ("gpus_per_node", "not stated"), ("inter_node", 400),
+                                        ("intra_node", ["NVLink"]), ("cluster", 7)]):
+        raw = copy.deepcopy(base)
+        raw["hardware"][field], raw["id"] = value, f"odd-{i}"
+        raws.append(raw)
+    path = tmp_path / "kept_aside.json"
+    path.write_text(json.dumps({**data, "measurements": raws}))
+    rows = published_rows([str(path)])
+    assert [r.skipped for r in rows] == [None] * len(raws)
+    assert any("hardware.gpus_per_node '8' read as 8" in a for a in rows[0].assumed)

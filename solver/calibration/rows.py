@@ -142,16 +142,19 @@ def load_rows(paths: list[str] | None = None) -> tuple[list[dict], dict]:
 
 
 # ----------------------------------------------------------------------------- text fields
-_GBIT = r"(\d+(?:\.\d+)?)\s*(?:Gb/s|Gbit/s|Gbps|Gb)"
+_GBIT = r"(\d+(?:\.\d+)?)\s*(?:Gb/s|Gbit/s|Gbps|Gb|G\b)"
+_TBIT = r"(\d+(?:\.\d+)?)\s*(?:Tb/s|Tbit/s|Tbps)"
+FASTEST_NIC_GBIT = 800.0  # ConnectX-8 / XDR: a bare rate above it is a node's, not one GPU's NIC
 
 
 def nic_gbit_per_gpu(text: str | None, gpus_per_node: int) -> float | None:
     """Per-GPU network bandwidth (Gbit/s) from a row's `inter_node` text, or None when it
     does not say: '8x 200 Gb/s HDR InfiniBand per node' -> 8*200/8; '1600 Gb/s node-node
-    RoCE' -> 1600/8; '50 Gb/s per GPU' -> 50; '400 Gb/s NDR' -> 400 per NIC, one per GPU."""
-    if not text or "not stated" in text.lower():
+    RoCE' -> 1600/8; '50 Gb/s per GPU' -> 50; '400 Gb/s NDR' -> 400 per NIC, one per GPU; '3.2 Tbps' or a bare
+    'EFA 3200 Gbps' (more than any NIC, `FASTEST_NIC_GBIT`) -> a node's, 3200/8."""
+    if not text or "not stated" in str(text).lower():
         return None
-    t = text.replace(",", "")
+    t = re.sub(_TBIT, lambda m: f"{float(m.group(1)) * 1000:g} Gb/s", str(text).replace(",", ""), flags=re.I)
     m = re.search(r"(\d+)\s*[x×]\s*" + _GBIT, t, re.I)
     if m:
         return int(m.group(1)) * float(m.group(2)) / gpus_per_node
@@ -168,6 +171,8 @@ def nic_gbit_per_gpu(text: str | None, gpus_per_node: int) -> float | None:
     if re.search(r"per\s+gpu|/\s*gpu", t, re.I):
         return rate
     if re.search(r"node-node|per\s+node|/\s*node", t, re.I):
+        return rate / gpus_per_node
+    if rate > FASTEST_NIC_GBIT:  # "EFA 3200 Gbps": no NIC runs that, the node's NICs together do
         return rate / gpus_per_node
     return rate  # a bare NIC rate: one NIC per GPU (rail-optimised DGX-style nodes)
 
@@ -469,7 +474,7 @@ def published_rows(paths: list[str] | None = None) -> list[Row]:
             raw, read_as = with_stated_numbers(raw)  # "4", 4.0, "n/a", "not stated": integers or None, said
             out.append(row_job(raw))
             out[-1].assumed[:0] = read_as
-        except (KeyError, TypeError, ValueError, InputError) as exc:  # ValidationError is a ValueError
+        except (KeyError, TypeError, ValueError, AttributeError, InputError) as exc:  # ValidationError: a ValueError
             reason = (exc.message if isinstance(exc, InputError) else f"it states no {exc} field" if isinstance(exc, KeyError)
                       else f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
             out.append(Row(id=str(raw.get("id", "?")), source=str(raw.get("source", "?")), gpu="", family="",

@@ -1,4 +1,4 @@
-"""What a row's parallel block, model dimensions and measured figures state, as numbers: the published files write
+"""What a row's parallel block, GPUs per node, model dimensions and measured figures state, as numbers: the published files write
 an unstated field as null or 'not stated' (their conventions), a table's "n/a" where a value does not apply, and a
 number now and then as a string ("4", "1,234", "41%") or a float (4.0). The readers (`rows.row_job`,
 `moe_rows.moe_row_job`) take integers (positive numbers for the measured figures) or None; this reads every other
@@ -18,6 +18,7 @@ from ..errors import InputError
 # sets vp 5 (docs/DESIGN.md section 7); a row whose recipe settles it says so itself (`eras.stated_vp`)
 FIELDS: tuple[tuple[str, str], ...] = (
     *(("parallel", name) for name in ("tp", "pp", "cp", "vp", "ep", "etp", "dp", "num_gpus", "mbs", "gbs", "ga")),
+    ("hardware", "gpus_per_node"),
     *(("model", name) for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "moe_ffn_hidden",
                                    "vocab", "seq_len", "num_experts", "top_k")),
 )
