@@ -415,6 +415,14 @@ def test_the_stated_layer_pattern_and_shared_experts_are_read():
     assert moe_layer_pattern("first layer dense, 60 MoE", 61) == (0,) + (1,) * 60
     assert moe_layer_pattern("every other layer", 4) == (1, 0, 1, 0)  # Megatron's --moe-layer-freq 2
     assert "not a pattern this reader knows" in moe_layer_pattern("layers 5-9 MoE", 10)
+    # Megatron's own forms: the integer --moe-layer-freq and the list expression moe_freq_type evaluates
+    assert moe_layer_pattern(2, 4) == moe_layer_pattern("2", 4) == (1, 0, 1, 0) and moe_layer_pattern("1", 4) is None
+    assert moe_layer_pattern("every 4th layer", 8) == (1, 0, 0, 0, 1, 0, 0, 0)
+    assert moe_layer_pattern("[0]*3+[1]*58", 61) == moe_layer_pattern("first three layers dense", 61) == \
+        moe_layer_pattern("first_k_dense_replace: 3", 61) == (0, 0, 0) + (1,) * 58
+    assert moe_layer_pattern("([0]*1+[1]*1)*24", 48) == (0, 1) * 24  # Llama 4 Maverick, as render/megatron_moe writes it
+    for bad in ("[0]*3+[1]*58", "[2]*61", "[1]*10**9", "[1]*99999999999", "__import__('os')"):
+        assert "moe_layer_freq" in moe_layer_pattern(bad, 60)  # wrong length, not 0/1, a power, a call: refused
     assert shared_expert_size("1 (2048)", 768) == 2048 and shared_expert_size("2 (1408)", 768) == 2816
     assert shared_expert_size(2, 768) == 1536 and shared_expert_size(0, 768) is None
     assert shared_expert_size(None, 768) is None
@@ -513,3 +521,21 @@ def test_a_row_stating_only_model_tflops_is_read_by_the_model_flop_count():
     assert row.measured_s == pytest.approx(expected)
     raw["measured"] = {}
     assert moe_row_job(raw).skipped.startswith("no time measure")
+
+
+def test_the_row_reader_reads_back_every_moe_layer_freq_the_launch_writes():
+    """render/megatron_moe writes --moe-layer-freq for Megatron; a row stating that value reads to the same layers."""
+    from solveplan.calibration.moe_row_model import moe_layer_pattern
+    from solveplan.catalog import catalog_models, load_model
+    from solveplan.render.megatron_moe import moe_layer_freq_arg
+
+    checked = 0
+    for key in catalog_models():
+        model = load_model(key)
+        if not model.is_moe or model.hybrid_layer_pattern is not None:
+            continue
+        mask = tuple(int(v) for v in model.moe_layer_mask)
+        read = moe_layer_pattern(moe_layer_freq_arg(model), model.num_layers)
+        assert (read or (1,) * model.num_layers) == mask, key
+        checked += 1
+    assert checked >= 15

@@ -17,6 +17,7 @@ the row is skipped, naming the field and the fix (a catalog entry)."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 from ..specs import ModelSpec
@@ -68,19 +69,72 @@ def stated_moe_model(m: dict, assumed: list[str]) -> ModelSpec | str:
         return f"model {m.get('name')!r} has no catalog entry and its stated shape is not one: {exc}"
 
 
+NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+                "ten": 10}
+
+
 def moe_layer_pattern(text, layers: int) -> tuple[int, ...] | None | str:
-    """1 (MoE) or 0 (dense) per layer from the row's `moe_layer_freq` text; None when every layer is MoE
-    (stated so, or not stated: Megatron's --moe-layer-freq default 1); a reason when the text is not read."""
-    t = str(text or "").lower()
-    if not t or "all layers" in t or "every layer" in t:
+    """1 (MoE) or 0 (dense) per layer from the row's `moe_layer_freq`; None when every layer is MoE (stated so, or
+    not stated: Megatron's --moe-layer-freq default 1); a reason when it is not read. Read: "all layers MoE";
+    "first 3 layers dense" (also "first three", "first_k_dense_replace 3"); Megatron's own forms -- an integer N
+    (layer i is MoE when i % N == 0: "2", "every other layer", "every 4th layer") and the list expression its
+    `moe_freq_type` evaluates ("[0]*3+[1]*58", `megatron_list_pattern`)."""
+    t = re.sub(r"\b(" + "|".join(NUMBER_WORDS) + r")\b", lambda m: str(NUMBER_WORDS[m.group(1)]),
+               str(text if text is not None else "").strip().lower())
+    freq = _as_freq(text, t)
+    if not t or "all layers" in t or "every layer" in t or freq == 1:
         return None
-    first = re.search(r"first (\d+|layer)\b[^,]*dense", t)
+    if freq:
+        return tuple(int(i % freq == 0) for i in range(layers))
+    first = re.search(r"first[ _](\d+|layer)\b[^,]*dense", t) or re.search(r"first_k_dense(?:_replace)?\D*(\d+)", t)
     if first:
         k = 1 if first.group(1) == "layer" else int(first.group(1))
         return (0,) * k + (1,) * (layers - k)
-    if "every other" in t or "alternat" in t:
-        return tuple(1 - i % 2 for i in range(layers))  # Megatron's --moe-layer-freq 2: layers 0, 2, 4, ... MoE
+    if t.startswith(("[", "(")):
+        return megatron_list_pattern(str(text), layers)
     return f"the row's moe_layer_freq {text!r} is not a pattern this reader knows: add models/<key>.yaml"
+
+
+def _as_freq(text, t: str) -> int | None:
+    """Megatron's integer --moe-layer-freq a row states: the number itself, or "every other / every Nth layer"."""
+    if isinstance(text, int) and not isinstance(text, bool) and text > 0:
+        return text
+    if re.fullmatch(r"\d+", t) and int(t) > 0:
+        return int(t)
+    if "every other" in t or "alternat" in t:
+        return 2
+    every = re.search(r"every (\d+)(?:st|nd|rd|th)? layers?\b", t)
+    return int(every.group(1)) if every and int(every.group(1)) > 0 else None
+
+
+def megatron_list_pattern(text: str, layers: int) -> tuple[int, ...] | str:
+    """The list expression Megatron's `moe_freq_type` evaluates (megatron/training/arguments.py at d98e8a6: digits
+    and `[]()+*,` only, e.g. "[0]*3+[1]*58", "([0]*1+[1]*1)*24"), evaluated here on its syntax tree -- lists of 0
+    and 1, `+`, `*` by a whole number -- never by `eval`; it must give one entry per layer."""
+    def value(node):
+        if isinstance(node, ast.List):
+            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            return items if all(v in (0, 1) and not isinstance(v, bool) for v in items) else None
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and 0 <= node.value <= layers:
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            a, b = value(node.left), value(node.right)
+            if a is None or b is None:
+                return None
+            if isinstance(node.op, ast.Add) and isinstance(a, list) and isinstance(b, list):
+                return a + b
+            if isinstance(node.op, ast.Mult) and isinstance(a, list) != isinstance(b, list):
+                return a * b if len(a if isinstance(a, list) else b) * (b if isinstance(a, list) else a) <= layers else None
+        return None
+
+    try:
+        mask = value(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        mask = None
+    if not isinstance(mask, list) or len(mask) != layers:
+        return (f"the row's moe_layer_freq {text!r} is not Megatron's list of {layers} zeros and ones (one per layer): "
+                f"state it as such or add models/<key>.yaml")
+    return tuple(mask)
 
 
 def shared_expert_size(text, expert_ffn: int) -> int | None:
