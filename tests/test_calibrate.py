@@ -451,3 +451,28 @@ def test_latency_bound_log_keeps_the_efficiency_and_says_so(tmp_path):
     assert cal.cluster.network_efficiency == base.network_efficiency  # not a 1-2% "fit"
     note = next(n for n in cal.notes if "latency-bound" in n)
     assert "64 KiB" in note and "-e 1G" in note
+
+
+def test_moe_steps_state_their_expert_parallelism_and_fit_back(tmp_path):
+    """A MoE run's steps name ep / etp (and its dispatcher): read into the configuration, and three steps measured on
+    a stack 25% slower than the cluster's shipped one give back that time scale."""
+    from solveplan.calibration.calibrate import calibrate
+    from solveplan.calibration.fewshot import calibrated_job
+    from solveplan.calibration.step_fit import build_step_rows, read_steps
+    from solveplan.catalog import load_cluster
+    from solveplan.plan import make_plan
+
+    cluster = load_cluster("h100x8")
+    cells = [dict(ep=8, mbs=1), dict(ep=8, mbs=2), dict(ep=4, mbs=1)]
+    header = "model,tp,pp,dp,micro_batch_size,recompute,zero,global_batch_size,seq_length,ep,etp,moe_token_dispatcher,step_time_s"
+    lines = [f"qwen3-30b-a3b,1,1,8,{c['mbs']},full,1,64,4096,{c['ep']},1,alltoall,1.0" for c in cells]
+    (tmp_path / "probe.csv").write_text("\n".join([header, *lines]) + "\n")
+    rows = build_step_rows(read_steps(tmp_path / "probe.csv"), cluster, "probe.csv")
+    assert [r.parallel.ep for r in rows] == [8, 8, 4] and all("ep" in r.label for r in rows)
+    slower = {"time_scale": 0.8}
+    measured = [make_plan(calibrated_job(r.job, slower), r.parallel, r.layers).step_time_s for r in rows]
+    lines = [line.rsplit(",", 1)[0] + f",{t:.6f}" for line, t in zip(lines, measured)]
+    (tmp_path / "moe.csv").write_text("\n".join([header, *lines]) + "\n")
+    cal = calibrate(cluster, steps=str(tmp_path / "moe.csv"))
+    assert cal.steps.params[0].name == "time_scale" and cal.steps.params[0].value == pytest.approx(0.8, rel=0.05)
+    assert all(abs(r.after_s / r.measured_s - 1) < 0.02 for r in cal.steps.rows)

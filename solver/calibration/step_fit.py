@@ -37,10 +37,12 @@ STEP_COLUMNS = ("model", "tp", "pp", "dp", "cp", "vp", "micro_batch_size", "reco
                 "global_batch_size", "seq_length", "step_time_s")
 _OPTIONAL = ("dp", "cp", "vp", "micro_batch_size", "recompute", "sequence_parallel", "zero", "global_batch_size",
              "seq_length", "num_gpus", "flash_attention", "attention_kernel", "precision", "tp_comm_overlap", "framework",
-             "peft", "lora_rank", "lora_target_modules", "label", "name", "id")
+             "peft", "lora_rank", "lora_target_modules", "ep", "etp", "moe_token_dispatcher", "moe_a2a_overlap", "label",
+             "name", "id")
 _ALIASES = {"mbs": "micro_batch_size", "gbs": "global_batch_size", "seq_len": "seq_length", "seq": "seq_length",
             "step_time": "step_time_s", "iteration_time_s": "step_time_s", "sp": "sequence_parallel",
-            "zero_stage": "zero", "flash": "flash_attention"}
+            "zero_stage": "zero", "flash": "flash_attention", "expert_parallel": "ep", "expert_tensor_parallel": "etp",
+            "dispatcher": "moe_token_dispatcher"}
 
 
 @dataclass
@@ -151,7 +153,8 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
         if unknown:
             raise InputError("steps", f"{where}: unknown column {unknown[0]!r}; columns are {', '.join(STEP_COLUMNS)} "
                                       "(+ num_gpus, flash_attention, attention_kernel, precision, tp_comm_overlap, framework, "
-                                      "peft, lora_rank, lora_target_modules, label)")
+                                      "peft, lora_rank, lora_target_modules, ep, etp, moe_token_dispatcher, moe_a2a_overlap, "
+                                      "label)")
         for req in ("model", "tp", "pp", "step_time_s"):
             if req not in r:
                 raise InputError("steps", f"{where}: missing {req}")
@@ -176,7 +179,7 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
         if not (t > 0 and math.isfinite(t)):
             raise InputError("steps", f"{where}: step_time_s must be positive (got {r['step_time_s']!r})")
         cfg: dict = {"tp": tp, "pp": pp, "cp": cp}
-        for key in ("vp", "micro_batch_size"):
+        for key in ("vp", "micro_batch_size", "ep", "etp"):  # ep / etp: a MoE run's expert parallelism
             if key in r:
                 cfg[key] = _int(r[key], f"{where} {key}")
         if "recompute" in r:
@@ -196,6 +199,10 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
             job_kw["attention_kernel"] = str(r["attention_kernel"]).lower()
         if "framework" in r:  # the stack the step was measured on (formulation/frameworks.py)
             job_kw["framework"] = str(r["framework"]).lower()
+        if "moe_token_dispatcher" in r:  # a MoE run's dispatcher (alltoall | flex) and EP all-to-all overlap
+            job_kw["moe_token_dispatcher"] = str(r["moe_token_dispatcher"]).lower()
+        if "moe_a2a_overlap" in r:
+            job_kw["moe_a2a_overlap"] = _bool(r["moe_a2a_overlap"], f"{where} moe_a2a_overlap")
         job_kw.update(_peft_cells(r, where))
         job = build(JobSpec, job_kw, where)
         try:
@@ -205,7 +212,8 @@ def build_step_rows(rows: list[dict], cluster: ClusterSpec, source: str) -> list
         par = plan.parallel
         label = str(r.get("label") or r.get("name") or r.get("id") or
                     f"{model.name} tp{tp} pp{pp} dp{par.dp}" + (f" cp{cp}" if cp > 1 else "")
-                    + (f" vp{par.vp}" if par.vp > 1 else "") + f" mbs{par.micro_batch_size} {par.recompute}")
+                    + (f" vp{par.vp}" if par.vp > 1 else "") + (f" ep{par.ep}" if par.ep > 1 else "")
+                    + f" mbs{par.micro_batch_size} {par.recompute}")
         out.append(StepRow(i, label, job, par, plan.layers_per_stage, t, before_s=plan.step_time_s,
                            fits_memory=plan.fits))
     return out

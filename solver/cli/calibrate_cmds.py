@@ -28,7 +28,8 @@ from .plan_cmds import _StderrProgress
 @click.option("--steps", "steps", default=None, type=click.Path(dir_okay=False),
               help="Measured step times (CSV or JSON): model, tp, pp, dp, cp, vp, micro_batch_size, recompute, "
                    "sequence_parallel, zero, global_batch_size, seq_length, step_time_s (+ precision, "
-                   "attention_kernel cudnn|flash2|flash1). 2 or more: the stack's time scale, then only what they identify.")
+                   "attention_kernel cudnn|flash2|flash1; for a MoE run ep, etp, moe_token_dispatcher, "
+                   "moe_a2a_overlap). 2 or more: the stack's time scale, then only what they identify.")
 @click.option("-o", "--output", "output", required=True, type=OUTPUT,
               help="Calibrated cluster YAML to write.")
 @click.option("--report", "report", default=None, type=OUTPUT, help="Markdown report to write.")
