@@ -162,3 +162,26 @@ def test_odd_hardware_fields_never_stop_the_file(tmp_path):
     rows = published_rows([str(path)])
     assert [r.skipped for r in rows] == [None] * len(raws)
     assert any("hardware.gpus_per_node '8' read as 8" in a for a in rows[0].assumed)
+
+
+def test_a_moe_row_reads_its_fsdp_column_and_yes_no_words(tmp_path):
+    """The MoE reader read FSDP only from a recipe and booleans only as JSON booleans: a kept-aside row stating
+    "Megatron-FSDP" was priced at the best ZeRO stage, "yes" for sequence parallelism as unstated."""
+    data = json.loads(MOE_FILE.read_text())
+    by_id = {r["id"]: r for r in data["measurements"]}
+    flat = by_id["mbridge_perf-26.06-qwen3-30b-a3b-h100-sxm5-80gb-fp8-cs-16"]  # pp 1: ZeRO-3 is legal
+    tp2 = by_id["mbridge_perf-26.04.01-qwen3-235b-a22b-h100-sxm5-80gb-fp8-cs-256"]
+    assert flat["parallel"]["pp"] == 1 and tp2["parallel"]["tp"] == 2
+    raws = []
+    for i, (base, cells) in enumerate([(flat, {"fsdp": "Megatron-FSDP"}), (flat, {"fsdp": "FSDP2 (torchtitan)"}),
+                                       (tp2, {"sequence_parallel": "yes"}), (flat, {"sequence_parallel": "no"})]):
+        raw = copy.deepcopy(base)
+        raw["parallel"].update(cells)
+        raw["parallel"]["other"], raw["id"], raw["source"] = {}, f"fsdp-{i}", "kept_aside"
+        raws.append(raw)
+    path = tmp_path / "kept_aside.json"
+    path.write_text(json.dumps({**data, "measurements": raws}))
+    rows = published_rows([str(path)])
+    assert [r.job.constraints.zero for r in rows[:2]] == [(3,), (3,)]
+    assert any("PyTorch FSDP (FSDP2 (torchtitan)) on a MoE row costed as ZeRO-3" in a for a in rows[1].assumed)
+    assert [r.job.constraints.sequence_parallel for r in rows[2:]] == [(True,), (False,)]

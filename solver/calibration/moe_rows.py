@@ -214,7 +214,10 @@ def _family_recompute(row: Row, unstated: list[str]) -> str | None:
 
 
 def _bool(*values) -> bool | None:
-    return next((v for v in values if isinstance(v, bool)), None)
+    """The first of `values` that says yes or no: a bool, 1 / 0, or "yes", "true", "on" / "no", "false", "off"."""
+    words = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
+    said = (v if isinstance(v, bool) else words.get(str(v).strip().lower()) for v in values if v is not None)
+    return next((v for v in said if v is not None), None)
 
 
 def moe_row_job(raw: dict) -> Row:
@@ -361,12 +364,23 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
         vp=stated_vp(row.raw, assumed),
         recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
-        zero=(3,) if recipe.get("use_megatron_fsdp") else ddp_zero(p, assumed),
+        zero=(3,) if recipe.get("use_megatron_fsdp") else _fsdp_zero(p, assumed) or ddp_zero(p, assumed),
     )
     free = [k for k, v in knobs.items() if v is None] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))
     return Constraints(**{k: v for k, v in knobs.items() if v is not None}, uneven_split=False,
                        **pipeline_accounting(p, model.num_layers, assumed))
+
+
+def _fsdp_zero(p: dict, assumed: list) -> tuple[int, ...] | None:
+    """ZeRO-3 for a row whose FSDP column names Megatron-FSDP or PyTorch FSDP (`eras.fsdp_of`; ZeRO-2 for
+    SHARD_GRAD_OP), said for PyTorch's: a MoE row is priced with Megatron's kernels unless a framework says more."""
+    kind = fsdp_of(p)
+    if kind == "pytorch":
+        sharding = "ZeRO-2" if "shard_grad_op" in str(p.get("fsdp")).lower() else "ZeRO-3"
+        assumed.append(f"PyTorch FSDP ({p.get('fsdp')}) on a MoE row costed as {sharding}")
+        return (2,) if sharding == "ZeRO-2" else (3,)
+    return (3,) if kind == "megatron" else None
 
 
 def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:
