@@ -13,7 +13,7 @@ import pytest
 import solveplan.catalog_published
 from solveplan.calibration.precision_rows import row_precision
 from solveplan.calibration.rows import nic_gbit_per_gpu, published_rows
-from solveplan.calibration.stated import read_field, read_measured, with_stated_numbers
+from solveplan.calibration.stated import first_yes_no, read_field, read_measured, with_stated_numbers
 
 MOE_FILE = Path(solveplan.catalog_published.__file__).parent / "published_runs_moe_newgpu.json"
 ROW_ID = "mbridge_perf-26.04.01-qwen3-30b-a3b-gb200-mxfp8-8"
@@ -185,3 +185,9 @@ def test_a_moe_row_reads_its_fsdp_column_and_yes_no_words(tmp_path):
     assert [r.job.constraints.zero for r in rows[:2]] == [(3,), (3,)]
     assert any("PyTorch FSDP (FSDP2 (torchtitan)) on a MoE row costed as ZeRO-3" in a for a in rows[1].assumed)
     assert [r.job.constraints.sequence_parallel for r in rows[2:]] == [(True,), (False,)]
+
+
+def test_yes_no_words():
+    assert [first_yes_no(v) for v in (True, "yes", "On", 1, "0", "no", False)] == [True, True, True, True, False,
+                                                                                      False, False]
+    assert first_yes_no("not stated", None, "yes") is True and first_yes_no("not stated") is None

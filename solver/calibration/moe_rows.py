@@ -60,7 +60,7 @@ from .rows import (
     published_row_cluster,
     recompute_of,
 )
-from .stated import NO_GLOBAL_BATCH
+from .stated import NO_GLOBAL_BATCH, first_yes_no
 from .tasks import task_problem, task_settings
 from .unread_sources import CHOICES as UNREAD_SOURCE_CHOICES
 from .unread_sources import said as said_of_unread_source
@@ -213,13 +213,6 @@ def _family_recompute(row: Row, unstated: list[str]) -> str | None:
     return family[0]
 
 
-def _bool(*values) -> bool | None:
-    """The first of `values` that says yes or no: a bool, 1 / 0, or "yes", "true", "on" / "no", "false", "off"."""
-    words = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
-    said = (v if isinstance(v, bool) else words.get(str(v).strip().lower()) for v in values if v is not None)
-    return next((v for v in said if v is not None), None)
-
-
 def moe_row_job(raw: dict) -> Row:
     """One row of the MoE / new-GPU file as a Row: a job whose constraints hold what the row (and
     its matched recipe) states, or the reason it is skipped."""
@@ -356,7 +349,7 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
     """The knobs the row (and its matched recipe) states as constraints; the rest, said in `row.assumed`, the best."""
     p, assumed = row.raw["parallel"], row.assumed
     etp = p.get("etp") or recipe.get("expert_tensor_parallel_size")
-    sp = _bool(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
+    sp = first_yes_no(p.get("sequence_parallel"), recipe.get("sequence_parallel"))
     recompute = _recompute(p, recipe, assumed, settings) or _family_recompute(row, unstated_settings)
     knobs: dict[str, Any] = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None, cp=(p.get("cp") or 1,),

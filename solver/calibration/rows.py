@@ -45,7 +45,7 @@ from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .names import model_problem, row_model, with_named_key
 from .offload_rows import cpu_offload_of, grace_offload_preset
 from .precision_rows import fp8_attention_guard, precision_of, precision_settings, row_precision
-from .stated import NO_GLOBAL_BATCH, with_stated_numbers
+from .stated import NO_GLOBAL_BATCH, first_yes_no, with_stated_numbers
 from .tasks import task_problem, task_settings
 from .unread_sources import apply_to as apply_unread_source_settings
 
@@ -320,7 +320,7 @@ def row_job(raw: dict) -> Row:
         zero = 3
     if zero is None and (p.get("distributed_optimizer") is True or "implied" in str(p.get("distributed_optimizer", ""))):
         zero = 1
-    sp = p.get("sequence_parallel") if isinstance(p.get("sequence_parallel"), bool) else None
+    sp = first_yes_no(p.get("sequence_parallel"))
     knobs: dict[str, Any] = dict(
         tp=(p["tp"],) if p.get("tp") else None, pp=(p["pp"],) if p.get("pp") else None,
         cp=(p.get("cp") or 1,),

@@ -112,3 +112,12 @@ def with_stated_numbers(raw: dict) -> tuple[dict, list[str]]:
     if isinstance(out.get("parallel"), dict):
         notes += _derived_counts(out["parallel"])
     return (out, notes) if notes else (raw, [])
+
+
+YES_NO = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
+
+
+def first_yes_no(*values) -> bool | None:
+    """The first of `values` that says yes or no: a bool, 1 / 0, or "yes", "true", "on" / "no", "false", "off"."""
+    said = (v if isinstance(v, bool) else YES_NO.get(str(v).strip().lower()) for v in values if v is not None)
+    return next((v for v in said if v is not None), None)
