@@ -191,3 +191,20 @@ def test_yes_no_words():
     assert [first_yes_no(v) for v in (True, "yes", "On", 1, "0", "no", False)] == [True, True, True, True, False,
                                                                                       False, False]
     assert first_yes_no("not stated", None, "yes") is True and first_yes_no("not stated") is None
+
+
+def test_a_step_time_under_another_name_is_read(tmp_path):
+    data = json.loads(MOE_FILE.read_text())
+    base = next(r for r in data["measurements"] if r["id"] == ROW_ID)
+    raws = []
+    for i, measured in enumerate([{"step_time_s": 3.2}, {"iteration_time_ms": "3,200"}, {}]):
+        raw = copy.deepcopy(base)
+        raw["measured"], raw["id"] = measured, f"named-{i}"
+        raw.pop("derived", None)
+        raws.append(raw)
+    path = tmp_path / "kept_aside.json"
+    path.write_text(json.dumps({**data, "measurements": raws}))
+    named_s, named_ms, nothing = published_rows([str(path)])
+    assert named_s.measured_s == pytest.approx(3.2) and named_ms.measured_s == pytest.approx(3.2)
+    assert any("measured.iteration_time_ms '3,200' read as iteration_time_s 3.2" in a for a in named_ms.assumed)
+    assert nothing.skipped.startswith("no time measure")

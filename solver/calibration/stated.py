@@ -26,6 +26,9 @@ KNOBS = frozenset({"tp", "pp", "cp", "vp", "ep", "etp", "mbs"})  # what the best
 # The measured figures the files' conventions name (a positive number each; MFU a fraction of peak)
 MEASURED_FIELDS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "tflops_per_gpu",
                    "model_tflops_per_gpu", "mfu", "aggregate_pflops")
+# Other names of a step's time -> (the conventions' name, the factor to seconds)
+MEASURED_ALIASES = {"step_time_s": ("iteration_time_s", 1.0), "step_time_ms": ("iteration_time_s", 1e-3),
+                    "iteration_time_ms": ("iteration_time_s", 1e-3), "time_per_step_s": ("iteration_time_s", 1.0)}
 NO_GLOBAL_BATCH = "global batch not stated: the step time of the measured throughput is undefined"
 
 
@@ -106,6 +109,12 @@ def with_stated_numbers(raw: dict) -> tuple[dict, list[str]]:
             fields[name], note = read_field(block, name, fields[name])
             notes += [note] if note else []
     measured: dict = out["measured"] if isinstance(out.get("measured"), dict) else {}
+    for alias, (name, to_s) in MEASURED_ALIASES.items():
+        if alias in measured and measured.get(name) is None:
+            value, _ = read_measured(name, measured[alias])
+            if value is not None:
+                measured[name] = value * to_s
+                notes.append(f"measured.{alias} {measured[alias]!r} read as {name} {measured[name]:g}")
     for name in (n for n in MEASURED_FIELDS if n in measured):
         measured[name], note = read_measured(name, measured[name])
         notes += [note] if note else []
