@@ -1,9 +1,9 @@
-"""What a row's parallel block, GPUs per node, model dimensions and measured figures state, as numbers: the published files write
-an unstated field as null or 'not stated' (their conventions), a table's "n/a" where a value does not apply, and a
-number now and then as a string ("4", "1,234", "41%") or a float (4.0). The readers (`rows.row_job`,
-`moe_rows.moe_row_job`) take integers (positive numbers for the measured figures) or None; this reads every other
-spelling into one of them and says how in the row's notes, so that no row is refused for the way a number is
-written and nothing is read silently."""
+"""What a row's parallel block, GPUs per node, model dimensions and measured figures state, as numbers: the
+published files write an unstated field as null or 'not stated' (their conventions), a table's "n/a" where a value
+does not apply, and a number now and then as a string ("4", "1,234", "41%") or a float (4.0). The readers
+(`rows.row_job`, `moe_rows.moe_row_job`) take integers (positive numbers for the measured figures) or None; this
+reads every other spelling into one of them and says how in the row's notes, so that no row is refused for the way
+a number is written and nothing is read silently."""
 
 from __future__ import annotations
 
