@@ -124,7 +124,8 @@ def megatron_list_pattern(text: str, layers: int) -> tuple[int, ...] | str:
             if isinstance(node.op, ast.Add) and isinstance(a, list) and isinstance(b, list):
                 return a + b
             if isinstance(node.op, ast.Mult) and isinstance(a, list) != isinstance(b, list):
-                return a * b if len(a if isinstance(a, list) else b) * (b if isinstance(a, list) else a) <= layers else None
+                items, times = (a, b) if isinstance(a, list) else (b, a)
+                return items * times if len(items) * times <= layers else None  # never a list longer than the model
         return None
 
     try:
