@@ -12,7 +12,7 @@ import pytest
 
 import solveplan.catalog_published
 from solveplan.calibration.precision_rows import row_precision
-from solveplan.calibration.rows import nic_gbit_per_gpu, published_rows
+from solveplan.calibration.rows import nic_gbit_per_gpu, published_rows, recompute_of
 from solveplan.calibration.stated import first_yes_no, read_field, read_measured, with_stated_numbers
 
 MOE_FILE = Path(solveplan.catalog_published.__file__).parent / "published_runs_moe_newgpu.json"
@@ -208,3 +208,15 @@ def test_a_step_time_under_another_name_is_read(tmp_path):
     assert named_s.measured_s == pytest.approx(3.2) and named_ms.measured_s == pytest.approx(3.2)
     assert any("measured.iteration_time_ms '3,200' read as iteration_time_s 3.2" in a for a in named_ms.assumed)
     assert nothing.skipped.startswith("no time measure")
+
+
+@pytest.mark.parametrize("text, granularity", [
+    ("full (activation checkpointing)", "full"), ("none (yaml activations_checkpoint_*: null)", "none"),
+    ("selective (attention core only)", "selective"), ("not stated", None), (None, None),
+    (True, "full"), (False, "none"), ("activation checkpointing", "full"), ("uniform (1 layer)", "full"),
+    ("partial", "selective"), ("off", "none"), ("n/a", None), ("unknown", None),
+])
+def test_a_recompute_text_is_never_silently_none(text, granularity):
+    """Every released spelling reads as before; a text naming no granularity is unstated (the best legal value),
+    where it used to be read as no recomputation."""
+    assert recompute_of(text) == granularity

@@ -178,10 +178,19 @@ def nic_gbit_per_gpu(text: str | None, gpus_per_node: int) -> float | None:
 
 
 def recompute_of(text) -> str | None:
-    if text is None or "not stated" in str(text).lower():
+    """The recompute granularity a row's text names: full (also Megatron's uniform / block methods, "activation
+    checkpointing", yes / true), selective (also "partial"), none (also no / off / false); None when it names none
+    of them ("not stated", "n/a", anything else: the best legal value, never silently none)."""
+    if isinstance(text, bool):
+        return "full" if text else "none"
+    t = str(text if text is not None else "").strip().lower()
+    if not t or "not stated" in t:
         return None
-    t = str(text).lower()
-    return "full" if t.startswith("full") else "selective" if t.startswith("selective") else "none"
+    for granularity, starts in (("full", ("full", "uniform", "block")), ("selective", ("selective", "partial")),
+                                ("none", ("none", "no", "off", "false", "disabled"))):
+        if t.startswith(starts):
+            return granularity
+    return "full" if "checkpoint" in t or t in ("yes", "true", "on") else None
 
 
 def skip_reason(raw: dict) -> str | None:
