@@ -92,6 +92,23 @@ def fsdp_of(p: dict) -> Literal["megatron", "pytorch", ""]:
     return "" if not text or text.startswith(("no", "not stated", "column absent")) else "pytorch"
 
 
+def fsdp_zero(p: dict, assumed: list[str]) -> int | None:
+    """The ZeRO stage a row's FSDP column names (`fsdp_of`), said in `assumed`: Megatron-FSDP is ZeRO-3
+    (optim_grads_params), PyTorch FSDP ZeRO-3 (FULL_SHARD) or ZeRO-2 (SHARD_GRAD_OP: parameters gathered once per
+    micro-batch); None without FSDP. The one rule of the dense and MoE readers."""
+    kind, text = fsdp_of(p), str(p.get("fsdp") or "")
+    if kind == "megatron":
+        assumed.append("Megatron-FSDP costed as ZeRO-3 (optim_grads_params)")
+        return 3
+    if kind == "pytorch" and "shard_grad_op" in text.lower():
+        assumed.append("FSDP SHARD_GRAD_OP costed as ZeRO-2 (parameters gathered once per micro-batch)")
+        return 2
+    if kind == "pytorch":
+        assumed.append(f"PyTorch FSDP ({text}) costed as ZeRO-3")
+        return 3
+    return None
+
+
 def recipe_block(raw: dict, assumed: list[str] | None = None) -> dict:
     """The recipe block a row's `parallel.other.recipe` states ({} without one). A block that is not an object (a
     file of another source) is read as no recipe, and said in `assumed` when given: the row is read, not refused."""

@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..specs import Constraints, JobSpec, ModelSpec
-from .eras import fsdp_of, recipe_block, stated_vp
+from .eras import fsdp_of, fsdp_zero, recipe_block, stated_vp
 from .legal_rows import broken_rule_text, with_blamed_knob_freed
 from .moe_recipes import (
     FAMILY_RECOMPUTE,
@@ -357,7 +357,7 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
         micro_batch_size=(p["mbs"],) if p.get("mbs") else None,
         vp=stated_vp(row.raw, assumed),
         recompute=(recompute,) if recompute else None, sequence_parallel=(sp,) if sp is not None else None,
-        zero=(3,) if recipe.get("use_megatron_fsdp") else _fsdp_zero(p, assumed) or ddp_zero(p, assumed),
+        zero=(3,) if recipe.get("use_megatron_fsdp") else _stage(fsdp_zero(p, assumed)) or ddp_zero(p, assumed),
     )
     free = [k for k, v in knobs.items() if v is None] + unstated_settings
     assumed.append("unstated, best legal value: " + ", ".join(free))
@@ -365,15 +365,8 @@ def _row_constraints(row: Row, recipe: dict, model: ModelSpec, settings: dict, u
                        **pipeline_accounting(p, model.num_layers, assumed))
 
 
-def _fsdp_zero(p: dict, assumed: list) -> tuple[int, ...] | None:
-    """ZeRO-3 for a row whose FSDP column names Megatron-FSDP or PyTorch FSDP (`eras.fsdp_of`; ZeRO-2 for
-    SHARD_GRAD_OP), said for PyTorch's: a MoE row is priced with Megatron's kernels unless a framework says more."""
-    kind = fsdp_of(p)
-    if kind == "pytorch":
-        sharding = "ZeRO-2" if "shard_grad_op" in str(p.get("fsdp")).lower() else "ZeRO-3"
-        assumed.append(f"PyTorch FSDP ({p.get('fsdp')}) on a MoE row costed as {sharding}")
-        return (2,) if sharding == "ZeRO-2" else (3,)
-    return (3,) if kind == "megatron" else None
+def _stage(zero: int | None) -> tuple[int, ...] | None:
+    return (zero,) if zero is not None else None
 
 
 def _best_settings(base: JobSpec, unstated: list[str], row: Row) -> JobSpec | None:

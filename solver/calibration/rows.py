@@ -38,6 +38,7 @@ from .eras import (
     GradReduceDtype,
     era_of,
     fsdp_of,
+    fsdp_zero,
     optimizer_settings,
     stated_vp,
 )
@@ -315,18 +316,10 @@ def row_job(raw: dict) -> Row:
     assumed = row.assumed
     cluster = published_row_cluster(hw, row.num_gpus, assumed)
     zero = p.get("zero_stage")
-    fsdp_kind = fsdp_of(p)
-    fsdp = str(p.get("fsdp") or "") if fsdp_kind == "pytorch" else ""
-    if fsdp_kind == "megatron":  # NeMo / Megatron-Bridge: Megatron-FSDP (ZeRO-3)
-        zero = 3
-        assumed.append("Megatron-FSDP costed as ZeRO-3 (optim_grads_params)")
+    fsdp = str(p.get("fsdp") or "") if fsdp_of(p) == "pytorch" else ""
     if fsdp:
         assumed.append("FlashAttention-2 (PyTorch FSDP stacks call the flash-attn package)")
-    if fsdp == "SHARD_GRAD_OP":
-        zero = 2
-        assumed.append("FSDP SHARD_GRAD_OP costed as ZeRO-2 (parameters gathered once per micro-batch)")
-    elif fsdp:
-        zero = 3
+    zero = fsdp_zero(p, assumed) or zero
     if zero is None and (p.get("distributed_optimizer") is True or "implied" in str(p.get("distributed_optimizer", ""))):
         zero = 1
     sp = first_yes_no(p.get("sequence_parallel"))
@@ -352,7 +345,7 @@ def row_job(raw: dict) -> Row:
     overlap, flash = str(p.get("overlap") or "").lower(), era.get("flash", FLASH_BY_DEFAULT)
     kernel = attention_kernel_of(raw, flash, bool(fsdp), assumed)
     model, reduce_dtype = row_model(m, assumed), grad_reduce_dtype(raw, assumed)
-    settings = precision_settings(raw, precision, assumed, megatron_fsdp=fsdp_kind == "megatron")
+    settings = precision_settings(raw, precision, assumed, megatron_fsdp=fsdp_of(p) == "megatron")
     fp8_attention_guard(settings, assumed, model=model, cluster=cluster, precision=precision, flash_attention=flash,
                         attention_kernel=kernel)
     row.job = JobSpec(
